@@ -1,0 +1,1 @@
+"""kiln: export and compile ML models."""

@@ -1,0 +1,151 @@
+"""The reference interpreter: runs an ExportedProgram on numpy inputs with the registry's kernels.
+
+Before running anything it binds each symbol from the first input dim that is exactly that symbol,
+then checks every other dim (static sizes, derived expressions like `s0 + 1`) and every range, so a
+bad input is refused with the input, dimension, symbol and allowed range named.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import sympy
+from xdsl.dialects import func
+
+from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.errors import InputError, KilnError
+from kiln.ir.registry import conform
+from kiln.ir.symbolic import evaluate_dim
+from kiln.ir.types import TensorType
+
+
+def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbol, int]:
+    """Bind symbols from input shapes and validate dtypes, ranks, dims, relations and ranges."""
+    names = [spec.name for spec in program.graph_signature.input_specs]
+    args = list(program.body.args)
+    bindings: dict[sympy.Symbol, int] = {}
+    where: dict[sympy.Symbol, str] = {}
+    for name, arg, value in zip(names, args, inputs):
+        value_type = arg.type
+        if not isinstance(value_type, TensorType):
+            continue
+        if value.dtype != value_type.dtype.numpy:
+            raise InputError(f"input '{name}' has dtype {dtypes.dtype(value.dtype).name} "
+                             f"but the program expects {value_type.dtype.name}",
+                             fix=f"convert it with .astype({value_type.dtype.name!r})")
+        if value.ndim != value_type.ndim:
+            raise InputError(f"input '{name}' has rank {value.ndim} (shape {list(value.shape)}) "
+                             f"but the program expects rank {value_type.ndim} ({value_type.short()})")
+        for axis, dim in enumerate(value_type.shape):
+            if isinstance(dim, sympy.Symbol) and dim not in bindings:
+                bindings[dim] = int(value.shape[axis])
+                where[dim] = f"{name}.shape[{axis}]"
+    for sym, value in bindings.items():
+        allowed = program.range_constraints.get(sym)
+        if allowed is not None and value not in allowed:
+            raise InputError(f"{where[sym]} = {value} is outside the range of symbol {sym}: {allowed}",
+                             fix=f"pass a size in [{allowed.lower}, {allowed.upper}] for {where[sym]}")
+    for name, arg, value in zip(names, args, inputs):
+        value_type = arg.type
+        if not isinstance(value_type, TensorType):
+            continue
+        for axis, dim in enumerate(value_type.shape):
+            if isinstance(dim, int):
+                if value.shape[axis] != dim:
+                    raise InputError(f"input '{name}' dimension {axis} is {value.shape[axis]} "
+                                     f"but the program was exported with static size {dim}",
+                                     fix="re-export with a dynamic dim there, or pass the static size")
+                continue
+            unbound = [s for s in dim.free_symbols if s not in bindings]
+            if unbound:
+                continue
+            expected = evaluate_dim(dim, bindings)
+            if value.shape[axis] != expected:
+                detail = ", ".join(f"{s} = {bindings[s]} (from {where[s]})" for s in sorted(dim.free_symbols, key=str))
+                raise InputError(f"input '{name}' dimension {axis} is {value.shape[axis]} but must equal "
+                                 f"{dim} = {expected}, given {detail}",
+                                 fix="pass inputs whose sizes satisfy the relation the program was exported with")
+    return bindings
+
+
+def _concrete(value: Any, bindings: dict[sympy.Symbol, int]) -> Any:
+    if isinstance(value, sympy.Expr):
+        return evaluate_dim(value, bindings)
+    if isinstance(value, list):
+        return [_concrete(v, bindings) for v in value]
+    return value
+
+
+def _concrete_type(value_type: Any, bindings: dict[sympy.Symbol, int]) -> Any:
+    if isinstance(value_type, TensorType) and not value_type.is_static:
+        shape = []
+        for d in value_type.shape:
+            try:
+                shape.append(evaluate_dim(d, bindings))
+            except KilnError:
+                return TensorType.of(value_type.shape, value_type.dtype)  # unbacked: shape checked later
+        return TensorType.of(shape, value_type.dtype)
+    return value_type
+
+
+def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
+    """Run forward; return every output in signature order (mutations included)."""
+    from kiln.ir.program import InputKind
+
+    specs = program.graph_signature.input_specs
+    user_specs = [s for s in specs if s.kind is InputKind.USER_INPUT]
+    if len(user_args) != len(user_specs):
+        raise InputError(f"the program takes {len(user_specs)} user input(s) "
+                         f"({', '.join(s.name for s in user_specs)}) but got {len(user_args)}")
+    supplied = iter(user_args)
+    inputs: list[np.ndarray] = []
+    for spec in specs:
+        if spec.kind is InputKind.USER_INPUT:
+            value = next(supplied)
+            if hasattr(value, "__kiln_array__"):
+                value = value.__kiln_array__()
+            if not isinstance(value, np.ndarray):
+                if isinstance(value, (int, float, bool, np.generic)):
+                    value = np.asarray(value)
+                else:
+                    raise InputError(f"input '{spec.name}' must be a numpy array, got {type(value).__name__}")
+        else:
+            store = program.state_dict if spec.target in program.state_dict else program.constants
+            if spec.target not in store:
+                raise InputError(f"{spec.kind.value.lower()} '{spec.target}' is missing from the state dict")
+            value = store[spec.target]
+        inputs.append(value)
+    bindings = bind_symbols(program, inputs)
+    return execute_block(program.body, inputs, bindings)
+
+
+def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol, int]) -> list[Any]:
+    values: dict[Any, Any] = dict(zip(block.args, inputs))
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            return [values[v] for v in op.operands]
+        opdef = op.opdef
+        if opdef.kernel is None:
+            raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
+                            fix="run the program's decompositions first")
+        arguments = [_concrete(a, bindings) for a in bound_arguments(op, values.__getitem__)]
+        result = opdef.kernel(*arguments)
+        results = list(op.results)
+        expected = [_concrete_type(r.type, bindings) for r in results]
+        if len(results) == 1 and not opdef.schema.returns[0].type.is_list:
+            outputs = [conform(opdef, result, expected[0])]
+        else:
+            outputs = list(conform(opdef, list(result), expected))
+        for value, output in zip(results, outputs):
+            _bind_unbacked(value.type, output, bindings)
+            values[value] = output
+    raise KilnError("block has no return")
+
+
+def _bind_unbacked(value_type: Any, output: Any, bindings: dict[sympy.Symbol, int]) -> None:
+    if isinstance(value_type, TensorType):
+        for axis, dim in enumerate(value_type.shape):
+            if isinstance(dim, sympy.Symbol) and dim not in bindings:
+                bindings[dim] = int(np.shape(output)[axis])

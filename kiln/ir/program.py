@@ -1,0 +1,408 @@
+"""ExportedProgram: an xDSL module with one `func.func @forward`, its graph signature, weights and ranges.
+
+Mirrors torch.export.ExportedProgram: inputs are lifted parameters, buffers, constants and user inputs
+(`InputSpec`), outputs are user outputs and mutations (`OutputSpec`); weights live in `state_dict` and
+`constants`, never in the IR. GraphBuilder records ops into a new program through the op handles.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import sympy
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.irdl import IRDLOperation
+
+from kiln.ir import dtypes
+from kiln.ir.errors import ParseError, VerificationError
+from kiln.ir.registry import OpDef, emitting
+from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, symbol
+from kiln.ir.types import ScalarType, SymIntType, TensorType
+
+
+class InputKind(Enum):
+    USER_INPUT = "USER_INPUT"
+    PARAMETER = "PARAMETER"
+    BUFFER = "BUFFER"
+    CONSTANT_TENSOR = "CONSTANT_TENSOR"
+    CUSTOM_OBJ = "CUSTOM_OBJ"
+    TOKEN = "TOKEN"
+
+
+class OutputKind(Enum):
+    USER_OUTPUT = "USER_OUTPUT"
+    BUFFER_MUTATION = "BUFFER_MUTATION"
+    USER_INPUT_MUTATION = "USER_INPUT_MUTATION"
+    LOSS_OUTPUT = "LOSS_OUTPUT"
+    GRADIENT_TO_PARAMETER = "GRADIENT_TO_PARAMETER"
+    GRADIENT_TO_USER_INPUT = "GRADIENT_TO_USER_INPUT"
+    TOKEN = "TOKEN"
+
+
+@dataclass
+class InputSpec:
+    kind: InputKind
+    name: str  # the graph argument's name (`p_weight`)
+    target: str | None = None  # the state-dict key (`weight`) for parameters, buffers and constants
+    persistent: bool | None = None  # buffers only
+
+
+@dataclass
+class OutputSpec:
+    kind: OutputKind
+    name: str
+    target: str | None = None  # the mutated buffer or input
+
+
+@dataclass
+class ExportGraphSignature:
+    input_specs: list[InputSpec]
+    output_specs: list[OutputSpec]
+
+    @property
+    def user_inputs(self) -> list[str]:
+        return [s.name for s in self.input_specs if s.kind is InputKind.USER_INPUT]
+
+    @property
+    def user_outputs(self) -> list[str]:
+        return [s.name for s in self.output_specs if s.kind is OutputKind.USER_OUTPUT]
+
+    @property
+    def parameters(self) -> list[str]:
+        return [s.target for s in self.input_specs if s.kind is InputKind.PARAMETER]  # type: ignore[misc]
+
+    @property
+    def buffers(self) -> list[str]:
+        return [s.target for s in self.input_specs if s.kind is InputKind.BUFFER]  # type: ignore[misc]
+
+    @property
+    def inputs_to_parameters(self) -> dict[str, str]:
+        return {s.name: s.target for s in self.input_specs if s.kind is InputKind.PARAMETER}  # type: ignore
+
+    @property
+    def inputs_to_buffers(self) -> dict[str, str]:
+        return {s.name: s.target for s in self.input_specs if s.kind is InputKind.BUFFER}  # type: ignore
+
+    @property
+    def buffers_to_mutate(self) -> dict[str, str]:
+        return {s.name: s.target for s in self.output_specs  # type: ignore[misc]
+                if s.kind is OutputKind.BUFFER_MUTATION}
+
+    def __str__(self) -> str:
+        lines = ["    # inputs"]
+        for spec in self.input_specs:
+            extra = f" target='{spec.target}'" if spec.target else ""
+            if spec.persistent is not None and spec.kind is InputKind.BUFFER:
+                extra += f" persistent={spec.persistent}"
+            lines.append(f"    {spec.name}: {spec.kind.value}{extra}")
+        lines += ["", "    # outputs"]
+        for spec in self.output_specs:
+            extra = f" target='{spec.target}'" if spec.target else ""
+            lines.append(f"    {spec.name}: {spec.kind.value}{extra}")
+        return "\n".join(lines)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+class ExportedProgram:
+    """A functional ATen program with symbolic shapes, plus everything needed to run it."""
+
+    def __init__(self, module: ModuleOp, graph_signature: ExportGraphSignature,
+                 state_dict: dict[str, np.ndarray] | None = None,
+                 range_constraints: dict[sympy.Symbol, ValueRange] | None = None,
+                 constants: dict[str, np.ndarray] | None = None,
+                 in_spec: Any = None, out_spec: Any = None):
+        self.graph_module = module
+        self.graph_signature = graph_signature
+        self.state_dict = dict(state_dict or {})
+        self.constants = dict(constants or {})
+        self.range_constraints = dict(range_constraints or {})
+        self.in_spec, self.out_spec = in_spec, out_spec
+
+    # -- structure
+    @property
+    def graph(self) -> func.FuncOp:
+        for op in self.graph_module.ops:
+            if isinstance(op, func.FuncOp) and op.sym_name.data == "forward":
+                return op
+        raise VerificationError("program has no func.func @forward")
+
+    @property
+    def body(self) -> Block:
+        return self.graph.body.block
+
+    def nodes(self) -> Iterator[IRDLOperation]:
+        """The aten ops of forward, in order (the return excluded)."""
+        for op in self.body.ops:
+            if not isinstance(op, func.ReturnOp):
+                yield op  # type: ignore[misc]
+
+    def op_histogram(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for op in self.nodes():
+            counts[op.name] = counts.get(op.name, 0) + 1
+        return counts
+
+    def shape_env(self) -> ShapeEnv:
+        """A ShapeEnv holding the program's symbols and ranges (no example values)."""
+        env = ShapeEnv()
+        for sym, value_range in self.range_constraints.items():
+            env.create_symbol(None, name=str(sym), min=value_range.lower, max=value_range.upper)
+        return env
+
+    # -- parameters and buffers, torch's API
+    def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
+        for target in self.graph_signature.parameters:
+            yield target, self.state_dict[target]
+
+    def parameters(self) -> Iterator[np.ndarray]:
+        return (value for _, value in self.named_parameters())
+
+    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+        for spec in self.graph_signature.input_specs:
+            if spec.kind is InputKind.BUFFER and spec.target is not None:
+                yield spec.target, self.state_dict.get(spec.target, self.constants.get(spec.target))
+
+    def buffers(self) -> Iterator[np.ndarray]:
+        return (value for _, value in self.named_buffers())
+
+    # -- checking and running
+    def verify(self) -> None:
+        """xDSL structural verification plus every op's types against its meta rule."""
+        with active_shape_env(self.shape_env()):
+            try:
+                self.graph_module.verify()
+            except VerificationError:
+                raise
+            except Exception as error:  # xDSL's own VerifyException
+                raise VerificationError(str(error).splitlines()[0]) from error
+        expected = len(self.graph_signature.input_specs)
+        if len(self.body.args) != expected:
+            raise VerificationError(f"forward has {len(self.body.args)} arguments but the signature lists {expected}")
+
+    def __call__(self, *args: Any) -> Any:
+        from kiln.ir.interpreter import run_program
+        outputs = run_program(self, args)
+        user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
+                if spec.kind is OutputKind.USER_OUTPUT]
+        return user[0] if len(user) == 1 else tuple(user)
+
+    # -- printing
+    def to_mlir(self) -> str:
+        """MLIR text (xDSL's printer); `from_mlir` parses it back to an identical program."""
+        self._store_signature_attributes()
+        return str(self.graph_module)
+
+    @staticmethod
+    def from_mlir(text: str, state_dict: dict[str, np.ndarray] | None = None,
+                  constants: dict[str, np.ndarray] | None = None) -> "ExportedProgram":
+        from xdsl.parser import Parser
+
+        from kiln.ir.dialect import context
+        try:
+            module = Parser(context(), text).parse_module()
+        except Exception as error:
+            raise ParseError(f"cannot parse kiln MLIR: {str(error).strip().splitlines()[0]}") from error
+        return _program_from_module(module, state_dict, constants)
+
+    def _store_signature_attributes(self) -> None:
+        graph = self.graph
+        graph.attributes["kiln.inputs"] = ArrayAttr([StringAttr(
+            ":".join([s.kind.value, s.name, s.target or "", "" if s.persistent is None else str(s.persistent)]))
+            for s in self.graph_signature.input_specs])
+        graph.attributes["kiln.outputs"] = ArrayAttr([StringAttr(
+            ":".join([s.kind.value, s.name, s.target or ""])) for s in self.graph_signature.output_specs])
+        self.graph_module.attributes["kiln.range_constraints"] = DictionaryAttr(
+            {str(sym): StringAttr(str(r)) for sym, r in self.range_constraints.items()})
+
+    def __str__(self) -> str:
+        from kiln.ir.printer import format_program
+        return format_program(self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | None,
+                         constants: dict[str, np.ndarray] | None) -> ExportedProgram:
+    ranges: dict[sympy.Symbol, ValueRange] = {}
+    range_attr = module.attributes.get("kiln.range_constraints")
+    if isinstance(range_attr, DictionaryAttr):
+        for name, value in range_attr.data.items():
+            match = re.fullmatch(r"VR\[(-?\w+), (-?\w+)\]", value.data)  # type: ignore[union-attr]
+            if match is None:
+                raise ParseError(f"malformed range {value} for symbol {name}")
+            lower, upper = (float("inf") if b == "int_oo" else float("-inf") if b == "-int_oo" else int(b)
+                            for b in match.groups())
+            ranges[symbol(name)] = ValueRange(lower, upper)
+    program = ExportedProgram(module, ExportGraphSignature([], []), state_dict, ranges, constants)
+    graph = program.graph
+    inputs = graph.attributes.get("kiln.inputs")
+    outputs = graph.attributes.get("kiln.outputs")
+    if inputs is None:
+        names = [a.name_hint or f"arg{i}" for i, a in enumerate(program.body.args)]
+        program.graph_signature.input_specs = [InputSpec(InputKind.USER_INPUT, n) for n in names]
+    else:
+        for entry in inputs.data:  # type: ignore[union-attr]
+            kind, name, target, persistent = entry.data.split(":")
+            program.graph_signature.input_specs.append(InputSpec(
+                InputKind(kind), name, target or None, None if persistent == "" else persistent == "True"))
+    if outputs is None:
+        returned = list(program.body.last_op.operands) if program.body.last_op else []
+        program.graph_signature.output_specs = [
+            OutputSpec(OutputKind.USER_OUTPUT, v.name_hint or f"out{i}") for i, v in enumerate(returned)]
+    else:
+        for entry in outputs.data:  # type: ignore[union-attr]
+            kind, name, target = entry.data.split(":")
+            program.graph_signature.output_specs.append(OutputSpec(OutputKind(kind), name, target or None))
+    return program
+
+
+# ---------------------------------------------------------------------------------------------
+# Building programs
+
+
+class GraphBuilder:
+    """Records ops into a new `forward` function. Use as an emitter:
+
+        builder = GraphBuilder()
+        x = builder.add_input("x", TensorType.of([s0, 64], "f32"))
+        with builder:
+            y = kiln.ops.aten.relu.default(x)
+        program = builder.build([y])
+    """
+
+    def __init__(self, shape_env: ShapeEnv | None = None):
+        self.shape_env = shape_env or ShapeEnv()
+        self.block = Block()
+        self.input_specs: list[InputSpec] = []
+        self._names: dict[str, int] = {}
+        self._emitting: Any = None
+        self.source: str | None = None  # set by the tracer: the user's line for the next ops
+
+    # -- names
+    def unique_name(self, base: str) -> str:
+        base = _sanitize(base)
+        count = self._names.get(base)
+        if count is None:
+            self._names[base] = 0
+            return base
+        while True:
+            count += 1
+            candidate = f"{base}_{count}"
+            if candidate not in self._names:
+                self._names[base] = count
+                self._names[candidate] = 0
+                return candidate
+
+    # -- inputs
+    def add_input(self, name: str, type_: TensorType, kind: InputKind = InputKind.USER_INPUT,
+                  target: str | None = None, persistent: bool | None = None) -> SSAValue:
+        arg = self.block.insert_arg(type_, len(self.block.args))
+        arg.name_hint = self.unique_name(name)
+        self.input_specs.append(InputSpec(kind, arg.name_hint, target, persistent))
+        return arg
+
+    # -- emitter protocol
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, SSAValue)
+
+    def emit(self, opdef: OpDef, bound: list[Any]) -> Any:
+        from kiln.ir.dialect import build_op
+        from kiln.ir.verifier import flatten_meta
+
+        types_bound = [_type_of(argument, value) for argument, value in zip(opdef.schema.arguments, bound)]
+        with active_shape_env(self.shape_env):
+            meta = opdef.meta(*types_bound)
+        op = build_op(opdef, bound, flatten_meta(meta))
+        if self.source:
+            op.attributes["kiln.source"] = StringAttr(self.source)
+        self.block.add_op(op)
+        base = opdef.schema.name
+        for result in op.results:
+            result.name_hint = self.unique_name(base)
+        return _shape_like(meta, list(op.results))
+
+    def __enter__(self) -> "GraphBuilder":
+        self._emitting = emitting(self)
+        self._emitting.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._emitting.__exit__(*exc)
+
+    # -- finishing
+    def build(self, outputs: Sequence[SSAValue], output_specs: Sequence[OutputSpec] | None = None,
+              state_dict: dict[str, np.ndarray] | None = None,
+              constants: dict[str, np.ndarray] | None = None,
+              range_constraints: dict[sympy.Symbol, ValueRange] | None = None) -> ExportedProgram:
+        self.block.add_op(func.ReturnOp(*outputs))
+        function = func.FuncOp("forward", ([a.type for a in self.block.args], [o.type for o in outputs]),
+                               Region(self.block))
+        if output_specs is None:
+            output_specs = [OutputSpec(OutputKind.USER_OUTPUT, o.name_hint or f"output_{i}")
+                            for i, o in enumerate(outputs)]
+        if range_constraints is None:
+            used = set()
+            for arg in self.block.args:
+                if isinstance(arg.type, TensorType):
+                    for dim in arg.type.shape:
+                        if not isinstance(dim, int):
+                            used |= dim.free_symbols
+            range_constraints = {s: info.range for s, info in self.shape_env.symbols.items()
+                                 if s in used and not info.unbacked}
+        return ExportedProgram(ModuleOp([function]), ExportGraphSignature(list(self.input_specs),
+                                                                          list(output_specs)),
+                               state_dict, range_constraints, constants)
+
+
+def _type_of(argument: Any, value: Any) -> Any:
+    if not argument.type.is_tensor or value is None:
+        return value
+    if argument.type.is_list:
+        return [None if v is None else v.type for v in value]
+    return value.type
+
+
+def _shape_like(meta: Any, results: list[SSAValue]) -> Any:
+    """Arrange flat results the way the meta rule returned types (a value, a tuple, or a list)."""
+    if isinstance(meta, (TensorType, SymIntType, ScalarType)):
+        return results[0]
+    iterator = iter(results)
+    arranged = []
+    for item in meta:
+        if isinstance(item, list):
+            arranged.append([next(iterator) for _ in item])
+        else:
+            arranged.append(next(iterator))
+    return list(arranged) if isinstance(meta, list) else tuple(arranged)
+
+
+def format_value(value: Any) -> str:
+    """Python-like rendering of an op argument for torch.export's printed form."""
+    if isinstance(value, SSAValue):
+        return value.name_hint or "?"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dtypes.DType):
+        return f"torch.{value.name}"
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, sympy.Expr):
+        return format_dim(value)
+    return repr(value)
+
+
+__all__ = [
+    "ExportedProgram", "ExportGraphSignature", "InputSpec", "OutputSpec", "InputKind", "OutputKind",
+    "GraphBuilder",
+]

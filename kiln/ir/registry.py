@@ -1,0 +1,314 @@
+"""The op registry: each ATen op defined once (schema, meta rule, reference kernel, decomposition).
+
+`defop` registers an op; `kiln.ops.aten.<name>.<overload>` returns its handle. Calling a handle binds
+the arguments against the schema, then either runs the reference kernel on numpy arrays (eager) or,
+when an emitter is active and the tensors are IR values, records the op in a graph. Eager mode, the
+tracer, the verifier, the interpreter and the decomposition pass all read the same OpDef.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+import numpy as np
+
+from kiln.ir import dtypes
+from kiln.ir.errors import KilnError, OpArgumentError, UnknownOpError, VerificationError
+from kiln.ir.schema import FunctionSchema, parse_schema
+from kiln.ir.types import ScalarType, SymIntType, TensorType
+
+MetaRule = Callable[..., Any]
+Kernel = Callable[..., Any]
+
+
+@dataclass
+class OpDef:
+    """Everything kiln knows about one op overload."""
+
+    schema: FunctionSchema
+    meta: MetaRule
+    kernel: Kernel | None = None
+    decomposition: Callable[..., Any] | None = None
+    tags: frozenset[str] = frozenset()
+    doc: str = ""
+    op_class: type | None = field(default=None, repr=False)  # the generated xDSL operation
+
+    @property
+    def name(self) -> str:
+        return self.schema.qualified_name
+
+    @property
+    def is_core(self) -> bool:
+        return "core" in self.tags
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name})"
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def defop(schema: str, meta: MetaRule, kernel: Kernel | None = None, *, tags: tuple[str, ...] = (),
+          doc: str = "") -> OpDef:
+    """Register an op from its ATen schema string. Tags: core, composite, view, random, backward."""
+    parsed = parse_schema(schema)
+    if parsed.qualified_name in REGISTRY:
+        raise KilnError(f"op {parsed.qualified_name} is registered twice")
+    tag_set = set(tags)
+    if parsed.qualified_name in _core_names():
+        tag_set.add("core")
+    opdef = OpDef(parsed, meta, kernel, None, frozenset(tag_set), doc)
+    REGISTRY[parsed.qualified_name] = opdef
+    return opdef
+
+
+def register_decomposition(op: "OpOverload | str") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: `fn` rewrites `op` in terms of other ops, calling them through `kiln.ops.aten`."""
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        opdef = lookup(op if isinstance(op, str) else op.name)
+        opdef.decomposition = fn
+        return fn
+    return register
+
+
+def _core_names() -> frozenset[str]:
+    from kiln.ir.core_ops import CORE_ATEN_OPS
+    return CORE_ATEN_OPS
+
+
+def lookup(name: str) -> OpDef:
+    """Find an op by `aten.add.Tensor`, `aten::add.Tensor` or `add.Tensor` (overload `default` implied)."""
+    key = name.replace("::", ".")
+    if not key.startswith("aten."):
+        key = "aten." + key
+    if key.count(".") == 1:
+        key += ".default"
+    found = REGISTRY.get(key)
+    if found is None:
+        import difflib
+        close = difflib.get_close_matches(key, REGISTRY.keys(), n=3)
+        raise UnknownOpError(f"unknown op {name!r}",
+                             fix=("did you mean " + ", ".join(close) + "?") if close else
+                             "run `kiln ops` to list the registered ops")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Emitters: where a call goes when its tensors are not numpy arrays.
+
+class Emitter(Protocol):
+    def accepts(self, value: Any) -> bool: ...
+
+    def emit(self, opdef: OpDef, bound: list[Any]) -> Any: ...
+
+
+_EMITTERS: contextvars.ContextVar[tuple[Emitter, ...]] = contextvars.ContextVar("kiln_emitters", default=())
+
+
+@contextlib.contextmanager
+def emitting(emitter: Emitter) -> Iterator[Emitter]:
+    token = _EMITTERS.set(_EMITTERS.get() + (emitter,))
+    try:
+        yield emitter
+    finally:
+        _EMITTERS.reset(token)
+
+
+def _tensor_values(opdef: OpDef, bound: list[Any]) -> Iterator[Any]:
+    for argument, value in zip(opdef.schema.arguments, bound):
+        if argument.type.is_tensor and value is not None:
+            if argument.type.is_list:
+                yield from (v for v in value if v is not None)
+            else:
+                yield value
+
+
+def call_op(opdef: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    bound = opdef.schema.bind(args, kwargs)
+    emitters = _EMITTERS.get()
+    if emitters:
+        tensors = list(_tensor_values(opdef, bound))
+        for emitter in reversed(emitters):
+            if tensors and any(emitter.accepts(t) for t in tensors) or not tensors and emitter.accepts(None):
+                return emitter.emit(opdef, bound)
+    return run_eager(opdef, bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager execution on numpy
+
+def _as_array(opdef: OpDef, name: str, value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        array = value
+    elif isinstance(value, np.generic):
+        array = np.asarray(value)
+    elif hasattr(value, "__kiln_array__"):
+        array = value.__kiln_array__()
+    else:
+        raise OpArgumentError(f"{opdef.name}: argument '{name}' must be a tensor (numpy array), "
+                              f"got {type(value).__name__}",
+                              fix="wrap Python numbers and lists with numpy.asarray(...)")
+    dtypes.dtype(array.dtype)  # refuses dtypes kiln does not support
+    return array
+
+
+def arrays_for(opdef: OpDef, bound: list[Any]) -> list[Any]:
+    """Bound arguments with every tensor argument as a numpy array."""
+    result = []
+    for argument, value in zip(opdef.schema.arguments, bound):
+        if argument.type.is_tensor and value is not None:
+            if argument.type.is_list:
+                value = [None if v is None else _as_array(opdef, argument.name, v) for v in value]
+            else:
+                value = _as_array(opdef, argument.name, value)
+        result.append(value)
+    return result
+
+
+def run_eager(opdef: OpDef, bound: list[Any]) -> Any:
+    if opdef.kernel is None:
+        raise KilnError(f"{opdef.name} has a meta rule but no reference kernel, so it cannot run eagerly",
+                        fix="decompose it first (ExportedProgram.run_decompositions) or avoid it")
+    arguments = arrays_for(opdef, bound)
+    expected = opdef.meta(*arguments)
+    return conform(opdef, opdef.kernel(*arguments), expected)
+
+
+def conform(opdef: OpDef, result: Any, expected: Any) -> Any:
+    """Cast kernel results to the dtypes the meta rule promises, and check their shapes agree."""
+    if isinstance(expected, TensorType):
+        array = np.asarray(result)
+        if array.dtype != expected.dtype.numpy:
+            array = array.astype(expected.dtype.numpy)
+        concrete = tuple(int(d) for d in expected.shape) if expected.is_static else None
+        if concrete is not None and array.shape != concrete:
+            raise VerificationError(
+                f"{opdef.name}: reference kernel produced shape {list(array.shape)} "
+                f"but the meta rule says {list(concrete)}")
+        return array
+    if isinstance(expected, (SymIntType, ScalarType)):
+        return result.item() if isinstance(result, np.generic) else result
+    if isinstance(expected, (tuple, list)):
+        if len(result) != len(expected):
+            raise VerificationError(f"{opdef.name}: kernel returned {len(result)} results, meta {len(expected)}")
+        conformed = [conform(opdef, r, e) for r, e in zip(result, expected)]
+        return list(conformed) if isinstance(expected, list) else tuple(conformed)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Handles: kiln.ops.aten.add.Tensor
+
+
+class OpOverload:
+    """One overload, callable like `torch.ops.aten.add.Tensor`; hashable, so usable as a table key."""
+
+    def __init__(self, opdef: OpDef):
+        self._opdef = opdef
+
+    @property
+    def opdef(self) -> OpDef:
+        return self._opdef
+
+    @property
+    def name(self) -> str:
+        return self._opdef.name
+
+    @property
+    def _schema(self) -> FunctionSchema:
+        return self._opdef.schema
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return call_op(self._opdef, args, kwargs)
+
+    def decompose(self, *args: Any, **kwargs: Any) -> Any:
+        """Run this op's decomposition instead of the op itself."""
+        if self._opdef.decomposition is None:
+            raise KilnError(f"{self.name} has no decomposition")
+        return self._opdef.decomposition(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpOverload) and other._opdef is self._opdef
+
+    def __hash__(self) -> int:
+        return hash(self._opdef.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class OpOverloadPacket:
+    """All overloads of one op name: `kiln.ops.aten.add` (attributes are overloads)."""
+
+    def __init__(self, namespace: str, name: str):
+        self._namespace, self._name = namespace, name
+
+    def overloads(self) -> list[str]:
+        prefix = f"{self._namespace}.{self._name}."
+        return [key[len(prefix):] for key in REGISTRY if key.startswith(prefix) and key.count(".") == 2]
+
+    def __getattr__(self, overload: str) -> OpOverload:
+        if overload.startswith("__"):
+            raise AttributeError(overload)
+        return OpOverload(lookup(f"{self._namespace}.{self._name}.{overload}"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Pick the first overload whose schema accepts the call (like the dispatcher's overload resolution)."""
+        errors = []
+        for overload in self.overloads():
+            opdef = REGISTRY[f"{self._namespace}.{self._name}.{overload}"]
+            try:
+                opdef.schema.bind(args, kwargs)
+            except OpArgumentError as error:
+                errors.append(str(error))
+                continue
+            if _scalar_where_tensor_expected(opdef, args, kwargs):
+                continue
+            return call_op(opdef, args, kwargs)
+        raise OpArgumentError(f"no overload of {self._namespace}.{self._name} accepts these arguments",
+                              fix="; ".join(errors[:3]))
+
+    def __repr__(self) -> str:
+        return f"{self._namespace}.{self._name}"
+
+
+def _scalar_where_tensor_expected(opdef: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    bound = opdef.schema.bind(args, kwargs)
+    for argument, value in zip(opdef.schema.arguments, bound):
+        if argument.type.is_tensor and not argument.type.is_list and isinstance(value, (int, float, bool)):
+            return True
+        if not argument.type.is_tensor and argument.type.base == "Scalar" and not isinstance(
+                value, (int, float, bool)) and value is not None and hasattr(value, "shape"):
+            return True
+    return False
+
+
+class OpNamespace:
+    def __init__(self, namespace: str):
+        self._namespace = namespace
+
+    def __getattr__(self, name: str) -> OpOverloadPacket:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if not any(key.startswith(f"{self._namespace}.{name}.") for key in REGISTRY):
+            lookup(f"{self._namespace}.{name}.default")  # raises UnknownOpError with suggestions
+        return OpOverloadPacket(self._namespace, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted({key.split(".")[1] for key in REGISTRY if key.startswith(self._namespace + ".")})
+
+
+class Ops:
+    """`kiln.ops`: `kiln.ops.aten.<name>.<overload>`."""
+
+    aten = OpNamespace("aten")
+
+
+ops = Ops()
+
+
+def handle(name: str) -> OpOverload:
+    return OpOverload(lookup(name))

@@ -1,0 +1,460 @@
+"""Symbolic dims: sympy expressions over program-level symbols, value ranges, and the ShapeEnv.
+
+A dim is a Python int or a sympy expression over integer symbols (`s0`, `s0 + 1`, `2*s0`, `s0//2`).
+The ShapeEnv owns the symbols of one trace or program: their inclusive ranges, their example values
+("hints"), the guards recorded when a comparison on symbols was decided, and unbacked symbols (`u0`)
+whose value is only known at run time (the size of `nonzero`). Meta rules ask questions through
+`sym_eq` / `guard_bool`, which use the active ShapeEnv if there is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+import sympy
+
+from kiln.ir.errors import GuardError, ParseError
+
+SymInt = Union[int, sympy.Expr]
+INF = math.inf
+
+_SYMBOLS: dict[str, sympy.Symbol] = {}
+
+
+def symbol(name: str) -> sympy.Symbol:
+    """The unique integer symbol called `name` (the same object every time, so parsing round-trips)."""
+    found = _SYMBOLS.get(name)
+    if found is None:
+        found = _SYMBOLS[name] = sympy.Symbol(name, integer=True)
+    return found
+
+
+def as_dim(value: SymInt) -> SymInt:
+    """Normalize a dim: sympy integers become Python ints, expressions stay sympy."""
+    if isinstance(value, bool):
+        raise ParseError(f"a dimension must be an integer, got bool {value}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, sympy.Expr):
+        if value.is_Integer:
+            return int(value)
+        return value
+    if hasattr(value, "__index__"):
+        return int(value)
+    raise ParseError(f"a dimension must be an int or symbolic expression, got {type(value).__name__}")
+
+
+def is_static(value: object) -> bool:
+    return isinstance(value, int) or (isinstance(value, sympy.Expr) and value.is_Integer)
+
+
+def free_symbols(value: SymInt) -> set[sympy.Symbol]:
+    return set() if isinstance(value, int) else value.free_symbols
+
+
+# ---------------------------------------------------------------------------------------------
+# Text form. sympy's own printer produces it; a small safe parser (never `eval`) reads it back.
+
+def format_dim(value: SymInt) -> str:
+    return str(value)
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(\*\*|//|[-+*/%(),]))")
+_FUNCTIONS = {
+    "floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max, "Min": sympy.Min,
+    "Mod": sympy.Mod, "Abs": sympy.Abs,
+}
+
+
+def parse_dim(text: str) -> SymInt:
+    """Parse `s0 + 1`, `2*s0`, `floor(s0/2)`, `s0//2`, `Max(s0, s1)` ... into a dim."""
+    tokens: list[str] = []
+    position = 0
+    text = text.strip()
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None or match.end() == position:
+            raise ParseError(f"cannot parse symbolic dim {text!r} at column {position}")
+        tokens.append(match.group(match.lastindex or 0))
+        position = match.end()
+    parser = _ExprParser(tokens, text)
+    result = parser.expression()
+    if parser.index != len(tokens):
+        raise ParseError(f"unexpected {tokens[parser.index]!r} in symbolic dim {text!r}")
+    return as_dim(result)
+
+
+class _ExprParser:
+    def __init__(self, tokens: list[str], text: str):
+        self.tokens, self.text, self.index = tokens, text, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.index] if self.index < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if token is None or (expected is not None and token != expected):
+            raise ParseError(f"expected {expected or 'more input'} in symbolic dim {self.text!r}")
+        self.index += 1
+        return token
+
+    def expression(self) -> sympy.Expr:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            value = value + self.term() if self.take() == "+" else value - self.term()
+        return value
+
+    def term(self) -> sympy.Expr:
+        value = self.unary()
+        while self.peek() in ("*", "/", "//", "%"):
+            op = self.take()
+            rhs = self.unary()
+            if op == "*":
+                value = value * rhs
+            elif op == "/":
+                value = value / rhs
+            elif op == "//":
+                value = sympy.floor(value / rhs)
+            else:
+                value = sympy.Mod(value, rhs)
+        return value
+
+    def unary(self) -> sympy.Expr:
+        if self.peek() == "-":
+            self.take()
+            return -self.unary()
+        base = self.atom()
+        if self.peek() == "**":
+            self.take()
+            return base ** self.unary()
+        return base
+
+    def atom(self) -> sympy.Expr:
+        token = self.take()
+        if token == "(":
+            value = self.expression()
+            self.take(")")
+            return value
+        if token.isdigit():
+            return sympy.Integer(int(token))
+        if token in _FUNCTIONS and self.peek() == "(":
+            self.take("(")
+            args = [self.expression()]
+            while self.peek() == ",":
+                self.take()
+                args.append(self.expression())
+            self.take(")")
+            return _FUNCTIONS[token](*args)
+        if token[0].isalpha() or token[0] == "_":
+            return symbol(token)
+        raise ParseError(f"unexpected {token!r} in symbolic dim {self.text!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Value ranges
+
+@dataclass(frozen=True)
+class ValueRange:
+    """An inclusive integer range; `upper` may be math.inf (unbounded)."""
+
+    lower: float
+    upper: float
+
+    def __contains__(self, value: int) -> bool:
+        return self.lower <= value <= self.upper
+
+    def __str__(self) -> str:
+        def show(bound: float) -> str:
+            return "int_oo" if bound == INF else "-int_oo" if bound == -INF else str(int(bound))
+        return f"VR[{show(self.lower)}, {show(self.upper)}]"
+
+    __repr__ = __str__
+
+    def intersect(self, other: "ValueRange") -> "ValueRange":
+        return ValueRange(max(self.lower, other.lower), min(self.upper, other.upper))
+
+    @property
+    def is_singleton(self) -> bool:
+        return self.lower == self.upper
+
+
+UNBOUNDED = ValueRange(-INF, INF)
+
+
+def _mul_bounds(a: ValueRange, b: ValueRange) -> ValueRange:
+    products = []
+    for x in (a.lower, a.upper):
+        for y in (b.lower, b.upper):
+            if (x == 0 and abs(y) == INF) or (y == 0 and abs(x) == INF):
+                products.append(0)
+            else:
+                products.append(x * y)
+    return ValueRange(min(products), max(products))
+
+
+def bound_expr(expr: SymInt, ranges: dict[sympy.Symbol, ValueRange]) -> ValueRange:
+    """Interval arithmetic: a range guaranteed to contain every value of expr (maybe a loose one)."""
+    if isinstance(expr, int):
+        return ValueRange(expr, expr)
+    if expr.is_Integer:
+        return ValueRange(int(expr), int(expr))
+    if expr.is_Rational:
+        return ValueRange(float(expr), float(expr))
+    if expr.is_Symbol:
+        return ranges.get(expr, UNBOUNDED)
+    if expr.is_Add:
+        lower = upper = 0.0
+        for arg in expr.args:
+            r = bound_expr(arg, ranges)
+            lower, upper = lower + r.lower, upper + r.upper
+        return ValueRange(lower, upper)
+    if expr.is_Mul:
+        result = ValueRange(1, 1)
+        for arg in expr.args:
+            result = _mul_bounds(result, bound_expr(arg, ranges))
+        return result
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
+        result = ValueRange(1, 1)
+        base = bound_expr(expr.base, ranges)
+        for _ in range(int(expr.exp)):
+            result = _mul_bounds(result, base)
+        if int(expr.exp) % 2 == 0:
+            result = ValueRange(max(0, result.lower), result.upper)
+        return result
+    if isinstance(expr, sympy.floor):
+        inner = bound_expr(expr.args[0], ranges)
+        return ValueRange(math.floor(inner.lower) if inner.lower != -INF else -INF,
+                          math.floor(inner.upper) if inner.upper != INF else INF)
+    if isinstance(expr, sympy.ceiling):
+        inner = bound_expr(expr.args[0], ranges)
+        return ValueRange(math.ceil(inner.lower) if inner.lower != -INF else -INF,
+                          math.ceil(inner.upper) if inner.upper != INF else INF)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        bounds = [bound_expr(arg, ranges) for arg in expr.args]
+        pick = max if isinstance(expr, sympy.Max) else min
+        return ValueRange(pick(b.lower for b in bounds), pick(b.upper for b in bounds))
+    return UNBOUNDED
+
+
+# ---------------------------------------------------------------------------------------------
+# ShapeEnv
+
+@dataclass
+class SymbolInfo:
+    symbol: sympy.Symbol
+    range: ValueRange
+    hint: int | None  # example value; None for unbacked symbols
+    source: str = ""  # where the symbol came from, e.g. "x.size()[0]"
+
+    @property
+    def unbacked(self) -> bool:
+        return self.hint is None
+
+
+@dataclass
+class Guard:
+    expr: sympy.Basic  # a relational (or its negation) that held on the example inputs
+    source: str = ""
+
+
+@dataclass
+class ShapeEnv:
+    """Symbols with ranges and hints; decides comparisons, recording guards when it used a hint."""
+
+    symbols: dict[sympy.Symbol, SymbolInfo] = field(default_factory=dict)
+    guards: list[Guard] = field(default_factory=list)
+    _next_backed: int = 0
+    _next_unbacked: int = 0
+
+    # -- creating symbols
+    def create_symbol(self, hint: int | None = None, *, name: str | None = None, min: float = 0,
+                      max: float = INF, source: str = "") -> sympy.Symbol:
+        if name is None:
+            while f"s{self._next_backed}" in _SYMBOLS and symbol(f"s{self._next_backed}") in self.symbols:
+                self._next_backed += 1
+            name = f"s{self._next_backed}"
+            self._next_backed += 1
+        sym = symbol(name)
+        self.symbols[sym] = SymbolInfo(sym, ValueRange(min, max), hint, source)
+        return sym
+
+    def create_unbacked_symbol(self, *, min: float = 0, max: float = INF, source: str = "") -> sympy.Symbol:
+        while symbol(f"u{self._next_unbacked}") in self.symbols:
+            self._next_unbacked += 1
+        sym = symbol(f"u{self._next_unbacked}")
+        self._next_unbacked += 1
+        self.symbols[sym] = SymbolInfo(sym, ValueRange(min, max), None, source)
+        return sym
+
+    # -- facts
+    def ranges(self) -> dict[sympy.Symbol, ValueRange]:
+        return {sym: info.range for sym, info in self.symbols.items()}
+
+    def bound(self, expr: SymInt) -> ValueRange:
+        return bound_expr(expr, self.ranges())
+
+    def hint(self, expr: SymInt) -> int | None:
+        """The example value of expr, or None if it depends on an unbacked symbol."""
+        if isinstance(expr, int):
+            return expr
+        values = {}
+        for sym in expr.free_symbols:
+            info = self.symbols.get(sym)
+            if info is None or info.hint is None:
+                return None
+            values[sym] = info.hint
+        value = expr.subs(values)
+        return int(value) if value.is_Integer else None
+
+    def statically_known(self, condition: sympy.Basic | bool) -> bool | None:
+        """True/False when the condition holds/fails for every value in range; None if it depends."""
+        condition = _to_relational(condition)
+        if condition in (sympy.true, sympy.false):
+            return bool(condition)
+        if isinstance(condition, sympy.Not):
+            inner = self.statically_known(condition.args[0])
+            return None if inner is None else not inner
+        if not isinstance(condition, sympy.core.relational.Relational):
+            return None
+        diff = sympy.expand(condition.lhs - condition.rhs)
+        if diff.is_Integer or diff.is_Rational:
+            return bool(condition.func(diff, 0))
+        r = self.bound(diff)
+        op = condition.rel_op
+        if op == "==":
+            if r.lower > 0 or r.upper < 0:
+                return False
+            return True if r.lower == r.upper == 0 else None
+        if op == "!=":
+            inner = self.statically_known(sympy.Eq(condition.lhs, condition.rhs))
+            return None if inner is None else not inner
+        checks = {
+            ">": (r.lower > 0, r.upper <= 0), ">=": (r.lower >= 0, r.upper < 0),
+            "<": (r.upper < 0, r.lower >= 0), "<=": (r.upper <= 0, r.lower > 0),
+        }
+        always, never = checks[op]
+        return True if always else False if never else None
+
+    def evaluate(self, condition: sympy.Basic | bool, source: str = "") -> bool:
+        """Decide a condition; if it depends on the symbols' values, use the hints and record a guard."""
+        known = self.statically_known(condition)
+        if known is not None:
+            return known
+        condition = _to_relational(condition)
+        hints = {}
+        for sym in condition.free_symbols:
+            info = self.symbols.get(sym)
+            if info is None or info.hint is None:
+                raise GuardError(
+                    f"cannot decide `{condition}`: it depends on the data-dependent or unknown symbol {sym}",
+                    source=source or None,
+                    fix="avoid branching on data-dependent sizes, or constrain them (e.g. check the size first)",
+                )
+            hints[sym] = info.hint
+        outcome = bool(condition.subs(hints))
+        guard = condition if outcome else _negate(condition)
+        self.guards.append(Guard(guard, source))
+        self._refine(guard)
+        return outcome
+
+    def _refine(self, guard: sympy.Basic) -> None:
+        """Narrow a symbol's range from a guard of the form `symbol <op> constant`."""
+        if not isinstance(guard, sympy.core.relational.Relational):
+            return
+        lhs, rhs, op = guard.lhs, guard.rhs, guard.rel_op
+        if rhs.is_Symbol and lhs.is_Integer:
+            lhs, rhs = rhs, lhs
+            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+        if not (lhs.is_Symbol and rhs.is_Integer and lhs in self.symbols):
+            return
+        info = self.symbols[lhs]
+        value = int(rhs)
+        narrowed = {
+            "==": ValueRange(value, value), ">": ValueRange(value + 1, INF), ">=": ValueRange(value, INF),
+            "<": ValueRange(-INF, value - 1), "<=": ValueRange(-INF, value),
+        }.get(op)
+        if narrowed is not None:
+            info.range = info.range.intersect(narrowed)
+
+
+def _to_relational(condition: sympy.Basic | bool) -> sympy.Basic:
+    if isinstance(condition, bool):
+        return sympy.true if condition else sympy.false
+    return condition
+
+
+def _negate(condition: sympy.Basic) -> sympy.Basic:
+    if isinstance(condition, sympy.core.relational.Relational):
+        return condition.negated
+    return sympy.Not(condition)
+
+
+# ---------------------------------------------------------------------------------------------
+# The active ShapeEnv, used by meta rules.
+
+_ACTIVE_ENV: contextvars.ContextVar[ShapeEnv | None] = contextvars.ContextVar("kiln_shape_env", default=None)
+
+
+@contextlib.contextmanager
+def active_shape_env(env: ShapeEnv | None) -> Iterator[ShapeEnv | None]:
+    token = _ACTIVE_ENV.set(env)
+    try:
+        yield env
+    finally:
+        _ACTIVE_ENV.reset(token)
+
+
+def current_shape_env() -> ShapeEnv | None:
+    return _ACTIVE_ENV.get()
+
+
+def guard_bool(condition: sympy.Basic | bool, source: str = "") -> bool:
+    """Decide a condition on dims: statically if possible, else through the active ShapeEnv."""
+    if isinstance(condition, (bool, sympy.logic.boolalg.BooleanAtom)):
+        return bool(condition)
+    env = current_shape_env()
+    if env is not None:
+        return env.evaluate(condition, source)
+    known = ShapeEnv().statically_known(condition)
+    if known is None:
+        raise GuardError(f"cannot decide `{condition}` without example values for its symbols",
+                         fix="trace with example inputs, or declare the relation between the dims")
+    return known
+
+
+def sym_eq(a: SymInt, b: SymInt) -> bool:
+    """a == b for dims, deciding symbolic cases with guards."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+    if diff.is_Integer:
+        return diff == 0
+    return guard_bool(sympy.Eq(a, b))
+
+
+def sym_lt(a: SymInt, b: SymInt) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return guard_bool(sympy.Lt(a, b))
+
+
+def sym_le(a: SymInt, b: SymInt) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    return guard_bool(sympy.Le(a, b))
+
+
+def evaluate_dim(value: SymInt, bindings: dict[sympy.Symbol, int]) -> int:
+    """The concrete value of a dim once every symbol is bound."""
+    if isinstance(value, int):
+        return value
+    result = value.xreplace({s: sympy.Integer(v) for s, v in bindings.items()})
+    if not result.is_Integer:
+        missing = ", ".join(sorted(str(s) for s in result.free_symbols))
+        raise GuardError(f"dim `{value}` needs values for {missing or 'its symbols'}")
+    return int(result)

@@ -1,0 +1,146 @@
+"""IR types and attributes: `!kiln.tensor<["s0", 64], f32>` and `#kiln.sym<"s0 + 1">`.
+
+TensorType is also what meta rules compute with: it has `.shape` (ints and sympy expressions),
+`.dtype` and `.layout`, so one object describes a value in the IR and in shape inference.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import sympy
+from xdsl.ir import Data, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+
+from kiln.ir import dtypes
+from kiln.ir.dtypes import DType
+from kiln.ir.errors import ParseError
+from kiln.ir.symbolic import SymInt, as_dim, format_dim, parse_dim
+
+# Layouts a tensor type may carry; sparse ones are reserved for the sparsity issue.
+LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "semi_structured")
+
+
+def _parse_dim_token(parser: AttrParser) -> SymInt:
+    number = parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
+    if number is not None:
+        return number
+    return parse_dim(parser.parse_str_literal())
+
+
+def _print_dim(dim: SymInt) -> str:
+    return str(dim) if isinstance(dim, int) else f'"{format_dim(dim)}"'
+
+
+@irdl_attr_definition
+class TensorType(Data[tuple], TypeAttribute):
+    """A tensor value: (shape, dtype, layout). Shape entries are ints or sympy expressions."""
+
+    name = "kiln.tensor"
+
+    @staticmethod
+    def of(shape: Sequence[SymInt], dtype: DType | str, layout: str = "strided") -> "TensorType":
+        return TensorType((tuple(as_dim(d) for d in shape), dtypes.dtype(dtype), layout))
+
+    @property
+    def shape(self) -> tuple[SymInt, ...]:
+        return self.data[0]
+
+    @property
+    def dtype(self) -> DType:
+        return self.data[1]
+
+    @property
+    def layout(self) -> str:
+        return self.data[2]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.data[0])
+
+    def with_shape(self, shape: Sequence[SymInt]) -> "TensorType":
+        return TensorType.of(shape, self.dtype, self.layout)
+
+    def with_dtype(self, dtype: DType) -> "TensorType":
+        return TensorType.of(self.shape, dtype, self.layout)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def short(self) -> str:
+        """torch.export's annotation form: `f32[s0, 64]`."""
+        return f"{self.dtype.short}[{', '.join(format_dim(d) for d in self.shape)}]"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> tuple:
+        with parser.in_angle_brackets():
+            shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_dim_token(parser))
+            parser.parse_punctuation(",")
+            dtype_name = parser.parse_identifier()
+            layout = "strided"
+            if parser.parse_optional_punctuation(","):
+                layout = parser.parse_identifier()
+                if layout not in LAYOUTS:
+                    raise ParseError(f"unknown layout {layout!r}", fix="one of " + ", ".join(LAYOUTS))
+        return (tuple(shape), dtypes.dtype(dtype_name), layout)
+
+    def print_parameter(self, printer: Printer) -> None:
+        dims = ", ".join(_print_dim(d) for d in self.shape)
+        layout = "" if self.layout == "strided" else f", {self.layout}"
+        printer.print_string(f"<[{dims}], {self.dtype.short}{layout}>")
+
+
+@irdl_attr_definition
+class SymIntType(Data[object], TypeAttribute):
+    """A symbolic integer value (`aten.sym_size.int`'s result); carries its expression when known."""
+
+    name = "kiln.symint"
+
+    @staticmethod
+    def of(expr: SymInt) -> "SymIntType":
+        return SymIntType(as_dim(expr))
+
+    @property
+    def expr(self) -> SymInt:
+        return self.data
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> object:
+        with parser.in_angle_brackets():
+            return _parse_dim_token(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{_print_dim(self.data)}>")
+
+
+@irdl_attr_definition
+class ScalarType(Data[DType], TypeAttribute):
+    """A non-integer scalar value (a float read from a tensor by `_local_scalar_dense`)."""
+
+    name = "kiln.scalar"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> DType:
+        with parser.in_angle_brackets():
+            return dtypes.dtype(parser.parse_identifier())
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.data.short}>")
+
+
+@irdl_attr_definition
+class SymExprAttr(Data[sympy.Expr]):
+    """A symbolic integer inside an op property: `#kiln.sym<"s0 + 1">`."""
+
+    name = "kiln.sym"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> sympy.Expr:
+        with parser.in_angle_brackets():
+            return sympy.sympify(parse_dim(parser.parse_str_literal()))
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f'<"{format_dim(self.data)}">')

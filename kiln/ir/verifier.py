@@ -1,0 +1,89 @@
+"""Verification: every op's recorded result types must equal what its meta rule computes.
+
+Meta results are memoized by (op, argument types), since real programs repeat the same shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xdsl.irdl import IRDLOperation
+
+from kiln.ir.errors import KilnError, VerificationError
+from kiln.ir.types import ScalarType, SymIntType, TensorType
+
+_MEMO: dict[Any, Any] = {}
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def infer_result_types(op: IRDLOperation) -> list[Any]:
+    """Run the op's meta rule on its operand types and properties; flatten to one type per result."""
+    from kiln.ir.dialect import bound_arguments
+
+    opdef = op.opdef  # type: ignore[attr-defined]
+    arguments = bound_arguments(op, lambda value: value.type)
+    key = (opdef.name, _freeze(arguments))
+    try:
+        cached = _MEMO.get(key)
+    except TypeError:  # unhashable argument; skip the memo
+        key, cached = None, None
+    if cached is None:
+        cached = flatten_meta(opdef.meta(*arguments))
+        if key is not None:
+            _MEMO[key] = cached
+    return cached
+
+
+def flatten_meta(result: Any) -> list[Any]:
+    if isinstance(result, (TensorType, SymIntType, ScalarType)):
+        return [result]
+    flat: list[Any] = []
+    for item in result:
+        flat.extend(flatten_meta(item))
+    return flat
+
+
+def check_op_types(op: IRDLOperation) -> None:
+    opdef = op.opdef  # type: ignore[attr-defined]
+    try:
+        expected = infer_result_types(op)
+    except KilnError as error:
+        raise VerificationError(f"{opdef.name}: invalid arguments: {error.cause}",
+                                source=op.attributes.get("kiln.source") and op.attributes["kiln.source"].data,
+                                fix=error.fix) from error
+    actual = [r.type for r in op.results]
+    if len(expected) != len(actual) or any(not _type_matches(e, a) for e, a in zip(expected, actual)):
+        name = op.results[0].name_hint if op.results else None
+        raise VerificationError(
+            f"{opdef.name}{' (%' + name + ')' if name else ''}: result types "
+            f"{', '.join(map(_show, actual))} disagree with the meta rule, which gives "
+            f"{', '.join(map(_show, expected))}",
+            fix="rebuild the op with its inferred result types")
+
+
+def _type_matches(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, SymIntType) and isinstance(actual, SymIntType):
+        return True  # the expression of a data-dependent scalar is named by the producer
+    if isinstance(expected, TensorType) and isinstance(actual, TensorType):
+        if expected.dtype is not actual.dtype or expected.ndim != actual.ndim or expected.layout != actual.layout:
+            return False
+        return all(_dim_equal(a, b) for a, b in zip(expected.shape, actual.shape))
+    return expected == actual
+
+
+def _dim_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    import sympy
+    if any(str(s).startswith("u") for s in sympy.sympify(a).free_symbols):
+        return True  # an unbacked (data-dependent) size: each producer names its own symbol
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _show(t: Any) -> str:
+    return t.short() if isinstance(t, TensorType) else str(t)

@@ -1,0 +1,8 @@
+"""Samples for kiln/ir/ops/factory.py."""
+
+from __future__ import annotations
+
+import numpy as np  # noqa: F401
+
+from tests.ir.samples import Sample, positive, rand, samples  # noqa: F401
+

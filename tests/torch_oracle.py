@@ -1,0 +1,71 @@
+"""Converting between numpy/kiln values and torch for oracle comparisons (tests only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kiln.ir import dtypes
+
+try:
+    import torch  # type: ignore[no-redef]
+except ImportError:  # pragma: no cover - CI installs torch
+    torch = None
+
+requires_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+def torch_dtype(dt: dtypes.DType) -> Any:
+    return getattr(torch, dt.name)
+
+
+def to_torch(value: Any) -> Any:
+    """numpy arrays → tensors (bfloat16 through float32), kiln dtypes → torch dtypes, containers recursively."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == dtypes.bfloat16.numpy:
+            return torch.from_numpy(value.astype(np.float32)).to(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(value).copy())
+    if isinstance(value, dtypes.DType):
+        return torch_dtype(value)
+    if isinstance(value, list):
+        return [to_torch(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(to_torch(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_torch(v) for k, v in value.items()}
+    return value
+
+
+def to_numpy(value: Any) -> Any:
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.dtype == torch.bfloat16:
+            return value.float().numpy().astype(dtypes.bfloat16.numpy)
+        return value.detach().numpy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_numpy(v) for v in value)
+    return value
+
+
+def assert_close_to_torch(actual: Any, expected: Any, *, check_values: bool = True, rtol: float | None = None,
+                          atol: float | None = None, where: str = "") -> None:
+    """kiln result (numpy) vs torch result under torch.testing.assert_close's default tolerances."""
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(expected), (
+            f"{where}: kiln returned {type(actual).__name__} of {len(actual) if hasattr(actual, '__len__') else '?'}"
+            f" results, torch {len(expected)}")
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            assert_close_to_torch(a, e, check_values=check_values, rtol=rtol, atol=atol, where=f"{where}[{index}]")
+        return
+    if not isinstance(expected, torch.Tensor):
+        if check_values:
+            assert actual == pytest.approx(expected, nan_ok=True), f"{where}: {actual} != {expected}"
+        return
+    actual_tensor = to_torch(np.asarray(actual))
+    assert actual_tensor.dtype == expected.dtype, f"{where}: dtype {actual_tensor.dtype} != torch's {expected.dtype}"
+    assert tuple(actual_tensor.shape) == tuple(expected.shape), (
+        f"{where}: shape {tuple(actual_tensor.shape)} != torch's {tuple(expected.shape)}")
+    if check_values:
+        kwargs = {} if rtol is None else {"rtol": rtol, "atol": atol or 0.0}
+        torch.testing.assert_close(actual_tensor, expected, equal_nan=True, msg=lambda m: f"{where}: {m}", **kwargs)
