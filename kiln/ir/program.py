@@ -314,7 +314,8 @@ class GraphBuilder:
 
     # -- emitter protocol
     def accepts(self, value: Any) -> bool:
-        return isinstance(value, SSAValue)
+        # None: an op without tensor arguments (a factory) is recorded too while building.
+        return value is None or isinstance(value, SSAValue)
 
     def emit(self, opdef: OpDef, bound: list[Any]) -> Any:
         from kiln.ir.dialect import build_op
