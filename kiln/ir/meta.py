@@ -6,6 +6,8 @@ A meta rule receives an op's bound arguments with tensors as anything that has `
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -16,6 +18,23 @@ from kiln.ir.dtypes import DType
 from kiln.ir.errors import DTypeError, OpArgumentError, ShapeError
 from kiln.ir.symbolic import SymInt, as_dim, guard_bool, sym_eq
 from kiln.ir.types import TensorType
+
+
+_CURRENT_OP: contextvars.ContextVar[str] = contextvars.ContextVar("kiln_current_op", default="op")
+
+
+@contextlib.contextmanager
+def op_context(name: str):
+    """Name the op whose meta rule runs, so shared helpers can say which op refused its arguments."""
+    token = _CURRENT_OP.set(name)
+    try:
+        yield
+    finally:
+        _CURRENT_OP.reset(token)
+
+
+def current_op() -> str:
+    return _CURRENT_OP.get()
 
 
 def _described(tensor: Any) -> Any:
@@ -122,7 +141,7 @@ def pointwise(kind: Promotion = Promotion.DEFAULT, operands: int = 2,
         shapes = [shape_of(a) for a in participants if is_tensor(a)]
         if check is not None:
             check(*args)
-        return tensor(broadcast_shapes("elementwise op", *shapes), elementwise_dtype(kind, *participants))
+        return tensor(broadcast_shapes(current_op(), *shapes), elementwise_dtype(kind, *participants))
     return meta
 
 

@@ -18,16 +18,17 @@ def _annotation(value_type: object) -> str:
 
 def format_program(program: "ExportedProgram") -> str:
     from kiln.ir.dialect import bound_arguments
-    from kiln.ir.program import format_value
+    from kiln.ir.program import format_value, value_names
 
     body = program.body
-    params = ", ".join(f'{a.name_hint}: "{_annotation(a.type)}"' for a in body.args)
+    names = value_names(body)
+    params = ", ".join(f'{names[a]}: "{_annotation(a.type)}"' for a in body.args)
     lines = ["ExportedProgram:", "    class GraphModule(torch.nn.Module):",
              f"        def forward(self{', ' if params else ''}{params}):"]
     for op in body.ops:
         if isinstance(op, func.ReturnOp):
-            names = ", ".join(v.name_hint or "?" for v in op.operands)
-            lines.append(f"            return ({names}{',' if len(op.operands) == 1 else ''})")
+            returned = ", ".join(names[v] for v in op.operands)
+            lines.append(f"            return ({returned}{',' if len(op.operands) == 1 else ''})")
             continue
         opdef = op.opdef  # type: ignore[attr-defined]
         pieces = []
@@ -40,10 +41,10 @@ def format_program(program: "ExportedProgram") -> str:
         for argument, value in zip(arguments[:last], values[:last]):
             if argument.kwarg_only:
                 if not (argument.has_default and _is_default(argument, value)):
-                    pieces.append(f"{argument.name} = {format_value(value)}")
+                    pieces.append(f"{argument.name} = {format_value(value, names)}")
             else:
-                pieces.append(format_value(value))
-        targets = ", ".join(f'{r.name_hint}: "{_annotation(r.type)}"' for r in op.results)
+                pieces.append(format_value(value, names))
+        targets = ", ".join(f'{names[r]}: "{_annotation(r.type)}"' for r in op.results)
         source = op.attributes.get("kiln.source")
         comment = f"  # {source.data}" if source is not None else ""  # type: ignore[union-attr]
         lines.append(f"            {targets} = {opdef.name}({', '.join(pieces)}){comment}")

@@ -7,6 +7,7 @@ Mirrors torch.export.ExportedProgram: inputs are lifted parameters, buffers, con
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -21,7 +22,7 @@ from xdsl.irdl import IRDLOperation
 
 from kiln.ir import dtypes
 from kiln.ir.errors import ParseError, VerificationError
-from kiln.ir.registry import OpDef, emitting
+from kiln.ir.registry import OpDef, emitting, run_meta
 from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, symbol
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
@@ -108,9 +109,39 @@ class ExportGraphSignature:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=4096)
 def _sanitize(name: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def value_names(block: Block) -> dict[SSAValue, str]:
+    """The names xDSL's printer gives the block's values: the hint, then `hint_1`, `hint_2`, ... in order.
+
+    xDSL strips a trailing `_<digits>` from hints, so this (not `name_hint`) is the one naming authority
+    shared by the MLIR text, torch.export's printed form and the graph signature.
+    """
+    names: dict[SSAValue, str] = {}
+    counters: dict[str, int] = {}
+    anonymous = 0
+
+    def assign(value: SSAValue) -> None:
+        nonlocal anonymous
+        hint = value.name_hint
+        if hint is None:
+            names[value] = str(anonymous)
+            anonymous += 1
+            return
+        count = counters.get(hint, 0)
+        names[value] = hint if count == 0 else f"{hint}_{count}"
+        counters[hint] = count + 1
+
+    for arg in block.args:
+        assign(arg)
+    for op in block.ops:
+        for result in op.results:
+            assign(result)
+    return names
 
 
 class ExportedProgram:
@@ -210,8 +241,11 @@ class ExportedProgram:
         from kiln.ir.dialect import context
         try:
             module = Parser(context(), text).parse_module()
-        except Exception as error:
-            raise ParseError(f"cannot parse kiln MLIR: {str(error).strip().splitlines()[0]}") from error
+        except Exception as error:  # xDSL reports "<unknown>:line:col", the line, a caret, the message
+            lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+            where = lines[0].replace("<unknown>", "line") if lines else ""
+            raise ParseError(f"cannot parse kiln MLIR ({where}): {lines[-1] if lines else error}",
+                             fix="check the text against `ExportedProgram.to_mlir()` output") from error
         return _program_from_module(module, state_dict, constants)
 
     def _store_signature_attributes(self) -> None:
@@ -248,9 +282,9 @@ def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | N
     graph = program.graph
     inputs = graph.attributes.get("kiln.inputs")
     outputs = graph.attributes.get("kiln.outputs")
+    names = value_names(program.body)
     if inputs is None:
-        names = [a.name_hint or f"arg{i}" for i, a in enumerate(program.body.args)]
-        program.graph_signature.input_specs = [InputSpec(InputKind.USER_INPUT, n) for n in names]
+        program.graph_signature.input_specs = [InputSpec(InputKind.USER_INPUT, names[a]) for a in program.body.args]
     else:
         for entry in inputs.data:  # type: ignore[union-attr]
             kind, name, target, persistent = entry.data.split(":")
@@ -258,8 +292,7 @@ def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | N
                 InputKind(kind), name, target or None, None if persistent == "" else persistent == "True"))
     if outputs is None:
         returned = list(program.body.last_op.operands) if program.body.last_op else []
-        program.graph_signature.output_specs = [
-            OutputSpec(OutputKind.USER_OUTPUT, v.name_hint or f"out{i}") for i, v in enumerate(returned)]
+        program.graph_signature.output_specs = [OutputSpec(OutputKind.USER_OUTPUT, names[v]) for v in returned]
     else:
         for entry in outputs.data:  # type: ignore[union-attr]
             kind, name, target = entry.data.split(":")
@@ -284,32 +317,17 @@ class GraphBuilder:
     def __init__(self, shape_env: ShapeEnv | None = None):
         self.shape_env = shape_env or ShapeEnv()
         self.block = Block()
-        self.input_specs: list[InputSpec] = []
-        self._names: dict[str, int] = {}
+        self._input_kinds: list[tuple[InputKind, str | None, bool | None]] = []
         self._emitting: Any = None
         self.source: str | None = None  # set by the tracer: the user's line for the next ops
-
-    # -- names
-    def unique_name(self, base: str) -> str:
-        base = _sanitize(base)
-        count = self._names.get(base)
-        if count is None:
-            self._names[base] = 0
-            return base
-        while True:
-            count += 1
-            candidate = f"{base}_{count}"
-            if candidate not in self._names:
-                self._names[base] = count
-                self._names[candidate] = 0
-                return candidate
 
     # -- inputs
     def add_input(self, name: str, type_: TensorType, kind: InputKind = InputKind.USER_INPUT,
                   target: str | None = None, persistent: bool | None = None) -> SSAValue:
+        """A new argument of forward; its final name is `name` made unique (`x`, `x_1`, ...)."""
         arg = self.block.insert_arg(type_, len(self.block.args))
-        arg.name_hint = self.unique_name(name)
-        self.input_specs.append(InputSpec(kind, arg.name_hint, target, persistent))
+        arg.name_hint = _sanitize(name)
+        self._input_kinds.append((kind, target, persistent))
         return arg
 
     # -- emitter protocol
@@ -323,14 +341,13 @@ class GraphBuilder:
 
         types_bound = [_type_of(argument, value) for argument, value in zip(opdef.schema.arguments, bound)]
         with active_shape_env(self.shape_env):
-            meta = opdef.meta(*types_bound)
+            meta = run_meta(opdef, types_bound)
         op = build_op(opdef, bound, flatten_meta(meta))
         if self.source:
             op.attributes["kiln.source"] = StringAttr(self.source)
         self.block.add_op(op)
-        base = opdef.schema.name
         for result in op.results:
-            result.name_hint = self.unique_name(base)
+            result.name_hint = _sanitize(opdef.schema.name)
         return _shape_like(meta, list(op.results))
 
     def __enter__(self) -> "GraphBuilder":
@@ -349,9 +366,11 @@ class GraphBuilder:
         self.block.add_op(func.ReturnOp(*outputs))
         function = func.FuncOp("forward", ([a.type for a in self.block.args], [o.type for o in outputs]),
                                Region(self.block))
+        names = value_names(self.block)
+        input_specs = [InputSpec(kind, names[arg], target, persistent)
+                       for arg, (kind, target, persistent) in zip(self.block.args, self._input_kinds)]
         if output_specs is None:
-            output_specs = [OutputSpec(OutputKind.USER_OUTPUT, o.name_hint or f"output_{i}")
-                            for i, o in enumerate(outputs)]
+            output_specs = [OutputSpec(OutputKind.USER_OUTPUT, names[o]) for o in outputs]
         if range_constraints is None:
             used = set()
             for arg in self.block.args:
@@ -361,8 +380,7 @@ class GraphBuilder:
                             used |= dim.free_symbols
             range_constraints = {s: info.range for s, info in self.shape_env.symbols.items()
                                  if s in used and not info.unbacked}
-        return ExportedProgram(ModuleOp([function]), ExportGraphSignature(list(self.input_specs),
-                                                                          list(output_specs)),
+        return ExportedProgram(ModuleOp([function]), ExportGraphSignature(input_specs, list(output_specs)),
                                state_dict, range_constraints, constants)
 
 
@@ -388,12 +406,12 @@ def _shape_like(meta: Any, results: list[SSAValue]) -> Any:
     return list(arranged) if isinstance(meta, list) else tuple(arranged)
 
 
-def format_value(value: Any) -> str:
+def format_value(value: Any, names: dict[SSAValue, str]) -> str:
     """Python-like rendering of an op argument for torch.export's printed form."""
     if isinstance(value, SSAValue):
-        return value.name_hint or "?"
+        return names.get(value, "?")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v, names) for v in value) + "]"
     if isinstance(value, dtypes.DType):
         return f"torch.{value.name}"
     if isinstance(value, str):

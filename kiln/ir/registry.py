@@ -168,12 +168,48 @@ def arrays_for(opdef: OpDef, bound: list[Any]) -> list[Any]:
     return result
 
 
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+_GLOBAL_META_CACHE: dict[Any, Any] = {}
+
+
+def run_meta(opdef: OpDef, arguments: list[Any]) -> Any:
+    """The op's meta rule on typed arguments, memoized per ShapeEnv (programs repeat the same shapes).
+
+    A call that created symbols (an unbacked size) is not memoized: each such op needs its own symbol.
+    """
+    from kiln.ir.meta import op_context
+    from kiln.ir.symbolic import current_shape_env
+
+    env = current_shape_env()
+    cache = _GLOBAL_META_CACHE if env is None else env.meta_cache
+    try:
+        key = (opdef.name, _freeze(arguments))
+        hit = cache.get(key)
+    except TypeError:  # an unhashable argument (a numpy array): no memo
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    symbols_before = len(env.symbols) if env is not None else 0
+    with op_context(opdef.name):
+        result = opdef.meta(*arguments)
+    if key is not None and (env is None or len(env.symbols) == symbols_before) and "random" not in opdef.tags:
+        cache[key] = result
+    return result
+
+
 def run_eager(opdef: OpDef, bound: list[Any]) -> Any:
     if opdef.kernel is None:
         raise KilnError(f"{opdef.name} has a meta rule but no reference kernel, so it cannot run eagerly",
                         fix="decompose it first (ExportedProgram.run_decompositions) or avoid it")
+    from kiln.ir.meta import op_context
     arguments = arrays_for(opdef, bound)
-    expected = opdef.meta(*arguments)
+    with op_context(opdef.name):
+        expected = opdef.meta(*arguments)
     return conform(opdef, opdef.kernel(*arguments), expected)
 
 
@@ -253,7 +289,9 @@ class OpOverloadPacket:
     def __getattr__(self, overload: str) -> OpOverload:
         if overload.startswith("__"):
             raise AttributeError(overload)
-        return OpOverload(lookup(f"{self._namespace}.{self._name}.{overload}"))
+        handle = OpOverload(lookup(f"{self._namespace}.{self._name}.{overload}"))
+        setattr(self, overload, handle)  # later lookups skip __getattr__
+        return handle
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Pick the first overload whose schema accepts the call (like the dispatcher's overload resolution)."""
@@ -295,7 +333,9 @@ class OpNamespace:
             raise AttributeError(name)
         if not any(key.startswith(f"{self._namespace}.{name}.") for key in REGISTRY):
             lookup(f"{self._namespace}.{name}.default")  # raises UnknownOpError with suggestions
-        return OpOverloadPacket(self._namespace, name)
+        packet = OpOverloadPacket(self._namespace, name)
+        setattr(self, name, packet)  # later lookups skip __getattr__
+        return packet
 
     def __dir__(self) -> list[str]:
         return sorted({key.split(".")[1] for key in REGISTRY if key.startswith(self._namespace + ".")})

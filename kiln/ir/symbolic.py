@@ -268,6 +268,7 @@ class ShapeEnv:
 
     symbols: dict[sympy.Symbol, SymbolInfo] = field(default_factory=dict)
     guards: list[Guard] = field(default_factory=list)
+    meta_cache: dict = field(default_factory=dict, repr=False)  # registry.run_meta's memo for this env
     _next_backed: int = 0
     _next_unbacked: int = 0
 

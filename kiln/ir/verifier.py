@@ -12,31 +12,14 @@ from xdsl.irdl import IRDLOperation
 from kiln.ir.errors import KilnError, VerificationError
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
-_MEMO: dict[Any, Any] = {}
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
 def infer_result_types(op: IRDLOperation) -> list[Any]:
     """Run the op's meta rule on its operand types and properties; flatten to one type per result."""
     from kiln.ir.dialect import bound_arguments
 
+    from kiln.ir.registry import run_meta
+
     opdef = op.opdef  # type: ignore[attr-defined]
-    arguments = bound_arguments(op, lambda value: value.type)
-    key = (opdef.name, _freeze(arguments))
-    try:
-        cached = _MEMO.get(key)
-    except TypeError:  # unhashable argument; skip the memo
-        key, cached = None, None
-    if cached is None:
-        cached = flatten_meta(opdef.meta(*arguments))
-        if key is not None:
-            _MEMO[key] = cached
-    return cached
+    return flatten_meta(run_meta(opdef, bound_arguments(op, lambda value: value.type)))
 
 
 def flatten_meta(result: Any) -> list[Any]:
@@ -67,6 +50,8 @@ def check_op_types(op: IRDLOperation) -> None:
 
 
 def _type_matches(expected: Any, actual: Any) -> bool:
+    if expected is actual or expected == actual:
+        return True
     if isinstance(expected, SymIntType) and isinstance(actual, SymIntType):
         return True  # the expression of a data-dependent scalar is named by the producer
     if isinstance(expected, TensorType) and isinstance(actual, TensorType):
@@ -77,7 +62,7 @@ def _type_matches(expected: Any, actual: Any) -> bool:
 
 
 def _dim_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
+    if a == b or isinstance(a, int) and isinstance(b, int):
         return a == b
     import sympy
     if any(str(s).startswith("u") for s in sympy.sympify(a).free_symbols):

@@ -1,0 +1,1 @@
+"""Tracing frontend: kiln.Tensor, kiln.nn, export() with symbolic shapes, the torch bridge (issue 3)."""

@@ -1,0 +1,1 @@
+"""Pass infrastructure: pass registry, pipelines, decompositions and graph optimizations (issue 4)."""

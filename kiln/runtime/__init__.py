@@ -1,0 +1,1 @@
+"""Runtime for compiled artifacts: package format, loader, input validation (issue 7)."""
