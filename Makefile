@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
 test: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check kiln tests benchmarks examples
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev

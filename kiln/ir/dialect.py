@@ -14,7 +14,7 @@ import sympy
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import (
-    ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, StringAttr, f64, i64,
+    ArrayAttr, BoolAttr, DenseArrayBase, FloatAttr, IntegerAttr, StringAttr, f64, i32, i64,
 )
 from xdsl.ir import Attribute, Dialect
 from xdsl.irdl import (
@@ -132,6 +132,7 @@ def _make_op_class(opdef: OpDef) -> type[IRDLOperation]:
     class_name = "".join(part.capitalize() for part in schema.qualified_name.split(".")) + "Op"
     op_type = irdl_op_definition(type(class_name, (IRDLOperation,), body))
     op_type.opdef = opdef  # read by the verifier, interpreter and printers
+    op_type.has_operand_segments = variadic > 1
     return op_type
 
 
@@ -184,31 +185,32 @@ def context() -> Context:
 def build_op(opdef: OpDef, bound: list[Any], result_types: list[Attribute]) -> IRDLOperation:
     """Create the xDSL op for a bound call; tensor arguments in `bound` must be SSA values."""
     operands: list[Any] = []
+    segment_sizes: list[int] = []
     properties: dict[str, Attribute] = {}
     for argument, value in zip(opdef.schema.arguments, bound):
         arg_type = argument.type
         if arg_type.is_tensor:
             if arg_type.is_list:
-                operands.append([v for v in value if v is not None])
+                given = [v for v in value if v is not None]
+                operands.extend(given)
+                segment_sizes.append(len(given))
                 if arg_type.element_optional:
                     properties[argument.name + PRESENT_SUFFIX] = ArrayAttr(
                         [BoolAttr.from_bool(v is not None) for v in value])
             elif arg_type.optional:
-                operands.append([] if value is None else [value])
+                if value is not None:
+                    operands.append(value)
+                segment_sizes.append(0 if value is None else 1)
             else:
                 operands.append(value)
+                segment_sizes.append(1)
         elif value is not None and not (argument.has_default and _same_value(value, argument.default)):
             properties[argument.name] = encode_property(arg_type, value)
-    result_groups: list[Any] = []
-    index = 0
-    for ret in opdef.schema.returns:
-        if ret.type.is_list:
-            result_groups.append(result_types[index:])
-            index = len(result_types)
-        else:
-            result_groups.append(result_types[index])
-            index += 1
-    return op_class(opdef)(operands=operands, properties=properties, result_types=result_groups)
+    op_type = op_class(opdef)
+    if op_type.has_operand_segments:  # type: ignore[attr-defined]
+        properties[AttrSizedOperandSegments.attribute_name] = DenseArrayBase.from_list(i32, segment_sizes)
+    # Operation.create skips IRDL's generic argument packing; verification still checks the structure.
+    return op_type.create(operands=operands, properties=properties, result_types=result_types)
 
 
 def bound_arguments(op: IRDLOperation, resolve: Callable[[Any], Any] | None = None) -> list[Any]:

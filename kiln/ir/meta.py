@@ -176,7 +176,7 @@ def numel(shape: Sequence[SymInt]) -> SymInt:
 
 def unbacked_size(source: str = "") -> SymInt:
     """A fresh data-dependent size (like the length of `nonzero`'s result), from the active ShapeEnv."""
-    from kiln.ir.symbolic import ShapeEnv, current_shape_env
+    from kiln.ir.symbolic import current_shape_env
     env = current_shape_env()
     if env is None:
         env = _FALLBACK_ENV

@@ -40,7 +40,8 @@ def test_wrong_argument_types():
 
 
 def test_incompatible_shapes():
-    with pytest.raises(ShapeError, match=r"(?s)aten.add.Tensor: shapes \[\[3\], \[4\]\] cannot be broadcast.*fix: make the sizes equal"):
+    broadcast = r"(?s)aten.add.Tensor: shapes \[\[3\], \[4\]\] cannot be broadcast.*fix: make the sizes equal"
+    with pytest.raises(ShapeError, match=broadcast):
         aten.add.Tensor(np.ones(3, np.float32), np.ones(4, np.float32))
     with pytest.raises(ShapeError, match="cannot be multiplied"):
         aten.mm.default(np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))

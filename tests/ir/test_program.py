@@ -153,7 +153,8 @@ def test_one_program_with_every_op_round_trips():
         def lift(value):
             if isinstance(value, np.ndarray):
                 inputs.append(value)
-                return builder.add_input(f"in{len(inputs)}", TensorType.of(value.shape, kiln.ir.dtypes.dtype(value.dtype)))
+                value_type = TensorType.of(value.shape, kiln.ir.dtypes.dtype(value.dtype))
+                return builder.add_input(f"in{len(inputs)}", value_type)
             if isinstance(value, list):
                 return [lift(v) for v in value]
             return value
