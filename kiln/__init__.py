@@ -11,6 +11,15 @@ from kiln.ir.dtypes import (
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
 from kiln.ir.registry import ops
+from kiln.ir.pytree import register_dataclass
+from kiln.ir.errors import ConstraintViolationError, DataDependentError
+from kiln.frontend.tensor import Size, Tensor
+from kiln.frontend.functions import *  # noqa: F401,F403  (kiln.zeros, kiln.cat, kiln.where, ...)
+from kiln.frontend.functions import __all__ as _functions
+from kiln.frontend.random import manual_seed
+from kiln.frontend.dims import Dim, ShapesCollection, dims
+from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
+from kiln.frontend import nn
 
 __version__ = "0.1.0"
 
@@ -25,8 +34,27 @@ short = int16
 promote_types = _dtypes.promote_types
 result_type = _dtypes.result_type
 
+
+class no_grad:
+    """Accepted as a no-op context manager / decorator until kiln has autodiff."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __call__(self, fn):  # type: ignore[no-untyped-def]
+        return fn
+
+
+inference_mode = no_grad
+
 __all__ = [
     "__version__", "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
     "float64", "complex64", "complex128", "KilnError", "ExportedProgram", "ExportGraphSignature", "InputKind",
-    "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type",
+    "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
+    "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
+    "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
+    *_functions,
 ]

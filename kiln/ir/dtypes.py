@@ -169,6 +169,8 @@ def scalar_dtype(value: Any) -> DType:
         return default_float_dtype()
     if isinstance(value, (complex, np.complexfloating)):
         return complex64
+    if hasattr(value, "is_integer") and hasattr(value, "free_symbols"):  # a symbolic size (sympy)
+        return int64 if value.is_integer is not False else default_float_dtype()
     raise DTypeError(f"cannot take the dtype of {type(value).__name__} value {value!r}",
                      fix="pass a tensor, bool, int or float")
 

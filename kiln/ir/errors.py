@@ -55,3 +55,15 @@ class ParseError(KilnError, ValueError):
 
 class GuardError(KilnError):
     """A symbolic-shape question that cannot be decided: no hint and not statically known."""
+
+
+class DataDependentError(KilnError):
+    """Tracing needed a tensor's value (`bool(t)`, `t.item()`), which a graph cannot know ahead of time."""
+
+
+class ConstraintViolationError(KilnError):
+    """Export found that the declared dynamic shapes are wider than the program allows."""
+
+
+class UnsupportedError(KilnError):
+    """A feature kiln does not support (yet), with the workaround."""

@@ -21,9 +21,9 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 
 from kiln.ir import dtypes
-from kiln.ir.errors import ParseError, VerificationError
+from kiln.ir.errors import InputError, ParseError, VerificationError
 from kiln.ir.registry import OpDef, emitting, run_meta
-from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, symbol
+from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, parse_dim
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
 
@@ -158,6 +158,7 @@ class ExportedProgram:
         self.constants = dict(constants or {})
         self.range_constraints = dict(range_constraints or {})
         self.in_spec, self.out_spec = in_spec, out_spec
+        self.input_constants: dict[int, Any] = {}  # non-tensor inputs baked in at export, by leaf index
 
     # -- structure
     @property
@@ -187,7 +188,8 @@ class ExportedProgram:
         """A ShapeEnv holding the program's symbols and ranges (no example values)."""
         env = ShapeEnv()
         for sym, value_range in self.range_constraints.items():
-            env.create_symbol(None, name=str(sym), min=value_range.lower, max=value_range.upper)
+            if isinstance(sym, sympy.Symbol):  # derived entries (`s0 + 1`) follow from their symbols
+                env.create_symbol(None, name=str(sym), min=value_range.lower, max=value_range.upper)
         return env
 
     # -- parameters and buffers, torch's API
@@ -220,12 +222,40 @@ class ExportedProgram:
         if len(self.body.args) != expected:
             raise VerificationError(f"forward has {len(self.body.args)} arguments but the signature lists {expected}")
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the reference interpreter with the calling convention of the exported model."""
         from kiln.ir.interpreter import run_program
-        outputs = run_program(self, args)
+        from kiln.ir.pytree import check_structure, tree_unflatten
+        if self.in_spec is not None:
+            flat = check_structure(self.in_spec, (tuple(args), dict(kwargs)))
+            for index, expected in self.input_constants.items():
+                if flat[index] != expected:
+                    raise InputError(f"input {index} was {expected!r} at export and is baked into the program, "
+                                     f"but {flat[index]!r} was passed", fix="re-export for the new value")
+            flat = [leaf for index, leaf in enumerate(flat) if index not in self.input_constants]
+        else:
+            flat = list(args)
+        outputs = run_program(self, flat)
         user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
                 if spec.kind is OutputKind.USER_OUTPUT]
+        wrapper = next((type(a) for a in flat if hasattr(a, "__kiln_array__")), None)
+        if wrapper is not None:  # called with kiln Tensors: answer with kiln Tensors
+            user = [wrapper(u) if isinstance(u, np.ndarray) else u for u in user]
+        if self.out_spec is not None:
+            return tree_unflatten(user, self.out_spec)
         return user[0] if len(user) == 1 else tuple(user)
+
+    def module(self) -> Any:
+        """A callable with the original calling convention (like torch's `ExportedProgram.module()`)."""
+        program = self
+
+        class ExportedModule:
+            def __call__(self, *args: Any, **kwargs: Any) -> Any:
+                return program(*args, **kwargs)
+
+            def __repr__(self) -> str:
+                return "ExportedModule(forward=<kiln program>)"
+        return ExportedModule()
 
     # -- printing
     def to_mlir(self) -> str:
@@ -277,7 +307,7 @@ def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | N
                 raise ParseError(f"malformed range {value} for symbol {name}")
             lower, upper = (float("inf") if b == "int_oo" else float("-inf") if b == "-int_oo" else int(b)
                             for b in match.groups())
-            ranges[symbol(name)] = ValueRange(lower, upper)
+            ranges[sympy.sympify(parse_dim(name))] = ValueRange(lower, upper)
     program = ExportedProgram(module, ExportGraphSignature([], []), state_dict, ranges, constants)
     graph = program.graph
     inputs = graph.attributes.get("kiln.inputs")
@@ -323,11 +353,14 @@ class GraphBuilder:
 
     # -- inputs
     def add_input(self, name: str, type_: TensorType, kind: InputKind = InputKind.USER_INPUT,
-                  target: str | None = None, persistent: bool | None = None) -> SSAValue:
-        """A new argument of forward; its final name is `name` made unique (`x`, `x_1`, ...)."""
-        arg = self.block.insert_arg(type_, len(self.block.args))
+                  target: str | None = None, persistent: bool | None = None, *,
+                  index: int | None = None) -> SSAValue:
+        """A new argument of forward (appended, or inserted at `index`); its final name is `name` made
+        unique (`x`, `x_1`, ...)."""
+        index = len(self.block.args) if index is None else index
+        arg = self.block.insert_arg(type_, index)
         arg.name_hint = _sanitize(name)
-        self._input_kinds.append((kind, target, persistent))
+        self._input_kinds.insert(index, (kind, target, persistent))
         return arg
 
     # -- emitter protocol

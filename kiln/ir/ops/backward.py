@@ -1,1 +1,468 @@
-"""TODO"""
+"""Backward ops: the gradients of pooling, convolution, embedding and normalization, as autograd emits them.
+
+Kernels compute in float64 and round once to the result dtype, so they sit within rounding of ATen's
+float32 (or opmath) accumulation whatever order ATen sums in.
+
+Ops with an `output_mask` (convolution_backward, native_layer_norm_backward, native_group_norm_backward)
+return None in torch for the outputs the mask turns off. A meta rule has to give every result a type,
+so kiln always produces all three gradients; the masked ones are computed like the others (for a
+missing weight, against an implicit weight of ones) and a well-formed program simply never reads them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kiln.ir import dtypes
+from kiln.ir.errors import ShapeError
+from kiln.ir.meta import dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor
+from kiln.ir.registry import defop
+from kiln.ir.symbolic import as_dim, guard_bool, sym_eq
+
+_TAGS = ("backward",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared checks and helpers
+
+def _floordiv(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return as_dim(sympy.floor(sympy.sympify(a) / b))
+
+
+def _require_same_dtype(op: str, **named) -> None:
+    items = [(name, dtype_of(t)) for name, t in named.items() if t is not None]
+    first_name, first = items[0]
+    for name, dt in items[1:]:
+        require_dtype(dt is first, op, f"{name} has dtype {dt.name} but {first_name} has {first.name}")
+
+
+def _require_floating(op: str, name: str, value) -> None:
+    dtype = dtype_of(value)
+    require_dtype(dtype.is_floating_point, op, f"{name} must be a floating tensor, got {dtype.name}")
+
+
+def _require_shape(op: str, name: str, value, expected) -> None:
+    actual = shape_of(value)
+    require(len(actual) == len(expected) and all(sym_eq(a, e) for a, e in zip(actual, expected)), op,
+            f"{name} has shape {[str(d) for d in actual]} but {[str(d) for d in expected]} was expected")
+
+
+def _f64(array):
+    return np.asarray(array, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling: shared output-size rule (ATen's pooling_output_shape) and parameter checks.
+
+def _pool_output_size(input_size, kernel: int, pad: int, stride: int, dilation: int, ceil_mode: bool):
+    numerator = input_size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    size = _floordiv(numerator, stride) + 1
+    # In ceil mode the last window must start inside the input or the left padding.
+    if ceil_mode and guard_bool(sympy.sympify((size - 1) * stride >= input_size + pad)):
+        size = size - 1
+    return as_dim(size)
+
+
+def _pool2d_geometry(op: str, self, kernel_size, stride, padding, dilation, ceil_mode, *, half_of_effective: bool):
+    """(output height, output width, stride) after ATen's pool2d_shape_check; an empty stride means the kernel."""
+    shape = shape_of(self)
+    require(len(shape) in (3, 4), op, f"expected a 3-D or 4-D input, got shape {[str(d) for d in shape]}")
+    stride = list(stride) if stride else list(kernel_size)
+    require_arg(len(kernel_size) == 2 and len(stride) == 2 and len(padding) == 2 and len(dilation) == 2, op,
+                "kernel_size, stride, padding and dilation must each have 1 or 2 entries")
+    require_arg(all(k > 0 for k in kernel_size), op, f"kernel size should be greater than zero, got {kernel_size}")
+    require_arg(all(s > 0 for s in stride), op, f"stride should be greater than zero, got {stride}")
+    require_arg(all(d > 0 for d in dilation), op, f"dilation should be greater than zero, got {dilation}")
+    for k, p, d in zip(kernel_size, padding, dilation):
+        limit = (d * (k - 1) + 1) // 2 if half_of_effective else k // 2
+        require_arg(0 <= p <= limit, op, f"pad should be at most half of the kernel size, got pad={padding}, "
+                                         f"kernel_size={kernel_size}")
+    out = [_pool_output_size(size, k, p, s, d, ceil_mode)
+           for size, k, p, s, d in zip(shape[-2:], kernel_size, padding, stride, dilation)]
+    for o in out:
+        require(not (isinstance(o, int) and o < 1), op,
+                f"output size is too small: input {[str(d) for d in shape]}, output {out}")
+    return out, stride
+
+
+def _separable_backward(grad_output, weights_h, weights_w, dtype):
+    """grad_input[..., i, j] = sum over outputs (o, p) of grad_output[..., o, p] * Wh[o, i] * Ww[p, j]."""
+    result = np.einsum("...op,oi,pj->...ij", _f64(grad_output), weights_h, weights_w, optimize=True)
+    return result.astype(dtype)
+
+
+# -- avg_pool2d_backward
+
+def _avg_pool_weights(input_size, output_size, kernel, stride, pad, count_include_pad, divide):
+    """Per-axis window indicator over its divisor: the padded extent (count_include_pad) or the clipped one."""
+    starts = np.arange(output_size) * stride - pad
+    padded_ends = np.minimum(starts + kernel, input_size + pad)
+    clipped_starts, clipped_ends = np.maximum(starts, 0), np.minimum(padded_ends, input_size)
+    positions = np.arange(input_size)
+    inside = (positions >= clipped_starts[:, None]) & (positions < clipped_ends[:, None])
+    if not divide:
+        return inside.astype(np.float64)
+    extent = padded_ends - starts if count_include_pad else clipped_ends - clipped_starts
+    return inside / np.maximum(extent, 1)[:, None]
+
+
+def _avg_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                              divisor_override):
+    op = "aten.avg_pool2d_backward.default"
+    _require_same_dtype(op, self=self, grad_output=grad_output)
+    require_arg(divisor_override is None or divisor_override != 0, op, "divisor must be not zero")
+    out, _ = _pool2d_geometry(op, self, kernel_size, stride, padding, [1, 1], ceil_mode, half_of_effective=False)
+    _require_shape(op, "grad_output", grad_output, [*shape_of(self)[:-2], *out])
+    return tensor(shape_of(self), dtype_of(self))
+
+
+def _avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    stride = list(stride) if stride else list(kernel_size)
+    (height, width), (out_h, out_w) = self.shape[-2:], grad_output.shape[-2:]
+    weights_h = _avg_pool_weights(height, out_h, kernel_size[0], stride[0], padding[0], count_include_pad,
+                                  divide=divisor_override is None)
+    weights_w = _avg_pool_weights(width, out_w, kernel_size[1], stride[1], padding[1], count_include_pad,
+                                  divide=divisor_override is None)
+    if divisor_override is not None:
+        weights_w = weights_w / divisor_override
+    return _separable_backward(grad_output, weights_h, weights_w, self.dtype)
+
+
+defop("avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+      _avg_pool2d_backward_meta, _avg_pool2d_backward, tags=_TAGS)
+
+
+# -- _adaptive_avg_pool2d_backward
+
+def _adaptive_weights(input_size: int, output_size: int) -> np.ndarray:
+    """Output o averages inputs [floor(o*I/O), ceil((o+1)*I/O))."""
+    outputs = np.arange(output_size)
+    starts = (outputs * input_size) // output_size
+    ends = -((-(outputs + 1) * input_size) // output_size)
+    positions = np.arange(input_size)
+    inside = (positions >= starts[:, None]) & (positions < ends[:, None])
+    return inside / np.maximum(ends - starts, 1)[:, None]
+
+
+def _adaptive_avg_pool2d_backward_meta(grad_output, self):
+    op = "aten._adaptive_avg_pool2d_backward.default"
+    _require_same_dtype(op, self=self, grad_output=grad_output)
+    require(len(shape_of(self)) in (3, 4), op, f"expected a 3-D or 4-D input, got shape {list(shape_of(self))}")
+    require(len(shape_of(grad_output)) == len(shape_of(self)) and all(
+        sym_eq(a, b) for a, b in zip(shape_of(grad_output)[:-2], shape_of(self)[:-2])), op,
+        f"grad_output shape {[str(d) for d in shape_of(grad_output)]} does not match input shape "
+        f"{[str(d) for d in shape_of(self)]} outside the last two dims")
+    return tensor(shape_of(self), dtype_of(self))
+
+
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    (height, width), (out_h, out_w) = self.shape[-2:], grad_output.shape[-2:]
+    return _separable_backward(grad_output, _adaptive_weights(height, out_h), _adaptive_weights(width, out_w),
+                               self.dtype)
+
+
+defop("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",
+      _adaptive_avg_pool2d_backward_meta, _adaptive_avg_pool2d_backward, tags=_TAGS)
+
+
+# -- max_pool2d_with_indices_backward: each output's gradient goes to the input its index names.
+
+def _max_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    op = "aten.max_pool2d_with_indices_backward.default"
+    _require_same_dtype(op, self=self, grad_output=grad_output)
+    require_dtype(dtype_of(indices) is dtypes.int64, op, f"indices must be int64, got {dtype_of(indices).name}")
+    out, _ = _pool2d_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode, half_of_effective=True)
+    expected = [*shape_of(self)[:-2], *out]
+    _require_shape(op, "grad_output", grad_output, expected)
+    _require_shape(op, "indices", indices, expected)
+    return tensor(shape_of(self), dtype_of(self))
+
+
+def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    plane = self.shape[-2] * self.shape[-1]
+    planes = int(np.prod(self.shape[:-2]))
+    indices = indices.reshape(planes, -1)
+    if indices.size and (indices.min() < -1 or indices.max() >= plane):
+        raise ShapeError(f"aten.max_pool2d_with_indices_backward.default: indices must lie in [0, {plane}) "
+                         f"(or be -1), got values in [{indices.min()}, {indices.max()}]")
+    flat = indices + (np.arange(planes) * plane)[:, None]
+    kept = indices != -1  # ATen skips -1 (a window with no valid input)
+    grads = np.bincount(flat[kept], weights=_f64(grad_output).reshape(planes, -1)[kept], minlength=planes * plane)
+    return grads.reshape(self.shape).astype(self.dtype)
+
+
+defop("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, "
+      "int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
+      _max_pool2d_backward_meta, _max_pool2d_backward, tags=_TAGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# embedding_dense_backward
+
+def _embedding_backward_meta(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    op = "aten.embedding_dense_backward.default"
+    require_dtype(dtype_of(indices) in (dtypes.int32, dtypes.int64), op,
+                  f"indices must be int32 or int64, got {dtype_of(indices).name}")
+    grad_shape, index_shape = shape_of(grad_output), shape_of(indices)
+    require(len(grad_shape) == len(index_shape) + 1 and all(
+        sym_eq(a, b) for a, b in zip(grad_shape, index_shape)), op,
+        f"grad_output shape {[str(d) for d in grad_shape]} must be the indices shape "
+        f"{[str(d) for d in index_shape]} plus the embedding dim")
+    require(not (isinstance(num_weights, int) and num_weights < 0), op, f"num_weights must be >= 0, got {num_weights}")
+    return tensor([num_weights, grad_shape[-1]], dtype_of(grad_output))
+
+
+def _embedding_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """ATen adds grad rows in index order, each `row + scale * grad` rounded to the dtype (opmath for
+    float16/bfloat16). Occurrences are processed in rounds, the r-th occurrence of every index
+    together, which keeps that order while each round writes distinct rows."""
+    width = grad_output.shape[-1]
+    flat = indices.reshape(-1).astype(np.int64)
+    grads = grad_output.reshape(-1, width)
+    if flat.size and (flat.min() < 0 or flat.max() >= num_weights):
+        raise ShapeError(f"aten.embedding_dense_backward.default: indices must lie in [0, {num_weights}), "
+                         f"got values in [{flat.min()}, {flat.max()}]")
+    keep = flat != padding_idx  # compared as is: a negative padding_idx matches no index
+    flat, grads = flat[keep], grads[keep]
+    counts = np.bincount(flat, minlength=num_weights)
+    compute = np.float64 if grad_output.dtype == np.float64 else np.float32
+    scale = (1.0 / np.maximum(counts, 1))[flat] if scale_grad_by_freq else np.ones(len(flat))
+    order = np.argsort(flat, kind="stable")
+    first_of_run = np.searchsorted(flat[order], flat[order])
+    occurrence = np.empty(len(flat), np.int64)
+    occurrence[order] = np.arange(len(flat)) - first_of_run
+    result = np.zeros((num_weights, width), grad_output.dtype)
+    for round_ in range(int(occurrence.max()) + 1 if len(flat) else 0):
+        chosen = occurrence == round_
+        rows = flat[chosen]
+        updated = result[rows].astype(compute) + scale[chosen].astype(compute)[:, None] * grads[chosen].astype(compute)
+        result[rows] = updated.astype(grad_output.dtype)
+    return result
+
+
+defop("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "
+      "bool scale_grad_by_freq) -> Tensor", _embedding_backward_meta, _embedding_backward, tags=_TAGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution_backward
+
+def _expand_param(op: str, name: str, values, spatial: int) -> list:
+    values = list(values)
+    if len(values) == 1 and spatial > 1:
+        values = values * spatial
+    require_arg(len(values) == spatial, op, f"{name} must have {spatial} entries (one per spatial dim), got {values}")
+    return values
+
+
+def _conv_geometry(op, grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups):
+    """Checked parameters and the expected grad_output shape of the forward convolution."""
+    input_shape, weight_shape = shape_of(input), shape_of(weight)
+    rank = len(input_shape)
+    require(rank >= 3 and len(weight_shape) == rank, op,
+            f"input {[str(d) for d in input_shape]} and weight {[str(d) for d in weight_shape]} must have the same "
+            "rank, at least 3 (batch, channels, spatial dims)")
+    spatial = rank - 2
+    stride = _expand_param(op, "stride", stride, spatial)
+    padding = _expand_param(op, "padding", padding, spatial)
+    dilation = _expand_param(op, "dilation", dilation, spatial)
+    output_padding = _expand_param(op, "output_padding", output_padding, spatial) if transposed else [0] * spatial
+    require_arg(all(s > 0 for s in stride), op, f"stride must be positive, got {stride}")
+    require_arg(all(p >= 0 for p in padding), op, f"padding must be non-negative, got {padding}")
+    require_arg(all(d > 0 for d in dilation), op, f"dilation must be positive, got {dilation}")
+    require_arg(groups > 0, op, f"groups must be positive, got {groups}")
+    kernel = weight_shape[2:]
+    channels = input_shape[1]
+    if transposed:
+        require(sym_eq(weight_shape[0], channels), op,
+                f"transposed weight has {weight_shape[0]} input channels but the input has {channels}")
+        out_channels = weight_shape[1] * groups
+        require_arg(all(extra < s or extra < d for extra, s, d in zip(output_padding, stride, dilation)), op,
+                    f"output_padding {output_padding} must be smaller than either stride or dilation")
+        require(not isinstance(channels, int) or channels % groups == 0, op,
+                f"{channels} input channels are not divisible by groups={groups}")
+        out_size = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+                    for size, s, p, d, k, extra in zip(input_shape[2:], stride, padding, dilation, kernel,
+                                                       output_padding)]
+    else:
+        require(sym_eq(weight_shape[1] * groups, channels), op,
+                f"weight expects {weight_shape[1]} x {groups} groups input channels but the input has {channels}")
+        out_channels = weight_shape[0]
+        require(not isinstance(out_channels, int) or out_channels % groups == 0, op,
+                f"{out_channels} output channels are not divisible by groups={groups}")
+        out_size = [_floordiv(size + 2 * p - d * (k - 1) - 1, s) + 1
+                    for size, s, p, d, k in zip(input_shape[2:], stride, padding, dilation, kernel)]
+    for size in out_size:
+        require(not (isinstance(size, int) and size < 1), op,
+                f"the convolution's output size {out_size} is too small for input {[str(d) for d in input_shape]}")
+    _require_shape(op, "grad_output", grad_output, [input_shape[0], out_channels, *out_size])
+    return stride, padding, dilation, out_channels
+
+
+def _conv_backward_meta(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                        output_padding, groups, output_mask):
+    op = "aten.convolution_backward.default"
+    _require_same_dtype(op, grad_output=grad_output, input=input, weight=weight)
+    _require_floating(op, "grad_output", grad_output)
+    *_, out_channels = _conv_geometry(op, grad_output, input, weight, stride, padding, dilation, transposed,
+                                      output_padding, groups)
+    require(bias_sizes is None or (len(bias_sizes) == 1 and sym_eq(bias_sizes[0], out_channels)), op,
+            f"bias_sizes {bias_sizes} must be [{out_channels}] (the output channels)")
+    dtype = dtype_of(grad_output)
+    return (tensor(shape_of(input), dtype), tensor(shape_of(weight), dtype), tensor([out_channels], dtype))
+
+
+def _windows(x, kernel, stride, padding, dilation, out_size):
+    """x zero-padded, viewed as (N, C, *out_size, *kernel): element [.., o, k] is x_pad[.., o*stride + k*dilation]."""
+    spatial = len(kernel)
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    view = sliding_window_view(padded, spans, axis=tuple(range(2, 2 + spatial)))
+    return view[(slice(None), slice(None))
+                + tuple(slice(0, s * o, s) for s, o in zip(stride, out_size))
+                + tuple(slice(None, None, d) for d in dilation)]
+
+
+def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                   output_padding, groups, output_mask):
+    """Regular conv y = W * x: dW correlates x's windows with dy, dx scatters dy·W back over the windows.
+    A transposed conv is the adjoint of the regular one, so its dx is the regular conv of dy and its
+    dW correlates dy's windows with x."""
+    spatial = input.ndim - 2
+    stride, padding, dilation = (list(v) * (spatial if len(v) == 1 else 1) for v in (stride, padding, dilation))
+    kernel = weight.shape[2:]
+    x, w, dy = _f64(input), _f64(weight), _f64(grad_output)
+    batch, groups = x.shape[0], int(groups)
+    O, K = "xyz"[:spatial], "ijk"[:spatial]  # einsum letters of the spatial and kernel dims
+    if transposed:
+        cols = _windows(dy, kernel, stride, padding, dilation, x.shape[2:])
+        cols = cols.reshape(batch, groups, -1, *cols.shape[2:])  # (n, g, o, *L, *K)
+        xg = x.reshape(batch, groups, -1, *x.shape[2:])  # (n, g, c, *L)
+        wg = w.reshape(groups, -1, *w.shape[1:])  # (g, c, o, *K)
+        grad_input = np.einsum(f"ngo{O}{K},gco{K}->ngc{O}", cols, wg, optimize=True).reshape(x.shape)
+        grad_weight = np.einsum(f"ngc{O},ngo{O}{K}->gco{K}", xg, cols, optimize=True).reshape(w.shape)
+    else:
+        out_size = dy.shape[2:]
+        cols = _windows(x, kernel, stride, padding, dilation, out_size)
+        cols = cols.reshape(batch, groups, -1, *cols.shape[2:])  # (n, g, c, *O, *K)
+        dyg = dy.reshape(batch, groups, -1, *out_size)  # (n, g, o, *O)
+        wg = w.reshape(groups, -1, *w.shape[1:])  # (g, o, c, *K)
+        grad_weight = np.einsum(f"ngc{O}{K},ngo{O}->goc{K}", cols, dyg, optimize=True).reshape(w.shape)
+        grad_cols = np.einsum(f"ngo{O},goc{K}->ngc{O}{K}", dyg, wg, optimize=True).reshape(
+            batch, x.shape[1], *out_size, *kernel)
+        padded = np.zeros((batch, x.shape[1], *(size + 2 * p for size, p in zip(x.shape[2:], padding))))
+        for offset in itertools.product(*(range(k) for k in kernel)):
+            target = tuple(slice(k * d, k * d + s * (o - 1) + 1, s)
+                           for k, d, s, o in zip(offset, dilation, stride, out_size))
+            padded[(slice(None), slice(None)) + target] += grad_cols[(Ellipsis,) + offset]
+        grad_input = padded[(slice(None), slice(None))
+                            + tuple(slice(p, p + size) for p, size in zip(padding, x.shape[2:]))]
+    grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
+    dtype = grad_output.dtype
+    return grad_input.astype(dtype), grad_weight.astype(dtype), grad_bias.astype(dtype)
+
+
+defop("convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, "
+      "SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, "
+      "bool[3] output_mask) -> (Tensor, Tensor, Tensor)", _conv_backward_meta, _conv_backward, tags=_TAGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization backward. With x̂ = (x - mean) * rstd and g = dy * weight, per normalized group:
+#   dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)),  dweight = Σ dy * x̂,  dbias = Σ dy  (over the batch).
+# This is ATen's formula rearranged; it holds for any mean/rstd given, not only x's own statistics.
+
+def _normalized_input_grad(dy_weighted, x_hat, rstd, axis):
+    if dy_weighted.size == 0:
+        return np.zeros_like(dy_weighted)
+    return rstd * (dy_weighted - dy_weighted.mean(axis=axis, keepdims=True)
+                   - x_hat * (dy_weighted * x_hat).mean(axis=axis, keepdims=True))
+
+
+def _layer_norm_backward_meta(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    op = "aten.native_layer_norm_backward.default"
+    _require_same_dtype(op, input=input, grad_out=grad_out, weight=weight, bias=bias)
+    _require_floating(op, "input", input)
+    shape, normalized = shape_of(input), list(normalized_shape)
+    axis = len(shape) - len(normalized)
+    require(axis >= 0 and all(sym_eq(a, b) for a, b in zip(shape[axis:], normalized)), op,
+            f"normalized_shape {[str(d) for d in normalized]} must end the input shape {[str(d) for d in shape]}")
+    _require_shape(op, "grad_out", grad_out, shape)
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            _require_shape(op, name, value, normalized)
+    outer = numel(shape[:axis])
+    for name, value in (("mean", mean), ("rstd", rstd)):
+        require(sym_eq(numel(shape_of(value)), outer), op,
+                f"{name} must hold one value per normalized row ({outer}), got shape {list(shape_of(value))}")
+    dtype = dtype_of(input)
+    return (tensor(shape, dtype), tensor(normalized, dtype_of(weight) if weight is not None else dtype),
+            tensor(normalized, dtype_of(bias) if bias is not None else dtype))
+
+
+def _layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    rows = int(np.prod(input.shape[:input.ndim - len(normalized_shape)]))
+    x, dy = _f64(input).reshape(rows, -1), _f64(grad_out).reshape(rows, -1)
+    mean, rstd = _f64(mean).reshape(rows, 1), _f64(rstd).reshape(rows, 1)
+    x_hat = (x - mean) * rstd
+    weighted = dy * _f64(weight).reshape(1, -1) if weight is not None else dy
+    grad_input = _normalized_input_grad(weighted, x_hat, rstd, axis=1)
+    grad_weight, grad_bias = (dy * x_hat).sum(axis=0), dy.sum(axis=0)
+    weight_dtype = (weight if weight is not None else input).dtype
+    bias_dtype = (bias if bias is not None else input).dtype
+    return (grad_input.reshape(input.shape).astype(input.dtype),
+            grad_weight.reshape(normalized_shape).astype(weight_dtype),
+            grad_bias.reshape(normalized_shape).astype(bias_dtype))
+
+
+defop("native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, "
+      "Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+      _layer_norm_backward_meta, _layer_norm_backward, tags=_TAGS)
+
+
+def _group_norm_backward_meta(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: N803
+    op = "aten.native_group_norm_backward.default"
+    _require_same_dtype(op, input=input, grad_out=grad_out, weight=weight)
+    _require_floating(op, "input", input)
+    shape = shape_of(input)
+    require(len(shape) >= 2 and sym_eq(shape[0], N) and sym_eq(shape[1], C), op,
+            f"input shape {[str(d) for d in shape]} must start with N={N}, C={C}")
+    require(sym_eq(numel(shape), N * C * HxW), op, f"input shape {[str(d) for d in shape]} must hold N*C*HxW elements")
+    require_arg(group > 0, op, f"group must be positive, got {group}")
+    require(not isinstance(C, int) or C % group == 0, op, f"C={C} channels are not divisible by group={group}")
+    _require_shape(op, "grad_out", grad_out, shape)
+    if weight is not None:
+        _require_shape(op, "weight", weight, [C])
+    for name, value in (("mean", mean), ("rstd", rstd)):
+        require(sym_eq(numel(shape_of(value)), N * group), op,
+                f"{name} must hold N*group = {N * group} values, got shape {list(shape_of(value))}")
+    dtype = dtype_of(input)
+    parameter_dtype = dtype_of(weight) if weight is not None else dtype
+    return tensor(shape, dtype), tensor([C], parameter_dtype), tensor([C], parameter_dtype)
+
+
+def _group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: N803
+    grouped = (N, group, C // group, HxW)
+    x, dy = _f64(input).reshape(grouped), _f64(grad_out).reshape(grouped)
+    mean, rstd = _f64(mean).reshape(N, group, 1, 1), _f64(rstd).reshape(N, group, 1, 1)
+    x_hat = (x - mean) * rstd
+    weighted = dy * _f64(weight).reshape(1, group, -1, 1) if weight is not None else dy
+    grad_input = _normalized_input_grad(weighted, x_hat, rstd, axis=(2, 3))
+    grad_weight = (dy * x_hat).sum(axis=(0, 3)).reshape(C)
+    grad_bias = dy.sum(axis=(0, 3)).reshape(C)
+    parameter_dtype = (weight if weight is not None else input).dtype
+    return (grad_input.reshape(input.shape).astype(input.dtype), grad_weight.astype(parameter_dtype),
+            grad_bias.astype(parameter_dtype))
+
+
+defop("native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
+      "SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+      _group_norm_backward_meta, _group_norm_backward, tags=_TAGS)

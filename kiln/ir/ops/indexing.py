@@ -1,1 +1,426 @@
-"""TODO"""
+"""Indexing ops: gather/scatter and their reductions, index/index_put, index_select, masked_scatter, nonzero.
+
+Index tensors are int64 or int32 (masks are bool); an index out of range raises a ShapeError naming the
+index, the dim and its size (torch raises IndexError/RuntimeError). Sizes that depend on the data (a
+boolean mask's count, nonzero's rows) are unbacked symbols while tracing and exact in eager mode.
+Kernels never write into their inputs: every scatter copies `self` first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from kiln.ir import dtypes
+from kiln.ir.meta import (
+    broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
+    unbacked_size,
+)
+from kiln.ir.ops.shape import fill_value, holds
+from kiln.ir.registry import defop
+from kiln.ir.symbolic import sym_eq
+
+_INDEX_DTYPES = (dtypes.int64, dtypes.int32)
+
+
+def _shown(sizes) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+def _require_index_dtype(op: str, index, message: str) -> None:
+    require_dtype(dtype_of(index) in _INDEX_DTYPES, op, f"{message}, got {dtype_of(index).name}")
+
+
+def _require_in_bounds(op: str, index: np.ndarray, size: int, dim: int, *, negative_ok: bool) -> None:
+    """Refuse index values outside [0, size) (or [-size, size) where negatives wrap)."""
+    low = -size if negative_ok else 0
+    bad = (index < low) | (index >= size)
+    if bad.any():
+        require(False, op, f"index {int(index[bad].flat[0])} is out of bounds for dimension {dim} with size {size}")
+
+
+def _nonempty(shape) -> list:
+    """ATen's ensure_nonempty_*: a 0-d tensor acts as a 1-element 1-d tensor in gather/scatter."""
+    return list(shape) if len(shape) else [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# gather, scatter, scatter_add, scatter_reduce
+
+
+def _gather_check(op, self, dim, index) -> int:
+    self_shape, index_shape = shape_of(self), shape_of(index)
+    d = canonical_dim(op, dim, len(self_shape))
+    if isinstance(numel(index_shape), int) and numel(index_shape) == 0:
+        return d  # torch checks nothing for an empty index
+    _require_index_dtype(op, index, "gather(): expected dtype int32/int64 for index")
+    self_dims, index_dims = _nonempty(self_shape), _nonempty(index_shape)
+    require(len(self_dims) == len(index_dims), op, "index tensor must have the same number of dimensions as input tensor")
+    for i, (s, n) in enumerate(zip(self_dims, index_dims)):
+        if i != d:
+            require(holds(sympy.Le(n, s)), op, f"size does not match at dimension {i}: expected index {_shown(index_shape)} "
+                                       f"to be no larger than self {_shown(self_shape)} apart from dimension {d}")
+    return d
+
+
+def _gather(self, dim, index, sparse_grad=False):
+    op = "aten.gather.default"
+    d = _gather_check(op, self, dim, index)
+    if index.size == 0:
+        return np.empty(index.shape, self.dtype)
+    source = self.reshape(_nonempty(self.shape))
+    positions = index.reshape(_nonempty(index.shape)).astype(np.int64, copy=False)
+    _require_in_bounds(op, positions, source.shape[d], d, negative_ok=False)
+    # take_along_axis needs equal sizes off `dim`, where the index may be smaller than self.
+    source = source[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(positions.shape))]
+    return np.take_along_axis(source, positions, axis=d).reshape(index.shape)
+
+
+def _gather_meta(self, dim, index, sparse_grad=False):
+    _gather_check("aten.gather.default", self, dim, index)
+    return like(self, shape=shape_of(index))
+
+
+defop("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", _gather_meta, _gather)
+
+
+def _scatter_check(op, self, dim, index, src=None) -> int:
+    """ATen's scatter_gather_dtype_check and scatter_shape_check."""
+    self_shape, index_shape = shape_of(self), shape_of(index)
+    d = canonical_dim(op, dim, len(self_shape))
+    empty = isinstance(numel(index_shape), int) and numel(index_shape) == 0
+    if not empty:
+        _require_index_dtype(op, index, "expected dtype int32/int64 for index")
+    if src is not None:
+        require_dtype(dtype_of(src) is dtype_of(self), op,
+                      f"expected self.dtype to be equal to src.dtype, got {dtype_of(self).name} and "
+                      f"{dtype_of(src).name}")
+    if empty:
+        return d
+    self_dims, index_dims = _nonempty(self_shape), _nonempty(index_shape)
+    require(len(index_dims) == len(self_dims), op, "index tensor must have the same number of dimensions as self tensor")
+    if src is not None:
+        require(len(_nonempty(shape_of(src))) == len(index_dims), op,
+                "index tensor must have the same number of dimensions as src tensor")
+    src_dims = _nonempty(shape_of(src)) if src is not None else None
+    for i, n in enumerate(index_dims):
+        fits = (i == d or holds(sympy.Le(n, self_dims[i]))) and (src_dims is None or holds(sympy.Le(n, src_dims[i])))
+        require(fits, op, f"expected index {_shown(index_shape)} to be no larger than self {_shown(self_shape)} apart "
+                          f"from dimension {d}" + (f" and to be no larger size than src {_shown(shape_of(src))}"
+                                                   if src is not None else ""))
+    return d
+
+
+def _scatter_target(op, self, dim, index):
+    """(result to write into, index tuple addressing it, the leading src window, restore-shape)."""
+    d = canonical_dim(op, dim, self.ndim)
+    result = self.reshape(_nonempty(self.shape)).copy()
+    positions = index.reshape(_nonempty(index.shape)).astype(np.int64, copy=False)
+    _require_in_bounds(op, positions, result.shape[d], d, negative_ok=False)
+    # The element at index position (i0, .., ik) goes to result[i0, .., index[i], .., ik].
+    grid = list(np.indices(positions.shape, sparse=True))
+    grid[d] = positions
+    window = tuple(slice(0, n) for n in positions.shape)
+    return result, tuple(grid), window
+
+
+def _scatter_src(self, dim, index, src):
+    op = "aten.scatter.src"
+    _scatter_check(op, self, dim, index, src)
+    if index.size == 0:
+        return self.copy()
+    result, target, window = _scatter_target(op, self, dim, index)
+    result[target] = src.reshape(_nonempty(src.shape))[window]
+    return result.reshape(self.shape)
+
+
+def _scatter_value(self, dim, index, value):
+    op = "aten.scatter.value"
+    _scatter_check(op, self, dim, index)
+    fill = fill_value(op, value, dtypes.dtype(self.dtype))
+    if index.size == 0:
+        return self.copy()
+    result, target, _ = _scatter_target(op, self, dim, index)
+    result[target] = fill
+    return result.reshape(self.shape)
+
+
+def _scatter_add(self, dim, index, src):
+    op = "aten.scatter_add.default"
+    _scatter_check(op, self, dim, index, src)
+    if index.size == 0:
+        return self.copy()
+    result, target, window = _scatter_target(op, self, dim, index)
+    # Accumulates in self's dtype, one source element at a time in index order, as ATen's CPU kernel.
+    np.add.at(result, target, src.reshape(_nonempty(src.shape))[window])
+    return result.reshape(self.shape)
+
+
+def _scatter_meta(op):
+    def meta(self, dim, index, src):
+        _scatter_check(op, self, dim, index, src)
+        return like(self)
+    return meta
+
+
+def _scatter_value_meta(self, dim, index, value):
+    _scatter_check("aten.scatter.value", self, dim, index)
+    fill_value("aten.scatter.value", value, dtype_of(self))
+    return like(self)
+
+
+defop("scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
+      _scatter_meta("aten.scatter.src"), _scatter_src)
+defop("scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", _scatter_value_meta, _scatter_value)
+defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
+      _scatter_meta("aten.scatter_add.default"), _scatter_add)
+
+
+# torch also accepts "max"/"min" as spellings of "amax"/"amin".
+_REDUCTIONS = {"sum": np.add, "prod": np.multiply, "mean": np.add, "amax": np.maximum, "amin": np.minimum,
+               "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_reduce_check(self, dim, index, src, reduce):
+    op = "aten.scatter_reduce.two"
+    require_arg(reduce in _REDUCTIONS, op, f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    require_dtype(not (reduce == "mean" and dtype_of(self).is_bool), op, "reduce='mean' is not supported for bool")
+    _scatter_check(op, self, dim, index, src)
+    return like(self)
+
+
+def _reduction_identity(reduce: str, dt: np.dtype):
+    """The value excluded `self` elements start from (ATen's scatter_reduce_exclude_input_init)."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    largest = reduce in ("amin", "min")
+    if dt == np.bool_:
+        return largest
+    if np.issubdtype(dt, np.integer):
+        return np.iinfo(dt).max if largest else np.iinfo(dt).min
+    return np.inf if largest else -np.inf
+
+
+def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    op = "aten.scatter_reduce.two"
+    _scatter_reduce_check(self, dim, index, src, reduce)
+    if index.size == 0:
+        return self.copy()
+    result, target, window = _scatter_target(op, self, dim, index)
+    if not include_self:
+        result[target] = _reduction_identity(reduce, result.dtype)
+    values = src.reshape(_nonempty(src.shape))[window]
+    with np.errstate(all="ignore"):
+        _REDUCTIONS[reduce].at(result, target, values)
+        if reduce == "mean":
+            count = np.full(result.shape, 1 if include_self else 0, np.int64)
+            np.add.at(count, target, 1)
+            count = np.maximum(count, 1)
+            if np.issubdtype(result.dtype, np.integer):
+                result = np.floor_divide(result, count.astype(result.dtype))
+            else:
+                result = (result / count.astype(result.dtype)).astype(result.dtype)
+    return result.reshape(self.shape)
+
+
+defop("scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) "
+      "-> Tensor",
+      lambda self, dim, index, src, reduce, include_self=True: _scatter_reduce_check(self, dim, index, src, reduce),
+      _scatter_reduce)
+
+
+# ---------------------------------------------------------------------------------------------
+# index_select
+
+
+def _index_select_check(self, dim, index):
+    op = "aten.index_select.default"
+    shape = shape_of(self)
+    d = canonical_dim(op, dim, len(shape))
+    _require_index_dtype(op, index, "index_select(): expected dtype int32 or int64 for index")
+    require(len(shape_of(index)) <= 1, op, "index_select(): index is supposed to be a vector")
+    count = numel(shape_of(index))
+    if not shape:
+        require(holds(sympy.Eq(count, 1)), op,
+                f"index_select(): index to scalar can have only 1 value, got {count} value(s)")
+        return d, []
+    result = list(shape)
+    result[d] = count
+    return d, result
+
+
+def _index_select(self, dim, index):
+    op = "aten.index_select.default"
+    d, _ = _index_select_check(self, dim, index)
+    positions = index.reshape(-1).astype(np.int64, copy=False)
+    _require_in_bounds(op, positions, self.shape[d] if self.ndim else 1, d, negative_ok=False)
+    if self.ndim == 0:
+        return self.copy()
+    return np.take(self, positions, axis=d)
+
+
+defop("index_select(Tensor self, int dim, Tensor index) -> Tensor",
+      lambda self, dim, index: like(self, shape=_index_select_check(self, dim, index)[1]), _index_select)
+
+
+# ---------------------------------------------------------------------------------------------
+# Advanced indexing: index.Tensor, index_put
+
+
+def _mask_count(mask):
+    """How many elements a mask selects: exact for a concrete mask, a fresh unbacked symbol while tracing."""
+    if isinstance(mask, np.ndarray):
+        return int(np.count_nonzero(mask))
+    return unbacked_size("mask")
+
+
+def _indexing_shape(op, self, indices):
+    """The shape of self[indices] under numpy/torch advanced indexing.
+
+    Each mask of k dims stands for k index tensors of its count. All index tensors broadcast together;
+    their result dims replace the indexed dims in place when those dims are adjacent, and go first
+    otherwise.
+    """
+    shape = shape_of(self)
+    require(any(i is not None for i in indices), op, "at least one index must be a tensor, not None",
+            fix="an all-None index list selects everything: use the tensor itself")
+    require(len(indices) <= len(shape), op,
+            f"too many indices for tensor of dimension {len(shape)} (got {len(indices)})")
+    advanced = []  # (indexed dim, shape of its index tensor)
+    position = 0
+    for index in indices:
+        if index is None:
+            position += 1
+            continue
+        dt = dtype_of(index)
+        require_dtype(dt in _INDEX_DTYPES or dt in (dtypes.bool_, dtypes.uint8), op,
+                      f"tensors used as indices must be long, int, byte or bool tensors, got {dt.name}")
+        index_shape = shape_of(index)
+        if dt in (dtypes.bool_, dtypes.uint8):
+            require(len(index_shape) > 0, op, "a 0-d boolean index is not supported",
+                    fix="torch's Python indexing turns x[True] into x.unsqueeze(0); do that instead")
+            require(position + len(index_shape) <= len(shape), op,
+                    f"too many indices for tensor of dimension {len(shape)} (got {position + len(index_shape)})")
+            for j, size in enumerate(index_shape):
+                require(sym_eq(size, shape[position + j]), op,
+                        f"the shape of the mask {_shown(index_shape)} at index {j} does not match the shape of "
+                        f"the indexed tensor {_shown(shape)} at index {position + j}")
+            count = _mask_count(index)
+            advanced += [(position + j, (count,)) for j in range(len(index_shape))]
+            position += len(index_shape)
+        else:
+            advanced.append((position, tuple(index_shape)))
+            position += 1
+    broadcast = list(broadcast_shapes(op, *[s for _, s in advanced]))
+    dims = [d for d, _ in advanced]
+    if dims == list(range(dims[0], dims[-1] + 1)):
+        return list(shape[:dims[0]]) + broadcast + list(shape[dims[-1] + 1:])
+    return broadcast + [s for d, s in enumerate(shape) if d not in dims]
+
+
+def _numpy_key(op, self, indices):
+    """The numpy index for torch's `indices`: slices for None, masks as their nonzero() arrays (which
+    numpy treats exactly like the mask), integer arrays bounds-checked."""
+    key = []
+    for index in indices:
+        if index is None:
+            key.append(slice(None))
+        elif index.dtype in (np.bool_, np.uint8):
+            key.extend(np.nonzero(index.astype(bool, copy=False)))
+        else:
+            dim = len(key)
+            positions = index.astype(np.int64, copy=False)
+            _require_in_bounds(op, positions, self.shape[dim], dim, negative_ok=True)
+            key.append(positions)
+    return tuple(key)
+
+
+def _index(self, indices):
+    op = "aten.index.Tensor"
+    _indexing_shape(op, self, indices)
+    return self[_numpy_key(op, self, indices)]
+
+
+defop("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor",
+      lambda self, indices: like(self, shape=_indexing_shape("aten.index.Tensor", self, indices)), _index)
+
+
+def _index_put_check(self, indices, values):
+    op = "aten.index_put.default"
+    require_dtype(dtype_of(values) is dtype_of(self), op,
+                  f"index put requires the source and destination dtypes match, got {dtype_of(self).name} for "
+                  f"the destination and {dtype_of(values).name} for the source")
+    target = _indexing_shape(op, self, indices)
+    value_shape = shape_of(values)
+    # `values` must expand to the indexed shape: no extra dims, each size equal or 1. A size that
+    # depends on a mask's count is assumed to match (the kernel checks it).
+    fits = len(value_shape) <= len(target) and all(
+        (isinstance(v, int) and v == 1) or holds(sympy.Eq(v, t)) for v, t in zip(value_shape[::-1], target[::-1]))
+    require(fits, op, f"shape mismatch: value tensor of shape {_shown(value_shape)} cannot be broadcast to "
+                      f"indexing result of shape {_shown(target)}")
+    return like(self)
+
+
+def _index_put(self, indices, values, accumulate=False):
+    op = "aten.index_put.default"
+    _index_put_check(self, indices, values)
+    key = _numpy_key(op, self, indices)
+    result = self.copy()
+    spread = np.broadcast_to(values, result[key].shape)
+    if accumulate:
+        # Duplicates add up, one at a time in index order and in self's dtype, like ATen's CPU kernel.
+        np.add.at(result, key, spread)
+    else:
+        result[key] = spread
+    return result
+
+
+defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
+      lambda self, indices, values, accumulate=False: _index_put_check(self, indices, values), _index_put)
+
+
+# ---------------------------------------------------------------------------------------------
+# masked_scatter, nonzero
+
+
+def _masked_scatter_meta(self, mask, source):
+    op = "aten.masked_scatter.default"
+    require_dtype(dtype_of(mask).is_bool, op,
+                  f"masked_scatter only supports boolean masks, but got mask with dtype {dtype_of(mask).name}")
+    require_dtype(dtype_of(source) is dtype_of(self), op,
+                  f"expected self and source to have same dtypes but got {dtype_of(self).name} and "
+                  f"{dtype_of(source).name}")
+    return like(self, shape=broadcast_shapes(op, shape_of(self), shape_of(mask)))
+
+
+def _masked_scatter(self, mask, source):
+    shape = np.broadcast_shapes(self.shape, mask.shape)
+    result = np.broadcast_to(self, shape).copy()
+    selected = np.broadcast_to(mask, shape)
+    count = int(np.count_nonzero(selected))
+    require(source.size >= count, "aten.masked_scatter.default",
+            f"number of elements of source ({source.size}) < number of ones in mask ({count})")
+    # Masked positions take source's elements in row-major order.
+    result[selected] = source.reshape(-1)[:count]
+    return result
+
+
+defop("masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", _masked_scatter_meta, _masked_scatter)
+
+
+def _is_nonzero(array: np.ndarray) -> np.ndarray:
+    return array if array.dtype == np.bool_ else array != 0  # NaN counts as nonzero
+
+
+def _nonzero_meta(self):
+    count = int(np.count_nonzero(_is_nonzero(self))) if isinstance(self, np.ndarray) else unbacked_size("nonzero")
+    return tensor([count, len(shape_of(self))], dtypes.int64)
+
+
+def _nonzero(self):
+    return np.argwhere(_is_nonzero(self)).astype(np.int64, copy=False)
+
+
+defop("nonzero(Tensor self) -> Tensor", _nonzero_meta, _nonzero)

@@ -1,36 +1,1115 @@
-"""Shape and view ops: view, reshape, permute, expand, squeeze/unsqueeze, cat, split, slice, ..."""
+"""Shape and view ops: view, reshape, permute, expand, squeeze/unsqueeze, cat, split, slice, pad, ...
+
+kiln programs are functional, so a "view" op (tag `view`) is a value that torch would alias; its
+kernel may return a numpy view, and no kernel ever writes into its inputs. Meta rules keep every size
+symbolic (sympy): clamping uses `Min`/`Max` unless the ShapeEnv's ranges decide it, and a question
+that needs a concrete answer (how many chunks, is this dim 1?) is decided through a guard.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
+
+import ml_dtypes
 import numpy as np
+import sympy
 
-from kiln.ir.meta import like, numel, require, shape_of
-from kiln.ir.registry import defop
-from kiln.ir.symbolic import as_dim, sym_eq
+from kiln.ir import dtypes
+from kiln.ir.errors import GuardError
+from kiln.ir.meta import (
+    canonical_dim, dtype_of, like, numel, require, require_arg, shape_of, tensor,
+)
+from kiln.ir.registry import defop, ops, register_decomposition
+from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool, sym_eq
+from kiln.ir.types import SymIntType
 
+aten = ops.aten
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic helpers (private to this family; indexing.py imports a few of them).
+
+def _statically(condition):
+    """True/False when the condition is decided by the dims' ranges alone; None when it depends."""
+    return (current_shape_env() or ShapeEnv()).statically_known(condition)
+
+
+def holds(condition) -> bool:
+    """Decide a user-facing check: statically, else through a guard on the example values. A check on
+    data-dependent (unbacked) sizes that cannot be decided is assumed to hold, like torch's
+    size-oblivious checks; the kernel re-checks concrete values."""
+    try:
+        return guard_bool(condition)
+    except GuardError:
+        return True
+
+
+def _guard_or(condition, default: bool) -> bool:
+    """Decide a branch through a guard, or take `default` when it depends on unbacked sizes."""
+    try:
+        return guard_bool(condition)
+    except GuardError:
+        return default
+
+
+def _sym_min(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    known = _statically(sympy.Le(a, b))
+    return a if known is True else b if known is False else as_dim(sympy.Min(a, b))
+
+
+def _sym_max(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    known = _statically(sympy.Ge(a, b))
+    return a if known is True else b if known is False else as_dim(sympy.Max(a, b))
+
+
+def _ceil_div(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return as_dim(sympy.ceiling(sympy.sympify(a) / b))
+
+
+def _is_one(size) -> bool:
+    """Whether a dim is 1; an undecidable data-dependent dim counts as not 1 (torch's guard_or_false)."""
+    if isinstance(size, int):
+        return size == 1
+    return _guard_or(sympy.Eq(size, 1), False)
+
+
+def _is_negative_int(value) -> bool:
+    return isinstance(value, int) and value < 0
+
+
+def _concrete_count(op: str, value, what: str) -> int:
+    """An int that must be concrete (a number of results): the value's hint, recorded as a guard."""
+    if isinstance(value, int):
+        return value
+    env = current_shape_env()
+    hint = env.hint(value) if env is not None else None
+    if hint is None:
+        raise GuardError(f"{op}: the {what} ({value}) depends on a data-dependent or unknown size",
+                         fix="make that dim static, or give it an example value when tracing")
+    guard_bool(sympy.Eq(value, hint))
+    return hint
+
+
+def _shown(sizes) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+def _rank(value) -> int:
+    return len(shape_of(value))
+
+
+def _dims_in_range(op: str, dims, rank: int) -> list[int]:
+    """Wrap a list of dims, refusing duplicates (ATen's dim_list_to_bitset)."""
+    wrapped = [canonical_dim(op, d, rank) for d in dims]
+    seen = set()
+    for original, d in zip(dims, wrapped):
+        require(d not in seen, op, f"dim {d} appears multiple times in the list of dims")
+        seen.add(d)
+    return wrapped
+
+
+def _axis_index(rank: int, dim: int, item) -> tuple:
+    """A numpy index selecting `item` along `dim` and everything along the other dims."""
+    return (slice(None),) * dim + (item,) + (slice(None),) * (rank - dim - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fill values (constant_pad_nd, pad, scatter.value): ATen's checked Scalar conversion.
+
+def fill_value(op: str, value, dt: dtypes.DType) -> np.ndarray:
+    """`value` converted to dtype `dt` as a 0-d array, refusing values that overflow it (c10's
+    checked_convert): integers must fit (uint8 also accepts negatives down to -255, which wrap), and
+    finite floats must not exceed the float type's range."""
+    if dt.is_bool:
+        return np.asarray(bool(value))
+    if dt.is_integral and not isinstance(value, bool):
+        info = np.iinfo(dt.numpy)
+        low = -int(info.max) if not dt.is_signed else int(info.min)
+        fits = (math.isfinite(value) if isinstance(value, float) else True) and low <= value <= int(info.max)
+        require_arg(fits, op, f"value {value} cannot be converted to type {dt.name} without overflow")
+        if isinstance(value, float):
+            value = int(value)  # truncation toward zero, like static_cast
+        return np.asarray(value % (int(info.max) + 1) if value < 0 and not dt.is_signed else value, dt.numpy)
+    if dt.is_floating_point and isinstance(value, (int, float)) and not isinstance(value, bool):
+        finite_max = float(ml_dtypes.finfo(dt.numpy).max)
+        fits = not math.isfinite(float(value)) or abs(float(value)) <= finite_max
+        require_arg(fits, op, f"value {value} cannot be converted to type {dt.name} without overflow")
+    return np.asarray(value).astype(dt.numpy)
+
+
+# ---------------------------------------------------------------------------------------------
+# view, reshape and friends
 
 def infer_size(op: str, shape, size):
     """Resolve one -1 in a requested size and check the element count matches (ATen's infer_size)."""
     size = [as_dim(s) for s in size]
     wildcard = [i for i, s in enumerate(size) if isinstance(s, int) and s == -1]
     require(len(wildcard) <= 1, op, "only one dimension can be inferred")
+    for index, s in enumerate(size):
+        require(not (isinstance(s, int) and s < -1), op,
+                f"invalid shape dimension {s} at index {index} of shape {_shown(size)}")
     total = numel(shape)
     if wildcard:
         known = numel([s for i, s in enumerate(size) if i != wildcard[0]])
-        import sympy
-        inferred = as_dim(sympy.floor(sympy.sympify(total) / known)) if not isinstance(total, int) or not isinstance(
-            known, int) else (total // known if known else -1)
-        require(known != 0 and sym_eq(inferred * known, total), op,
-                f"shape '{[str(s) for s in size]}' is invalid for input of size {total}")
+        require(not sym_eq(known, 0) if isinstance(known, int) else holds(sympy.Ne(known, 0)), op,
+                f"cannot reshape tensor of {total} elements into shape {_shown(size)} because the "
+                f"unspecified dimension size -1 can be any value and is ambiguous")
+        if isinstance(total, int) and isinstance(known, int):
+            inferred = total // known
+        else:
+            inferred = as_dim(sympy.floor(sympy.sympify(total) / known))
         size[wildcard[0]] = inferred
-    for s in size:
-        require(not (isinstance(s, int) and s < 0), op, f"invalid shape dimension {s}")
-    require(sym_eq(numel(size), total), op,
-            f"shape '{[str(s) for s in size]}' is invalid for input of size {total}")
+    require(sym_eq(numel(size), total), op, f"shape {_shown(size)} is invalid for input of size {total}")
     return size
 
 
+def _view_meta(op):
+    return lambda self, size: like(self, shape=infer_size(op, shape_of(self), size))
+
+
+def _view_kernel(op):
+    return lambda self, size: np.reshape(self, infer_size(op, self.shape, size))
+
+
 defop("view(Tensor(a) self, SymInt[] size) -> Tensor(a)",
-      lambda self, size: like(self, shape=infer_size("aten.view.default", shape_of(self), size)),
-      lambda self, size: np.reshape(self, infer_size("aten.view.default", self.shape, size)),
+      _view_meta("aten.view.default"), _view_kernel("aten.view.default"), tags=("view",))
+
+# kiln is functional, so reshape never needs the copy ATen makes for non-viewable strides: it is a view.
+defop("reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)",
+      _view_meta("aten.reshape.default"), _view_kernel("aten.reshape.default"), tags=("composite", "view"))
+
+
+@register_decomposition("aten.reshape.default")
+def _reshape(self, shape):
+    return aten.view.default(self, shape)
+
+
+defop("_unsafe_view(Tensor self, SymInt[] size) -> Tensor",
+      _view_meta("aten._unsafe_view.default"), _view_kernel("aten._unsafe_view.default"), tags=("composite",))
+
+
+@register_decomposition("aten._unsafe_view.default")
+def _unsafe_view(self, size):
+    return aten.view.default(self, size)
+
+
+defop("view_as(Tensor(a) self, Tensor other) -> Tensor(a)",
+      lambda self, other: like(self, shape=infer_size("aten.view_as.default", shape_of(self), shape_of(other))),
+      lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
+
+
+@register_decomposition("aten.view_as.default")
+def _view_as(self, other):
+    return aten.view.default(self, list(shape_of(other)))
+
+
+def _flatten_shape(op, shape, start_dim, end_dim):
+    if not shape:
+        return [1]
+    start, end = canonical_dim(op, start_dim, len(shape)), canonical_dim(op, end_dim, len(shape))
+    require(start <= end, op, "flatten() has invalid args: start_dim cannot come after end_dim")
+    return list(shape[:start]) + [numel(shape[start:end + 1])] + list(shape[end + 1:])
+
+
+defop("flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)",
+      lambda self, start_dim=0, end_dim=-1: like(
+          self, shape=_flatten_shape("aten.flatten.using_ints", shape_of(self), start_dim, end_dim)),
+      lambda self, start_dim=0, end_dim=-1: np.reshape(
+          self, _flatten_shape("aten.flatten.using_ints", self.shape, start_dim, end_dim)),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.flatten.using_ints")
+def _flatten(self, start_dim=0, end_dim=-1):
+    shape = shape_of(self)
+    flat = _flatten_shape("aten.flatten.using_ints", shape, start_dim, end_dim)
+    if len(flat) == len(shape):
+        return self  # nothing merged: torch returns the input itself
+    return aten.view.default(self, flat)
+
+
+def _unflatten_shape(op, shape, dim, sizes):
+    require(len(shape) > 0, op, "cannot unflatten a 0-dim tensor")
+    require(len(sizes) > 0, op, "sizes must be non-empty")
+    d = canonical_dim(op, dim, len(shape))
+    inner = infer_size(op, [shape[d]], sizes)
+    return list(shape[:d]) + inner + list(shape[d + 1:])
+
+
+defop("unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)",
+      lambda self, dim, sizes: like(self, shape=_unflatten_shape("aten.unflatten.int", shape_of(self), dim, sizes)),
+      lambda self, dim, sizes: np.reshape(self, _unflatten_shape("aten.unflatten.int", self.shape, dim, sizes)),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.unflatten.int")
+def _unflatten(self, dim, sizes):
+    return aten.view.default(self, _unflatten_shape("aten.unflatten.int", shape_of(self), dim, sizes))
+
+
+# ---------------------------------------------------------------------------------------------
+# as_strided: a window on the input's contiguous storage
+
+
+def _as_strided_meta(self, size, stride, storage_offset=None):
+    op = "aten.as_strided.default"
+    require(len(size) == len(stride), op,
+            f"mismatch in length of strides and shape: {len(stride)} strides for {len(size)} sizes")
+    require(not any(_is_negative_int(s) for s in stride), op,
+            f"negative strides are not supported, got strides: {_shown(stride)}")
+    require(not any(_is_negative_int(s) for s in size), op, f"negative sizes are not allowed: {_shown(size)}")
+    offset = 0 if storage_offset is None else storage_offset
+    require(not _is_negative_int(offset), op, f"invalid storage offset {offset}")
+    if not any(isinstance(s, int) and s == 0 for s in size):
+        last = offset + sum(((s - 1) * st for s, st in zip(size, stride)), 0)
+        storage = numel(shape_of(self))
+        require(holds(sympy.Lt(last, storage)), op,
+                f"sizes {_shown(size)}, strides {_shown(stride)} and storage offset {offset} reach element "
+                f"{last} of a storage of {storage} elements")
+    return like(self, shape=size)
+
+
+def _as_strided(self, size, stride, storage_offset=None):
+    if any(s == 0 for s in size):
+        return np.empty(size, self.dtype)
+    storage = np.ascontiguousarray(self).reshape(-1)[storage_offset or 0:]
+    window = np.lib.stride_tricks.as_strided(storage, shape=size,
+                                             strides=[s * storage.itemsize for s in stride], writeable=False)
+    return window.copy()  # overlapping windows must not alias each other's elements
+
+
+defop("as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)",
+      _as_strided_meta, _as_strided, tags=("view",))
+
+
+# ---------------------------------------------------------------------------------------------
+# permute, transpose, t, movedim
+
+
+def _permute_dims(op, rank, dims):
+    require(len(dims) == rank, op,
+            f"number of dims in the permutation ({len(dims)}) does not match the tensor's rank ({rank})")
+    wrapped = [canonical_dim(op, d, rank) for d in dims]
+    require(len(set(wrapped)) == len(wrapped), op, f"duplicate dims are not allowed: {list(dims)}")
+    return wrapped
+
+
+def _permute_meta(self, dims):
+    shape = shape_of(self)
+    order = _permute_dims("aten.permute.default", len(shape), dims)
+    return like(self, shape=[shape[d] for d in order])
+
+
+defop("permute(Tensor(a) self, int[] dims) -> Tensor(a)", _permute_meta,
+      lambda self, dims: np.transpose(self, _permute_dims("aten.permute.default", self.ndim, dims)),
       tags=("view",))
+
+
+def _swap_order(op, rank, dim0, dim1):
+    order = list(range(rank))
+    a, b = canonical_dim(op, dim0, rank), canonical_dim(op, dim1, rank)
+    if rank:
+        order[a], order[b] = order[b], order[a]
+    return order
+
+
+def _define_swap(schema: str, name: str) -> None:
+    op = f"aten.{name}"
+
+    def meta(self, dim0, dim1):
+        shape = shape_of(self)
+        return like(self, shape=[shape[d] for d in _swap_order(op, len(shape), dim0, dim1)])
+
+    defop(schema, meta, lambda self, dim0, dim1: np.transpose(self, _swap_order(op, self.ndim, dim0, dim1)),
+          tags=("composite", "view"))
+
+    @register_decomposition(op)
+    def decompose(self, dim0, dim1):
+        return aten.permute.default(self, _swap_order(op, _rank(self), dim0, dim1))
+
+
+_define_swap("transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", "transpose.int")
+_define_swap("swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)", "swapaxes.default")
+
+
+def _t_order(rank):
+    require(rank <= 2, "aten.t.default", f"t() expects a tensor with <= 2 dimensions, but self is {rank}D")
+    return list(range(rank))[::-1]
+
+
+def _t_meta(self):
+    shape = shape_of(self)
+    return like(self, shape=[shape[d] for d in _t_order(len(shape))])
+
+
+defop("t(Tensor(a) self) -> Tensor(a)", _t_meta,
+      lambda self: np.transpose(self, _t_order(self.ndim)), tags=("composite", "view"))
+
+
+@register_decomposition("aten.t.default")
+def _t(self):
+    order = _t_order(_rank(self))
+    return aten.permute.default(self, order) if len(order) == 2 else self
+
+
+def _movedim_order(rank, source, destination):
+    op = "aten.movedim.int"
+    src, dst = canonical_dim(op, source, rank), canonical_dim(op, destination, rank)
+    if rank == 0:
+        return []
+    order = [d for d in range(rank) if d != src]
+    order.insert(dst, src)
+    return order
+
+
+defop("movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)",
+      lambda self, source, destination: like(
+          self, shape=[shape_of(self)[d] for d in _movedim_order(_rank(self), source, destination)]),
+      lambda self, source, destination: np.transpose(self, _movedim_order(self.ndim, source, destination)),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.movedim.int")
+def _movedim(self, source, destination):
+    return aten.permute.default(self, _movedim_order(_rank(self), source, destination))
+
+
+# ---------------------------------------------------------------------------------------------
+# expand, repeat
+
+
+def _expand_shape(op, shape, size):
+    require(len(size) >= len(shape), op,
+            f"the number of sizes provided ({len(size)}) must be greater or equal to the number of "
+            f"dimensions in the tensor ({len(shape)})")
+    leading = len(size) - len(shape)
+    result = []
+    for index, target in enumerate(size):
+        target = as_dim(target)
+        if index < leading:
+            require(not _is_negative_int(target), op,
+                    f"the expanded size of the tensor ({target}) isn't allowed in a leading, "
+                    f"non-existing dimension {index}")
+            result.append(target)
+            continue
+        current = shape[index - leading]
+        if isinstance(target, int) and target == -1:
+            result.append(current)
+            continue
+        require(not _is_negative_int(target), op, f"invalid expanded size {target} at dimension {index}")
+        if _is_one(current) or sym_eq(current, target):
+            result.append(target)
+            continue
+        require(False, op, f"the expanded size of the tensor ({target}) must match the existing size "
+                           f"({current}) at non-singleton dimension {index}. Target sizes: {_shown(size)}. "
+                           f"Tensor sizes: {_shown(shape)}")
+    return result
+
+
+defop("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",
+      lambda self, size, implicit=False: like(self, shape=_expand_shape("aten.expand.default", shape_of(self), size)),
+      lambda self, size, implicit=False: np.broadcast_to(
+          self, _expand_shape("aten.expand.default", self.shape, size)),
+      tags=("view",))
+
+defop("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)",
+      lambda self, other: like(self, shape=_expand_shape("aten.expand_as.default", shape_of(self), shape_of(other))),
+      lambda self, other: np.broadcast_to(self, other.shape), tags=("composite", "view"))
+
+
+@register_decomposition("aten.expand_as.default")
+def _expand_as(self, other):
+    return aten.expand.default(self, list(shape_of(other)))
+
+
+def _repeat_shape(op, shape, repeats):
+    require(len(repeats) >= len(shape), op,
+            "number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
+    require(not any(_is_negative_int(r) for r in repeats), op, f"repeats must be non-negative, got {_shown(repeats)}")
+    padded = [1] * (len(repeats) - len(shape)) + list(shape)
+    return [as_dim(s * r) for s, r in zip(padded, repeats)]
+
+
+def _repeat(self, repeats):
+    padded = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
+    return np.tile(padded, repeats)
+
+
+defop("repeat(Tensor self, SymInt[] repeats) -> Tensor",
+      lambda self, repeats: like(self, shape=_repeat_shape("aten.repeat.default", shape_of(self), repeats)), _repeat)
+
+
+def _repeat_interleave_shape(op, shape, repeats, dim, output_size):
+    require(not _is_negative_int(repeats), op, f"repeats must be non-negative, got {repeats}")
+    if dim is None:
+        result = [as_dim(numel(shape) * repeats)]
+        axis = 0
+    else:
+        # torch's implementation unsqueezes after `dim`, so a 0-d input has no valid dim.
+        require(len(shape) > 0, op, "a 0-dim tensor has no dim to repeat along; pass dim=None")
+        axis = canonical_dim(op, dim, len(shape))
+        result = list(shape)
+        result[axis] = as_dim(shape[axis] * repeats)
+    if output_size is not None:
+        require(sym_eq(output_size, result[axis]), op,
+                f"invalid output_size, expected {result[axis]} but got {output_size}")
+    return result
+
+
+defop("repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor",
+      lambda self, repeats, dim=None, output_size=None: like(self, shape=_repeat_interleave_shape(
+          "aten.repeat_interleave.self_int", shape_of(self), repeats, dim, output_size)),
+      lambda self, repeats, dim=None, output_size=None: np.repeat(
+          self, repeats, axis=None if dim is None else canonical_dim("aten.repeat_interleave.self_int", dim,
+                                                                     self.ndim)).reshape(
+          _repeat_interleave_shape("aten.repeat_interleave.self_int", self.shape, repeats, dim, output_size)),
+      tags=("composite",))
+
+
+@register_decomposition("aten.repeat_interleave.self_int")
+def _repeat_interleave(self, repeats, dim=None, output_size=None):
+    op = "aten.repeat_interleave.self_int"
+    result_shape = _repeat_interleave_shape(op, shape_of(self), repeats, dim, output_size)
+    if dim is None:
+        self = aten.view.default(self, [numel(shape_of(self))])
+        axis = 0
+    else:
+        axis = canonical_dim(op, dim, _rank(self))
+    # Each element repeated in place: [.., n, ..] -> [.., n, 1, ..] -> [.., n, r, ..] -> [.., n*r, ..]
+    shape = list(shape_of(self))
+    spread = aten.expand.default(aten.unsqueeze.default(self, axis + 1),
+                                 shape[:axis + 1] + [repeats] + shape[axis + 1:])
+    return aten.view.default(spread, result_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# squeeze, unsqueeze
+
+
+def _squeezed_dims(op, shape, dims):
+    """The dims among `dims` that really are 1 (others are kept, as in ATen)."""
+    wrapped = _dims_in_range(op, dims, len(shape))
+    return [d for d in wrapped if d < len(shape) and _is_one(shape[d])]
+
+
+def _squeeze_meta(op):
+    def meta(self, dims):
+        shape = shape_of(self)
+        drop = set(_squeezed_dims(op, shape, dims))
+        return like(self, shape=[s for i, s in enumerate(shape) if i not in drop])
+    return meta
+
+
+def _squeeze_kernel(op):
+    return lambda self, dims: np.squeeze(self, axis=tuple(_squeezed_dims(op, self.shape, dims)))
+
+
+defop("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)",
+      lambda self, dim: _squeeze_meta("aten.squeeze.dim")(self, [dim]),
+      lambda self, dim: _squeeze_kernel("aten.squeeze.dim")(self, [dim]), tags=("view",))
+defop("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)",
+      _squeeze_meta("aten.squeeze.dims"), _squeeze_kernel("aten.squeeze.dims"), tags=("view",))
+defop("squeeze(Tensor(a) self) -> Tensor(a)",
+      lambda self: _squeeze_meta("aten.squeeze.default")(self, list(range(_rank(self)))),
+      lambda self: _squeeze_kernel("aten.squeeze.default")(self, list(range(self.ndim))),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.squeeze.default")
+def _squeeze(self):
+    shape = shape_of(self)
+    return aten.squeeze.dims(self, [d for d, size in enumerate(shape) if _is_one(size)])
+
+
+def _unsqueeze_meta(self, dim):
+    shape = list(shape_of(self))
+    shape.insert(canonical_dim("aten.unsqueeze.default", dim, len(shape), allow_end=True), 1)
+    return like(self, shape=shape)
+
+
+defop("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)", _unsqueeze_meta,
+      lambda self, dim: np.expand_dims(self, canonical_dim("aten.unsqueeze.default", dim, self.ndim, allow_end=True)),
+      tags=("view",))
+
+
+# ---------------------------------------------------------------------------------------------
+# contiguous: every kiln value is logically contiguous
+
+
+defop("contiguous(Tensor(a) self, *, MemoryFormat memory_format=0) -> Tensor(a)",
+      lambda self, memory_format=0: like(self), lambda self, memory_format=0: np.array(self, order="C"),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.contiguous.default")
+def _contiguous(self, memory_format=0):
+    # torch.contiguous returns its input when it is already contiguous, which every kiln value is.
+    return self
+
+
+# ---------------------------------------------------------------------------------------------
+# select, slice, narrow, diagonal and their scatters
+
+
+def _select_check(op, shape, dim, index):
+    """(wrapped dim, result shape) of selecting `index` along `dim`; the index must be in [-size, size)."""
+    require(len(shape) > 0, op, "select() cannot be applied to a 0-dim tensor")
+    d = canonical_dim(op, dim, len(shape))
+    size = shape[d]
+    require(holds(sympy.Ge(index, -size)) and holds(sympy.Lt(index, size)), op,
+            f"index {index} out of range for tensor of size {_shown(shape)} at dimension {d}")
+    return d, list(shape[:d]) + list(shape[d + 1:])
+
+
+def _select_meta(self, dim, index):
+    return like(self, shape=_select_check("aten.select.int", shape_of(self), dim, index)[1])
+
+
+def _select(self, dim, index):
+    d, _ = _select_check("aten.select.int", self.shape, dim, index)
+    return np.asarray(self[_axis_index(self.ndim, d, index)])
+
+
+defop("select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", _select_meta, _select, tags=("view",))
+
+
+def _require_same_shape(op, src_shape, expected, what):
+    require(len(src_shape) == len(expected) and all(sym_eq(a, b) for a, b in zip(src_shape, expected)), op,
+            f"expected src to have a size equal to the {what} of self. src size = {_shown(src_shape)}, "
+            f"{what} size = {_shown(expected)}")
+
+
+def _select_scatter_meta(self, src, dim, index):
+    op = "aten.select_scatter.default"
+    _, expected = _select_check(op, shape_of(self), dim, index)
+    _require_same_shape(op, shape_of(src), expected, "slice")
+    return like(self)
+
+
+def _select_scatter(self, src, dim, index):
+    d, _ = _select_check("aten.select_scatter.default", self.shape, dim, index)
+    result = self.copy()
+    result[_axis_index(self.ndim, d, index)] = src
+    return result
+
+
+defop("select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor",
+      _select_scatter_meta, _select_scatter)
+
+
+def slice_bounds(op, size, start, end, step):
+    """ATen's slice arithmetic: (start, end, length) after wrapping negatives and clamping to [0, size].
+
+    Symbolic bounds stay exact: clamps become sympy Min/Max unless the ranges decide them, and only the
+    sign of a symbolic start/end (which picks the formula) is guarded."""
+    require(holds(sympy.Gt(step, 0)) if not isinstance(step, int) else step > 0, op, "slice step must be positive")
+    start = 0 if start is None else as_dim(start)
+    if end is None or (isinstance(end, int) and end >= sys.maxsize):
+        end = size  # torch spells "to the end" as INT64_MAX
+    end = as_dim(end)
+    if _is_negative_int(start) or (not isinstance(start, int) and _guard_or(sympy.Lt(start, 0), False)):
+        start = as_dim(start + size)
+    if _is_negative_int(end) or (not isinstance(end, int) and _guard_or(sympy.Lt(end, 0), False)):
+        end = as_dim(end + size)
+    start = _sym_min(_sym_max(start, 0), size)
+    end = _sym_max(_sym_min(end, size), start)
+    if isinstance(step, int) and step == 1:
+        length = as_dim(end - start)
+    elif all(isinstance(v, int) for v in (start, end, step)):
+        length = (end - start + step - 1) // step
+    else:
+        length = as_dim(sympy.floor((sympy.sympify(end) - start + step - 1) / step))
+    return start, end, length
+
+
+def _slice_shape(op, shape, dim, start, end, step):
+    """(wrapped dim, numpy slice of that dim, result shape)."""
+    require(len(shape) > 0, op, "slice() cannot be applied to a 0-dim tensor")
+    d = canonical_dim(op, dim, len(shape))
+    begin, stop, length = slice_bounds(op, shape[d], start, end, step)
+    return d, slice(begin, stop, step), list(shape[:d]) + [length] + list(shape[d + 1:])
+
+
+def _slice_index(op, array, dim, start, end, step):
+    d, window, _ = _slice_shape(op, array.shape, dim, start, end, step)
+    return _axis_index(array.ndim, d, window)
+
+
+defop("slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)",
+      lambda self, dim=0, start=None, end=None, step=1: like(
+          self, shape=_slice_shape("aten.slice.Tensor", shape_of(self), dim, start, end, step)[2]),
+      lambda self, dim=0, start=None, end=None, step=1: self[
+          _slice_index("aten.slice.Tensor", self, dim, start, end, step)],
+      tags=("view",))
+
+
+def _slice_scatter_meta(self, src, dim=0, start=None, end=None, step=1):
+    op = "aten.slice_scatter.default"
+    _, _, expected = _slice_shape(op, shape_of(self), dim, start, end, step)
+    _require_same_shape(op, shape_of(src), expected, "slice")
+    return like(self)
+
+
+def _slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    result = self.copy()
+    result[_slice_index("aten.slice_scatter.default", self, dim, start, end, step)] = src
+    return result
+
+
+defop("slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) "
+      "-> Tensor", _slice_scatter_meta, _slice_scatter)
+
+
+def _narrow_range(op, shape, dim, start, length):
+    """(dim, start, end) of a narrow, with start wrapped; checks like ATen's narrow."""
+    require(len(shape) > 0, op, "narrow() cannot be applied to a 0-dim tensor")
+    d = canonical_dim(op, dim, len(shape))
+    size = shape[d]
+    require(not _is_negative_int(length) and holds(sympy.Ge(length, 0)), op, "narrow(): length must be non-negative")
+    require(holds(sympy.Ge(start, -size)) and holds(sympy.Le(start, size)), op,
+            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+    if _is_negative_int(start) or (not isinstance(start, int) and _guard_or(sympy.Lt(start, 0), False)):
+        start = as_dim(start + size)
+    require(holds(sympy.Le(start + length, size)), op,
+            f"start ({start}) + length ({length}) exceeds dimension size ({size})")
+    return d, start, as_dim(start + length)
+
+
+def _narrow_meta(self, dim, start, length):
+    shape = list(shape_of(self))
+    d, _, _ = _narrow_range("aten.narrow.default", shape, dim, start, length)
+    shape[d] = length
+    return like(self, shape=shape)
+
+
+def _narrow(self, dim, start, length):
+    d, begin, end = _narrow_range("aten.narrow.default", self.shape, dim, start, length)
+    return self[_axis_index(self.ndim, d, slice(begin, end))]
+
+
+defop("narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)", _narrow_meta, _narrow,
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.narrow.default")
+def _narrow_decomposition(self, dim, start, length):
+    d, begin, end = _narrow_range("aten.narrow.default", shape_of(self), dim, start, length)
+    return aten.slice.Tensor(self, d, begin, end)
+
+
+def _diagonal_shape(op, shape, offset, dim1, dim2):
+    rank = len(shape)
+    d1, d2 = canonical_dim(op, dim1, rank), canonical_dim(op, dim2, rank)
+    require(d1 != d2, op, f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if offset >= 0:
+        length = _sym_max(_sym_min(shape[d1], as_dim(shape[d2] - offset)), 0)
+    else:
+        length = _sym_max(_sym_min(as_dim(shape[d1] + offset), shape[d2]), 0)
+    return [s for i, s in enumerate(shape) if i not in (d1, d2)] + [length]
+
+
+def _diagonal(self, offset=0, dim1=0, dim2=1):
+    op = "aten.diagonal.default"
+    _diagonal_shape(op, self.shape, offset, dim1, dim2)
+    # numpy's diagonal has torch's conventions: positive offsets go above the main diagonal, and the
+    # diagonal becomes the last dim.
+    return np.diagonal(self, offset, canonical_dim(op, dim1, self.ndim), canonical_dim(op, dim2, self.ndim))
+
+
+defop("diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)",
+      lambda self, offset=0, dim1=0, dim2=1: like(
+          self, shape=_diagonal_shape("aten.diagonal.default", shape_of(self), offset, dim1, dim2)),
+      _diagonal, tags=("view",))
+
+
+# ---------------------------------------------------------------------------------------------
+# flip
+
+
+def _flip(self, dims):
+    axes = _dims_in_range("aten.flip.default", dims, self.ndim)
+    if self.ndim == 0 or not axes:
+        return self.copy()
+    return np.flip(self, axis=tuple(axes))
+
+
+def _flip_meta(self, dims):
+    _dims_in_range("aten.flip.default", dims, _rank(self))
+    return like(self)
+
+
+defop("flip(Tensor self, int[] dims) -> Tensor", _flip_meta, _flip)
+
+
+# ---------------------------------------------------------------------------------------------
+# cat, stack
+
+
+def _cat_skipped(shape) -> bool:
+    """ATen's legacy rule: a 1-D tensor of size 0 is ignored by cat's shape checks."""
+    if len(shape) != 1:
+        return False
+    size = shape[0]
+    return size == 0 if isinstance(size, int) else _guard_or(sympy.Eq(size, 0), False)
+
+
+def _cat_shape(op, shapes, dim):
+    """(wrapped dim or None when every input is skipped, result shape)."""
+    require(len(shapes) > 0, op, "expected a non-empty list of tensors")
+    for index, shape in enumerate(shapes):
+        require(len(shape) > 0, op, f"zero-dimensional tensor (at position {index}) cannot be concatenated")
+    kept = [i for i, s in enumerate(shapes) if not _cat_skipped(s)]
+    if not kept:
+        return None, [0]
+    reference = shapes[kept[0]]
+    d = canonical_dim(op, dim, len(reference))
+    total = 0
+    for i in kept:
+        shape = shapes[i]
+        require(len(shape) == len(reference), op,
+                f"tensors must have same number of dimensions: got {len(reference)} and {len(shape)}")
+        for axis, (expected, size) in enumerate(zip(reference, shape)):
+            if axis != d:
+                require(sym_eq(expected, size), op,
+                        f"sizes of tensors must match except in dimension {d}. Expected size {expected} "
+                        f"but got size {size} for tensor number {i} in the list")
+        total = as_dim(total + shape[d])
+    return d, list(reference[:d]) + [total] + list(reference[d + 1:])
+
+
+def _cat_dtype(tensors):
+    return dtypes.promote_all(dtype_of(t) for t in tensors)
+
+
+def _cat_meta(tensors, dim=0):
+    _, shape = _cat_shape("aten.cat.default", [shape_of(t) for t in tensors], dim)
+    return tensor(shape, _cat_dtype(tensors))
+
+
+def _cat(tensors, dim=0):
+    out_dtype = _cat_dtype(tensors).numpy
+    d, shape = _cat_shape("aten.cat.default", [t.shape for t in tensors], dim)
+    if d is None:
+        return np.zeros(shape, out_dtype)
+    kept = [t.astype(out_dtype, copy=False) for t in tensors if not _cat_skipped(t.shape)]
+    return np.concatenate(kept, axis=d)
+
+
+defop("cat(Tensor[] tensors, int dim=0) -> Tensor", _cat_meta, _cat)
+
+
+def _stack_shape(op, shapes, dim):
+    require(len(shapes) > 0, op, "stack expects a non-empty TensorList")
+    first = shapes[0]
+    for index, shape in enumerate(shapes[1:], 1):
+        require(len(shape) == len(first) and all(sym_eq(a, b) for a, b in zip(first, shape)), op,
+                f"stack expects each tensor to be equal size, but got {_shown(first)} at entry 0 and "
+                f"{_shown(shape)} at entry {index}")
+    d = canonical_dim(op, dim, len(first), allow_end=True)
+    return d, list(first[:d]) + [len(shapes)] + list(first[d:])
+
+
+defop("stack(Tensor[] tensors, int dim=0) -> Tensor",
+      lambda tensors, dim=0: tensor(_stack_shape("aten.stack.default", [shape_of(t) for t in tensors], dim)[1],
+                                    _cat_dtype(tensors)),
+      lambda tensors, dim=0: np.stack(
+          [t.astype(_cat_dtype(tensors).numpy, copy=False) for t in tensors],
+          axis=_stack_shape("aten.stack.default", [t.shape for t in tensors], dim)[0]),
+      tags=("composite",))
+
+
+@register_decomposition("aten.stack.default")
+def _stack(tensors, dim=0):
+    d, _ = _stack_shape("aten.stack.default", [shape_of(t) for t in tensors], dim)
+    return aten.cat.default([aten.unsqueeze.default(t, d) for t in tensors], d)
+
+
+# ---------------------------------------------------------------------------------------------
+# split_with_sizes, split, chunk, unbind
+
+
+def _split_with_sizes_check(op, shape, split_sizes, dim):
+    require(len(shape) > 0, op, "split expects at least a 1-dimensional tensor")
+    d = canonical_dim(op, dim, len(shape))
+    require(not any(_is_negative_int(s) for s in split_sizes), op,
+            f"split_with_sizes expects split_sizes have only non-negative entries, but got split_sizes="
+            f"{_shown(split_sizes)}")
+    require(sym_eq(as_dim(sum(split_sizes, 0)), shape[d]), op,
+            f"split_with_sizes expects split_sizes to sum exactly to {shape[d]} (input tensor's size at "
+            f"dimension {d}), but got split_sizes={_shown(split_sizes)}")
+    return d
+
+
+def _split_pieces_meta(op, self, sizes, dim):
+    shape = list(shape_of(self))
+    d = _split_with_sizes_check(op, shape, sizes, dim)
+    return [like(self, shape=shape[:d] + [as_dim(s)] + shape[d + 1:]) for s in sizes]
+
+
+def _split_pieces(op, self, sizes, dim):
+    d = _split_with_sizes_check(op, self.shape, sizes, dim)
+    return np.split(self, np.cumsum(sizes)[:-1].astype(np.int64), axis=d) if sizes else []
+
+
+defop("split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]",
+      lambda self, split_sizes, dim=0: _split_pieces_meta("aten.split_with_sizes.default", self, split_sizes, dim),
+      lambda self, split_sizes, dim=0: _split_pieces("aten.split_with_sizes.default", self, split_sizes, dim),
+      tags=("view",))
+
+
+def _split_sizes(op, shape, split_size, dim):
+    """torch.split's pieces: full `split_size` pieces and a shorter last one (at least one piece)."""
+    require(len(shape) > 0, op, "split expects at least a 1-dimensional tensor")
+    size = shape[canonical_dim(op, dim, len(shape))]
+    require(not _is_negative_int(split_size) and holds(sympy.Ge(split_size, 0)), op,
+            f"split expects split_size be non-negative, but got split_size={split_size}")
+    if isinstance(split_size, int) and split_size == 0:
+        require(sym_eq(size, 0), op,
+                f"split_size can only be 0 if dimension size is 0, but got dimension size of {size}")
+        return [0]
+    count = _concrete_count(op, _sym_max(_ceil_div(size, split_size), 1), "number of pieces")
+    return [split_size] * (count - 1) + [as_dim(size - split_size * (count - 1))]
+
+
+defop("split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]",
+      lambda self, split_size, dim=0: _split_pieces_meta(
+          "aten.split.Tensor", self, _split_sizes("aten.split.Tensor", shape_of(self), split_size, dim), dim),
+      lambda self, split_size, dim=0: _split_pieces(
+          "aten.split.Tensor", self, _split_sizes("aten.split.Tensor", self.shape, split_size, dim), dim),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.split.Tensor")
+def _split(self, split_size, dim=0):
+    return aten.split_with_sizes.default(self, _split_sizes("aten.split.Tensor", shape_of(self), split_size, dim), dim)
+
+
+def _chunk_sizes(op, shape, chunks, dim):
+    require(len(shape) > 0, op, "chunk expects at least a 1-dimensional tensor")
+    require(chunks > 0, op, f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    size = shape[canonical_dim(op, dim, len(shape))]
+    split_size = _ceil_div(size, chunks)
+    # A 0-sized dim still gives `chunks` (empty) pieces; otherwise pieces of ceil(size / chunks),
+    # which may be fewer than `chunks` (torch.chunk(6 rows, 4) gives 3 pieces of 2).
+    if isinstance(size, int) and size == 0 or not isinstance(size, int) and _guard_or(sympy.Eq(size, 0), False):
+        return [0] * chunks
+    return _split_sizes(op, shape, split_size, dim)
+
+
+defop("chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]",
+      lambda self, chunks, dim=0: _split_pieces_meta(
+          "aten.chunk.default", self, _chunk_sizes("aten.chunk.default", shape_of(self), chunks, dim), dim),
+      lambda self, chunks, dim=0: _split_pieces(
+          "aten.chunk.default", self, _chunk_sizes("aten.chunk.default", self.shape, chunks, dim), dim),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.chunk.default")
+def _chunk(self, chunks, dim=0):
+    return aten.split_with_sizes.default(self, _chunk_sizes("aten.chunk.default", shape_of(self), chunks, dim), dim)
+
+
+def _unbind_count(op, shape, dim):
+    require(len(shape) > 0, op, "unbind() cannot be applied to a 0-dim tensor")
+    d = canonical_dim(op, dim, len(shape))
+    return d, _concrete_count(op, shape[d], "number of slices")
+
+
+def _unbind_meta(self, dim=0):
+    shape = list(shape_of(self))
+    d, count = _unbind_count("aten.unbind.int", shape, dim)
+    return [like(self, shape=shape[:d] + shape[d + 1:]) for _ in range(count)]
+
+
+def _unbind(self, dim=0):
+    d, count = _unbind_count("aten.unbind.int", self.shape, dim)
+    return [np.asarray(self[_axis_index(self.ndim, d, i)]) for i in range(count)]
+
+
+defop("unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]", _unbind_meta, _unbind,
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.unbind.int")
+def _unbind_decomposition(self, dim=0):
+    d, count = _unbind_count("aten.unbind.int", shape_of(self), dim)
+    return [aten.select.int(self, d, i) for i in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+
+
+def _constant_pad_shape(op, shape, pad):
+    require(len(pad) % 2 == 0, op, f"length of pad must be even but instead it equals {len(pad)}")
+    require(len(pad) // 2 <= len(shape), op,
+            f"length of pad should be no more than twice the number of dimensions of the input. Pad length "
+            f"is {len(pad)} while the input has {len(shape)} dimensions")
+    result = list(shape)
+    for pair in range(len(pad) // 2):
+        axis = len(shape) - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        result[axis] = as_dim(shape[axis] + before + after)
+        require(not _is_negative_int(result[axis]) and holds(sympy.Ge(result[axis], 0)), op,
+                f"the input size {shape[axis]}, plus negative padding {before} and {after} resulted in a "
+                f"negative output size, which is invalid. Check dimension {axis} of your input")
+    return result
+
+
+def _constant_pad_nd(self, pad, value=0):
+    op = "aten.constant_pad_nd.default"
+    shape = _constant_pad_shape(op, self.shape, pad)
+    result = np.full(shape, fill_value(op, value, dtypes.dtype(self.dtype)), self.dtype)
+    source, target = [slice(None)] * self.ndim, [slice(None)] * self.ndim
+    for pair in range(len(pad) // 2):
+        axis = self.ndim - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        # Negative padding crops the input; positive padding offsets it inside the result.
+        source[axis] = slice(max(-before, 0), self.shape[axis] - max(-after, 0))
+        target[axis] = slice(max(before, 0), shape[axis] - max(after, 0))
+    result[tuple(target)] = self[tuple(source)]
+    return result
+
+
+defop("constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor",
+      lambda self, pad, value=0: like(self, shape=_constant_pad_shape("aten.constant_pad_nd.default",
+                                                                        shape_of(self), pad)),
+      _constant_pad_nd)
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_shape(op, shape, pad, mode, value):
+    require_arg(mode in _PAD_MODES, op, f"unrecognised padding mode {mode!r} (expected one of {', '.join(_PAD_MODES)})")
+    if mode == "constant":
+        return _constant_pad_shape(op, shape, pad)
+    require_arg(value is None or value == 0, op, f'padding mode "{mode}" doesn\'t take in value argument')
+    pairs = len(pad) // 2
+    require(len(pad) % 2 == 0 and pairs in (1, 2, 3) and len(shape) in (pairs + 1, pairs + 2), op,
+            f"padding size {len(pad)} is not supported for {len(shape)}D input tensor in mode {mode!r}",
+            fix="non-constant modes pad the last 1, 2 or 3 dims of a batched or unbatched input")
+    result = list(shape)
+    for pair in range(pairs):
+        axis = len(shape) - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        size = shape[axis]
+        result[axis] = as_dim(size + before + after)
+        if mode == "reflect":
+            require(holds(sympy.Lt(before, size)) and holds(sympy.Lt(after, size)), op,
+                    f"padding size should be less than the corresponding input dimension, but got: padding "
+                    f"({before}, {after}) at dimension {axis} of input {_shown(shape)}")
+        if mode == "circular":
+            require(holds(sympy.Le(before, size)) and holds(sympy.Le(after, size)), op,
+                    "padding value causes wrapping around more than once")
+            require(holds(sympy.Ge(result[axis], 0)), op,
+                    "negative padding value is resulting in an empty dimension")
+        else:
+            require(holds(sympy.Ge(result[axis], 1)), op,
+                    f"input (size {size} at dimension {axis}) is too small for padding ({before}, {after}): "
+                    f"calculated output size {result[axis]}")
+    return result
+
+
+def _pad(self, pad, mode="constant", value=None):
+    op = "aten.pad.default"
+    _pad_shape(op, self.shape, pad, mode, value)
+    if mode == "constant":
+        return _constant_pad_nd(self, pad, 0 if value is None else value)
+    pairs = len(pad) // 2
+    widths = [(0, 0)] * (self.ndim - pairs) + [(pad[2 * p], pad[2 * p + 1]) for p in reversed(range(pairs))]
+    crop = tuple(slice(max(-b, 0), self.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(widths))
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    if mode == "circular":
+        # torch crops first, then wraps around what is left.
+        return np.pad(self[crop], grow, mode="wrap")
+    # reflect/replicate read the whole input (a negative pad does not change what the other side
+    # reflects), so pad first and then crop.
+    padded = np.pad(self, grow, mode="reflect" if mode == "reflect" else "edge")
+    return padded[tuple(slice(max(-b, 0), padded.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(widths))]
+
+
+def _circular_pad(self, pad):
+    """Circular padding with core ops: crop each padded dim, then wrap slices of what is left."""
+    pairs = len(pad) // 2
+    for pair in range(pairs):
+        axis = _rank(self) - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        size = shape_of(self)[axis]
+        if _is_negative_int(before) or _is_negative_int(after):
+            self = aten.slice.Tensor(self, axis, max(-before, 0) if isinstance(before, int) else 0,
+                                     as_dim(size - max(-after, 0)) if isinstance(after, int) else size)
+            size = shape_of(self)[axis]
+        pieces = []
+        if not (isinstance(before, int) and before <= 0):
+            pieces.append(aten.slice.Tensor(self, axis, as_dim(size - before), size))
+        pieces.append(self)
+        if not (isinstance(after, int) and after <= 0):
+            pieces.append(aten.slice.Tensor(self, axis, 0, after))
+        if len(pieces) > 1:
+            self = aten.cat.default(pieces, axis)
+    return self
+
+
+defop('pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor',
+      lambda self, pad, mode="constant", value=None: like(
+          self, shape=_pad_shape("aten.pad.default", shape_of(self), pad, mode, value)),
+      _pad, tags=("composite",))
+
+
+@register_decomposition("aten.pad.default")
+def _pad_decomposition(self, pad, mode="constant", value=None):
+    _pad_shape("aten.pad.default", shape_of(self), pad, mode, value)
+    if mode == "constant":
+        return aten.constant_pad_nd.default(self, pad, 0 if value is None else value)
+    if mode == "circular":
+        return _circular_pad(self, pad)
+    pairs = len(pad) // 2
+    if mode == "reflect":
+        return [aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+                aten.reflection_pad3d.default][pairs - 1](self, list(pad))
+    if pairs == 1:
+        # replication_pad1d is not a core op: pad a unit height with replication_pad2d instead.
+        lifted = aten.unsqueeze.default(self, -2)
+        return aten.squeeze.dim(aten.replication_pad2d.default(lifted, list(pad) + [0, 0]), -2)
+    return [aten.replication_pad2d.default, aten.replication_pad3d.default][pairs - 2](self, list(pad))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes as SymInts. kiln values are contiguous, so strides follow from the shape.
+
+
+def contiguous_strides(shape):
+    """torch's contiguous strides: each stride is the product of the later sizes, with 0 counted as 1."""
+    strides = []
+    running = 1
+    for size in reversed(shape):
+        strides.append(running)
+        running = as_dim(running * _sym_max(size, 1))
+    return strides[::-1]
+
+
+def _size_dim(op, shape, dim):
+    require(len(shape) > 0, op, f"dimension specified as {dim} but tensor has no dimensions")
+    return canonical_dim(op, dim, len(shape))
+
+
+defop("sym_size.int(Tensor self, int dim) -> SymInt",
+      lambda self, dim: SymIntType.of(shape_of(self)[_size_dim("aten.sym_size.int", shape_of(self), dim)]),
+      lambda self, dim: int(self.shape[_size_dim("aten.sym_size.int", self.shape, dim)]))
+defop("sym_numel(Tensor self) -> SymInt",
+      lambda self: SymIntType.of(numel(shape_of(self))), lambda self: int(self.size))
+defop("sym_stride.int(Tensor self, int dim) -> SymInt",
+      lambda self, dim: SymIntType.of(
+          contiguous_strides(shape_of(self))[_size_dim("aten.sym_stride.int", shape_of(self), dim)]),
+      lambda self, dim: int(contiguous_strides(self.shape)[_size_dim("aten.sym_stride.int", self.shape, dim)]))
+defop("sym_storage_offset(Tensor self) -> SymInt",
+      lambda self: SymIntType.of(0), lambda self: 0)
+

@@ -1,0 +1,135 @@
+"""The tracer: records every op a traced Tensor takes part in into a GraphBuilder.
+
+A traced Tensor holds an SSA value instead of a numpy array. `dispatch(op, ...)` is the single entry for
+every Tensor method, operator and functional: with no traced argument it runs the op eagerly on numpy;
+otherwise the tracer lifts eager tensors it meets as constants, converts SymInts to sympy expressions,
+records the op with the user's source line and module stack, and wraps the results as traced Tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from typing import Any, Iterator
+
+import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.ir import SSAValue
+
+from kiln.ir import dtypes
+from kiln.ir.program import GraphBuilder, InputKind
+from kiln.ir.registry import OpOverload, emitting
+from kiln.ir.symbolic import ShapeEnv
+from kiln.ir.types import TensorType
+
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_source_line() -> str | None:
+    """`file:line` of the innermost frame outside the kiln package (the user's code)."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_KILN_DIR) and "contextlib" not in filename:
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+class Tracer:
+    """Owns the GraphBuilder and ShapeEnv of one export."""
+
+    def __init__(self, shape_env: ShapeEnv | None = None, *, strict: bool = True):
+        self.shape_env = shape_env or ShapeEnv()
+        self.builder = GraphBuilder(self.shape_env)
+        self.strict = strict
+        self.module_stack: list[tuple[str, str]] = []  # (qualified module path, class name)
+        self.module_paths: dict[int, str] = {}  # id(module) -> its qualified name in the exported model
+        self.constants: dict[str, np.ndarray] = {}
+        self.example_values: dict[SSAValue, np.ndarray] = {}  # placeholders' example inputs (strict=False)
+        self._constant_ids: dict[int, Any] = {}
+        self._user_input_start: int | None = None
+
+    # -- inputs
+    def placeholder(self, name: str, value_type: TensorType, kind: InputKind, target: str | None = None,
+                    persistent: bool | None = None) -> SSAValue:
+        return self.builder.add_input(name, value_type, kind, target, persistent)
+
+    def begin_user_inputs(self) -> None:
+        self._user_input_start = len(self.builder.block.args)
+
+    def lift_constant(self, array: np.ndarray) -> SSAValue:
+        """An eager tensor met during tracing becomes a CONSTANT_TENSOR input (`c_lifted_tensor_N`)."""
+        found = self._constant_ids.get(id(array))
+        if found is not None and found[0] is array:
+            return found[1]
+        target = f"lifted_tensor_{len(self.constants)}"
+        self.constants[target] = array
+        index = self._user_input_start if self._user_input_start is not None else len(self.builder.block.args)
+        value = self.builder.add_input(f"c_{target}", TensorType.of(array.shape, dtypes.dtype(array.dtype)),
+                                       InputKind.CONSTANT_TENSOR, target, index=index)
+        if self._user_input_start is not None:
+            self._user_input_start += 1
+        self._constant_ids[id(array)] = (array, value)
+        return value
+
+    # -- recording
+    def call(self, op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from kiln.frontend.symint import to_expr
+        from kiln.frontend.tensor import Tensor
+
+        def unwrap(value: Any) -> Any:
+            if isinstance(value, Tensor):
+                return value._value if value._tracer is self else self.lift_constant(value._value)
+            if isinstance(value, (list, tuple)):
+                return type(value)(unwrap(v) for v in value)
+            return to_expr(value)
+
+        self.builder.source = user_source_line()
+        raw_args = [unwrap(a) for a in args]
+        raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        mark = len(self.builder.block.ops)
+        with emitting(self.builder):
+            result = op(*raw_args, **raw_kwargs)
+        if self.module_stack:
+            stack = ArrayAttr([StringAttr(f"{path}:{cls}") for path, cls in self.module_stack])
+            for recorded in list(self.builder.block.ops)[mark:]:
+                recorded.attributes["kiln.nn_module_stack"] = stack
+        return self.wrap(result)
+
+    def wrap(self, value: Any) -> Any:
+        from kiln.frontend.symint import SymInt
+        from kiln.frontend.tensor import Tensor
+        if isinstance(value, SSAValue):
+            if isinstance(value.type, TensorType):
+                return Tensor._traced(value, self)
+            return SymInt.wrap(value.type.expr, self.shape_env)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.wrap(v) for v in value)
+        return value
+
+    @contextlib.contextmanager
+    def module_scope(self, path: str, cls_name: str) -> Iterator[None]:
+        self.module_stack.append((path, cls_name))
+        try:
+            yield
+        finally:
+            self.module_stack.pop()
+
+
+_ACTIVE_TRACER: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("kiln_tracer", default=None)
+
+
+@contextlib.contextmanager
+def tracing(tracer: Tracer) -> Iterator[Tracer]:
+    token = _ACTIVE_TRACER.set(tracer)
+    try:
+        yield tracer
+    finally:
+        _ACTIVE_TRACER.reset(token)
+
+
+def active_tracer() -> Tracer | None:
+    return _ACTIVE_TRACER.get()
