@@ -1,63 +1,1215 @@
-"""Elementwise ops: arithmetic, comparisons, logic, unary math, activations. Broadcast + ATen promotion."""
+"""Elementwise ops: arithmetic, comparisons, logic, bitwise, unary math, activations, dtype conversion.
+
+Tensor operands broadcast and promote like `torch.result_type` (0-d tensors and Python scalars only raise
+the category). Kernels follow ATen's CPU kernels: float16/bfloat16 compute in float32; a Python scalar
+operand is cast to the common dtype the way its wrapped-number tensor is (int8 + 1000 wraps to int8 - 24),
+except that mul/div on float16/bfloat16 read a one-element second operand at its original precision.
+Scalar *parameters* (alpha, clamp bounds, fill values) go through c10's checked conversion instead and
+are refused when they overflow the dtype. Composite ops at the end decompose into the core ops above.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+import math
+from typing import Any, Callable
 
-from kiln.ir.meta import Promotion, dtype_of, elementwise_dtype, pointwise
-from kiln.ir.ops._common import as_compute, ignore_fp_errors, unary_float_kernel
-from kiln.ir.registry import defop
+import ml_dtypes
+import numpy as np
+import sympy
+
+from kiln.ir import dtypes
+from kiln.ir.dtypes import DType
+from kiln.ir.errors import KilnError
+from kiln.ir.meta import (
+    Promotion, broadcast_shapes, dtype_of, is_tensor, require_arg, require_dtype, shape_of, tensor,
+)
+from kiln.ir.ops._common import opmath, unary_float_kernel
+from kiln.ir.registry import defop, ops, register_decomposition
+from kiln.ir.schema import parse_schema
+
+aten = ops.aten
+
+_REDUCED_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+
+class _IntegerDivisionByZero(KilnError, ZeroDivisionError):
+    """Integer div/remainder/fmod by zero (ATen raises ZeroDivisionError; numpy would return garbage)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalars: promotion operands, wrapped-number casts and checked conversions
+
+
+def _promotion_operand(value: Any) -> Any:
+    """Tensors as they are; a symbolic Scalar (a SymInt expression) promotes like a Python int."""
+    if isinstance(value, sympy.Basic):
+        return 0 if value.is_integer else 0.0
+    return value
+
+
+def _common_dtype(*operands: Any) -> DType:
+    return dtypes.result_type(*[_promotion_operand(v) for v in operands if v is not None])
+
+
+def _promote(kind: Promotion, common: DType) -> DType:
+    if kind is Promotion.ALWAYS_BOOL:
+        return dtypes.bool_
+    if kind is Promotion.INT_TO_FLOAT and not common.is_floating_point:
+        return dtypes.default_float_dtype()
+    if kind is Promotion.BOOL_TO_LONG and common.is_bool:
+        return dtypes.int64
+    return common
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (bool, int, float))
+
+
+def _check_scalar_operands(op: str, values: tuple[Any, ...]) -> None:
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            require_arg(-2**63 <= value < 2**63, op, f"integer scalar {value} does not fit in int64")
+
+
+def _wrapped(value: Any) -> np.ndarray:
+    """A Python scalar as ATen wraps it: a 0-d bool, int64 or float64 tensor."""
+    if isinstance(value, (bool, np.bool_)):
+        return np.asarray(value, np.bool_)
+    if isinstance(value, (int, np.integer)):
+        return np.asarray(value, np.int64)
+    return np.asarray(value, np.float64)
+
+
+def _cast(value: Any, dtype: DType) -> np.ndarray:
+    """A tensor or Python scalar converted to `dtype` like TensorIterator's casts: no range checks."""
+    array = value if isinstance(value, np.ndarray) else _wrapped(value)
+    with np.errstate(all="ignore"):
+        return array.astype(dtype.numpy, copy=False)
+
+
+def _compute(value: Any, dtype: DType) -> np.ndarray:
+    """An operand cast to the common dtype, then widened to the dtype ATen computes in."""
+    return opmath(_cast(value, dtype))
+
+
+def _second_operand(value: Any, common: DType) -> np.ndarray:
+    """mul/div's second operand. On float16/bfloat16, ATen reads a one-element operand at its original
+    precision in float32 (`iter.original_scalar_value`), so fp16 * 70000 is not fp16 * inf."""
+    if common in _REDUCED_FLOATS and np.size(value) == 1:
+        original = value if isinstance(value, np.ndarray) else _wrapped(value)
+        return original.astype(np.float32)
+    return _compute(value, common)
+
+
+def _finite_max(dtype: DType) -> float:
+    return float(ml_dtypes.finfo(dtype.numpy).max)
+
+
+def _check_fits(op: str, what: str, value: Any, dtype: DType) -> None:
+    """c10's checked_convert: a Scalar parameter must be representable in `dtype` (inf/nan only in floats;
+    negative integers wrap into unsigned types)."""
+    if not _is_number(value) or isinstance(value, bool) or dtype.is_bool:
+        return
+    if dtype.is_floating_point:
+        fits = math.isinf(value) or math.isnan(value) or abs(value) <= _finite_max(dtype)
+    else:
+        info = np.iinfo(dtype.numpy)
+        if isinstance(value, float) and math.isnan(value):
+            fits = False
+        elif isinstance(value, int) and value < 0 and not dtype.is_signed:
+            fits = -value <= info.max
+        else:
+            fits = info.min <= value <= info.max
+    require_arg(fits, op, f"{what} {value!r} cannot be converted to {dtype.name} without overflow")
+
+
+def _scalar_as(value: Any, dtype: DType) -> np.ndarray:
+    """A Scalar parameter converted to `dtype` (floats truncate toward zero into integers)."""
+    return _cast(value, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Meta rules
+
+
+def _qualified(schema: str) -> str:
+    return parse_schema(schema).qualified_name
+
+
+def _broadcast(op: str, *values: Any) -> tuple:
+    return broadcast_shapes(op, *[shape_of(v) for v in values if v is not None and is_tensor(v)])
+
+
+Check = Callable[..., None]  # check(op, common_dtype, *args) raises for arguments torch refuses
+
+
+def _elementwise(op: str, kind: Promotion = Promotion.DEFAULT, operands: int = 2,
+                 check: Check | None = None) -> Callable[..., Any]:
+    """Meta rule for an op whose first `operands` arguments (tensors or Scalars) broadcast and promote."""
+    def meta(*args: Any) -> Any:
+        participants = args[:operands]
+        _check_scalar_operands(op, participants)
+        common = _common_dtype(*participants)
+        if check is not None:
+            check(op, common, *args)
+        return tensor(_broadcast(op, *participants), _promote(kind, common))
+    return meta
+
+
+def _unary(op: str, kind: Promotion = Promotion.DEFAULT, check: Check | None = None) -> Callable[..., Any]:
+    return _elementwise(op, kind, operands=1, check=check)
+
+
+def _no_bool(what: str = "bool tensors") -> Check:
+    def check(op: str, common: DType, *args: Any) -> None:
+        require_dtype(not common.is_bool, op, f"{what} are not supported")
+    return check
+
+
+def _floating_only(op: str, common: DType, *args: Any) -> None:
+    require_dtype(common.is_floating_point, op, f"expected a floating-point tensor, got {common.name}")
+
+
+def _integral_or_bool(op: str, common: DType, *args: Any) -> None:
+    require_dtype(not common.is_floating_point and not common.is_complex, op,
+                  f"bitwise ops need integral or bool operands, got {common.name}")
+
+
+def _both(*checks: Check) -> Check:
+    def check(op: str, common: DType, *args: Any) -> None:
+        for each in checks:
+            each(op, common, *args)
+    return check
+
+
+# ---------------------------------------------------------------------------------------------
+# add, sub, rsub
+
+
+def _subtraction_check(op: str, first: Any, second: Any) -> None:
+    first_bool = dtypes.dtype(first.dtype).is_bool if is_tensor(first) else isinstance(first, bool)
+    second_bool = dtypes.dtype(second.dtype).is_bool if is_tensor(second) else isinstance(second, bool)
+    require_dtype(not (first_bool and second_bool), op,
+                  "subtracting two bool tensors is not supported; use bitwise_xor or logical_xor")
+    require_dtype(not (first_bool or second_bool), op,
+                  "subtracting a bool tensor is not supported; to invert a mask use bitwise_not or logical_not")
+
+
+def _alpha_check(op: str, common: DType, alpha: Any, *, negate: bool = False) -> None:
+    require_arg(not isinstance(alpha, bool) or common.is_bool, op,
+                "a bool alpha is only supported for bool results")
+    require_arg(common.is_floating_point or not isinstance(alpha, float), op,
+                "for integral input tensors, argument alpha must not be a floating point number")
+    if _is_number(alpha):
+        _check_fits(op, "alpha", -alpha if negate else alpha, common)
+
+
+def _add_check(op: str, common: DType, self: Any, other: Any, alpha: Any) -> None:
+    _alpha_check(op, common, alpha)
+
+
+def _sub_check(op: str, common: DType, self: Any, other: Any, alpha: Any) -> None:
+    _subtraction_check(op, self, other)
+    _alpha_check(op, common, alpha, negate=True)
+
+
+def _rsub_check(op: str, common: DType, self: Any, other: Any, alpha: Any) -> None:
+    _subtraction_check(op, other, self)
+    _alpha_check(op, common, alpha, negate=True)
+
+
+def _add_values(first: Any, second: Any, scale: Any) -> np.ndarray:
+    """first + scale * second in the common dtype (ATen's add with alpha = scale)."""
+    common = _common_dtype(first, second)
+    if common.is_bool:
+        return np.logical_or(_cast(first, common), np.logical_and(_cast(second, common), bool(scale)))
+    a, b = _compute(first, common), _compute(second, common)
+    with np.errstate(all="ignore"):
+        if scale == 1:
+            return a + b
+        if scale == -1:
+            return a - b
+        return a + opmath(_scalar_as(scale, common)) * b
 
 
 def _add(self, other, alpha=1):
-    result_dtype = elementwise_dtype(Promotion.DEFAULT, self, other)
-    a, b = as_compute(np.asarray(self), result_dtype), as_compute(np.asarray(other), result_dtype)
-    if result_dtype.is_bool:
-        return np.logical_or(a, b) if alpha else a
-    return a + b * alpha if alpha != 1 else a + b
+    return _add_values(self, other, alpha)
 
 
-defop("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", pointwise(), ignore_fp_errors(_add))
-defop("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", pointwise(), ignore_fp_errors(_add))
+def _sub(self, other, alpha=1):
+    return _add_values(self, other, -alpha)
+
+
+def _rsub(self, other, alpha=1):
+    return _add_values(other, self, -alpha)
+
+
+for _schema, _check, _kernel in [
+    ("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", _add_check, _add),
+    ("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", _add_check, _add),
+    ("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", _sub_check, _sub),
+    ("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", _sub_check, _sub),
+]:
+    defop(_schema, _elementwise(_qualified(_schema), check=_check), _kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# mul, div, remainder, fmod
 
 
 def _mul(self, other):
-    result_dtype = elementwise_dtype(Promotion.DEFAULT, self, other)
-    a, b = as_compute(np.asarray(self), result_dtype), as_compute(np.asarray(other), result_dtype)
-    return np.logical_and(a, b) if result_dtype.is_bool else a * b
+    common = _common_dtype(self, other)
+    if common.is_bool:
+        return np.logical_and(_cast(self, common), _cast(other, common))
+    with np.errstate(all="ignore"):
+        return _compute(self, common) * _second_operand(other, common)
 
 
-defop("mul.Tensor(Tensor self, Tensor other) -> Tensor", pointwise(), ignore_fp_errors(_mul))
-defop("mul.Scalar(Tensor self, Scalar other) -> Tensor", pointwise(), ignore_fp_errors(_mul))
-
-defop("relu(Tensor self) -> Tensor", pointwise(operands=1),
-      lambda self: np.maximum(self, np.zeros((), self.dtype)) if self.dtype != np.bool_ else self)
-defop("sin(Tensor self) -> Tensor", pointwise(Promotion.INT_TO_FLOAT, 1), unary_float_kernel(np.sin))
-defop("exp(Tensor self) -> Tensor", pointwise(Promotion.INT_TO_FLOAT, 1), unary_float_kernel(np.exp))
+defop("mul.Tensor(Tensor self, Tensor other) -> Tensor", _elementwise("aten.mul.Tensor"), _mul)
+defop("mul.Scalar(Tensor self, Scalar other) -> Tensor", _elementwise("aten.mul.Scalar"), _mul)
 
 
-def _compare(fn):
+def _true_divide(self, other):
+    common = _promote(Promotion.INT_TO_FLOAT, _common_dtype(self, other))
+    with np.errstate(all="ignore"):
+        return _compute(self, common) / _second_operand(other, common)
+
+
+def _check_nonzero_divisor(op: str, divisor: np.ndarray) -> None:
+    if np.any(divisor == 0):
+        raise _IntegerDivisionByZero(f"{op}: integer division by zero",
+                                     fix="make the divisor nonzero, or divide floating-point tensors")
+
+
+def _trunc_divide_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    quotient = np.floor_divide(a, b)
+    # floor and trunc differ when the division is inexact and the signs differ
+    inexact_negative = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return np.where(inexact_negative, quotient + 1, quotient)
+
+
+def _floor_divide_floats(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c10::div_floor_floating (Python's float //, with IEEE results for division by zero)."""
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = np.floor(div)
+    floored = np.where(div - floored > 0.5, floored + 1, floored)
+    floored = np.where(div == 0, np.copysign(np.zeros_like(div), a / b), floored)
+    return np.where(b == 0, a / b, floored)
+
+
+def _divide(op: str) -> Callable[..., np.ndarray]:
+    def kernel(self, other, rounding_mode=None):
+        if rounding_mode is None:
+            return _true_divide(self, other)
+        common = _common_dtype(self, other)
+        with np.errstate(all="ignore"):
+            if not common.is_floating_point:
+                a, b = _cast(self, common), _cast(other, common)
+                _check_nonzero_divisor(op, b)
+                if rounding_mode == "trunc" or common is dtypes.uint8:
+                    return _trunc_divide_integers(a, b)
+                return np.floor_divide(a, b)
+            a, b = _compute(self, common), _second_operand(other, common)
+            return np.trunc(a / b) if rounding_mode == "trunc" else _floor_divide_floats(a, b)
+    return kernel
+
+
+def _div_mode_meta(op: str) -> Callable[..., Any]:
+    def meta(self, other, rounding_mode=None):
+        require_arg(rounding_mode in (None, "trunc", "floor"), op,
+                    f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        _check_scalar_operands(op, (self, other))
+        common = _common_dtype(self, other)
+        if rounding_mode is None:
+            return tensor(_broadcast(op, self, other), _promote(Promotion.INT_TO_FLOAT, common))
+        require_dtype(not common.is_bool, op, f"rounding_mode={rounding_mode!r} is not supported for bool tensors")
+        return tensor(_broadcast(op, self, other), common)
+    return meta
+
+
+defop("div.Tensor(Tensor self, Tensor other) -> Tensor",
+      _elementwise("aten.div.Tensor", Promotion.INT_TO_FLOAT), _true_divide)
+defop("div.Scalar(Tensor self, Scalar other) -> Tensor",
+      _elementwise("aten.div.Scalar", Promotion.INT_TO_FLOAT), _true_divide)
+defop("div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor",
+      _div_mode_meta("aten.div.Tensor_mode"), _divide("aten.div.Tensor_mode"))
+defop("div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor",
+      _div_mode_meta("aten.div.Scalar_mode"), _divide("aten.div.Scalar_mode"))
+
+
+def _remainder(op: str, python_sign: bool) -> Callable[..., np.ndarray]:
+    """remainder takes the divisor's sign (Python's %), fmod the dividend's (C's fmod)."""
     def kernel(self, other):
-        common = elementwise_dtype(Promotion.DEFAULT, self, other)
-        return fn(as_compute(np.asarray(self), common), as_compute(np.asarray(other), common))
-    return ignore_fp_errors(kernel)
+        common = _common_dtype(self, other)
+        if common.is_floating_point:
+            a, b = _compute(self, common), _compute(other, common)
+        else:
+            a, b = _cast(self, common), _cast(other, common)
+            _check_nonzero_divisor(op, b)
+        with np.errstate(all="ignore"):
+            mod = np.fmod(a, b)
+            if python_sign:
+                mod = np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+        return mod
+    return kernel
 
 
-defop("eq.Tensor(Tensor self, Tensor other) -> Tensor", pointwise(Promotion.ALWAYS_BOOL), _compare(np.equal))
-defop("eq.Scalar(Tensor self, Scalar other) -> Tensor", pointwise(Promotion.ALWAYS_BOOL), _compare(np.equal))
+for _name, _python_sign in [("remainder", True), ("fmod", False)]:
+    for _schema in [f"{_name}.Tensor(Tensor self, Tensor other) -> Tensor",
+                    f"{_name}.Scalar(Tensor self, Scalar other) -> Tensor"]:
+        _op = _qualified(_schema)
+        defop(_schema, _elementwise(_op, check=_no_bool()), _remainder(_op, _python_sign))
+
+
+# ---------------------------------------------------------------------------------------------
+# pow
+
+
+def _integer_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """ATen's powi: squaring in the integer dtype (so it wraps); a negative exponent gives 1, ±1 or 0."""
+    base, exponent = np.broadcast_arrays(base, exponent)
+    result = np.ones(base.shape, base.dtype)
+    square = base.copy()
+    remaining = np.where(exponent > 0, exponent, np.zeros((), exponent.dtype))
+    while remaining.any():
+        result = np.where((remaining & 1).astype(bool), result * square, result)
+        square = square * square
+        remaining = remaining >> 1
+    negative = exponent < 0
+    if negative.any():
+        odd = (exponent % 2) != 0
+        special = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0)).astype(base.dtype)
+        result = np.where(negative, special, result)
+    return result
+
+
+def _power(base: Any, exponent: Any) -> np.ndarray:
+    common = _common_dtype(base, exponent)
+    with np.errstate(all="ignore"):
+        if common.is_floating_point:
+            return np.power(_compute(base, common), _compute(exponent, common))
+        return _integer_power(_cast(base, common), _cast(exponent, common))
+
+
+def _pow_no_bool(op: str, common: DType, *args: Any) -> None:
+    require_dtype(not common.is_bool, op, "pow is not supported for bool results")
+
+
+def _pow_tensor_scalar_check(op: str, common: DType, self: Any, exponent: Any) -> None:
+    _pow_no_bool(op, common)
+    if _is_number(exponent):
+        negative_integer = isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0
+        require_arg(not (negative_integer and not dtype_of(self).is_floating_point), op,
+                    "integers to negative integer powers are not allowed")
+        if common.is_integral or common in _REDUCED_FLOATS:  # ATen converts the exponent to the dtype
+            _check_fits(op, "exponent", exponent, common)
+
+
+defop("pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor",
+      _elementwise("aten.pow.Tensor_Tensor", check=_pow_no_bool), _power)
+defop("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor",
+      _elementwise("aten.pow.Tensor_Scalar", check=_pow_tensor_scalar_check), _power)
+defop("pow.Scalar(Scalar self, Tensor exponent) -> Tensor",
+      _elementwise("aten.pow.Scalar", check=_pow_no_bool), _power)
+
+
+# ---------------------------------------------------------------------------------------------
+# atan2, maximum, minimum
+
+
+def _atan2(self, other, out=None):
+    common = _promote(Promotion.INT_TO_FLOAT, _common_dtype(self, other))
+    with np.errstate(all="ignore"):
+        return np.arctan2(_compute(self, common), _compute(other, common))
+
+
+def _can_cast(source: DType, target: DType) -> bool:
+    """c10::canCast: no float to integral, no non-bool to bool."""
+    if source.is_floating_point and target.is_integral:
+        return False
+    return source.is_bool or not target.is_bool
+
+
+def _atan2_out_meta(self, other, out):
+    op = "aten.atan2.out"
+    computed = _promote(Promotion.INT_TO_FLOAT, _common_dtype(self, other))
+    require_dtype(_can_cast(computed, dtype_of(out)), op,
+                  f"result type {computed.name} can't be cast to the desired output type {dtype_of(out).name}")
+    return tensor(_broadcast(op, self, other), dtype_of(out))
+
+
+defop("atan2(Tensor self, Tensor other) -> Tensor", _elementwise("aten.atan2.default", Promotion.INT_TO_FLOAT),
+      _atan2)
+defop("atan2.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)", _atan2_out_meta, _atan2)
+
+
+def _extremum(bool_fn: Callable, fn: Callable) -> Callable[..., np.ndarray]:
+    def kernel(self, other):
+        common = _common_dtype(self, other)
+        if common.is_bool:
+            return bool_fn(_cast(self, common), _cast(other, common))
+        return fn(_compute(self, common), _compute(other, common))  # np.maximum/minimum propagate NaN
+    return kernel
+
+
+defop("maximum(Tensor self, Tensor other) -> Tensor", _elementwise("aten.maximum.default"),
+      _extremum(np.logical_or, np.maximum))
+defop("minimum(Tensor self, Tensor other) -> Tensor", _elementwise("aten.minimum.default"),
+      _extremum(np.logical_and, np.minimum))
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons, logical and bitwise ops
+
+
+def _compare(fn: Callable) -> Callable[..., np.ndarray]:
+    def kernel(self, other):
+        common = _common_dtype(self, other)
+        return fn(_compute(self, common), _compute(other, common))
+    return kernel
+
+
+for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
+                   ("gt", np.greater), ("ge", np.greater_equal)]:
+    for _schema in [f"{_name}.Tensor(Tensor self, Tensor other) -> Tensor",
+                    f"{_name}.Scalar(Tensor self, Scalar other) -> Tensor"]:
+        defop(_schema, _elementwise(_qualified(_schema), Promotion.ALWAYS_BOOL), _compare(_fn))
+
+
+def _logical(fn: Callable) -> Callable[..., np.ndarray]:
+    def kernel(self, other):
+        common = _common_dtype(self, other)  # operands are cast first: nonzero-ness is judged in `common`
+        return fn(_cast(self, common) != 0, _cast(other, common) != 0)
+    return kernel
+
+
+for _name, _fn in [("logical_and", np.logical_and), ("logical_or", np.logical_or),
+                   ("logical_xor", np.logical_xor)]:
+    defop(f"{_name}(Tensor self, Tensor other) -> Tensor",
+          _elementwise(f"aten.{_name}.default", Promotion.ALWAYS_BOOL), _logical(_fn))
+defop("logical_not(Tensor self) -> Tensor", _unary("aten.logical_not.default", Promotion.ALWAYS_BOOL),
+      lambda self: self == 0)
+
+
+def _bitwise(fn: Callable) -> Callable[..., np.ndarray]:
+    def kernel(self, other):
+        common = _common_dtype(self, other)
+        return fn(_cast(self, common), _cast(other, common))
+    return kernel
+
+
+for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                   ("bitwise_xor", np.bitwise_xor)]:
+    for _schema in [f"{_name}.Tensor(Tensor self, Tensor other) -> Tensor",
+                    f"{_name}.Scalar(Tensor self, Scalar other) -> Tensor"]:
+        defop(_schema, _elementwise(_qualified(_schema), check=_integral_or_bool), _bitwise(_fn))
+defop("bitwise_not(Tensor self) -> Tensor", _unary("aten.bitwise_not.default", check=_integral_or_bool),
+      lambda self: np.logical_not(self) if self.dtype == np.bool_ else np.invert(self))
+
+
+# ---------------------------------------------------------------------------------------------
+# Unary math
+
+
+# erf: numpy has none. FreeBSD msun's s_erf.c (Sun Microsystems, freely distributable) rational
+# approximations, < 1 ulp in float64, evaluated branch-free over the whole array.
+_ERF_SMALL_P = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+                -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+_ERF_SMALL_Q = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+                1.32494738004321644526e-04, -3.96022827877536812320e-06)
+_ERF_ONE_P = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+              3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+              -2.16637559486879084300e-03)
+_ERF_ONE_Q = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+              1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+_ERF_ONE_C = 8.45062911510467529297e-01  # erf(1) rounded to 24 bits
+_ERFC_MID_R = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+               -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+               -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+_ERFC_MID_S = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+               6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+               6.57024977031928170135e+00, -6.04244152148580987438e-02)
+_ERFC_FAR_R = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+               -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+               -4.83519191608651397019e+02)
+_ERFC_FAR_S = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+               3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+               -2.24409524465858183362e+01)
+
+
+def _high_word_bound(high: int) -> float:
+    """The double whose high 32 bits are `high` (s_erf.c compares |x|'s high word against these)."""
+    return float(np.array(high << 32, np.uint64).view(np.float64))
+
+
+_ERF_BOUNDS = [_high_word_bound(h) for h in (0x3FEB0000, 0x3FF40000, 0x4006DB6E, 0x40180000)]
+
+
+def _polynomial(coefficients: tuple[float, ...], x: np.ndarray) -> np.ndarray:
+    result = np.full_like(x, coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        result = result * x + c
+    return result
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, np.float64)
+    ax = np.abs(x64)
+    with np.errstate(all="ignore"):
+        z = ax * ax
+        small = x64 + x64 * (_polynomial(_ERF_SMALL_P, z) / _polynomial(_ERF_SMALL_Q, z))
+        s = ax - 1.0
+        near_one = _ERF_ONE_C + _polynomial(_ERF_ONE_P, s) / _polynomial(_ERF_ONE_Q, s)
+        t = 1.0 / z
+        mid = ax < _ERF_BOUNDS[2]
+        r = np.where(mid, _polynomial(_ERFC_MID_R, t), _polynomial(_ERFC_FAR_R, t))
+        q = np.where(mid, _polynomial(_ERFC_MID_S, t), _polynomial(_ERFC_FAR_S, t))
+        # exp(-x*x) split as exp(-h*h) * exp((h-x)(h+x)), h = x with its low 32 bits cleared, for accuracy
+        h = (ax.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+        tail = 1.0 - np.exp(-h * h - 0.5625) * np.exp((h - ax) * (h + ax) + r / q) / ax
+        magnitude = np.select([ax < _ERF_BOUNDS[1], ax < _ERF_BOUNDS[3]], [near_one, tail], 1.0)
+        result = np.where(ax < _ERF_BOUNDS[0], small, np.copysign(magnitude, x64))
+    return np.where(np.isnan(x64), x64, result)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+_FLOAT_MATH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin, "asinh": np.arcsinh, "atan": np.arctan,
+    "atanh": np.arctanh, "cos": np.cos, "cosh": np.cosh, "erf": _erf, "exp": np.exp, "expm1": np.expm1,
+    "log": np.log, "log10": np.log10, "log1p": np.log1p, "log2": np.log2, "reciprocal": np.reciprocal,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": _sigmoid, "sin": np.sin, "sinh": np.sinh, "sqrt": np.sqrt,
+    "tan": np.tan, "tanh": np.tanh,
+}
+for _name, _fn in _FLOAT_MATH.items():
+    defop(f"{_name}(Tensor self) -> Tensor", _unary(f"aten.{_name}.default", Promotion.INT_TO_FLOAT),
+          unary_float_kernel(_fn))
+
+
+def _rounding(fn: Callable) -> Callable[[np.ndarray], np.ndarray]:
+    """ceil/floor/round/trunc: the identity on integers; round is half-to-even like std::nearbyint."""
+    return lambda self: self.copy() if not dtypes.dtype(self.dtype).is_floating_point else fn(opmath(self))
+
+
+for _name, _fn in [("ceil", np.ceil), ("floor", np.floor), ("round", np.round), ("trunc", np.trunc)]:
+    defop(f"{_name}(Tensor self) -> Tensor", _unary(f"aten.{_name}.default", check=_no_bool()), _rounding(_fn))
+
+
+def _sign(self):
+    if self.dtype == np.bool_:
+        return self.copy()
+    # (0 < x) - (x < 0) like ATen: sign(NaN) is 0, not NaN
+    return (self > 0).astype(self.dtype) - (self < 0).astype(self.dtype)
+
+
+def _isnan(self):
+    return np.isnan(opmath(self)) if dtypes.dtype(self.dtype).is_floating_point else np.zeros(self.shape, bool)
+
+
+def _isinf(self):
+    return np.isinf(opmath(self)) if dtypes.dtype(self.dtype).is_floating_point else np.zeros(self.shape, bool)
+
+
+defop("abs(Tensor self) -> Tensor", _unary("aten.abs.default", check=_no_bool()),
+      lambda self: np.abs(opmath(self)))  # np.abs wraps INT_MIN like ATen
+defop("neg(Tensor self) -> Tensor",
+      _unary("aten.neg.default", check=_no_bool("negating bool tensors (use bitwise_not or logical_not)")),
+      lambda self: np.negative(opmath(self)))
+defop("sign(Tensor self) -> Tensor", _unary("aten.sign.default"), _sign)
+defop("isnan(Tensor self) -> Tensor", _unary("aten.isnan.default", Promotion.ALWAYS_BOOL), _isnan)
+defop("isinf(Tensor self) -> Tensor", _unary("aten.isinf.default", Promotion.ALWAYS_BOOL), _isinf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+defop("relu(Tensor self) -> Tensor", _unary("aten.relu.default", check=_no_bool()),
+      lambda self: np.maximum(opmath(self), np.zeros((), opmath(self).dtype)))
+
+
+def _opmath_scalar(value: Any, dtype: DType) -> Any:
+    """A Scalar parameter as ATen's activation kernels read it: in the opmath dtype of `dtype`."""
+    return np.asarray(value, np.float64).astype(dtypes.opmath_dtype(dtype).numpy)[()]
+
+
+def _opmath_params_check(*names: str) -> Check:
+    """Activation parameters are converted (with overflow checks) to the computation dtype."""
+    def check(op: str, common: DType, self: Any, *params: Any) -> None:
+        _floating_only(op, common)
+        for name, value in zip(names, params):
+            _check_fits(op, name, value, dtypes.opmath_dtype(common))
+    return check
+
+
+def _leaky_relu(self, negative_slope=0.01):
+    x = opmath(self)
+    with np.errstate(all="ignore"):
+        return np.where(x > 0, x, x * _opmath_scalar(negative_slope, dtypes.dtype(self.dtype)))
+
+
+def _elu(self, alpha=1, scale=1, input_scale=1):
+    dt = dtypes.dtype(self.dtype)
+    x = opmath(self)
+    negative_scale = _opmath_scalar(alpha, dt) * _opmath_scalar(scale, dt)
+    with np.errstate(all="ignore"):
+        return np.where(x > 0, x * _opmath_scalar(scale, dt),
+                        np.expm1(x * _opmath_scalar(input_scale, dt)) * negative_scale)
+
+
+_GELU_TANH_BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2 / pi)
+_GELU_TANH_KAPPA = 0.044715
+
+
+def _gelu(self, approximate="none"):
+    x = opmath(self)
+    with np.errstate(all="ignore"):
+        if approximate == "tanh":
+            beta, kappa = x.dtype.type(_GELU_TANH_BETA), x.dtype.type(_GELU_TANH_KAPPA)
+            return 0.5 * x * (1 + np.tanh(beta * (x + kappa * (x * x * x))))
+        return x * 0.5 * (1 + _erf(x * x.dtype.type(math.sqrt(0.5))).astype(x.dtype))
+
+
+def _gelu_check(op: str, common: DType, self: Any, approximate: str) -> None:
+    _floating_only(op, common)
+    require_arg(approximate in ("none", "tanh"), op, f"approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+defop("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
+      _unary("aten.leaky_relu.default", check=_opmath_params_check("negative_slope")), _leaky_relu)
+defop("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
+      _unary("aten.elu.default", check=_opmath_params_check("alpha", "scale", "input_scale")), _elu)
+defop('gelu(Tensor self, *, str approximate="none") -> Tensor', _unary("aten.gelu.default", check=_gelu_check),
+      _gelu)
+
+
+# clamp and hardtanh: min(max(x, lo), hi), so lo > hi gives hi; a NaN input stays NaN and a NaN bound
+# makes every element NaN (ATen fills the result).
+
+def _clamp_values(x: np.ndarray, lo: Any, hi: Any, dtype: DType) -> np.ndarray:
+    """x (already in `dtype`) clamped by Scalar bounds converted to `dtype`."""
+    if any(isinstance(b, float) and math.isnan(b) for b in (lo, hi)):
+        return np.full(x.shape, np.nan, opmath(x).dtype)
+    result = opmath(x)
+    if lo is not None:
+        result = np.maximum(result, opmath(_scalar_as(lo, dtype)))
+    if hi is not None:
+        result = np.minimum(result, opmath(_scalar_as(hi, dtype)))
+    return result
+
+
+def _clamp_dtype(self: Any, lo: Any, hi: Any) -> DType:
+    """clamp's result dtype: floating inputs keep theirs; others promote with the bounds."""
+    own = dtype_of(self)
+    return own if own.is_floating_point else _common_dtype(self, lo, hi)
+
+
+def _clamp_meta(op: str) -> Callable[..., Any]:
+    def meta(self, min=None, max=None):
+        require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given")
+        _check_scalar_operands(op, (min, max))
+        result = _clamp_dtype(self, min, max)
+        require_dtype(not result.is_bool, op, "clamping bool tensors by Scalar bounds is not supported")
+        for name, bound in (("min", min), ("max", max)):
+            if bound is not None:
+                _check_fits(op, name, bound, result)
+        return tensor(shape_of(self), result)
+    return meta
+
+
+def _clamp(self, min=None, max=None):
+    result = _clamp_dtype(self, min, max)
+    return _clamp_values(_cast(self, result), min, max, result)
+
+
+defop("clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor", _clamp_meta("aten.clamp.default"),
+      _clamp)
+
+
+def _clamp_tensor_meta(self, min=None, max=None):
+    op = "aten.clamp.Tensor"
+    require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given")
+    result = _common_dtype(self, min, max)
+    require_dtype(not (result.is_bool and min is not None and max is not None), op,
+                  "clamping bool tensors by both min and max is not supported")
+    return tensor(_broadcast(op, self, min, max), result)
+
+
+def _clamp_tensor(self, min=None, max=None):
+    result_dtype = _common_dtype(self, min, max)
+    if result_dtype.is_bool:  # only one bound: maximum/minimum of bools
+        return np.logical_or(self, min) if min is not None else np.logical_and(self, max)
+    result = _compute(self, result_dtype)
+    if min is not None:
+        result = np.maximum(result, _compute(min, result_dtype))  # NaN bounds propagate elementwise
+    if max is not None:
+        result = np.minimum(result, _compute(max, result_dtype))
+    return result
+
+
+defop("clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", _clamp_tensor_meta,
+      _clamp_tensor)
+
+
+def _hardtanh_bounds(self: Any, min_val: Any, max_val: Any) -> tuple[Any, Any]:
+    """Integer tensors read the bounds as integers (truncated); floating ones as given."""
+    if dtype_of(self).is_floating_point:
+        return min_val, max_val
+    return tuple(int(b) if not (isinstance(b, float) and not math.isfinite(b)) else b for b in (min_val, max_val))
+
+
+def _hardtanh_meta(op: str) -> Callable[..., Any]:
+    def meta(self, min_val=-1, max_val=1):
+        own = dtype_of(self)
+        require_dtype(not own.is_bool, op, "bool tensors are not supported")
+        lo, hi = _hardtanh_bounds(self, min_val, max_val)
+        if not own.is_floating_point:
+            for name, value in (("min_val", lo), ("max_val", hi)):
+                require_arg(not isinstance(value, float), op, f"{name} {value!r} cannot be converted to an integer")
+        require_arg(own is not dtypes.uint8 or (lo >= 0 and hi >= 0), op,
+                    "cannot do hardtanh on an unsigned type with negative limits")
+        _check_fits(op, "min_val", lo, own)
+        _check_fits(op, "max_val", hi, own)
+        return tensor(shape_of(self), own)
+    return meta
+
+
+def _hardtanh(self, min_val=-1, max_val=1):
+    lo, hi = _hardtanh_bounds(self, min_val, max_val)
+    return _clamp_values(self, lo, hi, dtypes.dtype(self.dtype))
+
+
+defop("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
+      _hardtanh_meta("aten.hardtanh.default"), _hardtanh)
+
+
+# ---------------------------------------------------------------------------------------------
+# where
 
 
 def _where_meta(condition, self, other):
-    from kiln.ir.meta import broadcast_shapes, require_dtype, shape_of, tensor
-    require_dtype(dtype_of(condition).is_bool, "aten.where.self",
-                  f"condition must be a bool tensor, got {dtype_of(condition).name}")
-    shape = broadcast_shapes("aten.where.self", shape_of(condition), shape_of(self), shape_of(other))
-    return tensor(shape, elementwise_dtype(Promotion.DEFAULT, self, other))
+    op = "aten.where.self"
+    condition_dtype = dtype_of(condition)
+    require_dtype(condition_dtype in (dtypes.bool_, dtypes.uint8), op,
+                  f"condition must be a bool tensor, got {condition_dtype.name}")
+    return tensor(_broadcast(op, condition, self, other), _common_dtype(self, other))
 
 
 def _where(condition, self, other):
-    result_dtype = elementwise_dtype(Promotion.DEFAULT, self, other)
-    return np.where(condition, self.astype(result_dtype.numpy), other.astype(result_dtype.numpy))
+    common = _common_dtype(self, other)
+    return np.where(condition.astype(bool), _cast(self, common), _cast(other, common))
 
 
 defop("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_meta, _where)
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies and conversions
+
+
+def _format_name(value: Any) -> str | None:
+    """Layout/MemoryFormat values arrive as torch objects, names or (for strided) 0; normalize to names."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "strided" if value == 0 else str(value)
+    return str(value).removeprefix("torch.")
+
+
+_MEMORY_FORMAT_RANK = {"channels_last": 4, "channels_last_3d": 5}
+
+
+def _check_memory_format(op: str, self: Any, memory_format: Any) -> None:
+    name = _format_name(memory_format)
+    require_arg(name in (None, "preserve_format", "contiguous_format", *_MEMORY_FORMAT_RANK), op,
+                f"unknown memory format {memory_format!r}")
+    if name in _MEMORY_FORMAT_RANK:
+        rank = _MEMORY_FORMAT_RANK[name]
+        require_arg(len(shape_of(self)) == rank, op, f"memory format {name} needs a rank-{rank} tensor, "
+                    f"got rank {len(shape_of(self))}")
+
+
+def _to_copy_meta(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+                  memory_format=None):
+    op = "aten._to_copy.default"
+    layout_name = _format_name(layout)
+    require_arg(layout_name in (None, "strided"), op,
+                f"converting to layout {layout_name} is not supported; kiln tensors are strided")
+    _check_memory_format(op, self, memory_format)
+    return tensor(shape_of(self), dtype_of(self) if dtype is None else dtype)
+
+
+def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    return _cast(self, dtypes.dtype(self.dtype) if dtype is None else dtype).copy()
+
+
+def _clone_meta(self, memory_format=None):
+    _check_memory_format("aten.clone.default", self, memory_format)
+    return tensor(shape_of(self), dtype_of(self))
+
+
+def _copy_meta(self, src, non_blocking=False):
+    op = "aten.copy.default"
+    broadcast = broadcast_shapes(op, shape_of(self), shape_of(src))
+    require_arg(len(broadcast) == len(shape_of(self)), op,
+                f"src of shape {list(shape_of(src))} cannot be broadcast to self's shape {list(shape_of(self))}")
+    return tensor(shape_of(self), dtype_of(self))
+
+
+def _fill_meta(self, value):
+    op = "aten.fill.Scalar"
+    _check_fits(op, "value", value, dtype_of(self))
+    return tensor(shape_of(self), dtype_of(self))
+
+
+defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
+      _to_copy_meta, _to_copy)
+defop("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", _clone_meta,
+      lambda self, memory_format=None: self.copy())
+defop("copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor", _copy_meta,
+      lambda self, src, non_blocking=False: np.broadcast_to(_cast(src, dtypes.dtype(self.dtype)), self.shape).copy())
+defop("alias(Tensor(a) self) -> Tensor(a)", lambda self: tensor(shape_of(self), dtype_of(self)),
+      lambda self: self.view(), tags=("view",))
+defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", _fill_meta,
+      lambda self, value: np.full(self.shape, _scalar_as(value, dtypes.dtype(self.dtype))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Composite ops, each with a decomposition into the core ops above
+
+
+def _in_opmath(x: Any, body: Callable[[Any], Any]) -> Any:
+    """Run a decomposition's arithmetic in float32 for float16/bfloat16 inputs, rounding once at the end,
+    as ATen's fused kernels do."""
+    dt = dtype_of(x)
+    if dt in _REDUCED_FLOATS:
+        return aten._to_copy.default(body(aten._to_copy.default(x, dtype=dtypes.float32)), dtype=dt)
+    return body(x)
+
+
+def _composite(schema: str, meta: Callable[..., Any], kernel: Callable[..., Any],
+               decomposition: Callable[..., Any]) -> None:
+    opdef = defop(schema, meta, kernel, tags=("composite",))
+    register_decomposition(opdef.name)(decomposition)
+
+
+def _floating_unary_composite(name: str, kernel: Callable[[np.ndarray], np.ndarray],
+                              body: Callable[[Any], Any]) -> None:
+    """A float-only activation: kernel on opmath arrays, decomposition `body` on opmath values."""
+    _composite(f"{name}(Tensor self) -> Tensor", _unary(f"aten.{name}.default", check=_floating_only),
+               lambda self: _float_errors_ignored(kernel, opmath(self)),
+               lambda self: _in_opmath(self, body))
+
+
+def _float_errors_ignored(fn: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return fn(*args)
+
+
+_floating_unary_composite("silu", lambda x: x / (1 + np.exp(-x)),
+                          lambda x: aten.mul.Tensor(x, aten.sigmoid.default(x)))
+_floating_unary_composite("hardswish", lambda x: x * np.minimum(np.maximum(x + 3, 0), 6) / 6,
+                          lambda x: aten.div.Scalar(
+                              aten.mul.Tensor(x, aten.hardtanh.default(aten.add.Scalar(x, 3), 0, 6)), 6))
+_floating_unary_composite("hardsigmoid", lambda x: np.minimum(np.maximum(x + 3, 0), 6) / 6,
+                          lambda x: aten.div.Scalar(aten.hardtanh.default(aten.add.Scalar(x, 3), 0, 6), 6))
+_floating_unary_composite("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))),
+                          lambda x: aten.mul.Tensor(x, aten.tanh.default(aten.log1p.default(aten.exp.default(x)))))
+
+
+def _softplus(self, beta=1, threshold=20):
+    dt = dtypes.dtype(self.dtype)
+    x = opmath(self)
+    beta, threshold = _opmath_scalar(beta, dt), _opmath_scalar(threshold, dt)
+    with np.errstate(all="ignore"):
+        scaled = x * beta
+        return np.where(scaled > threshold, x, np.log1p(np.exp(scaled)) / beta)
+
+
+def _softplus_decomposition(self, beta=1, threshold=20):
+    def body(x):
+        scaled = aten.mul.Scalar(x, beta)
+        smooth = aten.div.Scalar(aten.log1p.default(aten.exp.default(scaled)), beta)
+        return aten.where.self(aten.gt.Scalar(scaled, threshold), x, smooth)
+    return _in_opmath(self, body)
+
+
+_composite("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
+           _unary("aten.softplus.default", check=_opmath_params_check("beta", "threshold")), _softplus,
+           _softplus_decomposition)
+
+_composite("relu6(Tensor self) -> Tensor", _hardtanh_meta("aten.relu6.default"),
+           lambda self: _hardtanh(self, 0, 6), lambda self: aten.hardtanh.default(self, 0, 6))
+_composite("square(Tensor self) -> Tensor", _unary("aten.square.default", check=_pow_no_bool),
+           lambda self: _power(self, 2), lambda self: aten.pow.Tensor_Scalar(self, 2))
+
+
+def _rsub_decomposition(self, other, alpha=1):
+    return aten.sub.Tensor(other, self, alpha=alpha)
+
+
+def _rsub_scalar_decomposition(self, other, alpha=1):
+    # other - alpha * self == (-alpha) * self + other, with `other` cast like sub's wrapped scalar
+    scaled = aten.neg.default(self) if alpha == 1 else aten.mul.Scalar(self, -alpha)
+    return aten.add.Scalar(scaled, other)
+
+
+_composite("rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+           _elementwise("aten.rsub.Tensor", check=_rsub_check), _rsub, _rsub_decomposition)
+_composite("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+           _elementwise("aten.rsub.Scalar", check=_rsub_check), _rsub, _rsub_scalar_decomposition)
+
+
+# clamp_min / clamp_max
+
+for _bound in ("min", "max"):
+    _op = f"aten.clamp_{_bound}.default"
+    _composite(f"clamp_{_bound}(Tensor self, Scalar {_bound}) -> Tensor",
+               functools.partial(lambda op, bound, self, value: _clamp_meta(op)(self, **{bound: value}), _op, _bound),
+               functools.partial(lambda bound, self, value: _clamp(self, **{bound: value}), _bound),
+               functools.partial(lambda bound, self, value: aten.clamp.default(self, **{bound: value}), _bound))
+    _composite(f"clamp_{_bound}.Tensor(Tensor self, Tensor {_bound}) -> Tensor",
+               functools.partial(lambda bound, self, value: _clamp_tensor_meta(self, **{bound: value}), _bound),
+               functools.partial(lambda bound, self, value: _clamp_tensor(self, **{bound: value}), _bound),
+               functools.partial(lambda bound, self, value: aten.clamp.Tensor(self, **{bound: value}), _bound))
+
+
+# masked_fill: result has self's dtype and the broadcast shape of self and mask
+
+def _masked_fill_meta(op: str) -> Callable[..., Any]:
+    def meta(self, mask, value):
+        require_dtype(dtype_of(mask).is_bool, op, f"mask must be a bool tensor, got {dtype_of(mask).name}")
+        if is_tensor(value):
+            require_arg(len(shape_of(value)) == 0, op,
+                        f"value must be a 0-d tensor, got one of rank {len(shape_of(value))}")
+        else:
+            _check_fits(op, "value", value, dtype_of(self))
+        return tensor(_broadcast(op, self, mask), dtype_of(self))
+    return meta
+
+
+def _masked_fill(self, mask, value):
+    if isinstance(value, np.ndarray):  # ATen reads the 0-d value with a checked conversion
+        item = value.item()
+        _check_fits("aten.masked_fill.Tensor", "value", item, dtypes.dtype(self.dtype))
+        value = item
+    return np.where(mask, _scalar_as(value, dtypes.dtype(self.dtype)), self)
+
+
+_composite("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor",
+           _masked_fill_meta("aten.masked_fill.Scalar"), _masked_fill,
+           lambda self, mask, value: aten.where.self(mask, aten.fill.Scalar(self, value), self))
+_composite("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor",
+           _masked_fill_meta("aten.masked_fill.Tensor"), _masked_fill,
+           lambda self, mask, value: aten.where.self(
+               mask, aten._to_copy.default(value, dtype=dtype_of(self)), self))
+
+
+# where with Scalar branches: the Scalar promotes like a wrapped number and is converted with a check
+
+def _where_scalar_meta(op: str) -> Callable[..., Any]:
+    def meta(condition, self, other):
+        require_dtype(dtype_of(condition) in (dtypes.bool_, dtypes.uint8), op,
+                      f"condition must be a bool tensor, got {dtype_of(condition).name}")
+        _check_scalar_operands(op, (self, other))
+        result = _common_dtype(self, other)
+        for name, value in (("self", self), ("other", other)):
+            if not is_tensor(value):
+                _check_fits(op, name, value, result)
+        return tensor(_broadcast(op, condition, self, other), result)
+    return meta
+
+
+def _where_scalar(condition, self, other):
+    common = _common_dtype(self, other)
+    return np.where(condition.astype(bool), _cast(self, common), _cast(other, common))
+
+
+def _where_scalar_decomposition(condition, self, other):
+    result = _common_dtype(self, other)
+    # a tensor of the result dtype to fill: the tensor branch, else the condition itself
+    base = next((v for v in (self, other) if is_tensor(v)), condition)
+    if dtype_of(base) is not result:
+        base = aten._to_copy.default(base, dtype=result)
+    branches = [base if is_tensor(v) else aten.fill.Scalar(base, v) for v in (self, other)]
+    return aten.where.self(condition, *branches)
+
+
+for _schema in ["where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor",
+                "where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor",
+                "where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor"]:
+    _composite(_schema, _where_scalar_meta(_qualified(_schema)), _where_scalar, _where_scalar_decomposition)
+
+
+# to.dtype: a no-op alias when nothing changes, else _to_copy
+
+def _to_dtype_meta(self, dtype, non_blocking=False, copy=False, memory_format=None):
+    _check_memory_format("aten.to.dtype", self, memory_format)
+    return tensor(shape_of(self), dtype)
+
+
+def _to_dtype_decomposition(self, dtype, non_blocking=False, copy=False, memory_format=None):
+    if dtype_of(self) is dtype and not copy:
+        return aten.alias.default(self)
+    return aten._to_copy.default(self, dtype=dtype, memory_format=memory_format)
+
+
+_composite("to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+           "MemoryFormat? memory_format=None) -> Tensor(a)", _to_dtype_meta,
+           lambda self, dtype, non_blocking=False, copy=False, memory_format=None: _cast(self, dtype).copy(),
+           _to_dtype_decomposition)
+
+
+# floor_divide: division rounded toward -inf (what `//` means on tensors)
+
+_composite("floor_divide(Tensor self, Tensor other) -> Tensor", _elementwise("aten.floor_divide.default",
+           check=_no_bool()), lambda self, other: _divide("aten.floor_divide.default")(self, other, "floor"),
+           lambda self, other: aten.div.Tensor_mode(self, other, rounding_mode="floor"))
+_composite("floor_divide.Scalar(Tensor self, Scalar other) -> Tensor", _elementwise("aten.floor_divide.Scalar",
+           check=_no_bool()), lambda self, other: _divide("aten.floor_divide.Scalar")(self, other, "floor"),
+           lambda self, other: aten.div.Scalar_mode(self, other, rounding_mode="floor"))
+
+
+# lerp: start + weight * (end - start), from the nearer end for accuracy (ATen's Lerp.h)
+
+def _lerp_meta(op: str) -> Callable[..., Any]:
+    def meta(self, end, weight):
+        for name, value in (("end", end), ("weight", weight)):
+            if is_tensor(value):
+                require_dtype(dtype_of(value) is dtype_of(self), op,
+                              f"expected dtype {dtype_of(self).name} for `{name}` but got {dtype_of(value).name}")
+        _floating_only(op, dtype_of(self))
+        return tensor(_broadcast(op, self, end, weight), dtype_of(self))
+    return meta
+
+
+def _lerp(self, end, weight):
+    start, end = opmath(self), opmath(end)
+    weight = opmath(weight) if isinstance(weight, np.ndarray) else start.dtype.type(weight)
+    with np.errstate(all="ignore"):
+        difference = end - start
+        return np.where(np.abs(weight) < 0.5, start + weight * difference, end - difference * (1 - weight))
+
+
+def _lerp_scalar_decomposition(self, end, weight):
+    def body(start, finish):
+        difference = aten.sub.Tensor(finish, start)
+        if abs(weight) < 0.5:
+            return aten.add.Tensor(start, aten.mul.Scalar(difference, weight))
+        return aten.sub.Tensor(finish, aten.mul.Scalar(difference, _one_minus(weight, dtype_of(start))))
+    return _in_opmath_all(body, self, end)
+
+
+def _lerp_tensor_decomposition(self, end, weight):
+    def body(start, finish, w):
+        difference = aten.sub.Tensor(finish, start)
+        near_start = aten.add.Tensor(start, aten.mul.Tensor(w, difference))
+        near_end = aten.sub.Tensor(finish, aten.mul.Tensor(difference, aten.add.Scalar(aten.neg.default(w), 1)))
+        return aten.where.self(aten.lt.Scalar(aten.abs.default(w), 0.5), near_start, near_end)
+    return _in_opmath_all(body, self, end, weight)
+
+
+def _one_minus(weight: Any, dtype: DType) -> float:
+    """1 - weight rounded as the kernel computes it, in `dtype`."""
+    return float(np.asarray(1, dtype.numpy) - np.asarray(weight, np.float64).astype(dtype.numpy))
+
+
+def _in_opmath_all(body: Callable[..., Any], *tensors: Any) -> Any:
+    """Like _in_opmath, for several tensors of one dtype."""
+    dt = dtype_of(tensors[0])
+    if dt not in _REDUCED_FLOATS:
+        return body(*tensors)
+    widened = [aten._to_copy.default(t, dtype=dtypes.float32) for t in tensors]
+    return aten._to_copy.default(body(*widened), dtype=dt)
+
+
+_composite("lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor", _lerp_meta("aten.lerp.Scalar"),
+           _lerp, _lerp_scalar_decomposition)
+_composite("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", _lerp_meta("aten.lerp.Tensor"),
+           _lerp, _lerp_tensor_decomposition)
+
+
+# addcmul / addcdiv: self + value * tensor1 (* or /) tensor2
+
+def _addc_meta(op: str, divide: bool) -> Callable[..., Any]:
+    def meta(self, tensor1, tensor2, value=1):
+        if divide:
+            require_dtype(not (dtype_of(tensor1).is_integral or dtype_of(tensor1).is_bool)
+                          or dtype_of(tensor2).is_floating_point, op,
+                          "integer division is not supported; use floating-point tensor1 or tensor2")
+        common = _common_dtype(self, tensor1, tensor2)
+        require_dtype(not common.is_bool, op, "bool tensors are not supported")
+        _check_fits(op, "value", value, dtypes.opmath_dtype(common) if common.is_floating_point else dtypes.int64)
+        if not common.is_floating_point:
+            _check_fits(op, "value", int(value), common)
+        return tensor(_broadcast(op, self, tensor1, tensor2), common)
+    return meta
+
+
+def _addc(divide: bool) -> Callable[..., np.ndarray]:
+    def kernel(self, tensor1, tensor2, value=1):
+        common = _common_dtype(self, tensor1, tensor2)
+        scale = opmath(_scalar_as(value, dtypes.opmath_dtype(common) if common in _REDUCED_FLOATS else common))
+        a, b, c = (_compute(t, common) for t in (self, tensor1, tensor2))
+        with np.errstate(all="ignore"):
+            return a + (scale * b / c if divide else scale * b * c)
+    return kernel
+
+
+def _addc_decomposition(divide: bool) -> Callable[..., Any]:
+    def decomposition(self, tensor1, tensor2, value=1):
+        common = _common_dtype(self, tensor1, tensor2)
+        scale = value if common.is_floating_point else int(value)
+
+        def body(a, b, c):
+            scaled = aten.mul.Scalar(b, scale) if scale != 1 else b
+            product = aten.div.Tensor(scaled, c) if divide else aten.mul.Tensor(scaled, c)
+            return aten.add.Tensor(a, product)
+        converted = [t if dtype_of(t) is common else aten._to_copy.default(t, dtype=common)
+                     for t in (self, tensor1, tensor2)]
+        return _in_opmath_all(body, *converted)
+    return decomposition
+
+
+_composite("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor",
+           _addc_meta("aten.addcmul.default", divide=False), _addc(False), _addc_decomposition(False))
+_composite("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor",
+           _addc_meta("aten.addcdiv.default", divide=True), _addc(True), _addc_decomposition(True))
+
+
+# logit: log(x / (1 - x)), with x clamped to [eps, 1 - eps] when eps is given
+
+def _logit_bounds(eps: float, dtype: DType) -> tuple[float, float]:
+    lo = np.asarray(eps, np.float64).astype(dtypes.opmath_dtype(dtype).numpy)
+    return float(lo), float(np.asarray(1, lo.dtype) - lo)
+
+
+def _logit(self, eps=None):
+    x = unary_float_kernel(lambda v: v)(self)
+    with np.errstate(all="ignore"):
+        if eps is not None and eps >= 0:
+            lo, hi = _logit_bounds(eps, dtypes.dtype(x.dtype))
+            x = np.where(x < lo, x.dtype.type(lo), np.where(x > hi, x.dtype.type(hi), x))
+        return np.log(x / (1 - x))
+
+
+def _logit_decomposition(self, eps=None):
+    def body(x):
+        if eps is not None and eps >= 0:
+            lo, hi = _logit_bounds(eps, dtype_of(x))
+            x = aten.clamp.default(x, lo, hi)
+        return aten.log.default(aten.div.Tensor(x, aten.add.Scalar(aten.neg.default(x), 1)))
+    if not dtype_of(self).is_floating_point:
+        self = aten._to_copy.default(self, dtype=dtypes.default_float_dtype())
+    return _in_opmath(self, body)
+
+
+_composite("logit(Tensor self, float? eps=None) -> Tensor", _unary("aten.logit.default", Promotion.INT_TO_FLOAT),
+           _logit, _logit_decomposition)

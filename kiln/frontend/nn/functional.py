@@ -1,0 +1,1 @@
+"""kiln.nn.functional (being written)."""

@@ -1,0 +1,1 @@
+"""kiln.nn.init (being written)."""

@@ -1,0 +1,3 @@
+"""kiln.nn layers (being written)."""
+
+__all__: list[str] = []

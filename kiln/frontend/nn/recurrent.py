@@ -1,0 +1,3 @@
+"""kiln.nn recurrent (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""kiln.nn transformer (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""kiln.models: a small bundled model zoo (being written)."""
