@@ -11,6 +11,7 @@ from kiln.ir.dtypes import (
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
 from kiln.ir.registry import ops
+from kiln.ir.retrace import default_decompositions
 from kiln.ir.pytree import register_dataclass
 from kiln.ir.errors import ConstraintViolationError, DataDependentError
 from kiln.frontend.tensor import Size, Tensor
@@ -20,6 +21,7 @@ from kiln.frontend.random import manual_seed
 from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
+from kiln.frontend.control_flow import cond
 
 __version__ = "0.1.0"
 
@@ -56,5 +58,5 @@ __all__ = [
     "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
     "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
-    *_functions,
+    "default_decompositions", "cond", *_functions,
 ]

@@ -190,6 +190,8 @@ class Tensor:
 
     # -- leaving the graph: needs concrete data
     def _eager_array(self, what: str) -> np.ndarray:
+        if self._tracer is not None and not self._tracer.strict:
+            return self._tracer.specialize(self, what)
         if self._tracer is not None:
             from kiln.frontend.tracing import user_source_line
             raise DataDependentError(

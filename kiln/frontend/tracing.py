@@ -75,6 +75,46 @@ class Tracer:
         self._constant_ids[id(array)] = (array, value)
         return value
 
+    def value_of(self, tensor: Any) -> SSAValue:
+        """The SSA value standing for `tensor` in this trace (eager tensors become lifted constants)."""
+        if tensor._tracer is self:
+            return tensor._value
+        if tensor._tracer is None:
+            return self.lift_constant(tensor._value)
+        from kiln.ir.errors import KilnError
+        raise KilnError("a tensor from another trace was used here",
+                        fix="pass tensors between traces explicitly (e.g. as kiln.cond operands)")
+
+    def example_value(self, value: SSAValue) -> np.ndarray:
+        """The value `value` takes on the example inputs (for strict=False specialization)."""
+        from kiln.ir.interpreter import run_op
+        if value not in self.example_values:
+            bindings = {s: info.hint for s, info in self.shape_env.symbols.items() if info.hint is not None}
+            for op in self.builder.block.ops:
+                if op.results and all(r in self.example_values for r in op.results):
+                    continue
+                run_op(op, self.example_values, bindings)
+                if value in self.example_values:
+                    break
+        return self.example_values[value]
+
+    def specialize(self, tensor: Any, what: str) -> np.ndarray:
+        """strict=False: bake in the example value, with a warning and a recorded guard."""
+        import warnings
+
+        import sympy
+
+        from kiln.ir.symbolic import Guard
+        array = self.example_value(tensor._value)
+        source = user_source_line() or ""
+        warnings.warn(f"{what} at {source or 'an unknown line'} depends on tensor data; the exported program "
+                      f"is specialized to the example value {array.tolist()!r}", stacklevel=3)
+        marker = self.shape_env.create_unbacked_symbol(source=what)
+        scalar = array.reshape(-1)[0].item() if array.size else 0
+        recorded = sympy.Float(scalar) if isinstance(scalar, float) else sympy.Integer(int(scalar))
+        self.shape_env.guards.append(Guard(sympy.Eq(marker, recorded), source))
+        return array
+
     # -- recording
     def call(self, op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         from kiln.frontend.symint import to_expr
@@ -82,7 +122,7 @@ class Tracer:
 
         def unwrap(value: Any) -> Any:
             if isinstance(value, Tensor):
-                return value._value if value._tracer is self else self.lift_constant(value._value)
+                return self.value_of(value)
             if isinstance(value, (list, tuple)):
                 return type(value)(unwrap(v) for v in value)
             return to_expr(value)

@@ -159,7 +159,8 @@ def aten_dialect() -> Dialect:
 
 
 def kiln_dialect() -> Dialect:
-    return Dialect("kiln", [], [TensorType, SymIntType, ScalarType, SymExprAttr])
+    from kiln.ir.control_flow import CONTROL_FLOW_OPS
+    return Dialect("kiln", CONTROL_FLOW_OPS, [TensorType, SymIntType, ScalarType, SymExprAttr])
 
 
 def op_class(opdef: OpDef) -> type[IRDLOperation]:

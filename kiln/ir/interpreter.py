@@ -122,26 +122,41 @@ def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
 
 
 def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol, int]) -> list[Any]:
+    """Run a block's ops; return the values its terminator (func.return / kiln.yield) passes on."""
+    from kiln.ir.control_flow import YieldOp
+
     values: dict[Any, Any] = dict(zip(block.args, inputs))
     for op in block.ops:
-        if isinstance(op, func.ReturnOp):
+        if isinstance(op, (func.ReturnOp, YieldOp)):
             return [values[v] for v in op.operands]
-        opdef = op.opdef
-        if opdef.kernel is None:
-            raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
-                            fix="run the program's decompositions first")
-        arguments = [_concrete(a, bindings) for a in bound_arguments(op, values.__getitem__)]
-        result = opdef.kernel(*arguments)
-        results = list(op.results)
-        expected = [_concrete_type(r.type, bindings) for r in results]
-        if len(results) == 1 and not opdef.schema.returns[0].type.is_list:
-            outputs = [conform(opdef, result, expected[0])]
-        else:
-            outputs = list(conform(opdef, list(result), expected))
-        for value, output in zip(results, outputs):
-            _bind_unbacked(value.type, output, bindings)
-            values[value] = output
-    raise KilnError("block has no return")
+        run_op(op, values, bindings)
+    raise KilnError("block has no terminator")
+
+
+def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> None:
+    """Compute one op's results from `values` (SSA value -> array) and store them there."""
+    from kiln.ir.control_flow import CondOp
+
+    if isinstance(op, CondOp):
+        branch = op.true_region if bool(np.asarray(values[op.pred])) else op.false_region
+        outputs = execute_block(branch.block, [values[v] for v in op.operands_], bindings)
+        values.update(zip(op.results, outputs))
+        return
+    opdef = op.opdef
+    if opdef.kernel is None:
+        raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
+                        fix="run the program's decompositions first")
+    arguments = [_concrete(a, bindings) for a in bound_arguments(op, values.__getitem__)]
+    result = opdef.kernel(*arguments)
+    results = list(op.results)
+    expected = [_concrete_type(r.type, bindings) for r in results]
+    if len(results) == 1 and not opdef.schema.returns[0].type.is_list:
+        outputs = [conform(opdef, result, expected[0])]
+    else:
+        outputs = list(conform(opdef, list(result), expected))
+    for value, output in zip(results, outputs):
+        _bind_unbacked(value.type, output, bindings)
+        values[value] = output
 
 
 def _bind_unbacked(value_type: Any, output: Any, bindings: dict[sympy.Symbol, int]) -> None:

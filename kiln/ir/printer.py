@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
+from xdsl.ir import Block, SSAValue
 
 from kiln.ir.types import TensorType
 
@@ -17,43 +18,70 @@ def _annotation(value_type: object) -> str:
 
 
 def format_program(program: "ExportedProgram") -> str:
-    from kiln.ir.dialect import bound_arguments
-    from kiln.ir.program import format_value, value_names
+    from kiln.ir.program import value_names
 
-    body = program.body
-    names = value_names(body)
-    params = ", ".join(f'{names[a]}: "{_annotation(a.type)}"' for a in body.args)
-    lines = ["ExportedProgram:", "    class GraphModule(torch.nn.Module):",
-             f"        def forward(self{', ' if params else ''}{params}):"]
-    for op in body.ops:
-        if isinstance(op, func.ReturnOp):
-            returned = ", ".join(names[v] for v in op.operands)
-            lines.append(f"            return ({returned}{',' if len(op.operands) == 1 else ''})")
-            continue
-        opdef = op.opdef  # type: ignore[attr-defined]
-        pieces = []
-        arguments = opdef.schema.arguments
-        values = bound_arguments(op)
-        # Trailing arguments equal to their defaults are left out, as torch.fx prints them.
-        last = len(arguments)
-        while last > 0 and arguments[last - 1].has_default and _is_default(arguments[last - 1], values[last - 1]):
-            last -= 1
-        for argument, value in zip(arguments[:last], values[:last]):
-            if argument.kwarg_only:
-                if not (argument.has_default and _is_default(argument, value)):
-                    pieces.append(f"{argument.name} = {format_value(value, names)}")
-            else:
-                pieces.append(format_value(value, names))
-        targets = ", ".join(f'{names[r]}: "{_annotation(r.type)}"' for r in op.results)
-        source = op.attributes.get("kiln.source")
-        comment = f"  # {source.data}" if source is not None else ""  # type: ignore[union-attr]
-        lines.append(f"            {targets} = {opdef.name}({', '.join(pieces)}){comment}")
+    names = value_names(program.body)
+    subgraphs: list[tuple[str, Block]] = []
+    lines = ["ExportedProgram:", "    class GraphModule(torch.nn.Module):"]
+    lines += _format_block(program.body, names, subgraphs, indent=8)
+    index = 0
+    while index < len(subgraphs):  # subgraphs may hold subgraphs of their own
+        label, block = subgraphs[index]
+        lines += ["", f"        class {label}(torch.nn.Module):"]
+        lines += _format_block(block, names, subgraphs, indent=12)
+        index += 1
     lines += ["", "Graph signature:", str(program.graph_signature), ""]
     ranges = ", ".join(f"{s}: {r}" for s, r in sorted(program.range_constraints.items(), key=lambda kv: str(kv[0])))
     lines.append(f"Range constraints: {{{ranges}}}")
     return "\n".join(lines) + "\n"
 
 
-def _is_default(argument: object, value: object) -> bool:
+def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tuple[str, Block]],
+                  indent: int) -> list[str]:
+    from kiln.ir.control_flow import CondOp, YieldOp
+    from kiln.ir.dialect import bound_arguments
+    from kiln.ir.program import format_value
+
+    pad = " " * indent
+    params = ", ".join(f'{names[a]}: "{_annotation(a.type)}"' for a in block.args)
+    lines = [f"{pad}def forward(self{', ' if params else ''}{params}):"]
+    body = pad + "    "
+    for op in block.ops:
+        if isinstance(op, (func.ReturnOp, YieldOp)):
+            returned = ", ".join(names[v] for v in op.operands)
+            lines.append(f"{body}return ({returned}{',' if len(op.operands) == 1 else ''})")
+            continue
+        targets = ", ".join(f'{names[r]}: "{_annotation(r.type)}"' for r in op.results)
+        source = op.attributes.get("kiln.source")
+        comment = f"  # {source.data}" if source is not None else ""  # type: ignore[union-attr]
+        if isinstance(op, CondOp):
+            labels = []
+            for kind, region in (("true", op.true_region), ("false", op.false_region)):
+                label = f"{kind}_graph_{sum(1 for lab, _ in subgraphs if lab.startswith(kind))}"
+                subgraphs.append((label, region.block))
+                labels.append(label)
+            operands = format_value(list(op.operands_), names)
+            call = f"torch.ops.higher_order.cond({names[op.pred]}, {labels[0]}, {labels[1]}, {operands})"
+            lines.append(f"{body}{targets} = {call}{comment}")
+            continue
+        opdef = op.opdef  # type: ignore[attr-defined]
+        arguments = opdef.schema.arguments
+        values = bound_arguments(op)
+        # Trailing arguments equal to their defaults are left out, as torch.fx prints them.
+        last = len(arguments)
+        while last > 0 and arguments[last - 1].has_default and _is_default(arguments[last - 1], values[last - 1]):
+            last -= 1
+        pieces = []
+        for argument, value in zip(arguments[:last], values[:last]):
+            if argument.kwarg_only:
+                if not (argument.has_default and _is_default(argument, value)):
+                    pieces.append(f"{argument.name} = {format_value(value, names)}")
+            else:
+                pieces.append(format_value(value, names))
+        lines.append(f"{body}{targets} = {opdef.name}({', '.join(pieces)}){comment}")
+    return lines
+
+
+def _is_default(argument: Any, value: object) -> bool:
     from kiln.ir.dialect import _same_value
-    return _same_value(value, argument.default)  # type: ignore[attr-defined]
+    return _same_value(value, argument.default)

@@ -136,11 +136,17 @@ def value_names(block: Block) -> dict[SSAValue, str]:
         names[value] = hint if count == 0 else f"{hint}_{count}"
         counters[hint] = count + 1
 
-    for arg in block.args:
-        assign(arg)
-    for op in block.ops:
-        for result in op.results:
-            assign(result)
+    def walk(inner: Block) -> None:  # the printer's order: results, then nested regions
+        for arg in inner.args:
+            assign(arg)
+        for op in inner.ops:
+            for result in op.results:
+                assign(result)
+            for region in op.regions:
+                for nested in region.blocks:
+                    walk(nested)
+
+    walk(block)
     return names
 
 
@@ -244,6 +250,17 @@ class ExportedProgram:
         if self.out_spec is not None:
             return tree_unflatten(user, self.out_spec)
         return user[0] if len(user) == 1 else tuple(user)
+
+    def run_decompositions(self, decomp_table: Any = None) -> "ExportedProgram":
+        """A new program with ops decomposed: None → Core ATen (`kiln.default_decompositions()`), `{}` → none.
+
+        Tables are dicts keyed by `kiln.ops.aten` handles; delete entries to keep ops, or add your own
+        decompositions written with kiln ops.
+        """
+        from kiln.ir.retrace import default_decompositions, retrace
+        program = retrace(self, default_decompositions() if decomp_table is None else decomp_table)
+        program.verify()
+        return program
 
     def module(self) -> Any:
         """A callable with the original calling convention (like torch's `ExportedProgram.module()`)."""

@@ -126,6 +126,13 @@ def _tensor_values(opdef: OpDef, bound: list[Any]) -> Iterator[Any]:
                 yield value
 
 
+def split_bound(opdef: OpDef, bound: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Bound arguments as a call: positional ones, and keyword-only ones by name."""
+    positional = [v for a, v in zip(opdef.schema.arguments, bound) if not a.kwarg_only]
+    keywords = {a.name: v for a, v in zip(opdef.schema.arguments, bound) if a.kwarg_only}
+    return positional, keywords
+
+
 def call_op(opdef: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     bound = opdef.schema.bind(args, kwargs)
     emitters = _EMITTERS.get()

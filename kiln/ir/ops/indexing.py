@@ -16,9 +16,8 @@ from kiln.ir.meta import (
     broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
     unbacked_size,
 )
-from kiln.ir.ops.shape import fill_value, holds
+from kiln.ir.ops.shape import fill_value, holds, same_size
 from kiln.ir.registry import defop
-from kiln.ir.symbolic import sym_eq
 
 _INDEX_DTYPES = (dtypes.int64, dtypes.int32)
 
@@ -304,7 +303,7 @@ def _indexing_shape(op, self, indices):
             require(position + len(index_shape) <= len(shape), op,
                     f"too many indices for tensor of dimension {len(shape)} (got {position + len(index_shape)})")
             for j, size in enumerate(index_shape):
-                require(sym_eq(size, shape[position + j]), op,
+                require(same_size(size, shape[position + j]), op,
                         f"the shape of the mask {_shown(index_shape)} at index {j} does not match the shape of "
                         f"the indexed tensor {_shown(shape)} at index {position + j}")
             count = _mask_count(index)

@@ -1,1 +1,1170 @@
-"""TODO"""
+"""Neural-network ops: convolution, pooling, normalization, dropout, embeddings, padding, resampling, FFT,
+and the composites that lower onto them (conv1d/2d/3d, conv_transpose, layer/group/batch/rms norm,
+scaled_dot_product_attention, dropout, pools, lstm_cell/gru_cell, ...).
+
+Conventions:
+- Output sizes in meta rules are sympy expressions of the input dims (`floor((s0 + 2 - 3)/2) + 1`), so
+  batch and spatial dims may be symbolic; invalid arguments raise KilnError subclasses naming the op.
+- Kernels follow ATen's CPU kernels: float32 accumulates in float64 where ATen's accumulation type is wider,
+  float16/bfloat16 compute in float32 (opmath) and round once; integer results wrap like ATen's.
+- kiln's IR is functional: ops that update buffers in place in torch (`_native_batch_norm_legit` updates
+  running_mean/running_var when training) only compute their outputs here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import sympy
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kiln.ir import dtypes
+from kiln.ir.errors import InputError
+from kiln.ir.meta import (
+    canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
+)
+from kiln.ir.registry import defop
+from kiln.ir.symbolic import SymInt, as_dim, guard_bool, sym_eq
+
+_REDUCED = (np.float16, dtypes.bfloat16.numpy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers: symbolic size arithmetic and argument normalization
+
+def _is_const(value, constant: int) -> bool:
+    return isinstance(value, int) and value == constant
+
+
+def _floordiv(numerator: SymInt, denominator: int) -> SymInt:
+    if isinstance(numerator, int):
+        return numerator // denominator
+    return as_dim(sympy.floor(sympy.sympify(numerator) / denominator))
+
+
+def _at_least(value: SymInt, bound: int) -> bool:
+    """value >= bound, deciding symbolic sizes through a guard."""
+    if isinstance(value, int):
+        return value >= bound
+    return guard_bool(sympy.Ge(value, bound))
+
+
+def _per_dim(op: str, name: str, values, n: int) -> list:
+    """An int[n] argument given as one value or n values (ATen accepts both)."""
+    values = list(values) if isinstance(values, (list, tuple)) else [values]
+    require_arg(len(values) in (1, n), op,
+                f"expected {name} to be a single integer or a list of {n} integers, got {values}")
+    return values * n if len(values) == 1 else values
+
+
+def _accumulation(dtype: np.dtype) -> np.dtype:
+    """The dtype kernels compute in: float64 for float32/float64, float32 for float16/bfloat16 (opmath),
+    int64 for integers (wrapping back on the final cast, like ATen's integer kernels)."""
+    if dtype in _REDUCED:
+        return np.dtype(np.float32)
+    if dtype.kind == "f":
+        return np.dtype(np.float64)
+    return np.dtype(np.int64)
+
+
+def _opmath(dtype: np.dtype) -> np.dtype:
+    """ATen's opmath type: float32 for float16/bfloat16, the dtype itself otherwise."""
+    return np.dtype(np.float32) if dtype in _REDUCED else np.dtype(dtype)
+
+
+def _is_floating(dtype: dtypes.DType) -> bool:
+    return dtype.is_floating_point
+
+
+def _nonzero_dims(op: str, shape, first: int, expected: str) -> None:
+    """ATen refuses empty non-batch dims in pooling/padding inputs (checked when the size is static)."""
+    for size in shape[first:]:
+        require(not _is_const(size, 0), op,
+                f"expected {expected} with possibly 0 batch size and other non-zero dimensions, "
+                f"got shape {list(shape)}")
+
+
+def _truncating_divide(numerator: np.ndarray, denominator) -> np.ndarray:
+    """C++ integer division (rounds toward zero), as ATen's integer average pools divide."""
+    quotient = numerator // denominator
+    remainder = numerator - quotient * denominator
+    return np.where((remainder != 0) & ((numerator < 0) != (np.asarray(denominator) < 0)), quotient + 1, quotient)
+
+
+def _strided_windows(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+                     outputs: Sequence[int]) -> np.ndarray:
+    """Windows over the last len(kernel) axes: shape x.shape[:-n] + outputs + kernel (a strided view)."""
+    n = len(kernel)
+    effective = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    windows = sliding_window_view(x, effective, axis=tuple(range(x.ndim - n, x.ndim)))
+    lead = (slice(None),) * (x.ndim - n)
+    positions = tuple(slice(0, (o - 1) * s + 1, s) if o > 0 else slice(0, 0) for o, s in zip(outputs, stride))
+    taps = tuple(slice(None, None, d) for d in dilation)
+    return windows[lead + positions + taps]
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+def _conv_output_size(size, kernel, stride, padding, dilation):
+    return _floordiv(size + 2 * padding - dilation * (kernel - 1) - 1, stride) + 1
+
+
+def _conv_transpose_output_size(size, kernel, stride, padding, dilation, output_padding):
+    return as_dim((size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1)
+
+
+def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    op = "aten.convolution.default"
+    x, w = shape_of(input), shape_of(weight)
+    require(len(w) >= 3, op, f"weight must have at least 3 dimensions (out, in, *kernel), got shape {list(w)}")
+    n = len(w) - 2
+    require(len(x) == len(w), op,
+            f"expected {len(w)}-D input for {len(w)}-D weight {list(w)}, got {len(x)}-D input of shape {list(x)}")
+    require_dtype(dtype_of(input) is dtype_of(weight), op,
+                  f"input ({dtype_of(input)}) and weight ({dtype_of(weight)}) must have the same dtype")
+    require_dtype(not dtype_of(input).is_bool and not dtype_of(input).is_complex, op,
+                  f"{dtype_of(input)} convolution is not supported")
+    stride, padding, dilation = (_per_dim(op, name, value, n) for name, value in
+                                 (("stride", stride), ("padding", padding), ("dilation", dilation)))
+    output_padding = _per_dim(op, "output_padding", output_padding, n) if transposed else [0] * n
+    require_arg(all(_at_least(s, 1) for s in stride), op, f"non-positive stride is not supported, got {stride}")
+    require_arg(all(_at_least(p, 0) for p in padding), op, f"negative padding is not supported, got {padding}")
+    require_arg(all(_at_least(d, 1) for d in dilation), op, f"dilation must be positive, got {dilation}")
+    require_arg(_at_least(groups, 1), op, f"non-positive groups is not supported, got groups={groups}")
+    channels = x[1]
+    kernel = w[2:]
+    require(_at_least(w[0], 1), op, f"expected weight to have at least one channel at dimension 0, got {list(w)}")
+    require(guard_bool(sympy.Eq(sympy.Mod(w[0], groups), 0)), op,
+            f"groups={groups} must divide weight dimension 0, got weight of shape {list(w)}")
+    if transposed:
+        require(sym_eq(channels, w[0]), op,
+                f"given transposed weight of shape {list(w)}, expected input of shape {list(x)} to have "
+                f"{w[0]} channels, got {channels}")
+        for s, d, p in zip(stride, dilation, output_padding):
+            require_arg(_at_least(s - 1 - p, 0) or _at_least(d - 1 - p, 0), op,
+                        f"output padding must be smaller than either stride or dilation, got output_padding="
+                        f"{output_padding}, stride={stride}, dilation={dilation}")
+        out_channels = w[1] * groups
+        spatial = [_conv_transpose_output_size(*args) for args in
+                   zip(x[2:], kernel, stride, padding, dilation, output_padding)]
+        require(all(_at_least(s, 1) for s in spatial), op,
+                f"calculated output size {spatial} is too small for input of shape {list(x)}")
+    else:
+        require(sym_eq(channels, w[1] * groups), op,
+                f"given groups={groups}, weight of shape {list(w)} expects input of shape {list(x)} to have "
+                f"{as_dim(w[1] * groups)} channels, got {channels}")
+        out_channels = w[0]
+        for size, k, p, d in zip(x[2:], kernel, padding, dilation):
+            require(_at_least(size + 2 * p - (d * (k - 1) + 1), 0), op,
+                    f"padded input size per channel {[as_dim(s + 2 * p) for s, p in zip(x[2:], padding)]} is "
+                    f"smaller than the (dilated) kernel size "
+                    f"{[as_dim(d * (k - 1) + 1) for k, d in zip(kernel, dilation)]}")
+        spatial = [_conv_output_size(*args) for args in zip(x[2:], kernel, stride, padding, dilation)]
+    if bias is not None:
+        require(len(shape_of(bias)) == 1 and sym_eq(shape_of(bias)[0], out_channels), op,
+                f"expected bias to be 1-D with {out_channels} elements, got shape {list(shape_of(bias))}")
+    return tensor([x[0], out_channels, *spatial], dtype_of(input))
+
+
+def _correlate(x: np.ndarray, w: np.ndarray, stride, dilation, groups: int) -> np.ndarray:
+    """Grouped cross-correlation of an already padded x [N, C, *S] with w [Co, C/groups, *K]:
+    im2col as a strided window view, contracted per group with tensordot."""
+    n = w.ndim - 2
+    kernel = w.shape[2:]
+    outputs = [(s - (d * (k - 1) + 1)) // st + 1 for s, k, d, st in zip(x.shape[2:], kernel, dilation, stride)]
+    columns = _strided_windows(x, kernel, stride, dilation, outputs)  # [N, C, *O, *K]
+    in_group, out_group = x.shape[1] // groups, w.shape[0] // groups
+    window_axes = list(range(2 + n, 2 + 2 * n))
+    kernel_axes = list(range(2, 2 + n))
+    parts = [np.tensordot(columns[:, g * in_group:(g + 1) * in_group], w[g * out_group:(g + 1) * out_group],
+                          axes=([1, *window_axes], [1, *kernel_axes])) for g in range(groups)]  # [N, *O, Co/g]
+    return np.moveaxis(np.concatenate(parts, axis=-1), -1, 1)
+
+
+def _pad_or_crop(x: np.ndarray, before: Sequence[int], after: Sequence[int]) -> np.ndarray:
+    """Pad the trailing len(before) axes with zeros; negative amounts crop instead."""
+    n = len(before)
+    lead = [(0, 0)] * (x.ndim - n)
+    x = np.pad(x, lead + [(max(b, 0), max(a, 0)) for b, a in zip(before, after)])
+    crop = tuple(slice(max(-b, 0), x.shape[x.ndim - n + i] - max(-a, 0)) for i, (b, a) in enumerate(zip(before, after)))
+    return x[(slice(None),) * (x.ndim - n) + crop]
+
+
+def _convolution_kernel(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n = weight.ndim - 2
+    expected = _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    stride, padding, dilation = (_per_dim("", "", v, n) for v in (stride, padding, dilation))
+    output_padding = _per_dim("", "", output_padding, n)
+    acc = _accumulation(input.dtype)
+    x, w = input.astype(acc), weight.astype(acc)
+    if input.size == 0 or weight.size == 0:
+        out = np.zeros([int(d) for d in expected.shape], acc)
+    elif not transposed:
+        out = _correlate(_pad_or_crop(x, padding, padding), w, stride, dilation, groups)
+    else:
+        # The adjoint of a strided convolution: spread the input out by the stride, pad by the dilated
+        # kernel extent minus padding (plus output_padding at the end), and correlate with the spatially
+        # flipped kernel whose in/out channels are swapped within each group.
+        n_in, c_in = x.shape[:2]
+        spread = np.zeros((n_in, c_in, *[(s - 1) * st + 1 for s, st in zip(x.shape[2:], stride)]), acc)
+        spread[(slice(None), slice(None), *[slice(None, None, st) for st in stride])] = x
+        margin = [d * (k - 1) - p for k, d, p in zip(weight.shape[2:], dilation, padding)]
+        spread = _pad_or_crop(spread, margin, [m + op for m, op in zip(margin, output_padding)])
+        in_group, out_group = c_in // groups, weight.shape[1]
+        flipped = w.reshape(groups, in_group, out_group, *w.shape[2:]).swapaxes(1, 2)
+        flipped = flipped.reshape(groups * out_group, in_group, *w.shape[2:])[(Ellipsis, *[slice(None, None, -1)] * n)]
+        out = _correlate(spread, flipped, [1] * n, dilation, groups)
+    if bias is not None:
+        out = out + bias.astype(acc).reshape(1, -1, *[1] * n)
+    return out
+
+
+defop("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, "
+      "SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
+      _convolution_meta, _convolution_kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+
+def _pool_output_size(size, kernel, stride, padding, dilation, ceil_mode):
+    """ATen's pooling_output_shape. In ceil mode the last window must start inside the input or the left
+    padding, which is min(ceil-mode size, floor((size + padding - 1) / stride) + 1)."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return _floordiv(span, stride) + 1
+    ceiled = _floordiv(span + stride - 1, stride) + 1
+    last_start_inside = _floordiv(size + padding - 1, stride) + 1
+    if isinstance(ceiled, int) and isinstance(last_start_inside, int):
+        return min(ceiled, last_start_inside)
+    return as_dim(sympy.Min(ceiled, last_start_inside))
+
+
+def _pool_arguments(op, n, kernel_size, stride, padding, dilation=1):
+    kernel = _per_dim(op, "kernel_size", kernel_size, n)
+    stride = kernel if not stride else _per_dim(op, "stride", stride, n)
+    padding = _per_dim(op, "padding", padding, n)
+    dilation = _per_dim(op, "dilation", dilation, n)
+    require_arg(all(k > 0 for k in kernel), op, f"kernel_size must be greater than zero, got {kernel}")
+    require_arg(all(s > 0 for s in stride), op, f"stride must be greater than zero, got {stride}")
+    require_arg(all(d > 0 for d in dilation), op, f"dilation must be greater than zero, got {dilation}")
+    require_arg(all(p >= 0 for p in padding), op, f"padding must be non-negative, got {padding}")
+    return kernel, stride, padding, dilation
+
+
+def _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, *, max_pool):
+    shape = shape_of(self)
+    require(len(shape) in (n + 1, n + 2), op,
+            f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
+    _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+    for k, p, d in zip(kernel, padding, dilation):
+        limit = (d * (k - 1) + 1) // 2 if max_pool else k // 2
+        require_arg(p <= limit, op, f"padding should be at most half of the {'effective ' if max_pool else ''}"
+                    f"kernel size, got padding={padding}, kernel_size={kernel}"
+                    + (f", dilation={dilation}" if max_pool else ""))
+    spatial = [_pool_output_size(*args, ceil_mode) for args in zip(shape[-n:], kernel, stride, padding, dilation)]
+    require(all(_at_least(s, 1) for s in spatial), op,
+            f"input spatial size {list(shape[-n:])} gives output size {spatial}, which is too small")
+    return [*shape[:-n], *spatial]
+
+
+def _avg_pool_meta(n):
+    op = f"aten.avg_pool{n}d.default"
+
+    def meta(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+        kernel, stride, padding, _ = _pool_arguments(op, n, kernel_size, stride, padding)
+        require_arg(divisor_override is None or divisor_override != 0, op, "divisor_override must not be zero")
+        require_dtype(not dtype_of(self).is_bool and not dtype_of(self).is_complex, op,
+                      f"{dtype_of(self)} input is not supported")
+        return tensor(_pool_meta(op, n, self, kernel, stride, padding, [1] * n, ceil_mode, max_pool=False),
+                      dtype_of(self))
+    return meta
+
+
+def _padded_for_windows(x, kernel, stride, padding, dilation, outputs, fill):
+    """Pad the trailing spatial axes so every output window lies inside the array."""
+    after = [max((o - 1) * s + d * (k - 1) + 1 - p - size, 0)
+             for o, s, k, d, p, size in zip(outputs, stride, kernel, dilation, padding, x.shape[-len(kernel):])]
+    lead = [(0, 0)] * (x.ndim - len(kernel))
+    return np.pad(x, lead + [(p, a) for p, a in zip(padding, after)], constant_values=fill)
+
+
+def _avg_pool_kernel(n):
+    meta = _avg_pool_meta(n)
+
+    def kernel(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+        outputs = [int(d) for d in meta(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                        divisor_override).shape[-n:]]
+        kernel, stride, padding, _ = _pool_arguments("", n, kernel_size, stride, padding)
+        acc = _accumulation(self.dtype)
+        x = _padded_for_windows(self.astype(acc), kernel, stride, padding, [1] * n, outputs, 0)
+        windows = _strided_windows(x, kernel, stride, [1] * n, outputs)
+        sums = windows.sum(axis=tuple(range(-n, 0)))
+        # ATen's divisor per window: windows are cut at input + padding; without count_include_pad only
+        # the part inside the input counts. The divisor factors over the spatial dims.
+        divisor = np.ones((), np.int64)
+        for o, k, s, p, size in zip(outputs, kernel, stride, padding, self.shape[-n:]):
+            start = np.arange(o) * s - p
+            end = np.minimum(start + k, size + p)
+            if count_include_pad:
+                extent = end - start
+            else:
+                extent = np.minimum(end, size) - np.maximum(start, 0)
+            divisor = np.multiply.outer(divisor, extent)
+        if divisor_override is not None:
+            divisor = np.full_like(divisor, divisor_override)
+        if np.issubdtype(acc, np.integer):
+            return _truncating_divide(sums, np.maximum(divisor, 1))
+        with np.errstate(all="ignore"):
+            return np.where(divisor > 0, sums / np.maximum(divisor, 1), 0)
+    return kernel
+
+
+for _n in (2, 3):
+    defop(f"avg_pool{_n}d(Tensor self, int[{_n}] kernel_size, int[{_n}] stride=[], int[{_n}] padding=0, "
+          "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor",
+          _avg_pool_meta(_n), _avg_pool_kernel(_n))
+
+
+def _max_pool_meta(n):
+    op = f"aten.max_pool{n}d_with_indices.default"
+
+    def meta(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        kernel, stride, padding, dilation = _pool_arguments(op, n, kernel_size, stride, padding, dilation)
+        require_dtype(not dtype_of(self).is_bool and not dtype_of(self).is_complex, op,
+                      f"{dtype_of(self)} input is not supported")
+        shape = _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, max_pool=True)
+        return tensor(shape, dtype_of(self)), tensor(shape, dtypes.int64)
+    return meta
+
+
+def _max_pool_kernel(n):
+    meta = _max_pool_meta(n)
+
+    def kernel(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        outputs = [int(d) for d in meta(self, kernel_size, stride, padding, dilation, ceil_mode)[0].shape[-n:]]
+        kernel, stride, padding, dilation = _pool_arguments("", n, kernel_size, stride, padding, dilation)
+        spatial = self.shape[-n:]
+        floating = self.dtype.kind == "f" or self.dtype == dtypes.bfloat16.numpy
+        fill = -np.inf if floating else np.iinfo(self.dtype).min
+        # Every input position's flat index in its spatial plane (what ATen returns); padding gets -1.
+        plane = np.arange(math.prod(spatial), dtype=np.int64).reshape(spatial)
+        values = _strided_windows(_padded_for_windows(self, kernel, stride, padding, dilation, outputs, fill),
+                                  kernel, stride, dilation, outputs)
+        where = _strided_windows(_padded_for_windows(plane, kernel, stride, padding, dilation, outputs, -1),
+                                 kernel, stride, dilation, outputs)
+        taps = math.prod(kernel)
+        values = values.reshape(*values.shape[:-n], taps)
+        where = np.broadcast_to(where.reshape(*where.shape[:-n], taps), values.shape)
+        inside = where >= 0
+        # ATen scans each window in order and takes a value if it is greater than the best so far or NaN:
+        # the first maximum wins ties, the last NaN wins over everything, and an all -inf window reports its
+        # first position inside the input.
+        if floating:
+            nan = np.isnan(values) & inside
+            comparable = np.where(inside & ~nan, values, fill)
+        else:
+            comparable = np.where(inside, values, fill)
+        best = comparable.max(axis=-1, keepdims=True)
+        choice = np.argmax((comparable == best) & inside, axis=-1)
+        if floating:
+            last_nan = taps - 1 - np.argmax(nan[..., ::-1], axis=-1)
+            choice = np.where(nan.any(axis=-1), last_nan, choice)
+        chosen = choice[..., None]
+        return (np.take_along_axis(values, chosen, -1)[..., 0], np.take_along_axis(where, chosen, -1)[..., 0])
+    return kernel
+
+
+for _n in (2, 3):
+    defop(f"max_pool{_n}d_with_indices(Tensor self, int[{_n}] kernel_size, int[{_n}] stride=[], "
+          f"int[{_n}] padding=0, int[{_n}] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
+          _max_pool_meta(_n), _max_pool_kernel(_n),
+          doc="indices are flat positions in each input's spatial plane (h * W + w), like ATen's")
+
+
+def _adaptive_avg_pool_meta(n):
+    op = f"aten._adaptive_avg_pool{n}d.default"
+
+    def meta(self, output_size):
+        shape = shape_of(self)
+        require(len(shape) in (n + 1, n + 2), op,
+                f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
+        _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+        require_arg(len(output_size) == n, op, f"output_size must have {n} elements, got {list(output_size)}")
+        require_arg(all(_at_least(s, 0) for s in output_size), op,
+                    f"output_size must be non-negative, got {list(output_size)}")
+        require_dtype(_is_floating(dtype_of(self)), op, f"expected a floating-point input, got {dtype_of(self)}")
+        return tensor([*shape[:-n], *output_size], dtype_of(self))
+    return meta
+
+
+def _adaptive_average_matrix(size: int, out: int, dtype) -> np.ndarray:
+    """Row i averages input [floor(i * size / out), ceil((i + 1) * size / out)), ATen's adaptive windows."""
+    index = np.arange(out)
+    start = (index * size) // out
+    end = -((-(index + 1) * size) // out)
+    position = np.arange(size)
+    inside = (position >= start[:, None]) & (position < end[:, None])
+    return (inside / np.maximum(end - start, 1)[:, None]).astype(dtype)
+
+
+def _adaptive_avg_pool_kernel(n):
+    def kernel(self, output_size):
+        acc = _accumulation(self.dtype)
+        x = self.astype(acc)
+        for axis, out in zip(range(self.ndim - n, self.ndim), output_size):
+            matrix = _adaptive_average_matrix(self.shape[axis], int(out), acc)
+            x = np.moveaxis(np.tensordot(x, matrix, axes=([axis], [1])), -1, axis)
+        return x
+    return kernel
+
+
+for _n in (2, 3):
+    defop(f"_adaptive_avg_pool{_n}d(Tensor self, SymInt[{_n}] output_size) -> Tensor",
+          _adaptive_avg_pool_meta(_n), _adaptive_avg_pool_kernel(_n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization
+
+def _statistics_dtype(op: str, input, *params) -> dtypes.DType:
+    """ATen's CPU mixed-precision rule: float16/bfloat16 input with float32 parameters keeps its statistics
+    in float32; otherwise every parameter must have the input's dtype, and so do the statistics."""
+    dtype = dtype_of(input)
+    require_dtype(_is_floating(dtype), op, f"expected a floating-point input, got {dtype}")
+    given = [dtype_of(p) for p in params if p is not None]
+    if dtype in (dtypes.float16, dtypes.bfloat16) and any(d is dtypes.float32 for d in given):
+        require_dtype(all(d is dtypes.float32 for d in given), op,
+                      f"mixed precision needs every parameter in float32, got {[d.name for d in given]}")
+        return dtypes.float32
+    require_dtype(all(d is dtype for d in given), op,
+                  f"parameters must have the input's dtype {dtype} (or float32 for float16/bfloat16 input), "
+                  f"got {[d.name for d in given]}")
+    return dtype
+
+
+def _channel_vectors(op: str, channels, **vectors) -> None:
+    for name, value in vectors.items():
+        if value is not None:
+            require(len(shape_of(value)) == 1 and sym_eq(shape_of(value)[0], channels), op,
+                    f"expected {name} to have shape [{channels}], got {list(shape_of(value))}")
+
+
+def _batch_norm_meta(op, input, weight, bias, running_mean, running_var, *, uses_batch_stats):
+    shape = shape_of(input)
+    require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
+    if all(isinstance(d, int) for d in shape):
+        require(math.prod(shape) > 0, op, f"input must have at least one element, got shape {list(shape)}")
+    channels = shape[1]
+    _channel_vectors(op, channels, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    stats = _statistics_dtype(op, input, weight, bias, running_mean, running_var)
+    saved = [channels] if uses_batch_stats else [0]
+    return like(input), tensor(saved, stats), tensor(saved, stats)
+
+
+def _broadcast_channel(vector: np.ndarray, rank: int) -> np.ndarray:
+    return vector.reshape(1, -1, *[1] * (rank - 2))
+
+
+def _affine(normalized, weight, bias, rank, acc):
+    if weight is not None:
+        normalized = normalized * _broadcast_channel(weight.astype(acc), rank)
+    if bias is not None:
+        normalized = normalized + _broadcast_channel(bias.astype(acc), rank)
+    return normalized
+
+
+def _batch_norm_training(input, weight, bias, eps):
+    acc = np.float64
+    x = input.astype(acc)
+    axes = (0, *range(2, x.ndim))
+    mean = x.mean(axis=axes)
+    var = ((x - _broadcast_channel(mean, x.ndim)) ** 2).mean(axis=axes)  # biased, like ATen's batch stats
+    invstd = 1 / np.sqrt(var + eps)
+    out = (x - _broadcast_channel(mean, x.ndim)) * _broadcast_channel(invstd, x.ndim)
+    return _affine(out, weight, bias, x.ndim, acc), mean, invstd
+
+
+def _batch_norm_with_running_stats(input, weight, bias, running_mean, running_var, eps):
+    x = input.astype(np.float64)
+    mean = _broadcast_channel(running_mean.astype(np.float64), x.ndim)
+    invstd = 1 / np.sqrt(_broadcast_channel(running_var.astype(np.float64), x.ndim) + eps)
+    return _affine((x - mean) * invstd, weight, bias, x.ndim, np.float64)
+
+
+def _native_batch_norm_legit_meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm_meta("aten._native_batch_norm_legit.default", input, weight, bias, running_mean,
+                            running_var, uses_batch_stats=training)
+
+
+def _native_batch_norm_legit_kernel(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    with np.errstate(all="ignore"):
+        if training:
+            return _batch_norm_training(input, weight, bias, eps)
+        out = _batch_norm_with_running_stats(input, weight, bias, running_mean, running_var, eps)
+        return out, np.zeros(0), np.zeros(0)
+
+
+defop("_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, "
+      "Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
+      _native_batch_norm_legit_meta, _native_batch_norm_legit_kernel,
+      doc="Returns (out, save_mean, save_invstd); when training, batch statistics normalize the input. torch "
+          "also updates running_mean/running_var in place then; kiln's functional IR only computes the outputs. "
+          "Without training the running statistics are used and save_mean/save_invstd are empty.")
+
+
+def _no_stats_meta(input, weight, bias, training, momentum, eps):
+    op = "aten._native_batch_norm_legit.no_stats"
+    require_arg(training, op, "without running statistics the batch statistics are needed: training must be True")
+    return _batch_norm_meta(op, input, weight, bias, None, None, uses_batch_stats=True)
+
+
+def _no_stats_kernel(input, weight, bias, training, momentum, eps):
+    with np.errstate(all="ignore"):
+        return _batch_norm_training(input, weight, bias, eps)
+
+
+defop("_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, "
+      "float momentum, float eps) -> (Tensor, Tensor, Tensor)", _no_stats_meta, _no_stats_kernel)
+
+
+def _no_training_meta(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm_meta("aten._native_batch_norm_legit_no_training.default", input, weight, bias,
+                            running_mean, running_var, uses_batch_stats=False)
+
+
+def _no_training_kernel(input, weight, bias, running_mean, running_var, momentum, eps):
+    with np.errstate(all="ignore"):
+        out = _batch_norm_with_running_stats(input, weight, bias, running_mean, running_var, eps)
+        return out, np.zeros(0), np.zeros(0)
+
+
+defop("_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, "
+      "Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
+      _no_training_meta, _no_training_kernel, doc="Returns (out, empty, empty), like torch.")
+
+
+def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
+    op = "aten.native_layer_norm.default"
+    shape = shape_of(input)
+    normalized = list(normalized_shape)
+    require_arg(len(normalized) >= 1, op, "normalized_shape must have at least one element")
+    axis = len(shape) - len(normalized)
+    require(axis >= 0 and all(sym_eq(a, b) for a, b in zip(shape[axis:], normalized)), op,
+            f"given normalized_shape={normalized}, expected an input of shape [*, "
+            f"{', '.join(map(str, normalized))}], got {list(shape)}")
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            require(len(shape_of(value)) == len(normalized) and all(
+                sym_eq(a, b) for a, b in zip(shape_of(value), normalized)), op,
+                f"expected {name} of shape {normalized}, got {list(shape_of(value))}")
+    stats = _statistics_dtype(op, input, weight, bias)
+    stat_shape = [*shape[:axis], *[1] * len(normalized)]
+    return like(input), tensor(stat_shape, stats), tensor(stat_shape, stats)
+
+
+def _layer_norm_kernel(input, normalized_shape, weight, bias, eps):
+    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    x = input.astype(np.float64)
+    with np.errstate(all="ignore"):
+        mean = x.mean(axis=axes, keepdims=True) if x.size else np.zeros([*x.shape[:-len(axes)], *[1] * len(axes)])
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True) if x.size else mean
+        rstd = 1 / np.sqrt(var + eps)
+        out = (x - mean) * rstd
+        if weight is not None:
+            out = out * weight.astype(np.float64)
+        if bias is not None:
+            out = out + bias.astype(np.float64)
+    return out, mean, rstd
+
+
+defop("native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) "
+      "-> (Tensor, Tensor, Tensor)", _layer_norm_meta, _layer_norm_kernel,
+      doc="Returns (out, mean, rstd); the statistics keep the normalized dims as size 1.")
+
+
+def _group_norm_meta(input, weight, bias, N, C, HxW, group, eps):
+    op = "aten.native_group_norm.default"
+    shape = shape_of(input)
+    require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
+    require(sym_eq(shape[0], N) and sym_eq(shape[1], C) and sym_eq(numel(shape), N * C * HxW), op,
+            f"input of shape {list(shape)} does not match N={N}, C={C}, HxW={HxW}")
+    require_arg(group > 0, op, f"group must be positive, got {group}")
+    require(guard_bool(sympy.Eq(sympy.Mod(C, group), 0)), op,
+            f"expected the number of channels {C} to be divisible by group={group}")
+    _channel_vectors(op, C, weight=weight, bias=bias)
+    stats = _statistics_dtype(op, input, weight, bias)
+    return like(input), tensor([N, group], stats), tensor([N, group], stats)
+
+
+def _group_norm_kernel(input, weight, bias, N, C, HxW, group, eps):
+    x = input.astype(np.float64).reshape(N, group, (C // group) * HxW)
+    with np.errstate(all="ignore"):
+        if x.size:
+            mean = x.mean(axis=-1)
+            var = ((x - mean[..., None]) ** 2).mean(axis=-1)
+        else:
+            mean = var = np.zeros((N, group))
+        rstd = 1 / np.sqrt(var + eps)
+        out = ((x - mean[..., None]) * rstd[..., None]).reshape(input.shape)
+        return _affine(out, weight, bias, input.ndim, np.float64), mean, rstd
+
+
+defop("native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, "
+      "float eps) -> (Tensor, Tensor, Tensor)", _group_norm_meta, _group_norm_kernel,
+      doc="Returns (out, mean [N, group], rstd [N, group]).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout
+
+_RANDOM = np.random.default_rng()
+
+
+def _native_dropout_meta(input, p, train):
+    op = "aten.native_dropout.default"
+    require_arg(0 <= p <= 1, op, f"dropout probability has to be between 0 and 1, got {p}")
+    return like(input), like(input, dtype=dtypes.bool_)
+
+
+def _native_dropout_kernel(input, p, train):
+    if train is False:
+        return input.copy(), np.ones(input.shape, np.bool_)
+    keep = _RANDOM.random(input.shape) >= p  # kept with probability 1 - p, like bernoulli_(1 - p)
+    scale = 0.0 if p == 1 else 1 / (1 - p)
+    with np.errstate(all="ignore"):
+        out = (input * keep.astype(input.dtype)).astype(_opmath(input.dtype)) * scale
+    return out, keep
+
+
+defop("native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)",
+      _native_dropout_meta, _native_dropout_kernel, tags=("random",),
+      doc="Returns (input * mask / (1 - p), mask); train=False returns (input, all-true mask). "
+          "train=None counts as training.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+def _check_index_dtype(op: str, name: str, value) -> None:
+    require_dtype(dtype_of(value) in (dtypes.int32, dtypes.int64), op,
+                  f"expected {name} to be int32 or int64, got {dtype_of(value)}")
+
+
+def _check_indices_in_range(op: str, indices: np.ndarray, rows: int) -> None:
+    if indices.size and (indices.min() < 0 or indices.max() >= rows):
+        bad = indices[(indices < 0) | (indices >= rows)].flat[0]
+        raise InputError(f"{op}: index {bad} is out of range for a weight with {rows} rows",
+                         fix=f"indices must be in [0, {rows})")
+
+
+def _embedding_meta(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    op = "aten.embedding.default"
+    require(len(shape_of(weight)) == 2, op, f"weight must be 2-D, got shape {list(shape_of(weight))}")
+    _check_index_dtype(op, "indices", indices)
+    return tensor([*shape_of(indices), shape_of(weight)[1]], dtype_of(weight))
+
+
+def _embedding_kernel(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    _check_indices_in_range("aten.embedding.default", indices, weight.shape[0])
+    return weight[indices]
+
+
+defop("embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, "
+      "bool sparse=False) -> Tensor", _embedding_meta, _embedding_kernel,
+      doc="padding_idx, scale_grad_by_freq and sparse only affect gradients.")
+
+_MODE_SUM, _MODE_MEAN, _MODE_MAX = 0, 1, 2
+
+
+def _embedding_bag_meta(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                        per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    op = "aten._embedding_bag.default"
+    require(len(shape_of(weight)) == 2, op, f"weight must be 2-D, got shape {list(shape_of(weight))}")
+    require_dtype(_is_floating(dtype_of(weight)), op, f"expected a floating-point weight, got {dtype_of(weight)}")
+    _check_index_dtype(op, "indices", indices)
+    _check_index_dtype(op, "offsets", offsets)
+    require(len(shape_of(indices)) == 1 and len(shape_of(offsets)) == 1, op,
+            f"expected 1-D indices and offsets, got shapes {list(shape_of(indices))} and {list(shape_of(offsets))}")
+    require_arg(mode in (_MODE_SUM, _MODE_MEAN, _MODE_MAX), op, f"mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
+    bags = shape_of(offsets)[0]
+    if include_last_offset:
+        require(_at_least(bags, 1), op, "include_last_offset needs at least one offset")
+        bags = as_dim(bags - 1)
+    if per_sample_weights is not None:
+        require_arg(mode == _MODE_SUM, op, "per_sample_weights are only supported with mode=0 (sum)")
+        require(len(shape_of(per_sample_weights)) == 1 and sym_eq(shape_of(per_sample_weights)[0],
+                                                                   shape_of(indices)[0]), op,
+                f"expected per_sample_weights of shape [{shape_of(indices)[0]}], "
+                f"got {list(shape_of(per_sample_weights))}")
+        require_dtype(dtype_of(per_sample_weights) is dtype_of(weight), op,
+                      f"per_sample_weights ({dtype_of(per_sample_weights)}) must have weight's dtype "
+                      f"({dtype_of(weight)})")
+    # ATen's CPU kernel first promotes indices and offsets to a common type, used for every index output.
+    index_dtype = dtypes.promote_types(dtype_of(indices), dtype_of(offsets))
+    # The fused float32/float16/bfloat16 sum path does not produce offset2bag.
+    fast_sum = (mode == _MODE_SUM and padding_idx < 0
+                and dtype_of(weight) in (dtypes.float32, dtypes.float16, dtypes.bfloat16))
+    dim = shape_of(weight)[1]
+    return (tensor([bags, dim], dtype_of(weight)),
+            tensor([0 if fast_sum else shape_of(indices)[0]], index_dtype),
+            tensor([bags], index_dtype),
+            tensor([bags, dim] if mode == _MODE_MAX else [bags], index_dtype))
+
+
+def _embedding_bag_kernel(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                          per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    op = "aten._embedding_bag.default"
+    expected = _embedding_bag_meta(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                                   per_sample_weights, include_last_offset, padding_idx)
+    bags, dim = (int(d) for d in expected[0].shape)
+    count = indices.shape[0]
+    _check_indices_in_range(op, indices, weight.shape[0])
+    if offsets.size:
+        if offsets[0] != 0:
+            raise InputError(f"{op}: offsets[0] must be 0, got {offsets[0]}")
+        if offsets[-1] > count:
+            raise InputError(f"{op}: offsets[-1] = {offsets[-1]} is greater than the number of indices {count}")
+        if np.any(np.diff(offsets) < 0):
+            raise InputError(f"{op}: offsets must be non-decreasing, got {offsets.tolist()}")
+    starts = offsets[:bags].astype(np.int64)
+    # ATen's CPU kernel ends the last bag at the end of indices (even with include_last_offset).
+    bag_of = np.searchsorted(starts, np.arange(count), side="right") - 1
+    valid = indices != padding_idx if padding_idx >= 0 else np.ones(count, np.bool_)
+    acc = _accumulation(weight.dtype)
+    rows = weight[indices].astype(acc)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.astype(acc)[:, None]
+    rows = np.where(valid[:, None], rows, 0)
+    sizes = np.bincount(bag_of[valid], minlength=bags) if count else np.zeros(bags, np.int64)
+    index_dtype = expected[1].dtype.numpy
+    if mode == _MODE_MAX:
+        # ATen scans each bag in order and replaces on a strictly greater value, so the first maximum wins.
+        kept_bags, kept_rows = bag_of[valid], rows[valid]
+        positions = np.arange(count)[valid]
+        best = np.full((bags, dim), -np.inf, acc)
+        np.maximum.at(best, kept_bags, kept_rows)
+        first = np.full((bags, dim), count)
+        np.minimum.at(first, kept_bags, np.where(kept_rows == best[kept_bags], positions[:, None], count))
+        empty = (sizes == 0)[:, None]
+        output = np.where(empty, 0, best)
+        max_indices = np.where(empty, 0, indices[np.minimum(first, max(count - 1, 0))] if count else 0)
+    else:
+        output = np.zeros((bags, dim), acc)
+        np.add.at(output, bag_of, rows)
+        if mode == _MODE_MEAN:
+            output = output / np.maximum(sizes, 1)[:, None]
+        max_indices = sizes if mode == _MODE_MEAN else np.zeros(bags, np.int64)
+    fast_sum = int(expected[1].shape[0]) == 0
+    offset2bag = np.zeros(0, index_dtype) if fast_sum else bag_of
+    bag_size = sizes if mode != _MODE_SUM else np.zeros(bags, np.int64)
+    return output, offset2bag, bag_size, max_indices
+
+
+defop("_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, "
+      "bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) "
+      "-> (Tensor, Tensor, Tensor, Tensor)", _embedding_bag_meta, _embedding_bag_kernel,
+      doc="Returns (output, offset2bag, bag_size, max_indices) as ATen's CPU kernel: offset2bag is empty on the "
+          "fused float sum path, bag_size and max_indices are zeros for sum, max_indices repeats bag_size for "
+          "mean, and empty bags give zeros.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+
+def _pad_meta(kind: str, n: int):
+    op = f"aten.{kind}_pad{n}d.default"
+
+    def meta(self, padding):
+        shape = shape_of(self)
+        require(len(shape) in (n + 1, n + 2), op,
+                f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
+        _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+        require_arg(len(padding) == 2 * n, op, f"padding must have {2 * n} elements, got {list(padding)}")
+        spatial = []
+        for i in range(n):  # padding lists the last dim first: (left, right, top, bottom, front, back)
+            size = shape[len(shape) - 1 - i]
+            before, after = padding[2 * i], padding[2 * i + 1]
+            if kind == "reflection":
+                require(not _at_least(before, size) and not _at_least(after, size), op,
+                        f"padding ({before}, {after}) must be smaller than the input size {size} at dimension "
+                        f"{len(shape) - 1 - i} of input {list(shape)}")
+            out = as_dim(size + before + after)
+            require(_at_least(out, 1 if kind == "reflection" else 0), op,
+                    f"input of shape {list(shape)} is too small for padding {list(padding)}: output size {out}")
+            spatial.insert(0, out)
+        return tensor([*shape[:-n], *spatial], dtype_of(self))
+    return meta
+
+
+def _pad_kernel(kind: str, n: int):
+    mode = "reflect" if kind == "reflection" else "edge"
+
+    def kernel(self, padding):
+        before = [padding[2 * i] for i in reversed(range(n))]
+        after = [padding[2 * i + 1] for i in reversed(range(n))]
+        lead = [(0, 0)] * (self.ndim - n)
+        # Negative padding crops; ATen reflects about the original edges, i.e. pads first, then crops.
+        padded = np.pad(self, lead + [(max(b, 0), max(a, 0)) for b, a in zip(before, after)], mode=mode)
+        crop = tuple(slice(max(-b, 0), padded.shape[self.ndim - n + i] - max(-a, 0))
+                     for i, (b, a) in enumerate(zip(before, after)))
+        return padded[(slice(None),) * (self.ndim - n) + crop]
+    return kernel
+
+
+for _kind, _dims in (("reflection", (1, 2, 3)), ("replication", (2, 3))):
+    for _n in _dims:
+        defop(f"{_kind}_pad{_n}d(Tensor self, SymInt[{2 * _n}] padding) -> Tensor",
+              _pad_meta(_kind, _n), _pad_kernel(_kind, _n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Upsampling
+
+def _scaled_size(size: SymInt, scale: float) -> SymInt:
+    """ATen's output size for a scale factor: the double product truncated. Static sizes reproduce the
+    double arithmetic exactly; symbolic ones use the decimal scale (floor(s0 * 3/2) for 1.5)."""
+    if isinstance(size, int):
+        return int(size * scale)
+    if float(scale).is_integer():
+        return as_dim(size * int(scale))
+    return as_dim(sympy.floor(sympy.sympify(size) * sympy.Rational(repr(float(scale)))))
+
+
+def _upsample_sizes(op: str, input, output_size, scale_factors) -> list:
+    shape = shape_of(input)
+    require(len(shape) == 4, op, f"expected a 4-D input (N, C, H, W), got shape {list(shape)}")
+    require_arg((output_size is None) != (scale_factors is None), op,
+                "exactly one of output_size and scale_factors must be given")
+    if output_size is not None:
+        require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
+        sizes = list(output_size)
+    else:
+        require_arg(len(scale_factors) == 2, op, f"scale_factors must have 2 elements, got {list(scale_factors)}")
+        sizes = [_scaled_size(s, f) for s, f in zip(shape[2:], scale_factors)]
+    for size in [*shape[1:], *sizes]:
+        require(not isinstance(size, int) or size > 0, op,
+                f"input and output sizes should be greater than 0, got input {list(shape)} and output {sizes}")
+    return sizes
+
+
+def _nearest_meta(input, output_size, scale_factors):
+    op = "aten.upsample_nearest2d.vec"
+    sizes = _upsample_sizes(op, input, output_size, scale_factors)
+    return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
+
+
+def _nearest_source(size: int, out: int, scale) -> np.ndarray:
+    """ATen's nearest_idx: float32 arithmetic, floor(dst * scale) (not the 'exact' half-pixel rule)."""
+    if out == size:
+        return np.arange(out)
+    if out == 2 * size:
+        return np.arange(out) >> 1
+    ratio = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(size) / np.float32(out)
+    return np.minimum(np.floor(np.arange(out, dtype=np.float32) * ratio).astype(np.int64), size - 1)
+
+
+def _nearest_kernel(input, output_size, scale_factors):
+    out_h, out_w = (int(s) for s in _nearest_meta(input, output_size, scale_factors).shape[2:])
+    scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
+    rows = _nearest_source(input.shape[2], out_h, scale_h)
+    cols = _nearest_source(input.shape[3], out_w, scale_w)
+    return input[:, :, rows[:, None], cols[None, :]]
+
+
+defop("upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor",
+      _nearest_meta, _nearest_kernel,
+      doc="torch's legacy nearest: source = min(floor(dst * in/out), in - 1), or 1/scale when scale factors "
+          "are given.")
+
+
+def _bilinear_meta(input, output_size, align_corners, scale_factors):
+    op = "aten.upsample_bilinear2d.vec"
+    sizes = _upsample_sizes(op, input, output_size, scale_factors)
+    require_dtype(_is_floating(dtype_of(input)), op, f"expected a floating-point input, got {dtype_of(input)}")
+    return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
+
+
+def _linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
+    """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision."""
+    one = dtype.type(1)
+    if align_corners:
+        ratio = dtype.type(size - 1) / dtype.type(out - 1) if out > 1 else dtype.type(0)
+        source = ratio * np.arange(out, dtype=dtype)
+    else:
+        ratio = dtype.type(1.0 / scale) if scale is not None and scale > 0 else dtype.type(size) / dtype.type(out)
+        source = np.maximum(ratio * (np.arange(out, dtype=dtype) + dtype.type(0.5)) - dtype.type(0.5), 0)
+    low = np.minimum(np.floor(source).astype(np.int64), size - 1)
+    weight_high = np.clip(source - low, 0, 1).astype(dtype)
+    high = np.minimum(low + 1, size - 1)
+    return low, high, one - weight_high, weight_high
+
+
+def _bilinear_kernel(input, output_size, align_corners, scale_factors):
+    out_h, out_w = (int(s) for s in _bilinear_meta(input, output_size, align_corners, scale_factors).shape[2:])
+    scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
+    dtype = _opmath(input.dtype)
+    x = input.astype(dtype)
+    top, bottom, w_top, w_bottom = _linear_taps(input.shape[2], out_h, align_corners, scale_h, dtype)
+    left, right, w_left, w_right = _linear_taps(input.shape[3], out_w, align_corners, scale_w, dtype)
+    upper = x[:, :, top][..., left] * w_left + x[:, :, top][..., right] * w_right
+    lower = x[:, :, bottom][..., left] * w_left + x[:, :, bottom][..., right] * w_right
+    return upper * w_top[:, None] + lower * w_bottom[:, None]
+
+
+defop("upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) "
+      "-> Tensor", _bilinear_meta, _bilinear_kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# grid_sampler_2d
+
+_BILINEAR, _NEAREST, _BICUBIC = 0, 1, 2
+_ZEROS, _BORDER, _REFLECTION = 0, 1, 2
+
+
+def _grid_sampler_meta(input, grid, interpolation_mode, padding_mode, align_corners):
+    op = "aten.grid_sampler_2d.default"
+    x, g = shape_of(input), shape_of(grid)
+    require(len(x) == 4 and len(g) == 4, op,
+            f"expected 4-D input and grid, got shapes {list(x)} and {list(g)}")
+    require(sym_eq(x[0], g[0]) and _is_const(g[3], 2), op,
+            f"expected grid of shape [{x[0]}, H_out, W_out, 2] for input of shape {list(x)}, got {list(g)}")
+    require_dtype(_is_floating(dtype_of(input)) and dtype_of(grid) is dtype_of(input), op,
+                  f"expected floating-point input and grid of the same dtype, got {dtype_of(input)} "
+                  f"and {dtype_of(grid)}")
+    require_arg(interpolation_mode in (_BILINEAR, _NEAREST, _BICUBIC), op,
+                f"interpolation_mode must be 0 (bilinear), 1 (nearest) or 2 (bicubic), got {interpolation_mode}")
+    require_arg(padding_mode in (_ZEROS, _BORDER, _REFLECTION), op,
+                f"padding_mode must be 0 (zeros), 1 (border) or 2 (reflection), got {padding_mode}")
+    for size in x[2:]:
+        require(not _is_const(size, 0), op, f"input spatial dims must be non-empty, got shape {list(x)}")
+    return tensor([x[0], x[1], g[1], g[2]], dtype_of(input))
+
+
+class _GridAxis:
+    """One axis of grid_sampler: unnormalize grid coordinates and apply the padding mode, with the same
+    algebra as ATen's vectorized CPU kernel (ComputeLocation), in the input's opmath precision."""
+
+    def __init__(self, size: int, align_corners: bool, padding_mode: int, dtype):
+        self.size, self.align_corners, self.padding_mode, self.t = size, align_corners, padding_mode, dtype.type
+
+    def unnormalize(self, coordinate):
+        t = self.t
+        if self.align_corners:
+            return (coordinate + t(1)) * t((self.size - 1) / 2)
+        return (coordinate + t(1)) * t(self.size / 2) - t(0.5)
+
+    def clip(self, coordinate):
+        return np.minimum(self.t(self.size - 1), np.maximum(coordinate, self.t(0)))
+
+    def reflect(self, coordinate):
+        t = self.t
+        low = t(0) if self.align_corners else t(-0.5)
+        twice_span = t(2 * (self.size - 1)) if self.align_corners else t(2 * self.size)
+        if twice_span <= 0:
+            return np.zeros_like(coordinate)
+        distance = np.abs(coordinate - low)
+        extra = distance - np.trunc(distance / twice_span) * twice_span
+        return np.minimum(extra, twice_span - extra) + low
+
+    def pad(self, coordinate):
+        if self.padding_mode == _BORDER:
+            return self.clip(coordinate)
+        if self.padding_mode == _REFLECTION:
+            return self.clip(self.reflect(coordinate))
+        return coordinate
+
+
+def _gather(x, rows, cols, height, width):
+    """x[n, :, rows, cols] per grid point, zero where the point is outside the input. x: [N, C, H, W];
+    rows/cols: [N, Ho, Wo] integer arrays. Returns [N, C, Ho, Wo]."""
+    inside = (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
+    batch = np.arange(x.shape[0])[:, None, None]
+    values = x[batch, :, np.clip(rows, 0, height - 1), np.clip(cols, 0, width - 1)]  # [N, Ho, Wo, C]
+    return np.moveaxis(np.where(inside[..., None], values, 0), -1, 1)
+
+
+def _cubic_coefficients(t, dtype):
+    a = dtype.type(-0.75)
+    one, two = dtype.type(1), dtype.type(2)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [far(t + one), near(t), near(one - t), far(two - t)]
+
+
+def _grid_sampler_kernel(input, grid, interpolation_mode, padding_mode, align_corners):
+    dtype = _opmath(input.dtype)
+    x, g = input.astype(dtype), grid.astype(dtype)
+    height, width = input.shape[2:]
+    along_w = _GridAxis(width, align_corners, padding_mode, dtype)
+    along_h = _GridAxis(height, align_corners, padding_mode, dtype)
+    gx, gy = along_w.unnormalize(g[..., 0]), along_h.unnormalize(g[..., 1])
+    with np.errstate(all="ignore"):
+        if interpolation_mode == _BICUBIC:
+            # Bicubic pads each of the 16 integer taps, not the sampling point.
+            x0, y0 = np.floor(gx), np.floor(gy)
+            wx, wy = _cubic_coefficients(gx - x0, dtype), _cubic_coefficients(gy - y0, dtype)
+            out = 0
+            for i in range(4):
+                row = 0
+                for j in range(4):
+                    cols = along_w.pad(x0 - 1 + j)
+                    rows = along_h.pad(y0 - 1 + i)
+                    taps = _gather(x, _to_index(rows), _to_index(cols), height, width)
+                    row = row + taps * wx[j][:, None]
+                out = out + row * wy[i][:, None]
+            return out
+        gx, gy = along_w.pad(gx), along_h.pad(gy)
+        if interpolation_mode == _NEAREST:
+            return _gather(x, _to_index(np.rint(gy)), _to_index(np.rint(gx)), height, width)
+        west, north = np.floor(gx), np.floor(gy)
+        w, n = gx - west, gy - north
+        e, s = dtype.type(1) - w, dtype.type(1) - n
+        west_i, north_i = _to_index(west), _to_index(north)
+        out = _gather(x, north_i, west_i, height, width) * (s * e)[:, None]
+        out = out + _gather(x, north_i, west_i + 1, height, width) * (s * w)[:, None]
+        out = out + _gather(x, north_i + 1, west_i, height, width) * (n * e)[:, None]
+        out = out + _gather(x, north_i + 1, west_i + 1, height, width) * (n * w)[:, None]
+        return out
+
+
+def _to_index(coordinate: np.ndarray) -> np.ndarray:
+    """Integer positions; non-finite or huge coordinates become an out-of-range position (sampled as 0)."""
+    safe = np.where(np.isfinite(coordinate) & (np.abs(coordinate) < 2 ** 40), coordinate, -(2 ** 40))
+    return safe.astype(np.int64)
+
+
+defop("grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) "
+      "-> Tensor", _grid_sampler_meta, _grid_sampler_kernel,
+      doc="interpolation_mode: 0 bilinear, 1 nearest (round half to even), 2 bicubic; "
+          "padding_mode: 0 zeros, 1 border, 2 reflection.")
+
+
+# ---------------------------------------------------------------------------------------------
+# col2im
+
+def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
+    op = "aten.col2im.default"
+    shape = shape_of(self)
+    require(len(shape) in (2, 3), op, f"expected a 2-D or 3-D (batched) input, got shape {list(shape)}")
+    require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
+    kernel = _per_dim(op, "kernel_size", kernel_size, 2)
+    dilation = _per_dim(op, "dilation", dilation, 2)
+    padding = _per_dim(op, "padding", padding, 2)
+    stride = _per_dim(op, "stride", stride, 2)
+    require_arg(all(k > 0 for k in kernel) and all(d > 0 for d in dilation) and all(s > 0 for s in stride)
+                and all(p >= 0 for p in padding), op,
+                f"kernel_size, dilation and stride must be positive and padding non-negative, got "
+                f"kernel_size={kernel}, dilation={dilation}, padding={padding}, stride={stride}")
+    taps = kernel[0] * kernel[1]
+    columns = shape[-2]
+    require(guard_bool(sympy.Eq(sympy.Mod(columns, taps), 0)), op,
+            f"expected size of input's dimension {len(shape) - 2} ({columns}) to be divisible by the product of "
+            f"kernel_size ({taps})")
+    blocks = [_conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip(output_size, kernel, stride, padding, dilation)]
+    require(all(_at_least(b, 1) for b in blocks) and sym_eq(shape[-1], blocks[0] * blocks[1]), op,
+            f"given output_size={list(output_size)}, kernel_size={kernel}, dilation={dilation}, padding={padding}, "
+            f"stride={stride}, expected {as_dim(blocks[0] * blocks[1])} blocks in input's last dimension, "
+            f"got {shape[-1]}")
+    channels = _floordiv(columns, taps)
+    return tensor([*shape[:-2], channels, *output_size], dtype_of(self))
+
+
+def _col2im_kernel(self, output_size, kernel_size, dilation, padding, stride):
+    kernel = _per_dim("", "", kernel_size, 2)
+    dilation, padding, stride = (_per_dim("", "", v, 2) for v in (dilation, padding, stride))
+    batched = self.ndim == 3
+    cols = self if batched else self[None]
+    height, width = (int(s) for s in output_size)
+    blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1
+              for o, k, s, p, d in zip((height, width), kernel, stride, padding, dilation)]
+    acc = _accumulation(self.dtype) if self.dtype != np.bool_ else np.dtype(np.bool_)
+    cols = cols.astype(acc).reshape(cols.shape[0], -1, kernel[0], kernel[1], blocks[0], blocks[1])
+    out = np.zeros((cols.shape[0], cols.shape[1], height + 2 * padding[0], width + 2 * padding[1]), acc)
+    # Within one kernel tap the blocks land on distinct positions, so a strided slice add is exact.
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            rows = slice(i * dilation[0], i * dilation[0] + (blocks[0] - 1) * stride[0] + 1, stride[0])
+            columns = slice(j * dilation[1], j * dilation[1] + (blocks[1] - 1) * stride[1] + 1, stride[1])
+            if acc == np.bool_:
+                out[:, :, rows, columns] |= cols[:, :, i, j]
+            else:
+                out[:, :, rows, columns] += cols[:, :, i, j]
+    out = out[:, :, padding[0]:padding[0] + height, padding[1]:padding[1] + width]
+    return out if batched else out[0]
+
+
+defop("col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, "
+      "int[2] stride) -> Tensor", _col2im_meta, _col2im_kernel,
+      doc="Sums sliding-window columns [N, C*kh*kw, L] back into an image [N, C, H, W] (the adjoint of im2col).")
+
+
+# ---------------------------------------------------------------------------------------------
+# FFT (real <-> complex)
+
+_FORWARD_NORM = {0: "backward", 1: "ortho", 2: "forward"}  # ATen's fft_norm_mode: none, 1/sqrt(n), 1/n
+_INVERSE_NORM = {0: "forward", 1: "ortho", 2: "backward"}
+
+
+def _fft_dims(op: str, dim, rank: int) -> list[int]:
+    require_arg(len(dim) >= 1, op, "dim must name at least one dimension")
+    dims = [canonical_dim(op, d, rank) for d in dim]
+    require_arg(len(set(dims)) == len(dims), op, f"dim {list(dim)} repeats a dimension")
+    return dims
+
+
+def _fft_r2c_meta(self, dim, normalization, onesided):
+    op = "aten._fft_r2c.default"
+    require_dtype(dtype_of(self) in (dtypes.float32, dtypes.float64), op,
+                  f"expected a float32 or float64 input, got {dtype_of(self)}")
+    require_arg(normalization in _FORWARD_NORM, op, f"normalization must be 0, 1 or 2, got {normalization}")
+    shape = list(shape_of(self))
+    dims = _fft_dims(op, dim, len(shape))
+    if onesided:
+        shape[dims[-1]] = _floordiv(shape[dims[-1]], 2) + 1
+    return tensor(shape, dtypes.real_to_complex(dtype_of(self)))
+
+
+def _fft_r2c_kernel(self, dim, normalization, onesided):
+    dims = _fft_dims("", dim, self.ndim)
+    x = self.astype(np.float64)
+    norm = _FORWARD_NORM[normalization]
+    if onesided:  # the last listed dim keeps its non-negative frequencies, as in torch
+        return np.fft.rfftn(x, axes=dims, norm=norm)
+    return np.fft.fftn(x, axes=dims, norm=norm)
+
+
+defop("_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor",
+      _fft_r2c_meta, _fft_r2c_kernel, doc="normalization: 0 none, 1 by 1/sqrt(n), 2 by 1/n.")
+
+
+def _fft_c2r_meta(self, dim, normalization, last_dim_size):
+    op = "aten._fft_c2r.default"
+    require_dtype(dtype_of(self).is_complex, op, f"expected a complex input, got {dtype_of(self)}")
+    require_arg(normalization in _INVERSE_NORM, op, f"normalization must be 0, 1 or 2, got {normalization}")
+    require_arg(_at_least(last_dim_size, 1), op, f"invalid last_dim_size {last_dim_size}")
+    shape = list(shape_of(self))
+    dims = _fft_dims(op, dim, len(shape))
+    shape[dims[-1]] = last_dim_size
+    return tensor(shape, dtypes.complex_to_real(dtype_of(self)))
+
+
+def _fft_c2r_kernel(self, dim, normalization, last_dim_size):
+    dims = _fft_dims("", dim, self.ndim)
+    sizes = [self.shape[d] for d in dims[:-1]] + [int(last_dim_size)]
+    return np.fft.irfftn(self.astype(np.complex128), s=sizes, axes=dims, norm=_INVERSE_NORM[normalization])
+
+
+defop("_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor",
+      _fft_c2r_meta, _fft_c2r_kernel,
+      doc="The inverse of a one-sided r2c over dim; normalization: 0 none, 1 by 1/sqrt(n), 2 by 1/n.")

@@ -10,7 +10,6 @@ are refused when they overflow the dtype. Composite ops at the end decompose int
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable
 
@@ -27,6 +26,7 @@ from kiln.ir.meta import (
 from kiln.ir.ops._common import opmath, unary_float_kernel
 from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.schema import parse_schema
+from kiln.ir.symbolic import sym_eq
 
 aten = ops.aten
 
@@ -42,9 +42,12 @@ class _IntegerDivisionByZero(KilnError, ZeroDivisionError):
 
 
 def _promotion_operand(value: Any) -> Any:
-    """Tensors as they are; a symbolic Scalar (a SymInt expression) promotes like a Python int."""
+    """What dtypes.result_type understands: IR values (in decompositions) by their type, and a symbolic
+    Scalar (a SymInt expression) as a Python int."""
     if isinstance(value, sympy.Basic):
         return 0 if value.is_integer else 0.0
+    if not hasattr(value, "shape") and is_tensor(value):
+        return value.type
     return value
 
 
@@ -188,8 +191,8 @@ def _both(*checks: Check) -> Check:
 
 
 def _subtraction_check(op: str, first: Any, second: Any) -> None:
-    first_bool = dtypes.dtype(first.dtype).is_bool if is_tensor(first) else isinstance(first, bool)
-    second_bool = dtypes.dtype(second.dtype).is_bool if is_tensor(second) else isinstance(second, bool)
+    first_bool = dtype_of(first).is_bool if is_tensor(first) else isinstance(first, bool)
+    second_bool = dtype_of(second).is_bool if is_tensor(second) else isinstance(second, bool)
     require_dtype(not (first_bool and second_bool), op,
                   "subtracting two bool tensors is not supported; use bitwise_xor or logical_xor")
     require_dtype(not (first_bool or second_bool), op,
@@ -491,7 +494,7 @@ for _name, _fn in [("logical_and", np.logical_and), ("logical_or", np.logical_or
     defop(f"{_name}(Tensor self, Tensor other) -> Tensor",
           _elementwise(f"aten.{_name}.default", Promotion.ALWAYS_BOOL), _logical(_fn))
 defop("logical_not(Tensor self) -> Tensor", _unary("aten.logical_not.default", Promotion.ALWAYS_BOOL),
-      lambda self: self == 0)
+      lambda self: opmath(self) == 0)
 
 
 def _bitwise(fn: Callable) -> Callable[..., np.ndarray]:
@@ -603,8 +606,8 @@ for _name, _fn in [("ceil", np.ceil), ("floor", np.floor), ("round", np.round), 
 def _sign(self):
     if self.dtype == np.bool_:
         return self.copy()
-    # (0 < x) - (x < 0) like ATen: sign(NaN) is 0, not NaN
-    return (self > 0).astype(self.dtype) - (self < 0).astype(self.dtype)
+    x = opmath(self)  # (0 < x) - (x < 0) like ATen: sign(NaN) is 0, not NaN
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
 
 def _isnan(self):
@@ -629,8 +632,12 @@ defop("isinf(Tensor self) -> Tensor", _unary("aten.isinf.default", Promotion.ALW
 # Activations
 
 
-defop("relu(Tensor self) -> Tensor", _unary("aten.relu.default", check=_no_bool()),
-      lambda self: np.maximum(opmath(self), np.zeros((), opmath(self).dtype)))
+def _relu(self):
+    x = opmath(self)
+    return np.maximum(x, x.dtype.type(0))  # NaN stays NaN
+
+
+defop("relu(Tensor self) -> Tensor", _unary("aten.relu.default", check=_no_bool()), _relu)
 
 
 def _opmath_scalar(value: Any, dtype: DType) -> Any:
@@ -857,7 +864,8 @@ def _clone_meta(self, memory_format=None):
 def _copy_meta(self, src, non_blocking=False):
     op = "aten.copy.default"
     broadcast = broadcast_shapes(op, shape_of(self), shape_of(src))
-    require_arg(len(broadcast) == len(shape_of(self)), op,
+    fits = len(broadcast) == len(shape_of(self)) and all(sym_eq(a, b) for a, b in zip(broadcast, shape_of(self)))
+    require_arg(fits, op,
                 f"src of shape {list(shape_of(src))} cannot be broadcast to self's shape {list(shape_of(self))}")
     return tensor(shape_of(self), dtype_of(self))
 
@@ -945,9 +953,11 @@ _composite("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor"
            _unary("aten.softplus.default", check=_opmath_params_check("beta", "threshold")), _softplus,
            _softplus_decomposition)
 
-_composite("relu6(Tensor self) -> Tensor", _hardtanh_meta("aten.relu6.default"),
+_composite("relu6(Tensor self) -> Tensor", lambda self: _hardtanh_meta("aten.relu6.default")(self, 0, 6),
            lambda self: _hardtanh(self, 0, 6), lambda self: aten.hardtanh.default(self, 0, 6))
-_composite("square(Tensor self) -> Tensor", _unary("aten.square.default", check=_pow_no_bool),
+# square is pow(self, 2), so a bool tensor squares to int64
+_composite("square(Tensor self) -> Tensor",
+           lambda self: _elementwise("aten.square.default", check=_pow_no_bool)(self, 2),
            lambda self: _power(self, 2), lambda self: aten.pow.Tensor_Scalar(self, 2))
 
 
@@ -969,16 +979,21 @@ _composite("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
 
 # clamp_min / clamp_max
 
-for _bound in ("min", "max"):
-    _op = f"aten.clamp_{_bound}.default"
-    _composite(f"clamp_{_bound}(Tensor self, Scalar {_bound}) -> Tensor",
-               functools.partial(lambda op, bound, self, value: _clamp_meta(op)(self, **{bound: value}), _op, _bound),
-               functools.partial(lambda bound, self, value: _clamp(self, **{bound: value}), _bound),
-               functools.partial(lambda bound, self, value: aten.clamp.default(self, **{bound: value}), _bound))
-    _composite(f"clamp_{_bound}.Tensor(Tensor self, Tensor {_bound}) -> Tensor",
-               functools.partial(lambda bound, self, value: _clamp_tensor_meta(self, **{bound: value}), _bound),
-               functools.partial(lambda bound, self, value: _clamp_tensor(self, **{bound: value}), _bound),
-               functools.partial(lambda bound, self, value: aten.clamp.Tensor(self, **{bound: value}), _bound))
+def _one_sided_clamp(bound: str) -> None:
+    """clamp_min/clamp_max (Scalar and Tensor bound): clamp with only that bound."""
+    scalar_meta = _clamp_meta(f"aten.clamp_{bound}.default")
+    _composite(f"clamp_{bound}(Tensor self, Scalar {bound}) -> Tensor",
+               lambda self, value: scalar_meta(self, **{bound: value}),
+               lambda self, value: _clamp(self, **{bound: value}),
+               lambda self, value: aten.clamp.default(self, **{bound: value}))
+    _composite(f"clamp_{bound}.Tensor(Tensor self, Tensor {bound}) -> Tensor",
+               lambda self, value: _clamp_tensor_meta(self, **{bound: value}),
+               lambda self, value: _clamp_tensor(self, **{bound: value}),
+               lambda self, value: aten.clamp.Tensor(self, **{bound: value}))
+
+
+_one_sided_clamp("min")
+_one_sided_clamp("max")
 
 
 # masked_fill: result has self's dtype and the broadcast shape of self and mask
@@ -1187,28 +1202,28 @@ _composite("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value
 # logit: log(x / (1 - x)), with x clamped to [eps, 1 - eps] when eps is given
 
 def _logit_bounds(eps: float, dtype: DType) -> tuple[float, float]:
-    lo = np.asarray(eps, np.float64).astype(dtypes.opmath_dtype(dtype).numpy)
-    return float(lo), float(np.asarray(1, lo.dtype) - lo)
+    """[eps, 1 - eps] as ATen computes them, in the result dtype."""
+    lo = np.asarray(eps, np.float64).astype(dtype.numpy)
+    return float(lo), float(np.asarray(1, dtype.numpy) - lo)
 
 
 def _logit(self, eps=None):
-    x = unary_float_kernel(lambda v: v)(self)
+    result_dtype = _promote(Promotion.INT_TO_FLOAT, dtypes.dtype(self.dtype))
+    x = opmath(_cast(self, result_dtype))
     with np.errstate(all="ignore"):
         if eps is not None and eps >= 0:
-            lo, hi = _logit_bounds(eps, dtypes.dtype(x.dtype))
+            lo, hi = _logit_bounds(eps, result_dtype)
             x = np.where(x < lo, x.dtype.type(lo), np.where(x > hi, x.dtype.type(hi), x))
         return np.log(x / (1 - x))
 
 
 def _logit_decomposition(self, eps=None):
-    def body(x):
-        if eps is not None and eps >= 0:
-            lo, hi = _logit_bounds(eps, dtype_of(x))
-            x = aten.clamp.default(x, lo, hi)
-        return aten.log.default(aten.div.Tensor(x, aten.add.Scalar(aten.neg.default(x), 1)))
     if not dtype_of(self).is_floating_point:
         self = aten._to_copy.default(self, dtype=dtypes.default_float_dtype())
-    return _in_opmath(self, body)
+    if eps is not None and eps >= 0:
+        self = aten.clamp.default(self, *_logit_bounds(eps, dtype_of(self)))
+    return _in_opmath(self, lambda x: aten.log.default(
+        aten.div.Tensor(x, aten.add.Scalar(aten.neg.default(x), 1))))
 
 
 _composite("logit(Tensor self, float? eps=None) -> Tensor", _unary("aten.logit.default", Promotion.INT_TO_FLOAT),

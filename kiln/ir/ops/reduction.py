@@ -14,7 +14,8 @@ Semantics follow ATen on CPU (torch eager is the oracle):
   uses cascade sums or double accumulators for float32; float64 makes kiln's rounding the more accurate one).
   Low-precision results are rounded through float32, like ATen's final cast. prod keeps ATen's per-step
   rounding in the input's float dtype (it overflows and rounds where ATen does), cumsum/cumprod accumulate
-  sequentially in ATen's accumulator types.
+  sequentially in ATen's accumulator types, and float16/bfloat16 log_softmax over the last dim rounds its
+  log-sum to the input dtype like ATen's CPU kernel.
 - errors: reducing a zero-size dim without an identity (amax, argmax, max.dim, topk, ...) raises a ShapeError
   like ATen does.
 """
@@ -658,10 +659,17 @@ def _softmax_kernel(self, dim, half_to_float):
 
 def _log_softmax_kernel(self, dim, half_to_float):
     dim = canonical_dim("aten._log_softmax.default", dim, self.ndim)
+    dtype = dtypes.dtype(self.dtype)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         shifted, axis = _shifted(self, dim)
-        result = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
-    return result if half_to_float else _finish(result, dtypes.dtype(self.dtype))
+        total = np.sum(np.exp(shifted), axis=axis, keepdims=True)
+        if dtype in (dtypes.float16, dtypes.bfloat16) and dim == max(self.ndim - 1, 0) and not half_to_float:
+            # ATen's CPU kernel for the last dim keeps the sum and its log in the input dtype: round them too.
+            log_total = _finish(np.log(_finish(total, dtype).astype(np.float32)), dtype).astype(np.float32)
+        else:
+            log_total = np.log(total)
+        result = shifted - log_total
+    return result if half_to_float else _finish(result, dtype)
 
 
 defop("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", _softmax_meta("aten._softmax.default"),

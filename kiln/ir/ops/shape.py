@@ -21,7 +21,7 @@ from kiln.ir.meta import (
     canonical_dim, dtype_of, like, numel, require, require_arg, shape_of, tensor,
 )
 from kiln.ir.registry import defop, ops, register_decomposition
-from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool, sym_eq
+from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool
 from kiln.ir.types import SymIntType
 
 aten = ops.aten
@@ -43,6 +43,13 @@ def holds(condition) -> bool:
         return guard_bool(condition)
     except GuardError:
         return True
+
+
+def same_size(a, b) -> bool:
+    """Check that two dims are equal: exactly for ints, else through `holds`."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return holds(sympy.Eq(a, b))
 
 
 def _guard_or(condition, default: bool) -> bool:
@@ -84,17 +91,49 @@ def _is_negative_int(value) -> bool:
     return isinstance(value, int) and value < 0
 
 
-def _concrete_count(op: str, value, what: str) -> int:
-    """An int that must be concrete (a number of results): the value's hint, recorded as a guard."""
-    if isinstance(value, int):
-        return value
+_SCAN_LIMIT = 1 << 16
+
+
+def _piece_count(op: str, size, count_of, what: str, constant_above: int | None = None) -> int:
+    """How many results an op has when that number, `count_of(size)`, depends on a possibly symbolic size
+    (`count_of` is constant for sizes above `constant_above`, when given).
+
+    A symbolic size is pinned, through guards on its example value, to the interval of sizes that give
+    the same count; later (when the program is verified without example values) the ranges alone
+    decide the count again."""
+    if isinstance(size, int):
+        return count_of(size)
     env = current_shape_env()
-    hint = env.hint(value) if env is not None else None
-    if hint is None:
-        raise GuardError(f"{op}: the {what} ({value}) depends on a data-dependent or unknown size",
+    info = env.symbols.get(size) if env is not None and isinstance(size, sympy.Symbol) else None
+    if info is None:
+        hint = env.hint(size) if env is not None else None
+        if hint is None:
+            raise GuardError(f"{op}: the {what} depends on the size {size}, which has no example value",
+                             fix="make that dim static, or give it an example value when tracing")
+        guard_bool(sympy.Eq(size, hint))  # an expression of several symbols: specialize it
+        return count_of(hint)
+    low, high = info.range.lower, info.range.upper
+    top = high if constant_above is None else min(high, max(low, constant_above + 1))
+    if top - low <= _SCAN_LIMIT:
+        counts = {count_of(value) for value in range(int(low), int(top) + 1)}
+        if len(counts) == 1:
+            return counts.pop()
+    if info.hint is None:
+        raise GuardError(f"{op}: the {what} depends on the size {size}, which has no example value here",
                          fix="make that dim static, or give it an example value when tracing")
-    guard_bool(sympy.Eq(value, hint))
-    return hint
+    count = count_of(info.hint)
+    first = last = info.hint
+    while first - 1 >= max(low, info.hint - _SCAN_LIMIT) and count_of(first - 1) == count:
+        first -= 1
+    while last + 1 <= min(high, info.hint + _SCAN_LIMIT) and count_of(last + 1) == count:
+        last += 1
+        if constant_above is not None and last > constant_above:
+            last = math.inf
+            break
+    guard_bool(sympy.Ge(size, first))
+    if last != math.inf:
+        guard_bool(sympy.Le(size, last))
+    return count
 
 
 def _shown(sizes) -> str:
@@ -155,18 +194,19 @@ def infer_size(op: str, shape, size):
     for index, s in enumerate(size):
         require(not (isinstance(s, int) and s < -1), op,
                 f"invalid shape dimension {s} at index {index} of shape {_shown(size)}")
+    requested = _shown(size)
     total = numel(shape)
     if wildcard:
         known = numel([s for i, s in enumerate(size) if i != wildcard[0]])
-        require(not sym_eq(known, 0) if isinstance(known, int) else holds(sympy.Ne(known, 0)), op,
-                f"cannot reshape tensor of {total} elements into shape {_shown(size)} because the "
+        require(holds(sympy.Ne(known, 0)), op,
+                f"cannot reshape tensor of {total} elements into shape {requested} because the "
                 f"unspecified dimension size -1 can be any value and is ambiguous")
         if isinstance(total, int) and isinstance(known, int):
             inferred = total // known
         else:
             inferred = as_dim(sympy.floor(sympy.sympify(total) / known))
         size[wildcard[0]] = inferred
-    require(sym_eq(numel(size), total), op, f"shape {_shown(size)} is invalid for input of size {total}")
+    require(same_size(numel(size), total), op, f"shape {requested} is invalid for input of size {total}")
     return size
 
 
@@ -239,6 +279,9 @@ def _unflatten_shape(op, shape, dim, sizes):
     require(len(shape) > 0, op, "cannot unflatten a 0-dim tensor")
     require(len(sizes) > 0, op, "sizes must be non-empty")
     d = canonical_dim(op, dim, len(shape))
+    if not any(isinstance(s, int) and s == -1 for s in sizes):
+        require(same_size(numel(sizes), shape[d]), op, f"provided sizes {_shown(sizes)} don't multiply up to the size "
+                                                   f"of dim {d} ({shape[d]}) in the input tensor")
     inner = infer_size(op, [shape[d]], sizes)
     return list(shape[:d]) + inner + list(shape[d + 1:])
 
@@ -404,7 +447,8 @@ def _expand_shape(op, shape, size):
             result.append(current)
             continue
         require(not _is_negative_int(target), op, f"invalid expanded size {target} at dimension {index}")
-        if _is_one(current) or sym_eq(current, target):
+        # Undecidable (no example values, e.g. when re-verifying): assume the sizes match.
+        if _is_one(current) or _guard_or(sympy.Eq(current, target), True):
             result.append(target)
             continue
         require(False, op, f"the expanded size of the tensor ({target}) must match the existing size "
@@ -458,7 +502,7 @@ def _repeat_interleave_shape(op, shape, repeats, dim, output_size):
         result = list(shape)
         result[axis] = as_dim(shape[axis] * repeats)
     if output_size is not None:
-        require(sym_eq(output_size, result[axis]), op,
+        require(same_size(output_size, result[axis]), op,
                 f"invalid output_size, expected {result[axis]} but got {output_size}")
     return result
 
@@ -581,7 +625,7 @@ defop("select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", _select_
 
 
 def _require_same_shape(op, src_shape, expected, what):
-    require(len(src_shape) == len(expected) and all(sym_eq(a, b) for a, b in zip(src_shape, expected)), op,
+    require(len(src_shape) == len(expected) and all(same_size(a, b) for a, b in zip(src_shape, expected)), op,
             f"expected src to have a size equal to the {what} of self. src size = {_shown(src_shape)}, "
             f"{what} size = {_shown(expected)}")
 
@@ -777,7 +821,7 @@ def _cat_shape(op, shapes, dim):
                 f"tensors must have same number of dimensions: got {len(reference)} and {len(shape)}")
         for axis, (expected, size) in enumerate(zip(reference, shape)):
             if axis != d:
-                require(sym_eq(expected, size), op,
+                require(same_size(expected, size), op,
                         f"sizes of tensors must match except in dimension {d}. Expected size {expected} "
                         f"but got size {size} for tensor number {i} in the list")
         total = as_dim(total + shape[d])
@@ -809,7 +853,7 @@ def _stack_shape(op, shapes, dim):
     require(len(shapes) > 0, op, "stack expects a non-empty TensorList")
     first = shapes[0]
     for index, shape in enumerate(shapes[1:], 1):
-        require(len(shape) == len(first) and all(sym_eq(a, b) for a, b in zip(first, shape)), op,
+        require(len(shape) == len(first) and all(same_size(a, b) for a, b in zip(first, shape)), op,
                 f"stack expects each tensor to be equal size, but got {_shown(first)} at entry 0 and "
                 f"{_shown(shape)} at entry {index}")
     d = canonical_dim(op, dim, len(first), allow_end=True)
@@ -841,7 +885,7 @@ def _split_with_sizes_check(op, shape, split_sizes, dim):
     require(not any(_is_negative_int(s) for s in split_sizes), op,
             f"split_with_sizes expects split_sizes have only non-negative entries, but got split_sizes="
             f"{_shown(split_sizes)}")
-    require(sym_eq(as_dim(sum(split_sizes, 0)), shape[d]), op,
+    require(same_size(as_dim(sum(split_sizes, 0)), shape[d]), op,
             f"split_with_sizes expects split_sizes to sum exactly to {shape[d]} (input tensor's size at "
             f"dimension {d}), but got split_sizes={_shown(split_sizes)}")
     return d
@@ -871,10 +915,13 @@ def _split_sizes(op, shape, split_size, dim):
     require(not _is_negative_int(split_size) and holds(sympy.Ge(split_size, 0)), op,
             f"split expects split_size be non-negative, but got split_size={split_size}")
     if isinstance(split_size, int) and split_size == 0:
-        require(sym_eq(size, 0), op,
+        require(same_size(size, 0), op,
                 f"split_size can only be 0 if dimension size is 0, but got dimension size of {size}")
         return [0]
-    count = _concrete_count(op, _sym_max(_ceil_div(size, split_size), 1), "number of pieces")
+    if isinstance(split_size, int):
+        count = _piece_count(op, size, lambda n: max(-(-n // split_size), 1), "number of pieces")
+    else:
+        count = _piece_count(op, _sym_max(_ceil_div(size, split_size), 1), lambda n: n, "number of pieces")
     return [split_size] * (count - 1) + [as_dim(size - split_size * (count - 1))]
 
 
@@ -895,12 +942,17 @@ def _chunk_sizes(op, shape, chunks, dim):
     require(len(shape) > 0, op, "chunk expects at least a 1-dimensional tensor")
     require(chunks > 0, op, f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     size = shape[canonical_dim(op, dim, len(shape))]
-    split_size = _ceil_div(size, chunks)
-    # A 0-sized dim still gives `chunks` (empty) pieces; otherwise pieces of ceil(size / chunks),
-    # which may be fewer than `chunks` (torch.chunk(6 rows, 4) gives 3 pieces of 2).
+    # Pieces of ceil(size / chunks), which may be fewer than `chunks` (6 rows in 4 chunks: 3 pieces
+    # of 2); a 0-sized dim still gives `chunks` empty pieces.
+    def count_of(n):
+        return chunks if n == 0 else max(-(-n // -(-n // chunks)), 1)
+
+    # Above (chunks - 1)**2 every size gives exactly `chunks` pieces.
+    count = _piece_count(op, size, count_of, "number of pieces", constant_above=(chunks - 1) ** 2)
     if isinstance(size, int) and size == 0 or not isinstance(size, int) and _guard_or(sympy.Eq(size, 0), False):
         return [0] * chunks
-    return _split_sizes(op, shape, split_size, dim)
+    piece = _ceil_div(size, chunks)
+    return [piece] * (count - 1) + [as_dim(size - piece * (count - 1))]
 
 
 defop("chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]",
@@ -919,7 +971,7 @@ def _chunk(self, chunks, dim=0):
 def _unbind_count(op, shape, dim):
     require(len(shape) > 0, op, "unbind() cannot be applied to a 0-dim tensor")
     d = canonical_dim(op, dim, len(shape))
-    return d, _concrete_count(op, shape[d], "number of slices")
+    return d, _piece_count(op, shape[d], lambda n: n, "number of slices")
 
 
 def _unbind_meta(self, dim=0):

@@ -380,6 +380,9 @@ def _softmax_inputs(rng):
     yield rand(rng, 4, 6, dtype="float64"), 0, "float64"
     yield rand(rng, 4, 6, dtype="float16"), 1, "float16"
     yield rand(rng, 4, 6, dtype="bfloat16"), 1, "bfloat16"
+    yield (rand(rng, 8, 64, dtype="float16", low=-90, high=90), -1,
+           "float16 last dim, large logits: ATen rounds log_softmax's log-sum to float16")
+    yield rand(rng, 64, 8, dtype="bfloat16"), 0, "bfloat16, not the last dim"
     yield rand(rng, 3, 4) * 1000.0, 1, "large logits: needs the max shift"
     yield np.array([[-INF, -INF, -INF], [-INF, 0.0, 1.0], [INF, 1.0, 2.0], [NAN, 0.0, 1.0]], np.float32), 1, "inf/nan"
     yield rand(rng), 0, "0-d"

@@ -1,0 +1,105 @@
+"""Replay a program through op handles into a new GraphBuilder, rewriting ops on the way.
+
+This is the one mechanism behind `ExportedProgram.run_decompositions` and the passes that replace ops:
+each op is re-issued through its `kiln.ops` handle, so result types are re-inferred from the meta rules;
+ops found in a decomposition table are replaced by what their decomposition emits, recursively.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from xdsl.dialects import func
+
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec
+from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
+
+DecompositionTable = Mapping[OpOverload, Callable[..., Any]]
+
+
+class DecomposingEmitter:
+    """Emits into a builder, but calls of ops in `table` run their decomposition instead (recursively)."""
+
+    def __init__(self, builder: GraphBuilder, table: DecompositionTable):
+        self.builder = builder
+        self.by_name = {handle.name: fn for handle, fn in table.items()}
+
+    def accepts(self, value: Any) -> bool:
+        return self.builder.accepts(value)
+
+    def emit(self, opdef: OpDef, bound: list[Any]) -> Any:
+        decomposition = self.by_name.get(opdef.name)
+        if decomposition is None:
+            return self.builder.emit(opdef, bound)
+        args, kwargs = split_bound(opdef, bound)
+        return decomposition(*args, **kwargs)
+
+
+def retrace(program: ExportedProgram, table: DecompositionTable | None = None) -> ExportedProgram:
+    """A new program computing the same outputs, with every op in `table` decomposed."""
+    builder = GraphBuilder(program.shape_env())
+    mapping: dict[Any, Any] = {}
+    for arg, spec in zip(program.body.args, program.graph_signature.input_specs):
+        mapping[arg] = builder.add_input(spec.name, arg.type, spec.kind, spec.target, spec.persistent)
+    emitter = DecomposingEmitter(builder, table or {})
+    outputs = _replay(program.body, builder, mapping, table or {})
+    specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
+    new = builder.build(outputs, specs, program.state_dict, program.constants, dict(program.range_constraints))
+    from kiln.ir.program import value_names
+    names = value_names(new.body)
+    for spec, value in zip(new.graph_signature.output_specs, outputs):
+        spec.name = names[value]
+    new.in_spec, new.out_spec = program.in_spec, program.out_spec
+    new.input_constants = dict(program.input_constants)
+    del emitter
+    return new
+
+
+def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable) -> list[Any]:
+    """Re-issue `block`'s ops into `builder`; return the new values its terminator passes on."""
+    from kiln.ir.control_flow import CondOp, YieldOp
+
+    emitter = DecomposingEmitter(builder, table)
+    for op in block.ops:
+        if isinstance(op, (func.ReturnOp, YieldOp)):
+            return [mapping[v] for v in op.operands]
+        source = op.attributes.get("kiln.source")
+        builder.source = source.data if source is not None else None  # type: ignore[union-attr]
+        if isinstance(op, CondOp):
+            operands = [mapping[v] for v in op.operands_]
+            branches = []
+            for region in (op.true_region, op.false_region):
+                branch = GraphBuilder(builder.shape_env)
+                inner = dict(mapping)
+                for old_arg, value in zip(region.block.args, operands):
+                    inner[old_arg] = branch.add_input(old_arg.name_hint or "arg", value.type)
+                yielded = _replay(region.block, branch, inner, table)
+                branch.block.add_op(YieldOp(yielded))
+                branches.append(branch.block)
+            new_op = CondOp(mapping[op.pred], operands, [r.type for r in op.results], *branches)
+            new_op.attributes.update(op.attributes)
+            builder.block.add_op(new_op)
+            for old, new in zip(op.results, new_op.results):
+                new.name_hint = old.name_hint
+                mapping[old] = new
+            continue
+        mark = len(builder.block.ops)
+        args, kwargs = split_bound(op.opdef, bound_arguments(op, mapping.__getitem__))  # type: ignore[attr-defined]
+        with emitting(emitter):
+            result = OpOverload(op.opdef)(*args, **kwargs)  # type: ignore[attr-defined]
+        for new_op in list(builder.block.ops)[mark:]:
+            if "kiln.nn_module_stack" in op.attributes:
+                new_op.attributes["kiln.nn_module_stack"] = op.attributes["kiln.nn_module_stack"]
+        flat = result if isinstance(result, (list, tuple)) else [result]
+        flat = [v for item in flat for v in (item if isinstance(item, list) else [item])]
+        for old, new in zip(op.results, flat):
+            mapping[old] = new
+    raise ValueError("block has no terminator")
+
+
+def default_decompositions() -> dict[OpOverload, Callable[..., Any]]:
+    """Every registered decomposition, keyed by op handle: lowers programs to Core ATen."""
+    from kiln.ir.registry import REGISTRY
+    return {OpOverload(opdef): opdef.decomposition for opdef in REGISTRY.values()
+            if opdef.decomposition is not None and not opdef.is_core}
