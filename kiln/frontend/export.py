@@ -251,7 +251,12 @@ class _SymbolMaker:
             elif isinstance(entry, Dim):
                 result.append(self._root(entry, int(size), where))
             elif isinstance(entry, DerivedDim):
-                root = self._root(entry.root, None, where)
+                root_size, remainder = divmod(int(size) - entry.offset, entry.scale)
+                if remainder:
+                    raise ConstraintViolationError(
+                        f"{where} = {size} cannot be written as {entry.name}",
+                        fix=f"pass an input whose {where} has the form {entry.name}")
+                root = self._root(entry.root, root_size, where)
                 expr = entry.scale * root + entry.offset
                 hint = self.env.hint(expr)
                 if hint is not None and hint != size:
@@ -297,40 +302,54 @@ class _SymbolMaker:
         self._fix_derived_hints()
         problems: list[str] = []
         fixes: dict[str, str] = {}
-        by_symbol = {sym: (dim, where) for dim, sym, where in self.roots.values()}
+        declared = {sym: dim for dim, sym, _ in self.roots.values()}
+        order = list(declared)
         for guard in self.env.guards:
             expr = guard.expr
-            symbols = sorted(expr.free_symbols & set(by_symbol), key=str)
-            if not symbols:
+            involved = sorted(expr.free_symbols & set(declared), key=order.index)
+            if not involved or expr.free_symbols - set(declared):
                 continue
             at = f" (at {guard.source})" if guard.source else ""
-            if isinstance(expr, sympy.Eq) and len(expr.free_symbols) == 2 and len(symbols) == 2:
-                solved = sympy.solve(expr, symbols[1], dict=True)
-                if solved:
-                    other = solved[0][symbols[1]]
-                    dependent, base = symbols[1], symbols[0]
-                    problems.append(f"the traced code requires {dependent} == {other}{at}, but {dependent} and "
-                                    f"{base} were declared as independent Dims")
-                    fixes[str(dependent)] = f"{dependent} = {_format_relation(other)}"
+            if isinstance(expr, sympy.Eq) and len(involved) == 2:
+                base, dependent = involved
+                solved = _solve(expr, dependent)
+                if len(solved) == 1 and str(dependent) not in fixes:
+                    problems.append(f"the traced code requires {dependent} == {solved[0]}{at}, but Dims "
+                                    f"{dependent!s} and {base!s} were declared independent")
+                    fixes[str(dependent)] = f"{dependent} = {_format_relation(solved[0])}"
                     continue
-            if isinstance(expr, sympy.Eq) and len(symbols) == 1 and (expr.lhs.is_Integer or expr.rhs.is_Integer):
-                sym = symbols[0]
-                value = expr.rhs if expr.rhs.is_Integer else expr.lhs
-                problems.append(f"the traced code specialized {sym} to the constant {value}{at}")
-                fixes[str(sym)] = f"{sym} = {value}"
-        for dim, sym, where in self.roots.values():
-            refined = self.env.symbols[sym].range
+            if isinstance(expr, sympy.Eq) and len(involved) == 1:
+                sym = involved[0]
+                modulus = _divisibility(expr, sym)
+                if modulus is not None:
+                    refined = self.env.symbols[sym].range
+                    low = -(-int(refined.lower) // modulus)
+                    high = INF if refined.upper == INF else int(refined.upper) // modulus
+                    problems.append(f"the traced code requires {sym} to be a multiple of {modulus}{at}")
+                    fixes[f"_{sym}"] = _dim_constructor(f"_{sym}", ValueRange(max(low, 1), high))
+                    fixes[str(sym)] = f"{sym} = {modulus}*_{sym}"
+                    continue
+                solved = _solve(expr, sym)
+                if len(solved) == 1 and solved[0].is_Integer:
+                    problems.append(f"the traced code specialized {sym} to the constant {solved[0]}{at}")
+                    fixes[str(sym)] = f"{sym} = {solved[0]}"
+                    continue
+            if isinstance(expr, sympy.core.relational.Relational) and len(involved) == 1:
+                continue  # a bound on one Dim: reported below from the refined range
+            problems.append(f"the traced code requires {expr}{at}, which the declared Dims do not guarantee")
+        for sym, dim in declared.items():
             if str(sym) in fixes:
                 continue
+            refined = self.env.symbols[sym].range
+            cause = next((g for g in self.env.guards if sym in g.expr.free_symbols and g.source), None)
+            at = f" (at {cause.source})" if cause is not None else ""
             if refined.is_singleton:
-                problems.append(f"the traced code specialized {sym} ({where}) to the constant {int(refined.lower)}")
+                problems.append(f"the traced code specialized {sym} to the constant {int(refined.lower)}{at}")
                 fixes[str(sym)] = f"{sym} = {int(refined.lower)}"
             elif (refined.lower, refined.upper) != (dim.min, dim.max):
-                cause = next((g for g in self.env.guards if sym in g.expr.free_symbols), None)
-                at = f" (at {cause.source})" if cause is not None and cause.source else ""
                 problems.append(f"the traced code only works for {sym} in [{_bound(refined.lower)}, "
-                                f"{_bound(refined.upper)}]{at}, but Dim {dim.name!r} allows [{_bound(dim.min)}, "
-                                f"{_bound(dim.max)}]")
+                                f"{_bound(refined.upper)}]{at}, but Dim {dim.name!r} allows "
+                                f"[{_bound(dim.min)}, {_bound(dim.max)}]")
                 fixes[str(sym)] = _dim_constructor(str(sym), refined)
         if problems:
             message = "Constraints violated!\n" + "\n".join(f"  - {p}" for p in problems)
@@ -349,6 +368,30 @@ class _SymbolMaker:
             bound = self.env.bound(expr)
             ranges[expr] = ValueRange(bound.lower, bound.upper)
         return ranges
+
+
+def _divisibility(expr: sympy.Basic, sym: sympy.Symbol) -> int | None:
+    """k when the guard says `sym` is a multiple of k: `Eq(Mod(sym, k), 0)`, `Eq(k*floor(sym/k), sym)`, ..."""
+    candidates = {int(atom.args[1]) for atom in expr.atoms(sympy.Mod)
+                  if atom.args[0] == sym and atom.args[1].is_Integer}
+    for atom in expr.atoms(sympy.floor):
+        ratio = atom.args[0] / sym
+        if ratio.is_Rational and ratio.p == 1 and ratio.q > 1:
+            candidates.add(int(ratio.q))
+    whole = sympy.Symbol("_whole", integer=True)
+    for k in sorted(candidates):
+        holds = expr.subs(sym, k * whole)
+        fails = expr.subs(sym, k * whole + 1)
+        if sympy.simplify(holds) is sympy.true and sympy.simplify(fails) is sympy.false:
+            return k
+    return None
+
+
+def _solve(expr: sympy.Basic, sym: sympy.Symbol) -> list[Any]:
+    try:
+        return list(sympy.solve(expr, sym))
+    except NotImplementedError:
+        return []
 
 
 def _bound(value: float) -> str:

@@ -42,6 +42,23 @@ def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbo
             if isinstance(dim, sympy.Symbol) and dim not in bindings:
                 bindings[dim] = int(value.shape[axis])
                 where[dim] = f"{name}.shape[{axis}]"
+    for name, arg, value in zip(names, args, inputs):  # dims like `2*s0 + 1` bind s0 when nothing else does
+        if not isinstance(arg.type, TensorType):
+            continue
+        for axis, dim in enumerate(arg.type.shape):
+            if isinstance(dim, int) or len(dim.free_symbols) != 1:
+                continue
+            (sym,) = dim.free_symbols
+            if sym in bindings or not dim.is_polynomial(sym) or sympy.degree(dim, sym) != 1:
+                continue
+            scale, offset = sympy.Poly(dim, sym).all_coeffs()
+            solved, remainder = divmod(int(value.shape[axis]) - int(offset), int(scale))
+            if remainder:
+                raise InputError(f"input '{name}' dimension {axis} is {value.shape[axis]}, which is not of the "
+                                 f"form {dim} for an integer {sym}",
+                                 fix="pass sizes of the form the program was exported with")
+            bindings[sym] = solved
+            where[sym] = f"{name}.shape[{axis}]"
     for sym, value in bindings.items():
         allowed = program.range_constraints.get(sym)  # derived entries need no check: their symbols have one
         if allowed is not None and value not in allowed:

@@ -23,7 +23,7 @@ from xdsl.irdl import IRDLOperation
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, ParseError, VerificationError
 from kiln.ir.registry import OpDef, emitting, run_meta
-from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, parse_dim
+from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, guard_source, parse_dim
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
 
@@ -390,7 +390,7 @@ class GraphBuilder:
         from kiln.ir.verifier import flatten_meta
 
         types_bound = [_type_of(argument, value) for argument, value in zip(opdef.schema.arguments, bound)]
-        with active_shape_env(self.shape_env):
+        with active_shape_env(self.shape_env), guard_source(self.source):
             meta = run_meta(opdef, types_bound)
         op = build_op(opdef, bound, flatten_meta(meta))
         if self.source:

@@ -343,6 +343,7 @@ class ShapeEnv:
 
     def evaluate(self, condition: sympy.Basic | bool, source: str = "") -> bool:
         """Decide a condition; if it depends on the symbols' values, use the hints and record a guard."""
+        source = source or _GUARD_SOURCE.get()
         known = self.statically_known(condition)
         if known is not None:
             return known
@@ -375,6 +376,12 @@ class ShapeEnv:
             return
         info = self.symbols[lhs]
         value = int(rhs)
+        if op == "!=":  # only narrows when it excludes an end of the range
+            if value == info.range.lower:
+                info.range = ValueRange(value + 1, info.range.upper)
+            elif value == info.range.upper:
+                info.range = ValueRange(info.range.lower, value - 1)
+            return
         narrowed = {
             "==": ValueRange(value, value), ">": ValueRange(value + 1, INF), ">=": ValueRange(value, INF),
             "<": ValueRange(-INF, value - 1), "<=": ValueRange(-INF, value),
@@ -399,6 +406,17 @@ def _negate(condition: sympy.Basic) -> sympy.Basic:
 # The active ShapeEnv, used by meta rules.
 
 _ACTIVE_ENV: contextvars.ContextVar[ShapeEnv | None] = contextvars.ContextVar("kiln_shape_env", default=None)
+# The user's source line of the op being recorded, attached to guards its meta rule records.
+_GUARD_SOURCE: contextvars.ContextVar[str] = contextvars.ContextVar("kiln_guard_source", default="")
+
+
+@contextlib.contextmanager
+def guard_source(source: str | None) -> Iterator[None]:
+    token = _GUARD_SOURCE.set(source or "")
+    try:
+        yield
+    finally:
+        _GUARD_SOURCE.reset(token)
 
 
 @contextlib.contextmanager

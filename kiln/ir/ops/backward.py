@@ -1,7 +1,9 @@
 """Backward ops: the gradients of pooling, convolution, embedding and normalization, as autograd emits them.
 
-Kernels compute in float64 and round once to the result dtype, so they sit within rounding of ATen's
-float32 (or opmath) accumulation whatever order ATen sums in.
+Scatter-style gradients (pooling, embedding) replay ATen's accumulation: contributions in ATen's order,
+each addition rounded to the dtype, so float16/bfloat16 results match bit for bit. Reductions
+(convolution, normalization) compute in float64 and round once, within rounding of ATen's float32 or
+opmath sums whatever order ATen uses.
 
 Ops with an `output_mask` (convolution_backward, native_layer_norm_backward, native_group_norm_backward)
 return None in torch for the outputs the mask turns off. A meta rule has to give every result a type,
@@ -91,25 +93,59 @@ def _pool2d_geometry(op: str, self, kernel_size, stride, padding, dilation, ceil
     return out, stride
 
 
-def _separable_backward(grad_output, weights_h, weights_w, dtype):
-    """grad_input[..., i, j] = sum over outputs (o, p) of grad_output[..., o, p] * Wh[o, i] * Ww[p, j]."""
-    result = np.einsum("...op,oi,pj->...ij", _f64(grad_output), weights_h, weights_w, optimize=True)
-    return result.astype(dtype)
+def _ordered_scatter_add(size: int, targets: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:
+    """result[:, t] = sum of values[:, i] over targets[i] == t, added in increasing i and rounded to `dtype`
+    after every addition (reduced floats add in float32), like ATen's scalar `+=` loops. The r-th
+    contribution of every target is added in round r: one vectorized step per round, rows distinct."""
+    compute = dtypes.opmath_dtype(dtypes.dtype(dtype)).numpy
+    result = np.zeros((values.shape[0], size), dtype)
+    if targets.size == 0:
+        return result
+    order = np.argsort(targets, kind="stable")
+    ordered = targets[order]
+    rank = np.empty(targets.size, np.int64)
+    rank[order] = np.arange(targets.size) - np.searchsorted(ordered, ordered)
+    for round_ in range(int(rank.max()) + 1):
+        chosen = np.flatnonzero(rank == round_)
+        columns = targets[chosen]
+        result[:, columns] = (result[:, columns].astype(compute) + values[:, chosen].astype(compute)).astype(dtype)
+    return result
+
+
+def _in_dtype(array: np.ndarray, dtype) -> np.ndarray:
+    """An integer or float array as `dtype` (ATen converts int divisors to the scalar type first)."""
+    return np.asarray(array).astype(dtype)
+
+
+def _divide(numerator: np.ndarray, divisor: np.ndarray) -> np.ndarray:
+    """numerator / divisor in numerator's dtype, computed in opmath and rounded once (c10's scalar `/`)."""
+    compute = dtypes.opmath_dtype(dtypes.dtype(numerator.dtype)).numpy
+    return (numerator.astype(compute) / _in_dtype(divisor, numerator.dtype).astype(compute)).astype(numerator.dtype)
+
+
+def _window_backward(grad_delta: np.ndarray, self_shape, inside_h: np.ndarray, inside_w: np.ndarray) -> np.ndarray:
+    """Add each output's grad_delta[..., o, p] to every input of its window (inside_h[o] x inside_w[p]), in
+    ATen's order: outputs in raster order, each addition rounded to the dtype."""
+    out_h, in_h = np.nonzero(inside_h)  # sorted by output, so contributions arrive in raster order
+    out_w, in_w = np.nonzero(inside_w)
+    planes = int(np.prod(self_shape[:-2]))
+    values = grad_delta.reshape(planes, *grad_delta.shape[-2:])[:, out_h[:, None], out_w[None, :]]
+    targets = in_h[:, None] * self_shape[-1] + in_w[None, :]
+    result = _ordered_scatter_add(self_shape[-2] * self_shape[-1], targets.reshape(-1), values.reshape(planes, -1),
+                                  grad_delta.dtype)
+    return result.reshape(self_shape)
 
 
 # -- avg_pool2d_backward
 
-def _avg_pool_weights(input_size, output_size, kernel, stride, pad, count_include_pad, divide):
-    """Per-axis window indicator over its divisor: the padded extent (count_include_pad) or the clipped one."""
+def _avg_pool_windows(input_size: int, output_size: int, kernel: int, stride: int, pad: int):
+    """Per axis: which inputs each output's window covers, and the padded and clipped window extents."""
     starts = np.arange(output_size) * stride - pad
     padded_ends = np.minimum(starts + kernel, input_size + pad)
     clipped_starts, clipped_ends = np.maximum(starts, 0), np.minimum(padded_ends, input_size)
     positions = np.arange(input_size)
     inside = (positions >= clipped_starts[:, None]) & (positions < clipped_ends[:, None])
-    if not divide:
-        return inside.astype(np.float64)
-    extent = padded_ends - starts if count_include_pad else clipped_ends - clipped_starts
-    return inside / np.maximum(extent, 1)[:, None]
+    return inside, padded_ends - starts, clipped_ends - clipped_starts
 
 
 def _avg_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -125,14 +161,16 @@ def _avg_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, c
 def _avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     stride = list(stride) if stride else list(kernel_size)
-    (height, width), (out_h, out_w) = self.shape[-2:], grad_output.shape[-2:]
-    weights_h = _avg_pool_weights(height, out_h, kernel_size[0], stride[0], padding[0], count_include_pad,
-                                  divide=divisor_override is None)
-    weights_w = _avg_pool_weights(width, out_w, kernel_size[1], stride[1], padding[1], count_include_pad,
-                                  divide=divisor_override is None)
+    (inside_h, padded_h, clipped_h), (inside_w, padded_w, clipped_w) = (
+        _avg_pool_windows(size, out, k, s, p)
+        for size, out, k, s, p in zip(self.shape[-2:], grad_output.shape[-2:], kernel_size, stride, padding))
     if divisor_override is not None:
-        weights_w = weights_w / divisor_override
-    return _separable_backward(grad_output, weights_h, weights_w, self.dtype)
+        divisor = np.full((len(padded_h), len(padded_w)), divisor_override)
+    elif count_include_pad:
+        divisor = padded_h[:, None] * padded_w[None, :]
+    else:
+        divisor = clipped_h[:, None] * clipped_w[None, :]
+    return _window_backward(_divide(grad_output, divisor), self.shape, inside_h, inside_w)
 
 
 defop("avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, "
@@ -142,14 +180,13 @@ defop("avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, 
 
 # -- _adaptive_avg_pool2d_backward
 
-def _adaptive_weights(input_size: int, output_size: int) -> np.ndarray:
-    """Output o averages inputs [floor(o*I/O), ceil((o+1)*I/O))."""
+def _adaptive_windows(input_size: int, output_size: int):
+    """Output o averages inputs [floor(o*I/O), ceil((o+1)*I/O)): the window indicator and its length."""
     outputs = np.arange(output_size)
     starts = (outputs * input_size) // output_size
     ends = -((-(outputs + 1) * input_size) // output_size)
     positions = np.arange(input_size)
-    inside = (positions >= starts[:, None]) & (positions < ends[:, None])
-    return inside / np.maximum(ends - starts, 1)[:, None]
+    return (positions >= starts[:, None]) & (positions < ends[:, None]), ends - starts
 
 
 def _adaptive_avg_pool2d_backward_meta(grad_output, self):
@@ -164,9 +201,11 @@ def _adaptive_avg_pool2d_backward_meta(grad_output, self):
 
 
 def _adaptive_avg_pool2d_backward(grad_output, self):
-    (height, width), (out_h, out_w) = self.shape[-2:], grad_output.shape[-2:]
-    return _separable_backward(grad_output, _adaptive_weights(height, out_h), _adaptive_weights(width, out_w),
-                               self.dtype)
+    (inside_h, length_h), (inside_w, length_w) = (
+        _adaptive_windows(size, out) for size, out in zip(self.shape[-2:], grad_output.shape[-2:]))
+    # ATen divides twice, rounding each time: grad / kh / kw.
+    grad_delta = _divide(_divide(grad_output, length_h[:, None]), length_w[None, :])
+    return _window_backward(grad_delta, self.shape, inside_h, inside_w)
 
 
 defop("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",
@@ -193,10 +232,11 @@ def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilati
     if indices.size and (indices.min() < -1 or indices.max() >= plane):
         raise ShapeError(f"aten.max_pool2d_with_indices_backward.default: indices must lie in [0, {plane}) "
                          f"(or be -1), got values in [{indices.min()}, {indices.max()}]")
-    flat = indices + (np.arange(planes) * plane)[:, None]
-    kept = indices != -1  # ATen skips -1 (a window with no valid input)
-    grads = np.bincount(flat[kept], weights=_f64(grad_output).reshape(planes, -1)[kept], minlength=planes * plane)
-    return grads.reshape(self.shape).astype(self.dtype)
+    targets = (indices + (np.arange(planes) * plane)[:, None]).reshape(-1)
+    kept = indices.reshape(-1) != -1  # ATen skips -1 (a window that saw no input)
+    values = grad_output.reshape(1, -1)[:, kept]
+    result = _ordered_scatter_add(planes * plane, targets[kept], values, grad_output.dtype)
+    return result.reshape(self.shape).astype(self.dtype)
 
 
 defop("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, "
@@ -221,31 +261,20 @@ def _embedding_backward_meta(grad_output, indices, num_weights, padding_idx, sca
 
 
 def _embedding_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    """ATen adds grad rows in index order, each `row + scale * grad` rounded to the dtype (opmath for
-    float16/bfloat16). Occurrences are processed in rounds, the r-th occurrence of every index
-    together, which keeps that order while each round writes distinct rows."""
+    """ATen adds grad rows in index order, each `row + scale * grad` computed in opmath and rounded to the dtype."""
     width = grad_output.shape[-1]
     flat = indices.reshape(-1).astype(np.int64)
-    grads = grad_output.reshape(-1, width)
     if flat.size and (flat.min() < 0 or flat.max() >= num_weights):
         raise ShapeError(f"aten.embedding_dense_backward.default: indices must lie in [0, {num_weights}), "
                          f"got values in [{flat.min()}, {flat.max()}]")
-    keep = flat != padding_idx  # compared as is: a negative padding_idx matches no index
-    flat, grads = flat[keep], grads[keep]
-    counts = np.bincount(flat, minlength=num_weights)
-    compute = np.float64 if grad_output.dtype == np.float64 else np.float32
-    scale = (1.0 / np.maximum(counts, 1))[flat] if scale_grad_by_freq else np.ones(len(flat))
-    order = np.argsort(flat, kind="stable")
-    first_of_run = np.searchsorted(flat[order], flat[order])
-    occurrence = np.empty(len(flat), np.int64)
-    occurrence[order] = np.arange(len(flat)) - first_of_run
-    result = np.zeros((num_weights, width), grad_output.dtype)
-    for round_ in range(int(occurrence.max()) + 1 if len(flat) else 0):
-        chosen = occurrence == round_
-        rows = flat[chosen]
-        updated = result[rows].astype(compute) + scale[chosen].astype(compute)[:, None] * grads[chosen].astype(compute)
-        result[rows] = updated.astype(grad_output.dtype)
-    return result
+    kept = flat != padding_idx  # compared as given: a negative padding_idx matches no index
+    grads = grad_output.reshape(-1, width)[kept]
+    flat = flat[kept]
+    compute = dtypes.opmath_dtype(dtypes.dtype(grad_output.dtype)).numpy
+    scaled = grads.astype(compute)
+    if scale_grad_by_freq:
+        scaled = scaled * (1.0 / np.bincount(flat, minlength=num_weights)[flat]).astype(compute)[:, None]
+    return _ordered_scatter_add(num_weights, flat, scaled.T, grad_output.dtype).T
 
 
 defop("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "
@@ -410,7 +439,8 @@ def _layer_norm_backward_meta(grad_out, input, normalized_shape, mean, rstd, wei
 
 def _layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     rows = int(np.prod(input.shape[:input.ndim - len(normalized_shape)]))
-    x, dy = _f64(input).reshape(rows, -1), _f64(grad_out).reshape(rows, -1)
+    row_size = int(np.prod(normalized_shape))
+    x, dy = _f64(input).reshape(rows, row_size), _f64(grad_out).reshape(rows, row_size)
     mean, rstd = _f64(mean).reshape(rows, 1), _f64(rstd).reshape(rows, 1)
     x_hat = (x - mean) * rstd
     weighted = dy * _f64(weight).reshape(1, -1) if weight is not None else dy

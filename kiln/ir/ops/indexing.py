@@ -54,11 +54,13 @@ def _gather_check(op, self, dim, index) -> int:
         return d  # torch checks nothing for an empty index
     _require_index_dtype(op, index, "gather(): expected dtype int32/int64 for index")
     self_dims, index_dims = _nonempty(self_shape), _nonempty(index_shape)
-    require(len(self_dims) == len(index_dims), op, "index tensor must have the same number of dimensions as input tensor")
+    require(len(self_dims) == len(index_dims), op,
+            "index tensor must have the same number of dimensions as input tensor")
     for i, (s, n) in enumerate(zip(self_dims, index_dims)):
         if i != d:
-            require(holds(sympy.Le(n, s)), op, f"size does not match at dimension {i}: expected index {_shown(index_shape)} "
-                                       f"to be no larger than self {_shown(self_shape)} apart from dimension {d}")
+            require(holds(sympy.Le(n, s)), op,
+                    f"size does not match at dimension {i}: expected index {_shown(index_shape)} to be no larger "
+                    f"than self {_shown(self_shape)} apart from dimension {d}")
     return d
 
 
@@ -97,7 +99,8 @@ def _scatter_check(op, self, dim, index, src=None) -> int:
     if empty:
         return d
     self_dims, index_dims = _nonempty(self_shape), _nonempty(index_shape)
-    require(len(index_dims) == len(self_dims), op, "index tensor must have the same number of dimensions as self tensor")
+    require(len(index_dims) == len(self_dims), op,
+            "index tensor must have the same number of dimensions as self tensor")
     if src is not None:
         require(len(_nonempty(shape_of(src))) == len(index_dims), op,
                 "index tensor must have the same number of dimensions as src tensor")
@@ -182,7 +185,8 @@ _REDUCTIONS = {"sum": np.add, "prod": np.multiply, "mean": np.add, "amax": np.ma
 
 def _scatter_reduce_check(self, dim, index, src, reduce):
     op = "aten.scatter_reduce.two"
-    require_arg(reduce in _REDUCTIONS, op, f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    require_arg(reduce in _REDUCTIONS, op,
+                f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
     require_dtype(not (reduce == "mean" and dtype_of(self).is_bool), op, "reduce='mean' is not supported for bool")
     _scatter_check(op, self, dim, index, src)
     return like(self)

@@ -966,7 +966,10 @@ def _rsub_decomposition(self, other, alpha=1):
 
 
 def _rsub_scalar_decomposition(self, other, alpha=1):
-    # other - alpha * self == (-alpha) * self + other, with `other` cast like sub's wrapped scalar
+    # other - alpha * self == (-alpha) * self + other, computed in the result dtype (uint8 - 1.5 is float)
+    common = _common_dtype(self, other)
+    if dtype_of(self) is not common:
+        self = aten._to_copy.default(self, dtype=common)
     scaled = aten.neg.default(self) if alpha == 1 else aten.mul.Scalar(self, -alpha)
     return aten.add.Scalar(scaled, other)
 

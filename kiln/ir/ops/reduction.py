@@ -584,6 +584,17 @@ defop("argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=F
       lambda self, stable, dim=-1, descending=False: _sort_kernel(self, dim, descending)[1], tags=("composite",))
 
 
+defop("sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> "
+      "(Tensor values, Tensor indices)",
+      lambda self, stable=None, dim=-1, descending=False: _sort_meta("aten.sort.stable")(self, dim, descending),
+      lambda self, stable=None, dim=-1, descending=False: _sort_kernel(self, dim, descending), tags=("composite",))
+
+
+@register_decomposition("aten.sort.stable")
+def _sort_stable_decomposition(self, stable=None, dim=-1, descending=False):
+    return ops.aten.sort.default(self, dim, descending)  # kiln's sort.default is stable
+
+
 @register_decomposition("aten.argsort.default")
 def _argsort_decomposition(self, dim=-1, descending=False):
     return ops.aten.sort.default(self, dim, descending)[1]

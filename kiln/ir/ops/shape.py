@@ -28,7 +28,7 @@ aten = ops.aten
 
 
 # ---------------------------------------------------------------------------------------------
-# Symbolic helpers (private to this family; indexing.py imports a few of them).
+# Symbolic helpers (`holds`, `same_size` and `fill_value` are shared with indexing.py).
 
 def _statically(condition):
     """True/False when the condition is decided by the dims' ranges alone; None when it depends."""
@@ -148,7 +148,7 @@ def _dims_in_range(op: str, dims, rank: int) -> list[int]:
     """Wrap a list of dims, refusing duplicates (ATen's dim_list_to_bitset)."""
     wrapped = [canonical_dim(op, d, rank) for d in dims]
     seen = set()
-    for original, d in zip(dims, wrapped):
+    for d in wrapped:
         require(d not in seen, op, f"dim {d} appears multiple times in the list of dims")
         seen.add(d)
     return wrapped
@@ -507,14 +507,17 @@ def _repeat_interleave_shape(op, shape, repeats, dim, output_size):
     return result
 
 
+def _repeat_interleave_kernel(self, repeats, dim=None, output_size=None):
+    op = "aten.repeat_interleave.self_int"
+    shape = _repeat_interleave_shape(op, self.shape, repeats, dim, output_size)
+    axis = None if dim is None else canonical_dim(op, dim, self.ndim)
+    return np.repeat(self, repeats, axis=axis).reshape(shape)
+
+
 defop("repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor",
       lambda self, repeats, dim=None, output_size=None: like(self, shape=_repeat_interleave_shape(
           "aten.repeat_interleave.self_int", shape_of(self), repeats, dim, output_size)),
-      lambda self, repeats, dim=None, output_size=None: np.repeat(
-          self, repeats, axis=None if dim is None else canonical_dim("aten.repeat_interleave.self_int", dim,
-                                                                     self.ndim)).reshape(
-          _repeat_interleave_shape("aten.repeat_interleave.self_int", self.shape, repeats, dim, output_size)),
-      tags=("composite",))
+      _repeat_interleave_kernel, tags=("composite",))
 
 
 @register_decomposition("aten.repeat_interleave.self_int")
@@ -860,13 +863,16 @@ def _stack_shape(op, shapes, dim):
     return d, list(first[:d]) + [len(shapes)] + list(first[d:])
 
 
+def _stack_kernel(tensors, dim=0):
+    d, _ = _stack_shape("aten.stack.default", [t.shape for t in tensors], dim)
+    out_dtype = _cat_dtype(tensors).numpy
+    return np.stack([t.astype(out_dtype, copy=False) for t in tensors], axis=d)
+
+
 defop("stack(Tensor[] tensors, int dim=0) -> Tensor",
       lambda tensors, dim=0: tensor(_stack_shape("aten.stack.default", [shape_of(t) for t in tensors], dim)[1],
                                     _cat_dtype(tensors)),
-      lambda tensors, dim=0: np.stack(
-          [t.astype(_cat_dtype(tensors).numpy, copy=False) for t in tensors],
-          axis=_stack_shape("aten.stack.default", [t.shape for t in tensors], dim)[0]),
-      tags=("composite",))
+      _stack_kernel, tags=("composite",))
 
 
 @register_decomposition("aten.stack.default")
@@ -1030,10 +1036,13 @@ def _constant_pad_nd(self, pad, value=0):
     return result
 
 
-defop("constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor",
-      lambda self, pad, value=0: like(self, shape=_constant_pad_shape("aten.constant_pad_nd.default",
-                                                                        shape_of(self), pad)),
-      _constant_pad_nd)
+def _constant_pad_nd_meta(self, pad, value=0):
+    op = "aten.constant_pad_nd.default"
+    fill_value(op, value, dtype_of(self))
+    return like(self, shape=_constant_pad_shape(op, shape_of(self), pad))
+
+
+defop("constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor", _constant_pad_nd_meta, _constant_pad_nd)
 
 
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")

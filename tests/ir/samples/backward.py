@@ -163,8 +163,10 @@ def _layer_norm_stats(x, normalized_ndim, eps=1e-5):
 def _native_layer_norm_backward(rng):
     # torch returns None for the gradients output_mask turns off (and refuses a missing weight or bias
     # with the mask on), so every sample asks for all three.
+    # For float16/bfloat16 ATen sums dweight/dbias row by row into per-thread buffers of the input dtype,
+    # so with several rows its rounding depends on torch's thread count: those samples have one row.
     cases = [((2, 3, 8), [8], "float32"), ((2, 3, 4), [3, 4], "float32"), ((5, 16), [16], "float64"),
-             ((3, 32), [32], "bfloat16"), ((2, 2, 12), [12], "float16"), ((0, 4), [4], "float32")]
+             ((1, 32), [32], "bfloat16"), ((1, 1, 24), [24], "float16"), ((0, 4), [4], "float32")]
     for shape, normalized, dtype in cases:
         x = rand(rng, *shape, dtype=dtype)
         mean, rstd = _layer_norm_stats(x, len(normalized))

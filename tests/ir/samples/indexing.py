@@ -34,8 +34,10 @@ def _gather(rng):
     x = rand(rng, 3, 5)
     yield Sample((x, 1, rng.integers(0, 5, (3, 4))), note="repeats allowed")
     yield Sample((x, 0, rng.integers(0, 3, (2, 5)).astype(np.int32)), note="int32 index, smaller than self")
-    yield Sample((rand(rng, 2, 3, 4, dtype="int64"), -1, rng.integers(0, 4, (2, 2, 6))), note="negative dim, wider index")
-    yield Sample((rand(rng, 4, 3, dtype="bfloat16"), 0, rng.integers(0, 4, (1, 2))), note="bfloat16, index off dim smaller")
+    yield Sample((rand(rng, 2, 3, 4, dtype="int64"), -1, rng.integers(0, 4, (2, 2, 6))),
+                 note="negative dim, wider index")
+    yield Sample((rand(rng, 4, 3, dtype="bfloat16"), 0, rng.integers(0, 4, (1, 2))),
+                 note="bfloat16, index off dim smaller")
     yield Sample((rand(rng, 3, dtype="bool"), 0, _index([2, 0, 2, 1])), note="bool")
     yield Sample((np.array(2.5, np.float32), 0, _index(0)), note="0-d")
     yield Sample((np.array(2.5, np.float32), 0, _index([0, 0])), note="0-d self, 1-d index")
@@ -151,8 +153,8 @@ def _index_put(rng):
     yield Sample((x, [_index([0, 2]), None, _index([1, 4])], rand(rng, 2, 4)), note="non-adjacent indices")
     yield Sample((x, [rand(rng, 3, 4, dtype="bool")], np.array(9.0, np.float32)), note="mask with a 0-d value")
     yield Sample((rand(rng, 2, 3), [np.array([True, False])], rand(rng, 3)), note="mask, value per column")
-    yield Sample((rand(rng, 6, dtype="int64"), [_index([1, 1, 4, 1])], rand(rng, 4, dtype="int64")), {"accumulate": True},
-                 note="accumulate duplicates")
+    yield Sample((rand(rng, 6, dtype="int64"), [_index([1, 1, 4, 1])], rand(rng, 4, dtype="int64")),
+                 {"accumulate": True}, note="accumulate duplicates")
     yield Sample((rand(rng, 3, 4), [None, _index([0, 0, 3])], rand(rng, 3, 1)), {"accumulate": True},
                  note="accumulate with broadcast values")
     yield Sample((rand(rng, 4, dtype="float16"), [_index([2, 2])], np.array([1000.0, 0.25], np.float16)),

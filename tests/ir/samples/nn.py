@@ -2,7 +2,339 @@
 
 from __future__ import annotations
 
-import numpy as np  # noqa: F401
+import numpy as np
 
-from tests.ir.samples import Sample, positive, rand, samples  # noqa: F401
+from tests.ir.samples import Sample, positive, rand, samples
 
+NAN, INF = float("nan"), float("inf")
+
+
+def _conv(rng, x_shape, w_shape, *, bias=True, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
+          output_padding=(0,), groups=1, dtype="float32", note=""):
+    out_channels = w_shape[1] * groups if transposed else w_shape[0]
+    return Sample((rand(rng, *x_shape, dtype=dtype), rand(rng, *w_shape, dtype=dtype),
+                   rand(rng, out_channels, dtype=dtype) if bias else None,
+                   list(stride), list(padding), list(dilation), transposed, list(output_padding), groups), note=note)
+
+
+@samples("aten.convolution.default")
+def _convolution(rng):
+    yield _conv(rng, (2, 3, 7, 6), (4, 3, 3, 3), note="2-D")
+    yield _conv(rng, (1, 4, 9, 8), (6, 2, 3, 2), stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2,
+                note="2-D stride/padding/dilation/groups")
+    yield _conv(rng, (2, 3, 11), (5, 3, 4), bias=False, stride=(3,), padding=(2,), note="1-D, no bias")
+    yield _conv(rng, (1, 2, 5, 6, 4), (3, 2, 2, 3, 2), stride=(1, 2, 1), padding=(1, 0, 1), note="3-D")
+    yield _conv(rng, (1, 4, 6, 6), (4, 1, 3, 3), padding=(1,), groups=4, note="depthwise")
+    yield _conv(rng, (2, 3, 5, 4), (3, 2, 3, 3), transposed=True, note="transposed")
+    yield _conv(rng, (1, 4, 4, 5), (4, 3, 3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2),
+                transposed=True, groups=2, note="transposed stride/output_padding/groups")
+    yield _conv(rng, (1, 2, 6), (2, 3, 3), stride=(2,), padding=(2,), dilation=(2,), output_padding=(1,),
+                transposed=True, note="transposed 1-D dilation")
+    yield _conv(rng, (1, 2, 3, 3, 2), (2, 2, 2, 2, 2), stride=(2,), transposed=True, note="transposed 3-D")
+    yield _conv(rng, (1, 2, 5), (2, 2, 3), padding=(3,), transposed=True, note="transposed padding crops")
+    yield _conv(rng, (2, 3, 7, 6), (4, 3, 3, 3), dtype="float64", note="float64")
+    yield _conv(rng, (1, 3, 8, 8), (4, 3, 3, 3), dtype="float16", padding=(1,), note="float16")
+    yield _conv(rng, (1, 3, 8, 8), (4, 3, 3, 3), dtype="bfloat16", padding=(1,), note="bfloat16")
+    yield _conv(rng, (1, 2, 5, 5), (3, 2, 3, 3), dtype="int64", note="int64")
+    yield Sample((rand(rng, 1, 2, 5, 5, dtype="uint8", high=200), rand(rng, 3, 2, 3, 3, dtype="uint8", high=5),
+                  None, [1], [0], [1], False, [0], 1), note="uint8 wraps around")
+    yield _conv(rng, (0, 3, 5, 5), (4, 3, 3, 3), note="empty batch")
+    yield Sample((np.array([[[1.0, NAN, 2.0, 3.0, INF]]], np.float32), rand(rng, 1, 1, 2), None,
+                  [1], [0], [1], False, [0], 1), note="nan/inf")
+
+
+@samples("aten.avg_pool2d.default")
+def _avg_pool2d(rng):
+    yield Sample((rand(rng, 2, 3, 6, 7), [2, 2]), note="stride defaults to kernel")
+    yield Sample((rand(rng, 2, 3, 7, 7), [3, 2], [2, 1], [1, 1]), note="padding counted")
+    yield Sample((rand(rng, 1, 2, 7, 6), [3, 3], [2, 2], [1, 1], True, False), note="ceil mode, pad excluded")
+    yield Sample((rand(rng, 1, 2, 6, 6), [3, 3], [2, 2], [1, 1], True, True), note="ceil mode, pad included")
+    yield Sample((rand(rng, 2, 5, 5), [2, 3], [2, 2], [1, 0], False, True, 4), note="3-D input, divisor_override")
+    yield Sample((rand(rng, 1, 1, 5, 5), [5, 5], [1, 1], [2, 2], True, False), note="pad = kernel/2")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="float64"), [2, 2], [1, 1]), note="float64 overlapping")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="bfloat16"), [3, 3], [2, 2], [1, 1]), note="bfloat16")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="float16"), [3, 3], [2, 2], [1, 1], True), note="float16")
+    yield Sample((rand(rng, 1, 2, 5, 5, dtype="int64", low=-50, high=50), [2, 2], [2, 2], [1, 1], True, False),
+                 note="int64 truncating division")
+    yield Sample((rand(rng, 0, 2, 4, 4), [2, 2]), note="empty batch")
+    yield Sample((np.array([[[[1.0, NAN], [INF, 2.0]]]], np.float32), [1, 2]), note="nan/inf")
+
+
+@samples("aten.avg_pool3d.default")
+def _avg_pool3d(rng):
+    yield Sample((rand(rng, 1, 2, 4, 5, 6), [2, 2, 2]))
+    yield Sample((rand(rng, 2, 4, 5, 6), [3, 2, 3], [2, 1, 2], [1, 0, 1], True, False), note="4-D, ceil, no pad")
+    yield Sample((rand(rng, 1, 1, 5, 5, 5, dtype="float64"), [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, 7),
+                 note="float64, divisor_override")
+    yield Sample((rand(rng, 1, 1, 4, 4, 4, dtype="int64", low=-20, high=20), [2, 2, 2]), note="int64")
+
+
+@samples("aten.max_pool2d_with_indices.default")
+def _max_pool2d(rng):
+    yield Sample((rand(rng, 2, 3, 6, 7), [2, 2]), note="stride defaults to kernel")
+    yield Sample((rand(rng, 1, 2, 7, 7), [3, 3], [2, 2], [1, 1]), note="padding")
+    yield Sample((rand(rng, 1, 2, 9, 8), [3, 2], [2, 1], [1, 1], [2, 3]), note="dilation")
+    yield Sample((rand(rng, 1, 2, 6, 7), [3, 3], [2, 2], [1, 1], [1, 1], True), note="ceil mode")
+    yield Sample((rand(rng, 3, 5, 5), [2, 2], [1, 1]), note="3-D input, overlapping")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="float64"), [3, 3], [3, 3]), note="float64")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="bfloat16"), [2, 2], [2, 2], [1, 1]), note="bfloat16")
+    yield Sample((rand(rng, 1, 2, 6, 6, dtype="float16"), [2, 2]), note="float16")
+    yield Sample((rng.permutation(40).reshape(1, 2, 4, 5).astype(np.int32) - 30, [2, 2], [1, 1], [1, 1]),
+                 note="int32, negative values beat padding")
+    yield Sample((rng.permutation(50).reshape(2, 5, 5).astype(np.uint8), [3, 3], [2, 2]), note="uint8")
+    nans = np.array([[[-INF, -INF, NAN, 1.0], [2.0, NAN, 3.0, 3.5]]], np.float32)
+    yield Sample((nans, [2, 2]), note="NaN wins")
+    yield Sample((nans, [2, 2], [1, 1], [1, 1]), note="the last NaN of a window wins; -inf windows")
+    yield Sample((np.full((1, 2, 2), -INF, np.float32), [2, 2], [1, 1], [1, 1]), note="all -inf")
+    yield Sample((rand(rng, 0, 2, 4, 4), [2, 2]), note="empty batch")
+
+
+@samples("aten.max_pool3d_with_indices.default")
+def _max_pool3d(rng):
+    yield Sample((rand(rng, 1, 2, 4, 5, 6), [2, 2, 2]))
+    yield Sample((rand(rng, 2, 5, 6, 7), [3, 2, 3], [2, 1, 2], [1, 1, 1], [1, 2, 1], True), note="4-D, all options")
+    yield Sample((rand(rng, 1, 1, 4, 4, 4, dtype="float64"), [2, 2, 2], [1, 1, 1]), note="float64")
+    yield Sample((rng.permutation(64).reshape(1, 4, 4, 4).astype(np.int64) - 70, [2, 2, 2], [2, 2, 2], [1, 1, 1]),
+                 note="int64 negative")
+
+
+@samples("aten._adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(rng):
+    yield Sample((rand(rng, 2, 3, 7, 9), [3, 4]), note="uneven windows")
+    yield Sample((rand(rng, 3, 5, 5), [5, 5]), note="3-D input, identity")
+    yield Sample((rand(rng, 1, 2, 4, 6), [1, 1]), note="global average")
+    yield Sample((rand(rng, 1, 2, 3, 3), [7, 5]), note="upsampling windows")
+    yield Sample((rand(rng, 1, 2, 8, 8, dtype="float64"), [3, 3]), note="float64")
+    yield Sample((rand(rng, 1, 2, 8, 8, dtype="bfloat16"), [3, 2]), note="bfloat16")
+    yield Sample((rand(rng, 1, 2, 8, 8, dtype="float16"), [4, 3]), note="float16")
+    yield Sample((rand(rng, 0, 2, 4, 4), [2, 2]), note="empty batch")
+
+
+@samples("aten._adaptive_avg_pool3d.default")
+def _adaptive_avg_pool3d(rng):
+    yield Sample((rand(rng, 1, 2, 5, 7, 6), [2, 3, 4]), note="uneven windows")
+    yield Sample((rand(rng, 2, 4, 4, 4), [1, 1, 1]), note="4-D input, global")
+    yield Sample((rand(rng, 1, 1, 3, 4, 5, dtype="float64"), [4, 4, 4]), note="float64 upsampling windows")
+
+
+def _batch_norm_params(rng, channels, dtype="float32"):
+    return rand(rng, channels, dtype=dtype), rand(rng, channels, dtype=dtype)
+
+
+@samples("aten._native_batch_norm_legit.default")
+def _batch_norm_legit(rng):
+    weight, bias = _batch_norm_params(rng, 3)
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, rand(rng, 3), positive(rng, 3), True, 0.1, 1e-5),
+                 note="training: batch statistics")
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, rand(rng, 3), positive(rng, 3), False, 0.1, 1e-5),
+                 note="eval: running statistics, empty saves")
+    yield Sample((rand(rng, 2, 3, 4, 4), None, None, rand(rng, 3), positive(rng, 3), True, 0.1, 1e-3),
+                 note="4-D, no affine")
+    yield Sample((rand(rng, 6, 3), weight, None, rand(rng, 3), positive(rng, 3), True, 0.3, 1e-5), note="2-D input")
+    w64, b64 = _batch_norm_params(rng, 2, "float64")
+    yield Sample((rand(rng, 3, 2, 4, dtype="float64"), w64, b64, rand(rng, 2, dtype="float64"),
+                  positive(rng, 2, dtype="float64"), True, 0.1, 1e-5), note="float64")
+    yield Sample((rand(rng, 3, 3, 4, dtype="bfloat16"), weight, bias, rand(rng, 3), positive(rng, 3), True, 0.1, 1e-5),
+                 note="bfloat16 input, float32 parameters: float32 statistics")
+    yield Sample((rand(rng, 3, 3, 4, dtype="float16"), None, None, rand(rng, 3, dtype="float16"),
+                  positive(rng, 3, dtype="float16"), True, 0.1, 1e-5), note="float16 throughout")
+    yield Sample((rand(rng, 3, 3, 4, dtype="bfloat16"), weight, bias, rand(rng, 3), positive(rng, 3), False, 0.1,
+                  1e-5), note="bfloat16 eval")
+
+
+@samples("aten._native_batch_norm_legit.no_stats")
+def _batch_norm_no_stats(rng):
+    weight, bias = _batch_norm_params(rng, 3)
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, True, 0.1, 1e-5))
+    yield Sample((rand(rng, 2, 3, 2, 3), None, None, True, 0.1, 1e-2), note="4-D, no affine")
+    yield Sample((rand(rng, 4, 3, 2, dtype="bfloat16"), weight, bias, True, 0.1, 1e-5),
+                 note="bfloat16 input, float32 parameters")
+    yield Sample((rand(rng, 4, 2, dtype="float64"), None, rand(rng, 2, dtype="float64"), True, 0.1, 1e-5),
+                 note="float64, bias only")
+
+
+@samples("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm_no_training(rng):
+    weight, bias = _batch_norm_params(rng, 3)
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, rand(rng, 3), positive(rng, 3), 0.1, 1e-5))
+    yield Sample((rand(rng, 2, 3, 2, 2), None, None, rand(rng, 3), positive(rng, 3), 0.1, 1e-5), note="no affine")
+    yield Sample((rand(rng, 2, 3, 4, dtype="float16"), weight, bias, rand(rng, 3), positive(rng, 3), 0.1, 1e-5),
+                 note="float16 input, float32 parameters")
+    yield Sample((rand(rng, 0, 3, 4), weight, bias, rand(rng, 3), positive(rng, 3), 0.1, 1e-5), note="empty batch")
+
+
+@samples("aten.native_layer_norm.default")
+def _layer_norm(rng):
+    yield Sample((rand(rng, 2, 3, 8), [8], rand(rng, 8), rand(rng, 8), 1e-5))
+    yield Sample((rand(rng, 2, 3, 4), [3, 4], rand(rng, 3, 4), None, 1e-5), note="two normalized dims, weight only")
+    yield Sample((rand(rng, 2, 3, 4), [2, 3, 4], None, None, 1e-3), note="all dims")
+    yield Sample((rand(rng, 5, 6, dtype="float64"), [6], rand(rng, 6, dtype="float64"), rand(rng, 6, dtype="float64"),
+                  1e-5), note="float64")
+    yield Sample((rand(rng, 4, 16, dtype="bfloat16"), [16], rand(rng, 16), rand(rng, 16), 1e-5),
+                 note="bfloat16 input, float32 parameters")
+    yield Sample((rand(rng, 4, 16, dtype="float16"), [16], None, None, 1e-5), note="float16")
+    yield Sample((rand(rng, 0, 4), [4], None, None, 1e-5), note="empty")
+
+
+@samples("aten.native_group_norm.default")
+def _group_norm(rng):
+    yield Sample((rand(rng, 2, 6, 5), rand(rng, 6), rand(rng, 6), 2, 6, 5, 3, 1e-5))
+    yield Sample((rand(rng, 2, 4, 3, 2), None, None, 2, 4, 6, 4, 1e-5), note="4-D, a group per channel")
+    yield Sample((rand(rng, 3, 4), rand(rng, 4), None, 3, 4, 1, 1, 1e-2), note="2-D, one group")
+    yield Sample((rand(rng, 2, 4, 6, dtype="float64"), None, rand(rng, 4, dtype="float64"), 2, 4, 6, 2, 1e-5),
+                 note="float64")
+    yield Sample((rand(rng, 2, 4, 6, dtype="bfloat16"), rand(rng, 4), rand(rng, 4), 2, 4, 6, 2, 1e-5),
+                 note="bfloat16 input, float32 parameters")
+    yield Sample((rand(rng, 0, 4, 3), None, None, 0, 4, 3, 2, 1e-5), note="empty batch")
+
+
+@samples("aten.native_dropout.default")
+def _native_dropout(rng):
+    yield Sample((rand(rng, 3, 4), 0.5, False), note="eval: identity, all-true mask")
+    yield Sample((rand(rng, 3, 4), 0.0, True), note="p=0 keeps everything")
+    yield Sample((rand(rng, 3, 4, dtype="float64"), 1.0, True), note="p=1 drops everything")
+    yield Sample((rand(rng, 3, 4, dtype="bfloat16"), 0.3, None), note="train=None trains", check_values=False)
+    yield Sample((rand(rng, 5, 6), 0.5, True), note="random mask", check_values=False)
+    yield Sample((rand(rng, 4, dtype="int64"), 0.5, False), note="eval keeps integers")
+
+
+@samples("aten.embedding.default")
+def _embedding(rng):
+    yield Sample((rand(rng, 10, 4), rng.integers(0, 10, (3, 5))), note="2-D indices")
+    yield Sample((rand(rng, 6, 3, dtype="float64"), rng.integers(0, 6, (4,)).astype(np.int32), 2),
+                 note="int32 indices, padding_idx")
+    yield Sample((rand(rng, 5, 2, dtype="int64"), np.array(3)), note="0-d index")
+    yield Sample((rand(rng, 5, 2, dtype="bfloat16"), np.zeros((0, 2), np.int64)), note="empty indices")
+
+
+def _bags(rng, weight_dtype="float32", index_dtype="int64", offset_dtype="int64"):
+    weight = rand(rng, 10, 3, dtype=weight_dtype)
+    indices = np.array([1, 2, 4, 5, 4, 3, 2, 9], index_dtype)
+    offsets = np.array([0, 2, 2, 5], offset_dtype)
+    return weight, indices, offsets
+
+
+@samples("aten._embedding_bag.default")
+def _embedding_bag(rng):
+    for mode in (0, 1, 2):
+        weight, indices, offsets = _bags(rng)
+        yield Sample((weight, indices, offsets, False, mode), note=f"mode {mode}, an empty bag")
+        yield Sample((weight, indices, offsets, False, mode, False, None, True), note=f"mode {mode}, last offset")
+        yield Sample((weight, indices, offsets, False, mode, False, None, False, 4), note=f"mode {mode}, padding_idx")
+    weight, indices, offsets = _bags(rng, "float64", "int32", "int32")
+    yield Sample((weight, indices, offsets, False, 0), note="float64 sum computes offset2bag; int32 indices")
+    yield Sample((weight, indices, offsets, False, 2, False, None, False, 2), note="float64 max, padding")
+    weight, indices, offsets = _bags(rng, "float32", "int32", "int64")
+    yield Sample((weight, indices, offsets, False, 1), note="mixed index dtypes promote to int64")
+    weight, indices, offsets = _bags(rng, "bfloat16")
+    yield Sample((weight, indices, offsets, False, 1), note="bfloat16 mean")
+    weight, indices, offsets = _bags(rng)
+    yield Sample((weight, indices, offsets, False, 0, False, rand(rng, 8)), note="per_sample_weights")
+    yield Sample((weight, indices, offsets, False, 0, False, rand(rng, 8), True, 3),
+                 note="per_sample_weights, last offset, padding")
+    yield Sample((weight, np.array([4, 4, 3]), np.array([0, 2]), False, 2, False, None, False, 4),
+                 note="max over a bag of padding only")
+    yield Sample((weight, np.zeros(0, np.int64), np.array([0, 0]), False, 1), note="no indices")
+
+
+def _pad_input(rng, n, batched, dtype="float32"):
+    spatial = [5, 4, 6][:n]
+    shape = ([2] if batched else []) + [3] + spatial
+    return rand(rng, *shape, dtype=dtype)
+
+
+@samples("aten.reflection_pad1d.default")
+def _reflection_pad1d(rng):
+    yield Sample((_pad_input(rng, 1, True), [2, 3]))
+    yield Sample((_pad_input(rng, 1, False), [4, 0]), note="2-D input, pad up to size - 1")
+    yield Sample((_pad_input(rng, 1, True, "int32"), [-1, 2]), note="negative padding crops")
+    yield Sample((_pad_input(rng, 1, True, "bfloat16"), [1, 1]), note="bfloat16")
+    yield Sample((rand(rng, 0, 2, 4), [1, 2]), note="empty batch")
+
+
+@samples("aten.reflection_pad2d.default")
+def _reflection_pad2d(rng):
+    yield Sample((_pad_input(rng, 2, True), [1, 2, 3, 0]))
+    yield Sample((_pad_input(rng, 2, False, "float64"), [3, 3, -1, 2]), note="3-D input, negative padding")
+    yield Sample((_pad_input(rng, 2, True, "uint8"), [1, 1, 1, 1]), note="uint8")
+
+
+@samples("aten.reflection_pad3d.default")
+def _reflection_pad3d(rng):
+    yield Sample((_pad_input(rng, 3, True), [1, 2, 3, 0, 2, 1]))
+    yield Sample((_pad_input(rng, 3, False, "int64"), [0, 1, 1, 0, -1, 3]), note="4-D input, negative padding")
+
+
+@samples("aten.replication_pad2d.default")
+def _replication_pad2d(rng):
+    yield Sample((_pad_input(rng, 2, True), [1, 2, 3, 0]))
+    yield Sample((_pad_input(rng, 2, False, "float16"), [7, 0, 0, 6]), note="padding beyond the input size")
+    yield Sample((_pad_input(rng, 2, True, "int32"), [-1, 2, 3, -2]), note="negative padding")
+
+
+@samples("aten.replication_pad3d.default")
+def _replication_pad3d(rng):
+    yield Sample((_pad_input(rng, 3, True), [1, 2, 3, 0, 2, 1]))
+    yield Sample((_pad_input(rng, 3, False, "bfloat16"), [0, 4, 1, 0, -2, 1]), note="4-D input, negative padding")
+
+
+@samples("aten.upsample_nearest2d.vec")
+def _upsample_nearest(rng):
+    yield Sample((rand(rng, 2, 3, 4, 5), [8, 10], None), note="exact 2x")
+    yield Sample((rand(rng, 1, 2, 5, 7), [3, 11], None), note="downsample rows, upsample columns")
+    yield Sample((rand(rng, 1, 2, 3, 3), None, [1.7, 0.6]), note="scale factors")
+    yield Sample((rand(rng, 1, 2, 4, 4), None, [3.0, 2.5]), note="scale factors used for the source index")
+    yield Sample((rand(rng, 1, 1, 3, 5, dtype="float64"), [7, 5], None), note="float64, one axis unchanged")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="uint8"), [5, 4], None), note="uint8")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="bfloat16"), [6, 7], None), note="bfloat16")
+    yield Sample((rand(rng, 0, 2, 3, 3), [4, 4], None), note="empty batch")
+
+
+@samples("aten.upsample_bilinear2d.vec")
+def _upsample_bilinear(rng):
+    for align in (False, True):
+        yield Sample((rand(rng, 2, 3, 4, 5), [7, 9], align, None), note=f"align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 6, 5), [3, 2], align, None), note=f"downsample, align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 3, 4), None, align, [1.7, 2.5]), note=f"scale factors, align_corners={align}")
+    yield Sample((rand(rng, 1, 2, 4, 4), [1, 1], True, None), note="one output pixel with align_corners")
+    yield Sample((rand(rng, 1, 1, 3, 5, dtype="float64"), [7, 5], False, None), note="float64")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="bfloat16"), [6, 7], False, None), note="bfloat16")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="float16"), [5, 4], True, None), note="float16")
+
+
+@samples("aten.grid_sampler_2d.default")
+def _grid_sampler(rng):
+    for mode in (0, 1, 2):
+        for padding in (0, 1, 2):
+            for align in (False, True):
+                yield Sample((rand(rng, 2, 3, 5, 6), rand(rng, 2, 4, 3, 2, low=-1.4, high=1.4), mode, padding, align),
+                             note=f"mode {mode}, padding {padding}, align_corners={align}")
+    yield Sample((rand(rng, 1, 2, 4, 4, dtype="float64"), rand(rng, 1, 3, 5, 2, dtype="float64", low=-3, high=3),
+                  0, 2, False), note="float64, far outside with reflection")
+    yield Sample((rand(rng, 1, 1, 1, 1), rand(rng, 1, 2, 2, 2), 0, 2, True), note="1x1 input, reflection")
+    yield Sample((rand(rng, 1, 2, 4, 4, dtype="bfloat16"), rand(rng, 1, 3, 3, 2, dtype="bfloat16", low=-1, high=1),
+                  0, 0, False), note="bfloat16")
+
+
+@samples("aten.col2im.default")
+def _col2im(rng):
+    yield Sample((rand(rng, 2, 3 * 4, 12), [4, 5], [2, 2], [1, 1], [0, 0], [1, 1]))
+    yield Sample((rand(rng, 2 * 6, 9), [5, 6], [2, 3], [1, 1], [1, 1], [2, 2]), note="unbatched, padding, stride")
+    yield Sample((rand(rng, 1, 2 * 4, 9, dtype="float64"), [6, 6], [2, 2], [2, 2], [1, 1], [2, 2]), note="dilation")
+    yield Sample((rand(rng, 1, 4, 4, dtype="bfloat16"), [3, 3], [2, 2], [1, 1], [0, 0], [1, 1]), note="bfloat16")
+
+
+@samples("aten._fft_r2c.default")
+def _fft_r2c(rng):
+    yield Sample((rand(rng, 4, 8), [1], 0, True), note="one-sided")
+    yield Sample((rand(rng, 4, 7), [1], 2, False), note="two-sided, 1/n")
+    yield Sample((rand(rng, 3, 4, 6, dtype="float64"), [0, 2], 1, True), note="2-D transform, ortho")
+    yield Sample((rand(rng, 3, 5, 4), [-1, 0], 0, True), note="the last listed dim is halved")
+
+
+@samples("aten._fft_c2r.default")
+def _fft_c2r(rng):
+    yield Sample((rand(rng, 4, 5, dtype="complex64"), [1], 0, 8), note="unnormalized inverse")
+    yield Sample((rand(rng, 4, 4, dtype="complex64"), [1], 2, 7), note="odd length, 1/n")
+    yield Sample((rand(rng, 3, 4, 4, dtype="complex128"), [0, 2], 1, 6), note="2-D, ortho")
+    yield Sample((rand(rng, 3, 5, 6, dtype="complex64"), [2, 1], 2, 9), note="last listed dim is the real one")

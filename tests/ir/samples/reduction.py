@@ -345,6 +345,12 @@ def _argsort_stable(rng):
     yield from _argsort_stable_samples(rng)
 
 
+@samples("aten.sort.stable")
+def _sort_stable(rng):
+    yield from _argsort_stable_samples(rng)
+    yield Sample((_distinct(rng, 3, 6),), {"stable": None, "dim": 0}, note="stable=None")
+
+
 @samples("aten.argsort.default")
 def _argsort(rng):
     yield Sample((_distinct(rng, 3, 4, 5),), note="default last dim")
