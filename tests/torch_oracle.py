@@ -26,7 +26,7 @@ def to_torch(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype == dtypes.bfloat16.numpy:
             return torch.from_numpy(value.astype(np.float32)).to(torch.bfloat16)
-        return torch.from_numpy(np.ascontiguousarray(value).copy())
+        return torch.from_numpy(np.array(value, copy=True, order="C"))
     if isinstance(value, dtypes.DType):
         return torch_dtype(value)
     if isinstance(value, list):

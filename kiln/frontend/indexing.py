@@ -47,13 +47,13 @@ def _normalize(tensor: Tensor, index: Any) -> list[Any]:
             consumed += np.asarray(item).ndim
         else:
             consumed += 1
-    if items.count(Ellipsis) > 1:
+    ellipses = [position for position, item in enumerate(items) if item is Ellipsis]  # `is`: Tensor == is elementwise
+    if len(ellipses) > 1:
         raise OpArgumentError("an index can only have a single ellipsis ('...')")
     if consumed > tensor.dim():
         raise ShapeError(f"too many indices for tensor of dimension {tensor.dim()}")
-    if Ellipsis in items:
-        position = items.index(Ellipsis)
-        items[position:position + 1] = [slice(None)] * (tensor.dim() - consumed)
+    if ellipses:
+        items[ellipses[0]:ellipses[0] + 1] = [slice(None)] * (tensor.dim() - consumed)
     return items
 
 

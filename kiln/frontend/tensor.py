@@ -315,6 +315,8 @@ class Tensor:
             return dispatch(tensor_op, self, other, **kwargs)
         if scalar_op is not None and _is_scalar(other):
             return dispatch(scalar_op, self, other, **kwargs)
+        if not (_is_scalar(other) or isinstance(other, (list, tuple, np.ndarray))):
+            return NotImplemented  # type: ignore[return-value]
         return dispatch(tensor_op, self, _as_tensor_like(other, self), **kwargs)
 
     def _reflected(self, op: OpOverload, other: Any) -> "Tensor":

@@ -1,1 +1,531 @@
-"""kiln.nn.functional (being written)."""
+"""kiln.nn.functional (`import kiln.nn.functional as F`): torch.nn.functional's API over kiln's ATen ops.
+
+Each function validates its arguments like torch, then dispatches the ATen op torch.export keeps for it
+(`aten.conv2d.default`, `aten.layer_norm.default`, `aten.scaled_dot_product_attention.default`, ...), so it
+runs eagerly on numpy and records the same op a torch program would show when traced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from kiln.frontend.tensor import Tensor, dispatch
+from kiln.ir import dtypes
+from kiln.ir.errors import KilnError, OpArgumentError, ShapeError, UnsupportedError
+from kiln.ir.registry import ops
+
+aten = ops.aten
+
+__all__ = [
+    "linear", "bilinear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm", "rms_norm", "embedding", "dropout", "relu",
+    "relu_", "relu6", "leaky_relu", "elu", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish", "hardsigmoid",
+    "hardtanh", "softplus", "softmax", "log_softmax", "normalize", "cosine_similarity", "pad", "interpolate",
+    "upsample", "scaled_dot_product_attention", "one_hot", "mse_loss", "cross_entropy",
+]
+
+
+class FunctionalArgumentError(KilnError, ValueError):
+    """An argument torch.nn.functional rejects with ValueError (a probability outside [0, 1], ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument helpers
+
+
+def _ntuple(value: Any, n: int, name: str = "argument") -> list[Any]:
+    """`value` as a list of n entries: one int repeats (torch's _pair/_single), a sequence is kept."""
+    if isinstance(value, (list, tuple)):
+        if len(value) == 1 and n > 1:
+            return list(value) * n
+        if len(value) != n:
+            raise OpArgumentError(f"expected {name} to have {n} entries, got {list(value)}")
+        return list(value)
+    return [value] * n
+
+
+def _stride_or_kernel(stride: Any, kernel_size: list[Any], n: int) -> list[Any]:
+    """torch's pools take stride=None (or []) as "same as kernel_size"."""
+    if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
+        return list(kernel_size)
+    return _ntuple(stride, n, "stride")
+
+
+def _inplace(input: Tensor, result: Tensor, inplace: bool) -> Tensor:
+    """torch's `inplace=True`: `input` itself holds the result (kiln rebinds it functionally)."""
+    return input._assign(result) if inplace else result
+
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _reduction_enum(reduction: str, size_average: Any = None, reduce: Any = None) -> int:
+    if size_average is not None or reduce is not None:
+        # torch's legacy arguments: reduce=False means 'none'; otherwise size_average picks mean or sum.
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        reduction = "none" if not reduce else "mean" if size_average else "sum"
+    if reduction not in _REDUCTIONS:
+        raise FunctionalArgumentError(f"{reduction} is not a valid value for reduction",
+                                      fix="use 'none', 'mean' or 'sum'")
+    return _REDUCTIONS[reduction]
+
+
+def _static_product(sizes: Sequence[Any]) -> int | None:
+    product = 1
+    for size in sizes:
+        if not isinstance(size, int):
+            return None
+        product *= size
+    return product
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear and convolution
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x Wᵀ + b."""
+    return dispatch(aten.linear.default, input, weight, bias)
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x1ᵀ A x2 + b."""
+    return dispatch(aten.bilinear.default, input1, input2, weight, bias)
+
+
+def _check_padding_string(padding: str, stride: list[Any]) -> None:
+    if padding not in ("same", "valid"):
+        raise FunctionalArgumentError(f"Invalid padding string '{padding}', should be one of ['valid', 'same']")
+    if padding == "same" and any(s != 1 for s in stride):
+        raise FunctionalArgumentError("padding='same' is not supported for strided convolutions")
+
+
+def _conv(n: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any,
+          groups: int) -> Tensor:
+    packet = aten.conv1d if n == 1 else aten.conv2d
+    stride_list = _ntuple(stride, n, "stride")
+    if isinstance(padding, str):
+        _check_padding_string(padding, stride_list)
+        return dispatch(packet.padding, input, weight, bias, stride_list, padding, _ntuple(dilation, n, "dilation"),
+                        groups)
+    return dispatch(packet.default, input, weight, bias, stride_list, _ntuple(padding, n, "padding"),
+                    _ntuple(dilation, n, "dilation"), groups)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    """1-D convolution over (N, C, L) or (C, L); padding may be an int, a tuple, 'same' or 'valid'."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    """2-D convolution over (N, C, H, W) or (C, H, W); padding may be an int, a tuple, 'same' or 'valid'."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """1-D transposed convolution; weight is (in_channels, out_channels / groups, kW)."""
+    return dispatch(aten.conv_transpose1d.default, input, weight, bias, _ntuple(stride, 1), _ntuple(padding, 1),
+                    _ntuple(output_padding, 1), groups, _ntuple(dilation, 1))
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """2-D transposed convolution; weight is (in_channels, out_channels / groups, kH, kW)."""
+    return dispatch(aten.conv_transpose2d.input, input, weight, bias, _ntuple(stride, 2), _ntuple(padding, 2),
+                    _ntuple(output_padding, 2), groups, _ntuple(dilation, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+
+
+def _max_pool(n: int, input: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
+              return_indices: bool) -> Any:
+    kernel = _ntuple(kernel_size, n, "kernel_size")
+    args = (input, kernel, _stride_or_kernel(stride, kernel, n), _ntuple(padding, n, "padding"),
+            _ntuple(dilation, n, "dilation"), ceil_mode)
+    if return_indices:
+        packet = aten.max_pool1d_with_indices if n == 1 else aten.max_pool2d_with_indices
+        return tuple(dispatch(packet.default, *args))
+    return dispatch((aten.max_pool1d if n == 1 else aten.max_pool2d).default, *args)
+
+
+def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max over sliding windows of (N, C, L); with return_indices also the flat argmax positions."""
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max over sliding windows of (N, C, H, W); with return_indices also the flat argmax positions (h * W + w)."""
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool1d_with_indices(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = True) -> Any:
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = True) -> Any:
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    kernel = _ntuple(kernel_size, 1, "kernel_size")
+    return dispatch(aten.avg_pool1d.default, input, kernel, _stride_or_kernel(stride, kernel, 1),
+                    _ntuple(padding, 1, "padding"), ceil_mode, count_include_pad)
+
+
+def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    kernel = _ntuple(kernel_size, 2, "kernel_size")
+    return dispatch(aten.avg_pool2d.default, input, kernel, _stride_or_kernel(stride, kernel, 2),
+                    _ntuple(padding, 2, "padding"), ceil_mode, count_include_pad, divisor_override)
+
+
+def _adaptive_output_size(input: Tensor, output_size: Any, n: int) -> list[Any]:
+    """Entries given as None keep the input's size (torch's _list_with_default)."""
+    sizes = _ntuple(output_size, n, "output_size")
+    spatial = list(input.shape)[-n:]
+    return [spatial[i] if size is None else size for i, size in enumerate(sizes)]
+
+
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:
+    return dispatch(aten.adaptive_avg_pool1d.default, input, _ntuple(output_size, 1, "output_size"))
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+    return dispatch(aten.adaptive_avg_pool2d.default, input, _adaptive_output_size(input, output_size, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization
+
+
+def _verify_batch_size(sizes: Sequence[Any]) -> None:
+    """Training-mode batch statistics need more than one value per channel (static shapes only)."""
+    values_per_channel = _static_product([sizes[0], *sizes[2:]])
+    if values_per_channel == 1:
+        raise FunctionalArgumentError(
+            f"Expected more than 1 value per channel when training, got input size {list(sizes)}")
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: Any = 0.1, eps: float = 1e-5) -> Tensor:
+    """Batch normalization over dim 1; in training mode with running stats, updates them in place like torch.
+
+    Normalization uses the biased batch variance; running_var moves towards the unbiased one:
+    running = (1 - momentum) * running + momentum * batch_stat. `momentum` may be a 0-d tensor (BatchNorm's
+    cumulative average with momentum=None computes it from num_batches_tracked).
+    """
+    if training:
+        _verify_batch_size(list(input.shape))
+    if training and eps <= 0.0:
+        raise FunctionalArgumentError(f"batch_norm eps must be positive during training, but got {eps}")
+    if eps < 0.0:
+        raise FunctionalArgumentError(f"batch_norm eps must be non-negative, but got {eps}")
+    updates_stats = training and running_mean is not None and running_var is not None
+    if not updates_stats:
+        factor = momentum if not isinstance(momentum, Tensor) else 0.0
+        return dispatch(aten.batch_norm.default, input, weight, bias, running_mean, running_var, training,
+                        factor, eps, True)
+    # kiln's ops are functional: normalize with the batch statistics, then move the running statistics
+    # with in-place tensor methods, which export records as BUFFER_MUTATION outputs.
+    output = dispatch(aten.batch_norm.default, input, weight, bias, None, None, True,
+                      momentum if not isinstance(momentum, Tensor) else 0.0, eps, True)
+    reduce_dims = [0, *range(2, input.dim())]
+    batch_var, batch_mean = dispatch(aten.var_mean.correction, input, reduce_dims, correction=1, keepdim=False)
+    assert running_mean is not None and running_var is not None
+    keep = 1 - momentum
+    running_mean.mul_(keep).add_(batch_mean.to(running_mean.dtype) * momentum)
+    running_var.mul_(keep).add_(batch_var.to(running_var.dtype) * momentum)
+    return output
+
+
+def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    return dispatch(aten.layer_norm.default, input, list(normalized_shape), weight, bias, eps, True)
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    if input.dim() < 2:
+        raise ShapeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    return dispatch(aten.group_norm.default, input, num_groups, weight, bias, eps, True)
+
+
+def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """x / sqrt(mean(x², normalized dims) + eps) * weight; eps=None uses the dtype's machine epsilon."""
+    return dispatch(aten.rms_norm.default, input, list(normalized_shape), weight, eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding and dropout
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """Rows of `weight` picked by the integer `input`."""
+    num_embeddings = weight.size(0)
+    if padding_idx is not None:
+        if padding_idx > 0 and padding_idx >= num_embeddings:
+            raise FunctionalArgumentError("Padding_idx must be within num_embeddings")
+        if padding_idx < 0:
+            if padding_idx < -num_embeddings:
+                raise FunctionalArgumentError("Padding_idx must be within num_embeddings")
+            padding_idx = num_embeddings + padding_idx
+    else:
+        padding_idx = -1
+    if max_norm is not None:
+        raise UnsupportedError("embedding with max_norm is not supported: it renormalizes the weight in place "
+                               "on every call", fix="renormalize the weight once before the call, or pass "
+                                                    "max_norm=None")
+    return dispatch(aten.embedding.default, weight, input, padding_idx, scale_grad_by_freq, sparse)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p); the identity when not training."""
+    if p < 0.0 or p > 1.0:
+        raise FunctionalArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training:
+        return input
+    output, _mask = dispatch(aten.native_dropout.default, input, p, True)
+    return _inplace(input, output, inplace)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.relu.default, input), inplace)
+
+
+def relu_(input: Tensor) -> Tensor:
+    return relu(input, inplace=True)
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    if min_val > max_val:
+        raise FunctionalArgumentError("min_val cannot be greater than max_val")
+    return _inplace(input, dispatch(aten.hardtanh.default, input, min_val, max_val), inplace)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(0, x), 6), recorded as hardtanh(0, 6) like torch."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.leaky_relu.default, input, negative_slope), inplace)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.elu.default, input, alpha, 1, 1), inplace)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    if approximate not in ("none", "tanh"):
+        raise FunctionalArgumentError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    return dispatch(aten.gelu.default, input, approximate=approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.silu.default, input), inplace)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.mish.default, input), inplace)
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return dispatch(aten.sigmoid.default, input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return dispatch(aten.tanh.default, input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.hardswish.default, input), inplace)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    return _inplace(input, dispatch(aten.hardsigmoid.default, input), inplace)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return dispatch(aten.softplus.default, input, beta, threshold)
+
+
+def _softmax_dim(name: str, dim: int | None) -> int:
+    if dim is None:
+        raise OpArgumentError(f"{name}() needs an explicit dim (torch's implicit choice is deprecated)",
+                              fix=f"call F.{name}(x, dim=-1) or the dim you mean")
+    return dim
+
+
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `dim`; with `dtype`, the input is cast first (as torch does)."""
+    return dispatch(aten.softmax.int, input, _softmax_dim("softmax", dim),
+                    None if dtype is None else dtypes.dtype(dtype))
+
+
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    return dispatch(aten.log_softmax.int, input, _softmax_dim("log_softmax", dim),
+                    None if dtype is None else dtypes.dtype(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Distances, padding, resampling
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Any = None) -> Tensor:
+    """x / max(||x||_p, eps) along `dim` (the same four ops torch records)."""
+    if out is not None:
+        raise UnsupportedError("normalize(out=...) is not supported", fix="use the returned tensor")
+    norm = dispatch(aten.linalg_vector_norm.default, input, p, [dim], True)
+    denominator = dispatch(aten.expand_as.default, dispatch(aten.clamp_min.default, norm, eps), input)
+    return dispatch(aten.div.Tensor, input, denominator)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    return dispatch(aten.cosine_similarity.default, x1, x2, dim, eps)
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad the last len(pad) / 2 dims; `pad` lists (left, right) pairs starting from the last dim."""
+    if mode not in _PAD_MODES:
+        raise FunctionalArgumentError(f"Unrecognised padding mode {mode}", fix=f"use one of {list(_PAD_MODES)}")
+    if len(pad) % 2 != 0:
+        raise FunctionalArgumentError("Padding length must be divisible by 2")
+    if len(pad) // 2 > input.dim():
+        raise FunctionalArgumentError("Padding length should be less than or equal to two times the input dimension "
+                                      f"but got padding length {len(pad)} and input of dimension {input.dim()}")
+    if mode != "constant" and value is not None and value != 0:
+        raise FunctionalArgumentError(f"Padding mode \"{mode}\" doesn't take in value argument")
+    return dispatch(aten.pad.default, input, list(pad), mode, value)
+
+
+def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:
+    """Resize the spatial dims: 'nearest' (1-D/2-D), 'linear' (1-D), 'bilinear' (2-D) or 'area'."""
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise FunctionalArgumentError("align_corners option can only be set with the interpolating modes: "
+                                          "linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    spatial = input.dim() - 2
+    if size is not None and scale_factor is not None:
+        raise FunctionalArgumentError("only one of size or scale_factor should be defined")
+    scale_factors: list[float] | None
+    output_size: list[Any] | None
+    if size is not None:
+        scale_factors = None
+        if isinstance(size, (list, tuple)):
+            if len(size) != spatial:
+                raise FunctionalArgumentError(
+                    f"Input and output must have the same number of spatial dimensions, but got input with spatial "
+                    f"dimensions of {list(input.shape[2:])} and output size of {size}.")
+            output_size = list(size)
+        else:
+            output_size = [size] * spatial
+    elif scale_factor is not None:
+        output_size = None
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != spatial:
+                raise FunctionalArgumentError(
+                    f"Input and scale_factor must have the same number of spatial dimensions, but got input with "
+                    f"spatial dimensions of {list(input.shape[2:])} and scale_factor of shape {scale_factor}.")
+            scale_factors = [float(s) for s in scale_factor]
+        else:
+            scale_factors = [float(scale_factor)] * spatial
+    else:
+        raise FunctionalArgumentError("either size or scale_factor should be defined")
+    if recompute_scale_factor and size is not None:
+        raise FunctionalArgumentError("recompute_scale_factor is not meaningful with an explicit size.")
+    if mode == "area" and output_size is None:
+        recompute_scale_factor = True
+    if recompute_scale_factor:
+        assert scale_factors is not None
+        output_size = [_floor_size(input.shape[i + 2], scale_factors[i]) for i in range(spatial)]
+        scale_factors = None
+    if antialias:
+        raise UnsupportedError("interpolate(antialias=True) is not supported", fix="pass antialias=False")
+    rank = input.dim()
+    if mode == "nearest" and rank == 3:
+        return dispatch(aten.upsample_nearest1d.vec, input, output_size, scale_factors)
+    if mode == "nearest" and rank == 4:
+        return dispatch(aten.upsample_nearest2d.vec, input, output_size, scale_factors)
+    if mode == "area" and rank == 3:
+        return adaptive_avg_pool1d(input, output_size)
+    if mode == "area" and rank == 4:
+        return adaptive_avg_pool2d(input, output_size)
+    if mode == "linear" and rank == 3:
+        return dispatch(aten.upsample_linear1d.vec, input, output_size, align_corners, scale_factors)
+    if mode == "bilinear" and rank == 4:
+        return dispatch(aten.upsample_bilinear2d.vec, input, output_size, align_corners, scale_factors)
+    raise UnsupportedError(f"interpolate mode {mode!r} on a {rank}-D input is not supported",
+                           fix="use nearest/linear/area on 3-D (N, C, L) or nearest/bilinear/area on 4-D "
+                               "(N, C, H, W) inputs")
+
+
+def _floor_size(size: Any, scale: float) -> Any:
+    """floor(size * scale) for an int or a SymInt size."""
+    if isinstance(size, int):
+        return int(math.floor(size * scale))
+    return (size * scale).__floor__()
+
+
+def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+             align_corners: bool | None = None) -> Tensor:
+    """Deprecated in torch in favour of interpolate; kept for compatibility."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention, encodings, losses
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(Q Kᵀ * scale + mask) V, with scale = 1 / sqrt(E) by default."""
+    if is_causal and attn_mask is not None:
+        raise FunctionalArgumentError("_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+                                      "is_causal=True")
+    return dispatch(aten.scaled_dot_product_attention.default, query, key, value, attn_mask, dropout_p, is_causal,
+                    scale=scale, enable_gqa=enable_gqa)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    return dispatch(aten.one_hot.default, tensor, num_classes)
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+             weight: Tensor | None = None) -> Tensor:
+    if weight is not None:
+        raise UnsupportedError("mse_loss(weight=...) is not supported", fix="multiply the squared error yourself")
+    return dispatch(aten.mse_loss.default, input, target, _reduction_enum(reduction, size_average, reduce))
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+                  ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    return dispatch(aten.cross_entropy_loss.default, input, target, weight,
+                    _reduction_enum(reduction, size_average, reduce), ignore_index, label_smoothing)

@@ -93,11 +93,16 @@ def _pool2d_geometry(op: str, self, kernel_size, stride, padding, dilation, ceil
     return out, stride
 
 
-def _ordered_scatter_add(size: int, targets: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:
+def _ordered_scatter_add(size: int, targets: np.ndarray, values: np.ndarray, dtype,
+                         multiplier: np.ndarray | None = None) -> np.ndarray:
     """result[:, t] = sum of values[:, i] over targets[i] == t, added in increasing i and rounded to `dtype`
     after every addition (reduced floats add in float32), like ATen's scalar `+=` loops. The r-th
-    contribution of every target is added in round r: one vectorized step per round, rows distinct."""
+    contribution of every target is added in round r: one vectorized step per round, columns distinct.
+
+    With a multiplier, each step is ATen's fused `row + multiplier[i] * values[:, i]` (one rounding),
+    emulated in a wider type: float64 for float32, long double for float64."""
     compute = dtypes.opmath_dtype(dtypes.dtype(dtype)).numpy
+    wide = np.longdouble if compute == np.float64 else np.float64
     result = np.zeros((values.shape[0], size), dtype)
     if targets.size == 0:
         return result
@@ -108,7 +113,12 @@ def _ordered_scatter_add(size: int, targets: np.ndarray, values: np.ndarray, dty
     for round_ in range(int(rank.max()) + 1):
         chosen = np.flatnonzero(rank == round_)
         columns = targets[chosen]
-        result[:, columns] = (result[:, columns].astype(compute) + values[:, chosen].astype(compute)).astype(dtype)
+        if multiplier is None:
+            updated = result[:, columns].astype(compute) + values[:, chosen].astype(compute)
+        else:
+            updated = (result[:, columns].astype(wide)
+                       + multiplier[chosen].astype(wide) * values[:, chosen].astype(wide)).astype(compute)
+        result[:, columns] = updated.astype(dtype)
     return result
 
 
@@ -261,20 +271,23 @@ def _embedding_backward_meta(grad_output, indices, num_weights, padding_idx, sca
 
 
 def _embedding_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    """ATen adds grad rows in index order, each `row + scale * grad` computed in opmath and rounded to the dtype."""
-    width = grad_output.shape[-1]
+    """ATen adds grad rows in index order: `row.add_(grad, alpha=1/count)` with alpha 1 unless scaling."""
+    dtype = dtypes.dtype(grad_output.dtype)
     flat = indices.reshape(-1).astype(np.int64)
     if flat.size and (flat.min() < 0 or flat.max() >= num_weights):
         raise ShapeError(f"aten.embedding_dense_backward.default: indices must lie in [0, {num_weights}), "
                          f"got values in [{flat.min()}, {flat.max()}]")
     kept = flat != padding_idx  # compared as given: a negative padding_idx matches no index
-    grads = grad_output.reshape(-1, width)[kept]
+    grads = grad_output.reshape(-1, grad_output.shape[-1])[kept]
     flat = flat[kept]
-    compute = dtypes.opmath_dtype(dtypes.dtype(grad_output.dtype)).numpy
-    scaled = grads.astype(compute)
-    if scale_grad_by_freq:
-        scaled = scaled * (1.0 / np.bincount(flat, minlength=num_weights)[flat]).astype(compute)[:, None]
-    return _ordered_scatter_add(num_weights, flat, scaled.T, grad_output.dtype).T
+    if not scale_grad_by_freq:
+        return _ordered_scatter_add(num_weights, flat, grads.T, dtype.numpy).T
+    scale = 1.0 / np.bincount(flat, minlength=num_weights)[flat]  # a double, as in ATen
+    if dtype in (dtypes.float16, dtypes.bfloat16):
+        # Reduced floats: alpha becomes the dtype and `alpha * grad` is rounded before the addition.
+        return _ordered_scatter_add(num_weights, flat, (grads * scale.astype(dtype.numpy)[:, None]).T, dtype.numpy).T
+    # float32/float64: the vectorized add is a fused multiply-add with alpha in the dtype.
+    return _ordered_scatter_add(num_weights, flat, grads.T, dtype.numpy, multiplier=scale.astype(dtype.numpy)).T
 
 
 defop("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "

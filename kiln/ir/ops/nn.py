@@ -458,8 +458,8 @@ def _channel_vectors(op: str, channels, **vectors) -> None:
 def _batch_norm_meta(op, input, weight, bias, running_mean, running_var, *, uses_batch_stats):
     shape = shape_of(input)
     require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
-    if all(isinstance(d, int) for d in shape):
-        require(math.prod(shape) > 0, op, f"input must have at least one element, got shape {list(shape)}")
+    if uses_batch_stats and all(isinstance(d, int) for d in shape):
+        require(math.prod(shape) > 0, op, f"batch statistics need at least one element, got shape {list(shape)}")
     channels = shape[1]
     _channel_vectors(op, channels, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     stats = _statistics_dtype(op, input, weight, bias, running_mean, running_var)
@@ -732,8 +732,12 @@ def _embedding_bag_kernel(weight, indices, offsets, scale_grad_by_freq=False, mo
             raise InputError(f"{op}: offsets[-1] = {offsets[-1]} is greater than the number of indices {count}")
         if np.any(np.diff(offsets) < 0):
             raise InputError(f"{op}: offsets must be non-decreasing, got {offsets.tolist()}")
-    starts = offsets[:bags].astype(np.int64)
-    # ATen's CPU kernel ends the last bag at the end of indices (even with include_last_offset).
+        if include_last_offset and offsets[-1] != count:
+            # ATen's CPU paths disagree with each other on such input (some stop at the last offset, some at
+            # the end of indices), so kiln refuses it.
+            raise InputError(f"{op}: with include_last_offset the last offset must equal the number of indices "
+                             f"{count}, got {offsets[-1]}")
+    starts = offsets[:bags].astype(np.int64)  # the last bag runs to the end of indices
     bag_of = np.searchsorted(starts, np.arange(count), side="right") - 1
     valid = indices != padding_idx if padding_idx >= 0 else np.ones(count, np.bool_)
     acc = _accumulation(weight.dtype)

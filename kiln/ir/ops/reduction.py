@@ -15,9 +15,12 @@ Semantics follow ATen on CPU (torch eager is the oracle):
   Low-precision results are rounded through float32, like ATen's final cast. prod keeps ATen's per-step
   rounding in the input's float dtype (it overflows and rounds where ATen does), cumsum/cumprod accumulate
   sequentially in ATen's accumulator types, and float16/bfloat16 log_softmax over the last dim rounds its
-  log-sum to the input dtype like ATen's CPU kernel.
-- errors: reducing a zero-size dim without an identity (amax, argmax, max.dim, topk, ...) raises a ShapeError
-  like ATen does.
+  log-sum to the input dtype like ATen's CPU kernel. var_mean's mean is the plain mean: ATen's Welford update
+  can turn an inf input into a nan mean, which kiln does not imitate.
+- errors: like ATen, reducing a zero-size dim without an identity (amax, argmax, max.dim, min-like norms) or
+  a topk k out of range raises a ShapeError, and mean/var/softmax of integers raise a DTypeError.
+- composites decompose to core ops: sum/max/min/all/std/var_mean/argsort/sort.stable/(log_)softmax.int/
+  logsumexp/linalg_vector_norm directly, cumprod through a log-depth scan that needs a static size along dim.
 """
 
 from __future__ import annotations
@@ -643,6 +646,8 @@ def _softmax_meta(op: str):
                       "log_softmax.int take dtype= to compute in a floating dtype)")
         canonical_dim(op, dim, len(shape_of(self)))
         if half_to_float:
+            # CUDA's fused half->float softmax (torch's meta functions agree); ATen's CPU kernels refuse it,
+            # so torch eager on CPU cannot check these results and the samples leave it out.
             require_arg(dt in (dtypes.float16, dtypes.bfloat16), op,
                         f"half_to_float=True needs a float16 or bfloat16 input, got {dt}")
             return like(self, dtype=dtypes.float32)

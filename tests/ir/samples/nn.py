@@ -207,10 +207,10 @@ def _embedding(rng):
     yield Sample((rand(rng, 5, 2, dtype="bfloat16"), np.zeros((0, 2), np.int64)), note="empty indices")
 
 
-def _bags(rng, weight_dtype="float32", index_dtype="int64", offset_dtype="int64"):
+def _bags(rng, weight_dtype="float32", index_dtype="int64", offset_dtype="int64", last_offset=False):
     weight = rand(rng, 10, 3, dtype=weight_dtype)
     indices = np.array([1, 2, 4, 5, 4, 3, 2, 9], index_dtype)
-    offsets = np.array([0, 2, 2, 5], offset_dtype)
+    offsets = np.array([0, 2, 2, 5] + ([8] if last_offset else []), offset_dtype)
     return weight, indices, offsets
 
 
@@ -219,7 +219,8 @@ def _embedding_bag(rng):
     for mode in (0, 1, 2):
         weight, indices, offsets = _bags(rng)
         yield Sample((weight, indices, offsets, False, mode), note=f"mode {mode}, an empty bag")
-        yield Sample((weight, indices, offsets, False, mode, False, None, True), note=f"mode {mode}, last offset")
+        yield Sample((weight, indices, _bags(rng, last_offset=True)[2], False, mode, False, None, True),
+                     note=f"mode {mode}, include_last_offset")
         yield Sample((weight, indices, offsets, False, mode, False, None, False, 4), note=f"mode {mode}, padding_idx")
     weight, indices, offsets = _bags(rng, "float64", "int32", "int32")
     yield Sample((weight, indices, offsets, False, 0), note="float64 sum computes offset2bag; int32 indices")
@@ -230,8 +231,8 @@ def _embedding_bag(rng):
     yield Sample((weight, indices, offsets, False, 1), note="bfloat16 mean")
     weight, indices, offsets = _bags(rng)
     yield Sample((weight, indices, offsets, False, 0, False, rand(rng, 8)), note="per_sample_weights")
-    yield Sample((weight, indices, offsets, False, 0, False, rand(rng, 8), True, 3),
-                 note="per_sample_weights, last offset, padding")
+    yield Sample((weight, indices, _bags(rng, last_offset=True)[2], False, 0, False, rand(rng, 8), True, 3),
+                 note="per_sample_weights, include_last_offset, padding")
     yield Sample((weight, np.array([4, 4, 3]), np.array([0, 2]), False, 2, False, None, False, 4),
                  note="max over a bag of padding only")
     yield Sample((weight, np.zeros(0, np.int64), np.array([0, 0]), False, 1), note="no indices")
@@ -329,7 +330,7 @@ def _fft_r2c(rng):
     yield Sample((rand(rng, 4, 8), [1], 0, True), note="one-sided")
     yield Sample((rand(rng, 4, 7), [1], 2, False), note="two-sided, 1/n")
     yield Sample((rand(rng, 3, 4, 6, dtype="float64"), [0, 2], 1, True), note="2-D transform, ortho")
-    yield Sample((rand(rng, 3, 5, 4), [-1, 0], 0, True), note="the last listed dim is halved")
+    yield Sample((rand(rng, 3, 5, 4), [2, 0], 0, True), note="the last listed dim is halved")
 
 
 @samples("aten._fft_c2r.default")
