@@ -24,7 +24,7 @@ from kiln.frontend.tracing import Tracer, tracing
 from kiln.ir import dtypes
 from kiln.ir.errors import ConstraintViolationError, KilnError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, OutputSpec
-from kiln.ir.pytree import tree_flatten
+from kiln.ir.pytree import _DATACLASSES, tree_flatten
 from kiln.ir.symbolic import INF, ValueRange
 from kiln.ir.types import TensorType
 
@@ -116,6 +116,10 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
     _name_outputs(program)
     program.in_spec, program.out_spec = in_spec, out_spec
     program.input_constants = input_constants
+    replacements = symbols.auto_replacements()
+    if replacements:  # Dim.AUTO symbols proven equal to others (or constant): one symbol each, like torch
+        from kiln.ir.retrace import retrace
+        program = retrace(program, substitutions=replacements)
     program.verify()
     return program
 
@@ -162,11 +166,15 @@ def _leaf_names(mod: Module, args: tuple, kwargs: dict) -> list[str]:
             names.append(prefix)
             return
         if isinstance(value, (list, tuple)):
+            fields = getattr(value, "_fields", None)  # namedtuples by field name
             for i, item in enumerate(value):
-                walk(f"{prefix}_{i}", item)
+                walk(f"{prefix}_{fields[i] if fields else i}", item)
         elif isinstance(value, dict):
             for key, item in value.items():
                 walk(f"{prefix}_{key}", item)
+        elif type(value) in _DATACLASSES:
+            for field_name in _DATACLASSES[type(value)][0]:
+                walk(f"{prefix}_{field_name}", getattr(value, field_name))
         else:
             names.extend(f"{prefix}_{i}" for i in range(len(leaves)))
 
@@ -357,6 +365,29 @@ class _SymbolMaker:
             raise ConstraintViolationError(
                 message, fix=f"Suggested fixes:\n{suggested}\n  (kiln.refine_dynamic_shapes_from_suggested_fixes "
                              "applies them)")
+
+    def auto_replacements(self) -> dict[sympy.Symbol, Any]:
+        """Dim.AUTO symbols that guards tied to another symbol or a constant, and what replaces them."""
+        replacements: dict[sympy.Symbol, Any] = {}
+        for sym in self.auto:
+            if self.env.symbols[sym].range.is_singleton:
+                replacements[sym] = sympy.Integer(int(self.env.symbols[sym].range.lower))
+        for guard in self.env.guards:
+            expr = guard.expr
+            if not isinstance(expr, sympy.Eq):
+                continue
+            for sym in sorted(expr.free_symbols & set(self.auto), key=lambda s: -self.auto.index(s)):
+                if sym in replacements:
+                    continue
+                solved = _solve(expr, sym)
+                if len(solved) == 1 and solved[0].free_symbols.isdisjoint({sym}):
+                    replacements[sym] = solved[0]
+                    break
+        for sym, value in list(replacements.items()):  # resolve chains like s2 -> s1 -> s0
+            for _ in range(len(replacements)):
+                value = value.xreplace(replacements)
+            replacements[sym] = value
+        return replacements
 
     def range_constraints(self) -> dict[Any, ValueRange]:
         ranges: dict[Any, ValueRange] = {}

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+import sympy
 from xdsl.dialects import func
 
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec
 from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
+from kiln.ir.symbolic import as_dim
+from kiln.ir.types import TensorType
 
 DecompositionTable = Mapping[OpOverload, Callable[..., Any]]
 
@@ -36,16 +39,23 @@ class DecomposingEmitter:
         return decomposition(*args, **kwargs)
 
 
-def retrace(program: ExportedProgram, table: DecompositionTable | None = None) -> ExportedProgram:
-    """A new program computing the same outputs, with every op in `table` decomposed."""
+def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
+            substitutions: dict[Any, Any] | None = None) -> ExportedProgram:
+    """A new program computing the same outputs, with every op in `table` decomposed and symbols replaced
+    by `substitutions` (e.g. `s1 -> s0` once tracing proved them equal)."""
+    substitutions = substitutions or {}
     builder = GraphBuilder(program.shape_env())
     mapping: dict[Any, Any] = {}
     for arg, spec in zip(program.body.args, program.graph_signature.input_specs):
-        mapping[arg] = builder.add_input(spec.name, arg.type, spec.kind, spec.target, spec.persistent)
+        arg_type = arg.type
+        if substitutions and isinstance(arg_type, TensorType):
+            arg_type = arg_type.with_shape([_substitute(d, substitutions) for d in arg_type.shape])
+        mapping[arg] = builder.add_input(spec.name, arg_type, spec.kind, spec.target, spec.persistent)
     emitter = DecomposingEmitter(builder, table or {})
-    outputs = _replay(program.body, builder, mapping, table or {})
+    outputs = _replay(program.body, builder, mapping, table or {}, substitutions)
     specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
-    new = builder.build(outputs, specs, program.state_dict, program.constants, dict(program.range_constraints))
+    ranges = {k: v for k, v in program.range_constraints.items() if k not in substitutions}
+    new = builder.build(outputs, specs, program.state_dict, program.constants, ranges)
     from kiln.ir.program import value_names
     names = value_names(new.body)
     for spec, value in zip(new.graph_signature.output_specs, outputs):
@@ -56,7 +66,16 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None) -
     return new
 
 
-def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable) -> list[Any]:
+def _substitute(value: Any, substitutions: dict[Any, Any]) -> Any:
+    if isinstance(value, sympy.Expr):
+        return as_dim(value.xreplace(substitutions)) if value.free_symbols & substitutions.keys() else value
+    if isinstance(value, list):
+        return [_substitute(v, substitutions) for v in value]
+    return value
+
+
+def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable,
+            substitutions: dict[Any, Any] | None = None) -> list[Any]:
     """Re-issue `block`'s ops into `builder`; return the new values its terminator passes on."""
     from kiln.ir.control_flow import CondOp, YieldOp
 
@@ -74,7 +93,7 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
                 inner = dict(mapping)
                 for old_arg, value in zip(region.block.args, operands):
                     inner[old_arg] = branch.add_input(old_arg.name_hint or "arg", value.type)
-                yielded = _replay(region.block, branch, inner, table)
+                yielded = _replay(region.block, branch, inner, table, substitutions)
                 branch.block.add_op(YieldOp(yielded))
                 branches.append(branch.block)
             new_op = CondOp(mapping[op.pred], operands, [r.type for r in op.results], *branches)
@@ -85,7 +104,10 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
                 mapping[old] = new
             continue
         mark = len(builder.block.ops)
-        args, kwargs = split_bound(op.opdef, bound_arguments(op, mapping.__getitem__))  # type: ignore[attr-defined]
+        arguments = bound_arguments(op, mapping.__getitem__)
+        if substitutions:
+            arguments = [_substitute(a, substitutions) for a in arguments]
+        args, kwargs = split_bound(op.opdef, arguments)  # type: ignore[attr-defined]
         with emitting(emitter):
             result = OpOverload(op.opdef)(*args, **kwargs)  # type: ignore[attr-defined]
         for new_op in list(builder.block.ops)[mark:]:

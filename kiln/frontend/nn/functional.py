@@ -8,6 +8,7 @@ runs eagerly on numpy and records the same op a torch program would show when tr
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 from kiln.frontend.tensor import Tensor, dispatch
@@ -233,8 +234,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         raise FunctionalArgumentError(f"batch_norm eps must be positive during training, but got {eps}")
     if eps < 0.0:
         raise FunctionalArgumentError(f"batch_norm eps must be non-negative, but got {eps}")
-    updates_stats = training and running_mean is not None and running_var is not None
-    if not updates_stats:
+    if not training or running_mean is None or running_var is None:
         factor = momentum if not isinstance(momentum, Tensor) else 0.0
         return dispatch(aten.batch_norm.default, input, weight, bias, running_mean, running_var, training,
                         factor, eps, True)
@@ -244,7 +244,6 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                       momentum if not isinstance(momentum, Tensor) else 0.0, eps, True)
     reduce_dims = [0, *range(2, input.dim())]
     batch_var, batch_mean = dispatch(aten.var_mean.correction, input, reduce_dims, correction=1, keepdim=False)
-    assert running_mean is not None and running_var is not None
     keep = 1 - momentum
     running_mean.mul_(keep).add_(batch_mean.to(running_mean.dtype) * momentum)
     running_var.mul_(keep).add_(batch_var.to(running_var.dtype) * momentum)
@@ -368,21 +367,23 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return dispatch(aten.softplus.default, input, beta, threshold)
 
 
-def _softmax_dim(name: str, dim: int | None) -> int:
-    if dim is None:
-        raise OpArgumentError(f"{name}() needs an explicit dim (torch's implicit choice is deprecated)",
-                              fix=f"call F.{name}(x, dim=-1) or the dim you mean")
-    return dim
+def _softmax_dim(name: str, input: Tensor, dim: int | None, stacklevel: int) -> int:
+    """torch's deprecated implicit dim when none is given: 0 for 0-D, 1-D and 3-D inputs, else 1."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. "
+                  "Change the call to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if input.dim() in (0, 1, 3) else 1
 
 
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     """exp(x) / sum(exp(x)) along `dim`; with `dtype`, the input is cast first (as torch does)."""
-    return dispatch(aten.softmax.int, input, _softmax_dim("softmax", dim),
+    return dispatch(aten.softmax.int, input, _softmax_dim("softmax", input, dim, _stacklevel),
                     None if dtype is None else dtypes.dtype(dtype))
 
 
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
-    return dispatch(aten.log_softmax.int, input, _softmax_dim("log_softmax", dim),
+    return dispatch(aten.log_softmax.int, input, _softmax_dim("log_softmax", input, dim, _stacklevel),
                     None if dtype is None else dtypes.dtype(dtype))
 
 
@@ -461,8 +462,7 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
         raise FunctionalArgumentError("recompute_scale_factor is not meaningful with an explicit size.")
     if mode == "area" and output_size is None:
         recompute_scale_factor = True
-    if recompute_scale_factor:
-        assert scale_factors is not None
+    if recompute_scale_factor and scale_factors is not None:
         output_size = [_floor_size(input.shape[i + 2], scale_factors[i]) for i in range(spatial)]
         scale_factors = None
     if antialias:

@@ -18,8 +18,11 @@ import numpy as np
 from kiln.frontend import functions as K
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
-from kiln.frontend.nn.layers import Dropout, LayerNorm, Linear, ModuleList
 from kiln.frontend.nn.module import Module
+try:  # TEMPORARY while layers.py is being written
+    from kiln.frontend.nn.layers import Dropout, LayerNorm, Linear, ModuleList
+except ImportError:
+    Dropout = LayerNorm = Linear = ModuleList = Module
 from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir import dtypes
 from kiln.ir.errors import DTypeError, KilnError, ShapeError
@@ -164,12 +167,8 @@ def multi_head_attention_forward(
     """torch.nn.functional.multi_head_attention_forward: sequence-first inputs (L, N, E) or unbatched (L, E)."""
     is_batched = _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
     if not is_batched:
-        # Keep the identities `query is key is value` that pick the packed projection.
-        same_kv = key is value
-        same_qk = query is key
-        query = query.unsqueeze(1)
-        key = query if same_qk else key.unsqueeze(1)
-        value = key if same_kv else value.unsqueeze(1)
+        # Like torch, this drops the identity `query is key is value`: unbatched inputs project q, k, v apart.
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.unsqueeze(0)
 

@@ -1007,6 +1007,8 @@ def _cubic_coefficients(t, dtype):
 
 
 def _grid_sampler_kernel(input, grid, interpolation_mode, padding_mode, align_corners):
+    if input.dtype in _REDUCED:
+        return _grid_sampler_reduced(input, grid, interpolation_mode, padding_mode, align_corners)
     dtype = _opmath(input.dtype)
     x, g = input.astype(dtype), grid.astype(dtype)
     height, width = input.shape[2:]
@@ -1039,6 +1041,82 @@ def _grid_sampler_kernel(input, grid, interpolation_mode, padding_mode, align_co
         out = out + _gather(x, north_i, west_i + 1, height, width) * (s * w)[:, None]
         out = out + _gather(x, north_i + 1, west_i, height, width) * (n * e)[:, None]
         out = out + _gather(x, north_i + 1, west_i + 1, height, width) * (n * w)[:, None]
+        return out
+
+
+def _grid_sampler_reduced(input, grid, interpolation_mode, padding_mode, align_corners):
+    """float16/bfloat16 take ATen's scalar fallback, which computes in the input dtype itself and rounds after
+    every operation; numpy's float16 and ml_dtypes' bfloat16 arithmetic round the same way, so the scalar
+    algorithm is written out here in that dtype, operation by operation."""
+    dtype = input.dtype
+    height, width = input.shape[2:]
+
+    def constant(value):
+        return np.asarray(value, dtype=dtype)
+
+    def unnormalize(coordinate, size):
+        if align_corners:
+            return ((coordinate + 1) / 2) * (size - 1)
+        return ((coordinate + 1) * size - 1) / 2
+
+    def clip(coordinate, size):
+        return np.minimum(constant(size - 1), np.maximum(coordinate, constant(0)))
+
+    def reflect(coordinate, twice_low, twice_high):
+        if twice_low == twice_high:
+            return np.zeros_like(coordinate)
+        low = constant(twice_low) / 2
+        span = constant(twice_high - twice_low) / 2
+        distance = np.abs(coordinate - low)
+        extra = np.fmod(distance.astype(np.float32), span.astype(np.float32)).astype(dtype)
+        flips = np.floor(distance / span).astype(np.int64)
+        return np.where(flips % 2 == 0, extra + low, span - extra + low)
+
+    def pad(coordinate, size):
+        if padding_mode == _BORDER:
+            return clip(coordinate, size)
+        if padding_mode == _REFLECTION:
+            twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+            return clip(reflect(coordinate, *twice), size)
+        return coordinate
+
+    def value(cols, rows):
+        return _gather(input, _to_index(rows), _to_index(cols), height, width)
+
+    gx, gy = grid[..., 0], grid[..., 1]
+    with np.errstate(all="ignore"):
+        if interpolation_mode == _BICUBIC:
+            ix, iy = unnormalize(gx, width), unnormalize(gy, height)
+            ix_nw, iy_nw = np.floor(ix), np.floor(iy)
+            tx, ty = ix - ix_nw, iy - iy_nw
+
+            def coefficients(t):
+                a = constant(-0.75)
+                near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # noqa: E731
+                far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # noqa: E731
+                opposite = (1.0 - t.astype(np.float64)).astype(dtype)
+                return [far((t.astype(np.float64) + 1.0).astype(dtype)), near(t), near(opposite),
+                        far((opposite.astype(np.float64) + 1.0).astype(dtype))]
+
+            def interpolate(taps, t):
+                c = [w[:, None] for w in coefficients(t)]
+                return taps[0] * c[0] + taps[1] * c[1] + taps[2] * c[2] + taps[3] * c[3]
+
+            rows = [interpolate([value(pad(ix_nw + (j - 1), width), pad(iy_nw + (i - 1), height))
+                                 for j in range(4)], tx) for i in range(4)]
+            return interpolate(rows, ty)
+        ix, iy = pad(unnormalize(gx, width), width), pad(unnormalize(gy, height), height)
+        if interpolation_mode == _NEAREST:
+            return value(np.rint(ix), np.rint(iy))
+        west, north = np.floor(ix).astype(np.int64), np.floor(iy).astype(np.int64)
+        east, south = (west + 1).astype(dtype), (north + 1).astype(dtype)
+        west_f, north_f = west.astype(dtype), north.astype(dtype)
+        weights = [(east - ix) * (south - iy), (ix - west_f) * (south - iy),
+                   (east - ix) * (iy - north_f), (ix - west_f) * (iy - north_f)]
+        corners = [(west, north), (west + 1, north), (west, north + 1), (west + 1, north + 1)]
+        out = np.zeros((input.shape[0], input.shape[1], *grid.shape[1:3]), dtype)
+        for (cols, rows), weight in zip(corners, weights):
+            out = out + value(cols, rows) * weight[:, None]
         return out
 
 

@@ -1212,12 +1212,16 @@ def _logit_bounds(eps: float, dtype: DType) -> tuple[float, float]:
 
 def _logit(self, eps=None):
     result_dtype = _promote(Promotion.INT_TO_FLOAT, dtypes.dtype(self.dtype))
+
+    def rounded(values):  # ATen's logit computes in the tensor's dtype: float16 rounds after every op
+        return opmath(values.astype(result_dtype.numpy))
+
     x = opmath(_cast(self, result_dtype))
     with np.errstate(all="ignore"):
         if eps is not None and eps >= 0:
             lo, hi = _logit_bounds(eps, result_dtype)
             x = np.where(x < lo, x.dtype.type(lo), np.where(x > hi, x.dtype.type(hi), x))
-        return np.log(x / (1 - x))
+        return np.log(rounded(x / rounded(1 - x)))
 
 
 def _logit_decomposition(self, eps=None):
@@ -1225,8 +1229,8 @@ def _logit_decomposition(self, eps=None):
         self = aten._to_copy.default(self, dtype=dtypes.default_float_dtype())
     if eps is not None and eps >= 0:
         self = aten.clamp.default(self, *_logit_bounds(eps, dtype_of(self)))
-    return _in_opmath(self, lambda x: aten.log.default(
-        aten.div.Tensor(x, aten.add.Scalar(aten.neg.default(x), 1))))
+    # in the tensor's own dtype, not opmath: ATen rounds float16 after each op here
+    return aten.log.default(aten.div.Tensor(self, aten.add.Scalar(aten.neg.default(self), 1)))
 
 
 _composite("logit(Tensor self, float? eps=None) -> Tensor", _unary("aten.logit.default", Promotion.INT_TO_FLOAT),
