@@ -114,7 +114,8 @@ def _scatter_check(op, self, dim, index, src=None) -> int:
 
 
 def _scatter_target(op, self, dim, index):
-    """(result to write into, index tuple addressing it, the leading src window, restore-shape)."""
+    """(a copy of self to write into, the positions each index element addresses in it, the window of
+    src that lines up with the index); 0-d tensors act as 1-element 1-d ones."""
     d = canonical_dim(op, dim, self.ndim)
     result = self.reshape(_nonempty(self.shape)).copy()
     positions = index.reshape(_nonempty(index.shape)).astype(np.int64, copy=False)

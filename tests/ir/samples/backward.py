@@ -75,7 +75,8 @@ def _avg_pool2d_backward(rng):
     ]
     for shape, kernel, stride, padding, ceil_mode, include_pad, divisor, dtype, note in cases:
         x = rand(rng, *shape, dtype=dtype)
-        out = [_pool_out(s, k, p, st, 1, ceil_mode) for s, k, p, st in zip(shape[-2:], kernel, padding, stride or kernel)]
+        out = [_pool_out(size, k, p, st, 1, ceil_mode)
+               for size, k, p, st in zip(shape[-2:], kernel, padding, stride or kernel)]
         grad = rand(rng, *shape[:-2], *out, dtype=dtype)
         yield Sample((grad, x, kernel, stride, padding, ceil_mode, include_pad, divisor), note=note)
 
