@@ -785,6 +785,9 @@ class Tensor:
         return self._assign(Tensor(values.astype(self.dtype.numpy)))
 
 
+Tensor.output_class = Tensor  # type: ignore[attr-defined]  # what programs called with tensors return
+
+
 class _DTypeProbe:
     """Just enough of a tensor (dtype and rank) for dtypes.result_type."""
 

@@ -157,14 +157,14 @@ def require(condition: bool, op: str, message: str, fix: str | None = None) -> N
         raise ShapeError(f"{op}: {message}", fix=fix)
 
 
-def require_dtype(condition: bool, op: str, message: str) -> None:
+def require_dtype(condition: bool, op: str, message: str, fix: str | None = None) -> None:
     if not condition:
-        raise DTypeError(f"{op}: {message}")
+        raise DTypeError(f"{op}: {message}", fix=fix)
 
 
-def require_arg(condition: bool, op: str, message: str) -> None:
+def require_arg(condition: bool, op: str, message: str, fix: str | None = None) -> None:
     if not condition:
-        raise OpArgumentError(f"{op}: {message}")
+        raise OpArgumentError(f"{op}: {message}", fix=fix)
 
 
 def numel(shape: Sequence[SymInt]) -> SymInt:

@@ -244,7 +244,7 @@ class ExportedProgram:
         outputs = run_program(self, flat)
         user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
                 if spec.kind is OutputKind.USER_OUTPUT]
-        wrapper = next((type(a) for a in flat if hasattr(a, "__kiln_array__")), None)
+        wrapper = next((getattr(a, "output_class", type(a)) for a in flat if hasattr(a, "__kiln_array__")), None)
         if wrapper is not None:  # called with kiln Tensors: answer with kiln Tensors
             user = [wrapper(u) if isinstance(u, np.ndarray) else u for u in user]
         if self.out_spec is not None:

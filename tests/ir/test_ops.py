@@ -12,7 +12,7 @@ import pytest
 from kiln.ir import dtypes
 from kiln.ir.core_ops import CORE_ATEN_OPS
 from kiln.ir.program import GraphBuilder
-from kiln.ir.registry import REGISTRY, OpOverload, run_eager
+from kiln.ir.registry import REGISTRY, OpOverload, run_eager, split_bound
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 from kiln.ir.verifier import flatten_meta
 from tests.ir.samples import SAMPLES, TORCH_SKIPS
@@ -157,7 +157,9 @@ def test_decomposition_matches_kernel(name):
         if not sample.check_values:
             continue
         expected = OpOverload(opdef)(*copy.deepcopy(sample.args), **copy.deepcopy(sample.kwargs))
-        actual = opdef.decomposition(*copy.deepcopy(sample.args), **copy.deepcopy(sample.kwargs))
+        # Decompositions receive arguments the way the decompose machinery passes them: bound to the schema.
+        args, kwargs = split_bound(opdef, opdef.schema.bind(copy.deepcopy(sample.args), copy.deepcopy(sample.kwargs)))
+        actual = opdef.decomposition(*args, **kwargs)
         if torch is not None:
             assert_close_to_torch(actual, to_torch(expected), rtol=sample.rtol, atol=sample.atol,
                                   where=f"{name} decomposition {sample}")
@@ -183,6 +185,7 @@ def _trace_sample(opdef, sample, decompose: bool):
     kwargs = {k: lift(v) for k, v in copy.deepcopy(sample.kwargs).items()}
     with builder:
         if decompose:
+            args, kwargs = split_bound(opdef, opdef.schema.bind(args, kwargs))
             result = opdef.decomposition(*args, **kwargs)
         else:
             result = OpOverload(opdef)(*args, **kwargs)

@@ -279,8 +279,8 @@ def _true_divide(self, other):
         return _compute(self, common) / _second_operand(other, common)
 
 
-def _check_nonzero_divisor(op: str, divisor: np.ndarray) -> None:
-    if np.any(divisor == 0):
+def _check_nonzero_divisor(op: str, dividend: np.ndarray, divisor: np.ndarray) -> None:
+    if np.broadcast(dividend, divisor).size and np.any(divisor == 0):
         raise _IntegerDivisionByZero(f"{op}: integer division by zero",
                                      fix="make the divisor nonzero, or divide floating-point tensors")
 
@@ -311,7 +311,7 @@ def _divide(op: str) -> Callable[..., np.ndarray]:
         with np.errstate(all="ignore"):
             if not common.is_floating_point:
                 a, b = _cast(self, common), _cast(other, common)
-                _check_nonzero_divisor(op, b)
+                _check_nonzero_divisor(op, a, b)
                 if rounding_mode == "trunc" or common is dtypes.uint8:
                     return _trunc_divide_integers(a, b)
                 return np.floor_divide(a, b)
@@ -351,7 +351,7 @@ def _remainder(op: str, python_sign: bool) -> Callable[..., np.ndarray]:
             a, b = _compute(self, common), _compute(other, common)
         else:
             a, b = _cast(self, common), _cast(other, common)
-            _check_nonzero_divisor(op, b)
+            _check_nonzero_divisor(op, a, b)
         with np.errstate(all="ignore"):
             mod = np.fmod(a, b)
             if python_sign:
@@ -391,6 +391,9 @@ def _integer_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 
 def _power(base: Any, exponent: Any) -> np.ndarray:
     common = _common_dtype(base, exponent)
+    if not isinstance(exponent, np.ndarray) and exponent in (0, 1):  # ATen fills ones / copies, even for bool
+        result = _cast(base, common)
+        return np.ones_like(result) if exponent == 0 else result.copy()
     with np.errstate(all="ignore"):
         if common.is_floating_point:
             return np.power(_compute(base, common), _compute(exponent, common))
@@ -402,7 +405,8 @@ def _pow_no_bool(op: str, common: DType, *args: Any) -> None:
 
 
 def _pow_tensor_scalar_check(op: str, common: DType, self: Any, exponent: Any) -> None:
-    _pow_no_bool(op, common)
+    if not isinstance(exponent, bool):  # a bool exponent is 0 or 1, which ATen handles without the kernel
+        _pow_no_bool(op, common)
     if _is_number(exponent):
         negative_integer = isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0
         require_arg(not (negative_integer and not dtype_of(self).is_floating_point), op,
@@ -872,8 +876,11 @@ def _copy_meta(self, src, non_blocking=False):
 
 def _fill_meta(self, value):
     op = "aten.fill.Scalar"
-    _check_fits(op, "value", value, dtype_of(self))
-    return tensor(shape_of(self), dtype_of(self))
+    own = dtype_of(self)
+    one_element = all(isinstance(d, int) for d in shape_of(self)) and math.prod(shape_of(self)) == 1
+    if not (one_element and own in _REDUCED_FLOATS):  # ATen's one-element fast path rounds to inf unchecked
+        _check_fits(op, "value", value, own)
+    return tensor(shape_of(self), own)
 
 
 defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
@@ -1030,7 +1037,8 @@ _composite("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
                mask, aten._to_copy.default(value, dtype=dtype_of(self)), self))
 
 
-# where with Scalar branches: the Scalar promotes like a wrapped number and is converted with a check
+# where with Scalar branches: the Scalar promotes like a wrapped number and becomes a scalar_tensor,
+# converted with an overflow check except into float16/bfloat16 (ATen's scalar_fill rounds those to inf)
 
 def _where_scalar_meta(op: str) -> Callable[..., Any]:
     def meta(condition, self, other):
@@ -1039,7 +1047,7 @@ def _where_scalar_meta(op: str) -> Callable[..., Any]:
         _check_scalar_operands(op, (self, other))
         result = _common_dtype(self, other)
         for name, value in (("self", self), ("other", other)):
-            if not is_tensor(value):
+            if not is_tensor(value) and result not in _REDUCED_FLOATS:
                 _check_fits(op, name, value, result)
         return tensor(_broadcast(op, condition, self, other), result)
     return meta
