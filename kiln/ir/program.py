@@ -365,7 +365,7 @@ class GraphBuilder:
         self.shape_env = shape_env or ShapeEnv()
         self.block = Block()
         self._input_kinds: list[tuple[InputKind, str | None, bool | None]] = []
-        self._emitting: Any = None
+        self._scopes: list[Any] = []
         self.source: str | None = None  # set by the tracer: the user's line for the next ops
 
     # -- inputs
@@ -401,12 +401,14 @@ class GraphBuilder:
         return _shape_like(meta, list(op.results))
 
     def __enter__(self) -> "GraphBuilder":
-        self._emitting = emitting(self)
-        self._emitting.__enter__()
+        self._scopes = [emitting(self), active_shape_env(self.shape_env)]
+        for scope in self._scopes:
+            scope.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._emitting.__exit__(*exc)
+        for scope in reversed(self._scopes):
+            scope.__exit__(*exc)
 
     # -- finishing
     def build(self, outputs: Sequence[SSAValue], output_specs: Sequence[OutputSpec] | None = None,

@@ -15,7 +15,7 @@ from xdsl.dialects import func
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec
 from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
-from kiln.ir.symbolic import as_dim
+from kiln.ir.symbolic import active_shape_env, as_dim
 from kiln.ir.types import TensorType
 
 DecompositionTable = Mapping[OpOverload, Callable[..., Any]]
@@ -36,7 +36,8 @@ class DecomposingEmitter:
         if decomposition is None:
             return self.builder.emit(opdef, bound)
         args, kwargs = split_bound(opdef, bound)
-        return decomposition(*args, **kwargs)
+        with active_shape_env(self.builder.shape_env):  # decompositions may guard on the program's ranges
+            return decomposition(*args, **kwargs)
 
 
 def retrace(program: ExportedProgram, table: DecompositionTable | None = None,

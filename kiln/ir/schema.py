@@ -161,7 +161,10 @@ def normalize_argument(schema: FunctionSchema, argument: Argument, value: Any) -
             return None
         raise OpArgumentError(f"{schema.qualified_name}: argument '{argument.name}' ({arg_type}) may not be None")
     if arg_type.is_tensor:
-        return value  # tensors are checked by the caller, which knows what a tensor is in its mode
+        if arg_type.is_list and not isinstance(value, (list, tuple)):
+            raise OpArgumentError(f"{schema.qualified_name}: argument '{argument.name}' must be a list of "
+                                  f"tensors ({arg_type}), got {type(value).__name__}")
+        return list(value) if arg_type.is_list else value  # tensors are checked by the caller's mode
     if arg_type.is_list:
         if not isinstance(value, (list, tuple)):
             if arg_type.list_size is not None and _fits(arg_type.base, value):

@@ -18,11 +18,8 @@ import numpy as np
 from kiln.frontend import functions as K
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
+from kiln.frontend.nn.layers import Dropout, LayerNorm, Linear, ModuleList
 from kiln.frontend.nn.module import Module
-try:  # TEMPORARY while layers.py is being written
-    from kiln.frontend.nn.layers import Dropout, LayerNorm, Linear, ModuleList
-except ImportError:
-    Dropout = LayerNorm = Linear = ModuleList = Module
 from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir import dtypes
 from kiln.ir.errors import DTypeError, KilnError, ShapeError

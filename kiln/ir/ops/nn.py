@@ -1250,3 +1250,857 @@ def _fft_c2r_kernel(self, dim, normalization, last_dim_size):
 defop("_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor",
       _fft_c2r_meta, _fft_c2r_kernel,
       doc="The inverse of a one-sided r2c over dim; normalization: 0 none, 1 by 1/sqrt(n), 2 by 1/n.")
+
+
+# =============================================================================================
+# Composites. Each has a reference kernel built from the core kernels above (or numpy directly) and a
+# decomposition written with kiln.ops.aten handles only.
+
+from kiln.ir.errors import KilnError  # noqa: E402
+from kiln.ir.registry import ops, register_decomposition  # noqa: E402
+
+
+def _batched_type(value, rank_without_batch: int):
+    """(value's type with a batch dim of 1 added if it lacks one, whether it was added)."""
+    shape = shape_of(value)
+    if len(shape) == rank_without_batch:
+        return tensor([1, *shape], dtype_of(value)), True
+    return like(value), False
+
+
+def _unbatched(meta_type, added: bool):
+    return tensor(meta_type.shape[1:], meta_type.dtype) if added else meta_type
+
+
+# --- conv1d/2d/3d and conv_transpose1d/2d/3d
+
+def _conv_composite(n: int, transposed: bool):
+    name = f"conv_transpose{n}d" if transposed else f"conv{n}d"
+    op = f"aten.{name}.{'input' if transposed and n > 1 else 'default'}"
+
+    def arguments(stride, padding, dilation, output_padding):
+        return ([*stride], [*padding], [*dilation], transposed, [*output_padding] if transposed else [0] * n)
+
+    def check_rank(input, weight):
+        require(len(shape_of(input)) in (n + 1, n + 2), op,
+                f"expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input, got shape {list(shape_of(input))}")
+        require(len(shape_of(weight)) == n + 2, op,
+                f"expected a {n + 2}-D weight, got shape {list(shape_of(weight))}")
+
+    def meta(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
+        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
+        check_rank(input, weight)
+        batched, added = _batched_type(input, n + 1)
+        return _unbatched(_convolution_meta(batched, weight, bias, *arguments(stride, padding, dilation,
+                                                                              output_padding), groups), added)
+
+    def kernel(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
+        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
+        added = input.ndim == n + 1
+        out = _convolution_kernel(input[None] if added else input, weight, bias,
+                                  *arguments(stride, padding, dilation, output_padding), groups)
+        return out[0] if added else out
+
+    def decomposition(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
+        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
+        aten = ops.aten
+        check_rank(input, weight)
+        added = len(shape_of(input)) == n + 1
+        x = aten.unsqueeze.default(input, 0) if added else input
+        out = aten.convolution.default(x, weight, bias, *arguments(stride, padding, dilation, output_padding), groups)
+        return aten.squeeze.dims(out, [0]) if added else out
+
+    ones, zeros = ", ".join(["1"] * n), ", ".join(["0"] * n)
+    if transposed:
+        schema = (f"{name}{'.input' if n > 1 else ''}(Tensor input, Tensor weight, Tensor? bias=None, "
+                  f"SymInt[{n}] stride=[{ones}], SymInt[{n}] padding=[{zeros}], SymInt[{n}] output_padding=[{zeros}], "
+                  f"SymInt groups=1, SymInt[{n}] dilation=[{ones}]) -> Tensor")
+    else:
+        schema = (f"{name}(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=[{ones}], "
+                  f"SymInt[{n}] padding=[{zeros}], SymInt[{n}] dilation=[{ones}], SymInt groups=1) -> Tensor")
+    defop(schema, meta, kernel, tags=("composite",))
+    register_decomposition(op)(decomposition)
+
+
+def _conv_rest(rest, n, transposed):
+    """The trailing arguments in schema order: (dilation, groups) or, transposed, (output_padding, groups,
+    dilation); returned as (dilation, output_padding, groups)."""
+    if transposed:
+        output_padding, groups, dilation = (list(rest) + [None, None, None])[:3]
+        return dilation or [1] * n, output_padding or [0] * n, 1 if groups is None else groups
+    dilation, groups = (list(rest) + [None, None])[:2]
+    return dilation or [1] * n, [0] * n, 1 if groups is None else groups
+
+
+for _n in (1, 2, 3):
+    _conv_composite(_n, transposed=False)
+    _conv_composite(_n, transposed=True)
+
+
+# --- normalization
+
+def _first(meta_rule):
+    def meta(*args):
+        return meta_rule(*args)[0]
+    return meta
+
+
+defop("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1.0000000000000001e-05, bool cudnn_enable=True) -> Tensor",
+      lambda input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
+      _layer_norm_meta(input, normalized_shape, weight, bias, eps)[0],
+      lambda input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
+      _layer_norm_kernel(input, normalized_shape, weight, bias, eps)[0],
+      tags=("composite",))
+
+
+@register_decomposition("aten.layer_norm.default")
+def _layer_norm_decomposition(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return ops.aten.native_layer_norm.default(input, normalized_shape, weight, bias, eps)[0]
+
+
+def _group_norm_arguments(op, input, num_groups):
+    shape = shape_of(input)
+    require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
+    require_arg(num_groups > 0, op, f"num_groups must be positive, got {num_groups}")
+    require(guard_bool(sympy.Eq(sympy.Mod(shape[1], num_groups), 0)), op,
+            f"expected the number of channels {shape[1]} to be divisible by num_groups={num_groups}")
+    return shape[0], shape[1], numel(shape[2:])
+
+
+def _group_norm_meta_composite(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    n, c, hxw = _group_norm_arguments("aten.group_norm.default", input, num_groups)
+    return _group_norm_meta(input, weight, bias, n, c, hxw, num_groups, eps)[0]
+
+
+def _group_norm_kernel_composite(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    n, c, hxw = _group_norm_arguments("aten.group_norm.default", input, num_groups)
+    return _group_norm_kernel(input, weight, bias, n, c, hxw, num_groups, eps)[0]
+
+
+defop("group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1.0000000000000001e-05, bool cudnn_enabled=True) -> Tensor",
+      _group_norm_meta_composite, _group_norm_kernel_composite, tags=("composite",))
+
+
+@register_decomposition("aten.group_norm.default")
+def _group_norm_decomposition(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    n, c, hxw = _group_norm_arguments("aten.group_norm.default", input, num_groups)
+    return ops.aten.native_group_norm.default(input, weight, bias, n, c, hxw, num_groups, eps)[0]
+
+
+def _batch_norm_route(op, running_mean, running_var, training):
+    """Which core op batch_norm becomes: batch statistics when training (updating running statistics in
+    torch, which kiln's functional IR does not model), running statistics otherwise."""
+    has_stats = running_mean is not None and running_var is not None
+    require_arg(training or has_stats, op, "running_mean and running_var must be given in evaluation mode")
+    if not training:
+        return "no_training"
+    return "legit" if has_stats else "no_stats"
+
+
+def _batch_norm_composite_meta(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                               cudnn_enabled):
+    op = "aten.batch_norm.default"
+    route = _batch_norm_route(op, running_mean, running_var, training)
+    return _batch_norm_meta(op, input, weight, bias, running_mean if route != "no_stats" else None,
+                            running_var if route != "no_stats" else None, uses_batch_stats=training)[0]
+
+
+def _batch_norm_composite_kernel(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                                 cudnn_enabled):
+    with np.errstate(all="ignore"):
+        if training:
+            return _batch_norm_training(input, weight, bias, eps)[0]
+        return _batch_norm_with_running_stats(input, weight, bias, running_mean, running_var, eps)
+
+
+defop("batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+      "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+      _batch_norm_composite_meta, _batch_norm_composite_kernel, tags=("composite",),
+      doc="In training mode torch also updates running_mean/running_var in place; kiln only computes the output.")
+
+
+@register_decomposition("aten.batch_norm.default")
+def _batch_norm_decomposition(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                              cudnn_enabled):
+    aten = ops.aten
+    route = _batch_norm_route("aten.batch_norm.default", running_mean, running_var, training)
+    if route == "no_training":
+        return aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var,
+                                                                 momentum, eps)[0]
+    if route == "legit":
+        return aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, True,
+                                                     momentum, eps)[0]
+    return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
+
+
+def _instance_norm_meta(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
+                        cudnn_enabled):
+    op = "aten.instance_norm.default"
+    shape = shape_of(input)
+    require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
+    _channel_vectors(op, shape[1], weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    require_arg(use_input_stats or (running_mean is not None and running_var is not None), op,
+                "running_mean and running_var must be given when use_input_stats is False")
+    _statistics_dtype(op, input, weight, bias, running_mean, running_var)
+    return like(input)
+
+
+def _instance_norm_kernel(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
+                          cudnn_enabled):
+    n, c = input.shape[:2]
+    folded = input.reshape(1, n * c, *input.shape[2:])
+
+    def repeat(vector):
+        return None if vector is None else np.tile(vector, n)
+    with np.errstate(all="ignore"):
+        if use_input_stats:
+            out = _batch_norm_training(folded, repeat(weight), repeat(bias), eps)[0]
+        else:
+            out = _batch_norm_with_running_stats(folded, repeat(weight), repeat(bias), repeat(running_mean),
+                                                 repeat(running_var), eps)
+    return out.reshape(input.shape)
+
+
+defop("instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+      "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+      _instance_norm_meta, _instance_norm_kernel, tags=("composite",))
+
+
+def _tiled(vector, times):
+    """[C] -> [times * C], the vector repeated (like torch's weight.repeat(N) in instance_norm)."""
+    if vector is None:
+        return None
+    aten = ops.aten
+    c = shape_of(vector)[0]
+    return aten.view.default(aten.clone.default(aten.expand.default(aten.unsqueeze.default(vector, 0), [times, c])),
+                             [times * c])
+
+
+@register_decomposition("aten.instance_norm.default")
+def _instance_norm_decomposition(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
+                                 cudnn_enabled):
+    """torch's own lowering: fold the batch into channels and batch-normalize [1, N*C, ...]."""
+    aten = ops.aten
+    _instance_norm_meta(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
+                        cudnn_enabled)
+    shape = list(shape_of(input))
+    n, c = shape[:2]
+    folded = aten.view.default(input, [1, as_dim(n * c), *shape[2:]])
+    weight, bias = _tiled(weight, n), _tiled(bias, n)
+    if use_input_stats:
+        out = aten._native_batch_norm_legit.no_stats(folded, weight, bias, True, momentum, eps)[0]
+    else:
+        out = aten._native_batch_norm_legit_no_training.default(folded, weight, bias, _tiled(running_mean, n),
+                                                                _tiled(running_var, n), momentum, eps)[0]
+    return aten.view.default(out, shape)
+
+
+def _rms_norm_meta(input, normalized_shape, weight=None, eps=None):
+    op = "aten.rms_norm.default"
+    shape = shape_of(input)
+    normalized = list(normalized_shape)
+    require_arg(len(normalized) >= 1, op, "normalized_shape must have at least one element")
+    axis = len(shape) - len(normalized)
+    require(axis >= 0 and all(sym_eq(a, b) for a, b in zip(shape[axis:], normalized)), op,
+            f"given normalized_shape={normalized}, expected an input of shape [*, "
+            f"{', '.join(map(str, normalized))}], got {list(shape)}")
+    require_dtype(_is_floating(dtype_of(input)), op, f"expected a floating-point input, got {dtype_of(input)}")
+    if weight is not None:
+        require(len(shape_of(weight)) == len(normalized) and all(
+            sym_eq(a, b) for a, b in zip(shape_of(weight), normalized)), op,
+            f"expected weight of shape {normalized}, got {list(shape_of(weight))}")
+    return like(input)
+
+
+def _rms_epsilon(dtype: dtypes.DType, eps):
+    """eps=None means the machine epsilon of the computation dtype (float32 for float16/bfloat16)."""
+    return float(np.finfo(dtypes.opmath_dtype(dtype).numpy).eps) if eps is None else eps
+
+
+def _rms_norm_kernel(input, normalized_shape, weight=None, eps=None):
+    compute = _opmath(input.dtype)
+    x = input.astype(compute)
+    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    epsilon = _rms_epsilon(dtypes.dtype(input.dtype), eps)
+    with np.errstate(all="ignore"):
+        out = x * (1 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + compute.type(epsilon)))
+        # torch multiplies by the weight in the computation dtype and rounds once to the input dtype.
+        return out * weight.astype(compute) if weight is not None else out
+
+
+defop("rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
+      _rms_norm_meta, _rms_norm_kernel, tags=("composite",))
+
+
+def _cast(value, dtype: dtypes.DType):
+    return value if dtype_of(value) is dtype else ops.aten._to_copy.default(value, dtype=dtype)
+
+
+@register_decomposition("aten.rms_norm.default")
+def _rms_norm_decomposition(input, normalized_shape, weight=None, eps=None):
+    aten = ops.aten
+    _rms_norm_meta(input, normalized_shape, weight, eps)
+    dtype = dtype_of(input)
+    compute = dtypes.opmath_dtype(dtype)
+    x = _cast(input, compute)
+    rank = len(shape_of(input))
+    dims = list(range(rank - len(list(normalized_shape)), rank))
+    mean_square = aten.mean.dim(aten.pow.Tensor_Scalar(x, 2), dims, True)
+    out = aten.mul.Tensor(x, aten.rsqrt.default(aten.add.Scalar(mean_square, _rms_epsilon(dtype, eps))))
+    if weight is not None:
+        out = aten.mul.Tensor(out, _cast(weight, compute))
+    return _cast(out, dtype)
+
+
+# --- scaled_dot_product_attention
+
+def _sdpa_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    op = "aten.scaled_dot_product_attention.default"
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
+    require(len(q) >= 2 and len(k) >= 2 and len(v) >= 2, op,
+            f"query, key and value need at least 2 dims, got shapes {list(q)}, {list(k)}, {list(v)}")
+    dtype = dtype_of(query)
+    require_dtype(_is_floating(dtype) and dtype_of(key) is dtype and dtype_of(value) is dtype, op,
+                  f"query, key and value must share a floating-point dtype, got {dtype_of(query)}, "
+                  f"{dtype_of(key)}, {dtype_of(value)}")
+    require(sym_eq(q[-1], k[-1]) and sym_eq(k[-2], v[-2]), op,
+            f"expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got {list(q)}, {list(k)}, {list(v)}")
+    require_arg(0 <= dropout_p <= 1, op, f"dropout_p must be in [0, 1], got {dropout_p}")
+    key_batch, value_batch = list(k[:-2]), list(v[:-2])
+    if enable_gqa and len(q) >= 3 and len(k) >= 3:
+        heads, kv_heads = q[-3], k[-3]
+        require(guard_bool(sympy.Eq(sympy.Mod(heads, kv_heads), 0)), op,
+                f"with enable_gqa the query heads ({heads}) must be a multiple of the key/value heads ({kv_heads})")
+        key_batch[-1] = value_batch[-1] = heads
+    from kiln.ir.meta import broadcast_shapes
+    batch = broadcast_shapes(op, q[:-2], key_batch, value_batch)
+    if attn_mask is not None:
+        require_arg(not is_causal, op, "an explicit attn_mask cannot be combined with is_causal=True")
+        mask_dtype = dtype_of(attn_mask)
+        require_dtype(mask_dtype.is_bool or mask_dtype is dtype or mask_dtype is dtypes.float32, op,
+                      f"attn_mask must be bool or have the query's dtype, got {mask_dtype} for {dtype} query")
+        broadcast_shapes(op, shape_of(attn_mask), [*batch, q[-2], k[-2]])
+    return tensor([*batch, q[-2], v[-1]], dtype)
+
+
+def _sdpa_scale(head_dim, scale):
+    if scale is not None:
+        return scale
+    require(isinstance(head_dim, int), "aten.scaled_dot_product_attention.default",
+            f"the default scale needs a static head dim, got {head_dim}", fix="pass scale explicitly")
+    return 1 / math.sqrt(head_dim)
+
+
+def _sdpa_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    q, k, v = (t.astype(np.float64) for t in (query, key, value))
+    if enable_gqa and q.ndim >= 3 and k.ndim >= 3:
+        k = np.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
+        v = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3)
+    with np.errstate(all="ignore"):
+        scores = np.matmul(q, np.swapaxes(k, -1, -2)) * _sdpa_scale(query.shape[-1], scale)
+        if is_causal:
+            attn_mask = np.tril(np.ones((q.shape[-2], k.shape[-2]), np.bool_))
+        if attn_mask is not None:
+            scores = (np.where(attn_mask, scores, -np.inf) if attn_mask.dtype == np.bool_
+                      else scores + attn_mask.astype(np.float64))
+        best = scores.max(axis=-1, keepdims=True)
+        exp = np.exp(scores - np.where(np.isneginf(best), 0, best))
+        weights = exp / exp.sum(axis=-1, keepdims=True)
+        # Rows masked out entirely attend to nothing (torch's _safe_softmax), giving zeros rather than NaN.
+        weights = np.where(np.isneginf(best), 0, weights)
+        if dropout_p > 0:
+            weights = _native_dropout_kernel(weights, dropout_p, True)[0]
+        return np.matmul(weights, v)
+
+
+defop("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+      "float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
+      _sdpa_meta, _sdpa_kernel, tags=("composite", "random"),
+      doc="Random only when dropout_p > 0. Fully masked rows give zeros, like torch.")
+
+
+def _repeat_heads(value, repeats):
+    """[..., H, S, E] -> [..., H * repeats, S, E], each head repeated in place (repeat_interleave on -3)."""
+    if repeats == 1:
+        return value
+    aten = ops.aten
+    shape = list(shape_of(value))
+    expanded = shape[:-2] + [repeats] + shape[-2:]
+    expanded[-4:-3] = [shape[-3]]
+    grown = aten.expand.default(aten.unsqueeze.default(value, len(shape) - 2), expanded)
+    return aten.view.default(aten.clone.default(grown), [*shape[:-3], as_dim(shape[-3] * repeats), *shape[-2:]])
+
+
+@register_decomposition("aten.scaled_dot_product_attention.default")
+def _sdpa_decomposition(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                        enable_gqa=False):
+    """softmax(q k^T * scale + mask) v with torch's _safe_softmax rule, in float32 for float16/bfloat16."""
+    from kiln.ir.ops.linalg import _matmul_decomposition
+    aten = ops.aten
+    dtype = _sdpa_meta(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa).dtype
+    compute = dtypes.opmath_dtype(dtype)
+    q, k, v = (_cast(t, compute) for t in (query, key, value))
+    if enable_gqa and len(shape_of(q)) >= 3 and len(shape_of(k)) >= 3:
+        repeats = as_dim(shape_of(q)[-3] // shape_of(k)[-3]) if isinstance(shape_of(k)[-3], int) else None
+        require(isinstance(repeats, int), "aten.scaled_dot_product_attention.default",
+                "enable_gqa needs static head counts to decompose")
+        k, v = _repeat_heads(k, repeats), _repeat_heads(v, repeats)
+    rank = len(shape_of(k))
+    key_t = aten.permute.default(k, [*range(rank - 2), rank - 1, rank - 2])
+    scores = aten.mul.Scalar(_matmul_decomposition(q, key_t), _sdpa_scale(shape_of(query)[-1], scale))
+    length, source = shape_of(q)[-2], shape_of(k)[-2]
+    if is_causal:
+        rows = aten.view.default(aten.arange.start_step(0, length, dtype=dtypes.int64), [length, 1])
+        cols = aten.view.default(aten.arange.start_step(0, source, dtype=dtypes.int64), [1, source])
+        attn_mask = aten.le.Tensor(cols, rows)
+    if attn_mask is not None:
+        if dtype_of(attn_mask).is_bool:
+            scores = aten.where.self(attn_mask, scores, aten.scalar_tensor.default(-math.inf, dtype=compute))
+        else:
+            scores = aten.add.Tensor(scores, _cast(attn_mask, compute))
+    weights = aten._softmax.default(scores, -1, False)
+    fully_masked = aten.eq.Scalar(aten.amax.default(scores, [-1], True), -math.inf)
+    weights = aten.where.self(fully_masked, aten.scalar_tensor.default(0.0, dtype=compute), weights)
+    if dropout_p > 0:
+        weights = aten.native_dropout.default(weights, dropout_p, True)[0]
+    return _cast(_matmul_decomposition(weights, v), dtype)
+
+
+# --- dropout
+
+def _dropout_meta(input, p, train):
+    require_arg(0 <= p <= 1, "aten.dropout.default", f"dropout probability has to be between 0 and 1, got {p}")
+    return like(input)
+
+
+def _dropout_kernel(input, p, train):
+    if not train or p == 0:
+        return input.copy()
+    return _native_dropout_kernel(input, p, True)[0]
+
+
+defop("dropout(Tensor input, float p, bool train) -> Tensor", _dropout_meta, _dropout_kernel,
+      tags=("composite", "random"), doc="The identity unless train and p > 0.")
+
+
+@register_decomposition("aten.dropout.default")
+def _dropout_decomposition(input, p, train):
+    _dropout_meta(input, p, train)
+    if not train or p == 0:
+        return input
+    return ops.aten.native_dropout.default(input, p, True)[0]
+
+
+# --- pooling composites
+
+def _max_pool_composite(n: int):
+    core = _max_pool_meta(n), _max_pool_kernel(n)
+    defop(f"max_pool{n}d(Tensor self, int[{n}] kernel_size, int[{n}] stride=[], int[{n}] padding=0, "
+          f"int[{n}] dilation=1, bool ceil_mode=False) -> Tensor",
+          lambda *args: core[0](*args)[0], lambda *args: core[1](*args)[0], tags=("composite",))
+    register_decomposition(f"aten.max_pool{n}d.default")(
+        lambda *args, **kwargs: getattr(ops.aten, f"max_pool{n}d_with_indices").default(*args, **kwargs)[0])
+
+
+for _n in (2, 3):
+    _max_pool_composite(_n)
+
+
+def _as_2d_pool_arguments(kernel_size, stride, padding, dilation=(1,)):
+    """1-D pool arguments as the 2-D ones of a [.., 1, L] input."""
+    return [1, kernel_size[0]], ([1, stride[0]] if stride else []), [0, padding[0]], [1, dilation[0]]
+
+
+def _max_pool1d_meta(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    op = "aten.max_pool1d.default"
+    require(len(shape_of(self)) in (2, 3), op, f"expected a 2-D or 3-D input, got shape {list(shape_of(self))}")
+    kernel, stride2, padding2, dilation2 = _as_2d_pool_arguments(kernel_size, stride, padding, dilation)
+    out = _max_pool_meta(2)(tensor([*shape_of(self)[:-1], 1, shape_of(self)[-1]], dtype_of(self)),
+                            kernel, stride2, padding2, dilation2, ceil_mode)[0]
+    return tensor([*out.shape[:-2], out.shape[-1]], out.dtype)
+
+
+def _max_pool1d_kernel(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    args = _as_2d_pool_arguments(kernel_size, stride, padding, dilation)
+    return _max_pool_kernel(2)(self[..., None, :], *args, ceil_mode)[0][..., 0, :]
+
+
+defop("max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], int[1] dilation=[1], "
+      "bool ceil_mode=False) -> Tensor", _max_pool1d_meta, _max_pool1d_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.max_pool1d.default")
+def _max_pool1d_decomposition(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    aten = ops.aten
+    _max_pool1d_meta(self, kernel_size, stride, padding, dilation, ceil_mode)
+    x = aten.unsqueeze.default(self, -2)
+    out = aten.max_pool2d_with_indices.default(x, *_as_2d_pool_arguments(kernel_size, stride, padding, dilation),
+                                               ceil_mode)[0]
+    return aten.squeeze.dims(out, [-2])
+
+
+def _avg_pool1d_meta(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True):
+    op = "aten.avg_pool1d.default"
+    require(len(shape_of(self)) in (2, 3), op, f"expected a 2-D or 3-D input, got shape {list(shape_of(self))}")
+    kernel, stride2, padding2, _ = _as_2d_pool_arguments(kernel_size, stride, padding)
+    out = _avg_pool_meta(2)(tensor([*shape_of(self)[:-1], 1, shape_of(self)[-1]], dtype_of(self)),
+                            kernel, stride2, padding2, ceil_mode, count_include_pad)
+    return tensor([*out.shape[:-2], out.shape[-1]], out.dtype)
+
+
+def _avg_pool1d_kernel(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True):
+    kernel, stride2, padding2, _ = _as_2d_pool_arguments(kernel_size, stride, padding)
+    return _avg_pool_kernel(2)(self[..., None, :], kernel, stride2, padding2, ceil_mode, count_include_pad)[..., 0, :]
+
+
+defop("avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], bool ceil_mode=False, "
+      "bool count_include_pad=True) -> Tensor", _avg_pool1d_meta, _avg_pool1d_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.avg_pool1d.default")
+def _avg_pool1d_decomposition(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True):
+    aten = ops.aten
+    _avg_pool1d_meta(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    kernel, stride2, padding2, _ = _as_2d_pool_arguments(kernel_size, stride, padding)
+    out = aten.avg_pool2d.default(aten.unsqueeze.default(self, -2), kernel, stride2, padding2, ceil_mode,
+                                  count_include_pad)
+    return aten.squeeze.dims(out, [-2])
+
+
+for _n in (2, 3):
+    defop(f"adaptive_avg_pool{_n}d(Tensor self, SymInt[{_n}] output_size) -> Tensor",
+          _adaptive_avg_pool_meta(_n), _adaptive_avg_pool_kernel(_n), tags=("composite",))
+    register_decomposition(f"aten.adaptive_avg_pool{_n}d.default")(
+        (lambda n: lambda self, output_size: getattr(ops.aten, f"_adaptive_avg_pool{n}d").default(self, output_size))(_n))
+
+
+def _adaptive_avg_pool1d_meta(self, output_size):
+    op = "aten.adaptive_avg_pool1d.default"
+    require(len(shape_of(self)) in (2, 3), op, f"expected a 2-D or 3-D input, got shape {list(shape_of(self))}")
+    require_arg(len(output_size) == 1, op, f"output_size must have one element, got {list(output_size)}")
+    out = _adaptive_avg_pool_meta(2)(tensor([*shape_of(self)[:-1], 1, shape_of(self)[-1]], dtype_of(self)),
+                                     [1, output_size[0]])
+    return tensor([*out.shape[:-2], out.shape[-1]], out.dtype)
+
+
+defop("adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor", _adaptive_avg_pool1d_meta,
+      lambda self, output_size: _adaptive_avg_pool_kernel(2)(self[..., None, :], [1, output_size[0]])[..., 0, :],
+      tags=("composite",))
+
+
+@register_decomposition("aten.adaptive_avg_pool1d.default")
+def _adaptive_avg_pool1d_decomposition(self, output_size):
+    aten = ops.aten
+    _adaptive_avg_pool1d_meta(self, output_size)
+    out = aten._adaptive_avg_pool2d.default(aten.unsqueeze.default(self, -2), [1, output_size[0]])
+    return aten.squeeze.dims(out, [-2])
+
+
+# --- recurrent cells
+
+def _cell_meta(op: str, gates: int, input, hidden, w_ih, w_hh, b_ih, b_hh):
+    x, h = shape_of(input), shape_of(hidden)
+    require(len(x) == 2 and len(h) == 2, op, f"expected 2-D input and hidden state, got shapes {list(x)} and {list(h)}")
+    hidden_size = h[1]
+    require(len(shape_of(w_ih)) == 2 and sym_eq(shape_of(w_ih)[0], gates * hidden_size)
+            and sym_eq(shape_of(w_ih)[1], x[1]), op,
+            f"expected w_ih of shape [{as_dim(gates * hidden_size)}, {x[1]}], got {list(shape_of(w_ih))}")
+    require(len(shape_of(w_hh)) == 2 and sym_eq(shape_of(w_hh)[0], gates * hidden_size)
+            and sym_eq(shape_of(w_hh)[1], hidden_size), op,
+            f"expected w_hh of shape [{as_dim(gates * hidden_size)}, {hidden_size}], got {list(shape_of(w_hh))}")
+    require(sym_eq(x[0], h[0]), op, f"input batch {x[0]} does not match hidden state batch {h[0]}")
+    for name, bias in (("b_ih", b_ih), ("b_hh", b_hh)):
+        if bias is not None:
+            require(len(shape_of(bias)) == 1 and sym_eq(shape_of(bias)[0], gates * hidden_size), op,
+                    f"expected {name} of shape [{as_dim(gates * hidden_size)}], got {list(shape_of(bias))}")
+    dtype = dtype_of(input)
+    require_dtype(_is_floating(dtype) and all(dtype_of(t) is dtype for t in (hidden, w_ih, w_hh, *(
+        b for b in (b_ih, b_hh) if b is not None))), op, "expected all tensors to share one floating-point dtype")
+    return like(hidden)
+
+
+def _cell_linear(x, w, b, acc):
+    out = x.astype(acc) @ w.astype(acc).T
+    return out + b.astype(acc) if b is not None else out
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _lstm_cell_meta(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    op = "aten.lstm_cell.default"
+    require_arg(len(hx) == 2, op, f"hx must hold (h, c), got {len(hx)} tensors")
+    h = _cell_meta(op, 4, input, hx[0], w_ih, w_hh, b_ih, b_hh)
+    require(list(map(str, shape_of(hx[1]))) == list(map(str, h.shape)), op,
+            f"expected c of shape {list(h.shape)}, got {list(shape_of(hx[1]))}")
+    return h, like(hx[1])
+
+
+def _lstm_cell_kernel(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    acc = _accumulation(input.dtype)
+    with np.errstate(all="ignore"):
+        gates = _cell_linear(hx[0], w_hh, b_hh, acc) + _cell_linear(input, w_ih, b_ih, acc)
+        in_gate, forget_gate, cell_gate, out_gate = np.split(gates, 4, axis=1)
+        cy = _sigmoid(forget_gate) * hx[1].astype(acc) + _sigmoid(in_gate) * np.tanh(cell_gate)
+        return _sigmoid(out_gate) * np.tanh(cy), cy
+
+
+defop("lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) "
+      "-> (Tensor, Tensor)", _lstm_cell_meta, _lstm_cell_kernel, tags=("composite",))
+
+
+def _linear_decomposed(x, w, b):
+    aten = ops.aten
+    w_t = aten.permute.default(w, [1, 0])
+    return aten.mm.default(x, w_t) if b is None else aten.addmm.default(b, x, w_t)
+
+
+def _chunks(value, count):
+    aten = ops.aten
+    size = _floordiv(shape_of(value)[1], count)
+    return [aten.slice.Tensor(value, 1, as_dim(i * size), as_dim((i + 1) * size)) for i in range(count)]
+
+
+@register_decomposition("aten.lstm_cell.default")
+def _lstm_cell_decomposition(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    aten = ops.aten
+    _lstm_cell_meta(input, hx, w_ih, w_hh, b_ih, b_hh)
+    gates = aten.add.Tensor(_linear_decomposed(hx[0], w_hh, b_hh), _linear_decomposed(input, w_ih, b_ih))
+    in_gate, forget_gate, cell_gate, out_gate = _chunks(gates, 4)
+    cy = aten.add.Tensor(aten.mul.Tensor(aten.sigmoid.default(forget_gate), hx[1]),
+                         aten.mul.Tensor(aten.sigmoid.default(in_gate), aten.tanh.default(cell_gate)))
+    hy = aten.mul.Tensor(aten.sigmoid.default(out_gate), aten.tanh.default(cy))
+    return hy, cy
+
+
+def _gru_cell_meta(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    return _cell_meta("aten.gru_cell.default", 3, input, hx, w_ih, w_hh, b_ih, b_hh)
+
+
+def _gru_cell_kernel(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    acc = _accumulation(input.dtype)
+    with np.errstate(all="ignore"):
+        i_r, i_z, i_n = np.split(_cell_linear(input, w_ih, b_ih, acc), 3, axis=1)
+        h_r, h_z, h_n = np.split(_cell_linear(hx, w_hh, b_hh, acc), 3, axis=1)
+        reset, update = _sigmoid(i_r + h_r), _sigmoid(i_z + h_z)
+        new = np.tanh(i_n + reset * h_n)
+        return (hx.astype(acc) - new) * update + new
+
+
+defop("gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor",
+      _gru_cell_meta, _gru_cell_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.gru_cell.default")
+def _gru_cell_decomposition(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    aten = ops.aten
+    _gru_cell_meta(input, hx, w_ih, w_hh, b_ih, b_hh)
+    i_r, i_z, i_n = _chunks(_linear_decomposed(input, w_ih, b_ih), 3)
+    h_r, h_z, h_n = _chunks(_linear_decomposed(hx, w_hh, b_hh), 3)
+    reset = aten.sigmoid.default(aten.add.Tensor(i_r, h_r))
+    update = aten.sigmoid.default(aten.add.Tensor(i_z, h_z))
+    new = aten.tanh.default(aten.add.Tensor(i_n, aten.mul.Tensor(reset, h_n)))
+    return aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(hx, new), update), new)
+
+
+# --- bilinear, cosine_similarity, pixel_shuffle
+
+def _bilinear_layer_meta(input1, input2, weight, bias=None):
+    op = "aten.bilinear.default"
+    a, b, w = shape_of(input1), shape_of(input2), shape_of(weight)
+    require(len(w) == 3, op, f"weight must be 3-D [out, in1, in2], got {list(w)}")
+    require(len(a) >= 1 and len(a) == len(b) and all(sym_eq(x, y) for x, y in zip(a[:-1], b[:-1])), op,
+            f"input1 {list(a)} and input2 {list(b)} must have the same batch dims")
+    require(sym_eq(a[-1], w[1]) and sym_eq(b[-1], w[2]), op,
+            f"input sizes {a[-1]} and {b[-1]} do not match weight of shape {list(w)}")
+    if bias is not None:
+        require(len(shape_of(bias)) == 1 and sym_eq(shape_of(bias)[0], w[0]), op,
+                f"expected bias of shape [{w[0]}], got {list(shape_of(bias))}")
+    dtype = dtype_of(input1)
+    require_dtype(all(dtype_of(t) is dtype for t in (input2, weight, *([bias] if bias is not None else []))), op,
+                  "expected all tensors to share one dtype")
+    return tensor([*a[:-1], w[0]], dtype)
+
+
+def _bilinear_layer_kernel(input1, input2, weight, bias=None):
+    acc = _accumulation(input1.dtype)
+    out = np.einsum("...i,oij,...j->...o", input1.astype(acc), weight.astype(acc), input2.astype(acc))
+    return out + bias.astype(acc) if bias is not None else out
+
+
+defop("bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor",
+      _bilinear_layer_meta, _bilinear_layer_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.bilinear.default")
+def _bilinear_layer_decomposition(input1, input2, weight, bias=None):
+    from kiln.ir.ops.linalg import _einsum_decomposition
+    _bilinear_layer_meta(input1, input2, weight, bias)
+    out = _einsum_decomposition("...i,oij,...j->...o", [input1, weight, input2])
+    return out if bias is None else ops.aten.add.Tensor(out, bias)
+
+
+def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
+    op = "aten.cosine_similarity.default"
+    from kiln.ir.meta import Promotion, broadcast_shapes, elementwise_dtype
+    shape = broadcast_shapes(op, shape_of(x1), shape_of(x2))
+    axis = canonical_dim(op, dim, len(shape))
+    dtype = elementwise_dtype(Promotion.INT_TO_FLOAT, x1, x2)
+    return tensor([s for i, s in enumerate(shape) if i != axis], dtype)
+
+
+def _cosine_similarity_kernel(x1, x2, dim=1, eps=1e-8):
+    dtype = _cosine_similarity_meta(x1, x2, dim, eps).dtype
+    compute = np.float64
+    a, b = np.broadcast_arrays(x1.astype(compute), x2.astype(compute))
+    axis = canonical_dim("", dim, a.ndim)
+    with np.errstate(all="ignore"):
+        norm_a = np.maximum(np.sqrt((a * a).sum(axis=axis, keepdims=True)), eps)
+        norm_b = np.maximum(np.sqrt((b * b).sum(axis=axis, keepdims=True)), eps)
+        return ((a / norm_a) * (b / norm_b)).sum(axis=axis).astype(dtype.numpy)
+
+
+defop("cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor",
+      _cosine_similarity_meta, _cosine_similarity_kernel, tags=("composite",),
+      doc="Each input is divided by its norm clamped to eps, then the products are summed (torch's formula).")
+
+
+@register_decomposition("aten.cosine_similarity.default")
+def _cosine_similarity_decomposition(x1, x2, dim=1, eps=1e-8):
+    aten = ops.aten
+    dtype = _cosine_similarity_meta(x1, x2, dim, eps).dtype
+    from kiln.ir.meta import broadcast_shapes
+    shape = list(broadcast_shapes("aten.cosine_similarity.default", shape_of(x1), shape_of(x2)))
+    a, b = (aten.expand.default(_cast(x, dtype), shape) if list(map(str, shape_of(x))) != list(map(str, shape))
+            else _cast(x, dtype) for x in (x1, x2))
+    axis = canonical_dim("aten.cosine_similarity.default", dim, len(shape))
+
+    def normalized(x):
+        norm = aten.sqrt.default(aten.sum.dim_IntList(aten.mul.Tensor(x, x), [axis], True))
+        return aten.div.Tensor(x, aten.clamp_min.default(norm, eps))
+    return aten.sum.dim_IntList(aten.mul.Tensor(normalized(a), normalized(b)), [axis])
+
+
+def _pixel_shuffle_meta(op: str, factor_name: str, inverse: bool):
+    def meta(self, factor):
+        shape = shape_of(self)
+        require(len(shape) >= 3, op, f"expected an input of at least 3 dims (..., C, H, W), got {list(shape)}")
+        require_arg(factor > 0, op, f"{factor_name} must be positive, got {factor}")
+        c, h, w = shape[-3:]
+        if inverse:
+            require(guard_bool(sympy.Eq(sympy.Mod(h, factor), 0)) and guard_bool(sympy.Eq(sympy.Mod(w, factor), 0)),
+                    op, f"height {h} and width {w} must be divisible by {factor_name}={factor}")
+            out = [as_dim(c * factor * factor), _floordiv(h, factor), _floordiv(w, factor)]
+        else:
+            require(guard_bool(sympy.Eq(sympy.Mod(c, factor * factor), 0)), op,
+                    f"channels {c} must be divisible by {factor_name}^2={factor * factor}")
+            out = [_floordiv(c, factor * factor), as_dim(h * factor), as_dim(w * factor)]
+        return tensor([*shape[:-3], *out], dtype_of(self))
+    return meta
+
+
+def _pixel_shuffle_layout(shape, factor, inverse):
+    """(split shape, permutation, final shape) for pixel_(un)shuffle."""
+    lead, (c, h, w), r = list(shape[:-3]), shape[-3:], factor
+    k = len(lead)
+    if inverse:  # [.., C, H*r, W*r] -> [.., C, H, r, W, r] -> [.., C, r, r, H, W]
+        split = [*lead, c, _floordiv(h, r), r, _floordiv(w, r), r]
+        order = [*range(k), k, k + 2, k + 4, k + 1, k + 3]
+        final = [*lead, as_dim(c * r * r), _floordiv(h, r), _floordiv(w, r)]
+    else:  # [.., C*r*r, H, W] -> [.., C, r, r, H, W] -> [.., C, H, r, W, r]
+        split = [*lead, _floordiv(c, r * r), r, r, h, w]
+        order = [*range(k), k, k + 3, k + 1, k + 4, k + 2]
+        final = [*lead, _floordiv(c, r * r), as_dim(h * r), as_dim(w * r)]
+    return split, order, final
+
+
+for _name, _factor, _inverse in (("pixel_shuffle", "upscale_factor", False),
+                                 ("pixel_unshuffle", "downscale_factor", True)):
+    def _make(name=_name, factor_name=_factor, inverse=_inverse):
+        meta = _pixel_shuffle_meta(f"aten.{name}.default", factor_name, inverse)
+
+        def kernel(self, factor):
+            split, order, final = _pixel_shuffle_layout(self.shape, factor, inverse)
+            return self.reshape(split).transpose(order).reshape(final)
+
+        def decomposition(self, factor):
+            aten = ops.aten
+            meta(self, factor)
+            split, order, final = _pixel_shuffle_layout(shape_of(self), factor, inverse)
+            moved = aten.permute.default(aten.view.default(self, split), order)
+            return aten.view.default(aten.clone.default(moved), final)
+        defop(f"{name}(Tensor self, int {factor_name}) -> Tensor", meta, kernel, tags=("composite",))
+        register_decomposition(f"aten.{name}.default")(decomposition)
+    _make()
+
+
+# --- upsample_nearest2d / upsample_bilinear2d (the output_size + scales overloads)
+
+def _vec_scale_factors(op: str, input, output_size, scales):
+    """The .vec form of a (output_size, scales_h, scales_w) call: output sizes when no scale is given (or they
+    cannot matter), else the scale factors, provided they reproduce output_size."""
+    if all(s is None for s in scales):
+        return list(output_size), None
+    shape = shape_of(input)
+    reproduced = (all(s is not None for s in scales)
+                  and all(isinstance(size, int) for size in shape[2:])
+                  and [_scaled_size(size, s) for size, s in zip(shape[2:], scales)] == list(output_size))
+    if not reproduced:
+        raise KilnError(f"{op}: output_size {list(output_size)} with scales {list(scales)} cannot be expressed "
+                        f"with the .vec overload (the scales would give a different output size)",
+                        fix="pass either output_size or matching scale factors")
+    return None, list(scales)
+
+
+def _nearest_default_meta(self, output_size, scales_h=None, scales_w=None):
+    op = "aten.upsample_nearest2d.default"
+    require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
+    return _nearest_meta(self, list(output_size), None)
+
+
+def _nearest_default_kernel(self, output_size, scales_h=None, scales_w=None):
+    rows = _nearest_source(self.shape[2], int(output_size[0]), scales_h)
+    cols = _nearest_source(self.shape[3], int(output_size[1]), scales_w)
+    return self[:, :, rows[:, None], cols[None, :]]
+
+
+defop("upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor",
+      _nearest_default_meta, _nearest_default_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.upsample_nearest2d.default")
+def _nearest_default_decomposition(self, output_size, scales_h=None, scales_w=None):
+    _nearest_default_meta(self, output_size, scales_h, scales_w)
+    sizes, factors = _vec_scale_factors("aten.upsample_nearest2d.default", self, output_size, (scales_h, scales_w))
+    return ops.aten.upsample_nearest2d.vec(self, sizes, factors)
+
+
+def _bilinear_default_meta(self, output_size, align_corners, scales_h=None, scales_w=None):
+    op = "aten.upsample_bilinear2d.default"
+    require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
+    return _bilinear_meta(self, list(output_size), align_corners, None)
+
+
+def _bilinear_default_kernel(self, output_size, align_corners, scales_h=None, scales_w=None):
+    dtype = _opmath(self.dtype)
+    x = self.astype(dtype)
+    top, bottom, w_top, w_bottom = _linear_taps(self.shape[2], int(output_size[0]), align_corners, scales_h, dtype)
+    left, right, w_left, w_right = _linear_taps(self.shape[3], int(output_size[1]), align_corners, scales_w, dtype)
+    upper = x[:, :, top][..., left] * w_left + x[:, :, top][..., right] * w_right
+    lower = x[:, :, bottom][..., left] * w_left + x[:, :, bottom][..., right] * w_right
+    return upper * w_top[:, None] + lower * w_bottom[:, None]
+
+
+defop("upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, "
+      "float? scales_w=None) -> Tensor", _bilinear_default_meta, _bilinear_default_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.upsample_bilinear2d.default")
+def _bilinear_default_decomposition(self, output_size, align_corners, scales_h=None, scales_w=None):
+    _bilinear_default_meta(self, output_size, align_corners, scales_h, scales_w)
+    scales = (None, None) if align_corners else (scales_h, scales_w)  # align_corners ignores the scales
+    sizes, factors = _vec_scale_factors("aten.upsample_bilinear2d.default", self, output_size, scales)
+    return ops.aten.upsample_bilinear2d.vec(self, sizes, align_corners, factors)

@@ -292,15 +292,17 @@ def _trunc_divide_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(inexact_negative, quotient + 1, quotient)
 
 
-def _floor_divide_floats(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """c10::div_floor_floating (Python's float //, with IEEE results for division by zero)."""
+def _floor_divide_floats(a: np.ndarray, b: np.ndarray, r: Callable = lambda v: v) -> np.ndarray:
+    """c10::div_floor_floating (Python's float //, with IEEE results for division by zero); `r` rounds
+    each intermediate result to the dtype ATen computes in."""
     mod = np.fmod(a, b)
-    div = (a - mod) / b
-    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    div = r(r(a - mod) / b)
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), r(div - 1), div)
     floored = np.floor(div)
-    floored = np.where(div - floored > 0.5, floored + 1, floored)
-    floored = np.where(div == 0, np.copysign(np.zeros_like(div), a / b), floored)
-    return np.where(b == 0, a / b, floored)
+    floored = np.where(r(div - floored) > 0.5, r(floored + 1), floored)
+    quotient = r(a / b)
+    floored = np.where(div == 0, np.copysign(np.zeros_like(div), quotient), floored)
+    return np.where(b == 0, quotient, floored)
 
 
 def _divide(op: str) -> Callable[..., np.ndarray]:
@@ -316,8 +318,16 @@ def _divide(op: str) -> Callable[..., np.ndarray]:
                     return _trunc_divide_integers(a, b)
                 return np.floor_divide(a, b)
             a, b = _compute(self, common), _second_operand(other, common)
-            return np.trunc(a / b) if rounding_mode == "trunc" else _floor_divide_floats(a, b)
+            # float16/bfloat16 compute in their own dtype here, rounding every step, unless the divisor
+            # is one element (then ATen computes in float32, see _second_operand)
+            r = _rounder(common) if common in _REDUCED_FLOATS and np.size(other) != 1 else (lambda v: v)
+            return np.trunc(r(a / b)) if rounding_mode == "trunc" else _floor_divide_floats(a, b, r)
     return kernel
+
+
+def _rounder(dtype: DType) -> Callable[[np.ndarray], np.ndarray]:
+    """Round float32 values to `dtype` and back, like one arithmetic op on c10::Half/BFloat16."""
+    return lambda values: values.astype(dtype.numpy).astype(np.float32)
 
 
 def _div_mode_meta(op: str) -> Callable[..., Any]:

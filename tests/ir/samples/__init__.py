@@ -58,13 +58,15 @@ def rand(rng: np.random.Generator, *shape: int, dtype: str = "float32", low: flo
     """Random values of a kiln dtype: uniform floats, integers in [low, high), or random bools."""
     dt = dtypes.dtype(dtype)
     if dt.is_bool:
-        return rng.random(shape) < 0.5
-    if dt.is_integral:
+        values = rng.random(shape) < 0.5
+    elif dt.is_integral:
         low_int = max(int(low), 0) if dt is dtypes.uint8 else int(low)
-        return rng.integers(low_int, max(int(high), low_int + 1), size=shape).astype(dt.numpy)
-    if dt.is_complex:
-        return (rng.uniform(low, high, shape) + 1j * rng.uniform(low, high, shape)).astype(dt.numpy)
-    return rng.uniform(low, high, size=shape).astype(np.float32).astype(dt.numpy)
+        values = rng.integers(low_int, max(int(high), low_int + 1), size=shape)
+    elif dt.is_complex:
+        values = rng.uniform(low, high, shape) + 1j * rng.uniform(low, high, shape)
+    else:
+        values = rng.uniform(low, high, size=shape).astype(np.float32)
+    return np.asarray(values).astype(dt.numpy)  # np.asarray: a 0-d array, never a numpy scalar
 
 
 def positive(rng: np.random.Generator, *shape: int, dtype: str = "float32") -> np.ndarray:
