@@ -4,6 +4,8 @@
 The user API mirrors PyTorch: `kiln.ops.aten.add.Tensor`, `kiln.float32`, `kiln.ExportedProgram`, ...
 """
 
+import sys as _sys
+
 from kiln.ir import dtypes as _dtypes
 from kiln.ir.dtypes import (
     DType as dtype, bfloat16, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8,
@@ -21,7 +23,6 @@ from kiln.frontend.random import manual_seed
 from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
-import sys as _sys
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})

@@ -24,16 +24,19 @@ from kiln.ir.symbolic import ShapeEnv
 from kiln.ir.types import TensorType
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# kiln's own layers; anything else (user code, and kiln/models, which is model code) is "the user's line".
+_INTERNAL_DIRS = tuple(os.path.join(_KILN_DIR, layer) + os.sep
+                       for layer in ("ir", "frontend", "passes", "codegen", "runtime", "cli"))
 
 
 def user_source_line() -> str | None:
-    """`file:line` of the innermost frame outside the kiln package (the user's code)."""
+    """`file:line` of the innermost frame outside kiln's internals (the user's code)."""
     import sys
     frame = sys._getframe(1)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_KILN_DIR) and "contextlib" not in filename:
-            return f"{filename}:{frame.f_lineno}"
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_INTERNAL_DIRS) and "contextlib" not in filename:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
 

@@ -176,7 +176,8 @@ class Module:
                 child.state_dict(result, prefix + name + ".", keep_vars)
         return result
 
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False) -> IncompatibleKeys:
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True,
+                        assign: bool = False) -> IncompatibleKeys:
         """Copy values in (from kiln tensors, numpy arrays or torch tensors); shapes must match."""
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
@@ -257,9 +258,9 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from kiln.frontend.tracing import active_tracer
         tracer = active_tracer()
-        if tracer is None:
+        path = tracer.module_paths.get(id(self), type(self).__name__) if tracer is not None else ""
+        if not path:  # eager, or the exported root module (torch's nn_module_stack leaves it out too)
             return self.forward(*args, **kwargs)
-        path = tracer.module_paths.get(id(self), type(self).__name__)
         with tracer.module_scope(path, type(self).__qualname__):
             return self.forward(*args, **kwargs)
 

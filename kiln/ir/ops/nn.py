@@ -1272,78 +1272,81 @@ def _unbatched(meta_type, added: bool):
     return tensor(meta_type.shape[1:], meta_type.dtype) if added else meta_type
 
 
-# --- conv1d/2d/3d and conv_transpose1d/2d/3d
+# --- conv1d/2d/3d and conv_transpose1d/2d/3d: convolution on a batch, unbatched inputs get a batch of one
 
-def _conv_composite(n: int, transposed: bool):
-    name = f"conv_transpose{n}d" if transposed else f"conv{n}d"
-    op = f"aten.{name}.{'input' if transposed and n > 1 else 'default'}"
+def _conv_check_rank(op, n, input, weight):
+    require(len(shape_of(input)) in (n + 1, n + 2), op,
+            f"expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input, got shape {list(shape_of(input))}")
+    require(len(shape_of(weight)) == n + 2, op, f"expected a {n + 2}-D weight, got shape {list(shape_of(weight))}")
 
-    def arguments(stride, padding, dilation, output_padding):
-        return ([*stride], [*padding], [*dilation], transposed, [*output_padding] if transposed else [0] * n)
 
-    def check_rank(input, weight):
-        require(len(shape_of(input)) in (n + 1, n + 2), op,
-                f"expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input, got shape {list(shape_of(input))}")
-        require(len(shape_of(weight)) == n + 2, op,
-                f"expected a {n + 2}-D weight, got shape {list(shape_of(weight))}")
-
-    def meta(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
-        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
-        check_rank(input, weight)
+def _conv_like(op: str, n: int, convolution_args):
+    """meta, kernel and decomposition of a convN-style composite, given a function mapping its own
+    arguments (after input, weight, bias) to convolution's (stride, padding, dilation, transposed,
+    output_padding, groups)."""
+    def meta(input, weight, bias, *rest):
+        _conv_check_rank(op, n, input, weight)
         batched, added = _batched_type(input, n + 1)
-        return _unbatched(_convolution_meta(batched, weight, bias, *arguments(stride, padding, dilation,
-                                                                              output_padding), groups), added)
+        return _unbatched(_convolution_meta(batched, weight, bias, *convolution_args(*rest)), added)
 
-    def kernel(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
-        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
+    def kernel(input, weight, bias, *rest):
         added = input.ndim == n + 1
-        out = _convolution_kernel(input[None] if added else input, weight, bias,
-                                  *arguments(stride, padding, dilation, output_padding), groups)
+        out = _convolution_kernel(input[None] if added else input, weight, bias, *convolution_args(*rest))
         return out[0] if added else out
 
-    def decomposition(input, weight, bias=None, stride=(1,), padding=(0,), *rest):
-        dilation, output_padding, groups = _conv_rest(rest, n, transposed)
+    def decomposition(input, weight, bias, *rest):
         aten = ops.aten
-        check_rank(input, weight)
+        _conv_check_rank(op, n, input, weight)
         added = len(shape_of(input)) == n + 1
         x = aten.unsqueeze.default(input, 0) if added else input
-        out = aten.convolution.default(x, weight, bias, *arguments(stride, padding, dilation, output_padding), groups)
+        out = aten.convolution.default(x, weight, bias, *convolution_args(*rest))
         return aten.squeeze.dims(out, [0]) if added else out
+    return meta, kernel, decomposition
 
+
+def _listed(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _define_conv(n: int):
     ones, zeros = ", ".join(["1"] * n), ", ".join(["0"] * n)
-    if transposed:
-        schema = (f"{name}{'.input' if n > 1 else ''}(Tensor input, Tensor weight, Tensor? bias=None, "
-                  f"SymInt[{n}] stride=[{ones}], SymInt[{n}] padding=[{zeros}], SymInt[{n}] output_padding=[{zeros}], "
-                  f"SymInt groups=1, SymInt[{n}] dilation=[{ones}]) -> Tensor")
-    else:
-        schema = (f"{name}(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=[{ones}], "
-                  f"SymInt[{n}] padding=[{zeros}], SymInt[{n}] dilation=[{ones}], SymInt groups=1) -> Tensor")
-    defop(schema, meta, kernel, tags=("composite",))
-    register_decomposition(op)(decomposition)
+    name = f"conv{n}d"
+    meta, kernel, decomposition = _conv_like(
+        f"aten.{name}.default", n,
+        lambda stride, padding, dilation, groups: (stride, padding, dilation, False, [0] * n, groups))
+    defop(f"{name}(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=[{ones}], "
+          f"SymInt[{n}] padding=[{zeros}], SymInt[{n}] dilation=[{ones}], SymInt groups=1) -> Tensor",
+          meta, kernel, tags=("composite",))
+
+    def conv(input, weight, bias=None, stride=(1,) * n, padding=(0,) * n, dilation=(1,) * n, groups=1):
+        return decomposition(input, weight, bias, _listed(stride), _listed(padding), _listed(dilation), groups)
+    register_decomposition(f"aten.{name}.default")(conv)
 
 
-def _conv_rest(rest, n, transposed):
-    """The trailing arguments in schema order: (dilation, groups) or, transposed, (output_padding, groups,
-    dilation); returned as (dilation, output_padding, groups)."""
-    if transposed:
-        output_padding, groups, dilation = (list(rest) + [None, None, None])[:3]
-        return dilation or [1] * n, output_padding or [0] * n, 1 if groups is None else groups
-    dilation, groups = (list(rest) + [None, None])[:2]
-    return dilation or [1] * n, [0] * n, 1 if groups is None else groups
+def _define_conv_transpose(n: int):
+    ones, zeros = ", ".join(["1"] * n), ", ".join(["0"] * n)
+    name = f"conv_transpose{n}d{'.input' if n > 1 else ''}"
+    meta, kernel, decomposition = _conv_like(
+        f"aten.{name if n > 1 else name + '.default'}", n,
+        lambda stride, padding, output_padding, groups, dilation: (stride, padding, dilation, True, output_padding,
+                                                                   groups))
+    defop(f"{name}(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=[{ones}], "
+          f"SymInt[{n}] padding=[{zeros}], SymInt[{n}] output_padding=[{zeros}], SymInt groups=1, "
+          f"SymInt[{n}] dilation=[{ones}]) -> Tensor", meta, kernel, tags=("composite",))
+
+    def conv_transpose(input, weight, bias=None, stride=(1,) * n, padding=(0,) * n, output_padding=(0,) * n,
+                       groups=1, dilation=(1,) * n):
+        return decomposition(input, weight, bias, _listed(stride), _listed(padding), _listed(output_padding), groups,
+                             _listed(dilation))
+    register_decomposition(f"aten.{name if n > 1 else name + '.default'}")(conv_transpose)
 
 
 for _n in (1, 2, 3):
-    _conv_composite(_n, transposed=False)
-    _conv_composite(_n, transposed=True)
+    _define_conv(_n)
+    _define_conv_transpose(_n)
 
 
 # --- normalization
-
-def _first(meta_rule):
-    def meta(*args):
-        return meta_rule(*args)[0]
-    return meta
-
 
 defop("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
       "float eps=1.0000000000000001e-05, bool cudnn_enable=True) -> Tensor",
@@ -1971,7 +1974,7 @@ defop("cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Te
 @register_decomposition("aten.cosine_similarity.default")
 def _cosine_similarity_decomposition(x1, x2, dim=1, eps=1e-8):
     aten = ops.aten
-    dtype = _cosine_similarity_meta(x1, x2, dim, eps).dtype
+    dtype = _cosine_similarity_meta(like(x1), like(x2), dim, eps).dtype  # TensorTypes: x1/x2 may be IR values
     from kiln.ir.meta import broadcast_shapes
     shape = list(broadcast_shapes("aten.cosine_similarity.default", shape_of(x1), shape_of(x2)))
     a, b = (aten.expand.default(_cast(x, dtype), shape) if list(map(str, shape_of(x))) != list(map(str, shape))

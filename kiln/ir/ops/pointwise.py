@@ -85,9 +85,12 @@ def _wrapped(value: Any) -> np.ndarray:
 
 
 def _cast(value: Any, dtype: DType) -> np.ndarray:
-    """A tensor or Python scalar converted to `dtype` like TensorIterator's casts: no range checks."""
+    """A tensor or Python scalar converted to `dtype` like TensorIterator's casts: no range checks, and
+    into float16/bfloat16 through float32 (c10::Half and BFloat16 are constructed from float)."""
     array = value if isinstance(value, np.ndarray) else _wrapped(value)
     with np.errstate(all="ignore"):
+        if dtype in _REDUCED_FLOATS and array.dtype != dtype.numpy:
+            array = array.astype(np.float32)
         return array.astype(dtype.numpy, copy=False)
 
 
@@ -589,7 +592,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
         tail = 1.0 - np.exp(-h * h - 0.5625) * np.exp((h - ax) * (h + ax) + r / q) / ax
         magnitude = np.select([ax < _ERF_BOUNDS[1], ax < _ERF_BOUNDS[3]], [near_one, tail], 1.0)
         result = np.where(ax < _ERF_BOUNDS[0], small, np.copysign(magnitude, x64))
-    return np.where(np.isnan(x64), x64, result)
+    return np.where(np.isnan(x64), x64, result).astype(np.result_type(x, np.float32))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -1074,8 +1077,15 @@ def _where_scalar_decomposition(condition, self, other):
     base = next((v for v in (self, other) if is_tensor(v)), condition)
     if dtype_of(base) is not result:
         base = aten._to_copy.default(base, dtype=result)
-    branches = [base if is_tensor(v) else aten.fill.Scalar(base, v) for v in (self, other)]
-    return aten.where.self(condition, *branches)
+
+    def filled(value):
+        if result not in _REDUCED_FLOATS:
+            return aten.fill.Scalar(base, value)
+        # unchecked like ATen's scalar_tensor: fill in float64, then round (70000 becomes inf)
+        wide = aten.fill.Scalar(aten._to_copy.default(base, dtype=dtypes.float64), value)
+        return aten._to_copy.default(wide, dtype=result)
+
+    return aten.where.self(condition, *[v if is_tensor(v) else filled(v) for v in (self, other)])
 
 
 for _schema in ["where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor",

@@ -7,6 +7,8 @@ meta rule, torch eager and (for composites) the decomposition. An op without sam
 
 from __future__ import annotations
 
+import importlib
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -73,15 +75,7 @@ def positive(rng: np.random.Generator, *shape: int, dtype: str = "float32") -> n
     return rand(rng, *shape, dtype=dtype, low=0.1, high=3)
 
 
-from tests.ir.samples import (  # noqa: E402,F401  (registers the families' samples)
-    backward,
-    composite,
-    factory,
-    indexing,
-    linalg,
-    misc,
-    nn,
-    pointwise,
-    reduction,
-    shape,
-)
+FAMILIES = ("backward", "composite", "factory", "indexing", "linalg", "misc", "nn", "pointwise", "reduction",
+            "shape")
+for _family in FAMILIES:  # registers every family's samples
+    importlib.import_module(f"tests.ir.samples.{_family}")

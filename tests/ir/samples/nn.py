@@ -339,3 +339,229 @@ def _fft_c2r(rng):
     yield Sample((rand(rng, 4, 4, dtype="complex64"), [1], 2, 7), note="odd length, 1/n")
     yield Sample((rand(rng, 3, 4, 4, dtype="complex128"), [0, 2], 1, 6), note="2-D, ortho")
     yield Sample((rand(rng, 3, 5, 6, dtype="complex64"), [2, 1], 2, 9), note="last listed dim is the real one")
+
+
+# ---------------------------------------------------------------------------------------------
+# Composites
+
+@samples("aten.conv1d.default")
+def _conv1d(rng):
+    yield Sample((rand(rng, 2, 3, 9), rand(rng, 4, 3, 3), rand(rng, 4)))
+    yield Sample((rand(rng, 4, 10), rand(rng, 6, 2, 3), None, [2], [1], [2], 2), note="unbatched, all options")
+    yield Sample((rand(rng, 1, 2, 6, dtype="float64"), rand(rng, 2, 2, 2, dtype="float64")), note="float64")
+
+
+@samples("aten.conv2d.default")
+def _conv2d(rng):
+    yield Sample((rand(rng, 2, 3, 7, 6), rand(rng, 4, 3, 3, 3), rand(rng, 4)))
+    yield Sample((rand(rng, 4, 8, 7), rand(rng, 6, 2, 3, 2), rand(rng, 6), [2, 1], [1, 0], [1, 2], 2),
+                 note="unbatched, all options")
+    yield Sample((rand(rng, 1, 3, 6, 6, dtype="bfloat16"), rand(rng, 2, 3, 3, 3, dtype="bfloat16")), note="bfloat16")
+
+
+@samples("aten.conv3d.default")
+def _conv3d(rng):
+    yield Sample((rand(rng, 1, 2, 5, 4, 6), rand(rng, 3, 2, 2, 3, 2), rand(rng, 3)))
+    yield Sample((rand(rng, 2, 4, 4, 5), rand(rng, 2, 2, 2, 2, 2), None, [1, 2, 1], [1], [1], 1), note="unbatched")
+
+
+@samples("aten.conv_transpose1d.default")
+def _conv_transpose1d(rng):
+    yield Sample((rand(rng, 2, 3, 5), rand(rng, 3, 4, 3), rand(rng, 4)))
+    yield Sample((rand(rng, 4, 6), rand(rng, 4, 2, 3), rand(rng, 4), [2], [1], [1], 2, [1]),
+                 note="unbatched, stride/padding/output_padding/groups")
+
+
+@samples("aten.conv_transpose2d.input")
+def _conv_transpose2d(rng):
+    yield Sample((rand(rng, 2, 3, 4, 5), rand(rng, 3, 2, 3, 3), rand(rng, 2)))
+    yield Sample((rand(rng, 1, 4, 3, 4), rand(rng, 4, 3, 2, 3), None, [2, 3], [0, 1], [1, 2], 2, [2, 1]),
+                 note="all options")
+    yield Sample((rand(rng, 2, 4, 4), rand(rng, 2, 3, 3, 3)), note="unbatched")
+
+
+@samples("aten.conv_transpose3d.input")
+def _conv_transpose3d(rng):
+    yield Sample((rand(rng, 1, 2, 3, 3, 2), rand(rng, 2, 2, 2, 2, 2), rand(rng, 2), [2, 1, 2], [0], [1, 0, 0]))
+
+
+@samples("aten.layer_norm.default")
+def _layer_norm_composite(rng):
+    yield Sample((rand(rng, 2, 3, 8), [8], rand(rng, 8), rand(rng, 8)))
+    yield Sample((rand(rng, 2, 3, 4), [3, 4]), note="no affine, default eps")
+    yield Sample((rand(rng, 4, 16, dtype="bfloat16"), [16], rand(rng, 16), rand(rng, 16), 1e-3),
+                 note="bfloat16 input, float32 parameters")
+
+
+@samples("aten.group_norm.default")
+def _group_norm_composite(rng):
+    yield Sample((rand(rng, 2, 6, 5), 3, rand(rng, 6), rand(rng, 6)))
+    yield Sample((rand(rng, 2, 4, 3, 2), 2), note="4-D, no affine")
+    yield Sample((rand(rng, 3, 4, dtype="float64"), 1, None, None, 1e-3), note="2-D float64")
+
+
+@samples("aten.batch_norm.default")
+def _batch_norm_composite(rng):
+    weight, bias = rand(rng, 3), rand(rng, 3)
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, rand(rng, 3), positive(rng, 3), False, 0.1, 1e-5, True),
+                 note="eval")
+    yield Sample((rand(rng, 4, 3, 5), weight, bias, rand(rng, 3), positive(rng, 3), True, 0.1, 1e-5, True),
+                 note="training with running statistics")
+    yield Sample((rand(rng, 2, 3, 2, 2), None, None, None, None, True, 0.1, 1e-5, True),
+                 note="training without running statistics")
+    yield Sample((rand(rng, 4, 3, dtype="bfloat16"), weight, bias, rand(rng, 3), positive(rng, 3), False, 0.1, 1e-5,
+                  True), note="bfloat16 eval")
+
+
+@samples("aten.instance_norm.default")
+def _instance_norm(rng):
+    yield Sample((rand(rng, 2, 3, 5), rand(rng, 3), rand(rng, 3), None, None, True, 0.1, 1e-5, True))
+    yield Sample((rand(rng, 2, 3, 2, 3), None, None, rand(rng, 3), positive(rng, 3), False, 0.1, 1e-5, True),
+                 note="running statistics")
+
+
+@samples("aten.rms_norm.default")
+def _rms_norm(rng):
+    yield Sample((rand(rng, 2, 3, 8), [8], rand(rng, 8)), note="eps=None: float32 machine epsilon")
+    yield Sample((rand(rng, 2, 3, 4), [3, 4], None, 1e-5), note="two dims, no weight")
+    yield Sample((rand(rng, 4, 16, dtype="bfloat16", low=-0.01, high=0.01), [16], rand(rng, 16)),
+                 note="bfloat16: eps is float32's, weight applied before rounding")
+    yield Sample((rand(rng, 4, 16, dtype="float16"), [16], rand(rng, 16, dtype="float16"), 1e-6), note="float16")
+    yield Sample((rand(rng, 3, 5, dtype="float64"), [5], rand(rng, 5)), note="float64 input, float32 weight")
+
+
+def _attention_inputs(rng, batch, heads, length, source, dim, value_dim=None, kv_heads=None, dtype="float32"):
+    kv = heads if kv_heads is None else kv_heads
+    return (rand(rng, *batch, heads, length, dim, dtype=dtype), rand(rng, *batch, kv, source, dim, dtype=dtype),
+            rand(rng, *batch, kv, source, value_dim or dim, dtype=dtype))
+
+
+@samples("aten.scaled_dot_product_attention.default")
+def _sdpa(rng):
+    yield Sample(_attention_inputs(rng, [2], 2, 3, 5, 4))
+    yield Sample(_attention_inputs(rng, [2], 2, 4, 4, 8, value_dim=3), {"is_causal": True}, note="causal")
+    yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 4), {"is_causal": True}, note="causal, L < S")
+    q, k, v = _attention_inputs(rng, [2], 2, 3, 5, 4)
+    mask = rand(rng, 3, 5, dtype="bool")
+    mask[:, 0] = True
+    yield Sample((q, k, v, mask), note="bool mask")
+    yield Sample((q, k, v, rand(rng, 2, 1, 3, 5)), {"scale": 0.3}, note="float mask, explicit scale")
+    no_row = np.ones((3, 5), np.bool_)
+    no_row[1] = False
+    yield Sample((q, k, v, no_row), note="a fully masked row gives zeros")
+    yield Sample(_attention_inputs(rng, [2], 4, 3, 5, 4, kv_heads=2), {"enable_gqa": True}, note="grouped query")
+    yield Sample((rand(rng, 3, 4), rand(rng, 5, 4), rand(rng, 5, 6)), note="no batch dims")
+    yield Sample((rand(rng, 2, 3, 4), rand(rng, 1, 5, 4), rand(rng, 1, 5, 6)), note="broadcast batch")
+    yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8, dtype="float64"), note="float64")
+    yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8, dtype="bfloat16"), note="bfloat16")
+    yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8), {"dropout_p": 0.5}, note="dropout", check_values=False)
+
+
+@samples("aten.dropout.default")
+def _dropout(rng):
+    yield Sample((rand(rng, 3, 4), 0.5, False), note="eval")
+    yield Sample((rand(rng, 3, 4), 0.0, True), note="p=0")
+    yield Sample((rand(rng, 3, 4), 1.0, True), note="p=1 zeroes everything")
+    yield Sample((rand(rng, 5, 6), 0.5, True), note="random", check_values=False)
+
+
+@samples("aten.max_pool2d.default")
+def _max_pool2d_composite(rng):
+    yield Sample((rand(rng, 2, 3, 6, 7), [2, 2]))
+    yield Sample((rand(rng, 1, 2, 7, 7), [3, 3], [2, 2], [1, 1], [1, 1], True), note="all options")
+
+
+@samples("aten.max_pool3d.default")
+def _max_pool3d_composite(rng):
+    yield Sample((rand(rng, 1, 2, 4, 5, 6), [2, 2, 2]))
+    yield Sample((rand(rng, 2, 5, 6, 7), [3, 2, 3], [2, 1, 2], [1, 1, 1], [1, 2, 1], True), note="all options")
+
+
+@samples("aten.max_pool1d.default")
+def _max_pool1d(rng):
+    yield Sample((rand(rng, 2, 3, 9), [3]))
+    yield Sample((rand(rng, 3, 10), [3], [2], [1], [2], True), note="unbatched, all options")
+
+
+@samples("aten.avg_pool1d.default")
+def _avg_pool1d(rng):
+    yield Sample((rand(rng, 2, 3, 9), [3]))
+    yield Sample((rand(rng, 3, 10), [3], [2], [1], True, False), note="unbatched, ceil, pad excluded")
+
+
+@samples("aten.adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d_composite(rng):
+    yield Sample((rand(rng, 2, 3, 7, 9), [3, 4]))
+    yield Sample((rand(rng, 3, 5, 5), [1, 1]), note="global")
+
+
+@samples("aten.adaptive_avg_pool3d.default")
+def _adaptive_avg_pool3d_composite(rng):
+    yield Sample((rand(rng, 1, 2, 5, 7, 6), [2, 3, 4]))
+
+
+@samples("aten.adaptive_avg_pool1d.default")
+def _adaptive_avg_pool1d(rng):
+    yield Sample((rand(rng, 2, 3, 10), [4]))
+    yield Sample((rand(rng, 3, 7), [7]), note="unbatched identity")
+
+
+def _cell_inputs(rng, gates, batch=3, input_size=4, hidden=5, bias=True, dtype="float32"):
+    weights = (rand(rng, gates * hidden, input_size, dtype=dtype), rand(rng, gates * hidden, hidden, dtype=dtype))
+    biases = (rand(rng, gates * hidden, dtype=dtype), rand(rng, gates * hidden, dtype=dtype)) if bias else ()
+    return rand(rng, batch, input_size, dtype=dtype), rand(rng, batch, hidden, dtype=dtype), weights, biases
+
+
+@samples("aten.lstm_cell.default")
+def _lstm_cell(rng):
+    x, h, weights, biases = _cell_inputs(rng, 4)
+    yield Sample((x, [h, rand(rng, 3, 5)], *weights, *biases))
+    x, h, weights, _ = _cell_inputs(rng, 4, bias=False, dtype="float64")
+    yield Sample((x, [h, rand(rng, 3, 5, dtype="float64")], *weights), note="float64, no biases")
+
+
+@samples("aten.gru_cell.default")
+def _gru_cell(rng):
+    x, h, weights, biases = _cell_inputs(rng, 3)
+    yield Sample((x, h, *weights, *biases))
+    x, h, weights, _ = _cell_inputs(rng, 3, bias=False, dtype="float64")
+    yield Sample((x, h, *weights), note="float64, no biases")
+
+
+@samples("aten.bilinear.default")
+def _bilinear(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng, 3, 5), rand(rng, 2, 4, 5), rand(rng, 2)))
+    yield Sample((rand(rng, 2, 3, 4), rand(rng, 2, 3, 2), rand(rng, 6, 4, 2)), note="batched, no bias")
+
+
+@samples("aten.cosine_similarity.default")
+def _cosine_similarity(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng, 3, 4)))
+    yield Sample((rand(rng, 2, 3, 4), rand(rng, 3, 1), -1), note="broadcast, dim=-1")
+    yield Sample((np.zeros((2, 3), np.float32), rand(rng, 2, 3), 1, 1e-3), note="zero vector: eps clamp")
+    yield Sample((rand(rng, 2, 5, dtype="float64"), rand(rng, 2, 5, dtype="float64"), 0), note="float64, dim 0")
+
+
+@samples("aten.pixel_shuffle.default")
+def _pixel_shuffle(rng):
+    yield Sample((rand(rng, 2, 8, 3, 4), 2))
+    yield Sample((rand(rng, 9, 2, 2, dtype="int32"), 3), note="unbatched int32")
+
+
+@samples("aten.pixel_unshuffle.default")
+def _pixel_unshuffle(rng):
+    yield Sample((rand(rng, 2, 2, 6, 4), 2))
+    yield Sample((rand(rng, 1, 3, 3, dtype="int64"), 3), note="unbatched int64")
+
+
+@samples("aten.upsample_nearest2d.default")
+def _upsample_nearest_default(rng):
+    yield Sample((rand(rng, 2, 3, 4, 5), [8, 10]))
+    yield Sample((rand(rng, 1, 2, 3, 4), [5, 10], 1.7, 2.5), note="scales that reproduce the sizes")
+
+
+@samples("aten.upsample_bilinear2d.default")
+def _upsample_bilinear_default(rng):
+    yield Sample((rand(rng, 2, 3, 4, 5), [7, 9], False))
+    yield Sample((rand(rng, 1, 2, 3, 4), [5, 10], False, 1.7, 2.5), note="scales that reproduce the sizes")
+    yield Sample((rand(rng, 1, 2, 3, 4), [5, 9], True, 1.7, 2.5), note="align_corners ignores scales")
