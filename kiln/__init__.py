@@ -23,10 +23,10 @@ from kiln.frontend.random import manual_seed
 from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
+from kiln.frontend.control_flow import cond
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})
-from kiln.frontend.control_flow import cond
 
 __version__ = "0.1.0"
 
