@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import statistics
+import sys
 import time
 import types
 
@@ -33,6 +34,7 @@ def torch_twin():
               .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
               .replace("kiln.", "torch."))
     module = types.ModuleType("torch_gpt")
+    sys.modules[module.__name__] = module  # dataclasses look their module up there
     exec(compile(source, kiln_gpt.__file__, "exec"), module.__dict__)
     return module
 

@@ -32,46 +32,46 @@ def _tokens(batch: int, length: int, vocab: int) -> kiln.Tensor:
     return kiln.randint(0, vocab, (batch, length))
 
 
-def mlp() -> ZooEntry:
+def _mlp_entry() -> ZooEntry:
     batch = kiln.Dim("batch", max=4096)
     return ZooEntry("mlp", MLP().eval(), (kiln.randn(4, 32),), {"x": {0: batch}}, {"batch": [1, 13]})
 
 
-def cnn() -> ZooEntry:
+def _cnn_entry() -> ZooEntry:
     batch = kiln.Dim("batch", max=256)
     return ZooEntry("cnn", ResNet().eval(), (kiln.randn(2, 3, 16, 16),), {"x": {0: batch}}, {"batch": [1, 5]})
 
 
-def transformer() -> ZooEntry:
+def _transformer_entry() -> ZooEntry:
     batch, seq = kiln.Dim("batch", max=256), kiln.Dim("seq", max=64)
     model = TransformerClassifier().eval()
     return ZooEntry("transformer", model, (_tokens(2, 10, 100),), {"tokens": {0: batch, 1: seq}},
                     {"batch": [1, 3], "seq": [4, 17]})
 
 
-def gpt(config: GPTConfig = SMALL) -> ZooEntry:
+def _gpt_entry(config: GPTConfig = SMALL) -> ZooEntry:
     batch, seq = kiln.Dim("batch", max=64), kiln.Dim("seq", max=config.block_size)
     model = GPT(config).eval()
     return ZooEntry("gpt", model, (_tokens(2, 8, config.vocab_size),), {"idx": {0: batch, 1: seq}},
                     {"batch": [1, 3], "seq": [5, 16]})
 
 
-def gpt2_small() -> ZooEntry:
-    entry = gpt(GPT2_SMALL)
+def _gpt2_small_entry() -> ZooEntry:
+    entry = _gpt_entry(GPT2_SMALL)
     entry.name = "gpt2_small"
     return entry
 
 
-def lstm() -> ZooEntry:
+def _lstm_entry() -> ZooEntry:
     batch = kiln.Dim("batch", max=256)
     return ZooEntry("lstm", LSTMTagger().eval(), (_tokens(3, 7, 50),), {"tokens": {0: batch}}, {"batch": [1, 4]})
 
 
 # The zoo the tests and demo iterate over (gpt2_small is large: benchmarks only).
 MODELS: dict[str, Callable[[], ZooEntry]] = {
-    "mlp": mlp, "cnn": cnn, "transformer": transformer, "gpt": gpt, "lstm": lstm,
+    "mlp": _mlp_entry, "cnn": _cnn_entry, "transformer": _transformer_entry, "gpt": _gpt_entry, "lstm": _lstm_entry,
 }
-LARGE_MODELS: dict[str, Callable[[], ZooEntry]] = {"gpt2_small": gpt2_small}
+LARGE_MODELS: dict[str, Callable[[], ZooEntry]] = {"gpt2_small": _gpt2_small_entry}
 
 
 def get(name: str, seed: int = 0) -> ZooEntry:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
 import types
 
 import numpy as np
@@ -67,16 +69,17 @@ def _torch_module(kiln_module: types.ModuleType) -> types.ModuleType:
               .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
               .replace("kiln.", "torch."))
     module = types.ModuleType(kiln_module.__name__.replace("kiln", "torch_twin"))
+    sys.modules[module.__name__] = module  # dataclasses look their module up there
     exec(compile(source, kiln_module.__file__, "exec"), module.__dict__)
     return module
 
 
 SWAPS = [
-    ("mlp", kiln.models.mlp, "MLP", {}),
-    ("cnn", kiln.models.cnn, "ResNet", {}),
-    ("transformer", kiln.models.transformer, "TransformerClassifier", {}),
-    ("lstm", kiln.models.lstm, "LSTMTagger", {}),
-    ("gpt_block", kiln.models.gpt, "GPT", {}),
+    ("mlp", importlib.import_module("kiln.models.mlp"), "MLP", {}),
+    ("cnn", importlib.import_module("kiln.models.cnn"), "ResNet", {}),
+    ("transformer", importlib.import_module("kiln.models.transformer"), "TransformerClassifier", {}),
+    ("lstm", importlib.import_module("kiln.models.lstm"), "LSTMTagger", {}),
+    ("gpt_block", importlib.import_module("kiln.models.gpt"), "GPT", {}),
 ]
 
 
