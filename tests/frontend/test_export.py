@@ -374,3 +374,14 @@ def test_custom_decomposition_table_entry():
 
 
 
+
+
+def test_expand_to_the_same_symbol_keeps_size_one_allowed():
+    class M(nn.Module):
+        def forward(self, x):
+            return x.view(x.shape[0], 1, 4).expand(x.shape[0], 3, 4)
+
+    program = kiln.export(M(), (kiln.randn(2, 4),), dynamic_shapes={"x": {0: Dim("b")}})
+    assert str(program.range_constraints[kiln.ir.symbol("b")]) == "VR[1, int_oo]"
+    x = kiln.randn(1, 4)
+    close(program(x), M()(x))

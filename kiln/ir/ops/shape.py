@@ -447,8 +447,10 @@ def _expand_shape(op, shape, size):
             result.append(current)
             continue
         require(not _is_negative_int(target), op, f"invalid expanded size {target} at dimension {index}")
+        # Equal sizes first: asking "is it 1?" about a symbol would guard it away from 1 for nothing.
         # Undecidable (no example values, e.g. when re-verifying): assume the sizes match.
-        if _is_one(current) or _guard_or(sympy.Eq(current, target), True):
+        if sympy.sympify(current) == sympy.sympify(target) or _is_one(current) or _guard_or(
+                sympy.Eq(current, target), True):
             result.append(target)
             continue
         require(False, op, f"the expanded size of the tensor ({target}) must match the existing size "
