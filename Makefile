@@ -30,8 +30,9 @@ test: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/build_verify_10k.py
+	$(PY) benchmarks/export_gpt2.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
