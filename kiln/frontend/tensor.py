@@ -777,6 +777,8 @@ class Tensor:
     # Initializers used by kiln.nn.init work on eager tensors only.
     def uniform_(self, a: builtins.float = 0.0, b: builtins.float = 1.0, generator: Any = None) -> "Tensor":
         from kiln.frontend.random import default_generator
+        if a > b:
+            raise OpArgumentError(f"uniform_ expects to return a [from, to) range, but found from={a} > to={b}")
         return self._assign(Tensor(default_generator().uniform(a, b, self._value.shape).astype(self.dtype.numpy)))
 
     def normal_(self, mean: builtins.float = 0.0, std: builtins.float = 1.0, generator: Any = None) -> "Tensor":
