@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -30,7 +30,6 @@ class Case:
     shapes: list[tuple[int, ...]]  # one per input, batch first
     integer_high: int | None = None  # integer inputs in [0, high) instead of floats
     random_in_training: bool = False  # train-mode output is random (dropout): compare eval only
-    extra: dict = field(default_factory=dict)
 
 
 CASES = [

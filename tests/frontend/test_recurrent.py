@@ -17,6 +17,9 @@ from kiln.ir.errors import KilnError
 
 torch = pytest.importorskip("torch")
 
+# torch's note that oneDNN has no projected LSTM (it falls back to its default kernel)
+pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported:UserWarning")
+
 INPUT, HIDDEN, SEQ, BATCH = 4, 5, 3, 2
 
 

@@ -16,6 +16,9 @@ from kiln.ir.errors import KilnError
 
 torch = pytest.importorskip("torch")
 
+# torch's note that kiln-irrelevant nested-tensor fastpaths are off
+pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")
+
 E, HEADS, L, S, N = 8, 2, 3, 4, 2
 
 
@@ -74,29 +77,31 @@ MHA_IDS = ["-".join(f"{k}={v}" for k, v in config.items()) or "default" for conf
 
 # (name, attention kind, forward kwargs maker(batch, tgt_len, src_len) -> dict of torch values)
 MHA_CALLS = [
-    ("self-weights", "self", lambda n, l, s: {}),
-    ("self-no-weights", "self", lambda n, l, s: {"need_weights": False}),
-    ("self-per-head-weights", "self", lambda n, l, s: {"average_attn_weights": False}),
-    ("cross", "cross", lambda n, l, s: {}),
-    ("cross-no-weights", "cross", lambda n, l, s: {"need_weights": False}),
-    ("separate-kv", "separate", lambda n, l, s: {}),
-    ("mask2d-bool", "cross", lambda n, l, s: {"attn_mask": _bool_mask(l, s)}),
-    ("mask2d-float-no-weights", "cross", lambda n, l, s: {"attn_mask": _float_mask(l, s), "need_weights": False}),
-    ("mask3d-bool-no-weights", "cross", lambda n, l, s: {"attn_mask": _bool_mask(n * HEADS, l, s),
-                                                         "need_weights": False}),
-    ("mask3d-float", "cross", lambda n, l, s: {"attn_mask": _float_mask(n * HEADS, l, s)}),
-    ("padding-bool", "cross", lambda n, l, s: {"key_padding_mask": _bool_mask(n, s)}),
-    ("padding-float-no-weights", "cross", lambda n, l, s: {"key_padding_mask": _float_mask(n, s),
-                                                           "need_weights": False}),
-    ("both-bool-no-weights", "cross", lambda n, l, s: {"key_padding_mask": _bool_mask(n, s),
-                                                       "attn_mask": _bool_mask(l, s), "need_weights": False}),
-    ("both-float", "cross", lambda n, l, s: {"key_padding_mask": _float_mask(n, s),
-                                             "attn_mask": _float_mask(n * HEADS, l, s)}),
-    ("causal-no-weights", "self", lambda n, l, s: {
-        "attn_mask": torch.nn.Transformer.generate_square_subsequent_mask(l), "is_causal": True,
-        "need_weights": False}),
-    ("causal-weights", "self", lambda n, l, s: {
-        "attn_mask": torch.nn.Transformer.generate_square_subsequent_mask(l), "is_causal": True}),
+    ("self-weights", "self", lambda n, tgt, src: {}),
+    ("self-no-weights", "self", lambda n, tgt, src: {"need_weights": False}),
+    ("self-per-head-weights", "self", lambda n, tgt, src: {"average_attn_weights": False}),
+    ("cross", "cross", lambda n, tgt, src: {}),
+    ("cross-no-weights", "cross", lambda n, tgt, src: {"need_weights": False}),
+    ("separate-kv", "separate", lambda n, tgt, src: {}),
+    ("mask2d-bool", "cross", lambda n, tgt, src: {"attn_mask": _bool_mask(tgt, src)}),
+    ("mask2d-float-no-weights", "cross",
+     lambda n, tgt, src: {"attn_mask": _float_mask(tgt, src), "need_weights": False}),
+    ("mask3d-bool-no-weights", "cross",
+     lambda n, tgt, src: {"attn_mask": _bool_mask(n * HEADS, tgt, src), "need_weights": False}),
+    ("mask3d-float", "cross", lambda n, tgt, src: {"attn_mask": _float_mask(n * HEADS, tgt, src)}),
+    ("padding-bool", "cross", lambda n, tgt, src: {"key_padding_mask": _bool_mask(n, src)}),
+    ("padding-float-no-weights", "cross",
+     lambda n, tgt, src: {"key_padding_mask": _float_mask(n, src), "need_weights": False}),
+    ("both-bool-no-weights", "cross",
+     lambda n, tgt, src: {"key_padding_mask": _bool_mask(n, src), "attn_mask": _bool_mask(tgt, src),
+                          "need_weights": False}),
+    ("both-float", "cross",
+     lambda n, tgt, src: {"key_padding_mask": _float_mask(n, src), "attn_mask": _float_mask(n * HEADS, tgt, src)}),
+    ("causal-no-weights", "self",
+     lambda n, tgt, src: {"attn_mask": torch.nn.Transformer.generate_square_subsequent_mask(tgt), "is_causal": True,
+                          "need_weights": False}),
+    ("causal-weights", "self",
+     lambda n, tgt, src: {"attn_mask": torch.nn.Transformer.generate_square_subsequent_mask(tgt), "is_causal": True}),
 ]
 
 
@@ -153,7 +158,7 @@ def test_mha_unbatched_matches_torch(config: dict, need_weights: bool) -> None:
     reference, module = _pair("MultiheadAttention", E, HEADS, **config)
     query, key, value = _mha_inputs(config, "cross", batched=False)
     call = {"need_weights": need_weights, "key_padding_mask": _bool_mask(key.shape[0]),
-            "attn_mask": _float_mask(HEADS, L, key.shape[0])}
+            "attn_mask": _bool_mask(HEADS, L, key.shape[0])}
     actual, expected = _run_mha(reference, module, query, key, value, call)
     _close(actual[0], expected[0])
     _close(actual[1], expected[1])
@@ -182,6 +187,8 @@ def test_mha_errors() -> None:
         module(x, x, x, attn_mask=kiln.zeros(L, L, dtype=kiln.int64))
     with pytest.raises(KilnError, match="expected `key` and `value` to be 3-D"):
         module(x, kiln.randn(L, E), kiln.randn(L, E))
+    with pytest.warns(UserWarning, match="mismatched key_padding_mask and attn_mask"):
+        module(x, x, x, key_padding_mask=kiln.zeros(N, L, dtype=kiln.bool), attn_mask=kiln.zeros(L, L))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,6 +241,26 @@ def test_encoder_layer_activation_callables() -> None:
         _close(module(_kiln(x)), reference(x))
 
 
+def test_encoder_layer_unbatched_matches_torch() -> None:
+    reference, module = _pair("TransformerEncoderLayer", E, HEADS, 16)
+    x = torch.randn(L, E)
+    padding = _bool_mask(L)
+    _close(module(_kiln(x), src_key_padding_mask=_kiln(padding)), reference(x, src_key_padding_mask=padding))
+
+
+def test_training_mode_applies_dropout() -> None:
+    kiln.manual_seed(0)
+    layer = kiln.nn.TransformerEncoderLayer(E, HEADS, 16, dropout=0.5)
+    x = kiln.randn(L, N, E)
+    assert not np.array_equal(layer.train()(x).numpy(), layer.eval()(x).numpy())
+    attention = kiln.nn.MultiheadAttention(E, HEADS, dropout=0.5)
+    trained = attention.train()(x, x, x)[1].numpy()
+    assert not np.array_equal(trained, attention.eval()(x, x, x)[1].numpy())
+    # dropout=0 in training mode is the eval computation
+    plain = kiln.nn.TransformerEncoderLayer(E, HEADS, 16, dropout=0.0)
+    np.testing.assert_array_equal(plain.train()(x).numpy(), plain.eval()(x).numpy())
+
+
 @pytest.mark.parametrize("with_norm", [False, True], ids=["no-norm", "norm"])
 @pytest.mark.parametrize("config", [LAYER_CONFIGS[0], LAYER_CONFIGS[1], LAYER_CONFIGS[2]], ids=LAYER_IDS[:3])
 def test_encoder_matches_torch(config: dict, with_norm: bool) -> None:
@@ -250,7 +277,7 @@ def test_encoder_matches_torch(config: dict, with_norm: bool) -> None:
     x = _layer_input(config)
     _close(module(_kiln(x)), reference(x))
     causal = torch.nn.Transformer.generate_square_subsequent_mask(L)
-    padding = _bool_mask(N, L)
+    padding = _float_mask(N, L)
     _close(module(_kiln(x), mask=_kiln(causal), src_key_padding_mask=_kiln(padding)),
            reference(x, mask=causal, src_key_padding_mask=padding))
     _close(module(_kiln(x), mask=_kiln(causal)), reference(x, mask=causal))  # causal mask detected eagerly
@@ -269,7 +296,7 @@ def test_encoder_layers_are_independent_copies() -> None:
 DECODER_MASKS = [
     ("no-mask", lambda: {}),
     ("causal-and-padding", lambda: {"tgt_mask": torch.nn.Transformer.generate_square_subsequent_mask(L),
-                                    "tgt_key_padding_mask": _bool_mask(N, L),
+                                    "tgt_key_padding_mask": _float_mask(N, L),
                                     "memory_key_padding_mask": _bool_mask(N, S)}),
     ("memory-mask", lambda: {"memory_mask": _float_mask(L, S), "tgt_is_causal": False}),
 ]
@@ -338,7 +365,7 @@ def test_mha_export_with_dynamic_batch_and_sequence(config: dict, need_weights: 
 
     def inputs(n: int, length: int) -> tuple:
         x = kiln.randn(n, length, E) if batch_first else kiln.randn(length, n, E)
-        return x, _kiln(_bool_mask(n, length)), _kiln(_float_mask(length, length))
+        return x, _kiln(_bool_mask(n, length)), _kiln(_bool_mask(length, length))
 
     x_dims = {0: batch, 1: seq} if batch_first else {0: seq, 1: batch}
     program = kiln.export(module, inputs(N, L),
@@ -349,28 +376,33 @@ def test_mha_export_with_dynamic_batch_and_sequence(config: dict, need_weights: 
 
 
 class _Encode(kiln.nn.Module):
-    def __init__(self, encoder: kiln.nn.Module):
+    def __init__(self, encoder: kiln.nn.Module, is_causal: bool):
         super().__init__()
         self.encoder = encoder
+        self.is_causal = is_causal
 
     def forward(self, src, mask, padding):
-        return self.encoder(src, mask, padding)
+        return self.encoder(src, mask, padding, is_causal=self.is_causal)
 
 
-@pytest.mark.parametrize("config", [LAYER_CONFIGS[0], LAYER_CONFIGS[1], LAYER_CONFIGS[3]], ids=LAYER_IDS[:2] + [
-    LAYER_IDS[3]])
+ENCODER_EXPORTS = [(LAYER_CONFIGS[0], False), (LAYER_CONFIGS[1], False), (LAYER_CONFIGS[3], False),
+                   (LAYER_CONFIGS[2], True)]
+
+
+@pytest.mark.parametrize("config,is_causal", ENCODER_EXPORTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("stacked", [False, True], ids=["layer", "encoder"])
-def test_encoder_export_with_dynamic_batch_and_sequence(config: dict, stacked: bool) -> None:
+def test_encoder_export_with_dynamic_batch_and_sequence(config: dict, is_causal: bool, stacked: bool) -> None:
     kiln.manual_seed(0)
     layer = kiln.nn.TransformerEncoderLayer(E, HEADS, 16, **config)
     inner = kiln.nn.TransformerEncoder(layer, 2, norm=kiln.nn.LayerNorm(E)) if stacked else layer
-    module = _Encode(inner).eval()
+    module = _Encode(inner, is_causal).eval()
     batch_first = config.get("batch_first", False)
     batch, seq = kiln.Dim("batch"), kiln.Dim("seq")
 
     def inputs(n: int, length: int) -> tuple:
         x = kiln.randn(n, length, E) if batch_first else kiln.randn(length, n, E)
-        return x, kiln.nn.Transformer.generate_square_subsequent_mask(length), _kiln(_bool_mask(n, length))
+        # A float causal mask and a float padding mask (torch warns when their dtypes differ).
+        return x, kiln.nn.Transformer.generate_square_subsequent_mask(length), _kiln(_float_mask(n, length))
 
     x_dims = {0: batch, 1: seq} if batch_first else {0: seq, 1: batch}
     program = kiln.export(module, inputs(N, L), dynamic_shapes=(x_dims, {0: seq, 1: seq}, {0: batch, 1: seq}))

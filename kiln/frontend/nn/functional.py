@@ -74,6 +74,15 @@ def _reduction_enum(reduction: str, size_average: Any = None, reduce: Any = None
     return _REDUCTIONS[reduction]
 
 
+def _registered(packet: str, overload: str = "default") -> Any:
+    """The `aten.<packet>.<overload>` handle, or None while the op registry lacks it (then callers compose
+    the op from core ops, with the same semantics)."""
+    try:
+        return getattr(getattr(aten, packet), overload)
+    except (AttributeError, KilnError):
+        return None
+
+
 def _static_product(sizes: Sequence[Any]) -> int | None:
     product = 1
     for size in sizes:
@@ -106,14 +115,33 @@ def _check_padding_string(padding: str, stride: list[Any]) -> None:
 
 def _conv(n: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any,
           groups: int) -> Tensor:
-    packet = aten.conv1d if n == 1 else aten.conv2d
-    stride_list = _ntuple(stride, n, "stride")
+    name = f"conv{n}d"
+    stride_list, dilation_list = _ntuple(stride, n, "stride"), _ntuple(dilation, n, "dilation")
     if isinstance(padding, str):
         _check_padding_string(padding, stride_list)
-        return dispatch(packet.padding, input, weight, bias, stride_list, padding, _ntuple(dilation, n, "dilation"),
-                        groups)
-    return dispatch(packet.default, input, weight, bias, stride_list, _ntuple(padding, n, "padding"),
-                    _ntuple(dilation, n, "dilation"), groups)
+        op = _registered(name, "padding")
+        if op is not None:
+            return dispatch(op, input, weight, bias, stride_list, padding, dilation_list, groups)
+        input, padding = _explicit_padding(input, weight, padding, dilation_list)
+    return dispatch(getattr(aten, name).default, input, weight, bias, stride_list, _ntuple(padding, n, "padding"),
+                    dilation_list, groups)
+
+
+def _explicit_padding(input: Tensor, weight: Tensor, padding: str, dilation: list[Any]) -> tuple[Tensor, list[int]]:
+    """'valid'/'same' as numeric padding, as ATen's _convolution_mode does: 'same' pads d * (k - 1) in
+    total per dim, the odd extra element on the right (applied with an explicit pad first)."""
+    n = len(dilation)
+    if padding == "valid":
+        return input, [0] * n
+    kernel = list(weight.shape)[2:]
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    symmetric = [total // 2 for total in totals]
+    if all(total % 2 == 0 for total in totals):
+        return input, symmetric
+    extra: list[int] = []
+    for total in reversed(totals):  # F.pad lists (left, right) from the last dim backwards
+        extra.extend([0, total % 2])
+    return pad(input, extra), symmetric
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
@@ -149,12 +177,17 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 def _max_pool(n: int, input: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
               return_indices: bool) -> Any:
     kernel = _ntuple(kernel_size, n, "kernel_size")
-    args = (input, kernel, _stride_or_kernel(stride, kernel, n), _ntuple(padding, n, "padding"),
-            _ntuple(dilation, n, "dilation"), ceil_mode)
-    if return_indices:
-        packet = aten.max_pool1d_with_indices if n == 1 else aten.max_pool2d_with_indices
-        return tuple(dispatch(packet.default, *args))
-    return dispatch((aten.max_pool1d if n == 1 else aten.max_pool2d).default, *args)
+    strides = _stride_or_kernel(stride, kernel, n)
+    paddings, dilations = _ntuple(padding, n, "padding"), _ntuple(dilation, n, "dilation")
+    if not return_indices:
+        return dispatch(getattr(aten, f"max_pool{n}d").default, input, kernel, strides, paddings, dilations, ceil_mode)
+    op = _registered(f"max_pool{n}d_with_indices")
+    if op is not None:
+        return tuple(dispatch(op, input, kernel, strides, paddings, dilations, ceil_mode))
+    # 1-D as 2-D over a plane of height 1: the flat index h * W + w is then the position along L.
+    values, indices = dispatch(aten.max_pool2d_with_indices.default, input.unsqueeze(-2), [1, *kernel],
+                               [1, *strides], [0, *paddings], [1, *dilations], ceil_mode)
+    return values.squeeze(-2), indices.squeeze(-2)
 
 
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
@@ -234,14 +267,14 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         raise FunctionalArgumentError(f"batch_norm eps must be positive during training, but got {eps}")
     if eps < 0.0:
         raise FunctionalArgumentError(f"batch_norm eps must be non-negative, but got {eps}")
+    # The op's momentum argument is a float; a tensor momentum only ever feeds the update below.
+    op_momentum = 0.0 if isinstance(momentum, Tensor) else momentum
     if not training or running_mean is None or running_var is None:
-        factor = momentum if not isinstance(momentum, Tensor) else 0.0
         return dispatch(aten.batch_norm.default, input, weight, bias, running_mean, running_var, training,
-                        factor, eps, True)
+                        op_momentum, eps, True)
     # kiln's ops are functional: normalize with the batch statistics, then move the running statistics
     # with in-place tensor methods, which export records as BUFFER_MUTATION outputs.
-    output = dispatch(aten.batch_norm.default, input, weight, bias, None, None, True,
-                      momentum if not isinstance(momentum, Tensor) else 0.0, eps, True)
+    output = dispatch(aten.batch_norm.default, input, weight, bias, None, None, True, op_momentum, eps, True)
     reduce_dims = [0, *range(2, input.dim())]
     batch_var, batch_mean = dispatch(aten.var_mean.correction, input, reduce_dims, correction=1, keepdim=False)
     keep = 1 - momentum
@@ -469,7 +502,14 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
         raise UnsupportedError("interpolate(antialias=True) is not supported", fix="pass antialias=False")
     rank = input.dim()
     if mode == "nearest" and rank == 3:
-        return dispatch(aten.upsample_nearest1d.vec, input, output_size, scale_factors)
+        op = _registered("upsample_nearest1d", "vec")
+        if op is not None:
+            return dispatch(op, input, output_size, scale_factors)
+        # As 2-D nearest over a plane of height 1 (row 0 maps to row 0 for any height scale of 1).
+        plane = dispatch(aten.upsample_nearest2d.vec, input.unsqueeze(2),
+                         None if output_size is None else [1, *output_size],
+                         None if scale_factors is None else [1.0, *scale_factors])
+        return plane.squeeze(2)
     if mode == "nearest" and rank == 4:
         return dispatch(aten.upsample_nearest2d.vec, input, output_size, scale_factors)
     if mode == "area" and rank == 3:
@@ -477,7 +517,14 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
     if mode == "area" and rank == 4:
         return adaptive_avg_pool2d(input, output_size)
     if mode == "linear" and rank == 3:
-        return dispatch(aten.upsample_linear1d.vec, input, output_size, align_corners, scale_factors)
+        op = _registered("upsample_linear1d", "vec")
+        if op is not None:
+            return dispatch(op, input, output_size, align_corners, scale_factors)
+        # As bilinear over a plane of height 1: the height weights are then exactly (1, 0) on row 0.
+        plane = dispatch(aten.upsample_bilinear2d.vec, input.unsqueeze(2),
+                         None if output_size is None else [1, *output_size], align_corners,
+                         None if scale_factors is None else [1.0, *scale_factors])
+        return plane.squeeze(2)
     if mode == "bilinear" and rank == 4:
         return dispatch(aten.upsample_bilinear2d.vec, input, output_size, align_corners, scale_factors)
     raise UnsupportedError(f"interpolate mode {mode!r} on a {rank}-D input is not supported",
@@ -514,18 +561,87 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    return dispatch(aten.one_hot.default, tensor, num_classes)
+    """int64 one-hot vectors along a new last dim; num_classes=-1 means max(tensor) + 1 (eager only)."""
+    op = _registered("one_hot")
+    if op is not None:
+        return dispatch(op, tensor, num_classes)
+    from kiln.frontend.functions import arange
+    if tensor.dtype is not dtypes.int64:
+        raise OpArgumentError("one_hot is only applicable to index tensor of type LongTensor.")
+    if not tensor.is_traced and tensor.numel() > 0:
+        if tensor.min().item() < 0:
+            raise FunctionalArgumentError("Class values must be non-negative.")
+        if num_classes == -1:
+            num_classes = int(tensor.max().item()) + 1
+        elif tensor.max().item() >= num_classes:
+            raise FunctionalArgumentError("Class values must be smaller than num_classes.")
+    if num_classes == -1:
+        raise OpArgumentError("one_hot needs num_classes when its input is empty or traced",
+                              fix="pass num_classes explicitly")
+    return tensor.unsqueeze(-1).eq(arange(num_classes)).to(dtypes.int64)
+
+
+def _reduce(loss: Tensor, reduction: int) -> Tensor:
+    return loss if reduction == 0 else loss.mean() if reduction == 1 else loss.sum()
 
 
 def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
              weight: Tensor | None = None) -> Tensor:
+    """Mean (or summed, or elementwise) squared error."""
     if weight is not None:
         raise UnsupportedError("mse_loss(weight=...) is not supported", fix="multiply the squared error yourself")
-    return dispatch(aten.mse_loss.default, input, target, _reduction_enum(reduction, size_average, reduce))
+    mode = _reduction_enum(reduction, size_average, reduce)
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
+                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have "
+                      "the same size.", stacklevel=2)
+    op = _registered("mse_loss")
+    if op is not None:
+        return dispatch(op, input, target, mode)
+    return _reduce((input - target).pow(2), mode)
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
                   ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
-    return dispatch(aten.cross_entropy_loss.default, input, target, weight,
-                    _reduction_enum(reduction, size_average, reduce), ignore_index, label_smoothing)
+    """log_softmax over dim 1 (dim 0 unbatched) followed by the negative log-likelihood of `target`: class
+    indices (with ignore_index and per-class weights) or class probabilities, optionally label-smoothed."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise FunctionalArgumentError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    op = _registered("cross_entropy_loss")
+    if op is not None:
+        return dispatch(op, input, target, weight, mode, ignore_index, label_smoothing)
+    class_dim = 1 if input.dim() >= 2 else 0
+    classes = input.shape[class_dim]
+    log_probs = log_softmax(input, class_dim)
+    # Per-class weights broadcast along the class dim of (N, C, d1, ...).
+    class_weight = None if weight is None else weight.view([classes] + [1] * (input.dim() - class_dim - 1))
+    if target.dtype.is_floating_point:
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+        weighted = log_probs * target if class_weight is None else log_probs * target * class_weight
+        return _reduce(-weighted.sum(class_dim), mode)
+    if target.dtype is not dtypes.int64:
+        raise OpArgumentError(f"expected class-index targets of dtype int64 (or float probabilities), got "
+                              f"{target.dtype.name}")
+    ignored = target.eq(ignore_index)
+    safe_target = target.masked_fill(ignored, 0)  # gather needs in-range indices; ignored terms get weight 0
+    picked = log_probs.gather(class_dim, safe_target.unsqueeze(class_dim)).squeeze(class_dim)
+    if weight is None:
+        target_weight = dispatch(aten.full_like.default, picked, 1.0)
+    else:
+        target_weight = weight.index_select(0, safe_target.flatten()).view(list(target.shape))
+    target_weight = target_weight.masked_fill(ignored, 0.0)
+    nll = -(picked * target_weight)
+    nll = nll.sum() / target_weight.sum() if mode == 1 else _reduce(nll, mode)
+    if label_smoothing == 0:
+        return nll
+    smooth = -(log_probs if class_weight is None else log_probs * class_weight).sum(class_dim)
+    smooth = smooth.masked_fill(ignored, 0.0)
+    if mode == 1:
+        denominator = target_weight.sum() if weight is not None else ignored.logical_not().sum()
+        smooth = smooth.sum() / denominator
+    else:
+        smooth = _reduce(smooth, mode)
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / classes)

@@ -1,7 +1,8 @@
 """kiln.nn.init: torch.nn.init's initializers, with torch's formulas, fan conventions and errors.
 
 Every function fills an eager kiln Tensor in place and returns it. Random values come from kiln's
-generator (`kiln.manual_seed` seeds it): the distributions match torch's, the bit streams do not.
+generator (`kiln.manual_seed` seeds it): the distributions match torch's, the bit streams do not. The
+`generator=` arguments are accepted for torch's signatures and ignored.
 Initialization is eager-only: it runs when a module is built, never inside a traced forward.
 """
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import warnings
 from collections import OrderedDict
 from itertools import chain, islice
 from typing import Any, Iterable, Iterator, Mapping
@@ -981,8 +982,12 @@ class Hardtanh(Module):
                  min_value: float | None = None, max_value: float | None = None) -> None:
         super().__init__()
         if min_value is not None:
-            min_val = min_value  # torch's deprecated spelling
+            warnings.warn("keyword argument `min_value` is deprecated and renamed to `min_val`", FutureWarning,
+                          stacklevel=2)
+            min_val = min_value
         if max_value is not None:
+            warnings.warn("keyword argument `max_value` is deprecated and renamed to `max_val`", FutureWarning,
+                          stacklevel=2)
             max_val = max_value
         self.min_val = min_val
         self.max_val = max_val

@@ -9,6 +9,7 @@ Cell math follows ATen's CPU kernels (RNN.cpp), including the order of additions
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -91,11 +92,11 @@ def _rnn_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tenso
 # Shared helpers
 
 
-def _check_number(name: str, value: Any, minimum: int = 1) -> None:
+def _check_positive_int(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise KilnError(f"{name} should be of type int, got: {type(value).__name__}")
-    if value < minimum:
-        raise KilnError(f"{name} must be greater than {'zero' if minimum == 1 else minimum - 1}, got {value}")
+    if value <= 0:
+        raise KilnError(f"{name} must be greater than zero, got {value}")
 
 
 def _check_device(device: Any) -> None:
@@ -136,17 +137,17 @@ class RNNBase(Module):
             raise KilnError("dropout should be a number in range [0, 1] representing the probability of an "
                             "element being zeroed")
         if dropout > 0 and num_layers == 1:
-            import warnings
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
                           f"expects num_layers greater than 1, but got dropout={dropout} and "
                           f"num_layers={num_layers}", stacklevel=2)
         for name, value in (("bias", bias), ("batch_first", batch_first)):
             if not isinstance(value, bool):
                 raise KilnError(f"{name} should be of type bool, got: {type(value).__name__}")
-        _check_number("input_size", input_size)
-        _check_number("hidden_size", hidden_size)
-        _check_number("num_layers", num_layers)
-        _check_number("proj_size", proj_size, minimum=0)
+        _check_positive_int("input_size", input_size)
+        _check_positive_int("hidden_size", hidden_size)
+        _check_positive_int("num_layers", num_layers)
+        if not isinstance(proj_size, int) or proj_size < 0:
+            raise KilnError("proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
             raise KilnError("proj_size has to be smaller than hidden_size")
         if proj_size and mode != "LSTM":
@@ -439,8 +440,8 @@ class RNNCellBase(Module):
                  dtype: Any = None) -> None:
         super().__init__()
         _check_device(device)
-        _check_number("input_size", input_size)
-        _check_number("hidden_size", hidden_size)
+        _check_positive_int("input_size", input_size)
+        _check_positive_int("hidden_size", hidden_size)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
@@ -468,6 +469,7 @@ class RNNCellBase(Module):
             init.uniform_(weight, -stdv, stdv)
 
     def _batched(self, input: Tensor) -> tuple[Tensor, bool]:
+        """`input` with a batch dim (added when unbatched) and whether it had one; rejects other ranks."""
         if input.dim() not in (1, 2):
             raise ShapeError(f"{type(self).__name__}: Expected input to be 1D or 2D, got {input.dim()}D instead")
         is_batched = input.dim() == 2
@@ -493,9 +495,9 @@ class RNNCell(RNNCellBase):
         self.nonlinearity = nonlinearity
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        input, is_batched = self._batched(input)
         if hx is not None:
             _check_state_rank("RNNCell", "hidden", hx)
-        input, is_batched = self._batched(input)
         hx = self._zeros(input) if hx is None else (hx if is_batched else hx.unsqueeze(0))
         result = _rnn_cell(input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh,
                            self.nonlinearity == "relu")
@@ -510,12 +512,10 @@ class LSTMCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=4, device=device, dtype=dtype)
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        if input.dim() not in (1, 2):
-            raise ShapeError(f"LSTMCell: Expected input to be 1D or 2D, got {input.dim()}D instead")
+        input, is_batched = self._batched(input)
         if hx is not None:
             for index, value in enumerate(hx):
                 _check_state_rank("LSTMCell", f"hx[{index}]", value)
-        input, is_batched = self._batched(input)
         if hx is None:
             zeros = self._zeros(input)
             hx = (zeros, zeros)
@@ -533,11 +533,9 @@ class GRUCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=3, device=device, dtype=dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
-        if input.dim() not in (1, 2):
-            raise ShapeError(f"GRUCell: Expected input to be 1D or 2D, got {input.dim()}D instead")
+        input, is_batched = self._batched(input)
         if hx is not None:
             _check_state_rank("GRUCell", "hidden", hx)
-        input, is_batched = self._batched(input)
         hx = self._zeros(input) if hx is None else (hx if is_batched else hx.unsqueeze(0))
         result = _gru_cell(input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return result if is_batched else result.squeeze(0)

@@ -18,7 +18,7 @@ import numpy as np
 from kiln.frontend import functions as K
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
-from kiln.frontend.nn.layers import Dropout, LayerNorm, Linear, ModuleList
+from kiln.frontend.nn.layers import GELU, Dropout, LayerNorm, Linear, ModuleList, ReLU
 from kiln.frontend.nn.module import Module
 from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir import dtypes
@@ -271,7 +271,8 @@ def multi_head_attention_forward(
         if not _same_size(key_padding_mask.shape, (bsz, src_len)):
             raise ShapeError(f"expecting key_padding_mask shape of ({bsz}, {src_len}), but got "
                              f"{_size_text(key_padding_mask.shape)}")
-        key_padding_mask = (key_padding_mask.view(bsz, 1, 1, src_len).expand(bsz, num_heads, 1, src_len)
+        # -1 keeps a dim as is; spelling out a symbolic size would make expand guard on it being 1.
+        key_padding_mask = (key_padding_mask.view(bsz, 1, 1, src_len).expand(-1, num_heads, -1, -1)
                             .reshape(bsz * num_heads, 1, src_len))
         attn_mask = key_padding_mask if attn_mask is None else attn_mask + key_padding_mask
         mask_is_shared = False
@@ -310,7 +311,7 @@ def multi_head_attention_forward(
         if mask_is_shared:
             attn_mask = attn_mask.unsqueeze(0)
         else:
-            attn_mask = attn_mask.view(bsz, num_heads, tgt_len, src_len)
+            attn_mask = attn_mask.view(bsz, num_heads, attn_mask.shape[1], src_len)
     q = q.view(bsz, num_heads, tgt_len, head_dim)
     k = k.view(bsz, num_heads, src_len, head_dim)
     v = v.view(bsz, num_heads, src_len, head_dim)
@@ -449,12 +450,11 @@ class MultiheadAttention(Module):
             if attn_mask.dim() == 3:
                 expanded = attn_mask.view(batch_size, self.num_heads, seq_len, seq_len)
             else:
-                expanded = attn_mask.view(1, 1, seq_len, seq_len).expand(batch_size, self.num_heads, seq_len,
-                                                                         seq_len)
+                expanded = attn_mask.view(1, 1, seq_len, seq_len).expand(batch_size, self.num_heads, -1, -1)
             merged_mask = expanded
             if key_padding_mask is not None:
                 merged_mask = expanded + key_padding_mask.view(batch_size, 1, 1, seq_len).expand(
-                    batch_size, self.num_heads, 1, seq_len)
+                    -1, self.num_heads, -1, -1)
         return merged_mask, mask_type
 
 
@@ -468,10 +468,9 @@ def _get_activation_fn(activation: str) -> Callable[[Tensor], Tensor]:
 
 def _activation_code(activation: Any) -> int:
     """torch's `activation_relu_or_gelu`: 1 for relu, 2 for gelu, 0 otherwise."""
-    from kiln.frontend.nn import layers
-    if activation is F.relu or isinstance(activation, getattr(layers, "ReLU", ())):
+    if activation is F.relu or isinstance(activation, ReLU):
         return 1
-    if activation is F.gelu or isinstance(activation, getattr(layers, "GELU", ())):
+    if activation is F.gelu or isinstance(activation, GELU):
         return 2
     return 0
 
