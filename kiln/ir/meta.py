@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -174,13 +175,14 @@ def numel(shape: Sequence[SymInt]) -> SymInt:
     return as_dim(result)
 
 
-def unbacked_size(source: str = "") -> SymInt:
-    """A fresh data-dependent size (like the length of `nonzero`'s result), from the active ShapeEnv."""
+def unbacked_size(source: str = "", *, min: float = 0, max: float = math.inf) -> SymInt:
+    """A fresh data-dependent integer (the length of `nonzero`'s result, a value read by `.item()`) from the
+    active ShapeEnv, with the range it is known to lie in."""
     from kiln.ir.symbolic import current_shape_env
     env = current_shape_env()
     if env is None:
         env = _FALLBACK_ENV
-    return env.create_unbacked_symbol(source=source)
+    return env.create_unbacked_symbol(source=source, min=min, max=max)
 
 
 from kiln.ir.symbolic import ShapeEnv as _ShapeEnv  # noqa: E402

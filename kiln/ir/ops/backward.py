@@ -72,7 +72,8 @@ def _pool_output_size(input_size, kernel: int, pad: int, stride: int, dilation: 
 
 
 def _pool2d_geometry(op: str, self, kernel_size, stride, padding, dilation, ceil_mode, *, half_of_effective: bool):
-    """(output height, output width, stride) after ATen's pool2d_shape_check; an empty stride means the kernel."""
+    """([output height, output width], stride) after ATen's pool2d_shape_check; an empty stride means the
+    kernel size."""
     shape = shape_of(self)
     require(len(shape) in (3, 4), op, f"expected a 3-D or 4-D input, got shape {[str(d) for d in shape]}")
     stride = list(stride) if stride else list(kernel_size)
@@ -122,15 +123,12 @@ def _ordered_scatter_add(size: int, targets: np.ndarray, values: np.ndarray, dty
     return result
 
 
-def _in_dtype(array: np.ndarray, dtype) -> np.ndarray:
-    """An integer or float array as `dtype` (ATen converts int divisors to the scalar type first)."""
-    return np.asarray(array).astype(dtype)
-
-
 def _divide(numerator: np.ndarray, divisor: np.ndarray) -> np.ndarray:
-    """numerator / divisor in numerator's dtype, computed in opmath and rounded once (c10's scalar `/`)."""
+    """numerator / divisor like c10's scalar `/` by an int: the divisor converted to numerator's dtype
+    first, then divided in opmath and rounded once."""
     compute = dtypes.opmath_dtype(dtypes.dtype(numerator.dtype)).numpy
-    return (numerator.astype(compute) / _in_dtype(divisor, numerator.dtype).astype(compute)).astype(numerator.dtype)
+    divisor = np.asarray(divisor).astype(numerator.dtype).astype(compute)
+    return (numerator.astype(compute) / divisor).astype(numerator.dtype)
 
 
 def _window_backward(grad_delta: np.ndarray, self_shape, inside_h: np.ndarray, inside_w: np.ndarray) -> np.ndarray:

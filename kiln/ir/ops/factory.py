@@ -91,9 +91,7 @@ def _check_convertible(op: str, value, dt: DType) -> None:
             overflow = value < lowest or value > highest
     else:
         value = float(value)
-        if math.isinf(value):
-            overflow = False
-        elif math.isnan(value):
+        if math.isinf(value) or math.isnan(value):
             overflow = not dt.is_floating_point
         else:
             overflow = value < lowest or value > highest

@@ -10,17 +10,13 @@ from __future__ import annotations
 from kiln.ir import dtypes
 from kiln.ir.meta import dtype_of, numel, require, shape_of, unbacked_size
 from kiln.ir.registry import defop
-from kiln.ir.symbolic import INF, ValueRange, current_shape_env, sym_eq
+from kiln.ir.symbolic import INF, sym_eq
 from kiln.ir.types import ScalarType, SymIntType
 
 
 def _unbacked_scalar(lower: float, upper: float):
-    """A fresh unbacked symbol whose range is [lower, upper] (`unbacked_size` assumes a size, i.e. >= 0)."""
-    symbol = unbacked_size("_local_scalar_dense")
-    env = current_shape_env()
-    if env is not None and symbol in env.symbols:
-        env.symbols[symbol].range = ValueRange(lower, upper)
-    return symbol
+    """A fresh unbacked symbol whose range is [lower, upper]."""
+    return unbacked_size("_local_scalar_dense", min=lower, max=upper)
 
 
 def _local_scalar_dense_meta(self):
