@@ -248,7 +248,7 @@ class Tensor:
         if self._tracer is not None:
             return f"TracedTensor({self._value.type.short()})"
         body = np.array2string(np.asarray(self._value, dtype=np.float32) if self.dtype is dtypes.bfloat16
-                               else self._value, separator=", ", precision=4)
+                               else self._value, separator=", ", precision=4, prefix="tensor(")
         suffix = "" if self.dtype in (dtypes.float32, dtypes.int64, dtypes.bool_) else f", dtype=kiln.{self.dtype}"
         return f"tensor({body}{suffix})"
 

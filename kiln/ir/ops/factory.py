@@ -544,27 +544,36 @@ def _linspace_decomposition(start, end, steps, dtype=None, layout=None, device=N
     return result if compute is result_dtype else aten._to_copy.default(result, dtype=result_dtype)
 
 
-# eye(n): arange(n)[:, None] == arange(n), converted to the dtype.
+# eye(n[, m]): arange(n)[:, None] == arange(m), converted to the dtype.
 
-def _eye_meta(n, dtype=None, layout=None, device=None, pin_memory=None):
-    require(not (isinstance(n, int) and n < 0), "aten.eye.default", f"n must be greater or equal to 0, got {n}")
-    return tensor([n, n], _or_default(dtype))
-
-
-defop(f"eye(SymInt n, {_FACTORY_KWARGS}) -> Tensor", _eye_meta,
-      lambda n, dtype=None, layout=None, device=None, pin_memory=None: np.eye(int(n), dtype=_or_default(dtype).numpy),
-      tags=("composite",))
+def _eye_meta(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
+    op = "aten.eye.default" if m is None else "aten.eye.m"
+    require(not (isinstance(n, int) and n < 0), op, f"n must be greater or equal to 0, got {n}")
+    require(not (isinstance(m, int) and m < 0), op, f"m must be greater or equal to 0, got {m}")
+    return tensor([n, n if m is None else m], _or_default(dtype))
 
 
-@register_decomposition("aten.eye.default")
-def _eye_decomposition(n, dtype=None, layout=None, device=None, pin_memory=None):
+def _eye_kernel(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
+    return np.eye(int(n), int(n if m is None else m), dtype=_or_default(dtype).numpy)
+
+
+def _eye_decomposition(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
     result_dtype = _or_default(dtype)
-    index = aten.arange.start_step(0, n, 1)
-    diagonal = aten.eq.Tensor(aten.unsqueeze.default(index, 1), index)
+    rows = aten.arange.start_step(0, n, 1)
+    columns = rows if m is None else aten.arange.start_step(0, m, 1)
+    diagonal = aten.eq.Tensor(aten.unsqueeze.default(rows, 1), columns)
     if result_dtype.is_bool:
         return diagonal
     return aten.where.self(diagonal, aten.scalar_tensor.default(1, dtype=result_dtype),
                            aten.scalar_tensor.default(0, dtype=result_dtype))
+
+
+defop(f"eye(SymInt n, {_FACTORY_KWARGS}) -> Tensor",
+      lambda n, *rest: _eye_meta(n, None, *rest), lambda n, *rest: _eye_kernel(n, None, *rest),
+      tags=("composite",))
+defop(f"eye.m(SymInt n, SymInt m, {_FACTORY_KWARGS}) -> Tensor", _eye_meta, _eye_kernel, tags=("composite",))
+register_decomposition("aten.eye.default")(lambda n, **kw: _eye_decomposition(n, None, **kw))
+register_decomposition("aten.eye.m")(_eye_decomposition)
 
 
 # rand_like / randn_like: rand / randn with self's shape and (by default) dtype.

@@ -204,6 +204,13 @@ def _eye(rng):
     yield Sample((0,), note="empty")
 
 
+@samples("aten.eye.m")
+def _eye_m(rng):
+    yield Sample((2, 3))
+    yield Sample((4, 2), {"dtype": I32})
+    yield Sample((3, 0), note="empty")
+
+
 @samples("aten.rand_like.default", "aten.randn_like.default")
 def _rand_like(rng):
     yield Sample((rand(rng, 2, 3),), check_values=False)
