@@ -15,12 +15,11 @@ import numpy as np
 import sympy
 
 from kiln.ir import dtypes
-from kiln.ir.errors import KilnError
 from kiln.ir.meta import (
-    broadcast_shapes, canonical_dim, dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor,
+    broadcast_shapes, dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor,
 )
 from kiln.ir.registry import defop, ops, register_decomposition
-from kiln.ir.symbolic import as_dim, guard_bool, sym_eq
+from kiln.ir.symbolic import as_dim, sym_eq
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,7 +39,8 @@ def _accumulation_dtype(dtype: np.dtype) -> np.dtype:
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b accumulated in _accumulation_dtype (not yet cast back)."""
     acc = _accumulation_dtype(a.dtype)
-    return np.matmul(a.astype(acc), b.astype(acc))
+    with np.errstate(all="ignore"):  # inf * 0 inside the product is NaN, as in ATen
+        return np.matmul(a.astype(acc), b.astype(acc))
 
 
 def _to_result(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -60,7 +60,8 @@ def _same_dtype(op: str, *tensors) -> dtypes.DType:
     first = dtype_of(tensors[0])
     for other in tensors[1:]:
         require_dtype(dtype_of(other) is first, op,
-                      f"expected all operands to have the same dtype, got {first} and {dtype_of(other)}")
+                      f"expected all operands to have the same dtype, got {first} and {dtype_of(other)}",
+                      fix="convert the operands to one dtype first")
     return first
 
 
@@ -72,9 +73,11 @@ def _mm_meta(self, mat2):
     require(len(shape_of(self)) == 2 and len(shape_of(mat2)) == 2, op,
             f"expected 2-D matrices, got shapes {list(shape_of(self))} and {list(shape_of(mat2))}")
     require_dtype(dtype_of(self) is dtype_of(mat2), op,
-                  f"expected both matrices to have the same dtype, got {dtype_of(self)} and {dtype_of(mat2)}")
+                  f"expected both matrices to have the same dtype, got {dtype_of(self)} and {dtype_of(mat2)}",
+                  fix="convert the operands to one dtype first")
     (n, k), (k2, m) = shape_of(self), shape_of(mat2)
-    require(sym_eq(k, k2), op, f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
+    require(sym_eq(k, k2), op, f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})",
+            fix="mat1's column count must equal mat2's row count (transpose one of them?)")
     return tensor([n, m], dtype_of(self))
 
 
@@ -105,7 +108,8 @@ def _expandable_to(op: str, shape, target) -> None:
     require(len(shape) <= len(target), op, f"self of shape {list(shape)} cannot be expanded to {list(target)}")
     for size, want in zip(reversed(shape), reversed(target)):
         require((isinstance(size, int) and size == 1) or sym_eq(size, want), op,
-                f"self of shape {list(shape)} cannot be expanded to {list(target)}")
+                f"self of shape {list(shape)} cannot be expanded to {list(target)}",
+                fix="self must broadcast to the shape of the product")
 
 
 def _addmm_meta(self, mat1, mat2, beta=1, alpha=1):
@@ -142,7 +146,8 @@ defop("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alp
 # Pairwise distances
 
 def _check_p(op: str, p: float) -> None:
-    require_arg(not math.isnan(p) and p >= 0, op, f"only non-negative p-norms are supported, got p={p}")
+    require_arg(not math.isnan(p) and p >= 0, op, f"only non-negative p-norms are supported, got p={p}",
+                fix="pass p >= 0 (float('inf') for the max norm)")
 
 
 def _cdist_meta(x1, x2, p, compute_mode=None):
@@ -152,12 +157,15 @@ def _cdist_meta(x1, x2, p, compute_mode=None):
             f"expected x1 and x2 to be at least 2-D, got shapes {list(s1)} and {list(s2)}")
     dtype = _same_dtype(op, x1, x2)
     require_dtype(dtype in (dtypes.float32, dtypes.float64), op,
-                  f"only float32 and float64 inputs are supported, got {dtype}")
+                  f"only float32 and float64 inputs are supported, got {dtype}",
+                  fix="convert the inputs to float32 or float64")
     require(sym_eq(s1[-1], s2[-1]), op,
-            f"x1 and x2 must have the same number of columns, got {s1[-1]} and {s2[-1]}")
+            f"x1 and x2 must have the same number of columns, got {s1[-1]} and {s2[-1]}",
+            fix="points in x1 and x2 need the same dimension (the last dim)")
     _check_p(op, p)
     require_arg(compute_mode in (None, 0, 1, 2), op,
-                f"compute_mode must be None, 0, 1 or 2, got {compute_mode}")
+                f"compute_mode must be None, 0, 1 or 2, got {compute_mode}",
+                fix="None/0: automatic, 1: always the matrix-product formula, 2: never")
     batch = broadcast_shapes(op, s1[:-2], s2[:-2])
     return tensor([*batch, s1[-2], s2[-2]], dtype)
 
@@ -212,7 +220,8 @@ def _pdist_meta(self, p=2.0):
     shape = shape_of(self)
     require(len(shape) == 2, op, f"expected a 2-D input, got shape {list(shape)}")
     require_dtype(dtype_of(self) in (dtypes.float32, dtypes.float64), op,
-                  f"only float32 and float64 inputs are supported, got {dtype_of(self)}")
+                  f"only float32 and float64 inputs are supported, got {dtype_of(self)}",
+                  fix="convert the input to float32 or float64")
     _check_p(op, p)
     n = shape[0]
     return tensor([_floor_half(n * (n - 1))], dtype_of(self))
@@ -259,7 +268,8 @@ def _matmul_meta(self, other):
     dtype = _same_dtype(op, self, other)
     k_a = a[-1]
     k_b = b[0] if len(b) == 1 else b[-2]
-    require(sym_eq(k_a, k_b), op, f"shapes {list(a)} and {list(b)} cannot be multiplied ({k_a} vs {k_b})")
+    require(sym_eq(k_a, k_b), op, f"shapes {list(a)} and {list(b)} cannot be multiplied ({k_a} vs {k_b})",
+            fix="the first operand's last dim must equal the second's second-to-last (or only) dim")
     if len(a) == 1 and len(b) == 1:
         return tensor([], dtype)
     if len(b) == 1:
@@ -454,19 +464,22 @@ class _Equation:
         lhs, arrow, rhs = text.partition("->")
         terms = lhs.split(",")
         require_arg(len(terms) == len(ranks), op,
-                    f"{len(terms)} operand(s) in the equation {equation!r} but {len(ranks)} tensor(s) given")
+                    f"{len(terms)} operand(s) in the equation {equation!r} but {len(ranks)} tensor(s) given",
+                    fix="give one comma-separated subscript term per tensor")
         ellipsis_rank = 0
         parsed: list[tuple[list[str], list[str]]] = []
         for term, rank in zip(terms, ranks):
             require_arg(term.count("...") <= 1 and all(c in _LETTERS for c in term.replace("...", "")), op,
-                        f"invalid subscripts {term!r} in the equation {equation!r}")
+                        f"invalid subscripts {term!r} in the equation {equation!r}",
+                        fix="use letters a-z and A-Z, and at most one '...' per operand")
             before, dots, after = term.partition("...")
             named = len(before) + len(after)
             if dots:
                 require_arg(rank >= named, op, f"subscripts {term!r} need at least {named} dims, got rank {rank}")
                 ellipsis_rank = max(ellipsis_rank, rank - named)
             else:
-                require_arg(rank == named, op, f"subscripts {term!r} do not match an operand of rank {rank}")
+                require_arg(rank == named, op, f"subscripts {term!r} do not match an operand of rank {rank}",
+                            fix="write one label per dim, or '...' for the dims you do not name")
             parsed.append((list(before), list(after)))
         # The ellipsis dims get labels of their own, right-aligned like broadcasting.
         self.ellipsis_labels = [f"...{i}" for i in range(ellipsis_rank)]
@@ -505,7 +518,8 @@ def _label_sizes(op: str, equation: _Equation, shapes) -> dict[str, object]:
                 sizes[label] = size
             elif not (isinstance(size, int) and size == 1):
                 require(sym_eq(current, size), op,
-                        f"label {label!r} has size {size} in one operand and {current} in another")
+                        f"label {label!r} has size {size} in one operand and {current} in another",
+                        fix="a label's dims must have equal sizes (or size 1, which broadcasts)")
     return sizes
 
 

@@ -5,8 +5,10 @@ scaled_dot_product_attention, dropout, pools, lstm_cell/gru_cell, ...).
 Conventions:
 - Output sizes in meta rules are sympy expressions of the input dims (`floor((s0 + 2 - 3)/2) + 1`), so
   batch and spatial dims may be symbolic; invalid arguments raise KilnError subclasses naming the op.
-- Kernels follow ATen's CPU kernels: float32 accumulates in float64 where ATen's accumulation type is wider,
-  float16/bfloat16 compute in float32 (opmath) and round once; integer results wrap like ATen's.
+- Kernels follow ATen's CPU kernels' semantics (index conventions, NaN rules, mixed-precision statistics).
+  float32 work is done in float64 and rounded once, float16/bfloat16 in float32 (opmath); integer results
+  wrap like ATen's. Where ATen computes in the reduced dtype itself (grid_sampler_2d's scalar fallback),
+  so does the kernel.
 - kiln's IR is functional: ops that update buffers in place in torch (`_native_batch_norm_legit` updates
   running_mean/running_var when training) only compute their outputs here.
 """
@@ -44,9 +46,9 @@ def _floordiv(numerator: SymInt, denominator: int) -> SymInt:
     return as_dim(sympy.floor(sympy.sympify(numerator) / denominator))
 
 
-def _at_least(value: SymInt, bound: int) -> bool:
+def _at_least(value: SymInt, bound: SymInt) -> bool:
     """value >= bound, deciding symbolic sizes through a guard."""
-    if isinstance(value, int):
+    if isinstance(value, int) and isinstance(bound, int):
         return value >= bound
     return guard_bool(sympy.Ge(value, bound))
 
@@ -55,7 +57,8 @@ def _per_dim(op: str, name: str, values, n: int) -> list:
     """An int[n] argument given as one value or n values (ATen accepts both)."""
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     require_arg(len(values) in (1, n), op,
-                f"expected {name} to be a single integer or a list of {n} integers, got {values}")
+                f"expected {name} to be a single integer or a list of {n} integers, got {values}",
+                fix=f"give one value per spatial dim ({n})")
     return values * n if len(values) == 1 else values
 
 
@@ -122,9 +125,11 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
     require(len(w) >= 3, op, f"weight must have at least 3 dimensions (out, in, *kernel), got shape {list(w)}")
     n = len(w) - 2
     require(len(x) == len(w), op,
-            f"expected {len(w)}-D input for {len(w)}-D weight {list(w)}, got {len(x)}-D input of shape {list(x)}")
+            f"expected {len(w)}-D input for {len(w)}-D weight {list(w)}, got {len(x)}-D input of shape {list(x)}",
+            fix="add the batch dim (convolution takes [N, C, *spatial]; conv1d/2d/3d accept unbatched input)")
     require_dtype(dtype_of(input) is dtype_of(weight), op,
-                  f"input ({dtype_of(input)}) and weight ({dtype_of(weight)}) must have the same dtype")
+                  f"input ({dtype_of(input)}) and weight ({dtype_of(weight)}) must have the same dtype",
+                  fix="convert the input or the weight so that both have one dtype")
     require_dtype(not dtype_of(input).is_bool and not dtype_of(input).is_complex, op,
                   f"{dtype_of(input)} convolution is not supported")
     stride, padding, dilation = (_per_dim(op, name, value, n) for name, value in
@@ -138,34 +143,40 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
     kernel = w[2:]
     require(_at_least(w[0], 1), op, f"expected weight to have at least one channel at dimension 0, got {list(w)}")
     require(guard_bool(sympy.Eq(sympy.Mod(w[0], groups), 0)), op,
-            f"groups={groups} must divide weight dimension 0, got weight of shape {list(w)}")
+            f"groups={groups} must divide weight dimension 0, got weight of shape {list(w)}",
+            fix="use a group count that divides both the input and the output channels")
     if transposed:
         require(sym_eq(channels, w[0]), op,
                 f"given transposed weight of shape {list(w)}, expected input of shape {list(x)} to have "
-                f"{w[0]} channels, got {channels}")
+                f"{w[0]} channels, got {channels}",
+                fix="a transposed weight is laid out [in_channels, out_channels / groups, *kernel]")
         for s, d, p in zip(stride, dilation, output_padding):
             require_arg(_at_least(s - 1 - p, 0) or _at_least(d - 1 - p, 0), op,
                         f"output padding must be smaller than either stride or dilation, got output_padding="
-                        f"{output_padding}, stride={stride}, dilation={dilation}")
+                        f"{output_padding}, stride={stride}, dilation={dilation}",
+                        fix="reduce output_padding below the stride")
         out_channels = w[1] * groups
         spatial = [_conv_transpose_output_size(*args) for args in
                    zip(x[2:], kernel, stride, padding, dilation, output_padding)]
-        require(all(_at_least(s, 1) for s in spatial), op,
-                f"calculated output size {spatial} is too small for input of shape {list(x)}")
+        require(all(_at_least(s, 0) for s in spatial), op,
+                f"calculated output size {spatial} is negative for input of shape {list(x)}")
     else:
         require(sym_eq(channels, w[1] * groups), op,
                 f"given groups={groups}, weight of shape {list(w)} expects input of shape {list(x)} to have "
-                f"{as_dim(w[1] * groups)} channels, got {channels}")
+                f"{as_dim(w[1] * groups)} channels, got {channels}",
+                fix="the input's channel count must equal the weight's dim 1 times groups")
         out_channels = w[0]
         for size, k, p, d in zip(x[2:], kernel, padding, dilation):
             require(_at_least(size + 2 * p - (d * (k - 1) + 1), 0), op,
                     f"padded input size per channel {[as_dim(s + 2 * p) for s, p in zip(x[2:], padding)]} is "
                     f"smaller than the (dilated) kernel size "
-                    f"{[as_dim(d * (k - 1) + 1) for k, d in zip(kernel, dilation)]}")
+                    f"{[as_dim(d * (k - 1) + 1) for k, d in zip(kernel, dilation)]}",
+                    fix="pad the input more, or use a smaller kernel or dilation")
         spatial = [_conv_output_size(*args) for args in zip(x[2:], kernel, stride, padding, dilation)]
     if bias is not None:
         require(len(shape_of(bias)) == 1 and sym_eq(shape_of(bias)[0], out_channels), op,
-                f"expected bias to be 1-D with {out_channels} elements, got shape {list(shape_of(bias))}")
+                f"expected bias to be 1-D with {out_channels} elements, got shape {list(shape_of(bias))}",
+                fix="give one bias value per output channel")
     return tensor([x[0], out_channels, *spatial], dtype_of(input))
 
 
@@ -184,39 +195,41 @@ def _correlate(x: np.ndarray, w: np.ndarray, stride, dilation, groups: int) -> n
     return np.moveaxis(np.concatenate(parts, axis=-1), -1, 1)
 
 
-def _pad_or_crop(x: np.ndarray, before: Sequence[int], after: Sequence[int]) -> np.ndarray:
-    """Pad the trailing len(before) axes with zeros; negative amounts crop instead."""
-    n = len(before)
-    lead = [(0, 0)] * (x.ndim - n)
-    x = np.pad(x, lead + [(max(b, 0), max(a, 0)) for b, a in zip(before, after)])
-    crop = tuple(slice(max(-b, 0), x.shape[x.ndim - n + i] - max(-a, 0)) for i, (b, a) in enumerate(zip(before, after)))
-    return x[(slice(None),) * (x.ndim - n) + crop]
+def _transposed_correlate(x: np.ndarray, w: np.ndarray, stride, padding, dilation, out_spatial, groups: int):
+    """The adjoint of a strided convolution, x [N, Cin, *S] with w [Cin, Cout/groups, *K]: every input
+    position scatters x * w over the kernel taps (at i * stride + k * dilation, minus padding). One tensordot
+    per group, then one strided slice add per kernel tap (within a tap the targets are distinct)."""
+    n = w.ndim - 2
+    spatial, kernel = x.shape[2:], w.shape[2:]
+    in_group, out_group = x.shape[1] // groups, w.shape[1]
+    # Large enough for every tap and for the cropped output (output_padding can reach past the taps).
+    extent = [max((s - 1) * st + d * (k - 1) + 1, p + o)
+              for s, st, d, k, p, o in zip(spatial, stride, dilation, kernel, padding, out_spatial)]
+    out = np.zeros((x.shape[0], groups * out_group, *extent), x.dtype)
+    for g in range(groups):
+        taps = np.tensordot(x[:, g * in_group:(g + 1) * in_group], w[g * in_group:(g + 1) * in_group],
+                            axes=([1], [0]))  # [N, *S, Cout/g, *K]
+        taps = np.moveaxis(taps, 1 + n, 1)  # [N, Cout/g, *S, *K]
+        for tap in np.ndindex(*kernel):
+            target = tuple(slice(k * d, k * d + (s - 1) * st + 1, st)
+                           for k, d, s, st in zip(tap, dilation, spatial, stride))
+            out[(slice(None), slice(g * out_group, (g + 1) * out_group), *target)] += taps[(Ellipsis, *tap)]
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_spatial))
+    return out[(slice(None), slice(None), *crop)]
 
 
 def _convolution_kernel(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     n = weight.ndim - 2
     expected = _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     stride, padding, dilation = (_per_dim("", "", v, n) for v in (stride, padding, dilation))
-    output_padding = _per_dim("", "", output_padding, n)
     acc = _accumulation(input.dtype)
     x, w = input.astype(acc), weight.astype(acc)
     if input.size == 0 or weight.size == 0:
         out = np.zeros([int(d) for d in expected.shape], acc)
     elif not transposed:
-        out = _correlate(_pad_or_crop(x, padding, padding), w, stride, dilation, groups)
+        out = _correlate(np.pad(x, [(0, 0), (0, 0), *[(p, p) for p in padding]]), w, stride, dilation, groups)
     else:
-        # The adjoint of a strided convolution: spread the input out by the stride, pad by the dilated
-        # kernel extent minus padding (plus output_padding at the end), and correlate with the spatially
-        # flipped kernel whose in/out channels are swapped within each group.
-        n_in, c_in = x.shape[:2]
-        spread = np.zeros((n_in, c_in, *[(s - 1) * st + 1 for s, st in zip(x.shape[2:], stride)]), acc)
-        spread[(slice(None), slice(None), *[slice(None, None, st) for st in stride])] = x
-        margin = [d * (k - 1) - p for k, d, p in zip(weight.shape[2:], dilation, padding)]
-        spread = _pad_or_crop(spread, margin, [m + op for m, op in zip(margin, output_padding)])
-        in_group, out_group = c_in // groups, weight.shape[1]
-        flipped = w.reshape(groups, in_group, out_group, *w.shape[2:]).swapaxes(1, 2)
-        flipped = flipped.reshape(groups * out_group, in_group, *w.shape[2:])[(Ellipsis, *[slice(None, None, -1)] * n)]
-        out = _correlate(spread, flipped, [1] * n, dilation, groups)
+        out = _transposed_correlate(x, w, stride, padding, dilation, [int(d) for d in expected.shape[2:]], groups)
     if bias is not None:
         out = out + bias.astype(acc).reshape(1, -1, *[1] * n)
     return out
@@ -255,19 +268,21 @@ def _pool_arguments(op, n, kernel_size, stride, padding, dilation=1):
     return kernel, stride, padding, dilation
 
 
-def _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, *, max_pool):
+def _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, *, input_covers_kernel=False):
     shape = shape_of(self)
     require(len(shape) in (n + 1, n + 2), op,
             f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
     _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
-    for k, p, d in zip(kernel, padding, dilation):
-        limit = (d * (k - 1) + 1) // 2 if max_pool else k // 2
-        require_arg(p <= limit, op, f"padding should be at most half of the {'effective ' if max_pool else ''}"
-                    f"kernel size, got padding={padding}, kernel_size={kernel}"
-                    + (f", dilation={dilation}" if max_pool else ""))
+    require_arg(all(p <= k // 2 for k, p in zip(kernel, padding)), op,
+                f"padding should be at most half of the kernel size, got padding={padding}, kernel_size={kernel}",
+                fix="reduce the padding, or pad the input explicitly (constant_pad_nd) before pooling")
+    if input_covers_kernel:  # ATen's avg_pool3d also wants the unpadded input to cover the kernel
+        require(all(_at_least(size, k) for size, k in zip(shape[-n:], kernel)), op,
+                f"input spatial size {list(shape[-n:])} is smaller than the kernel size {kernel}")
     spatial = [_pool_output_size(*args, ceil_mode) for args in zip(shape[-n:], kernel, stride, padding, dilation)]
     require(all(_at_least(s, 1) for s in spatial), op,
-            f"input spatial size {list(shape[-n:])} gives output size {spatial}, which is too small")
+            f"input spatial size {list(shape[-n:])} gives output size {spatial}, which is too small",
+            fix="use a smaller kernel, more padding, or a larger input")
     return [*shape[:-n], *spatial]
 
 
@@ -280,8 +295,8 @@ def _avg_pool_meta(n):
         require_arg(divisor_override is None or divisor_override != 0, op, "divisor_override must not be zero")
         require_dtype(not dtype_of(self).is_bool and not dtype_of(self).is_complex, op,
                       f"{dtype_of(self)} input is not supported")
-        return tensor(_pool_meta(op, n, self, kernel, stride, padding, [1] * n, ceil_mode, max_pool=False),
-                      dtype_of(self))
+        return tensor(_pool_meta(op, n, self, kernel, stride, padding, [1] * n, ceil_mode,
+                                 input_covers_kernel=n == 3), dtype_of(self))
     return meta
 
 
@@ -338,7 +353,7 @@ def _max_pool_meta(n):
         kernel, stride, padding, dilation = _pool_arguments(op, n, kernel_size, stride, padding, dilation)
         require_dtype(not dtype_of(self).is_bool and not dtype_of(self).is_complex, op,
                       f"{dtype_of(self)} input is not supported")
-        shape = _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, max_pool=True)
+        shape = _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode)
         return tensor(shape, dtype_of(self)), tensor(shape, dtypes.int64)
     return meta
 
@@ -376,7 +391,20 @@ def _max_pool_kernel(n):
             last_nan = taps - 1 - np.argmax(nan[..., ::-1], axis=-1)
             choice = np.where(nan.any(axis=-1), last_nan, choice)
         chosen = choice[..., None]
-        return (np.take_along_axis(values, chosen, -1)[..., 0], np.take_along_axis(where, chosen, -1)[..., 0])
+        value = np.take_along_axis(values, chosen, -1)[..., 0]
+        index = np.take_along_axis(where, chosen, -1)[..., 0]
+        # A window can miss the input entirely (ceil mode with dilation): ATen then reports its initial
+        # value and the position its scan would have started at, the first tap at or after 0 in each dim.
+        empty = ~inside.any(axis=-1)
+        if empty.any():
+            start_index = np.zeros((), np.int64)
+            for o, s, p, d, size in zip(outputs, stride, padding, dilation, spatial):
+                start = np.arange(o) * s - p
+                start = np.where(start < 0, start + (-start + d - 1) // d * d, start)
+                start_index = np.add.outer(start_index * size, start)
+            value = np.where(empty, fill, value)
+            index = np.where(empty, start_index, index)
+        return value, index
     return kernel
 
 
@@ -444,7 +472,7 @@ def _statistics_dtype(op: str, input, *params) -> dtypes.DType:
         return dtypes.float32
     require_dtype(all(d is dtype for d in given), op,
                   f"parameters must have the input's dtype {dtype} (or float32 for float16/bfloat16 input), "
-                  f"got {[d.name for d in given]}")
+                  f"got {[d.name for d in given]}", fix="convert the parameters to the input's dtype")
     return dtype
 
 
@@ -557,7 +585,8 @@ def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
     axis = len(shape) - len(normalized)
     require(axis >= 0 and all(sym_eq(a, b) for a, b in zip(shape[axis:], normalized)), op,
             f"given normalized_shape={normalized}, expected an input of shape [*, "
-            f"{', '.join(map(str, normalized))}], got {list(shape)}")
+            f"{', '.join(map(str, normalized))}], got {list(shape)}",
+            fix="normalized_shape must equal the input's trailing dims")
     for name, value in (("weight", weight), ("bias", bias)):
         if value is not None:
             require(len(shape_of(value)) == len(normalized) and all(
@@ -596,7 +625,8 @@ def _group_norm_meta(input, weight, bias, N, C, HxW, group, eps):
             f"input of shape {list(shape)} does not match N={N}, C={C}, HxW={HxW}")
     require_arg(group > 0, op, f"group must be positive, got {group}")
     require(guard_bool(sympy.Eq(sympy.Mod(C, group), 0)), op,
-            f"expected the number of channels {C} to be divisible by group={group}")
+            f"expected the number of channels {C} to be divisible by group={group}",
+            fix="use a group count that divides the channel count")
     _channel_vectors(op, C, weight=weight, bias=bias)
     stats = _statistics_dtype(op, input, weight, bias)
     return like(input), tensor([N, group], stats), tensor([N, group], stats)
@@ -653,7 +683,8 @@ defop("native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)",
 
 def _check_index_dtype(op: str, name: str, value) -> None:
     require_dtype(dtype_of(value) in (dtypes.int32, dtypes.int64), op,
-                  f"expected {name} to be int32 or int64, got {dtype_of(value)}")
+                  f"expected {name} to be int32 or int64, got {dtype_of(value)}",
+                  fix=f"convert {name} to int64")
 
 
 def _check_indices_in_range(op: str, indices: np.ndarray, rows: int) -> None:
@@ -691,7 +722,8 @@ def _embedding_bag_meta(weight, indices, offsets, scale_grad_by_freq=False, mode
     _check_index_dtype(op, "offsets", offsets)
     require(len(shape_of(indices)) == 1 and len(shape_of(offsets)) == 1, op,
             f"expected 1-D indices and offsets, got shapes {list(shape_of(indices))} and {list(shape_of(offsets))}")
-    require_arg(mode in (_MODE_SUM, _MODE_MEAN, _MODE_MAX), op, f"mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
+    require_arg(mode in (_MODE_SUM, _MODE_MEAN, _MODE_MAX), op,
+                f"mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
     bags = shape_of(offsets)[0]
     if include_last_offset:
         require(_at_least(bags, 1), op, "include_last_offset needs at least one offset")
@@ -797,7 +829,8 @@ def _pad_meta(kind: str, n: int):
             if kind == "reflection":
                 require(not _at_least(before, size) and not _at_least(after, size), op,
                         f"padding ({before}, {after}) must be smaller than the input size {size} at dimension "
-                        f"{len(shape) - 1 - i} of input {list(shape)}")
+                        f"{len(shape) - 1 - i} of input {list(shape)}",
+                        fix="reflection can only mirror existing elements; use replication or constant padding")
             out = as_dim(size + before + after)
             require(_at_least(out, 1 if kind == "reflection" else 0), op,
                     f"input of shape {list(shape)} is too small for padding {list(padding)}: output size {out}")
@@ -844,7 +877,8 @@ def _upsample_sizes(op: str, input, output_size, scale_factors) -> list:
     shape = shape_of(input)
     require(len(shape) == 4, op, f"expected a 4-D input (N, C, H, W), got shape {list(shape)}")
     require_arg((output_size is None) != (scale_factors is None), op,
-                "exactly one of output_size and scale_factors must be given")
+                "exactly one of output_size and scale_factors must be given",
+                fix="pass output_size=None when giving scale_factors, or the reverse")
     if output_size is not None:
         require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
         sizes = list(output_size)
@@ -873,12 +907,15 @@ def _nearest_source(size: int, out: int, scale) -> np.ndarray:
     return np.minimum(np.floor(np.arange(out, dtype=np.float32) * ratio).astype(np.int64), size - 1)
 
 
-def _nearest_kernel(input, output_size, scale_factors):
-    out_h, out_w = (int(s) for s in _nearest_meta(input, output_size, scale_factors).shape[2:])
-    scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
+def _nearest_resample(input, out_h: int, out_w: int, scale_h, scale_w):
     rows = _nearest_source(input.shape[2], out_h, scale_h)
     cols = _nearest_source(input.shape[3], out_w, scale_w)
     return input[:, :, rows[:, None], cols[None, :]]
+
+
+def _nearest_kernel(input, output_size, scale_factors):
+    out_h, out_w = (int(s) for s in _nearest_meta(input, output_size, scale_factors).shape[2:])
+    return _nearest_resample(input, out_h, out_w, *(scale_factors if scale_factors is not None else (None, None)))
 
 
 defop("upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor",
@@ -895,8 +932,12 @@ def _bilinear_meta(input, output_size, align_corners, scale_factors):
 
 
 def _linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
-    """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision."""
+    """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision.
+    A dim whose size does not change is copied (ATen skips interpolating it, whatever the scale)."""
     one = dtype.type(1)
+    if size == out:
+        identity = np.arange(out)
+        return identity, identity, np.ones(out, dtype), np.zeros(out, dtype)
     if align_corners:
         ratio = dtype.type(size - 1) / dtype.type(out - 1) if out > 1 else dtype.type(0)
         source = ratio * np.arange(out, dtype=dtype)
@@ -909,9 +950,7 @@ def _linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
     return low, high, one - weight_high, weight_high
 
 
-def _bilinear_kernel(input, output_size, align_corners, scale_factors):
-    out_h, out_w = (int(s) for s in _bilinear_meta(input, output_size, align_corners, scale_factors).shape[2:])
-    scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
+def _bilinear_resample(input, out_h: int, out_w: int, align_corners: bool, scale_h, scale_w):
     dtype = _opmath(input.dtype)
     x = input.astype(dtype)
     top, bottom, w_top, w_bottom = _linear_taps(input.shape[2], out_h, align_corners, scale_h, dtype)
@@ -919,6 +958,12 @@ def _bilinear_kernel(input, output_size, align_corners, scale_factors):
     upper = x[:, :, top][..., left] * w_left + x[:, :, top][..., right] * w_right
     lower = x[:, :, bottom][..., left] * w_left + x[:, :, bottom][..., right] * w_right
     return upper * w_top[:, None] + lower * w_bottom[:, None]
+
+
+def _bilinear_kernel(input, output_size, align_corners, scale_factors):
+    out_h, out_w = (int(s) for s in _bilinear_meta(input, output_size, align_corners, scale_factors).shape[2:])
+    scales = scale_factors if scale_factors is not None else (None, None)
+    return _bilinear_resample(input, out_h, out_w, align_corners, *scales)
 
 
 defop("upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) "
@@ -938,7 +983,8 @@ def _grid_sampler_meta(input, grid, interpolation_mode, padding_mode, align_corn
     require(len(x) == 4 and len(g) == 4, op,
             f"expected 4-D input and grid, got shapes {list(x)} and {list(g)}")
     require(sym_eq(x[0], g[0]) and _is_const(g[3], 2), op,
-            f"expected grid of shape [{x[0]}, H_out, W_out, 2] for input of shape {list(x)}, got {list(g)}")
+            f"expected grid of shape [{x[0]}, H_out, W_out, 2] for input of shape {list(x)}, got {list(g)}",
+            fix="the grid holds one (x, y) pair per output pixel and per batch element")
     require_dtype(_is_floating(dtype_of(input)) and dtype_of(grid) is dtype_of(input), op,
                   f"expected floating-point input and grid of the same dtype, got {dtype_of(input)} "
                   f"and {dtype_of(grid)}")
@@ -1367,7 +1413,8 @@ def _group_norm_arguments(op, input, num_groups):
     require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
     require_arg(num_groups > 0, op, f"num_groups must be positive, got {num_groups}")
     require(guard_bool(sympy.Eq(sympy.Mod(shape[1], num_groups), 0)), op,
-            f"expected the number of channels {shape[1]} to be divisible by num_groups={num_groups}")
+            f"expected the number of channels {shape[1]} to be divisible by num_groups={num_groups}",
+            fix="use a group count that divides the channel count")
     return shape[0], shape[1], numel(shape[2:])
 
 
@@ -1569,7 +1616,8 @@ def _sdpa_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
                   f"query, key and value must share a floating-point dtype, got {dtype_of(query)}, "
                   f"{dtype_of(key)}, {dtype_of(value)}")
     require(sym_eq(q[-1], k[-1]) and sym_eq(k[-2], v[-2]), op,
-            f"expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got {list(q)}, {list(k)}, {list(v)}")
+            f"expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got {list(q)}, {list(k)}, {list(v)}",
+            fix="query and key need the same embedding size, key and value the same sequence length")
     require_arg(0 <= dropout_p <= 1, op, f"dropout_p must be in [0, 1], got {dropout_p}")
     key_batch, value_batch = list(k[:-2]), list(v[:-2])
     if enable_gqa and len(q) >= 3 and len(k) >= 3:
@@ -1583,7 +1631,8 @@ def _sdpa_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         require_arg(not is_causal, op, "an explicit attn_mask cannot be combined with is_causal=True")
         mask_dtype = dtype_of(attn_mask)
         require_dtype(mask_dtype.is_bool or mask_dtype is dtype or mask_dtype is dtypes.float32, op,
-                      f"attn_mask must be bool or have the query's dtype, got {mask_dtype} for {dtype} query")
+                      f"attn_mask must be bool or have the query's dtype, got {mask_dtype} for {dtype} query",
+                      fix="pass a bool mask (True = attend) or an additive mask in the query's dtype")
         broadcast_shapes(op, shape_of(attn_mask), [*batch, q[-2], k[-2]])
     return tensor([*batch, q[-2], v[-1]], dtype)
 
@@ -1772,11 +1821,17 @@ def _avg_pool1d_decomposition(self, kernel_size, stride=(), padding=(0,), ceil_m
     return aten.squeeze.dims(out, [-2])
 
 
+def _adaptive_avg_pool_composite(n: int):
+    defop(f"adaptive_avg_pool{n}d(Tensor self, SymInt[{n}] output_size) -> Tensor",
+          _adaptive_avg_pool_meta(n), _adaptive_avg_pool_kernel(n), tags=("composite",))
+
+    def decomposition(self, output_size):
+        return getattr(ops.aten, f"_adaptive_avg_pool{n}d").default(self, output_size)
+    register_decomposition(f"aten.adaptive_avg_pool{n}d.default")(decomposition)
+
+
 for _n in (2, 3):
-    defop(f"adaptive_avg_pool{_n}d(Tensor self, SymInt[{_n}] output_size) -> Tensor",
-          _adaptive_avg_pool_meta(_n), _adaptive_avg_pool_kernel(_n), tags=("composite",))
-    register_decomposition(f"aten.adaptive_avg_pool{_n}d.default")(
-        (lambda n: lambda self, output_size: getattr(ops.aten, f"_adaptive_avg_pool{n}d").default(self, output_size))(_n))
+    _adaptive_avg_pool_composite(_n)
 
 
 def _adaptive_avg_pool1d_meta(self, output_size):
@@ -1983,7 +2038,7 @@ def _cosine_similarity_decomposition(x1, x2, dim=1, eps=1e-8):
 
     def normalized(x):
         norm = aten.sqrt.default(aten.sum.dim_IntList(aten.mul.Tensor(x, x), [axis], True))
-        return aten.div.Tensor(x, aten.clamp_min.default(norm, eps))
+        return aten.div.Tensor(x, aten.clamp.default(norm, eps))
     return aten.sum.dim_IntList(aten.mul.Tensor(normalized(a), normalized(b)), [axis])
 
 
@@ -2065,9 +2120,7 @@ def _nearest_default_meta(self, output_size, scales_h=None, scales_w=None):
 
 
 def _nearest_default_kernel(self, output_size, scales_h=None, scales_w=None):
-    rows = _nearest_source(self.shape[2], int(output_size[0]), scales_h)
-    cols = _nearest_source(self.shape[3], int(output_size[1]), scales_w)
-    return self[:, :, rows[:, None], cols[None, :]]
+    return _nearest_resample(self, int(output_size[0]), int(output_size[1]), scales_h, scales_w)
 
 
 defop("upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor",
@@ -2088,13 +2141,7 @@ def _bilinear_default_meta(self, output_size, align_corners, scales_h=None, scal
 
 
 def _bilinear_default_kernel(self, output_size, align_corners, scales_h=None, scales_w=None):
-    dtype = _opmath(self.dtype)
-    x = self.astype(dtype)
-    top, bottom, w_top, w_bottom = _linear_taps(self.shape[2], int(output_size[0]), align_corners, scales_h, dtype)
-    left, right, w_left, w_right = _linear_taps(self.shape[3], int(output_size[1]), align_corners, scales_w, dtype)
-    upper = x[:, :, top][..., left] * w_left + x[:, :, top][..., right] * w_right
-    lower = x[:, :, bottom][..., left] * w_left + x[:, :, bottom][..., right] * w_right
-    return upper * w_top[:, None] + lower * w_bottom[:, None]
+    return _bilinear_resample(self, int(output_size[0]), int(output_size[1]), align_corners, scales_h, scales_w)
 
 
 defop("upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, "

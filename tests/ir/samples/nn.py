@@ -314,7 +314,11 @@ def _grid_sampler(rng):
                   0, 2, False), note="float64, far outside with reflection")
     yield Sample((rand(rng, 1, 1, 1, 1), rand(rng, 1, 2, 2, 2), 0, 2, True), note="1x1 input, reflection")
     yield Sample((rand(rng, 1, 2, 4, 4, dtype="bfloat16"), rand(rng, 1, 3, 3, 2, dtype="bfloat16", low=-1, high=1),
-                  0, 0, False), note="bfloat16")
+                  0, 0, False), note="bfloat16 (computed in bfloat16, like ATen's scalar fallback)")
+    yield Sample((rand(rng, 1, 2, 4, 5, dtype="bfloat16"), rand(rng, 1, 3, 3, 2, dtype="bfloat16", low=-1.5, high=1.5),
+                  1, 1, True), note="bfloat16 nearest, border")
+    yield Sample((rand(rng, 1, 2, 4, 5, dtype="float16"), rand(rng, 1, 3, 3, 2, dtype="float16", low=-1.5, high=1.5),
+                  2, 2, False), note="float16 bicubic, reflection")
 
 
 @samples("aten.col2im.default")
