@@ -191,3 +191,13 @@ def test_source_locations_are_kept():
 
 def test_kiln_errors_are_kiln_errors():
     assert issubclass(InputError, KilnError) and issubclass(VerificationError, KilnError)
+
+
+def test_meta_memo_tells_int_float_and_bool_scalars_apart():
+    builder = GraphBuilder()
+    x = builder.add_input("x", TensorType.of([3], "i64"))
+    with builder:
+        as_int = aten.add.Scalar(x, 1)
+        as_float = aten.add.Scalar(x, 1.0)
+        as_bool = aten.mul.Scalar(x, True)
+    assert [v.type.short() for v in (as_int, as_float, as_bool)] == ["i64[3]", "f32[3]", "i64[3]"]

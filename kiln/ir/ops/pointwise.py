@@ -72,7 +72,8 @@ def _is_number(value: Any) -> bool:
 def _check_scalar_operands(op: str, values: tuple[Any, ...]) -> None:
     for value in values:
         if isinstance(value, int) and not isinstance(value, bool):
-            require_arg(-2**63 <= value < 2**63, op, f"integer scalar {value} does not fit in int64")
+            require_arg(-2**63 <= value < 2**63, op, f"integer scalar {value} does not fit in int64",
+                        fix="pass it as a float, or split the computation")
 
 
 def _wrapped(value: Any) -> np.ndarray:
@@ -127,7 +128,8 @@ def _check_fits(op: str, what: str, value: Any, dtype: DType) -> None:
             fits = -value <= info.max
         else:
             fits = info.min <= value <= info.max
-    require_arg(fits, op, f"{what} {value!r} cannot be converted to {dtype.name} without overflow")
+    require_arg(fits, op, f"{what} {value!r} cannot be converted to {dtype.name} without overflow",
+                fix=f"use a {what} within {dtype.name}'s range, or convert the tensor to a wider dtype first")
 
 
 def _scalar_as(value: Any, dtype: DType) -> np.ndarray:
@@ -167,26 +169,22 @@ def _unary(op: str, kind: Promotion = Promotion.DEFAULT, check: Check | None = N
     return _elementwise(op, kind, operands=1, check=check)
 
 
-def _no_bool(what: str = "bool tensors") -> Check:
+def _no_bool(what: str = "bool tensors are not supported",
+             fix: str = "convert the tensor to an integer or floating-point dtype first") -> Check:
     def check(op: str, common: DType, *args: Any) -> None:
-        require_dtype(not common.is_bool, op, f"{what} are not supported")
+        require_dtype(not common.is_bool, op, what, fix=fix)
     return check
 
 
 def _floating_only(op: str, common: DType, *args: Any) -> None:
-    require_dtype(common.is_floating_point, op, f"expected a floating-point tensor, got {common.name}")
+    require_dtype(common.is_floating_point, op, f"expected a floating-point tensor, got {common.name}",
+                  fix="convert the tensor to a floating-point dtype first")
 
 
 def _integral_or_bool(op: str, common: DType, *args: Any) -> None:
     require_dtype(not common.is_floating_point and not common.is_complex, op,
-                  f"bitwise ops need integral or bool operands, got {common.name}")
-
-
-def _both(*checks: Check) -> Check:
-    def check(op: str, common: DType, *args: Any) -> None:
-        for each in checks:
-            each(op, common, *args)
-    return check
+                  f"bitwise ops need integer or bool operands, got {common.name}",
+                  fix="use logical_and/or/xor/not for truth values, or convert to an integer dtype")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,17 +194,18 @@ def _both(*checks: Check) -> Check:
 def _subtraction_check(op: str, first: Any, second: Any) -> None:
     first_bool = dtype_of(first).is_bool if is_tensor(first) else isinstance(first, bool)
     second_bool = dtype_of(second).is_bool if is_tensor(second) else isinstance(second, bool)
-    require_dtype(not (first_bool and second_bool), op,
-                  "subtracting two bool tensors is not supported; use bitwise_xor or logical_xor")
-    require_dtype(not (first_bool or second_bool), op,
-                  "subtracting a bool tensor is not supported; to invert a mask use bitwise_not or logical_not")
+    require_dtype(not (first_bool and second_bool), op, "subtracting two bool tensors is not supported",
+                  fix="use bitwise_xor or logical_xor")
+    require_dtype(not (first_bool or second_bool), op, "subtracting a bool tensor is not supported",
+                  fix="to invert a mask use bitwise_not or logical_not; else convert the bool tensor first")
 
 
 def _alpha_check(op: str, common: DType, alpha: Any, *, negate: bool = False) -> None:
     require_arg(not isinstance(alpha, bool) or common.is_bool, op,
-                "a bool alpha is only supported for bool results")
+                "a bool alpha is only supported for bool results", fix="pass alpha as a number")
     require_arg(common.is_floating_point or not isinstance(alpha, float), op,
-                "for integral input tensors, argument alpha must not be a floating point number")
+                "for integral input tensors, argument alpha must not be a floating point number",
+                fix="pass an integer alpha, or convert the tensors to a floating-point dtype")
     if _is_number(alpha):
         _check_fits(op, "alpha", -alpha if negate else alpha, common)
 
@@ -336,12 +335,14 @@ def _rounder(dtype: DType) -> Callable[[np.ndarray], np.ndarray]:
 def _div_mode_meta(op: str) -> Callable[..., Any]:
     def meta(self, other, rounding_mode=None):
         require_arg(rounding_mode in (None, "trunc", "floor"), op,
-                    f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+                    f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}",
+                    fix="pass rounding_mode=None (true division), 'trunc' or 'floor'")
         _check_scalar_operands(op, (self, other))
         common = _common_dtype(self, other)
         if rounding_mode is None:
             return tensor(_broadcast(op, self, other), _promote(Promotion.INT_TO_FLOAT, common))
-        require_dtype(not common.is_bool, op, f"rounding_mode={rounding_mode!r} is not supported for bool tensors")
+        require_dtype(not common.is_bool, op, f"rounding_mode={rounding_mode!r} is not supported for bool tensors",
+                      fix="convert the tensors to an integer or floating-point dtype first")
         return tensor(_broadcast(op, self, other), common)
     return meta
 
@@ -414,7 +415,8 @@ def _power(base: Any, exponent: Any) -> np.ndarray:
 
 
 def _pow_no_bool(op: str, common: DType, *args: Any) -> None:
-    require_dtype(not common.is_bool, op, "pow is not supported for bool results")
+    require_dtype(not common.is_bool, op, "pow is not supported for bool results",
+                  fix="convert the tensor to an integer or floating-point dtype first")
 
 
 def _pow_tensor_scalar_check(op: str, common: DType, self: Any, exponent: Any) -> None:
@@ -423,7 +425,8 @@ def _pow_tensor_scalar_check(op: str, common: DType, self: Any, exponent: Any) -
     if _is_number(exponent):
         negative_integer = isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0
         require_arg(not (negative_integer and not dtype_of(self).is_floating_point), op,
-                    "integers to negative integer powers are not allowed")
+                    "integers to negative integer powers are not allowed",
+                    fix="use a floating-point exponent (x ** -1.0) or tensor")
         if common.is_integral or common in _REDUCED_FLOATS:  # ATen converts the exponent to the dtype
             _check_fits(op, "exponent", exponent, common)
 
@@ -457,7 +460,8 @@ def _atan2_out_meta(self, other, out):
     op = "aten.atan2.out"
     computed = _promote(Promotion.INT_TO_FLOAT, _common_dtype(self, other))
     require_dtype(_can_cast(computed, dtype_of(out)), op,
-                  f"result type {computed.name} can't be cast to the desired output type {dtype_of(out).name}")
+                  f"result type {computed.name} can't be cast to the desired output type {dtype_of(out).name}",
+                  fix="pass a floating-point `out` tensor")
     return tensor(_broadcast(op, self, other), dtype_of(out))
 
 
@@ -535,7 +539,7 @@ defop("bitwise_not(Tensor self) -> Tensor", _unary("aten.bitwise_not.default", c
 
 
 # erf: numpy has none. FreeBSD msun's s_erf.c (Sun Microsystems, freely distributable) rational
-# approximations, < 1 ulp in float64, evaluated branch-free over the whole array.
+# approximations, < 1 ulp in float64, each evaluated on the elements of its interval.
 _ERF_SMALL_P = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
                 -5.77027029648944159157e-03, -2.37630166566501626084e-05)
 _ERF_SMALL_Q = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
@@ -578,21 +582,28 @@ def _polynomial(coefficients: tuple[float, ...], x: np.ndarray) -> np.ndarray:
 def _erf(x: np.ndarray) -> np.ndarray:
     x64 = np.asarray(x, np.float64)
     ax = np.abs(x64)
+    result = np.copysign(1.0, x64, out=np.empty_like(x64))  # |x| >= 6 and ±inf: ±1 in double precision
     with np.errstate(all="ignore"):
-        z = ax * ax
-        small = x64 + x64 * (_polynomial(_ERF_SMALL_P, z) / _polynomial(_ERF_SMALL_Q, z))
-        s = ax - 1.0
-        near_one = _ERF_ONE_C + _polynomial(_ERF_ONE_P, s) / _polynomial(_ERF_ONE_Q, s)
-        t = 1.0 / z
-        mid = ax < _ERF_BOUNDS[2]
-        r = np.where(mid, _polynomial(_ERFC_MID_R, t), _polynomial(_ERFC_FAR_R, t))
-        q = np.where(mid, _polynomial(_ERFC_MID_S, t), _polynomial(_ERFC_FAR_S, t))
-        # exp(-x*x) split as exp(-h*h) * exp((h-x)(h+x)), h = x with its low 32 bits cleared, for accuracy
-        h = (ax.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
-        tail = 1.0 - np.exp(-h * h - 0.5625) * np.exp((h - ax) * (h + ax) + r / q) / ax
-        magnitude = np.select([ax < _ERF_BOUNDS[1], ax < _ERF_BOUNDS[3]], [near_one, tail], 1.0)
-        result = np.where(ax < _ERF_BOUNDS[0], small, np.copysign(magnitude, x64))
-    return np.where(np.isnan(x64), x64, result).astype(np.result_type(x, np.float32))
+        small = ax < _ERF_BOUNDS[0]
+        xs = x64[small]
+        z = xs * xs
+        result[small] = xs + xs * (_polynomial(_ERF_SMALL_P, z) / _polynomial(_ERF_SMALL_Q, z))
+        near_one = (ax >= _ERF_BOUNDS[0]) & (ax < _ERF_BOUNDS[1])
+        s = ax[near_one] - 1.0
+        result[near_one] = np.copysign(_ERF_ONE_C + _polynomial(_ERF_ONE_P, s) / _polynomial(_ERF_ONE_Q, s),
+                                       x64[near_one])
+        for low, high, r_coefficients, s_coefficients in ((_ERF_BOUNDS[1], _ERF_BOUNDS[2], _ERFC_MID_R, _ERFC_MID_S),
+                                                          (_ERF_BOUNDS[2], _ERF_BOUNDS[3], _ERFC_FAR_R, _ERFC_FAR_S)):
+            tail = (ax >= low) & (ax < high)
+            a = ax[tail]
+            t = 1.0 / (a * a)
+            # exp(-x*x) as exp(-h*h) * exp((h-x)(h+x)), h = x with its low 32 bits cleared, for accuracy
+            h = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+            erfc = np.exp(-h * h - 0.5625) * np.exp((h - a) * (h + a) + _polynomial(r_coefficients, t)
+                                                     / _polynomial(s_coefficients, t)) / a
+            result[tail] = np.copysign(1.0 - erfc, x64[tail])
+    result[np.isnan(x64)] = np.nan
+    return result.astype(np.result_type(x, np.float32))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -638,7 +649,8 @@ def _isinf(self):
 defop("abs(Tensor self) -> Tensor", _unary("aten.abs.default", check=_no_bool()),
       lambda self: np.abs(opmath(self)))  # np.abs wraps INT_MIN like ATen
 defop("neg(Tensor self) -> Tensor",
-      _unary("aten.neg.default", check=_no_bool("negating bool tensors (use bitwise_not or logical_not)")),
+      _unary("aten.neg.default", check=_no_bool("negating a bool tensor is not supported",
+                                                "to invert a mask use bitwise_not or logical_not")),
       lambda self: np.negative(opmath(self)))
 defop("sign(Tensor self) -> Tensor", _unary("aten.sign.default"), _sign)
 defop("isnan(Tensor self) -> Tensor", _unary("aten.isnan.default", Promotion.ALWAYS_BOOL), _isnan)
@@ -701,7 +713,8 @@ def _gelu(self, approximate="none"):
 
 def _gelu_check(op: str, common: DType, self: Any, approximate: str) -> None:
     _floating_only(op, common)
-    require_arg(approximate in ("none", "tanh"), op, f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    require_arg(approximate in ("none", "tanh"), op, f"approximate must be 'none' or 'tanh', got {approximate!r}",
+                fix="pass approximate='none' (erf) or approximate='tanh'")
 
 
 defop("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
@@ -715,9 +728,13 @@ defop('gelu(Tensor self, *, str approximate="none") -> Tensor', _unary("aten.gel
 # clamp and hardtanh: min(max(x, lo), hi), so lo > hi gives hi; a NaN input stays NaN and a NaN bound
 # makes every element NaN (ATen fills the result).
 
+def _any_nan(*bounds: Any) -> bool:
+    return any(isinstance(b, float) and math.isnan(b) for b in bounds)
+
+
 def _clamp_values(x: np.ndarray, lo: Any, hi: Any, dtype: DType) -> np.ndarray:
     """x (already in `dtype`) clamped by Scalar bounds converted to `dtype`."""
-    if any(isinstance(b, float) and math.isnan(b) for b in (lo, hi)):
+    if _any_nan(lo, hi):
         return np.full(x.shape, np.nan, opmath(x).dtype)
     result = opmath(x)
     if lo is not None:
@@ -735,12 +752,14 @@ def _clamp_dtype(self: Any, lo: Any, hi: Any) -> DType:
 
 def _clamp_meta(op: str) -> Callable[..., Any]:
     def meta(self, min=None, max=None):
-        require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given")
+        require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given",
+                    fix="pass min, max or both")
         _check_scalar_operands(op, (min, max))
         result = _clamp_dtype(self, min, max)
-        require_dtype(not result.is_bool, op, "clamping bool tensors by Scalar bounds is not supported")
+        require_dtype(not result.is_bool, op, "clamping bool tensors by bool bounds is not supported",
+                      fix="pass integer bounds, or convert the tensor first")
         for name, bound in (("min", min), ("max", max)):
-            if bound is not None:
+            if bound is not None and not _any_nan(min, max):  # a NaN bound fills NaN, converting nothing
                 _check_fits(op, name, bound, result)
         return tensor(shape_of(self), result)
     return meta
@@ -757,10 +776,12 @@ defop("clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor", _clamp
 
 def _clamp_tensor_meta(self, min=None, max=None):
     op = "aten.clamp.Tensor"
-    require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given")
+    require_arg(min is not None or max is not None, op, "at least one of 'min' and 'max' must be given",
+                fix="pass min, max or both")
     result = _common_dtype(self, min, max)
     require_dtype(not (result.is_bool and min is not None and max is not None), op,
-                  "clamping bool tensors by both min and max is not supported")
+                  "clamping bool tensors by both min and max is not supported",
+                  fix="use logical_and/logical_or, or convert the tensors first")
     return tensor(_broadcast(op, self, min, max), result)
 
 
@@ -781,24 +802,29 @@ defop("clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor",
 
 
 def _hardtanh_bounds(self: Any, min_val: Any, max_val: Any) -> tuple[Any, Any]:
-    """Integer tensors read the bounds as integers (truncated); floating ones as given."""
+    """Integer tensors read the bounds as integers (Scalar.toLong truncates); floating ones as given."""
     if dtype_of(self).is_floating_point:
         return min_val, max_val
-    return tuple(int(b) if not (isinstance(b, float) and not math.isfinite(b)) else b for b in (min_val, max_val))
+    return tuple(int(b) if isinstance(b, bool) or isinstance(b, float) and math.isfinite(b) else b
+                 for b in (min_val, max_val))
 
 
 def _hardtanh_meta(op: str) -> Callable[..., Any]:
     def meta(self, min_val=-1, max_val=1):
         own = dtype_of(self)
-        require_dtype(not own.is_bool, op, "bool tensors are not supported")
+        require_dtype(not own.is_bool, op, "bool tensors are not supported",
+                      fix="convert the tensor to an integer or floating-point dtype first")
         lo, hi = _hardtanh_bounds(self, min_val, max_val)
         if not own.is_floating_point:
             for name, value in (("min_val", lo), ("max_val", hi)):
-                require_arg(not isinstance(value, float), op, f"{name} {value!r} cannot be converted to an integer")
-        require_arg(own is not dtypes.uint8 or (lo >= 0 and hi >= 0), op,
-                    "cannot do hardtanh on an unsigned type with negative limits")
-        _check_fits(op, "min_val", lo, own)
-        _check_fits(op, "max_val", hi, own)
+                require_arg(not isinstance(value, float), op, f"{name} {value!r} cannot be converted to an integer",
+                            fix="pass finite bounds")
+        negative = any(_is_number(b) and b < 0 for b in (lo, hi))
+        require_arg(own is not dtypes.uint8 or not negative, op,
+                    "cannot do hardtanh on an unsigned type with negative limits", fix="pass limits >= 0")
+        if not _any_nan(lo, hi):  # a NaN limit fills NaN, converting nothing
+            _check_fits(op, "min_val", lo, own)
+            _check_fits(op, "max_val", hi, own)
         return tensor(shape_of(self), own)
     return meta
 
@@ -820,7 +846,8 @@ def _where_meta(condition, self, other):
     op = "aten.where.self"
     condition_dtype = dtype_of(condition)
     require_dtype(condition_dtype in (dtypes.bool_, dtypes.uint8), op,
-                  f"condition must be a bool tensor, got {condition_dtype.name}")
+                  f"condition must be a bool tensor, got {condition_dtype.name}",
+                  fix="compare to get a bool tensor, e.g. condition != 0")
     return tensor(_broadcast(op, condition, self, other), _common_dtype(self, other))
 
 
@@ -851,19 +878,20 @@ _MEMORY_FORMAT_RANK = {"channels_last": 4, "channels_last_3d": 5}
 def _check_memory_format(op: str, self: Any, memory_format: Any) -> None:
     name = _format_name(memory_format)
     require_arg(name in (None, "preserve_format", "contiguous_format", *_MEMORY_FORMAT_RANK), op,
-                f"unknown memory format {memory_format!r}")
+                f"unknown memory format {memory_format!r}",
+                fix="use preserve_format, contiguous_format, channels_last or channels_last_3d")
     if name in _MEMORY_FORMAT_RANK:
         rank = _MEMORY_FORMAT_RANK[name]
         require_arg(len(shape_of(self)) == rank, op, f"memory format {name} needs a rank-{rank} tensor, "
-                    f"got rank {len(shape_of(self))}")
+                    f"got rank {len(shape_of(self))}", fix="use contiguous_format for this tensor")
 
 
 def _to_copy_meta(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
                   memory_format=None):
     op = "aten._to_copy.default"
     layout_name = _format_name(layout)
-    require_arg(layout_name in (None, "strided"), op,
-                f"converting to layout {layout_name} is not supported; kiln tensors are strided")
+    require_arg(layout_name in (None, "strided"), op, f"converting to layout {layout_name} is not supported",
+                fix="pass layout=torch.strided or leave it unset")
     _check_memory_format(op, self, memory_format)
     return tensor(shape_of(self), dtype_of(self) if dtype is None else dtype)
 
@@ -883,7 +911,8 @@ def _copy_meta(self, src, non_blocking=False):
     broadcast = broadcast_shapes(op, shape_of(self), shape_of(src))
     fits = len(broadcast) == len(shape_of(self)) and all(sym_eq(a, b) for a, b in zip(broadcast, shape_of(self)))
     require_arg(fits, op,
-                f"src of shape {list(shape_of(src))} cannot be broadcast to self's shape {list(shape_of(self))}")
+                f"src of shape {list(shape_of(src))} cannot be broadcast to self's shape {list(shape_of(self))}",
+                fix="src must broadcast to self's shape without growing it")
     return tensor(shape_of(self), dtype_of(self))
 
 
@@ -928,17 +957,17 @@ def _composite(schema: str, meta: Callable[..., Any], kernel: Callable[..., Any]
     register_decomposition(opdef.name)(decomposition)
 
 
+def _float_errors_ignored(fn: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return fn(*args)
+
+
 def _floating_unary_composite(name: str, kernel: Callable[[np.ndarray], np.ndarray],
                               body: Callable[[Any], Any]) -> None:
     """A float-only activation: kernel on opmath arrays, decomposition `body` on opmath values."""
     _composite(f"{name}(Tensor self) -> Tensor", _unary(f"aten.{name}.default", check=_floating_only),
                lambda self: _float_errors_ignored(kernel, opmath(self)),
                lambda self: _in_opmath(self, body))
-
-
-def _float_errors_ignored(fn: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return fn(*args)
 
 
 _floating_unary_composite("silu", lambda x: x / (1 + np.exp(-x)),
@@ -1023,10 +1052,12 @@ _one_sided_clamp("max")
 
 def _masked_fill_meta(op: str) -> Callable[..., Any]:
     def meta(self, mask, value):
-        require_dtype(dtype_of(mask).is_bool, op, f"mask must be a bool tensor, got {dtype_of(mask).name}")
+        require_dtype(dtype_of(mask).is_bool, op, f"mask must be a bool tensor, got {dtype_of(mask).name}",
+                      fix="convert the mask with mask.bool() or a comparison")
         if is_tensor(value):
             require_arg(len(shape_of(value)) == 0, op,
-                        f"value must be a 0-d tensor, got one of rank {len(shape_of(value))}")
+                        f"value must be a 0-d tensor, got one of rank {len(shape_of(value))}",
+                        fix="pass a Python number or a 0-d tensor")
         else:
             _check_fits(op, "value", value, dtype_of(self))
         return tensor(_broadcast(op, self, mask), dtype_of(self))
@@ -1056,7 +1087,8 @@ _composite("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
 def _where_scalar_meta(op: str) -> Callable[..., Any]:
     def meta(condition, self, other):
         require_dtype(dtype_of(condition) in (dtypes.bool_, dtypes.uint8), op,
-                      f"condition must be a bool tensor, got {dtype_of(condition).name}")
+                      f"condition must be a bool tensor, got {dtype_of(condition).name}",
+                      fix="compare to get a bool tensor, e.g. condition != 0")
         _check_scalar_operands(op, (self, other))
         result = _common_dtype(self, other)
         for name, value in (("self", self), ("other", other)):
@@ -1130,7 +1162,10 @@ def _lerp_meta(op: str) -> Callable[..., Any]:
         for name, value in (("end", end), ("weight", weight)):
             if is_tensor(value):
                 require_dtype(dtype_of(value) is dtype_of(self), op,
-                              f"expected dtype {dtype_of(self).name} for `{name}` but got {dtype_of(value).name}")
+                              f"expected dtype {dtype_of(self).name} for `{name}` but got {dtype_of(value).name}",
+                              fix="convert all tensors to one floating-point dtype")
+            else:
+                _check_fits(op, name, value, dtypes.opmath_dtype(dtype_of(self)))
         _floating_only(op, dtype_of(self))
         return tensor(_broadcast(op, self, end, weight), dtype_of(self))
     return meta
@@ -1187,14 +1222,14 @@ _composite("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", _ler
 def _addc_meta(op: str, divide: bool) -> Callable[..., Any]:
     def meta(self, tensor1, tensor2, value=1):
         if divide:
-            require_dtype(not (dtype_of(tensor1).is_integral or dtype_of(tensor1).is_bool)
-                          or dtype_of(tensor2).is_floating_point, op,
-                          "integer division is not supported; use floating-point tensor1 or tensor2")
+            require_dtype(dtype_of(tensor1).is_floating_point or dtype_of(tensor2).is_floating_point, op,
+                          "integer division of tensor1 by tensor2 is not supported",
+                          fix="convert tensor1 or tensor2 to a floating-point dtype")
         common = _common_dtype(self, tensor1, tensor2)
-        require_dtype(not common.is_bool, op, "bool tensors are not supported")
-        _check_fits(op, "value", value, dtypes.opmath_dtype(common) if common.is_floating_point else dtypes.int64)
-        if not common.is_floating_point:
-            _check_fits(op, "value", int(value), common)
+        require_dtype(not common.is_bool, op, "bool tensors are not supported",
+                      fix="convert the tensors to an integer or floating-point dtype first")
+        # ATen reads value as the dtype (float32 for float16/bfloat16): 2.5 truncates to 2 for integers
+        _check_fits(op, "value", value, dtypes.opmath_dtype(common))
         return tensor(_broadcast(op, self, tensor1, tensor2), common)
     return meta
 
@@ -1212,7 +1247,7 @@ def _addc(divide: bool) -> Callable[..., np.ndarray]:
 def _addc_decomposition(divide: bool) -> Callable[..., Any]:
     def decomposition(self, tensor1, tensor2, value=1):
         common = _common_dtype(self, tensor1, tensor2)
-        scale = value if common.is_floating_point else int(value)
+        scale = value if common.is_floating_point or not _is_number(value) else int(value)
 
         def body(a, b, c):
             scaled = aten.mul.Scalar(b, scale) if scale != 1 else b

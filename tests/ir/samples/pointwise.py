@@ -10,9 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir import dtypes
-from tests.ir.samples import Sample, samples
-from tests.ir.samples import positive as _positive
-from tests.ir.samples import rand as _rand
+from tests.ir.samples import Sample, positive, rand, samples
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int64", "int32", "int16", "int8", "uint8")
@@ -21,15 +19,6 @@ ALL = FLOATS + INTS + ("bool",)
 NAN, INF = float("nan"), float("inf")
 # Values that exercise NaN propagation, infinities, signed zeros and rounding ties.
 SPECIAL = [NAN, INF, -INF, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1.0, -1.0, 3.0, -7.25, 1e-3]
-
-
-def rand(rng, *shape, **kwargs) -> np.ndarray:
-    """The shared `rand`, but a 0-d result is an array: a numpy scalar would reach torch as a Python number."""
-    return np.asarray(_rand(rng, *shape, **kwargs))
-
-
-def positive(rng, *shape, **kwargs) -> np.ndarray:
-    return np.asarray(_positive(rng, *shape, **kwargs))
 
 
 def arr(values, dtype: str = "float32") -> np.ndarray:
@@ -129,7 +118,6 @@ def _add_tensor(rng):
     yield Sample((rand(rng, 4, dtype="bool"), rand(rng, 4, dtype="bool")), {"alpha": 0}, note="bool: alpha is false")
     yield Sample((rand(rng, 4, dtype="bool"), rand(rng, 4, dtype="bool")), {"alpha": True}, note="bool alpha")
     yield Sample((arr([100, -100], "int8"), arr([3, 7], "int8")), {"alpha": 50}, note="int8 alpha * other wraps")
-
 
 
 @samples("aten.add.Scalar")
@@ -275,6 +263,8 @@ def _pow_tensor_scalar(rng):
     yield Sample((rand(rng, 3, 4, dtype="int32", low=0, high=5), 0.5), note="int ** float: float32")
     yield Sample((rand(rng, 3, 4, dtype="bool"), 2), note="bool ** int: int64")
     yield Sample((rand(rng, 3, 4, dtype="bool"), 2.0), note="bool ** float: float32")
+    yield Sample((rand(rng, 3, 4, dtype="bool"), False), note="bool ** False: ones (ATen skips the kernel)")
+    yield Sample((rand(rng, 3, 4, dtype="bool"), True), note="bool ** True: a copy")
     yield Sample((arr([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0]), -1), note="specials ** -1")
     yield Sample((arr([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0]), 0), note="nan ** 0 is 1")
     yield Sample((rand(rng), 2), note="0-d")
@@ -514,6 +504,7 @@ def _clamp(rng):
     yield Sample((arr(SPECIAL), -1.0, 1.0), note="nan input stays nan")
     yield Sample((arr(SPECIAL), NAN, 1.0), note="nan bound: all nan")
     yield Sample((arr(SPECIAL), NAN), note="nan min only: all nan")
+    yield Sample((arr(SPECIAL, "float16"), NAN, 70000), note="nan bound: the other is never converted")
     yield Sample((rand(rng, 3, 4, dtype="float16"), 0.1, 0.7), note="float16 inexact bounds")
     yield Sample((rand(rng), 0.0, 1.0), note="0-d")
     yield Sample((rand(rng, 0, 3), 0.0, 1.0), note="empty")
@@ -603,6 +594,7 @@ def _fill(rng):
     yield Sample((rand(rng, 2, 2, dtype="bfloat16"), 0.1), note="bfloat16")
     yield Sample((rand(rng, 2, dtype="float64"), True), note="bool value")
     yield Sample((rand(rng), 7), note="0-d")
+    yield Sample((rand(rng, 1, dtype="float16"), 70000), note="one-element float16: unchecked, inf")
     yield Sample((rand(rng, 0, 3, dtype="int8"), 7), note="empty")
 
 
@@ -686,6 +678,7 @@ def _where_scalar_other(rng):
     yield Sample((rand(rng, 3, 4, dtype="bool"), rand(rng, 4), -1.5), note="float32")
     yield Sample((rand(rng, 3, dtype="bool"), rand(rng, 3, dtype="int64"), 0.5), note="int64 with float: float32")
     yield Sample((rand(rng, 2, 3, dtype="bool"), rand(rng, 3, dtype="uint8"), 9), note="uint8")
+    yield Sample((rand(rng, 3, dtype="bool"), rand(rng, 3, dtype="float16"), 70000), note="float16: unchecked, inf")
 
 
 @samples("aten.where.Scalar")
