@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
+from kiln.cli import opt
 from kiln.ir.errors import KilnError
 
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops_parser.add_argument("--core", action="store_true", help="only core ATen ops")
     ops_parser.add_argument("--json", action="store_true", help="machine-readable output")
     ops_parser.set_defaults(handler=_ops_command)
+    opt.register(commands)
     return parser
 
 
