@@ -281,6 +281,12 @@ class ExportedProgram:
         return str(self.graph_module)
 
     @staticmethod
+    def from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | None = None,
+                    constants: dict[str, np.ndarray] | None = None) -> "ExportedProgram":
+        """A program around an xDSL module (signature and ranges read from its kiln.* attributes)."""
+        return _program_from_module(module, state_dict, constants)
+
+    @staticmethod
     def from_mlir(text: str, state_dict: dict[str, np.ndarray] | None = None,
                   constants: dict[str, np.ndarray] | None = None) -> "ExportedProgram":
         from xdsl.parser import Parser
@@ -395,10 +401,14 @@ class GraphBuilder:
         op = build_op(opdef, bound, flatten_meta(meta))
         if self.source:
             op.attributes["kiln.source"] = StringAttr(self.source)
-        self.block.add_op(op)
+        self.insert(op)
         for result in op.results:
             result.name_hint = _sanitize(opdef.schema.name)
         return _shape_like(meta, list(op.results))
+
+    def insert(self, op: Any) -> None:
+        """Where emitted ops go: the end of the block. Subclasses insert elsewhere (e.g. before a matched op)."""
+        self.block.add_op(op)
 
     def __enter__(self) -> "GraphBuilder":
         self._scopes = [emitting(self), active_shape_env(self.shape_env)]

@@ -111,6 +111,8 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
         args, kwargs = split_bound(op.opdef, arguments)  # type: ignore[attr-defined]
         with emitting(emitter):
             result = OpOverload(op.opdef)(*args, **kwargs)  # type: ignore[attr-defined]
+        # Provenance carries over to the ops that replace this one; role annotations (like `kiln.fuse`)
+        # describe this op itself and are dropped with it.
         for new_op in list(builder.block.ops)[mark:]:
             if "kiln.nn_module_stack" in op.attributes:
                 new_op.attributes["kiln.nn_module_stack"] = op.attributes["kiln.nn_module_stack"]

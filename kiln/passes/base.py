@@ -57,7 +57,7 @@ class Pass(ModulePass):
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
         """xDSL's entry point, for xdsl-opt style drivers: runs on a bare module (no weight values known)."""
-        program = ExportedProgram.from_mlir(str(op))
+        program = ExportedProgram.from_module(op.clone())
         result = finish_pass(self.apply_program(program))
         result.to_mlir()  # stores the signature in the module's attributes
         new_module = result.graph_module

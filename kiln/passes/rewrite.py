@@ -184,38 +184,26 @@ class _Abort(BaseException):
         self.error = error
 
 
-class _InsertBefore:
-    """Stands in for GraphBuilder's block: ops it "appends" go in front of the matched op, through the
-    PatternRewriter so the walker revisits them."""
-
-    def __init__(self, rewriter: PatternRewriter, anchor: Operation):
-        self.rewriter, self.anchor = rewriter, anchor
-        self.inserted: list[Operation] = []
-        self.module_stack = anchor.attributes.get("kiln.nn_module_stack")
-
-    def add_op(self, op: Operation) -> None:
-        if self.module_stack is not None:
-            op.attributes["kiln.nn_module_stack"] = self.module_stack
-        self.rewriter.insert(op, InsertPoint.before(self.anchor))
-        self.inserted.append(op)
-
-
 class OpInserter(GraphBuilder):
     """An emitter that records ops called through `kiln.ops` in front of `anchor`.
 
-    It reuses GraphBuilder's emit (meta rules, result names, source lines) with an insertion point in place of
-    a fresh block.
+    It reuses GraphBuilder's emit (meta rules, result names, source lines) and inserts through the
+    PatternRewriter, so the walker revisits the new ops.
     """
 
     def __init__(self, shape_env: ShapeEnv, rewriter: PatternRewriter, anchor: Operation):
         super().__init__(shape_env)
-        self.block = _InsertBefore(rewriter, anchor)  # type: ignore[assignment]
+        self.rewriter, self.anchor = rewriter, anchor
+        self.inserted: list[Operation] = []
+        self.module_stack = anchor.attributes.get("kiln.nn_module_stack")
         source = anchor.attributes.get("kiln.source")
         self.source = source.data if source is not None else None  # type: ignore[union-attr]
 
-    @property
-    def inserted(self) -> list[Operation]:
-        return self.block.inserted  # type: ignore[attr-defined]
+    def insert(self, op: Operation) -> None:
+        if self.module_stack is not None:
+            op.attributes["kiln.nn_module_stack"] = self.module_stack
+        self.rewriter.insert(op, InsertPoint.before(self.anchor))
+        self.inserted.append(op)
 
 
 class _HandlerPattern(RewritePattern):
