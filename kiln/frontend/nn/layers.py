@@ -16,9 +16,8 @@ import numpy as np
 
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
-from kiln.frontend.nn.module import Module
+from kiln.frontend.nn.module import Module, empty_storage
 from kiln.frontend.tensor import Parameter, Tensor
-from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 
 __all__ = [
@@ -47,10 +46,7 @@ def _reverse_repeat_tuple(values: tuple, n: int) -> tuple:
     return tuple(x for x in reversed(values) for _ in range(n))
 
 
-def _empty(shape: Any, dtype: Any) -> np.ndarray:
-    """Storage for a parameter that reset_parameters() fills (torch.empty's values are unspecified)."""
-    target = dtypes.default_float_dtype() if dtype is None else dtypes.dtype(dtype)
-    return np.zeros(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=target.numpy)
+_empty = empty_storage
 
 
 # ---------------------------------------------------------------------------------------------

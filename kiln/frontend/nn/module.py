@@ -32,6 +32,23 @@ def _to_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def empty_storage(shape: Any, dtype: Any) -> np.ndarray:
+    """Storage for a parameter that reset_parameters() fills (torch.empty's values are unspecified)."""
+    target = dtypes.default_float_dtype() if dtype is None else dtypes.dtype(dtype)
+    return np.zeros(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=target.numpy)
+
+
+def new_parameter(shape: Any, dtype: Any) -> Parameter:
+    return Parameter(empty_storage(shape, dtype))
+
+
+def check_device(device: Any) -> None:
+    """Layers accept torch's `device=` argument; only the CPU exists for kiln's eager mode."""
+    if device is not None and str(device) != "cpu":
+        raise KilnError(f"device {device!r} is not available: kiln's eager mode runs on the CPU",
+                        fix="create the module without device=..., then compile for your target")
+
+
 class Module:
     """Base class of every kiln.nn layer; subclasses define `forward`."""
 

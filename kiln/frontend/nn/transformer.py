@@ -13,14 +13,13 @@ import math
 import warnings
 from typing import Any, Callable
 
-import numpy as np
 
 from kiln.frontend import functions as K
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
 from kiln.frontend.nn.layers import GELU, Dropout, LayerNorm, Linear, ModuleList, ReLU
-from kiln.frontend.nn.module import Module
-from kiln.frontend.tensor import Parameter, Tensor, dispatch
+from kiln.frontend.nn.module import Module, check_device, new_parameter
+from kiln.frontend.tensor import Tensor, dispatch
 from kiln.ir import dtypes
 from kiln.ir.errors import DTypeError, KilnError, ShapeError
 from kiln.ir.registry import ops
@@ -328,15 +327,8 @@ def multi_head_attention_forward(
 # Modules
 
 
-def _check_device(device: Any) -> None:
-    if device is not None and str(device) != "cpu":
-        raise KilnError(f"device {device!r} is not available: kiln's eager mode runs on the CPU",
-                        fix="create the module without device=..., then compile for your target")
-
-
-def _new_parameter(shape: tuple[int, ...], dtype: Any) -> Parameter:
-    target = dtypes.default_float_dtype() if dtype is None else dtypes.dtype(dtype)
-    return Parameter(np.zeros(shape, dtype=target.numpy))
+_check_device = check_device
+_new_parameter = new_parameter
 
 
 class MultiheadAttention(Module):
