@@ -122,16 +122,20 @@ class Promotion(Enum):
     NO_OPMATH = "no_opmath"
 
 
-def elementwise_dtype(kind: Promotion, *operands: Any) -> DType:
-    """The result dtype of an elementwise op over tensors and Python scalars."""
-    computed = dtypes.result_type(*operands)
+def promoted_for(kind: Promotion, common: DType) -> DType:
+    """The result dtype of an elementwise op of this kind whose operands promote to `common`."""
     if kind is Promotion.ALWAYS_BOOL:
         return dtypes.bool_
-    if kind is Promotion.INT_TO_FLOAT and not computed.is_floating_point:
+    if kind is Promotion.INT_TO_FLOAT and not common.is_floating_point:
         return dtypes.default_float_dtype()
-    if kind is Promotion.BOOL_TO_LONG and computed.is_bool:
+    if kind is Promotion.BOOL_TO_LONG and common.is_bool:
         return dtypes.int64
-    return computed
+    return common
+
+
+def elementwise_dtype(kind: Promotion, *operands: Any) -> DType:
+    """The result dtype of an elementwise op over tensors and Python scalars."""
+    return promoted_for(kind, dtypes.result_type(*operands))
 
 
 def pointwise(kind: Promotion = Promotion.DEFAULT, operands: int = 2,

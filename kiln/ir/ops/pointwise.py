@@ -21,7 +21,7 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
 from kiln.ir.meta import (
-    Promotion, broadcast_shapes, dtype_of, is_tensor, require_arg, require_dtype, shape_of, tensor,
+    Promotion, broadcast_shapes, dtype_of, is_tensor, promoted_for, require_arg, require_dtype, shape_of, tensor,
 )
 from kiln.ir.ops._common import opmath, unary_float_kernel
 from kiln.ir.registry import defop, ops, register_decomposition
@@ -55,14 +55,7 @@ def _common_dtype(*operands: Any) -> DType:
     return dtypes.result_type(*[_promotion_operand(v) for v in operands if v is not None])
 
 
-def _promote(kind: Promotion, common: DType) -> DType:
-    if kind is Promotion.ALWAYS_BOOL:
-        return dtypes.bool_
-    if kind is Promotion.INT_TO_FLOAT and not common.is_floating_point:
-        return dtypes.default_float_dtype()
-    if kind is Promotion.BOOL_TO_LONG and common.is_bool:
-        return dtypes.int64
-    return common
+_promote = promoted_for
 
 
 def _is_number(value: Any) -> bool:
