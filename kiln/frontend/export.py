@@ -40,6 +40,11 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
     kwargs = dict(kwargs or {})
     tracer = Tracer(strict=strict)
     tracer.module_paths = {id(module): name for name, module in mod.named_modules()}
+    unknown = [fqn for fqn in preserve_module_call_signature if fqn not in tracer.module_paths.values()]
+    if unknown:
+        raise KilnError(f"preserve_module_call_signature names {unknown}, which are not submodules",
+                        fix="use qualified names from mod.named_modules(), e.g. 'encoder.layers.0'")
+    tracer.preserve = set(preserve_module_call_signature)
 
     # Parameters and buffers, in torch's order: all parameters, then all buffers.
     lifted: list[tuple[Tensor, Any, Any]] = []  # (tensor object, saved value, saved tracer)
@@ -116,6 +121,7 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
     _name_outputs(program)
     program.in_spec, program.out_spec = in_spec, out_spec
     program.input_constants = input_constants
+    program.module_call_graph = _module_call_graph(program, tracer, preserve_module_call_signature)
     replacements = symbols.auto_replacements()
     if replacements:  # Dim.AUTO symbols proven equal to others (or constant): one symbol each, like torch
         from kiln.ir.retrace import retrace
@@ -125,6 +131,23 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _module_call_graph(program: ExportedProgram, tracer: Tracer, preserved: tuple[str, ...]) -> list[Any]:
+    """torch's module_call_graph: the root's signature, then each preserved submodule's (in call order)."""
+    from kiln.ir.program import ModuleCallEntry, ModuleCallSignature, value_names
+    names = value_names(program.body)
+    signature = program.graph_signature
+    entries = [ModuleCallEntry("", ModuleCallSignature(signature.user_inputs, signature.user_outputs,
+                                                       program.in_spec, program.out_spec))]
+    for fqn in preserved:
+        if fqn not in tracer.preserved_calls:
+            entries.append(ModuleCallEntry(fqn))  # never called in forward
+            continue
+        values_in, values_out, in_spec, out_spec = tracer.preserved_calls[fqn]
+        entries.append(ModuleCallEntry(fqn, ModuleCallSignature([names[v] for v in values_in],
+                                                                [names[v] for v in values_out], in_spec, out_spec)))
+    return entries
 
 
 def _type_of(tensor: Tensor) -> TensorType:

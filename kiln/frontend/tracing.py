@@ -50,6 +50,8 @@ class Tracer:
         self.strict = strict
         self.module_stack: list[tuple[str, str]] = []  # (qualified module path, class name)
         self.module_paths: dict[int, str] = {}  # id(module) -> its qualified name in the exported model
+        self.preserved_calls: dict[str, Any] = {}  # fqn -> (input values, output values, in_spec, out_spec)
+        self.preserve: set[str] = set()  # fqns whose call signatures export records
         self.constants: dict[str, np.ndarray] = {}
         self.example_values: dict[SSAValue, np.ndarray] = {}  # placeholders' example inputs (strict=False)
         self._constant_ids: dict[int, Any] = {}
@@ -152,6 +154,16 @@ class Tracer:
         if isinstance(value, (list, tuple)):
             return type(value)(self.wrap(v) for v in value)
         return value
+
+    def record_call(self, path: str, inputs: Any, outputs: Any) -> None:
+        """Remember a preserved submodule's call: its tensor arguments and results as graph values."""
+        from kiln.frontend.tensor import Tensor
+        from kiln.ir.pytree import tree_flatten
+        in_leaves, in_spec = tree_flatten(inputs)
+        out_leaves, out_spec = tree_flatten(outputs)
+        values_in = [self.value_of(v) for v in in_leaves if isinstance(v, Tensor)]
+        values_out = [self.value_of(v) for v in out_leaves if isinstance(v, Tensor)]
+        self.preserved_calls[path] = (values_in, values_out, in_spec, out_spec)
 
     @contextlib.contextmanager
     def module_scope(self, path: str, cls_name: str) -> Iterator[None]:

@@ -150,6 +150,23 @@ def value_names(block: Block) -> dict[SSAValue, str]:
     return names
 
 
+@dataclass
+class ModuleCallSignature:
+    """How a submodule was called inside forward (torch's ModuleCallSignature): the graph values it took
+    and returned, and the pytree specs of its arguments and results."""
+
+    inputs: list[str]
+    outputs: list[str]
+    in_spec: Any = None
+    out_spec: Any = None
+
+
+@dataclass
+class ModuleCallEntry:
+    fqn: str  # "" for the exported module itself
+    signature: ModuleCallSignature | None = None
+
+
 class ExportedProgram:
     """A functional ATen program with symbolic shapes, plus everything needed to run it."""
 
@@ -165,6 +182,8 @@ class ExportedProgram:
         self.range_constraints = dict(range_constraints or {})
         self.in_spec, self.out_spec = in_spec, out_spec
         self.input_constants: dict[int, Any] = {}  # non-tensor inputs baked in at export, by leaf index
+        # The root entry, then one per submodule named in export's preserve_module_call_signature.
+        self.module_call_graph: list[ModuleCallEntry] = [ModuleCallEntry("")]
 
     # -- structure
     @property
@@ -485,5 +504,6 @@ def format_value(value: Any, names: dict[SSAValue, str]) -> str:
 
 __all__ = [
     "ExportedProgram", "ExportGraphSignature", "InputSpec", "OutputSpec", "InputKind", "OutputKind",
+    "ModuleCallEntry", "ModuleCallSignature",
     "GraphBuilder",
 ]

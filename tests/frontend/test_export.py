@@ -385,3 +385,28 @@ def test_expand_to_the_same_symbol_keeps_size_one_allowed():
     assert str(program.range_constraints[kiln.ir.symbol("b")]) == "VR[1, int_oo]"
     x = kiln.randn(1, 4)
     close(program(x), M()(x))
+
+
+def test_preserve_module_call_signature_records_submodule_calls():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(x * 2) + 1
+
+    program = kiln.export(M(), (kiln.randn(2, 4),), preserve_module_call_signature=("block",))
+    root, block = program.module_call_graph
+    assert root.fqn == "" and root.signature.inputs == ["x"] and root.signature.outputs == ["add"]
+    assert block.fqn == "block" and block.signature.inputs == ["mul"] and block.signature.outputs == ["relu"]
+    with pytest.raises(kiln.KilnError, match="not submodules"):
+        kiln.export(M(), (kiln.randn(2, 4),), preserve_module_call_signature=("nope",))

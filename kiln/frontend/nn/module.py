@@ -279,7 +279,10 @@ class Module:
         if not path:  # eager, or the exported root module (torch's nn_module_stack leaves it out too)
             return self.forward(*args, **kwargs)
         with tracer.module_scope(path, type(self).__qualname__):
-            return self.forward(*args, **kwargs)
+            result = self.forward(*args, **kwargs)
+        if path in tracer.preserve:
+            tracer.record_call(path, (args, kwargs), result)
+        return result
 
     # -- printing like torch
     def extra_repr(self) -> str:
