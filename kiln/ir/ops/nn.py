@@ -982,7 +982,7 @@ def _grid_sampler_meta(input, grid, interpolation_mode, padding_mode, align_corn
     x, g = shape_of(input), shape_of(grid)
     require(len(x) == 4 and len(g) == 4, op,
             f"expected 4-D input and grid, got shapes {list(x)} and {list(g)}")
-    require(sym_eq(x[0], g[0]) and _is_const(g[3], 2), op,
+    require(sym_eq(x[0], g[0]) and sym_eq(g[3], 2), op,
             f"expected grid of shape [{x[0]}, H_out, W_out, 2] for input of shape {list(x)}, got {list(g)}",
             fix="the grid holds one (x, y) pair per output pixel and per batch element")
     require_dtype(_is_floating(dtype_of(input)) and dtype_of(grid) is dtype_of(input), op,
