@@ -175,13 +175,22 @@ def arrays_for(opdef: OpDef, bound: list[Any]) -> list[Any]:
     return result
 
 
-def _freeze(value: Any) -> Any:
-    """A hashable memo key; Python scalars carry their type, since 1 == 1.0 == True promote differently."""
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, (bool, int, float)):
-        return (type(value), value)
-    return value
+_SCALAR_TYPES = (bool, int, float)
+
+
+def _freeze(values: list[Any]) -> tuple[Any, ...]:
+    """A hashable memo key; Python scalars carry their type, since 1 == 1.0 == True promote differently.
+    (A plain loop: this runs once per recorded op, so it is kept cheap.)"""
+    key = []
+    for value in values:
+        kind = type(value)
+        if kind is list:
+            key.append(_freeze(value))
+        elif kind in _SCALAR_TYPES:
+            key.append((kind, value))
+        else:
+            key.append(value)
+    return tuple(key)
 
 
 _GLOBAL_META_CACHE: dict[Any, Any] = {}
