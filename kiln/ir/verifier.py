@@ -17,9 +17,20 @@ def infer_result_types(op: IRDLOperation) -> list[Any]:
     from kiln.ir.dialect import bound_arguments
 
     from kiln.ir.registry import run_meta
+    from kiln.ir.symbolic import current_shape_env
 
+    # Ops with the same operand types and properties have the same result types: look those up before
+    # decoding any properties (most of a large program repeats a few signatures).
+    env = current_shape_env()
+    cache = env.meta_cache if env is not None else None
+    key = ("verify", op.name, tuple(o.type for o in op.operands), tuple(op.properties.items()))
+    if cache is not None and key in cache:
+        return cache[key]
     opdef = op.opdef  # type: ignore[attr-defined]
-    return flatten_meta(run_meta(opdef, bound_arguments(op, lambda value: value.type)))
+    result = flatten_meta(run_meta(opdef, bound_arguments(op, lambda value: value.type)))
+    if cache is not None:
+        cache[key] = result
+    return result
 
 
 def flatten_meta(result: Any) -> list[Any]:
