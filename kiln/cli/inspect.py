@@ -1,0 +1,197 @@
+"""`kiln inspect FILE`: what a .pt2 or .onnx holds: inputs/outputs with symbolic shapes and ranges, the op
+histogram, and parameter count and bytes. Reads the files' metadata only: no program is built or run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kiln.ir.errors import KilnError
+
+
+def register(commands: Any) -> None:
+    """Add the `inspect` subcommand to the `kiln` parser's subcommands."""
+    parser = commands.add_parser("inspect", help="show a .pt2 or .onnx file's inputs, outputs, ops and weights",
+                                 description="Summarize a model file. Example: kiln inspect model.pt2")
+    parser.add_argument("file", help="a .pt2 (torch.export / kiln.save) or .onnx file")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=_inspect_command)
+
+
+def _inspect_command(args: argparse.Namespace) -> int:
+    summary = inspect_file(args.file)
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return 0
+
+
+def inspect_file(path: str | Path) -> dict[str, Any]:
+    """A summary dict: format, inputs, outputs, symbols, ops, weights."""
+    path = Path(path)
+    if not path.exists():
+        raise KilnError(f"no such file: {path}")
+    if path.suffix == ".onnx":
+        return _inspect_onnx(path)
+    return _inspect_pt2(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# .pt2
+
+def _inspect_pt2(path: Path) -> dict[str, Any]:
+    from kiln.ir.serde import archive, formats
+    from kiln.ir.serde.archive import ArchiveReader
+    from kiln.ir.serde.reader import check_schema_version
+    from kiln.ir.serde.safe_json import load_json
+    from kiln.ir.serde.symexpr import parse_srepr
+    from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
+
+    reader = ArchiveReader(path)
+    try:
+        document = load_json(reader.read(archive.MODELS_FILENAME_FORMAT.format("model")), "models/model.json")
+        check_schema_version(document)
+        module = document["graph_module"]
+        metadata = module.get("metadata") or {}
+        rename = json.loads(metadata[KILN_SYMBOLS_KEY]) if KILN_SYMBOLS_KEY in metadata else {}
+        graph = module["graph"]
+        values = graph.get("tensor_values") or {}
+
+        def describe(name: str) -> str:
+            meta = values.get(name)
+            if meta is None:
+                return "?"
+            dims = [str(d["as_int"]) if "as_int" in d else str(parse_srepr(d["as_expr"]["expr_str"], rename))
+                    for d in meta["sizes"]]
+            return f"{formats.dtype_of_code(meta['dtype']).short}[{', '.join(dims)}]"
+
+        inputs, outputs = [], []
+        for spec in module["signature"]["input_specs"]:
+            kind, body = next(iter(spec.items()))
+            if kind == "user_input":
+                name = next(iter(body["arg"].values()))["name"]
+                inputs.append({"name": name, "type": describe(name)})
+        for spec in module["signature"]["output_specs"]:
+            kind, body = next(iter(spec.items()))
+            arg = body["arg"]
+            name = arg["name"] if "name" in arg else next(iter(arg.values())).get("name", "?")
+            outputs.append({"name": name, "type": describe(name), "kind": kind})
+        ops: Counter[str] = Counter()
+
+        def count(nodes: list[Any]) -> None:
+            for node in nodes:
+                ops[node["target"].replace("torch.ops.", "", 1)] += 1
+                for entry in node.get("inputs", []):
+                    if "as_graph" in entry.get("arg", {}):
+                        count(entry["arg"]["as_graph"]["graph"]["nodes"])
+        count(graph["nodes"])
+        symbols = {rename.get(name, name): [bounds.get("min_val"), bounds.get("max_val")]
+                   for name, bounds in (document.get("range_constraints") or {}).items()}
+        weights = _pt2_weights(reader, archive, load_json, formats)
+        return {"file": str(path), "format": "pt2", "torch_version": document.get("torch_version"),
+                "schema_version": document.get("schema_version"), "inputs": inputs, "outputs": outputs,
+                "symbols": symbols, "ops": dict(ops.most_common()), "weights": weights}
+    finally:
+        reader.close()
+
+
+def _pt2_weights(reader: Any, archive: Any, load_json: Any, formats: Any) -> dict[str, Any]:
+    totals = {"parameters": [0, 0, 0], "buffers": [0, 0, 0], "constants": [0, 0, 0]}  # tensors, values, bytes
+    for config_format, group in ((archive.WEIGHTS_CONFIG_FILENAME_FORMAT, None),
+                                 (archive.CONSTANTS_CONFIG_FILENAME_FORMAT, "constants")):
+        path = config_format.format("model")
+        if not reader.has(path):
+            continue
+        for entry in load_json(reader.read(path), path).get("config", {}).values():
+            meta = entry["tensor_meta"]
+            elements = math.prod(d.get("as_int", 0) for d in meta["sizes"])
+            key = group or ("parameters" if entry.get("is_param") else "buffers")
+            totals[key][0] += 1
+            totals[key][1] += elements
+            totals[key][2] += elements * formats.dtype_of_code(meta["dtype"]).numpy.itemsize
+    return {key: {"tensors": t, "values": v, "bytes": b} for key, (t, v, b) in totals.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# .onnx
+
+def _inspect_onnx(path: Path) -> dict[str, Any]:
+    try:
+        import onnx
+        from onnx import helper
+    except ImportError as error:
+        raise KilnError("inspecting .onnx files needs the onnx package", fix="pip install onnx") from error
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # onnx raises DecodeError and friends
+        raise KilnError(f"{path} is not a readable ONNX model: {error}") from error
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+
+    def describe(value: Any) -> str:
+        tensor = value.type.tensor_type
+        dims = [d.dim_param or str(d.dim_value) for d in tensor.shape.dim]
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        except Exception:
+            dtype = str(tensor.elem_type)
+        return f"{dtype}[{', '.join(dims)}]"
+
+    ops: Counter[str] = Counter()
+
+    def count(inner: Any) -> None:
+        for node in inner.node:
+            ops[f"{node.domain + '.' if node.domain else ''}{node.op_type}"] += 1
+            for attribute in node.attribute:
+                if attribute.g is not None and attribute.g.node:
+                    count(attribute.g)
+    count(graph)
+    values = size = 0
+    for tensor in graph.initializer:
+        elements = math.prod(tensor.dims)
+        values += elements
+        size += elements * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    symbols = sorted({d.dim_param for v in graph.input for d in v.type.tensor_type.shape.dim if d.dim_param})
+    return {"file": str(path), "format": "onnx",
+            "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+            "inputs": [{"name": v.name, "type": describe(v)} for v in graph.input if v.name not in initializers],
+            "outputs": [{"name": v.name, "type": describe(v), "kind": "user_output"} for v in graph.output],
+            "symbols": {name: [None, None] for name in symbols}, "ops": dict(ops.most_common()),
+            "weights": {"initializers": {"tensors": len(graph.initializer), "values": values, "bytes": size}}}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return str(count)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['file']}: {summary['format']}"]
+    if summary["format"] == "pt2":
+        version = summary.get("schema_version") or {}
+        lines[0] += f" (torch {summary.get('torch_version')}, schema {version.get('major')}.{version.get('minor')})"
+    lines.append("inputs:")
+    lines += [f"  {i['name']}: {i['type']}" for i in summary["inputs"]]
+    lines.append("outputs:")
+    lines += [f"  {o['name']}: {o['type']}" + ("" if o["kind"] == "user_output" else f"  ({o['kind']})")
+              for o in summary["outputs"]]
+    if summary["symbols"]:
+        lines.append("symbols:")
+        for name, (lower, upper) in summary["symbols"].items():
+            lines.append(f"  {name}: [{'?' if lower is None else lower}, {'inf' if upper is None else upper}]"
+                         if summary["format"] == "pt2" else f"  {name}")
+    total = sum(summary["ops"].values())
+    lines.append(f"ops ({total} nodes, {len(summary['ops'])} kinds):")
+    width = max((len(name) for name in summary["ops"]), default=0)
+    lines += [f"  {name:<{width}}  {count}" for name, count in summary["ops"].items()]
+    lines.append("weights:")
+    for group, info in summary["weights"].items():
+        lines.append(f"  {group}: {info['tensors']} tensors, {info['values']:,} values, {_bytes(info['bytes'])}")
+    return "\n".join(lines)

@@ -1,0 +1,603 @@
+"""torch.export's serde JSON (schema major 8) + raw weights -> kiln ExportedProgram, without torch or pickle.
+
+Nodes are replayed through the op registry inside a GraphBuilder, so every op is re-typed by kiln's meta
+rules. torch's SymInt nodes (`sym_size.int`, `_operator.mul`, ...) become sympy expressions that the
+consuming ops carry as properties; in-place ops on buffers become functional ops plus buffer mutations.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import sympy
+from xdsl.ir import SSAValue
+
+from kiln.ir import dtypes
+from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.errors import KilnError, UnknownOpError
+from kiln.ir.program import (
+    ExportedProgram, GraphBuilder, InputKind, OutputKind, OutputSpec, value_names,
+)
+from kiln.ir.registry import REGISTRY, OpDef, call_op, ops
+from kiln.ir.serde import archive, formats
+from kiln.ir.serde.archive import ArchiveReader, FileLike, Limits
+from kiln.ir.serde.errors import SerdeError, UnsafeArchiveError
+from kiln.ir.serde.safe_json import load_json
+from kiln.ir.serde.symexpr import parse_srepr
+from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
+from kiln.ir.symbolic import INF, ShapeEnv, ValueRange
+from kiln.ir.types import TensorType
+
+MAX_TENSOR_ELEMENTS = 1 << 40
+_SYM_OPERATORS = {
+    "_operator.add": lambda a, b: a + b, "_operator.sub": lambda a, b: a - b, "_operator.mul": lambda a, b: a * b,
+    "_operator.floordiv": lambda a, b: sympy.floor(sympy.sympify(a) / b), "_operator.mod": sympy.Mod,
+    "_operator.neg": lambda a: -a, "torch.sym_max": sympy.Max, "torch.sym_min": sympy.Min,
+}
+_SYM_SIZE_OPS = {"torch.ops.aten.sym_size.int", "torch.ops.aten.sym_numel.default",
+                 "torch.ops.aten.sym_stride.int", "torch.ops.aten.sym_storage_offset.default"}
+_BATCH_NORM_TRAINING = {"aten.batch_norm.default", "aten._native_batch_norm_legit_functional.default"}
+_IGNORED_OPS = {"torch.ops.aten._assert_scalar.default", "torch.ops.aten.sym_constrain_range_for_size.default",
+                "torch.ops.aten._assert_tensor_metadata.default", "torch.ops.aten.sym_constrain_range.default",
+                "torch.ops.aten._assert_async.msg", "torch.ops.higher_order._assert_async"}
+
+
+def _field(data: Any, key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(data, dict) or key not in data or not isinstance(data[key], kind):
+        raise SerdeError(f"malformed program: {what} lacks a valid {key!r}")
+    return data[key]
+
+
+def _union(data: Any, what: str) -> tuple[str, Any]:
+    """torch writes each union as a one-entry dict `{"as_tensor": ...}`."""
+    if not isinstance(data, dict) or len(data) != 1:
+        raise SerdeError(f"malformed program: {what} is not a one-field union")
+    return next(iter(data.items()))
+
+
+class _ProgramReader:
+    def __init__(self, document: dict[str, Any]):
+        self.document = document
+        module = _field(document, "graph_module", dict, "the program")
+        metadata = module.get("metadata") or {}
+        renames = metadata.get(KILN_SYMBOLS_KEY) if isinstance(metadata, dict) else None
+        self.rename: dict[str, str] = {}
+        if isinstance(renames, str):
+            loaded = load_json(renames.encode("utf-8"), "kiln's symbol names")
+            if isinstance(loaded, dict):
+                self.rename = {str(k): str(v) for k, v in loaded.items() if str(v).isidentifier()}
+        self.shape_env = ShapeEnv()
+        self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        for name, bounds in (document.get("range_constraints") or {}).items():
+            key = parse_srepr(f"Symbol('{name}')", self.rename) if str(name).isidentifier() else None
+            if not isinstance(key, sympy.Symbol) or not isinstance(bounds, dict):
+                continue  # derived entries (`s0 + 1`) follow from their symbols
+            lower = bounds.get("min_val")
+            upper = bounds.get("max_val")
+            value_range = ValueRange(-INF if lower is None else int(lower), INF if upper is None else int(upper))
+            self.ranges[key] = value_range
+            # a hint lets meta rules decide size questions the way torch did; torch's own hint replaces it below
+            hint = int(min(max(value_range.lower, 2), value_range.upper)) if value_range.upper != INF or \
+                value_range.lower != -INF else 2
+            self.shape_env.create_symbol(hint, name=str(key), min=value_range.lower, max=value_range.upper)
+        self.unknown: Counter[str] = Counter()
+        self.origin: dict[SSAValue, SSAValue] = {}  # latest value of a mutated input -> the input
+
+    # -- values
+    def dim(self, data: Any, what: str) -> Any:
+        kind, value = _union(data, what)
+        if kind == "as_int":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise SerdeError(f"malformed program: {what} is not an integer")
+            return value
+        if kind == "as_expr":
+            expr = parse_srepr(_field(value, "expr_str", str, what), self.rename)
+            hint = value.get("hint")
+            if isinstance(expr, sympy.Symbol) and expr in self.shape_env.symbols and isinstance(hint, dict) and \
+                    isinstance(hint.get("as_int"), int) and hint["as_int"] in self.shape_env.symbols[expr].range:
+                self.shape_env.symbols[expr].hint = hint["as_int"]
+            for sym in ([] if isinstance(expr, int) else expr.free_symbols):
+                if sym not in self.shape_env.symbols:
+                    unbacked = str(sym).startswith("u")
+                    self.shape_env.create_symbol(None if unbacked else 2, name=str(sym))
+            return expr
+        raise SerdeError(f"malformed program: {what} is a {kind}, not a SymInt")
+
+    def tensor_type(self, meta: Any, what: str) -> TensorType:
+        dtype = formats.dtype_of_code(_field(meta, "dtype", int, what))
+        sizes = [self.dim(d, f"a size of {what}") for d in _field(meta, "sizes", list, what)]
+        if meta.get("layout", formats.LAYOUT_STRIDED) != formats.LAYOUT_STRIDED:
+            raise SerdeError(f"{what} has a non-strided layout, which kiln does not read yet")
+        return TensorType.of(sizes, dtype)
+
+    # -- graphs
+    def read_graph(self, graph: dict[str, Any], builder: GraphBuilder, env: dict[str, Any],
+                   mutated: dict[str, SSAValue] | None = None) -> list[Any]:
+        """Replay `graph`'s nodes into `builder`; return the values of its outputs."""
+        self.tensor_values = _field(graph, "tensor_values", dict, "a graph")
+        self.sym_int_values = graph.get("sym_int_values") or {}
+        for node in _field(graph, "nodes", list, "a graph"):
+            self.read_node(node, builder, env, mutated)
+        self.census()
+        outputs = []
+        for output in _field(graph, "outputs", list, "a graph"):
+            outputs.append(self.argument(output, env, "a graph output"))
+        return outputs
+
+    def argument(self, data: Any, env: dict[str, Any], what: str) -> Any:
+        kind, value = _union(data, what)
+        if kind == "as_none":
+            return None
+        if kind == "as_tensor":
+            return self.lookup(env, _field(value, "name", str, what))
+        if kind == "as_tensors":
+            return [self.lookup(env, _field(v, "name", str, what)) for v in value]
+        if kind == "as_optional_tensors":
+            return [self.argument(v, env, what) for v in value]
+        if kind == "as_optional_tensor":
+            return self.argument(value, env, what)
+        if kind == "as_float":
+            return _float_value(value, what)
+        if kind in ("as_int", "as_bool", "as_string"):
+            return value
+        if kind in ("as_ints", "as_floats", "as_bools", "as_strings"):
+            if not isinstance(value, list):
+                raise SerdeError(f"malformed program: {what} is not a list")
+            return [_float_value(v, what) for v in value] if kind == "as_floats" else list(value)
+        if kind == "as_sym_int":
+            return self.sym_argument(value, env, what)
+        if kind == "as_sym_ints":
+            return [self.sym_argument(v, env, what) for v in value]
+        if kind == "as_sym_float":
+            return self.sym_argument(value, env, what)
+        if kind == "as_scalar_type":
+            return formats.dtype_of_code(value)
+        if kind == "as_graph":
+            return value
+        if kind in ("as_layout", "as_device", "as_memory_format"):
+            return None  # kiln has one layout, one device and contiguous values
+        raise SerdeError(f"{what} is a {kind}, which kiln does not read", fix="re-export without it")
+
+    def sym_argument(self, data: Any, env: dict[str, Any], what: str) -> Any:
+        kind, value = _union(data, what)
+        if kind == "as_name":
+            return self.lookup(env, value)
+        if kind in ("as_int", "as_float", "as_bool"):
+            return value
+        raise SerdeError(f"malformed program: {what} is a {kind}")
+
+    @staticmethod
+    def lookup(env: dict[str, Any], name: Any) -> Any:
+        if name not in env:
+            raise SerdeError(f"malformed program: value {name!r} is used before it is defined")
+        return env[name]
+
+    def sym_value(self, name: str) -> Any:
+        entry = self.sym_int_values.get(name)
+        return None if entry is None else self.dim(entry, f"symbolic value {name}")
+
+    def read_node(self, node: dict[str, Any], builder: GraphBuilder, env: dict[str, Any],
+                  mutated: dict[str, SSAValue] | None) -> None:
+        target = _field(node, "target", str, "a node")
+        inputs = _field(node, "inputs", list, f"node {target}")
+        outputs = _field(node, "outputs", list, f"node {target}")
+        if target in _IGNORED_OPS:
+            return
+        if self.unknown:  # after the first unknown op only the census continues
+            handled = target in _SYM_SIZE_OPS or target in _SYM_OPERATORS or target == "torch.ops.higher_order.cond"
+            if not handled and not _known(target) and not _known(target.replace("_.", ".", 1)):
+                self.unknown[target[len("torch.ops."):] if target.startswith("torch.ops.aten.") else target] += 1
+            return
+        arguments = [(entry.get("name"), self.argument(_field(entry, "arg", dict, f"an input of {target}"), env,
+                                                       f"an input of {target}"), entry.get("kind", 1))
+                     for entry in inputs]
+        if target in _SYM_SIZE_OPS or target in _SYM_OPERATORS:
+            self.sym_node(target, arguments, outputs, env)
+            return
+        if target == "torch.ops.higher_order.cond":
+            self.cond_node(arguments, outputs, builder, env)
+            return
+        if not target.startswith("torch.ops.aten."):
+            self.unknown[target] += 1
+            return
+        name = target[len("torch.ops."):]
+        if name in _BATCH_NORM_TRAINING and mutated is not None:
+            if self.batch_norm_training(name, arguments, outputs, builder, env, mutated):
+                return
+        opdef = REGISTRY.get(name)
+        inplace_target = None
+        if opdef is None and name.split(".")[1].endswith("_") and _known(name.replace("_.", ".", 1)):
+            opdef = REGISTRY[name.replace("_.", ".", 1)]  # functionalize `x.add_(1)` on buffers and inputs
+            inplace_target = arguments[0][1]
+        if opdef is None:
+            self.unknown[name] += 1
+            return
+        positional = [value for _, value, kind in arguments if kind != 2]
+        keywords = {str(key): value for key, value, kind in arguments if kind == 2}
+        with builder:
+            result = _call(opdef, positional, keywords)
+        if inplace_target is not None:
+            if mutated is None or not isinstance(inplace_target, SSAValue):
+                raise SerdeError(f"in-place {name} inside a cond branch is not supported")
+            for key, value in list(env.items()):
+                if value is inplace_target:
+                    env[key] = result
+            original = self.origin.pop(inplace_target, inplace_target)
+            if original in builder.block.args:  # in-place on an intermediate needs no mutation output
+                mutated[original] = result
+                self.origin[result] = original
+        self.bind_outputs(outputs, result, env, name)
+
+    def batch_norm_training(self, name: str, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
+                            env: dict[str, Any], mutated: dict[SSAValue, SSAValue]) -> bool:
+        """Training batch norm updates its running stats: torch's training IR does it inside `batch_norm`,
+        its functional IR returns them from `_native_batch_norm_legit_functional`; kiln spells it out."""
+        values = [v for _, v, _ in arguments]
+        x, weight, bias, running_mean, running_var = values[:5]
+        training, momentum, eps = (values[5], values[6], values[7])
+        if not training or running_mean is None or momentum is None:
+            return False
+        aten = ops.aten
+        with builder:
+            out = aten.batch_norm.default(x, weight, bias, None, None, True, momentum, eps, True)
+            reduce_dims = [d for d in range(len(x.type.shape)) if d != 1]
+            variance, mean = aten.var_mean.correction(x, reduce_dims, correction=1)
+            new_mean = aten.add.Tensor(aten.mul.Scalar(running_mean, 1 - momentum), aten.mul.Scalar(mean, momentum))
+            new_var = aten.add.Tensor(aten.mul.Scalar(running_var, 1 - momentum), aten.mul.Scalar(variance, momentum))
+        if name == "aten.batch_norm.default":
+            for stat, updated in ((running_mean, new_mean), (running_var, new_var)):
+                original = self.origin.pop(stat, stat)
+                mutated[original] = updated
+                self.origin[updated] = original
+                for key, value in list(env.items()):
+                    if value is stat:
+                        env[key] = updated
+            self.bind_outputs(outputs, out, env, name)
+        else:  # (out, save_mean, save_rstd, new_running_mean, new_running_var); the saved stats are for backward
+            with builder:
+                biased, _ = aten.var_mean.correction(x, reduce_dims, correction=0)
+                rstd = aten.rsqrt.default(aten.add.Scalar(biased, eps))
+            self.bind_outputs(outputs, (out, mean, rstd, new_mean, new_var), env, name)
+        return True
+
+    def bind_outputs(self, outputs: list[Any], result: Any, env: dict[str, Any], what: str) -> None:
+        flat = [result] if isinstance(result, SSAValue) else list(result)
+        if len(outputs) == 1 and _union(outputs[0], what)[0] == "as_tensors":
+            flat = [flat] if isinstance(result, SSAValue) else [list(result)]
+        if len(outputs) != len(flat):
+            raise SerdeError(f"{what} has {len(outputs)} outputs in the file but kiln's schema gives {len(flat)}")
+        for output, value in zip(outputs, flat):
+            kind, data = _union(output, what)
+            if kind == "as_tensor":
+                env[_field(data, "name", str, what)] = value
+            elif kind == "as_tensors":
+                for entry, item in zip(data, value):
+                    env[_field(entry, "name", str, what)] = item
+            elif kind in ("as_sym_int", "as_sym_float") and "as_name" in data:
+                env[data["as_name"]] = value
+            elif kind != "as_none":
+                raise SerdeError(f"{what} has an output of kind {kind}, which kiln does not read")
+
+    def sym_node(self, target: str, arguments: list[Any], outputs: list[Any], env: dict[str, Any]) -> None:
+        name = _field(_union(outputs[0], target)[1], "as_name", str, f"node {target}")
+        value = self.sym_value(name)
+        if value is None:  # no recorded expression: compute it from the inputs
+            values = [v for _, v, _ in arguments]
+            if target == "torch.ops.aten.sym_size.int":
+                value = values[0].type.shape[values[1]]
+            elif target in _SYM_OPERATORS:
+                value = _SYM_OPERATORS[target](*values)
+            else:
+                raise SerdeError(f"{target} without a recorded value is not supported")
+        env[name] = value
+
+    def cond_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
+                  env: dict[str, Any]) -> None:
+        values = [v for _, v, _ in arguments]
+        if len(values) != 4 or not all(isinstance(v, dict) for v in values[1:3]):
+            raise SerdeError("malformed program: cond needs (pred, true_graph, false_graph, operands)")
+        pred, operands = values[0], list(values[3] or [])
+        blocks, yielded_types = [], []
+        saved = self.tensor_values, self.sym_int_values
+        for branch in values[1:3]:
+            graph = _field(branch, "graph", dict, "a cond branch")
+            sub_builder = GraphBuilder(self.shape_env)
+            sub_env: dict[str, Any] = {}
+            graph_inputs = _field(graph, "inputs", list, "a cond branch")
+            if len(graph_inputs) != len(operands):
+                raise SerdeError("malformed program: a cond branch takes a different number of operands")
+            for entry, operand in zip(graph_inputs, operands):
+                name = _field(_union(entry, "a cond branch input")[1], "name", str, "a cond branch input")
+                sub_env[name] = sub_builder.add_input(name, operand.type)
+            yielded = self.read_graph(graph, sub_builder, sub_env, None)
+            sub_builder.block.add_op(YieldOp(yielded))
+            blocks.append(sub_builder.block)
+            yielded_types.append([v.type for v in yielded])
+        self.tensor_values, self.sym_int_values = saved
+        op = CondOp(pred, operands, yielded_types[0], blocks[0], blocks[1])
+        builder.block.add_op(op)
+        for result in op.results:
+            result.name_hint = "cond"
+        self.bind_outputs(outputs, list(op.results), env, "cond")
+
+    def census(self) -> None:
+        if self.unknown:
+            listing = ", ".join(f"{name} (x{count})" for name, count in sorted(self.unknown.items()))
+            raise UnknownOpError(f"the program uses {sum(self.unknown.values())} op(s) kiln does not know: {listing}",
+                                 fix="decompose them in torch first (ep.run_decompositions()), or add them to "
+                                     "kiln's op registry")
+
+
+_SPECIAL_FLOATS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _float_value(value: Any, what: str) -> float:
+    """torch writes non-finite floats as the strings `Infinity`, `-Infinity` and `NaN` (its JSON disallows them)."""
+    if isinstance(value, str) and value in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise SerdeError(f"malformed program: {what} is not a float")
+
+
+def _known(name: str) -> bool:
+    return name.replace("torch.ops.", "", 1) in REGISTRY
+
+
+def _tensor_slots_hold_values(opdef: OpDef, positional: list[Any], keywords: dict[str, Any]) -> bool:
+    try:
+        bound = opdef.schema.bind(positional, keywords)
+    except KilnError:
+        return False
+    for argument, value in zip(opdef.schema.arguments, bound):
+        if argument.type.is_tensor and not argument.type.is_list and value is not None and \
+                not isinstance(value, SSAValue):
+            return False
+    return True
+
+
+def _call(opdef: OpDef, positional: list[Any], keywords: dict[str, Any]) -> Any:
+    """Call the overload torch named; torch passes Python scalars where the overload says Tensor
+    (`add.Tensor(x, 1)`), so those go to an overload that takes a scalar there (`add.Scalar`)."""
+    if _tensor_slots_hold_values(opdef, positional, keywords):
+        return call_op(opdef, tuple(positional), keywords)
+    prefix = f"aten.{opdef.schema.name}."
+    candidates = sorted((d for key, d in REGISTRY.items() if key.startswith(prefix)),
+                        key=lambda d: (d.schema.overload != "Scalar", d.schema.overload))
+    for candidate in candidates:
+        if _tensor_slots_hold_values(candidate, positional, keywords):
+            return call_op(candidate, tuple(positional), keywords)
+    raise SerdeError(f"{opdef.name} is called with a scalar where kiln's overloads need a tensor, and no "
+                     "overload of it takes a scalar there")
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole programs and archives
+
+_INPUT_KINDS = {"user_input": InputKind.USER_INPUT, "parameter": InputKind.PARAMETER, "buffer": InputKind.BUFFER,
+                "tensor_constant": InputKind.CONSTANT_TENSOR}
+_INPUT_TARGETS = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}
+_OUTPUT_KINDS = {"user_output": (OutputKind.USER_OUTPUT, None), "buffer_mutation": (OutputKind.BUFFER_MUTATION,
+                                                                                     "buffer_name"),
+                 "user_input_mutation": (OutputKind.USER_INPUT_MUTATION, "user_input_name"),
+                 "loss_output": (OutputKind.LOSS_OUTPUT, None)}
+
+
+def check_schema_version(document: Any) -> None:
+    version = document.get("schema_version") if isinstance(document, dict) else None
+    major = version.get("major") if isinstance(version, dict) else None
+    if major != formats.SCHEMA_VERSION[0]:
+        raise SerdeError(f"the program's serde schema major version is {major!r}; kiln reads major "
+                         f"{formats.SCHEMA_VERSION[0]} (torch {formats.TORCH_VERSION})",
+                         fix="re-export it with torch 2.13, or upgrade kiln")
+
+
+def program_from_document(document: Any, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
+                          pickled: set[str] = frozenset()) -> ExportedProgram:  # type: ignore[assignment]
+    """Build a kiln program from a `models/<name>.json` document and its weights."""
+    check_schema_version(document)
+    reader = _ProgramReader(document)
+    module = document["graph_module"]
+    graph = _field(module, "graph", dict, "the program")
+    signature = _field(module, "signature", dict, "the program")
+    input_specs = _field(signature, "input_specs", list, "the signature")
+    graph_inputs = _field(graph, "inputs", list, "the graph")
+    if len(input_specs) != len(graph_inputs):
+        raise SerdeError("malformed program: the signature and the graph have different numbers of inputs")
+    tensor_values = _field(graph, "tensor_values", dict, "the graph")
+    builder = GraphBuilder(reader.shape_env)
+    env: dict[str, Any] = {}
+    for spec_data, arg_data in zip(input_specs, graph_inputs):
+        kind, spec = _union(spec_data, "an input spec")
+        if kind not in _INPUT_KINDS:
+            needs = "a pickled custom object" if kind == "custom_obj" else f"a {kind} input"
+            raise SerdeError(f"the program needs {needs}, which kiln does not load (it would need unpickling)"
+                             if kind == "custom_obj" else f"the program has {needs}, which kiln does not support")
+        arg_kind, arg = _union(arg_data, "a graph input")
+        name = _field(arg, "name", str, "a graph input")
+        if arg_kind != "as_tensor" or name not in tensor_values:
+            raise SerdeError(f"input {name!r} is not a tensor; kiln reads tensor inputs only")
+        target = spec.get(_INPUT_TARGETS[kind]) if kind in _INPUT_TARGETS else None
+        if target in pickled:
+            raise UnsafeArchiveError(f"the program needs {target!r}, which the file stores as a pickle; kiln never "
+                                     "unpickles", fix="save it with torch 2.13's default (raw tensor bytes)")
+        value_type = reader.tensor_type(tensor_values[name], f"input {name!r}")
+        persistent = spec.get("persistent") if kind == "buffer" else None
+        env[name] = builder.add_input(name, value_type, _INPUT_KINDS[kind], target, persistent)
+    mutated: dict[SSAValue, SSAValue] = {}
+    outputs = reader.read_graph(graph, builder, env, mutated)
+    reader.census()
+    returned, output_specs = [], []
+    names_by_arg = dict(zip(builder.block.args, [s for s in input_specs]))
+    for original, latest in mutated.items():  # torch's training IR mutates in place: make it a mutation output
+        kind, spec = _union(names_by_arg[original], "an input spec")
+        if kind == "buffer":
+            returned.append(latest)
+            output_specs.append((OutputKind.BUFFER_MUTATION, spec["buffer_name"]))
+        elif kind == "user_input":
+            returned.append(latest)
+            output_specs.append((OutputKind.USER_INPUT_MUTATION, None))
+        else:
+            raise SerdeError(f"the program mutates a {kind} in place, which kiln does not support")
+    spec_list = _field(signature, "output_specs", list, "the signature")
+    if len(spec_list) != len(outputs):
+        raise SerdeError("malformed program: the signature and the graph have different numbers of outputs")
+    for spec_data, value in zip(spec_list, outputs):
+        kind, spec = _union(spec_data, "an output spec")
+        if kind not in _OUTPUT_KINDS:
+            raise SerdeError(f"the program has a {kind} output, which kiln does not support")
+        if not isinstance(value, SSAValue):
+            raise SerdeError("the program returns a non-tensor value, which kiln does not support yet")
+        output_kind, target_key = _OUTPUT_KINDS[kind]
+        returned.append(value)
+        output_specs.append((output_kind, spec.get(target_key) if target_key else None))
+    names = value_names(builder.block)
+    input_names = {arg: names[arg] for arg in builder.block.args}
+    specs = []
+    for (kind, target), value in zip(output_specs, returned):
+        if kind is OutputKind.USER_INPUT_MUTATION and target is None:
+            target = input_names[next(o for o, latest in mutated.items() if latest is value)]
+        specs.append(OutputSpec(kind, names[value], target))
+    program = builder.build(returned, specs, state_dict, constants, dict(reader.ranges))
+    _check_weights(program, state_dict, constants, tensor_values)
+    _read_call_specs(program, module)
+    return program
+
+
+def _check_weights(program: ExportedProgram, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
+                   tensor_values: dict[str, Any]) -> None:
+    for spec, arg in zip(program.graph_signature.input_specs, program.body.args):
+        if spec.kind is InputKind.USER_INPUT:
+            continue
+        value = state_dict.get(spec.target, constants.get(spec.target))  # type: ignore[arg-type]
+        if value is None:
+            raise SerdeError(f"{spec.kind.value.lower()} {spec.target!r} is missing from the file's weights")
+        expected = arg.type
+        if list(value.shape) != list(expected.shape) or value.dtype != expected.dtype.numpy:
+            raise SerdeError(f"weight {spec.target!r} is {dtypes.dtype(value.dtype).name}{list(value.shape)} but "
+                             f"the program expects {expected.short()}")
+
+
+def _read_call_specs(program: ExportedProgram, module: dict[str, Any]) -> None:
+    entries = module.get("module_call_graph") or []
+    root = next((e for e in entries if isinstance(e, dict) and e.get("fqn") == ""), None)
+    signature = root.get("signature") if root else None
+    if not isinstance(signature, dict):
+        return
+    fields = module.get("treespec_namedtuple_fields") or {}
+    in_spec = formats.treespec_from_json(signature.get("in_spec"), fields)
+    out_spec = formats.treespec_from_json(signature.get("out_spec"), fields)
+    user_inputs = len(program.graph_signature.user_inputs)
+    user_outputs = len(program.graph_signature.user_outputs)
+    if in_spec.num_leaves == user_inputs:
+        program.in_spec = in_spec
+    if out_spec.num_leaves == user_outputs:
+        program.out_spec = out_spec
+
+
+def read_tensors(reader: ArchiveReader, config_path: str, directory: str, limits: Limits
+                 ) -> tuple[dict[str, np.ndarray], set[str]]:
+    """The tensors a weights/constants config lists, from raw bytes; pickled entries are only named."""
+    if not reader.has(config_path):
+        return {}, set()
+    config = load_json(reader.read(config_path, limits.max_json_bytes), config_path)
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        raise SerdeError(f"{config_path} has no 'config' table")
+    tensors: dict[str, np.ndarray] = {}
+    pickled: set[str] = set()
+    raw_cache: dict[str, bytes] = {}
+    for fqn, entry in entries.items():
+        path_name = _field(entry, "path_name", str, f"weight {fqn!r}")
+        if entry.get("use_pickle"):
+            pickled.add(fqn)
+            continue
+        path = directory + path_name
+        archive._check_member_name(path)
+        meta = _field(entry, "tensor_meta", dict, f"weight {fqn!r}")
+        dtype = formats.dtype_of_code(meta.get("dtype"))
+        sizes = [_static_int(d, fqn) for d in _field(meta, "sizes", list, f"weight {fqn!r}")]
+        strides = [_static_int(d, fqn) for d in meta.get("strides") or []] or None
+        offset = _static_int(meta.get("storage_offset") or {"as_int": 0}, fqn)
+        if any(d < 0 for d in sizes) or offset < 0 or (strides is not None and len(strides) != len(sizes)):
+            raise UnsafeArchiveError(f"weight {fqn!r} has a malformed shape {sizes}")
+        count = math.prod(sizes)
+        if count > MAX_TENSOR_ELEMENTS:
+            raise UnsafeArchiveError(f"weight {fqn!r} declares shape {sizes} ({count} elements): absurdly large")
+        itemsize = dtype.numpy.itemsize
+        if strides is None:
+            strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+        if any(s < 0 for s in strides):
+            raise UnsafeArchiveError(f"weight {fqn!r} has negative strides {strides}")
+        needed = 0 if count == 0 else offset + sum((d - 1) * s for d, s in zip(sizes, strides)) + 1
+        if not reader.has(path):
+            raise SerdeError(f"weight {fqn!r} names member {path!r}, which the archive lacks")
+        available = reader.size(path)
+        if needed * itemsize > available:
+            raise UnsafeArchiveError(f"weight {fqn!r} has shape {sizes} ({dtype.name}), needing {needed * itemsize} "
+                                     f"bytes, but {path!r} holds {available}")
+        if path not in raw_cache:
+            raw_cache[path] = reader.read(path)
+        raw = raw_cache[path]
+        base = np.frombuffer(raw, dtype=np.dtype(dtype.numpy).newbyteorder("<"), count=available // itemsize)
+        view = np.lib.stride_tricks.as_strided(base[offset:], shape=sizes, strides=[s * itemsize for s in strides])
+        tensors[fqn] = np.array(view, dtype=dtype.numpy)  # a writable, native-order copy
+    return tensors, pickled
+
+
+def _static_int(data: Any, fqn: str) -> int:
+    kind, value = _union(data, f"a size of weight {fqn!r}")
+    if kind != "as_int" or not isinstance(value, int) or isinstance(value, bool):
+        raise SerdeError(f"weight {fqn!r} has a symbolic or malformed size")
+    return value
+
+
+def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Limits,
+                 model_name: str | None = None) -> ExportedProgram:
+    reader = ArchiveReader(f, limits)
+    try:
+        if reader.read_text(archive.ARCHIVE_FORMAT_PATH).strip() != archive.ARCHIVE_FORMAT_VALUE:
+            raise SerdeError("the archive's archive_format is not 'pt2'")
+        if reader.has(archive.BYTEORDER_PATH) and reader.read_text(archive.BYTEORDER_PATH).strip() != "little":
+            raise SerdeError("the archive stores big-endian weights, which kiln does not read")
+        models = sorted(n for n in reader.names() if n.startswith("models/") and n.endswith(".json"))
+        if not models:
+            raise SerdeError("the archive holds no models/<name>.json program")
+        if model_name is None:
+            if len(models) > 1 and "models/model.json" not in models:
+                raise SerdeError(f"the archive holds {len(models)} programs; name one",
+                                 fix=", ".join(m[len('models/'):-len('.json')] for m in models))
+            model_name = "model" if "models/model.json" in models else models[0][len("models/"):-len(".json")]
+        document = load_json(reader.read(archive.MODELS_FILENAME_FORMAT.format(model_name), limits.max_json_bytes),
+                             f"models/{model_name}.json")
+        check_schema_version(document)
+        state_dict, pickled = read_tensors(reader, archive.WEIGHTS_CONFIG_FILENAME_FORMAT.format(model_name),
+                                           archive.WEIGHTS_DIR, limits)
+        constants, pickled_constants = read_tensors(
+            reader, archive.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model_name), archive.CONSTANTS_DIR, limits)
+        skipped = [n for n in reader.names() if n.startswith(archive.SAMPLE_INPUTS_DIR) and reader.size(n) > 0]
+        skipped += [n for n in reader.names() if n.startswith(archive.CONSTANTS_DIR) and "custom_obj" in n]
+        if skipped:
+            warnings.warn(f"kiln.load skipped {', '.join(skipped)}: pickled data, which kiln never unpickles",
+                          stacklevel=3)
+        program = program_from_document(document, state_dict, constants, pickled | pickled_constants)
+        if extra_files is not None:
+            for key in list(extra_files):
+                path = archive.EXTRA_DIR + key
+                extra_files[key] = reader.read(path, limits.max_json_bytes).decode("utf-8", "replace") \
+                    if reader.has(path) else None
+        return program
+    finally:
+        reader.close()
+
+
+def load_json_document(data: bytes) -> Any:
+    """Parse a program document (the bridge hands torch's in-memory serialization here)."""
+    return load_json(data, "the program JSON")
+
+
+__all__ = ["program_from_document", "read_archive", "load_json_document"]

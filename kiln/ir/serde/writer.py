@@ -1,0 +1,452 @@
+"""kiln ExportedProgram -> torch.export's serde JSON (schema 8.20) plus raw weight bytes.
+
+Symbolic properties (kiln keeps `2*s0` inside an op) become torch's SymInt nodes: `sym_size.int` on an
+input that has the symbol as a dim, then `_operator` arithmetic, each named and typed in `sym_int_values`.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import math
+from typing import Any
+
+import numpy as np
+import sympy
+from xdsl.dialects import func
+from xdsl.ir import Block, SSAValue
+
+from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
+from kiln.ir.schema import Argument, ArgType
+from kiln.ir.serde import formats
+from kiln.ir.serde.errors import SerdeError
+from kiln.ir.serde.symexpr import print_srepr
+from kiln.ir.symbolic import INF
+from kiln.ir.types import ScalarType, SymIntType, TensorType
+
+KILN_SYMBOLS_KEY = "kiln_symbols"  # graph_module.metadata entry: torch symbol name -> kiln symbol name
+
+
+def _is_expr(value: Any) -> bool:
+    return isinstance(value, sympy.Expr) and not value.is_Integer
+
+
+class _Symbols:
+    """torch-style names (`s0`, `u0`) and example values (hints) for the program's symbols."""
+
+    def __init__(self, program: ExportedProgram):
+        found: list[sympy.Symbol] = [s for s in program.range_constraints if isinstance(s, sympy.Symbol)]
+        for op in program.graph_module.walk():
+            for result in [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]:
+                if isinstance(result.type, TensorType):
+                    for dim in result.type.shape:
+                        if not isinstance(dim, int):
+                            found += sorted(dim.free_symbols - set(found), key=str)
+        self.names: dict[sympy.Symbol, str] = {}
+        backed = unbacked = 0
+        for sym in found:
+            if sym in self.names:
+                continue
+            if str(sym).startswith("u") and str(sym)[1:].isdigit():
+                self.names[sym], unbacked = f"u{unbacked}", unbacked + 1
+            else:
+                self.names[sym], backed = f"s{backed}", backed + 1
+        self.ranges = program.range_constraints
+        self.hints = {}
+        for sym in self.names:
+            value_range = self.ranges.get(sym)
+            lower, upper = (value_range.lower, value_range.upper) if value_range else (2, INF)
+            self.hints[sym] = int(min(max(lower, 2), upper)) if upper != INF or lower != -INF else 2
+
+    def hint(self, expr: Any) -> int | None:
+        if isinstance(expr, int):
+            return expr
+        value = expr.xreplace({s: sympy.Integer(v) for s, v in self.hints.items()})
+        return int(value) if value.is_Integer else None
+
+    def sym_int(self, dim: Any) -> dict[str, Any]:
+        if isinstance(dim, int) or (isinstance(dim, sympy.Expr) and dim.is_Integer):
+            return {"as_int": int(dim)}
+        expr: dict[str, Any] = {"expr_str": print_srepr(dim, self.names)}
+        hint = self.hint(dim)
+        if hint is not None and not any(self.names[s].startswith("u") for s in dim.free_symbols):
+            expr["hint"] = {"as_int": hint}
+        return {"as_expr": expr}
+
+    def range_constraints(self) -> dict[str, dict[str, int | None]]:
+        def bound(value: float) -> int | None:
+            return None if math.isinf(value) else int(value)
+        return {self.names[s]: {"min_val": bound(r.lower), "max_val": bound(r.upper)}
+                for s, r in self.ranges.items() if isinstance(s, sympy.Symbol) and s in self.names}
+
+
+def _contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
+    strides: list[Any] = []
+    running: Any = 1
+    for dim in reversed(shape):
+        strides.append(running)
+        running = sympy.expand(running * dim) if not isinstance(running * dim, int) else running * dim
+    return [int(s) if isinstance(s, sympy.Expr) and s.is_Integer else s for s in reversed(strides)]
+
+
+def tensor_meta(value_type: TensorType, symbols: _Symbols, requires_grad: bool = False) -> dict[str, Any]:
+    if value_type.layout != "strided":
+        raise SerdeError(f"a {value_type.layout} tensor has no torch.export encoding yet")
+    return {
+        "dtype": formats.scalar_type_code(value_type.dtype),
+        "sizes": [symbols.sym_int(d) for d in value_type.shape],
+        "requires_grad": requires_grad,
+        "device": {"type": "cpu", "index": None},
+        "strides": [symbols.sym_int(s) for s in _contiguous_strides(value_type.shape)],
+        "storage_offset": {"as_int": 0},
+        "layout": formats.LAYOUT_STRIDED,
+    }
+
+
+class _GraphWriter:
+    """One torch Graph (forward, or a cond branch): nodes, value metadata and the SymInt nodes it needs."""
+
+    def __init__(self, block: Block, names: dict[SSAValue, str], symbols: _Symbols, used: set[str],
+                 parameters: set[str]):
+        self.block, self.names, self.symbols, self.used = block, names, symbols, used
+        self.parameters = parameters
+        self.nodes: list[dict[str, Any]] = []
+        self.tensor_values: dict[str, Any] = {}
+        self.sym_int_values: dict[str, Any] = {}
+        self.sym_nodes: dict[Any, str] = {}  # expression -> the node computing it in this graph
+        self.defined: list[SSAValue] = []
+
+    # -- names
+    def name(self, value: SSAValue) -> str:
+        return self.names[value]
+
+    def fresh(self, hint: str) -> str:
+        index = 0
+        while f"{hint}_{index}" in self.used:
+            index += 1
+        self.used.add(f"{hint}_{index}")
+        return f"{hint}_{index}"
+
+    def define(self, value: SSAValue) -> None:
+        self.defined.append(value)
+        if isinstance(value.type, TensorType):
+            self.tensor_values[self.name(value)] = tensor_meta(value.type, self.symbols,
+                                                               self.name(value) in self.parameters)
+        elif isinstance(value.type, SymIntType):
+            self.sym_int_values[self.name(value)] = self.symbols.sym_int(value.type.expr)
+            if _is_expr(value.type.expr):
+                self.sym_nodes.setdefault(value.type.expr, self.name(value))
+
+    # -- symbolic integers
+    def sym_argument(self, expr: Any) -> dict[str, Any]:
+        if isinstance(expr, int) or (isinstance(expr, sympy.Expr) and expr.is_Integer):
+            return {"as_int": int(expr)}
+        return {"as_name": self.sym_node(expr)}
+
+    def _operator_node(self, operator: str, left: Any, right: Any, expr: Any) -> str:
+        name = self.fresh(f"sym_{operator}")
+        self.nodes.append({
+            "target": f"_operator.{operator}",
+            "inputs": [{"name": "a", "arg": {"as_sym_int": self.sym_argument(left)}, "kind": 1},
+                       {"name": "b", "arg": {"as_sym_int": self.sym_argument(right)}, "kind": 1}],
+            "outputs": [{"as_sym_int": {"as_name": name}}], "metadata": {}, "is_hop_single_tensor_return": None,
+            "name": name})
+        self.sym_int_values[name] = self.symbols.sym_int(expr)
+        return name
+
+    def sym_node(self, expr: sympy.Expr) -> str:
+        found = self.sym_nodes.get(expr)
+        if found is not None:
+            return found
+        if isinstance(expr, sympy.Symbol):
+            name = self._size_node(expr)
+        elif isinstance(expr, (sympy.Add, sympy.Mul)):
+            operator = "add" if isinstance(expr, sympy.Add) else "mul"
+            symbolic = sorted((t for t in expr.args if not t.is_Integer), key=str)
+            constants = [t for t in expr.args if t.is_Integer]  # last, so constants are right operands
+            accumulated: Any = symbolic[0]
+            for term in [*symbolic[1:], *constants]:
+                combined = accumulated + term if operator == "add" else accumulated * term
+                if combined not in self.sym_nodes:
+                    self.sym_nodes[combined] = self._operator_node(operator, accumulated, term, combined)
+                accumulated = combined
+            name = self.sym_nodes[accumulated]
+        elif isinstance(expr, sympy.floor):
+            numerator, denominator = expr.args[0].as_numer_denom()
+            name = self._operator_node("floordiv", numerator, denominator, expr)
+        elif isinstance(expr, sympy.Mod):
+            name = self._operator_node("mod", expr.args[0], expr.args[1], expr)
+        else:
+            raise SerdeError(f"cannot write the symbolic value {expr} as torch SymInt arithmetic",
+                             fix="simplify the program's shapes")
+        self.sym_nodes[expr] = name
+        return name
+
+    def _size_node(self, sym: sympy.Symbol) -> str:
+        for value in self.defined:
+            if isinstance(value.type, TensorType) and sym in value.type.shape:
+                axis = list(value.type.shape).index(sym)
+                name = self.fresh("sym_size_int")
+                self.nodes.append({
+                    "target": "torch.ops.aten.sym_size.int",
+                    "inputs": [{"name": "self", "arg": {"as_tensor": {"name": self.name(value)}}, "kind": 1},
+                               {"name": "dim", "arg": {"as_int": axis}, "kind": 1}],
+                    "outputs": [{"as_sym_int": {"as_name": name}}], "metadata": {},
+                    "is_hop_single_tensor_return": None, "name": name})
+                self.sym_int_values[name] = self.symbols.sym_int(sym)
+                return name
+        raise SerdeError(f"symbol {sym} is used by an op but is not a dim of any tensor defined before it",
+                         fix="torch.export needs every symbol to be a size of an input")
+
+    # -- op arguments
+    def argument(self, arg_type: ArgType, value: Any) -> dict[str, Any]:
+        base = arg_type.base
+        if value is None:
+            return {"as_none": True}
+        if arg_type.is_tensor:
+            if arg_type.is_list and arg_type.element_optional:
+                return {"as_optional_tensors": [
+                    {"as_none": True} if v is None else {"as_tensor": {"name": self.name(v)}} for v in value]}
+            if arg_type.is_list:
+                return {"as_tensors": [{"name": self.name(v)} for v in value]}
+            return {"as_tensor": {"name": self.name(value)}}
+        if arg_type.is_list:
+            if base in ("int", "SymInt"):
+                if all(not _is_expr(v) for v in value):
+                    return {"as_ints": [int(v) for v in value]}
+                return {"as_sym_ints": [self.sym_argument(v) for v in value]}
+            if base == "float":
+                return {"as_floats": [float(v) for v in value]}
+            if base == "bool":
+                return {"as_bools": [bool(v) for v in value]}
+            if base == "str":
+                return {"as_strings": [str(v) for v in value]}
+            if base == "Scalar":
+                if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                    return {"as_ints": list(value)}
+                return {"as_floats": [float(v) for v in value]}
+        elif _is_expr(value):
+            return {"as_sym_int": self.sym_argument(value)}
+        elif base in ("int", "SymInt"):
+            return {"as_int": int(value)}
+        elif base == "float":
+            return {"as_float": float(value)}
+        elif base == "bool":
+            return {"as_bool": bool(value)}
+        elif base == "str":
+            return {"as_string": str(value)}
+        elif base == "Scalar":
+            if isinstance(value, bool):
+                return {"as_bool": value}
+            if isinstance(value, (int, np.integer)) or (isinstance(value, sympy.Expr) and value.is_Integer):
+                return {"as_int": int(value)}
+            return {"as_float": float(value)}
+        elif base == "ScalarType":
+            return {"as_scalar_type": formats.scalar_type_code(value)}
+        elif base == "Layout":
+            return {"as_layout": formats.LAYOUT_STRIDED}
+        elif base == "Device":
+            return {"as_device": {"type": "cpu", "index": None}}
+        elif base == "MemoryFormat":
+            return {"as_memory_format": formats.MEMORY_FORMAT_CODES.get(str(value), 1)}
+        raise SerdeError(f"cannot write a {arg_type} argument ({value!r}) for torch")
+
+    # -- ops
+    def write(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Write the block's ops; return (graph inputs, graph outputs)."""
+        for arg in self.block.args:
+            self.define(arg)
+        inputs = [self._value_argument(arg) for arg in self.block.args]
+        outputs: list[dict[str, Any]] = []
+        for op in self.block.ops:
+            if isinstance(op, (func.ReturnOp, YieldOp)):
+                outputs = [self._value_argument(v) for v in op.operands]
+            elif isinstance(op, CondOp):
+                self._cond(op)
+            else:
+                self._aten(op)
+        return inputs, outputs
+
+    def _value_argument(self, value: SSAValue) -> dict[str, Any]:
+        if isinstance(value.type, SymIntType):
+            return {"as_sym_int": {"as_name": self.name(value)}}
+        return {"as_tensor": {"name": self.name(value)}}
+
+    def _aten(self, op: Any) -> None:
+        opdef = op.opdef
+        inputs = []
+        for argument, value in zip(opdef.schema.arguments, bound_arguments(op)):
+            if opdef.name == "aten.view.default" and argument.name == "size":
+                argument = Argument("shape", argument.type)
+            if argument.kwarg_only and not argument.type.is_tensor and (
+                    value is None or (argument.has_default and value == argument.default)):
+                continue  # torch omits keyword arguments left at their defaults
+            inputs.append({"name": argument.name, "arg": self.argument(argument.type, value),
+                           "kind": 2 if argument.kwarg_only else 1})
+        results = list(op.results)
+        for result in results:
+            self.define(result)
+        # a node is named after its value; a node with several (or a list of) outputs needs a name of its own
+        single = len(opdef.schema.returns) == 1 and not opdef.schema.returns[0].type.is_list and len(results) == 1
+        if len(opdef.schema.returns) == 1 and opdef.schema.returns[0].type.is_list:
+            outputs = [{"as_tensors": [{"name": self.name(r)} for r in results]}]
+        else:
+            outputs = [self._value_argument(r) if not isinstance(r.type, ScalarType)
+                       else {"as_sym_float": {"as_name": self.name(r)}} for r in results]
+        # kiln's view accepts any layout (numpy reshapes); torch's needs compatible strides, reshape does not
+        target = "aten.reshape.default" if opdef.name == "aten.view.default" else opdef.name
+        self.nodes.append({"target": f"torch.ops.{target}", "inputs": inputs, "outputs": outputs,
+                           "metadata": _metadata(op), "is_hop_single_tensor_return": None,
+                           "name": self.name(results[0]) if single else self.fresh(opdef.schema.name)})
+
+    def _cond(self, op: CondOp) -> None:
+        branches = []
+        for label, region in (("true", op.true_region), ("false", op.false_region)):
+            writer = _GraphWriter(region.block, self.names, self.symbols, self.used, self.parameters)
+            inputs, outputs = writer.write()
+            branches.append({"name": self.fresh(f"{label}_graph"), "graph": writer.graph(inputs, outputs)})
+        for result in op.results:
+            self.define(result)
+        self.nodes.append({
+            "target": "torch.ops.higher_order.cond",
+            "inputs": [{"name": "", "arg": {"as_tensor": {"name": self.name(op.pred)}}, "kind": 1},
+                       {"name": "", "arg": {"as_graph": branches[0]}, "kind": 1},
+                       {"name": "", "arg": {"as_graph": branches[1]}, "kind": 1},
+                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.operands_]},
+                        "kind": 1}],
+            "outputs": [{"as_tensor": {"name": self.name(r)}} for r in op.results], "metadata": _metadata(op),
+            "is_hop_single_tensor_return": False, "name": self.fresh("cond")})
+
+    def graph(self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"inputs": inputs, "outputs": outputs, "nodes": self.nodes, "tensor_values": self.tensor_values,
+                "sym_int_values": self.sym_int_values, "sym_bool_values": {}, "is_single_tensor_return": False,
+                "custom_obj_values": {}, "sym_float_values": {}}
+
+
+def _metadata(op: Any) -> dict[str, str]:
+    source = op.attributes.get("kiln.source")
+    return {"stack_trace": f"File {source.data}"} if source is not None else {}
+
+
+def _torch_names(block: Block) -> dict[SSAValue, str]:
+    """kiln's value names, made valid and unique FX node names."""
+    names: dict[SSAValue, str] = {}
+    used: set[str] = set()
+    for value, name in value_names(block).items():
+        if not name.isidentifier() or keyword.iskeyword(name):
+            name = f"v_{name}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        names[value] = name
+    return names
+
+
+def _input_spec(spec: Any, name: str) -> dict[str, Any]:
+    kind = spec.kind
+    if kind is InputKind.USER_INPUT:
+        return {"user_input": {"arg": {"as_tensor": {"name": name}}}}
+    if kind is InputKind.PARAMETER:
+        return {"parameter": {"arg": {"name": name}, "parameter_name": spec.target}}
+    if kind is InputKind.BUFFER:
+        return {"buffer": {"arg": {"name": name}, "buffer_name": spec.target,
+                           "persistent": True if spec.persistent is None else spec.persistent}}
+    if kind is InputKind.CONSTANT_TENSOR:
+        return {"tensor_constant": {"arg": {"name": name}, "tensor_constant_name": spec.target}}
+    raise SerdeError(f"{kind.value} inputs have no kiln .pt2 encoding yet")
+
+
+def _output_spec(spec: Any, name: str) -> dict[str, Any]:
+    kind = spec.kind
+    if kind is OutputKind.USER_OUTPUT:
+        return {"user_output": {"arg": {"as_tensor": {"name": name}}}}
+    if kind is OutputKind.BUFFER_MUTATION:
+        return {"buffer_mutation": {"arg": {"name": name}, "buffer_name": spec.target}}
+    if kind is OutputKind.USER_INPUT_MUTATION:
+        return {"user_input_mutation": {"arg": {"name": name}, "user_input_name": spec.target}}
+    if kind is OutputKind.LOSS_OUTPUT:
+        return {"loss_output": {"arg": {"name": name}}}
+    raise SerdeError(f"{kind.value} outputs have no kiln .pt2 encoding yet")
+
+
+def program_to_json(program: ExportedProgram) -> dict[str, Any]:
+    """The `models/<name>.json` document of a program."""
+    if program.input_constants:
+        raise SerdeError("the program has non-tensor inputs baked in at export; torch.export files cannot say so",
+                         fix="pass those values as tensors, or close over them in the model")
+    symbols = _Symbols(program)
+    body = program.body
+    names = _torch_names(body)
+    parameters = {names[arg] for arg, spec in zip(body.args, program.graph_signature.input_specs)
+                  if spec.kind is InputKind.PARAMETER}
+    writer = _GraphWriter(body, names, symbols, set(names.values()), parameters)
+    inputs, outputs = writer.write()
+    returned = list(body.last_op.operands) if body.last_op is not None else []
+    signature = {
+        "input_specs": [_input_spec(spec, names[arg]) for spec, arg in zip(program.graph_signature.input_specs,
+                                                                           body.args)],
+        "output_specs": [_output_spec(spec, names[value]) for spec, value in zip(program.graph_signature.output_specs,
+                                                                                 returned)],
+    }
+    user_inputs = [names[arg] for spec, arg in zip(program.graph_signature.input_specs, body.args)
+                   if spec.kind is InputKind.USER_INPUT]
+    user_outputs = sum(1 for spec in program.graph_signature.output_specs if spec.kind is OutputKind.USER_OUTPUT)
+    from kiln.ir.pytree import TreeSpec
+    in_spec = program.in_spec or TreeSpec("tuple", None, (
+        TreeSpec("tuple", None, tuple(TreeSpec("leaf") for _ in user_inputs)), TreeSpec("dict", (), ())))
+    out_spec = program.out_spec or TreeSpec("tuple", None, tuple(TreeSpec("leaf") for _ in range(user_outputs)))
+    return {
+        "graph_module": {
+            "graph": writer.graph(inputs, outputs),
+            "signature": signature,
+            "module_call_graph": [{"fqn": "", "signature": {
+                "inputs": [], "outputs": [], "in_spec": formats.treespec_to_json(in_spec),
+                "out_spec": formats.treespec_to_json(out_spec), "forward_arg_names": user_inputs}}],
+            "metadata": {KILN_SYMBOLS_KEY: json.dumps({torch_name: str(sym)
+                                                       for sym, torch_name in symbols.names.items()})},
+            "treespec_namedtuple_fields": _namedtuple_fields(in_spec, out_spec),
+        },
+        "opset_version": dict(formats.OPSET_VERSION),
+        "range_constraints": symbols.range_constraints(),
+        "schema_version": {"major": formats.SCHEMA_VERSION[0], "minor": formats.SCHEMA_VERSION[1]},
+        "verifiers": ["ATEN"],
+        "torch_version": formats.TORCH_VERSION,
+        "guards_code": [],
+    }
+
+
+def _namedtuple_fields(*specs: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def visit(spec: Any) -> None:
+        if spec.kind == "namedtuple":
+            found[spec.context.__name__] = {"field_names": list(spec.context._fields)}
+        for child in spec.children:
+            visit(child)
+    for spec in specs:
+        visit(spec)
+    return found
+
+
+def tensor_bytes(array: np.ndarray) -> bytes:
+    """Raw little-endian, C-contiguous bytes (what torch's weight files hold)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array.tobytes()
+
+
+def array_meta(array: np.ndarray, requires_grad: bool) -> dict[str, Any]:
+    from kiln.ir import dtypes
+    shape = [int(d) for d in array.shape]
+    return {
+        "dtype": formats.scalar_type_code(dtypes.dtype(array.dtype)),
+        "sizes": [{"as_int": d} for d in shape],
+        "requires_grad": requires_grad,
+        "device": {"type": "cpu", "index": None},
+        "strides": [{"as_int": int(s)} for s in _contiguous_strides(tuple(shape))],
+        "storage_offset": {"as_int": 0},
+        "layout": formats.LAYOUT_STRIDED,
+    }
