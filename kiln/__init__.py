@@ -24,6 +24,9 @@ from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
 from kiln.frontend.control_flow import cond
+from kiln import onnx  # noqa: E402  (kiln.onnx.export; registers the ONNX lowerings for `kiln ops`)
+from kiln.ir.serde import load, save
+from kiln.frontend.bridge import from_torch
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})
@@ -63,5 +66,5 @@ __all__ = [
     "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
     "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
-    "default_decompositions", "cond", *_functions,
+    "default_decompositions", "cond", "onnx", "save", "load", "from_torch", *_functions,
 ]

@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
-from kiln.cli import opt
+from kiln.cli import export, inspect, opt
 from kiln.ir.errors import KilnError
 
 
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops_parser.add_argument("--json", action="store_true", help="machine-readable output")
     ops_parser.set_defaults(handler=_ops_command)
     opt.register(commands)
+    export.register(commands)
+    inspect.register(commands)
     return parser
 
 

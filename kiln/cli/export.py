@@ -1,0 +1,304 @@
+"""`kiln export`: trace a model and write it in a deployable format (`EXPORT_FORMATS`: onnx, ...).
+
+    kiln export kiln.models:gpt --format onnx -o gpt.onnx --verify
+    kiln export my_model.py:Net --format onnx -o net.onnx --input x=batch,3,64,64:float32 --dynamic batch=1:64
+
+`load_export_request` (MODEL, --input, --dynamic → an ExportedProgram with example inputs) is shared by every
+format; a format is an entry of EXPORT_FORMATS with a writer. Errors exit with status 2 and write nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kiln.ir.errors import KilnError
+
+_INPUT = re.compile(r"^(?P<name>[A-Za-z_]\w*)=(?P<dims>[^:]*)(?::(?P<dtype>\w+))?$")
+_DYNAMIC = re.compile(r"^(?P<name>[A-Za-z_]\w*)=(?P<min>\d+)?:(?P<max>\d+|inf)?$")
+
+
+@dataclass
+class InputDecl:
+    """`--input NAME=DIMS:DTYPE`: dims are ints or symbolic names (`batch,3,64,64`)."""
+
+    name: str
+    dims: list[int | str]
+    dtype: str = "float32"
+
+
+@dataclass
+class ExportRequest:
+    """Everything a format writer needs: the traced program, the model and the example inputs it was traced with."""
+
+    model: Any
+    program: Any  # kiln.ExportedProgram
+    args: tuple
+    source: str
+    dims: dict[str, tuple[int, float]] = field(default_factory=dict)  # Dim name -> (min, max)
+
+
+def parse_input(text: str) -> InputDecl:
+    match = _INPUT.match(text)
+    if match is None:
+        raise KilnError(f"malformed --input {text!r}", fix="write NAME=DIMS:DTYPE, e.g. x=batch,3,64,64:float32")
+    dims: list[int | str] = []
+    for token in filter(None, (t.strip() for t in match["dims"].split(","))):
+        if token.isdigit():
+            dims.append(int(token))
+        elif token.isidentifier():
+            dims.append(token)
+        else:
+            raise KilnError(f"malformed dim {token!r} in --input {text!r}",
+                            fix="each dim is a non-negative integer or a name (a dynamic dim)")
+    dtype = match["dtype"] or "float32"
+    import kiln
+    if not isinstance(getattr(kiln, dtype, None), kiln.dtype):
+        raise KilnError(f"unknown dtype {dtype!r} in --input {text!r}", fix="use float32, int64, bool, ...")
+    return InputDecl(match["name"], dims, dtype)
+
+
+def parse_dynamic(text: str) -> tuple[str, int, float]:
+    match = _DYNAMIC.match(text)
+    if match is None:
+        raise KilnError(f"malformed --dynamic {text!r}", fix="write DIM=MIN:MAX, e.g. batch=1:64 (MAX may be inf)")
+    low = int(match["min"]) if match["min"] else 1
+    high = float("inf") if match["max"] in (None, "inf") else int(match["max"])
+    if low > high:
+        raise KilnError(f"--dynamic {text!r}: the minimum {low} is above the maximum {high}")
+    return match["name"], low, high
+
+
+def load_model(spec: str) -> tuple[Any, tuple | None, Any]:
+    """MODEL → (module, default example args or None, default dynamic_shapes or None).
+
+    `kiln.models:NAME` is a zoo entry (its inputs and dynamic shapes are the defaults); `path/to/file.py:Name`
+    and `package.module:Name` name a kiln.nn.Module class or a factory returning one (called without arguments).
+    """
+    location, _, name = spec.rpartition(":")
+    if not location or not name:
+        raise KilnError(f"malformed MODEL {spec!r}", fix="write path/to/file.py:ClassOrFactory or kiln.models:NAME")
+    if location == "kiln.models":
+        import kiln.models
+        if name not in {**kiln.models.MODELS, **kiln.models.LARGE_MODELS}:
+            raise KilnError(f"unknown zoo model {name!r}",
+                            fix="choose one of " + ", ".join([*kiln.models.MODELS, *kiln.models.LARGE_MODELS]))
+        entry = kiln.models.get(name)
+        return entry.model, tuple(entry.args), entry.dynamic_shapes
+    if location.endswith(".py"):
+        path = Path(location)
+        if not path.is_file():
+            raise KilnError(f"model file {location} does not exist")
+        module_spec = importlib.util.spec_from_file_location(f"kiln_user_model_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        sys.modules[module.__name__] = module
+        try:
+            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except Exception as error:
+            raise KilnError(f"importing {location} failed: {type(error).__name__}: {error}") from error
+    else:
+        try:
+            module = importlib.import_module(location)
+        except ImportError as error:
+            raise KilnError(f"cannot import module {location!r}: {error}") from None
+    factory = getattr(module, name, None)
+    if factory is None or not callable(factory):
+        found = [n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_")]
+        raise KilnError(f"{location} has no class or factory named {name!r}",
+                        fix=("it defines " + ", ".join(found)) if found else "check the name after ':'")
+    try:
+        model = factory()
+    except Exception as error:
+        raise KilnError(f"{spec}() failed: {type(error).__name__}: {error}",
+                        fix="MODEL must be constructible without arguments (write a factory function)") from error
+    if hasattr(model, "eval"):
+        model = model.eval()
+    return model, None, None
+
+
+def _example_size(low: int, high: float) -> int:
+    return int(min(max(2, low), high))  # 2: sizes 0 and 1 are where tracing specializes
+
+
+def load_export_request(model_spec: str, inputs: list[str], dynamic: list[str],
+                        progress: Callable[[str], None] = lambda message: None) -> ExportRequest:
+    """Load MODEL, build example inputs from --input (or the zoo entry), apply --dynamic ranges, and trace."""
+    import kiln
+
+    progress(f"loading {model_spec}")
+    model, default_args, default_dynamic = load_model(model_spec)
+    declared = [parse_input(text) for text in inputs]
+    ranges: dict[str, tuple[int, float]] = {}
+    for text in dynamic:
+        name, low, high = parse_dynamic(text)
+        ranges[name] = (low, high)
+    forward_names = list(inspect.signature(model.forward).parameters)
+    if declared:
+        unknown = [d.name for d in declared if d.name not in forward_names]
+        if unknown:
+            raise KilnError(f"--input names {unknown} are not parameters of {type(model).__name__}.forward",
+                            fix=f"its inputs are {', '.join(forward_names)}")
+        symbolic = {dim for d in declared for dim in d.dims if isinstance(dim, str)}
+        stray = sorted(set(ranges) - symbolic)
+        if stray:
+            raise KilnError(f"--dynamic names {stray} do not appear in any --input",
+                            fix="name the dim in --input, e.g. --input x=batch,32 --dynamic batch=1:64")
+        dims = {name: kiln.Dim(name, min=ranges.get(name, (1, float("inf")))[0],
+                               max=None if ranges.get(name, (1, float("inf")))[1] == float("inf")
+                               else int(ranges[name][1])) for name in sorted(symbolic)}
+        by_name = {d.name: d for d in declared}
+        missing = [n for n in forward_names if n not in by_name
+                   and inspect.signature(model.forward).parameters[n].default is inspect.Parameter.empty]
+        if missing:
+            raise KilnError(f"no --input for {', '.join(missing)}", fix="declare every input: --input NAME=DIMS:DTYPE")
+        kiln.manual_seed(0)
+        args = []
+        dynamic_shapes: dict[str, Any] = {}
+        for name in [n for n in forward_names if n in by_name]:
+            decl = by_name[name]
+            shape = [dim if isinstance(dim, int) else _example_size(dims[dim].min, dims[dim].max) for dim in decl.dims]
+            dtype = getattr(kiln, decl.dtype)
+            args.append(kiln.randn(*shape).to(dtype) if dtype.is_floating_point else kiln.zeros(shape, dtype=dtype))
+            spec = {axis: dims[dim] for axis, dim in enumerate(decl.dims) if isinstance(dim, str)}
+            dynamic_shapes[name] = spec or None
+        example_args = tuple(args)
+        used_ranges = {name: (dims[name].min, dims[name].max) for name in dims}
+    else:
+        if default_args is None:
+            raise KilnError(f"{model_spec} has no example inputs", fix="declare them: --input NAME=DIMS:DTYPE ...")
+        example_args, dynamic_shapes = default_args, default_dynamic
+        used_ranges = {}
+        if ranges:
+            dynamic_shapes, used_ranges = _override_ranges(default_dynamic, ranges, example_args, forward_names)
+    progress("tracing")
+    program = kiln.export(model, example_args, dynamic_shapes=dynamic_shapes)
+    return ExportRequest(model, program, example_args, model_spec, used_ranges)
+
+
+def _override_ranges(dynamic_shapes: Any, ranges: dict[str, tuple[int, float]], args: tuple,
+                     forward_names: list[str]) -> tuple[Any, dict[str, tuple[int, float]]]:
+    """The zoo entry's dynamic shapes with --dynamic's ranges; the example sizes must lie inside them."""
+    import kiln
+    known: dict[str, list[tuple[int, int]]] = {}
+    for index, name in enumerate(forward_names[:len(args)]):
+        for axis, dim in ((dynamic_shapes or {}).get(name) or {}).items():
+            known.setdefault(dim.name, []).append((index, axis))
+    unknown = sorted(set(ranges) - set(known))
+    if unknown:
+        raise KilnError(f"--dynamic names {unknown} are not dynamic dims of this model",
+                        fix=f"its dynamic dims are {', '.join(sorted(known)) or '(none)'}")
+    new_dims = {}
+    for name, (low, high) in ranges.items():
+        for index, axis in known[name]:
+            size = args[index].shape[axis]
+            if not low <= size <= high:
+                raise KilnError(f"--dynamic {name}={low}:{high}: the example input has {name} = {size}, "
+                                "outside the declared range", fix=f"choose a range containing {size}")
+        new_dims[name] = kiln.Dim(name, min=low, max=None if high == float("inf") else int(high))
+    result = {name: ({axis: new_dims.get(dim.name, dim) for axis, dim in spec.items()} if spec else spec)
+              for name, spec in (dynamic_shapes or {}).items()}
+    return result, {name: ranges[name] for name in new_dims}
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats
+
+@dataclass
+class ExportFormat:
+    """A format `kiln export --format NAME` writes: `write(request, output_path, options)`."""
+
+    suffix: str
+    write: Callable[[ExportRequest, Path, argparse.Namespace], None]
+    help: str
+
+
+def _write_onnx(request: ExportRequest, output: Path, options: argparse.Namespace) -> None:
+    from kiln.codegen.onnx import export_program, require_match
+    progress = _progress(options)
+    progress("lowering to ONNX")
+    onnx_program = export_program(request.program, opset_version=options.opset,
+                                  external_data=True if options.external_data else None)
+    if options.verify:
+        progress("verifying: onnxruntime vs kiln's reference interpreter")
+        report = onnx_program.verify(*request.args)
+        print(report, file=sys.stderr)
+        require_match(report)
+    progress(f"writing {output}")
+    onnx_program.save(output)
+
+
+def _write_pt2(request: ExportRequest, output: Path, options: argparse.Namespace) -> None:
+    import kiln
+    _progress(options)(f"writing {output}")
+    kiln.save(request.program, output)
+
+
+EXPORT_FORMATS: dict[str, ExportFormat] = {
+    "onnx": ExportFormat(".onnx", _write_onnx, "ONNX model for onnxruntime (opset 18 by default)"),
+    "pt2": ExportFormat(".pt2", _write_pt2, "torch.export archive (torch.export.load and kiln.load read it)"),
+}
+
+
+def _progress(options: argparse.Namespace) -> Callable[[str], None]:
+    start = getattr(options, "_started", None) or time.perf_counter()
+    options._started = start
+
+    def report(message: str) -> None:
+        if not getattr(options, "quiet", False):
+            print(f"[{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
+    return report
+
+
+def register(commands: Any) -> None:
+    """Add the `export` subcommand to the `kiln` parser's subcommands."""
+    formats = "\n".join(f"  {name:<6} {fmt.help}" for name, fmt in EXPORT_FORMATS.items())
+    parser = commands.add_parser(
+        "export", help="trace a model and write it as ONNX (or another format)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Trace MODEL with symbolic shapes and write it in a deployable format.\n\n"
+                    f"Formats:\n{formats}\n\n"
+                    "Examples:\n"
+                    "  kiln export kiln.models:gpt --format onnx -o gpt.onnx --verify\n"
+                    "  kiln export net.py:Net --format onnx -o net.onnx \\\n"
+                    "      --input x=batch,3,64,64:float32 --dynamic batch=1:64\n\n"
+                    "Errors exit with status 2 and write nothing; files are written atomically.")
+    parser.add_argument("model", metavar="MODEL",
+                        help="path/to/file.py:ClassOrFactory, package.module:ClassOrFactory, or kiln.models:NAME "
+                             "(zoo models bring their own example inputs and dynamic dims)")
+    parser.add_argument("--format", required=True, choices=sorted(EXPORT_FORMATS), help="output format")
+    parser.add_argument("-o", "--output", required=True, help="file to write")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
+                        help="an input of forward: dims are integers or names of dynamic dims "
+                             "(x=batch,3,64,64:float32; dtype defaults to float32); repeatable")
+    parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
+                        help="range of a dynamic dim (batch=1:64; MAX may be inf); repeatable")
+    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (18 to 23; default 18)")
+    parser.add_argument("--verify", action="store_true",
+                        help="compare the exported model with kiln's reference interpreter on the example inputs")
+    parser.add_argument("--external-data", action="store_true",
+                        help="ONNX: write weights to OUTPUT.data (automatic above the 2 GB protobuf limit)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    parser.set_defaults(handler=run_export)
+
+
+def run_export(options: argparse.Namespace) -> int:
+    fmt = EXPORT_FORMATS[options.format]
+    output = Path(options.output)
+    if not output.parent.is_dir():
+        raise KilnError(f"cannot write {output}: folder {output.parent} does not exist")
+    request = load_export_request(options.model, options.input, options.dynamic, _progress(options))
+    fmt.write(request, output, options)
+    _progress(options)("done")
+    return 0
+
+
+__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportRequest", "InputDecl", "load_export_request", "load_model",
+           "parse_input", "parse_dynamic", "register", "run_export"]

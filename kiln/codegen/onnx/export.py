@@ -1,0 +1,289 @@
+"""Lower an ExportedProgram to an ONNX ModelProto: decompose what has no lowering, walk the ops through the
+lowering table, turn `kiln.cond` into `If`, weights into deduplicated initializers and symbols into dim_params.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import onnx
+import sympy
+from onnx import helper
+from xdsl.dialects import func
+
+from kiln.ir import dtypes
+from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.errors import KilnError, UnsupportedError
+from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
+from kiln.ir.registry import REGISTRY, OpOverload, split_bound
+from kiln.ir.types import TensorType
+
+from kiln.codegen.onnx.context import Lowering, LoweringContext
+from kiln.codegen.onnx.graph import Model, OnnxGraph, Value, value_info
+from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
+
+# Opset 18 is the default: every op the table emits exists there (Col2Im, BitwiseAnd, reductions with `axes`
+# inputs, Split with sizes input), onnxruntime has supported it fully since 1.14, and most deployment
+# runtimes (TensorRT, OpenVINO, onnxruntime-web) accept it. Newer opsets keep these operators' meaning.
+DEFAULT_OPSET = 18
+MIN_OPSET, MAX_OPSET = 18, 23
+PRODUCER = "kiln"
+
+
+class MissingLoweringError(UnsupportedError):
+    """Raised once per export, listing every op that has neither an ONNX lowering nor a decomposition."""
+
+
+def onnx_lowerable(custom: Mapping[str, Lowering] | None = None) -> set[str]:
+    return set(LOWERING_TABLE) | set(custom or {})
+
+
+def decomposition_table(lowerable: set[str]) -> dict[OpOverload, Callable[..., Any]]:
+    """Decompositions of the ops the ONNX table cannot lower directly (lowered ops stay as they are)."""
+    return {OpOverload(opdef): opdef.decomposition for name, opdef in REGISTRY.items()
+            if opdef.decomposition is not None and name not in lowerable}
+
+
+def _walk(block: Any) -> Any:
+    for op in block.ops:
+        yield op
+        for region in op.regions:
+            for inner in region.blocks:
+                yield from _walk(inner)
+
+
+def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | None = None,
+                    optimize: bool = True) -> ExportedProgram:
+    """Decompose ops without a lowering, optionally fold/CSE/DCE, then check every op can be lowered."""
+    lowerable = onnx_lowerable(custom)
+    table = decomposition_table(lowerable)
+    present = {op.name for op in _walk(program.body) if hasattr(op, "opdef")}
+    if present & {handle.name for handle in table}:  # retracing costs time: only when something decomposes
+        program = program.run_decompositions(table)
+    if optimize:
+        from kiln.passes import run
+        program = run(program, "fold-constants,cse,dce")
+    check_lowerable(program, lowerable)
+    return program
+
+
+def check_lowerable(program: ExportedProgram, lowerable: set[str]) -> None:
+    missing: dict[str, list[str]] = {}
+    for op in _walk(program.body):
+        if not hasattr(op, "opdef") or op.name in lowerable:
+            continue
+        source = op.attributes.get("kiln.source")
+        missing.setdefault(op.name, []).append(source.data if source is not None else "<no source line>")
+    if not missing:
+        return
+    lines = []
+    for name, sources in sorted(missing.items()):
+        reason = UNSUPPORTED.get(name, "no ONNX lowering and no decomposition")
+        where = "; ".join(dict.fromkeys(sources))
+        lines.append(f"  {name} ({reason}) at {where}")
+    raise MissingLoweringError(
+        f"{len(missing)} op(s) cannot be exported to ONNX:\n" + "\n".join(lines),
+        fix="register a decomposition for them (kiln.ir.registry.register_decomposition, or decompose with "
+            "ep.run_decompositions(table) first), or pass custom_translation_table={'aten.op.overload': fn} "
+            "to kiln.onnx.export, fn(ctx, *args) emitting ONNX nodes")
+
+
+def _dim_sources(program: ExportedProgram, graph_inputs: dict[Any, str]) -> dict[sympy.Symbol, tuple[str, int]]:
+    sources: dict[sympy.Symbol, tuple[str, int]] = {}
+    for arg, name in graph_inputs.items():
+        if isinstance(arg.type, TensorType):
+            for axis, dim in enumerate(arg.type.shape):
+                if isinstance(dim, sympy.Symbol) and dim not in sources:
+                    sources[dim] = (name, axis)
+    return sources
+
+
+def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
+                   input_names: list[str] | None = None, output_names: list[str] | None = None,
+                   custom_translation_table: Mapping[str, Lowering] | None = None,
+                   graph_name: str = "main_graph") -> onnx.ModelProto:
+    """The ONNX model of a prepared program (see `prepare_program`)."""
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise KilnError(f"opset {opset} is not supported by the ONNX emitter",
+                        fix=f"choose an opset from {MIN_OPSET} to {MAX_OPSET} (default {DEFAULT_OPSET})")
+    table = {**LOWERING_TABLE, **dict(custom_translation_table or {})}
+    model = Model()
+    names = value_names(program.body)
+    specs = program.graph_signature.input_specs
+    user_args = [(arg, spec) for arg, spec in zip(program.body.args, specs) if spec.kind is InputKind.USER_INPUT]
+    if input_names is not None and len(input_names) != len(user_args):
+        raise KilnError(f"input_names has {len(input_names)} names but the model has {len(user_args)} inputs")
+    values: dict[Any, Value] = {}
+    graph_inputs: dict[Any, str] = {}
+    inputs_proto = []
+    for index, (arg, spec) in enumerate(user_args):
+        name = model.fresh(input_names[index] if input_names else spec.name)
+        graph_inputs[arg] = name
+        values[arg] = Value(name, arg.type)
+        inputs_proto.append(value_info(name, arg.type))
+    for arg, spec in zip(program.body.args, specs):
+        if spec.kind is InputKind.USER_INPUT:
+            continue
+        store = program.state_dict if spec.target in program.state_dict else program.constants
+        if spec.target not in store:
+            raise KilnError(f"{spec.kind.value.lower()} '{spec.target}' is missing from the state dict")
+        values[arg] = Value(model.initializer(store[spec.target], spec.target or spec.name), arg.type)
+    graph = OnnxGraph(model, _dim_sources(program, graph_inputs))
+    results = _lower_block(graph, program.body, values, names, table, opset)
+
+    user_outputs = [(value, spec) for value, spec in zip(results, program.graph_signature.output_specs)
+                    if spec.kind is OutputKind.USER_OUTPUT]
+    if output_names is not None and len(output_names) != len(user_outputs):
+        raise KilnError(f"output_names has {len(output_names)} names but the model has {len(user_outputs)} outputs")
+    outputs_proto = []
+    taken: set[str] = set(graph_inputs.values()) | {name for name, _ in model.initializers}
+    for index, (value, spec) in enumerate(user_outputs):
+        wanted = output_names[index] if output_names else value.name
+        name = _claim_output(graph, value.name, wanted, taken)
+        taken.add(name)
+        outputs_proto.append(value_info(name, value.type))
+    # Built in place: helper.make_graph/make_model would copy every weight twice (seconds for GPT-2).
+    result = onnx.ModelProto()
+    result.ir_version = 10  # what onnxruntime 1.2x reads
+    result.producer_name, result.producer_version = PRODUCER, _version()
+    result.opset_import.add(domain="", version=opset)
+    onnx_graph = result.graph
+    onnx_graph.name = graph_name
+    onnx_graph.node.extend(graph.nodes)
+    onnx_graph.input.extend(inputs_proto)
+    onnx_graph.output.extend(outputs_proto)
+    model.write_initializers(onnx_graph)
+    ranges = {str(sym): str(r) for sym, r in sorted(program.range_constraints.items(), key=lambda kv: str(kv[0]))}
+    for key, text in ranges.items():
+        entry = result.metadata_props.add()
+        entry.key, entry.value = f"kiln.range.{key}", text
+    return result
+
+
+def _version() -> str:
+    import sys
+    return getattr(sys.modules.get("kiln"), "__version__", "0")  # the parent package (no upward import)
+
+
+def _claim_output(graph: OnnxGraph, produced: str, wanted: str, taken: set[str]) -> str:
+    """Name a graph output `wanted`: rename the node output that produced it, or add an Identity."""
+    renamable = produced not in taken and any(produced in node.output for node in graph.nodes)
+    if renamable and (wanted == produced or wanted not in graph.model.used_names):
+        if wanted != produced:
+            graph.model.used_names.add(wanted)
+            _rename(graph.nodes, produced, wanted)
+        return wanted
+    name = wanted if wanted not in graph.model.used_names else graph.model.fresh(wanted)
+    graph.model.used_names.add(name)
+    graph.nodes.append(helper.make_node("Identity", [produced], [name], name=name))
+    return name
+
+
+def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: dict[Any, str],
+                 table: Mapping[str, Lowering], opset: int) -> list[Value]:
+    for op in block.ops:
+        if isinstance(op, (func.ReturnOp, YieldOp)):
+            return [values[v] for v in op.operands]
+        if isinstance(op, CondOp):
+            _lower_cond(graph, op, values, names, table, opset)
+            continue
+        lowering = table.get(op.name)
+        if lowering is None:  # prepare_program reports these all at once; this guards direct callers
+            raise MissingLoweringError(f"{op.name} has no ONNX lowering")
+        hint = names.get(op.results[0], "v") if op.results else "v"
+        graph.hint = hint
+        context = LoweringContext(graph, op, opset)
+        arguments = [_widen(graph, a) for a in bound_arguments(op, values.__getitem__)]
+        narrow_results = [t.dtype if isinstance(t, TensorType) and t.dtype in _LOW_PRECISION else None
+                          for t in context.result_types]
+        context.result_types = [t.with_dtype(dtypes.float32) if d is not None else t
+                                for t, d in zip(context.result_types, narrow_results)]
+        positional, keywords = split_bound(op.opdef, arguments)
+        mark = len(graph.nodes)
+        try:
+            produced = lowering(context, *positional, **keywords)
+        except KilnError as error:
+            source = op.attributes.get("kiln.source")
+            raise UnsupportedError(f"cannot lower {op.name} to ONNX: {error.cause}",
+                                   source=error.source or (source.data if source is not None else None),
+                                   fix=error.fix) from error
+        produced_list = produced if isinstance(produced, (list, tuple)) else [produced]
+        if len(produced_list) != len(op.results):
+            raise KilnError(f"the ONNX lowering of {op.name} returned {len(produced_list)} values "
+                            f"for {len(op.results)} results")
+        for result, name, narrow in zip(op.results, produced_list, narrow_results):
+            if narrow is not None:
+                name = graph.cast(name, dtypes.float32, narrow)
+            wanted = names.get(result, name)
+            name = _rename_fresh(graph, mark, name, wanted)
+            values[result] = Value(name, result.type)
+    raise KilnError("block has no terminator")
+
+
+# onnxruntime's CPU provider lacks most float16/bfloat16 kernels (even Expand, Pad, Tile), so ops on them compute
+# in float32 and round back: exact for data movement, and what ATen's opmath does for arithmetic.
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+
+
+def _widen(graph: OnnxGraph, argument: Any) -> Any:
+    if isinstance(argument, list):
+        return [_widen(graph, a) for a in argument]
+    if isinstance(argument, Value) and isinstance(argument.type, TensorType) and argument.dtype in _LOW_PRECISION:
+        name = graph.cast(argument.name, argument.dtype, dtypes.float32)
+        graph.widened[name] = argument.dtype
+        return Value(name, argument.type.with_dtype(dtypes.float32))
+    return argument
+
+
+def _rename_fresh(graph: OnnxGraph, mark: int, produced: str, wanted: str) -> str:
+    """Give a node output created by this op the IR's name for the value (keeps the ONNX graph readable)."""
+    if wanted in graph.model.used_names:
+        return produced
+    for node in graph.nodes[mark:]:
+        if produced in node.output:
+            graph.model.used_names.add(wanted)
+            _rename(graph.nodes[mark:], produced, wanted)
+            return wanted
+    return produced
+
+
+def _rename(nodes: Any, old: str, new: str) -> None:
+    """Rename a value in `nodes`, including `If` branches that read it from the outer scope."""
+    for node in nodes:
+        node.output[:] = [new if o == old else o for o in node.output]
+        node.input[:] = [new if i == old else i for i in node.input]
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _rename(attribute.g.node, old, new)
+                for output in attribute.g.output:
+                    if output.name == old:
+                        output.name = new
+
+
+def _lower_cond(graph: OnnxGraph, op: CondOp, values: dict[Any, Value], names: dict[Any, str],
+                table: Mapping[str, Lowering], opset: int) -> None:
+    """`kiln.cond` → ONNX `If`: each branch is a subgraph reading the operands from the outer scope."""
+    branches = []
+    for label, region in (("then", op.true_region), ("else", op.false_region)):
+        branch = OnnxGraph(graph.model, graph.dim_sources, parent=graph)
+        inner = dict(values)
+        for arg, operand in zip(region.block.args, op.operands_):
+            inner[arg] = values[operand]
+        yielded = _lower_block(branch, region.block, inner, names, table, opset)
+        outputs = []
+        for result, value in zip(op.results, yielded):
+            name = graph.model.fresh(f"{names.get(result, 'cond')}_{label}")
+            branch.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
+            outputs.append(value_info(name, result.type))
+        branches.append(helper.make_graph(branch.nodes, f"{names.get(op.results[0], 'cond')}_{label}", [], outputs))
+    graph.hint = names.get(op.results[0], "cond") if op.results else "cond"
+    results = graph.node("If", [values[op.pred].name], outputs=len(op.results),
+                         then_branch=branches[0], else_branch=branches[1])
+    results = results if isinstance(results, list) else [results]
+    for result, name in zip(op.results, results):
+        values[result] = Value(name, result.type)
+
+
+__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "MAX_OPSET", "MissingLoweringError", "prepare_program", "lower_to_model",
+           "decomposition_table", "onnx_lowerable", "check_lowerable"]

@@ -1,0 +1,249 @@
+"""OnnxGraph: the node list being built for one ONNX graph (the main graph or an `If` branch), with helpers
+for constants, casts and symbolic dims (sympy expressions turned into Shape/Gather/arithmetic nodes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+import sympy
+from onnx import TensorProto, helper
+
+from kiln.ir import dtypes
+from kiln.ir.dtypes import DType
+from kiln.ir.errors import UnsupportedError
+from kiln.ir.types import ScalarType, SymIntType, TensorType
+
+ONNX_DTYPES: dict[DType, int] = {
+    dtypes.bool_: TensorProto.BOOL, dtypes.uint8: TensorProto.UINT8, dtypes.int8: TensorProto.INT8,
+    dtypes.int16: TensorProto.INT16, dtypes.int32: TensorProto.INT32, dtypes.int64: TensorProto.INT64,
+    dtypes.float16: TensorProto.FLOAT16, dtypes.bfloat16: TensorProto.BFLOAT16, dtypes.float32: TensorProto.FLOAT,
+    dtypes.float64: TensorProto.DOUBLE, dtypes.complex64: TensorProto.COMPLEX64,
+    dtypes.complex128: TensorProto.COMPLEX128,
+}
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+def onnx_dtype(dtype: DType) -> int:
+    return ONNX_DTYPES[dtype]
+
+
+@dataclass(frozen=True)
+class Value:
+    """A kiln SSA value as it exists in the ONNX graph: its ONNX name and its kiln type."""
+
+    name: str
+    type: Any  # TensorType, SymIntType or ScalarType
+
+    @property
+    def dtype(self) -> DType:
+        if isinstance(self.type, SymIntType):
+            return dtypes.int64
+        if isinstance(self.type, ScalarType):
+            return self.type.data
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        return self.type.shape if isinstance(self.type, TensorType) else ()
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def value_info(name: str, value_type: Any) -> onnx.ValueInfoProto:
+    """A typed graph input/output; symbolic dims become `dim_param`s named after the expression."""
+    if isinstance(value_type, SymIntType):
+        return helper.make_tensor_value_info(name, TensorProto.INT64, [])
+    if isinstance(value_type, ScalarType):
+        return helper.make_tensor_value_info(name, onnx_dtype(value_type.data), [])
+    shape = [d if isinstance(d, int) else str(d).replace(" ", "") for d in value_type.shape]
+    return helper.make_tensor_value_info(name, onnx_dtype(value_type.dtype), shape)
+
+
+class Model:
+    """What the graphs of one model share: unique names, initializers (deduplicated by content)."""
+
+    def __init__(self) -> None:
+        self.used_names: set[str] = set()
+        self.initializers: list[tuple[str, np.ndarray]] = []  # written into the GraphProto once, at the end
+        self._by_layout: dict[tuple[Any, ...], list[tuple[np.ndarray, str]]] = {}
+        self._by_identity: dict[int, str] = {}
+        self._keep_alive: list[Any] = []
+        self.counter = 0
+
+    def fresh(self, hint: str) -> str:
+        hint = hint or "v"
+        name = hint
+        while name in self.used_names:
+            self.counter += 1
+            name = f"{hint}__{self.counter}"
+        self.used_names.add(name)
+        return name
+
+    def initializer(self, array: np.ndarray, name: str) -> str:
+        """Add a weight or constant; an identical array already added is reused (tied weights, repeats)."""
+        found = self._by_identity.get(id(array))
+        if found is not None:
+            return found
+        original = array
+        array = np.asarray(array, order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
+        bucket = self._by_layout.setdefault((array.dtype.str, array.shape), [])
+        for other, other_name in bucket:
+            if _same_bytes(array, other):
+                return other_name
+        name = self.fresh(name)
+        bucket.append((array, name))
+        self.initializers.append((name, array))
+        self._by_identity[id(original)] = name
+        self._keep_alive.append(original)  # ids stay unique while we hold the arrays
+        return name
+
+    def write_initializers(self, graph: onnx.GraphProto) -> None:
+        for name, array in self.initializers:
+            tensor = graph.initializer.add()
+            tensor.name = name
+            tensor.dims.extend(array.shape)
+            if array.dtype == dtypes.bfloat16.numpy:
+                tensor.data_type = TensorProto.BFLOAT16
+                data = array.view(np.uint16)
+            else:
+                tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+                data = array
+            tensor.raw_data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal contents; distinct weights almost always differ in their first values, so check those first."""
+    flat_a, flat_b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    return bool(np.array_equal(flat_a[:256], flat_b[:256]) and np.array_equal(flat_a, flat_b))
+
+
+class OnnxGraph:
+    """Nodes of one graph; `dim_sources` maps each program symbol to an (ONNX input, axis) that holds it."""
+
+    def __init__(self, model: Model, dim_sources: dict[sympy.Symbol, tuple[str, int]],
+                 parent: "OnnxGraph | None" = None):
+        self.model = model
+        self.dim_sources = dim_sources
+        self.nodes: list[onnx.NodeProto] = []
+        # Cached dim computations; a branch starts from its parent's (outer names are visible inside it).
+        self._dim_cache: dict[Any, str] = dict(parent._dim_cache) if parent is not None else {}
+        self.hint = "v"
+        # names of float32 copies of float16/bfloat16 values, with their IR dtype
+        self.widened: dict[str, DType] = dict(parent.widened) if parent is not None else {}
+
+    # -- nodes
+    def node(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attributes: Any) -> Any:
+        """Append a node; returns its output name (or the list of names when `outputs` > 1)."""
+        names = [self.model.fresh(f"{self.hint}_{op_type.lower()}") for _ in range(outputs)]
+        attributes = {k: v for k, v in attributes.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attributes))
+        return names[0] if outputs == 1 else names
+
+    def const(self, value: Any, dtype: DType | None = None) -> str:
+        array = np.asarray(value, dtype=None if dtype is None else dtype.numpy)
+        return self.model.initializer(array, "const")
+
+    def ints(self, values: Sequence[int]) -> str:
+        return self.const(np.asarray(list(values), dtype=np.int64))
+
+    def cast(self, name: str, source: DType, target: DType) -> str:
+        if source is target:
+            return name
+        key = ("cast", name, target)
+        if key not in self._dim_cache:
+            self._dim_cache[key] = self.node("Cast", [name], to=onnx_dtype(target))
+        return self._dim_cache[key]
+
+    # -- symbolic dims
+    def dim(self, expr: Any) -> str:
+        """A 1-element int64 tensor holding `expr` (an int or a sympy expression over the program's symbols)."""
+        if isinstance(expr, (int, np.integer)) or (isinstance(expr, sympy.Expr) and expr.is_Integer):
+            return self.ints([int(expr)])
+        key = ("dim", expr)
+        if key not in self._dim_cache:
+            self._dim_cache[key] = self._lower_expr(expr)
+        return self._dim_cache[key]
+
+    def dim_scalar(self, expr: Any) -> str:
+        """A 0-d int64 tensor holding `expr`."""
+        if isinstance(expr, (int, np.integer)) or (isinstance(expr, sympy.Expr) and expr.is_Integer):
+            return self.const(np.asarray(int(expr), dtype=np.int64))
+        key = ("scalar", expr)
+        if key not in self._dim_cache:
+            self._dim_cache[key] = self.node("Squeeze", [self.dim(expr), self.ints([0])])
+        return self._dim_cache[key]
+
+    def dims(self, exprs: Sequence[Any]) -> str:
+        """A 1-D int64 tensor of sizes, e.g. a Reshape/Expand target; static lists become one constant."""
+        exprs = list(exprs)
+        if all(_is_int(e) for e in exprs):
+            return self.ints([int(e) for e in exprs])
+        key = ("dims", tuple(exprs))
+        if key not in self._dim_cache:
+            self._dim_cache[key] = self.node("Concat", [self.dim(e) for e in exprs], axis=0)
+        return self._dim_cache[key]
+
+    def _lower_expr(self, expr: sympy.Expr) -> str:
+        if isinstance(expr, sympy.Symbol):
+            source = self.dim_sources.get(expr)
+            if source is None:
+                raise UnsupportedError(f"symbol {expr} is not the size of any input dimension, so the ONNX graph "
+                                       "cannot compute it", fix="make the dim a plain Dim of some input")
+            name, axis = source
+            return self.node("Shape", [name], start=axis, end=axis + 1)
+        if expr.is_Integer:
+            return self.ints([int(expr)])
+        if isinstance(expr, sympy.Add):
+            return self._fold("Add", expr.args)
+        if isinstance(expr, sympy.Mul):
+            if any(a.is_Rational and not a.is_Integer for a in expr.args):
+                return self._divide(expr, ceil=False)
+            return self._fold("Mul", expr.args)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+            return self._fold("Mul", [expr.base] * int(expr.exp))
+        if isinstance(expr, sympy.floor):
+            return self._divide(expr.args[0], ceil=False)
+        if isinstance(expr, sympy.ceiling):
+            return self._divide(expr.args[0], ceil=True)
+        if isinstance(expr, sympy.Max):
+            return self._fold("Max", expr.args)
+        if isinstance(expr, sympy.Min):
+            return self._fold("Min", expr.args)
+        if isinstance(expr, sympy.Mod):
+            return self.node("Mod", [self.dim(expr.args[0]), self.dim(expr.args[1])])
+        if isinstance(expr, sympy.Abs):
+            return self.node("Abs", [self.dim(expr.args[0])])
+        name = type(expr).__name__
+        if name == "FloorDiv":
+            return self.node("Div", [self.dim(expr.args[0]), self.dim(expr.args[1])])
+        raise UnsupportedError(f"cannot compute the symbolic size {expr} inside an ONNX graph")
+
+    def _fold(self, op_type: str, args: Sequence[Any]) -> str:
+        result = self.dim(args[0])
+        for arg in args[1:]:
+            result = self.node(op_type, [result, self.dim(arg)])
+        return result
+
+    def _divide(self, expr: sympy.Expr, ceil: bool) -> str:
+        """floor/ceil of a rational expression `numerator / denominator` (sizes are non-negative)."""
+        numerator, denominator = sympy.fraction(sympy.together(expr))
+        if not denominator.is_Integer:
+            raise UnsupportedError(f"cannot compute the symbolic size {expr} inside an ONNX graph")
+        top = self.dim(sympy.expand(numerator) + (int(denominator) - 1 if ceil else 0))
+        # ONNX integer Div truncates; floor division needs the Python-style remainder subtracted first.
+        bottom = self.ints([int(denominator)])
+        remainder = self.node("Mod", [top, bottom])
+        return self.node("Div", [self.node("Sub", [top, remainder]), bottom])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) or (isinstance(value, sympy.Expr) and bool(value.is_Integer))
+
+
+__all__ = ["OnnxGraph", "Model", "Value", "onnx_dtype", "value_info", "ONNX_DTYPES", "INT64_MAX", "INT64_MIN"]

@@ -1,0 +1,1680 @@
+"""The ONNX lowering table: one entry per kiln op name, each a small function emitting standard ONNX nodes.
+
+Simple ops come from tables (`_UNARY`, `_BINARY`, ...); the rest are `@lowers(...)` functions. Ops missing
+here are decomposed before lowering (see `export.py`); `UNSUPPORTED` lists the ops no ONNX graph can express.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import sympy
+
+from kiln.ir import dtypes
+from kiln.ir.errors import UnsupportedError
+
+from kiln.codegen.onnx.context import Lowering, LoweringContext, normalize_axes, normalize_axis
+from kiln.codegen.onnx.graph import INT64_MAX, INT64_MIN, Value, onnx_dtype
+
+LOWERING_TABLE: dict[str, Lowering] = {}
+
+# Ops that have no ONNX translation, with the reason shown to users.
+UNSUPPORTED: dict[str, str] = {
+    "aten._fft_r2c.default": "complex results: ONNX DFT returns real [..., 2] tensors and onnxruntime has no "
+                             "complex tensor kernels",
+    "aten._fft_c2r.default": "complex inputs: onnxruntime has no complex tensor kernels",
+    **{name: "a training-only (autograd) op; kiln exports inference graphs"
+       for name in ("aten.avg_pool2d_backward.default", "aten._adaptive_avg_pool2d_backward.default",
+                    "aten.max_pool2d_with_indices_backward.default", "aten.embedding_dense_backward.default",
+                    "aten.convolution_backward.default", "aten.native_layer_norm_backward.default",
+                    "aten.native_group_norm_backward.default")},
+    "aten._embedding_bag.default": "not lowered yet: use nn.Embedding + a reduction instead of EmbeddingBag",
+}
+
+
+def lowers(*names: str) -> Callable[[Lowering], Lowering]:
+    def register(fn: Lowering) -> Lowering:
+        for name in names:
+            LOWERING_TABLE[name] = fn
+        return fn
+    return register
+
+
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+
+
+def _compute_dtype(dtype: dtypes.DType) -> dtypes.DType:
+    """onnxruntime's CPU kernels cover float32/float64; reduced floats compute in float32 like ATen's opmath."""
+    return dtypes.float32 if dtype in _LOW_PRECISION else dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Pointwise
+
+
+def _unary(build: Callable[[LoweringContext, str, dtypes.DType], str], float_only: bool = True) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, *_: Any) -> str:
+        out = ctx.out_dtype
+        compute = _compute_dtype(out if float_only or out.is_floating_point else out)
+        if not compute.is_floating_point and float_only:
+            compute = dtypes.float32
+        result = build(ctx, ctx.as_dtype(x, compute), compute)
+        return ctx.graph.cast(result, compute, out)
+    return lower
+
+
+def _simple(op_type: str) -> Callable[[LoweringContext, str, dtypes.DType], str]:
+    return lambda ctx, x, dtype: ctx.node(op_type, [x])
+
+
+def _float32_kernel(op_type: str, double: Callable[[LoweringContext, str, dtypes.DType], str]) -> Callable[..., str]:
+    """onnxruntime implements `op_type` for float32 only: float64 uses an equivalent double-precision formula."""
+    def build(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+        return double(ctx, x, t) if t is dtypes.float64 else ctx.node(op_type, [x])
+    return build
+
+
+def _log1p(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    # Goldberg's trick: log(u) * x / (u - 1) with u = 1 + x cancels u's rounding error; exact x where u == 1.
+    u = ctx.node("Add", [x, ctx.const(1, t)])
+    u_minus_one = ctx.node("Sub", [u, ctx.const(1, t)])
+    ratio = ctx.node("Div", [ctx.node("Mul", [ctx.node("Log", [u]), x]), u_minus_one])
+    ratio = ctx.node("Where", [ctx.node("IsInf", [x], detect_negative=0), x, ratio])
+    return ctx.node("Where", [ctx.node("Equal", [u_minus_one, ctx.const(0, t)]), x, ratio])
+
+
+def _expm1(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    # Kahan's trick: (u - 1) * x / log(u) with u = exp(x); exact x where u == 1, -1 where u - 1 == -1.
+    u = ctx.node("Exp", [x])
+    u_minus_one = ctx.node("Sub", [u, ctx.const(1, t)])
+    ratio = ctx.node("Div", [ctx.node("Mul", [u_minus_one, x]), ctx.node("Log", [u])])
+    ratio = ctx.node("Where", [ctx.node("Equal", [u_minus_one, ctx.const(-1, t)]), u_minus_one, ratio])
+    ratio = ctx.node("Where", [ctx.node("IsInf", [u]), u, ratio])
+    return ctx.node("Where", [ctx.node("Equal", [u_minus_one, ctx.const(0, t)]), x, ratio])
+
+
+def _series(ctx: LoweringContext, x: str, t: dtypes.DType, coefficient: Callable[[int], float], terms: int,
+            step: str) -> str:
+    """sum_k coefficient(k) * x * step^k (Horner form)."""
+    total = ctx.const(coefficient(terms - 1), t)
+    for k in range(terms - 2, -1, -1):
+        total = ctx.node("Add", [ctx.node("Mul", [total, step]), ctx.const(coefficient(k), t)])
+    return ctx.node("Mul", [total, x])
+
+
+def _atan64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    magnitude = ctx.node("Abs", [x])
+    one = ctx.const(1, t)
+    inverted = ctx.node("Greater", [magnitude, one])
+    value = ctx.node("Where", [inverted, ctx.node("Reciprocal", [magnitude]), magnitude])
+    for _ in range(2):  # atan(v) = 2 atan(v / (1 + sqrt(1 + v^2))): |v| <= tan(pi/16) after two halvings
+        root = ctx.node("Sqrt", [ctx.node("Add", [one, ctx.node("Mul", [value, value])])])
+        value = ctx.node("Div", [value, ctx.node("Add", [one, root])])
+    squared = ctx.node("Neg", [ctx.node("Mul", [value, value])])
+    result = ctx.node("Mul", [_series(ctx, value, t, lambda k: 1 / (2 * k + 1), 14, squared), ctx.const(4, t)])
+    result = ctx.node("Where", [inverted, ctx.node("Sub", [ctx.const(math.pi / 2, t), result]), result])
+    return ctx.node("Mul", [result, ctx.node("Sign", [x])])
+
+
+def _asin64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    root = ctx.node("Sqrt", [ctx.node("Sub", [ctx.const(1, t), ctx.node("Mul", [x, x])])])
+    return _atan64(ctx, ctx.node("Div", [x, root]), t)
+
+
+def _acos64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    one = ctx.const(1, t)
+    ratio = ctx.node("Div", [ctx.node("Sub", [one, x]), ctx.node("Add", [one, x])])
+    return ctx.node("Mul", [_atan64(ctx, ctx.node("Sqrt", [ratio]), t), ctx.const(2, t)])
+
+
+def _sinh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    exp_x, exp_minus = ctx.node("Exp", [x]), ctx.node("Exp", [ctx.node("Neg", [x])])
+    large = ctx.node("Mul", [ctx.node("Sub", [exp_x, exp_minus]), ctx.const(0.5, t)])
+    small = _series(ctx, x, t, lambda k: 1 / math.factorial(2 * k + 1), 9, ctx.node("Mul", [x, x]))
+    return ctx.node("Where", [ctx.node("Less", [ctx.node("Abs", [x]), ctx.const(1, t)]), small, large])
+
+
+def _cosh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    total = ctx.node("Add", [ctx.node("Exp", [x]), ctx.node("Exp", [ctx.node("Neg", [x])])])
+    return ctx.node("Mul", [total, ctx.const(0.5, t)])
+
+
+def _asinh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    magnitude = ctx.node("Abs", [x])
+    squared = ctx.node("Mul", [magnitude, magnitude])
+    root = ctx.node("Sqrt", [ctx.node("Add", [squared, ctx.const(1, t)])])
+    # asinh(a) = log1p(a + a^2 / (1 + sqrt(1 + a^2))), accurate for small a
+    argument = ctx.node("Add", [magnitude, ctx.node("Div", [squared, ctx.node("Add", [root, ctx.const(1, t)])])])
+    return ctx.node("Mul", [_log1p(ctx, argument, t), ctx.node("Sign", [x])])
+
+
+def _acosh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    root = ctx.node("Sqrt", [ctx.node("Sub", [ctx.node("Mul", [x, x]), ctx.const(1, t)])])
+    return ctx.node("Log", [ctx.node("Add", [x, root])])
+
+
+def _atanh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    ratio = ctx.node("Div", [ctx.node("Mul", [x, ctx.const(2, t)]), ctx.node("Sub", [ctx.const(1, t), x])])
+    return ctx.node("Mul", [_log1p(ctx, ratio, t), ctx.const(0.5, t)])
+
+
+def _erf64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    """Taylor series below |x| = 2.5, the erfc continued fraction above (both within 1e-14 of libm)."""
+    magnitude = ctx.node("Abs", [x])
+    clipped = ctx.node("Min", [magnitude, ctx.const(2.5, t)])
+    series = _series(ctx, clipped, t, lambda k: 2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1)),
+                     44, ctx.node("Mul", [clipped, clipped]))
+    far = ctx.node("Max", [magnitude, ctx.const(2.5, t)])
+    fraction = far
+    for k in range(60, 0, -1):
+        fraction = ctx.node("Add", [far, ctx.node("Div", [ctx.const(k / 2, t), fraction])])
+    erfc = ctx.node("Div", [ctx.node("Exp", [ctx.node("Neg", [ctx.node("Mul", [far, far])])]),
+                            ctx.node("Mul", [fraction, ctx.const(math.sqrt(math.pi), t)])])
+    tail = ctx.node("Sub", [ctx.const(1, t), erfc])
+    result = ctx.node("Where", [ctx.node("Less", [magnitude, ctx.const(2.5, t)]), series, tail])
+    return ctx.node("Mul", [result, ctx.node("Sign", [x])])
+
+
+def _erf(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    return _erf64(ctx, x, t) if t is dtypes.float64 else ctx.node("Erf", [x])
+
+
+_UNARY: dict[str, Callable[[LoweringContext, str, dtypes.DType], str]] = {
+    "acos": _float32_kernel("Acos", _acos64), "acosh": _float32_kernel("Acosh", _acosh64),
+    "asin": _float32_kernel("Asin", _asin64), "asinh": _float32_kernel("Asinh", _asinh64),
+    "atan": _float32_kernel("Atan", _atan64), "atanh": _float32_kernel("Atanh", _atanh64),
+    "cos": _simple("Cos"), "cosh": _float32_kernel("Cosh", _cosh64), "erf": _erf, "exp": _simple("Exp"),
+    "log": _simple("Log"), "sin": _simple("Sin"), "sinh": _float32_kernel("Sinh", _sinh64),
+    "sqrt": _simple("Sqrt"), "tanh": _simple("Tanh"),
+    "tan": _float32_kernel("Tan", lambda ctx, x, t: ctx.node("Div", [ctx.node("Sin", [x]), ctx.node("Cos", [x])])),
+    "sigmoid": _simple("Sigmoid"), "reciprocal": _simple("Reciprocal"),
+    "expm1": _expm1, "log1p": _log1p,
+    "log2": lambda ctx, x, t: ctx.node("Div", [ctx.node("Log", [x]), ctx.const(math.log(2), t)]),
+    "log10": lambda ctx, x, t: ctx.node("Div", [ctx.node("Log", [x]), ctx.const(math.log(10), t)]),
+    "rsqrt": lambda ctx, x, t: ctx.node("Reciprocal", [ctx.node("Sqrt", [x])]),
+}
+for _name, _build in _UNARY.items():
+    LOWERING_TABLE[f"aten.{_name}.default"] = _unary(_build)
+
+# Ops that keep integer dtypes (no float conversion).
+_ROUNDING = {"ceil": "Ceil", "floor": "Floor", "round": "Round"}
+
+
+@lowers(*(f"aten.{n}.default" for n in _ROUNDING), "aten.trunc.default")
+def _rounding(ctx: LoweringContext, x: Value) -> str:
+    if not x.dtype.is_floating_point:
+        return ctx.node("Identity", [x.name])
+    compute = _compute_dtype(x.dtype)
+    value = ctx.as_dtype(x, compute)
+    name = ctx.op.name.split(".")[1]
+    if name == "trunc":
+        negative = ctx.node("Less", [value, ctx.const(0, compute)])
+        result = ctx.node("Where", [negative, ctx.node("Ceil", [value]), ctx.node("Floor", [value])])
+    else:
+        result = ctx.node(_ROUNDING[name], [value])
+    return ctx.graph.cast(result, compute, x.dtype)
+
+
+def _same_dtype_unary(onnx_op: str, bool_op: str | None = None) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value) -> str:
+        if x.dtype.is_bool and bool_op:
+            return ctx.node(bool_op, [x.name])
+        compute = _compute_dtype(x.dtype)
+        if x.dtype in (dtypes.int8, dtypes.int16, dtypes.uint8):
+            compute = dtypes.int32
+        return ctx.graph.cast(ctx.node(onnx_op, [ctx.as_dtype(x, compute)]), compute, ctx.out_dtype)
+    return lower
+
+
+LOWERING_TABLE["aten.abs.default"] = _same_dtype_unary("Abs", "Identity")
+LOWERING_TABLE["aten.neg.default"] = _same_dtype_unary("Neg")
+@lowers("aten.sign.default")
+def _sign(ctx: LoweringContext, x: Value) -> str:
+    result = _same_dtype_unary("Sign", "Identity")(ctx, x)
+    if not x.dtype.is_floating_point:
+        return result
+    return ctx.node("Where", [ctx.node("IsNaN", [x.name]), ctx.const(0, x.dtype), result])  # ATen: sign(NaN) = 0
+LOWERING_TABLE["aten.bitwise_not.default"] = _same_dtype_unary("BitwiseNot", "Not")
+
+
+@lowers("aten.logical_not.default")
+def _logical_not(ctx: LoweringContext, x: Value) -> str:
+    return ctx.graph.cast(ctx.node("Not", [_truthy(ctx, x)]), dtypes.bool_, ctx.out_dtype)
+
+
+def _truthy(ctx: LoweringContext, x: Value) -> str:
+    if x.dtype.is_bool:
+        return x.name
+    return ctx.node("Not", [ctx.node("Equal", [x.name, ctx.const(0, x.dtype)])])
+
+
+@lowers("aten.isnan.default")
+def _isnan(ctx: LoweringContext, x: Value) -> str:
+    if not x.dtype.is_floating_point:
+        return ctx.node("ConstantOfShape", [ctx.shape(x)], value=_scalar_tensor(False, dtypes.bool_))
+    return ctx.node("IsNaN", [ctx.as_dtype(x, _compute_dtype(x.dtype))])
+
+
+@lowers("aten.isinf.default")
+def _isinf(ctx: LoweringContext, x: Value) -> str:
+    if not x.dtype.is_floating_point:
+        return ctx.node("ConstantOfShape", [ctx.shape(x)], value=_scalar_tensor(False, dtypes.bool_))
+    return ctx.node("IsInf", [ctx.as_dtype(x, _compute_dtype(x.dtype))])
+
+
+def _scalar_tensor(value: Any, dtype: dtypes.DType) -> Any:
+    from onnx import numpy_helper
+    array = np.asarray([value]).astype(dtype.numpy)
+    if dtype is dtypes.bfloat16:
+        from onnx import helper
+        return helper.make_tensor("value", onnx_dtype(dtype), [1], array.view(np.uint16).tobytes(), raw=True)
+    return numpy_helper.from_array(array, "value")
+
+
+# -- binary arithmetic: inputs are cast to the result dtype (ATen computes in the promoted dtype)
+
+def _arith(build: Callable[..., str], scalar_in_opmath: bool = False) -> Lowering:
+    """`scalar_in_opmath`: ATen's mul/div read a float16/bfloat16 op's other operand in float32 (no rounding)."""
+    def lower(ctx: LoweringContext, a: Any, b: Any, *rest: Any, **options: Any) -> str:
+        out = ctx.out_dtype
+        compute = _compute_dtype(out)
+        if compute in (dtypes.int8, dtypes.int16, dtypes.uint8):
+            compute = dtypes.int32
+        semantic = ctx.declared_dtype
+        if scalar_in_opmath and semantic in _LOW_PRECISION:
+            semantic = compute
+        left, right = ctx.operand(a, semantic, compute), ctx.operand(b, semantic, compute)
+        return ctx.graph.cast(build(ctx, left, right, compute, *rest, **options), compute, out)
+    return lower
+
+
+def _with_alpha(op_type: str) -> Callable[..., str]:
+    def build(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType, alpha: Any = 1) -> str:
+        if dtype.is_bool:
+            alpha = bool(alpha)
+            if not alpha:
+                return a
+        if alpha != 1:
+            b = ctx.node("Mul", [b, ctx.as_dtype(alpha, dtype)])
+        if dtype.is_bool:  # bool + bool is logical or in ATen
+            return ctx.node({"Add": "Or", "Sub": "Xor"}[op_type], [a, b])
+        return ctx.node(op_type, [a, b])
+    return build
+
+
+def _mul(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    return ctx.node("And" if dtype.is_bool else "Mul", [a, b])
+
+
+def _true_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    return ctx.node("Div", [a, b])
+
+
+def _floor_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    if dtype.is_floating_point:
+        return ctx.node("Floor", [ctx.node("Div", [a, b])])
+    remainder = ctx.node("Mod", [a, b], fmod=0)
+    return ctx.node("Div", [ctx.node("Sub", [a, remainder]), b])
+
+
+def _trunc_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    quotient = ctx.node("Div", [a, b])
+    if not dtype.is_floating_point:
+        return quotient  # ONNX integer Div truncates
+    negative = ctx.node("Less", [quotient, ctx.const(0, dtype)])
+    return ctx.node("Where", [negative, ctx.node("Ceil", [quotient]), ctx.node("Floor", [quotient])])
+
+
+def _remainder(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    if not dtype.is_floating_point:
+        return ctx.node("Mod", [a, b], fmod=0)
+    return ctx.node("Sub", [a, ctx.node("Mul", [ctx.node("Floor", [ctx.node("Div", [a, b])]), b])])
+
+
+def _pow(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    if dtype.is_bool:  # x ** y on bools: true unless x is false and y true
+        return ctx.node("Or", [a, ctx.node("Not", [b])])
+    return ctx.node("Pow", [a, b])
+
+
+def _atan2(ctx: LoweringContext, y: str, x: str, dtype: dtypes.DType, **_: Any) -> str:
+    zero, pi = ctx.const(0, dtype), ctx.const(math.pi, dtype)
+    base = _UNARY["atan"](ctx, ctx.node("Div", [y, x]), dtype)
+    y_negative = ctx.node("Less", [y, zero])
+    shift = ctx.node("Where", [y_negative, ctx.node("Neg", [pi]), pi])
+    x_negative = ctx.node("Less", [x, zero])
+    result = ctx.node("Where", [x_negative, ctx.node("Add", [base, shift]), base])
+    x_zero = ctx.node("Equal", [x, zero])
+    sign = ctx.node("Sign", [y])
+    on_axis = ctx.node("Mul", [sign, ctx.const(math.pi / 2, dtype)])
+    return ctx.node("Where", [x_zero, on_axis, result])
+
+
+def _max_min(op_type: str) -> Callable[..., str]:
+    def build(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+        if dtype.is_bool:
+            return ctx.node("Or" if op_type == "Max" else "And", [a, b])
+        result = ctx.node(op_type, [a, b])
+        if dtype.is_floating_point:  # ATen propagates NaN from either side
+            either_nan = ctx.node("Or", [ctx.node("IsNaN", [a]), ctx.node("IsNaN", [b])])
+            result = ctx.node("Where", [either_nan, ctx.node("Add", [a, b]), result])
+        return result
+    return build
+
+
+_ARITH: dict[str, Callable[..., str]] = {
+    "aten.add.Tensor": _with_alpha("Add"), "aten.add.Scalar": _with_alpha("Add"),
+    "aten.sub.Tensor": _with_alpha("Sub"), "aten.sub.Scalar": _with_alpha("Sub"),
+    "aten.mul.Tensor": _mul, "aten.mul.Scalar": _mul,
+    "aten.div.Tensor": _true_div, "aten.div.Scalar": _true_div,
+    "aten.remainder.Tensor": _remainder, "aten.remainder.Scalar": _remainder,
+    "aten.fmod.Tensor": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
+    "aten.fmod.Scalar": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
+    "aten.pow.Tensor_Tensor": _pow, "aten.pow.Tensor_Scalar": _pow, "aten.pow.Scalar": _pow,
+    "aten.atan2.default": _atan2, "aten.atan2.out": _atan2,
+    "aten.maximum.default": _max_min("Max"), "aten.minimum.default": _max_min("Min"),
+}
+for _name, _build in _ARITH.items():
+    LOWERING_TABLE[_name] = _arith(_build, scalar_in_opmath=_name.startswith(("aten.mul.", "aten.div.")))
+
+
+@lowers("aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def _div_mode(ctx: LoweringContext, a: Any, b: Any, rounding_mode: str | None = None) -> str:
+    build = {None: _true_div, "floor": _floor_div, "trunc": _trunc_div}[rounding_mode]
+    return _arith(build, scalar_in_opmath=True)(ctx, a, b)
+
+
+_BITWISE = {"bitwise_and": ("BitwiseAnd", "And"), "bitwise_or": ("BitwiseOr", "Or"),
+            "bitwise_xor": ("BitwiseXor", "Xor")}
+
+
+def _bitwise(int_op: str, bool_op: str) -> Lowering:
+    def lower(ctx: LoweringContext, a: Any, b: Any) -> str:
+        out = ctx.out_dtype
+        return ctx.node(bool_op if out.is_bool else int_op, [ctx.operand(a, out, out), ctx.operand(b, out, out)])
+    return lower
+
+
+for _name, (_int_op, _bool_op) in _BITWISE.items():
+    LOWERING_TABLE[f"aten.{_name}.Tensor"] = LOWERING_TABLE[f"aten.{_name}.Scalar"] = _bitwise(_int_op, _bool_op)
+
+_LOGICAL = {"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}
+
+
+def _logical(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, a: Value, b: Value) -> str:
+        return ctx.graph.cast(ctx.node(op_type, [_truthy(ctx, a), _truthy(ctx, b)]), dtypes.bool_, ctx.out_dtype)
+    return lower
+
+
+for _name, _op in _LOGICAL.items():
+    LOWERING_TABLE[f"aten.{_name}.default"] = _logical(_op)
+
+# -- comparisons compute in the promoted dtype of their operands
+_COMPARE = {"eq": ("Equal", False), "ne": ("Equal", True), "lt": ("Less", False), "le": ("LessOrEqual", False),
+            "gt": ("Greater", False), "ge": ("GreaterOrEqual", False)}
+
+
+def _compare(op_type: str, negate: bool) -> Lowering:
+    def lower(ctx: LoweringContext, a: Value, b: Any) -> str:
+        other = (b.type.with_dtype(ctx.original_dtype(b)) if isinstance(b, Value)
+                 else int(b) if isinstance(b, sympy.Expr) else b)
+        semantic = dtypes.result_type(a.type.with_dtype(ctx.original_dtype(a)), other)
+        compute = _compute_dtype(semantic)
+        if compute.is_bool and op_type != "Equal":
+            compute = dtypes.int32
+        if compute in (dtypes.int8, dtypes.int16, dtypes.uint8):
+            compute = dtypes.int32
+        result = ctx.node(op_type, [ctx.operand(a, semantic, compute), ctx.operand(b, semantic, compute)])
+        return ctx.node("Not", [result]) if negate else result
+    return lower
+
+
+for _name, (_op, _negate) in _COMPARE.items():
+    LOWERING_TABLE[f"aten.{_name}.Tensor"] = LOWERING_TABLE[f"aten.{_name}.Scalar"] = _compare(_op, _negate)
+
+
+@lowers("aten.where.self")
+def _where(ctx: LoweringContext, condition: Value, a: Value, b: Value) -> str:
+    out = ctx.out_dtype
+    compute = _kernel_dtype(out)
+    result = ctx.node("Where", [_truthy(ctx, condition), ctx.as_dtype(a, compute), ctx.as_dtype(b, compute)])
+    return ctx.graph.cast(result, compute, out)
+
+
+def _kernel_dtype(dtype: dtypes.DType) -> dtypes.DType:
+    """A dtype onnxruntime's CPU kernels cover for data-selecting ops (no bool/8/16-bit Where, Max, ...)."""
+    if dtype in (dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.uint8):
+        return dtypes.int32
+    return _compute_dtype(dtype)
+
+
+# -- activations
+
+@lowers("aten.relu.default")
+def _relu(ctx: LoweringContext, x: Value) -> str:
+    if x.dtype.is_floating_point:
+        compute = _compute_dtype(x.dtype)
+        return ctx.graph.cast(ctx.node("Relu", [ctx.as_dtype(x, compute)]), compute, x.dtype)
+    compute = _kernel_dtype(x.dtype)
+    return ctx.graph.cast(ctx.node("Max", [ctx.as_dtype(x, compute), ctx.const(0, compute)]), compute, x.dtype)
+
+
+@lowers("aten.leaky_relu.default")
+def _leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> str:
+    compute = _compute_dtype(x.dtype)
+    return ctx.graph.cast(ctx.node("LeakyRelu", [ctx.as_dtype(x, compute)], alpha=float(negative_slope)),
+                          compute, x.dtype)
+
+
+@lowers("aten.elu.default")
+def _elu(ctx: LoweringContext, x: Value, alpha: float = 1, scale: float = 1, input_scale: float = 1) -> str:
+    t = _compute_dtype(x.dtype)
+    value = ctx.as_dtype(x, t)
+    negative = ctx.node("Mul", [ctx.const(alpha, t), ctx.node(
+        "Sub", [ctx.node("Exp", [ctx.node("Mul", [value, ctx.const(input_scale, t)])]), ctx.const(1, t)])])
+    result = ctx.node("Where", [ctx.node("Greater", [value, ctx.const(0, t)]), value, negative])
+    return ctx.graph.cast(ctx.node("Mul", [result, ctx.const(scale, t)]), t, x.dtype)
+
+
+@lowers("aten.gelu.default")
+def _gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> str:
+    t = _compute_dtype(x.dtype)
+    value = ctx.as_dtype(x, t)
+    if approximate == "tanh":
+        cube = ctx.node("Mul", [ctx.node("Mul", [value, value]), value])
+        inner = ctx.node("Mul", [ctx.const(math.sqrt(2 / math.pi), t),
+                                 ctx.node("Add", [value, ctx.node("Mul", [cube, ctx.const(0.044715, t)])])])
+        gate = ctx.node("Add", [ctx.const(1, t), ctx.node("Tanh", [inner])])
+    else:
+        gate = ctx.node("Add", [ctx.const(1, t), _erf(ctx, ctx.node("Mul", [value, ctx.const(
+            1 / math.sqrt(2), t)]), t)])
+    result = ctx.node("Mul", [ctx.node("Mul", [value, ctx.const(0.5, t)]), gate])
+    return ctx.graph.cast(result, t, x.dtype)
+
+
+def _clamp_bounds(ctx: LoweringContext, x: Value, low: Any, high: Any) -> str:
+    out = ctx.out_dtype
+    compute = _compute_dtype(out)
+    if compute in (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.bool_):
+        compute = dtypes.int32
+    semantic = ctx.declared_dtype
+    result = ctx.operand(x, semantic, compute)
+    # ATen applies min first, then max: clamp(x, lo, hi) = min(max(x, lo), hi), NaN in x propagates.
+    if low is not None:
+        result = _max_min("Max")(ctx, result, ctx.operand(low, semantic, compute), compute)
+    if high is not None:
+        result = _max_min("Min")(ctx, result, ctx.operand(high, semantic, compute), compute)
+    return ctx.graph.cast(result, compute, out)
+
+
+@lowers("aten.clamp.default", "aten.clamp.Tensor")
+def _clamp(ctx: LoweringContext, x: Value, min: Any = None, max: Any = None) -> str:  # noqa: A002
+    return _clamp_bounds(ctx, x, min, max)
+
+
+@lowers("aten.hardtanh.default")
+def _hardtanh(ctx: LoweringContext, x: Value, min_val: float = -1, max_val: float = 1) -> str:
+    return _clamp_bounds(ctx, x, min_val, max_val)
+
+
+# -- copies and dtype conversion
+
+@lowers("aten._to_copy.default")
+def _to_copy(ctx: LoweringContext, x: Value, *_: Any, **__: Any) -> str:
+    if ctx.out_dtype is x.dtype:
+        return ctx.node("Identity", [x.name])
+    if ctx.out_dtype.is_bool:  # Cast to bool is `!= 0`, which ONNX Cast matches, but NaN must be true
+        return _truthy(ctx, x)
+    return ctx.node("Cast", [x.name], to=onnx_dtype(ctx.out_dtype))
+
+
+@lowers("aten._local_scalar_dense.default")
+def _local_scalar_dense(ctx: LoweringContext, x: Value) -> str:
+    return ctx.node("Reshape", [ctx.as_dtype(x, ctx.out_dtype), ctx.ints([])])
+
+
+@lowers("aten.clone.default", "aten.alias.default")
+def _identity(ctx: LoweringContext, x: Value, *_: Any, **__: Any) -> str:
+    return ctx.node("Identity", [x.name])
+
+
+@lowers("aten.copy.default")
+def _copy(ctx: LoweringContext, x: Value, src: Value, non_blocking: bool = False) -> str:
+    return ctx.node("Expand", [ctx.as_dtype(src, x.dtype), ctx.shape(x)])
+
+
+@lowers("aten.fill.Scalar")
+def _fill(ctx: LoweringContext, x: Value, value: Any) -> str:
+    return ctx.node("Expand", [ctx.as_dtype(value, x.dtype), ctx.shape(x)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+
+def _reduce(ctx: LoweringContext, op_type: str, x: str, axes: list[int], keepdim: bool) -> str:
+    if not axes:
+        return ctx.node("Identity", [x])
+    return ctx.node(op_type, [x, ctx.ints(axes)], keepdims=int(keepdim))
+
+
+def _sum_like(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> str:
+        if isinstance(dim, int):
+            dim = [dim]
+        out = ctx.out_dtype
+        compute = _compute_dtype(out)
+        if compute in (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.bool_, dtypes.int32) and op_type != "ReduceSum":
+            compute = dtypes.int64
+        if compute.is_bool or compute in (dtypes.int8, dtypes.int16, dtypes.uint8):
+            compute = dtypes.int64
+        axes = normalize_axes(dim, x.rank) if x.rank else []
+        return ctx.graph.cast(_reduce(ctx, op_type, ctx.as_dtype(x, compute), axes, keepdim), compute, out)
+    return lower
+
+
+LOWERING_TABLE["aten.sum.dim_IntList"] = _sum_like("ReduceSum")
+LOWERING_TABLE["aten.mean.dim"] = _sum_like("ReduceMean")
+
+
+def _mean(ctx: LoweringContext, x: Value, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> str:
+    """sum / count, so an empty reduction gives NaN as in ATen (onnxruntime's ReduceMean gives 0)."""
+    if isinstance(dim, int):
+        dim = [dim]
+    t = _compute_dtype(ctx.out_dtype)
+    axes = normalize_axes(dim, x.rank) if x.rank else []
+    total = _reduce(ctx, "ReduceSum", ctx.as_dtype(x, t), axes, keepdim)
+    return ctx.graph.cast(ctx.node("Div", [total, ctx.as_dtype(ctx.sizes(x, axes), t)]), t, ctx.out_dtype)
+
+
+LOWERING_TABLE["aten.mean.dim"] = _mean
+LOWERING_TABLE["aten.prod.dim_int"] = _sum_like("ReduceProd")
+
+
+@lowers("aten.prod.default", "aten.mean.default")
+def _reduce_all(ctx: LoweringContext, x: Value, *, dtype: Any = None) -> str:
+    if ctx.op.name.startswith("aten.mean"):
+        return _mean(ctx, x, None, False)
+    return _sum_like("ReduceProd")(ctx, x, None, False)
+
+
+def _variance(ctx: LoweringContext, x: Value, dim: Any, correction: float, keepdim: bool) -> str:
+    t = _compute_dtype(ctx.out_dtype)
+    value = ctx.as_dtype(x, t)
+    axes = normalize_axes(dim, x.rank) if x.rank else []
+    if not axes:
+        zero = ctx.node("Sub", [value, value])
+        return ctx.graph.cast(ctx.node("Div", [zero, ctx.const(max(1 - correction, 0), t)]), t, ctx.out_dtype)
+    count = ctx.as_dtype(ctx.sizes(x, axes), t)
+    mean = ctx.node("Div", [ctx.node("ReduceSum", [value, ctx.ints(axes)], keepdims=1), count])
+    centered = ctx.node("Sub", [value, mean])
+    squares = ctx.node("ReduceSum", [ctx.node("Mul", [centered, centered]), ctx.ints(axes)], keepdims=int(keepdim))
+    divisor = ctx.node("Max", [ctx.node("Sub", [count, ctx.const(correction, t)]), ctx.const(0, t)])
+    return ctx.graph.cast(ctx.node("Div", [squares, divisor]), t, ctx.out_dtype)
+
+
+@lowers("aten.var.correction")
+def _var_correction(ctx: LoweringContext, x: Value, dim: Any = None, *, correction: Any = None,
+                    keepdim: bool = False) -> str:
+    return _variance(ctx, x, dim, 1 if correction is None else correction, keepdim)
+
+
+@lowers("aten.var.dim")
+def _var_dim(ctx: LoweringContext, x: Value, dim: Any, unbiased: bool = True, keepdim: bool = False) -> str:
+    return _variance(ctx, x, dim, 1 if unbiased else 0, keepdim)
+
+
+def _nan_reduce(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.DType, axes: list[int],
+                keepdim: bool) -> str:
+    """ReduceMax/ReduceMin where a NaN anywhere in the window wins, as in ATen."""
+    result = _reduce(ctx, op_type, value, axes, keepdim)
+    if not compute.is_floating_point or not axes:
+        return result
+    has_nan = _reduce(ctx, "ReduceMax", ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32)),
+                      axes, keepdim)
+    nan = ctx.const(float("nan"), compute)
+    return ctx.node("Where", [ctx.node("Cast", [has_nan], to=onnx_dtype(dtypes.bool_)), nan, result])
+
+
+def _extreme(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
+        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        axes = normalize_axes(dim, x.rank) if x.rank else []
+        return ctx.graph.cast(_nan_reduce(ctx, op_type, ctx.as_dtype(x, compute), compute, axes, keepdim),
+                              compute, x.dtype)
+    return lower
+
+
+def _nan_arg(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.DType, **attributes: Any) -> str:
+    """ArgMax/ArgMin where the first NaN wins, as in ATen."""
+    index = ctx.node(op_type, [value], **attributes)
+    if not compute.is_floating_point:
+        return index
+    is_nan = ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32))
+    first_nan = ctx.node("ArgMax", [is_nan], **attributes)
+    any_nan = ctx.node("Cast", [ctx.node("ReduceMax", [is_nan, ctx.ints([attributes["axis"]])],
+                                         keepdims=attributes["keepdims"])], to=onnx_dtype(dtypes.bool_))
+    return ctx.node("Where", [any_nan, first_nan, index])
+
+
+LOWERING_TABLE["aten.amax.default"] = _extreme("ReduceMax")
+LOWERING_TABLE["aten.amin.default"] = _extreme("ReduceMin")
+
+
+def _arg_extreme(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, dim: int | None = None, keepdim: bool = False) -> str:
+        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        value = ctx.as_dtype(x, compute)
+        if dim is None or x.rank == 0:
+            flat = ctx.node("Reshape", [value, ctx.ints([-1])])
+            index = _nan_arg(ctx, op_type, flat, compute, axis=0, keepdims=0)
+            return ctx.node("Reshape", [index, ctx.dims(ctx.out.shape)])
+        return _nan_arg(ctx, op_type, value, compute, axis=normalize_axis(dim, x.rank), keepdims=int(keepdim))
+    return lower
+
+
+LOWERING_TABLE["aten.argmax.default"] = _arg_extreme("ArgMax")
+LOWERING_TABLE["aten.argmin.default"] = _arg_extreme("ArgMin")
+
+
+def _value_and_index(reduce_op: str, arg_op: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, dim: int, keepdim: bool = False) -> list[str]:
+        if x.rank == 0:
+            return [ctx.node("Identity", [x.name]), ctx.const(np.asarray(0, dtype=np.int64))]
+        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        value = ctx.as_dtype(x, compute)
+        axis = normalize_axis(dim, x.rank)
+        values = _nan_reduce(ctx, reduce_op, value, compute, [axis], keepdim)
+        indices = _nan_arg(ctx, arg_op, value, compute, axis=axis, keepdims=int(keepdim))
+        return [ctx.graph.cast(values, compute, x.dtype), indices]
+    return lower
+
+
+LOWERING_TABLE["aten.max.dim"] = _value_and_index("ReduceMax", "ArgMax")
+LOWERING_TABLE["aten.min.dim"] = _value_and_index("ReduceMin", "ArgMin")
+
+
+@lowers("aten.any.default", "aten.any.dim", "aten.any.dims")
+def _any(ctx: LoweringContext, x: Value, dim: Any = None, keepdim: bool = False) -> str:
+    if isinstance(dim, int):
+        dim = [dim]
+    truth = ctx.node("Cast", [_truthy(ctx, x)], to=onnx_dtype(dtypes.int64))
+    if ctx.op.name == "aten.any.dims" and dim is not None and len(dim) == 0:
+        axes: list[int] = []  # any.dims(dim=[]) reduces nothing, unlike sum(dim=[])
+    else:
+        axes = normalize_axes(dim, x.rank) if x.rank else []
+    reduced = _reduce(ctx, "ReduceSum", truth, axes, keepdim)
+    return ctx.graph.cast(ctx.node("Cast", [reduced], to=onnx_dtype(dtypes.bool_)), dtypes.bool_, ctx.out_dtype)
+
+
+@lowers("aten.cumsum.default")
+def _cumsum(ctx: LoweringContext, x: Value, dim: int, *, dtype: Any = None) -> str:
+    out = ctx.out_dtype
+    compute = _compute_dtype(out)
+    if compute in (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.bool_):
+        compute = dtypes.int64
+    value = ctx.operand(x, dtype, compute) if dtype is not None else ctx.as_dtype(x, compute)
+    if x.rank == 0:
+        return ctx.graph.cast(value, compute, out)
+    result = ctx.node("CumSum", [value, ctx.const(np.asarray(normalize_axis(dim, x.rank), dtype=np.int64))])
+    return ctx.graph.cast(result, compute, out)
+
+
+def _top(ctx: LoweringContext, x: Value, k: Any, dim: int, largest: bool) -> list[str]:
+    compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+    if x.rank == 0:
+        return [ctx.node("Identity", [x.name]), ctx.const(np.asarray(0, dtype=np.int64))]
+    values, indices = ctx.node("TopK", [ctx.as_dtype(x, compute), ctx.dim(k)], outputs=2,
+                               axis=normalize_axis(dim, x.rank), largest=int(largest), sorted=1)
+    return [ctx.graph.cast(values, compute, x.dtype), indices]
+
+
+@lowers("aten.sort.default")
+def _sort(ctx: LoweringContext, x: Value, dim: int = -1, descending: bool = False) -> list[str]:
+    size = x.shape[normalize_axis(dim, x.rank)] if x.rank else 1
+    return _top(ctx, x, size, dim, descending)
+
+
+@lowers("aten.topk.default")
+def _topk(ctx: LoweringContext, x: Value, k: Any, dim: int = -1, largest: bool = True,
+          sorted: bool = True) -> list[str]:  # noqa: A002
+    return _top(ctx, x, k, dim, largest)
+
+
+def _softmax_like(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> str:
+        compute = _compute_dtype(ctx.out_dtype)
+        if x.rank == 0:
+            value = ctx.as_dtype(x, compute)
+            fill = 0 if op_type == "LogSoftmax" else 1
+            return ctx.graph.cast(ctx.node("Add", [ctx.node("Mul", [value, ctx.const(0, compute)]),
+                                                   ctx.const(fill, compute)]), compute, ctx.out_dtype)
+        result = ctx.node(op_type, [ctx.as_dtype(x, compute)], axis=normalize_axis(dim, x.rank))
+        return ctx.graph.cast(result, compute, ctx.out_dtype)
+    return lower
+
+
+LOWERING_TABLE["aten._softmax.default"] = _softmax_like("Softmax")
+LOWERING_TABLE["aten._log_softmax.default"] = _softmax_like("LogSoftmax")
+
+# ---------------------------------------------------------------------------------------------
+# Shapes and views (kiln values are contiguous, so every view is a copy here)
+
+
+def _reshape_to_result(ctx: LoweringContext, x: str) -> str:
+    shape = list(ctx.out.shape)
+    allow_zero = int(any(isinstance(d, int) and d == 0 for d in shape))
+    return ctx.node("Reshape", [x, ctx.dims(shape)], allowzero=allow_zero)
+
+
+@lowers("aten.view.default")
+def _view(ctx: LoweringContext, x: Value, size: Any) -> str:
+    return _reshape_to_result(ctx, x.name)
+
+
+@lowers("aten.squeeze.dim", "aten.squeeze.dims")
+def _squeeze(ctx: LoweringContext, x: Value, dim: Any) -> str:
+    return _reshape_to_result(ctx, x.name)
+
+
+@lowers("aten.unsqueeze.default")
+def _unsqueeze(ctx: LoweringContext, x: Value, dim: int) -> str:
+    return ctx.node("Unsqueeze", [x.name, ctx.ints([normalize_axis(dim, x.rank + 1)])])
+
+
+@lowers("aten.permute.default")
+def _permute(ctx: LoweringContext, x: Value, dims: list[int]) -> str:
+    if x.rank == 0:
+        return ctx.node("Identity", [x.name])
+    return ctx.node("Transpose", [x.name], perm=[normalize_axis(d, x.rank) for d in dims])
+
+
+@lowers("aten.expand.default")
+def _expand(ctx: LoweringContext, x: Value, size: Any, *, implicit: bool = False) -> str:
+    return ctx.node("Expand", [x.name, ctx.dims(ctx.out.shape)])
+
+
+@lowers("aten.repeat.default")
+def _repeat(ctx: LoweringContext, x: Value, repeats: list[Any]) -> str:
+    value = x.name
+    extra = len(repeats) - x.rank
+    if extra > 0:
+        value = ctx.node("Reshape", [value, ctx.dims([1] * extra + list(x.shape))])
+    return ctx.node("Tile", [value, ctx.dims(repeats)])
+
+
+@lowers("aten.as_strided.default")
+def _as_strided(ctx: LoweringContext, x: Value, size: list[Any], stride: list[Any], storage_offset: Any = None) -> str:
+    values = list(size) + list(stride) + [storage_offset or 0]
+    if not all(isinstance(v, int) for v in values):
+        raise UnsupportedError("as_strided with symbolic sizes or strides has no ONNX translation",
+                               fix="express the view with reshape/slice/permute in the model")
+    index = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    for axis, (count, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = count
+        index = index + (np.arange(count, dtype=np.int64) * step).reshape(shape)
+    flat = ctx.node("Reshape", [x.name, ctx.ints([-1])])
+    return ctx.node("Gather", [flat, ctx.const(index)], axis=0)
+
+
+@lowers("aten.select.int")
+def _select(ctx: LoweringContext, x: Value, dim: int, index: Any) -> str:
+    return ctx.node("Gather", [x.name, ctx.scalar(index)], axis=normalize_axis(dim, x.rank))
+
+
+def _slice_start(start: Any, size: Any) -> Any:
+    if start is None:
+        return 0
+    if isinstance(start, int) and start < 0:
+        return start + size
+    return start
+
+
+@lowers("aten.slice.Tensor")
+def _slice(ctx: LoweringContext, x: Value, dim: int = 0, start: Any = None, end: Any = None, step: Any = 1) -> str:
+    if x.rank == 0:
+        return ctx.node("Identity", [x.name])
+    axis = normalize_axis(dim, x.rank)
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    return ctx.node("Slice", [x.name, ctx.dim(start), ctx.dim(end), ctx.ints([axis]), ctx.dim(step)])
+
+
+def _scatter_along(ctx: LoweringContext, x: Value, src: str, src_shape: list[Any], axis: int, positions: str) -> str:
+    """Write `src` into `x` at `positions` (1-D indices) along `axis`, with ScatterElements."""
+    shape = [1] * len(src_shape)
+    shape[axis] = -1
+    index = ctx.node("Expand", [ctx.node("Reshape", [positions, ctx.ints(shape)]), ctx.dims(src_shape)])
+    return ctx.node("ScatterElements", [x.name, index, src], axis=axis)
+
+
+@lowers("aten.slice_scatter.default")
+def _slice_scatter(ctx: LoweringContext, x: Value, src: Value, dim: int = 0, start: Any = None, end: Any = None,
+                   step: Any = 1) -> str:
+    axis = normalize_axis(dim, x.rank)
+    if any(d == 0 for d in src.shape):
+        return ctx.node("Identity", [x.name])
+    count = src.shape[axis]
+    first = _slice_start(start, x.shape[axis])
+    if isinstance(first, int) and isinstance(x.shape[axis], int):
+        first = min(max(first, 0), x.shape[axis])
+    positions = ctx.node("Range", [ctx.scalar(first), ctx.scalar(sympy.sympify(first) + count * step),
+                                   ctx.scalar(step)])
+    if isinstance(first, int) and isinstance(count, int):
+        positions = ctx.const(np.arange(first, first + count * step, step, dtype=np.int64))
+    return _scatter_along(ctx, x, ctx.as_dtype(src, x.dtype), list(src.shape), axis, positions)
+
+
+@lowers("aten.select_scatter.default")
+def _select_scatter(ctx: LoweringContext, x: Value, src: Value, dim: int, index: Any) -> str:
+    axis = normalize_axis(dim, x.rank)
+    if any(d == 0 for d in src.shape):
+        return ctx.node("Identity", [x.name])
+    position = _slice_start(index, x.shape[axis])
+    expanded = ctx.node("Unsqueeze", [ctx.as_dtype(src, x.dtype), ctx.ints([axis])])
+    shape = list(src.shape)
+    shape.insert(axis, 1)
+    return _scatter_along(ctx, x, expanded, shape, axis, ctx.dim(position))
+
+
+@lowers("aten.diagonal.default")
+def _diagonal(ctx: LoweringContext, x: Value, offset: int = 0, dim1: int = 0, dim2: int = 1) -> str:
+    first, second = normalize_axis(dim1, x.rank), normalize_axis(dim2, x.rank)
+    rest = [a for a in range(x.rank) if a not in (first, second)]
+    moved = ctx.node("Transpose", [x.name], perm=rest + [first, second])
+    rows, columns = x.shape[first], x.shape[second]
+    flat = ctx.node("Reshape", [moved, ctx.dims([x.shape[a] for a in rest] + [rows * columns])])
+    length = ctx.out.shape[-1]
+    start = offset if offset >= 0 else -offset * columns
+    step = columns + 1
+    if all(isinstance(v, int) for v in (length, start, step)):
+        positions = ctx.const(np.arange(length, dtype=np.int64) * step + start)
+    else:
+        positions = ctx.node("Range", [ctx.scalar(start), ctx.scalar(sympy.sympify(start) + length * step),
+                                       ctx.scalar(step)])
+    return ctx.node("Gather", [flat, positions], axis=len(rest))
+
+
+@lowers("aten.flip.default")
+def _flip(ctx: LoweringContext, x: Value, dims: list[int]) -> str:
+    axes = normalize_axes(dims, x.rank) if dims else []
+    if not axes or x.rank == 0:
+        return ctx.node("Identity", [x.name])
+    count = len(axes)
+    return ctx.node("Slice", [x.name, ctx.ints([-1] * count), ctx.ints([INT64_MIN] * count), ctx.ints(axes),
+                              ctx.ints([-1] * count)])
+
+
+@lowers("aten.cat.default")
+def _cat(ctx: LoweringContext, tensors: list[Value], dim: int = 0) -> str:
+    out = ctx.out_dtype
+    rank = ctx.out.ndim
+    # ATen skips 1-D empty tensors (legacy behaviour); ONNX Concat needs equal ranks.
+    kept = [t for t in tensors if not (t.rank == 1 and t.shape[0] == 0 and rank != 1)]
+    if not kept or ctx.out.shape == (0,):
+        return ctx.const(np.zeros([0], dtype=out.numpy))
+    return ctx.node("Concat", [ctx.as_dtype(t, out) for t in kept], axis=normalize_axis(dim, rank))
+
+
+@lowers("aten.split_with_sizes.default")
+def _split(ctx: LoweringContext, x: Value, split_sizes: list[Any], dim: int = 0) -> list[str]:
+    axis = normalize_axis(dim, x.rank)
+    if len(split_sizes) == 1:
+        return [ctx.node("Identity", [x.name])]
+    return ctx.node("Split", [x.name, ctx.dims(split_sizes)], outputs=len(split_sizes), axis=axis)
+
+
+@lowers("aten.constant_pad_nd.default")
+def _constant_pad(ctx: LoweringContext, x: Value, pad: list[Any], value: Any = 0) -> str:
+    if x.rank == 0 or not any(pad):
+        return ctx.node("Identity", [x.name])
+    return ctx.node("Pad", [x.name, _pads(ctx, pad, x.rank), ctx.as_dtype(value, x.dtype)], mode="constant")
+
+
+def _pads(ctx: LoweringContext, pad: list[Any], rank: int) -> str:
+    """ATen's (last-dim-first begin/end pairs) → ONNX's (all begins, then all ends)."""
+    begins, ends = [0] * rank, [0] * rank
+    for index in range(len(pad) // 2):
+        axis = rank - 1 - index
+        begins[axis], ends[axis] = pad[2 * index], pad[2 * index + 1]
+    return ctx.dims(begins + ends)
+
+
+def _spatial_pad(mode: str) -> Lowering:
+    def lower(ctx: LoweringContext, x: Value, padding: list[Any]) -> str:
+        return ctx.node("Pad", [x.name, _pads(ctx, padding, x.rank)], mode=mode)
+    return lower
+
+
+for _name in ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"):
+    LOWERING_TABLE[f"aten.{_name}.default"] = _spatial_pad("reflect")
+for _name in ("replication_pad2d", "replication_pad3d"):
+    LOWERING_TABLE[f"aten.{_name}.default"] = _spatial_pad("edge")
+
+
+@lowers("aten.sym_size.int")
+def _sym_size(ctx: LoweringContext, x: Value, dim: int) -> str:
+    return ctx.node("Identity", [ctx.scalar(x.shape[normalize_axis(dim, x.rank)])])
+
+
+@lowers("aten.sym_numel.default")
+def _sym_numel(ctx: LoweringContext, x: Value) -> str:
+    return ctx.node("Size", [x.name])
+
+
+@lowers("aten.sym_stride.int")
+def _sym_stride(ctx: LoweringContext, x: Value, dim: int) -> str:
+    return ctx.node("Identity", [ctx.scalar(ctx.sizes(x, range(normalize_axis(dim, x.rank) + 1, x.rank)))])
+
+
+@lowers("aten.sym_storage_offset.default")
+def _sym_storage_offset(ctx: LoweringContext, x: Value) -> str:
+    return ctx.node("Identity", [ctx.scalar(0)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexing
+
+def _index64(ctx: LoweringContext, index: Value) -> str:
+    return ctx.as_dtype(index, dtypes.int64)
+
+
+@lowers("aten.gather.default")
+def _gather(ctx: LoweringContext, x: Value, dim: int, index: Value, *, sparse_grad: bool = False) -> str:
+    if x.rank == 0:
+        return ctx.node("Expand", [x.name, ctx.shape(index)])
+    if any(d == 0 for d in index.shape):  # onnxruntime's GatherElements refuses empty indices
+        return ctx.node("Expand", [ctx.const(0, x.dtype), ctx.dims(ctx.out.shape)])
+    return ctx.node("GatherElements", [x.name, _index64(ctx, index)], axis=normalize_axis(dim, x.rank))
+
+
+def _scatter_elements(ctx: LoweringContext, x: Value, dim: int, index: Value, src: str, reduction: str) -> str:
+    if x.rank == 0:  # every index is 0: scatter into a 1-element view
+        flat = ctx.node("Reshape", [x.name, ctx.ints([1])])
+        positions = ctx.node("Reshape", [_index64(ctx, index), ctx.ints([-1])])
+        updates = ctx.node("Reshape", [src, ctx.ints([-1])])
+        result = ctx.node("ScatterElements", [flat, positions, updates], axis=0, reduction=reduction)
+        return ctx.node("Reshape", [result, ctx.ints([])])
+    return ctx.node("ScatterElements", [x.name, _index64(ctx, index), src], axis=normalize_axis(dim, x.rank),
+                    reduction=reduction)
+
+
+def _fit_to_index(ctx: LoweringContext, src: Value, index: Value, dtype: Any) -> str:
+    """ATen reads only the leading `index.shape` block of `src`."""
+    value = ctx.as_dtype(src, dtype)
+    if list(src.shape) == list(index.shape):
+        return value
+    return ctx.node("Slice", [value, ctx.ints([0] * index.rank), ctx.shape(index), ctx.ints(range(index.rank))])
+
+
+@lowers("aten.scatter.src")
+def _scatter_src(ctx: LoweringContext, x: Value, dim: int, index: Value, src: Value) -> str:
+    return _scatter_elements(ctx, x, dim, index, _fit_to_index(ctx, src, index, x.dtype), "none")
+
+
+@lowers("aten.scatter.value")
+def _scatter_value(ctx: LoweringContext, x: Value, dim: int, index: Value, value: Any) -> str:
+    src = ctx.node("Expand", [ctx.as_dtype(value, x.dtype), ctx.shape(index)])
+    return _scatter_elements(ctx, x, dim, index, src, "none")
+
+
+@lowers("aten.scatter_add.default")
+def _scatter_add(ctx: LoweringContext, x: Value, dim: int, index: Value, src: Value) -> str:
+    return _scatter_elements(ctx, x, dim, index, _fit_to_index(ctx, src, index, x.dtype), "add")
+
+
+_SCATTER_REDUCTIONS = {"sum": ("add", 0), "prod": ("mul", 1), "amax": ("max", -math.inf), "amin": ("min", math.inf)}
+
+
+@lowers("aten.scatter_reduce.two")
+def _scatter_reduce(ctx: LoweringContext, x: Value, dim: int, index: Value, src: Value, reduce: str, *,
+                    include_self: bool = True) -> str:
+    if x.dtype.is_bool:  # onnxruntime has no bool ScatterElements reductions; max/min/sum on 0/1 agree with ATen's
+        compute = dtypes.int32
+        wide = _scatter_reduce(ctx, Value(ctx.as_dtype(x, compute), x.type.with_dtype(compute)), dim, index,
+                               Value(ctx.as_dtype(src, compute), src.type.with_dtype(compute)), reduce,
+                               include_self=include_self)
+        return _truthy(ctx, Value(wide, x.type.with_dtype(compute)))
+    source = _fit_to_index(ctx, src, index, x.dtype)
+    if reduce == "mean":
+        total = _scatter_reduce(ctx, x, dim, index, src, "sum", include_self=include_self)
+        ones = ctx.node("Expand", [ctx.const(1, x.dtype), ctx.shape(index)])
+        base = ctx.node("Expand", [ctx.const(1 if include_self else 0, x.dtype), ctx.shape(x)])
+        count = _scatter_elements(ctx, Value(base, x.type), dim, index, ones, "add")
+        safe = ctx.node("Max", [count, ctx.const(1, x.dtype)])
+        if x.dtype.is_floating_point:
+            return ctx.node("Div", [total, safe])
+        return _floor_div(ctx, total, safe, x.dtype)
+    reduction, identity = _SCATTER_REDUCTIONS[reduce]
+    base = x
+    if not include_self:
+        if not x.dtype.is_floating_point and math.isinf(identity):
+            info = np.iinfo(x.dtype.numpy)
+            identity = info.min if identity < 0 else info.max
+        fill = ctx.node("Expand", [ctx.as_dtype(identity, x.dtype), ctx.shape(index)])
+        base = Value(_scatter_elements(ctx, x, dim, index, fill, "none"), x.type)
+    return _scatter_elements(ctx, base, dim, index, source, reduction)
+
+
+@lowers("aten.index_select.default")
+def _index_select(ctx: LoweringContext, x: Value, dim: int, index: Value) -> str:
+    if x.rank == 0:
+        return ctx.node("Reshape", [x.name, ctx.dims(ctx.out.shape)])
+    positions = _index64(ctx, index)
+    if index.rank == 0:
+        positions = ctx.node("Reshape", [positions, ctx.ints([1])])
+    return ctx.node("Gather", [x.name, positions], axis=normalize_axis(dim, x.rank))
+
+
+def _expand_bool_indices(ctx: LoweringContext, indices: list[Any]) -> list[Any]:
+    """Boolean masks become one int64 index per masked dimension (what ATen does with nonzero)."""
+    result: list[Any] = []
+    for index in indices:
+        if isinstance(index, Value) and (index.dtype.is_bool or index.dtype is dtypes.uint8):  # uint8: legacy mask
+            positions = ctx.node("NonZero", [index.name])  # [rank, n]
+            for axis in range(index.rank):
+                row = ctx.node("Gather", [positions, ctx.const(np.asarray(axis, dtype=np.int64))], axis=0)
+                result.append(Value(row, None))
+        else:
+            result.append(index)
+    return result
+
+
+def _broadcast_indices(ctx: LoweringContext, indices: list[Any]) -> tuple[list[int], str]:
+    """The indexed axes and their index tensors broadcast together and stacked along a new last axis."""
+    axes = [axis for axis, index in enumerate(indices) if index is not None]
+    names = [ctx.as_dtype(indices[a], dtypes.int64) if indices[a].type is not None else indices[a].name
+             for a in axes]
+    shape = ctx.node("Shape", [names[0]])
+    for name in names[1:]:  # the broadcast shape: Expand of a ones-tensor by every index shape
+        shape = ctx.node("Shape", [ctx.node("Expand", [ctx.node("Expand", [ctx.ints([1]), shape]),
+                                                          ctx.node("Shape", [name])])])
+    stacked = ctx.node("Concat", [ctx.node("Unsqueeze", [ctx.node("Expand", [n, shape]), ctx.ints([-1])])
+                                  for n in names], axis=-1)
+    return axes, stacked
+
+
+def _index_layout(axes: list[int], rank: int) -> tuple[list[int], bool]:
+    """Indexed axes first (for GatherND/ScatterND), and whether ATen keeps the result dims in place."""
+    rest = [a for a in range(rank) if a not in axes]
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    return axes + rest, adjacent
+
+
+@lowers("aten.index.Tensor")
+def _index(ctx: LoweringContext, x: Value, indices: list[Any]) -> str:
+    indices = _expand_bool_indices(ctx, list(indices))
+    indices += [None] * (x.rank - len(indices))
+    axes, stacked = _broadcast_indices(ctx, indices)
+    perm, adjacent = _index_layout(axes, x.rank)
+    moved = ctx.node("Transpose", [x.name], perm=perm) if perm != list(range(x.rank)) else x.name
+    gathered = ctx.node("GatherND", [moved, stacked])
+    out_rank = ctx.out.ndim
+    batch_rank = out_rank - (x.rank - len(axes))
+    if adjacent and axes[0] > 0:  # ATen puts the broadcast dims where the indexed dims were
+        rest = list(range(batch_rank, out_rank))
+        order = rest[:axes[0]] + list(range(batch_rank)) + rest[axes[0]:]
+        gathered = ctx.node("Transpose", [gathered], perm=order)
+    return gathered
+
+
+@lowers("aten.index_put.default")
+def _index_put(ctx: LoweringContext, x: Value, indices: list[Any], values: Value, accumulate: bool = False) -> str:
+    batch_rank = max(1 if (i.type is None or i.dtype.is_bool or i.dtype is dtypes.uint8) else i.rank
+                     for i in indices if i is not None) if any(i is not None for i in indices) else 0
+    indices = _expand_bool_indices(ctx, list(indices))
+    indices += [None] * (x.rank - len(indices))
+    axes, stacked = _broadcast_indices(ctx, indices)
+    perm, adjacent = _index_layout(axes, x.rank)
+    identity = perm == list(range(x.rank))
+    compute = _kernel_dtype(x.dtype)
+    moved = ctx.as_dtype(x, compute) if identity else ctx.node("Transpose", [ctx.as_dtype(x, compute)], perm=perm)
+    # `values` broadcasts against what `x[indices]` returns; ScatterND wants it in the moved layout.
+    batch_shape = ctx.node("Shape", [stacked], end=-1)
+    rest = perm[len(axes):]
+    pre = [a for a in rest if a < axes[0]] if adjacent else []
+    post = [a for a in rest if a not in pre]
+    target = ctx.node("Concat", [ctx.dims([x.shape[a] for a in pre]), batch_shape,
+                                 ctx.dims([x.shape[a] for a in post])], axis=0)
+    updates = ctx.node("Expand", [ctx.as_dtype(values, compute), target])
+    if pre:
+        order = list(range(len(pre), len(pre) + batch_rank)) + list(range(len(pre))) + list(
+            range(len(pre) + batch_rank, len(pre) + batch_rank + len(post)))
+        updates = ctx.node("Transpose", [updates], perm=order)
+    result = ctx.node("ScatterND", [moved, stacked, updates], reduction="add" if accumulate else "none")
+    if not identity:
+        result = ctx.node("Transpose", [result], perm=[perm.index(a) for a in range(x.rank)])
+    return ctx.graph.cast(result, compute, x.dtype)
+
+
+@lowers("aten.masked_scatter.default")
+def _masked_scatter(ctx: LoweringContext, x: Value, mask: Value, source: Value) -> str:
+    shape = ctx.dims(ctx.out.shape)  # self and mask broadcast together
+    flat_mask = ctx.node("Reshape", [ctx.node("Expand", [_truthy(ctx, mask), shape]), ctx.ints([-1])])
+    counts = ctx.node("CumSum", [ctx.node("Cast", [flat_mask], to=onnx_dtype(dtypes.int64)),
+                                 ctx.const(np.asarray(0, dtype=np.int64))])
+    positions = ctx.node("Max", [ctx.node("Sub", [counts, ctx.ints([1])]), ctx.ints([0])])
+    compute = _kernel_dtype(x.dtype)
+    flat_source = ctx.node("Reshape", [ctx.as_dtype(source, compute), ctx.ints([-1])])
+    picked = ctx.node("Gather", [flat_source, ctx.node("Min", [positions, ctx.node(
+        "Sub", [ctx.node("Shape", [flat_source]), ctx.ints([1])])])], axis=0)
+    flat_x = ctx.node("Reshape", [ctx.node("Expand", [ctx.as_dtype(x, compute), shape]), ctx.ints([-1])])
+    merged = ctx.node("Where", [flat_mask, picked, flat_x])
+    return ctx.graph.cast(ctx.node("Reshape", [merged, shape]), compute, x.dtype)
+
+
+@lowers("aten.nonzero.default")
+def _nonzero(ctx: LoweringContext, x: Value) -> str:
+    if x.rank == 0:  # [n, 0]: the rows of a 1-element view, with no columns
+        rows = ctx.node("Transpose", [ctx.node("NonZero", [ctx.node("Reshape", [x.name, ctx.ints([1])])])],
+                        perm=[1, 0])
+        return ctx.node("Slice", [rows, ctx.ints([0]), ctx.ints([0]), ctx.ints([1])])
+    return ctx.node("Transpose", [ctx.node("NonZero", [x.name])], perm=[1, 0])
+
+
+@lowers("aten.embedding.default")
+def _embedding(ctx: LoweringContext, weight: Value, indices: Value, *_: Any) -> str:
+    return ctx.node("Gather", [weight.name, _index64(ctx, indices)], axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear algebra
+
+def _matmul_dtype(dtype: dtypes.DType) -> dtypes.DType:
+    if dtype.is_floating_point:
+        return _compute_dtype(dtype)
+    return dtypes.int64 if dtype is dtypes.int64 else dtypes.int32 if not dtype.is_bool else dtypes.int32
+
+
+@lowers("aten.mm.default", "aten.bmm.default")
+def _matmul(ctx: LoweringContext, a: Value, b: Value) -> str:
+    t = _matmul_dtype(ctx.out_dtype)
+    result = ctx.node("MatMul", [ctx.as_dtype(a, t), ctx.as_dtype(b, t)])
+    if ctx.out_dtype.is_bool:
+        return ctx.node("Not", [ctx.node("Equal", [result, ctx.const(0, t)])])
+    return ctx.graph.cast(result, t, ctx.out_dtype)
+
+
+@lowers("aten.addmm.default")
+def _addmm(ctx: LoweringContext, bias: Value, a: Value, b: Value, *, beta: Any = 1, alpha: Any = 1) -> str:
+    t = _matmul_dtype(ctx.out_dtype)
+    if alpha == 0:  # ATen skips the product (NaN in it does not propagate)
+        offset = ctx.node("Mul", [ctx.as_dtype(bias, t), ctx.as_dtype(beta, t)])
+        return ctx.graph.cast(ctx.node("Expand", [offset, ctx.dims(ctx.out.shape)]), t, ctx.out_dtype)
+    product = ctx.node("MatMul", [ctx.as_dtype(a, t), ctx.as_dtype(b, t)])
+    if alpha != 1:
+        product = ctx.node("Mul", [product, ctx.as_dtype(alpha, t)])
+    if beta == 0:  # ATen ignores `self` (even NaN) when beta is 0
+        return ctx.graph.cast(product, t, ctx.out_dtype)
+    offset = ctx.as_dtype(bias, t)
+    if beta != 1:
+        offset = ctx.node("Mul", [offset, ctx.as_dtype(beta, t)])
+    return ctx.graph.cast(ctx.node("Add", [product, offset]), t, ctx.out_dtype)
+
+
+def _p_norm(ctx: LoweringContext, difference: str, p: float, t: dtypes.DType) -> str:
+    magnitude = ctx.node("Abs", [difference])
+    axis = ctx.ints([-1])
+    if p == 0:
+        nonzero = ctx.node("Cast", [ctx.node("Not", [ctx.node("Equal", [magnitude, ctx.const(0, t)])])],
+                           to=onnx_dtype(t))
+        return ctx.node("ReduceSum", [nonzero, axis], keepdims=0)
+    if math.isinf(p):
+        return ctx.node("ReduceMax", [magnitude, axis], keepdims=0)
+    if p == 1:
+        return ctx.node("ReduceSum", [magnitude, axis], keepdims=0)
+    if p == 2:
+        return ctx.node("Sqrt", [ctx.node("ReduceSum", [ctx.node("Mul", [magnitude, magnitude]), axis], keepdims=0)])
+    powered = ctx.node("Pow", [magnitude, ctx.const(p, t)])
+    return ctx.node("Pow", [ctx.node("ReduceSum", [powered, axis], keepdims=0), ctx.const(1 / p, t)])
+
+
+@lowers("aten._cdist_forward.default")
+def _cdist(ctx: LoweringContext, x1: Value, x2: Value, p: float, compute_mode: Any = None) -> str:
+    t = _compute_dtype(ctx.out_dtype)
+    left = ctx.node("Unsqueeze", [ctx.as_dtype(x1, t), ctx.ints([-2])])
+    right = ctx.node("Unsqueeze", [ctx.as_dtype(x2, t), ctx.ints([-3])])
+    return ctx.graph.cast(_p_norm(ctx, ctx.node("Sub", [left, right]), p, t), t, ctx.out_dtype)
+
+
+@lowers("aten._pdist_forward.default")
+def _pdist(ctx: LoweringContext, x: Value, p: float = 2.0) -> str:
+    rows = x.shape[0]
+    if not isinstance(rows, int):
+        raise UnsupportedError("pdist over a symbolic number of rows has no ONNX lowering",
+                               fix="use cdist(x, x) and take the upper triangle")
+    t = _compute_dtype(ctx.out_dtype)
+    first, second = np.triu_indices(rows, k=1)
+    value = ctx.as_dtype(x, t)
+    left = ctx.node("Gather", [value, ctx.const(first.astype(np.int64))], axis=0)
+    right = ctx.node("Gather", [value, ctx.const(second.astype(np.int64))], axis=0)
+    return ctx.graph.cast(_p_norm(ctx, ctx.node("Sub", [left, right]), p, t), t, ctx.out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Neural-network ops
+
+def _float32_only(dtype: dtypes.DType) -> dtypes.DType:
+    """onnxruntime's CPU Conv, ConvTranspose, AveragePool and Col2Im have no float64 kernels: compute in float32
+    (integers too: exact while sums stay below 2**24)."""
+    return dtypes.float32 if dtype is dtypes.float64 or not dtype.is_floating_point else _compute_dtype(dtype)
+
+
+def _static_ints(values: list[Any], what: str) -> list[int]:
+    if not all(isinstance(v, int) for v in values):
+        raise UnsupportedError(f"symbolic {what} {values} has no ONNX attribute form",
+                               fix=f"export with a static {what}")
+    return [int(v) for v in values]
+
+
+@lowers("aten.convolution.default")
+def _convolution(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None, stride: list[Any],
+                 padding: list[Any], dilation: list[Any], transposed: bool, output_padding: list[Any],
+                 groups: Any) -> str:
+    spatial = x.rank - 2
+    t = _float32_only(ctx.out_dtype)
+    inputs = [ctx.as_dtype(x, t), ctx.as_dtype(weight, t)] + ([ctx.as_dtype(bias, t)] if bias is not None else [])
+    pads = _static_ints(list(padding), "padding")
+    pads = (pads * spatial)[:spatial] if len(pads) < spatial else pads
+    attributes = dict(strides=_repeat_to(_static_ints(list(stride), "stride"), spatial),
+                      dilations=_repeat_to(_static_ints(list(dilation), "dilation"), spatial),
+                      pads=pads + pads, group=int(groups))
+    if (ctx.out_dtype is dtypes.float64 or not ctx.out_dtype.is_floating_point) and not transposed:
+        return ctx.graph.cast(_convolution64(ctx, x, weight, bias, attributes), dtypes.float64, ctx.out_dtype)
+    if transposed:
+        result = ctx.node("ConvTranspose", inputs, output_padding=_repeat_to(
+            _static_ints(list(output_padding), "output_padding"), spatial), **attributes)
+    else:
+        result = ctx.node("Conv", inputs, **attributes)
+    return ctx.graph.cast(result, t, ctx.out_dtype)
+
+
+def _convolution64(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None,
+                   attributes: dict[str, Any]) -> str:
+    """float64 convolution without a float64 Conv kernel: one strided window per kernel tap, contracted with
+    that tap's weights by Einsum (which onnxruntime runs in float64), summed."""
+    spatial = x.rank - 2
+    t = dtypes.float64
+    value = ctx.as_dtype(x, t)
+    pads = attributes["pads"]
+    if any(pads):
+        value = ctx.node("Pad", [value, ctx.ints([0, 0] + pads[:spatial] + [0, 0] + pads[spatial:])])
+    groups = attributes["group"]
+    out_shape = list(ctx.out.shape)
+    kernel = _static_ints(list(weight.shape[2:]), "kernel size")
+    letters = "xyz"[:spatial]
+    grouped_input = [x.shape[0], groups, -1] + out_shape[2:]
+    total = None
+    for tap in np.ndindex(*kernel):
+        starts = [k * d for k, d in zip(tap, attributes["dilations"])]
+        ends = [start + (size - 1) * stride + 1
+                for start, size, stride in zip(starts, out_shape[2:], attributes["strides"])]
+        window = ctx.node("Slice", [value, ctx.dims(starts), ctx.dims(ends), ctx.ints(range(2, 2 + spatial)),
+                                    ctx.ints(attributes["strides"])])
+        window = ctx.node("Reshape", [window, ctx.dims(grouped_input)])
+        tap_weight = ctx.node("Reshape", [_tap(ctx, weight, t, tap), ctx.dims([groups, -1, weight.shape[1]])])
+        term = ctx.node("Einsum", [window, tap_weight], equation=f"ngc{letters},goc->ngo{letters}")
+        total = term if total is None else ctx.node("Add", [total, term])
+    result = ctx.node("Reshape", [total, ctx.dims(out_shape)])
+    if bias is not None:
+        result = ctx.node("Add", [result, ctx.node("Reshape", [ctx.as_dtype(bias, t),
+                                                               ctx.dims([1, -1] + [1] * spatial)])])
+    return result
+
+
+def _tap(ctx: LoweringContext, weight: Value, t: dtypes.DType, tap: tuple[int, ...]) -> str:
+    """weight[:, :, *tap] as an [O, C/groups] matrix."""
+    spatial = len(tap)
+    window = ctx.node("Slice", [ctx.as_dtype(weight, t), ctx.ints(list(tap)), ctx.ints([k + 1 for k in tap]),
+                                ctx.ints(range(2, 2 + spatial))])
+    return ctx.node("Reshape", [window, ctx.dims([weight.shape[0], weight.shape[1]])])
+
+
+def _repeat_to(values: list[int], count: int) -> list[int]:
+    return values * count if len(values) == 1 else values
+
+
+def _pool_attributes(kernel_size: list[int], stride: list[int], padding: Any, spatial: int) -> dict[str, Any]:
+    kernel = _repeat_to(list(kernel_size), spatial)
+    strides = _repeat_to(list(stride), spatial) if stride else kernel
+    pads = _repeat_to(list(padding) if isinstance(padding, (list, tuple)) else [padding], spatial)
+    return dict(kernel_shape=kernel, strides=strides, pads=pads + pads)
+
+
+def _ceil_mode(ctx: LoweringContext, x: Value, attributes: dict[str, Any], ceil_mode: bool,
+               dilations: list[int] | None = None) -> int:
+    """ATen drops a last ceil-mode window that would start in the right padding, ONNX keeps it: choose the ONNX
+    rounding that gives ATen's output size (the result type holds it)."""
+    spatial = len(attributes["kernel_shape"])
+    sizes = list(x.shape[-spatial:])
+    if not ceil_mode or not all(isinstance(v, int) for v in sizes + list(ctx.out.shape[-spatial:])):
+        return int(ceil_mode)
+    floor_sizes = []
+    for axis, size in enumerate(sizes):
+        extent = (attributes["kernel_shape"][axis] - 1) * (dilations[axis] if dilations else 1) + 1
+        padded = size + attributes["pads"][axis] + attributes["pads"][axis + spatial]
+        floor_sizes.append((padded - extent) // attributes["strides"][axis] + 1)
+    return 0 if floor_sizes == list(ctx.out.shape[-spatial:]) else 1
+
+
+def _batched(ctx: LoweringContext, x: Value, spatial: int, t: dtypes.DType) -> tuple[str, bool]:
+    """ONNX pools need a batch dim; ATen also accepts unbatched (C, *spatial) inputs."""
+    value = ctx.as_dtype(x, t)
+    if x.rank == spatial + 1:
+        return ctx.node("Unsqueeze", [value, ctx.ints([0])]), True
+    return value, False
+
+
+def _unbatch(ctx: LoweringContext, value: str, unbatched: bool) -> str:
+    return ctx.node("Squeeze", [value, ctx.ints([0])]) if unbatched else value
+
+
+@lowers("aten.avg_pool2d.default", "aten.avg_pool3d.default")
+def _avg_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int] = (), padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> str:
+    t = _float32_only(x.dtype)
+    spatial = 2 if "2d" in ctx.op.name else 3
+    attributes = _pool_attributes(kernel_size, list(stride), padding, spatial)
+    value, unbatched = _batched(ctx, x, spatial, t)
+    result = ctx.node("AveragePool", [value], ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode),
+                      count_include_pad=int(count_include_pad or divisor_override is not None), **attributes)
+    if divisor_override is not None:
+        window = int(np.prod(attributes["kernel_shape"]))
+        result = ctx.node("Mul", [result, ctx.const(window / divisor_override, t)])
+    if not x.dtype.is_floating_point:  # ATen divides integers with truncation
+        result = _rounding_toward_zero(ctx, result, t)
+    return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
+
+
+def _rounding_toward_zero(ctx: LoweringContext, value: str, t: dtypes.DType) -> str:
+    negative = ctx.node("Less", [value, ctx.const(0, t)])
+    return ctx.node("Where", [negative, ctx.node("Ceil", [value]), ctx.node("Floor", [value])])
+
+
+@lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int] = (), padding: Any = 0,
+              dilation: Any = 1, ceil_mode: bool = False) -> list[str]:
+    t = _compute_dtype(x.dtype) if x.dtype.is_floating_point else dtypes.float64  # no integer MaxPool kernels
+    spatial = 2 if "2d" in ctx.op.name else 3
+    attributes = _pool_attributes(kernel_size, list(stride), padding, spatial)
+    dilations = _repeat_to(list(dilation) if isinstance(dilation, (list, tuple)) else [dilation], spatial)
+    value, unbatched = _batched(ctx, x, spatial, t)
+    values, indices = ctx.node("MaxPool", [value], outputs=2, dilations=dilations,
+                               ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode, dilations),
+                               **attributes)
+    # ONNX indices count over the whole tensor; ATen's count within each (batch, channel) plane.
+    plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
+    indices = ctx.node("Mod", [indices, ctx.dim(plane)])
+    return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
+
+
+def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -> str:
+    spatial = len(output_size)
+    t = _compute_dtype(x.dtype)
+    value, unbatched = _batched(ctx, x, spatial, t)
+    inputs = list(x.shape[-spatial:])
+    if all(o == 1 for o in output_size):
+        return ctx.graph.cast(_unbatch(ctx, ctx.node("GlobalAveragePool", [value]), unbatched), t, x.dtype)
+    if not all(isinstance(v, int) for v in inputs + list(output_size)):
+        raise UnsupportedError("adaptive_avg_pool with symbolic spatial sizes has no ONNX lowering",
+                               fix="export with static spatial sizes, or use an output size of 1")
+    if all(i % o == 0 for i, o in zip(inputs, output_size)):
+        kernel = [i // o for i, o in zip(inputs, output_size)]
+        result = ctx.node("AveragePool", [value], kernel_shape=kernel, strides=kernel)
+        return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
+    # Uneven windows: average each window separately (ATen's start = floor(i*in/out), end = ceil((i+1)*in/out)).
+    result = value
+    rank = spatial + 2
+    for offset, (size_in, size_out) in enumerate(zip(inputs, output_size)):
+        axis = rank - spatial + offset
+        pieces = []
+        for i in range(size_out):
+            start, end = (i * size_in) // size_out, -((-(i + 1) * size_in) // size_out)
+            window = ctx.node("Slice", [result, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
+            pieces.append(ctx.node("ReduceMean", [window, ctx.ints([axis])], keepdims=1))
+        result = ctx.node("Concat", pieces, axis=axis)
+    return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
+
+
+LOWERING_TABLE["aten._adaptive_avg_pool2d.default"] = _adaptive_avg_pool
+LOWERING_TABLE["aten._adaptive_avg_pool3d.default"] = _adaptive_avg_pool
+
+
+def _channel_shape(x: Value) -> list[Any]:
+    return [1, x.shape[1]] + [1] * (x.rank - 2)
+
+
+def _affine(ctx: LoweringContext, normalized: str, x: Value, weight: Value | None, bias: Value | None,
+            t: dtypes.DType) -> str:
+    if weight is not None:
+        normalized = ctx.node("Mul", [normalized, ctx.node("Reshape", [ctx.as_dtype(weight, t),
+                                                                       ctx.dims(_channel_shape(x))])])
+    if bias is not None:
+        normalized = ctx.node("Add", [normalized, ctx.node("Reshape", [ctx.as_dtype(bias, t),
+                                                                       ctx.dims(_channel_shape(x))])])
+    return normalized
+
+
+def _batch_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None, mean: Value | None,
+                var: Value | None, training: bool, eps: float) -> list[str]:
+    t = _compute_dtype(x.dtype)
+    value = ctx.as_dtype(x, t)
+    axes = [0] + list(range(2, x.rank))
+    if training or mean is None:
+        batch_mean = ctx.node("ReduceMean", [value, ctx.ints(axes)], keepdims=1)
+        centered = ctx.node("Sub", [value, batch_mean])
+        batch_var = ctx.node("ReduceMean", [ctx.node("Mul", [centered, centered]), ctx.ints(axes)], keepdims=1)
+        rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [batch_var, ctx.const(eps, t)])])])
+        out = _affine(ctx, ctx.node("Mul", [centered, rstd]), x, weight, bias, t)
+        save_mean = ctx.node("Reshape", [batch_mean, ctx.ints([-1])])
+        save_rstd = ctx.node("Reshape", [rstd, ctx.ints([-1])])
+        return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(save_mean, t, ctx.result_types[1].dtype),
+                ctx.graph.cast(save_rstd, t, ctx.result_types[2].dtype)]
+    shape = ctx.dims(_channel_shape(x))
+    running_mean = ctx.node("Reshape", [ctx.as_dtype(mean, t), shape])
+    running_var = ctx.node("Reshape", [ctx.as_dtype(var, t), shape])  # type: ignore[arg-type]
+    rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [running_var, ctx.const(eps, t)])])])
+    out = _affine(ctx, ctx.node("Mul", [ctx.node("Sub", [value, running_mean]), rstd]), x, weight, bias, t)
+    empty = [ctx.const(np.zeros([d if isinstance(d, int) else 0 for d in r.shape], dtype=r.dtype.numpy))
+             for r in ctx.result_types[1:]]
+    return [ctx.graph.cast(out, t, x.dtype)] + empty
+
+
+@lowers("aten._native_batch_norm_legit_no_training.default")
+def _bn_inference(ctx: LoweringContext, x: Value, weight: Any, bias: Any, running_mean: Value, running_var: Value,
+                  momentum: float, eps: float) -> list[str]:
+    return _batch_norm(ctx, x, weight, bias, running_mean, running_var, False, eps)
+
+
+@lowers("aten._native_batch_norm_legit.default")
+def _bn_legit(ctx: LoweringContext, x: Value, weight: Any, bias: Any, running_mean: Value, running_var: Value,
+              training: bool, momentum: float, eps: float) -> list[str]:
+    return _batch_norm(ctx, x, weight, bias, running_mean, running_var, training, eps)
+
+
+@lowers("aten._native_batch_norm_legit.no_stats")
+def _bn_no_stats(ctx: LoweringContext, x: Value, weight: Any, bias: Any, training: bool, momentum: float,
+                 eps: float) -> list[str]:
+    return _batch_norm(ctx, x, weight, bias, None, None, True, eps)
+
+
+@lowers("aten.native_layer_norm.default")
+def _layer_norm(ctx: LoweringContext, x: Value, normalized_shape: list[Any], weight: Value | None,
+                bias: Value | None, eps: float) -> list[str]:
+    t = _compute_dtype(x.dtype)
+    axis = x.rank - len(normalized_shape)
+    if t is dtypes.float64:  # onnxruntime's LayerNormalization has no float64 statistics
+        return _layer_norm64(ctx, x, axis, weight, bias, eps)
+    scale = (ctx.as_dtype(weight, t) if weight is not None
+             else ctx.node("Expand", [ctx.const(1, t), ctx.dims(normalized_shape)]))
+    inputs = [ctx.as_dtype(x, t), scale] + ([ctx.as_dtype(bias, t)] if bias is not None else [])
+    out, mean, rstd = ctx.node("LayerNormalization", inputs, outputs=3, axis=axis, epsilon=float(eps),
+                               stash_type=onnx_dtype(t))
+    return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(mean, t, ctx.result_types[1].dtype),
+            ctx.graph.cast(rstd, t, ctx.result_types[2].dtype)]
+
+
+def _layer_norm64(ctx: LoweringContext, x: Value, axis: int, weight: Value | None, bias: Value | None,
+                  eps: float) -> list[str]:
+    t = dtypes.float64
+    value = ctx.as_dtype(x, t)
+    axes = ctx.ints(range(axis, x.rank))
+    mean = ctx.node("ReduceMean", [value, axes], keepdims=1)
+    centered = ctx.node("Sub", [value, mean])
+    var = ctx.node("ReduceMean", [ctx.node("Mul", [centered, centered]), axes], keepdims=1)
+    rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [var, ctx.const(eps, t)])])])
+    out = ctx.node("Mul", [centered, rstd])
+    if weight is not None:
+        out = ctx.node("Mul", [out, ctx.as_dtype(weight, t)])
+    if bias is not None:
+        out = ctx.node("Add", [out, ctx.as_dtype(bias, t)])
+    return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(mean, t, ctx.result_types[1].dtype),
+            ctx.graph.cast(rstd, t, ctx.result_types[2].dtype)]
+
+
+@lowers("aten.native_group_norm.default")
+def _group_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None, n: Any, c: Any, hxw: Any,
+                group: int, eps: float) -> list[str]:
+    t = _compute_dtype(x.dtype)
+    per_group = sympy.sympify(c) * hxw // group
+    grouped = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([n, group, int(per_group) if per_group.is_Integer
+                                                                 else per_group])], allowzero=1)
+    axes = ctx.ints([2])
+    mean = ctx.node("ReduceMean", [grouped, axes], keepdims=1)
+    centered = ctx.node("Sub", [grouped, mean])
+    var = ctx.node("ReduceMean", [ctx.node("Mul", [centered, centered]), axes], keepdims=1)
+    rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [var, ctx.const(eps, t)])])])
+    normalized = ctx.node("Reshape", [ctx.node("Mul", [centered, rstd]), ctx.shape(x)])
+    out = _affine(ctx, normalized, x, weight, bias, t)
+    stats = ctx.dims([n, group])
+    return [ctx.graph.cast(out, t, x.dtype),
+            ctx.graph.cast(ctx.node("Reshape", [mean, stats]), t, ctx.result_types[1].dtype),
+            ctx.graph.cast(ctx.node("Reshape", [rstd, stats]), t, ctx.result_types[2].dtype)]
+
+
+@lowers("aten.native_dropout.default")
+def _native_dropout(ctx: LoweringContext, x: Value, p: float, train: bool | None) -> list[str]:
+    if train is False or p == 0:
+        mask = ctx.node("ConstantOfShape", [ctx.shape(x)], value=_scalar_tensor(True, dtypes.bool_))
+        return [ctx.node("Identity", [x.name]), mask]
+    if p >= 1:  # onnxruntime refuses ratio 1; ATen drops everything
+        mask = ctx.node("ConstantOfShape", [ctx.shape(x)], value=_scalar_tensor(False, dtypes.bool_))
+        return [ctx.node("Mul", [x.name, ctx.const(0, x.dtype)]), mask]
+    t = _compute_dtype(x.dtype)
+    out, mask = ctx.node("Dropout", [ctx.as_dtype(x, t), ctx.const(np.asarray(p, dtype=t.numpy)),
+                                     ctx.const(np.asarray(True))], outputs=2)
+    return [ctx.graph.cast(out, t, x.dtype), mask]
+
+
+@lowers("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec")
+def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *rest: Any) -> str:
+    bilinear = "bilinear" in ctx.op.name
+    align_corners, scale_factors = (rest[0], rest[1]) if bilinear else (False, rest[0])
+    t = _compute_dtype(x.dtype)
+    attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
+    if bilinear:
+        attributes["coordinate_transformation_mode"] = "align_corners" if align_corners else "pytorch_half_pixel"
+    else:
+        attributes.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    if scale_factors is not None and output_size is None:
+        # ATen maps output to input coordinates with the given scale, not the size ratio.
+        scales = ctx.const(np.asarray([1.0, 1.0] + list(scale_factors), dtype=np.float32))
+        if bilinear and not align_corners:
+            attributes["coordinate_transformation_mode"] = "half_pixel"
+        result = ctx.node("Resize", [ctx.as_dtype(x, t), "", scales], **attributes)
+    else:
+        sizes = ctx.dims(list(ctx.out.shape))
+        result = ctx.node("Resize", [ctx.as_dtype(x, t), "", "", sizes], **attributes)
+    return ctx.graph.cast(result, t, x.dtype)
+
+
+_GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
+_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@lowers("aten.grid_sampler_2d.default")
+def _grid_sampler(ctx: LoweringContext, x: Value, grid: Value, interpolation_mode: int, padding_mode: int,
+                  align_corners: bool) -> str:
+    t = _compute_dtype(x.dtype)
+    modes = _GRID_MODES_20 if ctx.opset >= 20 else _GRID_MODES
+    result = ctx.node("GridSample", [ctx.as_dtype(x, t), ctx.as_dtype(grid, t)], mode=modes[interpolation_mode],
+                      padding_mode=_GRID_PADDING[padding_mode], align_corners=int(align_corners))
+    return ctx.graph.cast(result, t, x.dtype)
+
+
+@lowers("aten.col2im.default")
+def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size: list[int], dilation: list[int],
+            padding: list[int], stride: list[int]) -> str:
+    t = _float32_only(x.dtype)
+    value = ctx.as_dtype(x, t)
+    unbatched = x.rank == 2
+    if unbatched:
+        value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
+    pads = _repeat_to(list(padding), 2)
+    result = ctx.node("Col2Im", [value, ctx.dims(output_size), ctx.ints(_repeat_to(list(kernel_size), 2))],
+                      dilations=_repeat_to(list(dilation), 2), pads=pads + pads, strides=_repeat_to(list(stride), 2))
+    if unbatched:
+        result = ctx.node("Squeeze", [result, ctx.ints([0])])
+    return ctx.graph.cast(result, t, x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Factories
+
+@lowers("aten.full.default", "aten.empty.memory_format", "aten.empty_strided.default")
+def _full(ctx: LoweringContext, size: list[Any], *rest: Any, **_: Any) -> str:
+    value = rest[0] if ctx.op.name == "aten.full.default" else 0
+    return ctx.node("Expand", [ctx.as_dtype(value, ctx.out_dtype), ctx.dims(ctx.out.shape)])
+
+
+@lowers("aten.full_like.default")
+def _full_like(ctx: LoweringContext, x: Value, fill_value: Any, **_: Any) -> str:
+    return ctx.node("Expand", [ctx.as_dtype(fill_value, ctx.out_dtype), ctx.shape(x)])
+
+
+@lowers("aten.scalar_tensor.default")
+def _scalar_tensor_op(ctx: LoweringContext, s: Any, **_: Any) -> str:
+    return ctx.node("Identity", [ctx.as_dtype(s, ctx.out_dtype)])
+
+
+@lowers("aten.arange.start_step")
+def _arange(ctx: LoweringContext, start: Any, end: Any, step: Any = 1, **_: Any) -> str:
+    out = ctx.out_dtype
+    length = ctx.out.shape[0]
+    if isinstance(length, int) and all(isinstance(v, (int, float)) for v in (start, end, step)):
+        if out.is_floating_point:
+            return ctx.const((np.asarray(start, dtype=np.float64) + np.arange(length) * step).astype(out.numpy))
+        # integer dtypes: the length comes from the doubles, the values from the truncated start and step
+        return ctx.const((int(start) + np.arange(length, dtype=np.int64) * int(step)).astype(out.numpy))
+    integral = all(isinstance(v, (int, sympy.Expr)) for v in (start, end, step))
+    compute = dtypes.int64 if integral else dtypes.float64
+    result = ctx.node("Range", [ctx.as_dtype(start, compute), ctx.as_dtype(end, compute), ctx.as_dtype(step, compute)])
+    return ctx.graph.cast(result, compute, out)
+
+
+def _random(op_type: str) -> Lowering:
+    def lower(ctx: LoweringContext, size: list[Any], **_: Any) -> str:
+        t = _compute_dtype(ctx.out_dtype)
+        template = ctx.node("ConstantOfShape", [ctx.dims(ctx.out.shape)], value=_scalar_tensor(0, t))
+        return ctx.graph.cast(ctx.node(op_type, [template], dtype=onnx_dtype(t)), t, ctx.out_dtype)
+    return lower
+
+
+LOWERING_TABLE["aten.rand.default"] = _random("RandomUniformLike")
+LOWERING_TABLE["aten.randn.default"] = _random("RandomNormalLike")
+
+
+@lowers("aten.randperm.default")
+def _randperm(ctx: LoweringContext, n: Any, **_: Any) -> str:
+    # A random permutation is the argsort of n uniform samples.
+    template = ctx.node("ConstantOfShape", [ctx.dim(n)], value=_scalar_tensor(0, dtypes.float32))
+    keys = ctx.node("RandomUniformLike", [template], dtype=onnx_dtype(dtypes.float32))
+    _, order = ctx.node("TopK", [keys, ctx.dim(n)], outputs=2, axis=0, largest=1, sorted=1)
+    return ctx.graph.cast(order, dtypes.int64, ctx.out_dtype)
+
+
+__all__ = ["LOWERING_TABLE", "UNSUPPORTED", "lowers"]
