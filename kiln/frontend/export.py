@@ -323,14 +323,14 @@ class _SymbolMaker:
         self.input_symbols.append(sym)
         return sym
 
-    def _fix_derived_hints(self) -> None:
+    def _check_every_dim_has_a_value(self) -> None:
         for dim, sym, _ in self.roots.values():
             if self.env.hint(sym) is None:
                 raise KilnError(f"Dim {dim.name!r} is only used through derived dims; use it directly on some input")
 
     def check_constraints(self) -> None:
         """Raise ConstraintViolationError listing every way the traced code narrowed a declared Dim."""
-        self._fix_derived_hints()
+        self._check_every_dim_has_a_value()
         problems: list[str] = []
         fixes: dict[str, str] = {}
         declared = {sym: dim for dim, sym, _ in self.roots.values()}

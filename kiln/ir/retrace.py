@@ -52,7 +52,6 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
         if substitutions and isinstance(arg_type, TensorType):
             arg_type = arg_type.with_shape([_substitute(d, substitutions) for d in arg_type.shape])
         mapping[arg] = builder.add_input(spec.name, arg_type, spec.kind, spec.target, spec.persistent)
-    emitter = DecomposingEmitter(builder, table or {})
     outputs = _replay(program.body, builder, mapping, table or {}, substitutions)
     specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
     ranges = {k: v for k, v in program.range_constraints.items() if k not in substitutions}
@@ -64,7 +63,6 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
     new.in_spec, new.out_spec = program.in_spec, program.out_spec
     new.input_constants = dict(program.input_constants)
     new.module_call_graph = list(program.module_call_graph)  # value names survive when values do
-    del emitter
     return new
 
 
