@@ -72,22 +72,21 @@ def test_unsupported_ops_fail_in_one_error_with_sources_and_workarounds():
 
     builder = GraphBuilder()
     x = builder.add_input("x", TensorType.of([8], dtypes.float32))
-    grad = builder.add_input("grad", TensorType.of([8, 3], dtypes.float32))
+    spectrum = builder.add_input("spectrum", TensorType.of([5], dtypes.complex64))
     with builder:
         builder.source = "spectral.py:3"
         first = kiln.ops.aten._fft_r2c.default(x, [0], 0, True)
         builder.source = "spectral.py:4"
         second = kiln.ops.aten._fft_r2c.default(x, [0], 0, False)
         builder.source = "spectral.py:5"
-        pair = kiln.ops.aten.embedding_dense_backward.default(grad, kiln.ops.aten._to_copy.default(
-            x, dtype=dtypes.int64), 8, -1, False)
-    program = builder.build([first, second, pair])
+        inverse = kiln.ops.aten._fft_c2r.default(spectrum, [0], 0, 8)
+    program = builder.build([first, second, inverse])
     with pytest.raises(MissingLoweringError) as caught:
         kiln.onnx.export(program)
     message = str(caught.value)
     assert message.startswith("2 op(s) cannot be exported to ONNX")
     assert "aten._fft_r2c.default" in message and UNSUPPORTED["aten._fft_r2c.default"] in message
-    assert "spectral.py:3; spectral.py:4" in message and "aten.embedding_dense_backward.default" in message
+    assert "spectral.py:3; spectral.py:4" in message and "aten._fft_c2r.default" in message
     assert "custom_translation_table" in message and "decomposition" in message
 
 

@@ -42,36 +42,7 @@ def test_op_exports_and_matches_interpreter(name):
 
 # Edge-case samples onnxruntime does not reproduce yet, by (op, sample note), with the reason. A fixed gap fails
 # the test below, so this list cannot go stale.
-_NAN_INF = "NaN/inf corner case not reproduced yet"
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("aten._cdist_forward.default", "nan/inf, p=0.0 (inf-norm ignores NaN)"): _NAN_INF,
-    ("aten._cdist_forward.default", "nan/inf, p=inf (inf-norm ignores NaN)"): _NAN_INF,
-    ("aten._cdist_forward.default", "nan/inf through the matrix-product formula"): _NAN_INF,
-    ("aten._pdist_forward.default", "nan/inf, p=0.0 (inf-norm propagates NaN here)"): _NAN_INF,
-    ("aten.atan2.default", "signed zeros, infinities, nan"): _NAN_INF,
-    ("aten.div.Scalar_mode", "floor: specials"): _NAN_INF,
-    ("aten.div.Tensor_mode", "floor: nan/inf, division by ±0"): _NAN_INF,
-    ("aten.floor_divide.default", "nan/inf, division by ±0"): _NAN_INF,
-    ("aten.remainder.Tensor", "infinite divisors, signed zeros, zero divisor, inf dividend"): _NAN_INF,
-    ("aten.max_pool2d_with_indices.default", "NaN wins"): "onnxruntime's MaxPool skips NaN",
-    ("aten.max_pool2d_with_indices.default", "the last NaN of a window wins; -inf windows"):
-        "onnxruntime's MaxPool skips NaN",
-    ("aten.scatter_reduce.two", "amax, include_self=True, NaN propagates"): "onnxruntime's max reduction skips NaN",
-    ("aten.scatter_reduce.two", "amin, include_self=True, NaN propagates"): "onnxruntime's min reduction skips NaN",
-    ("aten._log_softmax.default", "float16 last dim, large logits: ATen rounds log_softmax's log-sum to float16"):
-        "float16 ops compute in float32 here",
-    ("aten.log_softmax.int", "float16 last dim, large logits: ATen rounds log_softmax's log-sum to float16"):
-        "float16 ops compute in float32 here",
-    ("aten.grid_sampler_2d.default", "float64, far outside with reflection"): "no float64 GridSample kernel",
-    ("aten.grid_sampler_2d.default", "bfloat16 (computed in bfloat16, like ATen's scalar fallback)"):
-        "bfloat16 ops compute in float32 here",
-    ("aten.grid_sampler_2d.default", "float16 bicubic, reflection"): "float16 ops compute in float32 here",
-    ("aten.upsample_bilinear2d.vec", "float64"): "no float64 Resize kernel",
-    ("aten.upsample_nearest2d.vec", "float64, one axis unchanged"): "no float64 Resize kernel",
-    ("aten.prod.dim_int", "int64 wraps"): "onnxruntime's int64 ReduceProd does not wrap",
-    ("aten.repeat_interleave.self_int", "zero repeats"): "zero-size Reshape with allowzero",
-    ("aten.unbind.int", "no pieces"): "a zero-output Split",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _run_sample(name, sample) -> str | None:

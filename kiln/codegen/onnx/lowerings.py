@@ -25,12 +25,6 @@ UNSUPPORTED: dict[str, str] = {
     "aten._fft_r2c.default": "complex results: ONNX DFT returns real [..., 2] tensors and onnxruntime has no "
                              "complex tensor kernels",
     "aten._fft_c2r.default": "complex inputs: onnxruntime has no complex tensor kernels",
-    **{name: "a training-only (autograd) op; kiln exports inference graphs"
-       for name in ("aten.avg_pool2d_backward.default", "aten._adaptive_avg_pool2d_backward.default",
-                    "aten.max_pool2d_with_indices_backward.default", "aten.embedding_dense_backward.default",
-                    "aten.convolution_backward.default", "aten.native_layer_norm_backward.default",
-                    "aten.native_group_norm_backward.default")},
-    "aten._embedding_bag.default": "not lowered yet: use nn.Embedding + a reduction instead of EmbeddingBag",
 }
 
 
@@ -312,11 +306,30 @@ def _true_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
     return ctx.node("Div", [a, b])
 
 
+def _signed_adjustment(ctx: LoweringContext, mod: str, b: str, dtype: dtypes.DType) -> str:
+    """Where C's fmod and Python's % differ: a nonzero remainder whose sign differs from the divisor's."""
+    zero = ctx.const(0, dtype)
+    signs_differ = ctx.node("Xor", [ctx.node("Less", [b, zero]), ctx.node("Less", [mod, zero])])
+    return ctx.node("And", [ctx.node("Not", [ctx.node("Equal", [mod, zero])]), signs_differ])
+
+
 def _floor_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
-    if dtype.is_floating_point:
-        return ctx.node("Floor", [ctx.node("Div", [a, b])])
-    remainder = ctx.node("Mod", [a, b], fmod=0)
-    return ctx.node("Div", [ctx.node("Sub", [a, remainder]), b])
+    if not dtype.is_floating_point:
+        remainder = ctx.node("Mod", [a, b], fmod=0)
+        return ctx.node("Div", [ctx.node("Sub", [a, remainder]), b])
+    # c10::div_floor_floating: exact for nan/inf and ±0 (Floor(a / b) is not: inf / inf, 5 // inf, -0 // 3).
+    one = ctx.const(1, dtype)
+    mod = ctx.node("Mod", [a, b], fmod=1)
+    div = ctx.node("Div", [ctx.node("Sub", [a, mod]), b])
+    div = ctx.node("Where", [_signed_adjustment(ctx, mod, b, dtype), ctx.node("Sub", [div, one]), div])
+    floored = ctx.node("Floor", [div])
+    round_up = ctx.node("Greater", [ctx.node("Sub", [div, floored]), ctx.const(0.5, dtype)])
+    floored = ctx.node("Where", [round_up, ctx.node("Add", [floored, one]), floored])
+    quotient = ctx.node("Div", [a, b])
+    # a zero quotient keeps a / b's sign (|a / b| < 1 there, so multiplying by 0 cannot give NaN)
+    signed_zero = ctx.node("Mul", [quotient, ctx.const(0, dtype)])
+    floored = ctx.node("Where", [ctx.node("Equal", [div, ctx.const(0, dtype)]), signed_zero, floored])
+    return ctx.node("Where", [ctx.node("Equal", [b, ctx.const(0, dtype)]), quotient, floored])
 
 
 def _trunc_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
@@ -330,7 +343,9 @@ def _trunc_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str
 def _remainder(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
     if not dtype.is_floating_point:
         return ctx.node("Mod", [a, b], fmod=0)
-    return ctx.node("Sub", [a, ctx.node("Mul", [ctx.node("Floor", [ctx.node("Div", [a, b])]), b])])
+    # fmod, moved to the divisor's sign (ATen's formula: exact for infinite divisors and signed zeros)
+    mod = ctx.node("Mod", [a, b], fmod=1)
+    return ctx.node("Where", [_signed_adjustment(ctx, mod, b, dtype), ctx.node("Add", [mod, b]), mod])
 
 
 def _pow(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
@@ -339,17 +354,23 @@ def _pow(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
     return ctx.node("Pow", [a, b])
 
 
+def _sign_bit(ctx: LoweringContext, x: str, dtype: dtypes.DType) -> str:
+    """True for negative values and -0 (1 / -0 is -inf)."""
+    zero = ctx.const(0, dtype)
+    return ctx.node("Or", [ctx.node("Less", [x, zero]), ctx.node("Less", [ctx.node("Reciprocal", [x]), zero])])
+
+
 def _atan2(ctx: LoweringContext, y: str, x: str, dtype: dtypes.DType, **_: Any) -> str:
-    zero, pi = ctx.const(0, dtype), ctx.const(math.pi, dtype)
-    base = _UNARY["atan"](ctx, ctx.node("Div", [y, x]), dtype)
-    y_negative = ctx.node("Less", [y, zero])
-    shift = ctx.node("Where", [y_negative, ctx.node("Neg", [pi]), pi])
-    x_negative = ctx.node("Less", [x, zero])
-    result = ctx.node("Where", [x_negative, ctx.node("Add", [base, shift]), base])
-    x_zero = ctx.node("Equal", [x, zero])
-    sign = ctx.node("Sign", [y])
-    on_axis = ctx.node("Mul", [sign, ctx.const(math.pi / 2, dtype)])
-    return ctx.node("Where", [x_zero, on_axis, result])
+    """libm's atan2: the first-quadrant angle atan(|y| / |x|), reflected by the signs (signed zeros included)."""
+    zero, inf = ctx.const(0, dtype), ctx.const(math.inf, dtype)
+    magnitude_y, magnitude_x = ctx.node("Abs", [y]), ctx.node("Abs", [x])
+    angle = _UNARY["atan"](ctx, ctx.node("Div", [magnitude_y, magnitude_x]), dtype)
+    both_zero = ctx.node("And", [ctx.node("Equal", [magnitude_y, zero]), ctx.node("Equal", [magnitude_x, zero])])
+    both_inf = ctx.node("And", [ctx.node("Equal", [magnitude_y, inf]), ctx.node("Equal", [magnitude_x, inf])])
+    angle = ctx.node("Where", [both_zero, zero, angle])  # 0 / 0 and inf / inf are NaN
+    angle = ctx.node("Where", [both_inf, ctx.const(math.pi / 4, dtype), angle])
+    angle = ctx.node("Where", [_sign_bit(ctx, x, dtype), ctx.node("Sub", [ctx.const(math.pi, dtype), angle]), angle])
+    return ctx.node("Where", [_sign_bit(ctx, y, dtype), ctx.node("Neg", [angle]), angle])
 
 
 def _max_min(op_type: str) -> Callable[..., str]:
@@ -571,8 +592,32 @@ def _sum_like(op_type: str) -> Lowering:
         if compute.is_bool or compute in (dtypes.int8, dtypes.int16, dtypes.uint8):
             compute = dtypes.int64
         axes = normalize_axes(dim, x.rank) if x.rank else []
+        if op_type == "ReduceProd" and compute is dtypes.int64 and all(isinstance(d, int) for d in x.shape):
+            return _wrapping_product(ctx, ctx.as_dtype(x, compute), x, axes, keepdim)
         return ctx.graph.cast(_reduce(ctx, op_type, ctx.as_dtype(x, compute), axes, keepdim), compute, out)
     return lower
+
+
+def _wrapping_product(ctx: LoweringContext, value: str, x: Value, axes: list[int], keepdim: bool) -> str:
+    """int64 product that wraps like ATen's (onnxruntime's ReduceProd does not): a tree of pairwise Muls over the
+    reduced elements, moved to the front and flattened (static shapes)."""
+    kept = [a for a in range(x.rank) if a not in axes]
+    count = int(np.prod([x.shape[a] for a in axes]))
+    rest = [x.shape[a] for a in kept]
+    if x.rank:
+        value = ctx.node("Transpose", [value], perm=axes + kept)
+    value = ctx.node("Reshape", [value, ctx.ints([count] + rest)], allowzero=1)
+    one = ctx.const(1, dtypes.int64)
+    while count != 1:
+        if count % 2 or count == 0:  # pad with the identity to an even count (0 elements: the product is 1)
+            value = ctx.node("Concat", [value, ctx.node("Expand", [one, ctx.ints([1] + rest)])], axis=0)
+            count += 1
+        half = count // 2
+        pairs = ctx.node("Reshape", [value, ctx.ints([2, half] + rest)], allowzero=1)
+        first, second = (ctx.node("Gather", [pairs, ctx.const(np.int64(i))], axis=0) for i in (0, 1))
+        value, count = ctx.node("Mul", [first, second]), half
+    shape = [1 if a in axes else x.shape[a] for a in range(x.rank)] if keepdim else rest
+    return ctx.node("Reshape", [value, ctx.ints(shape)], allowzero=1)
 
 
 LOWERING_TABLE["aten.sum.dim_IntList"] = _sum_like("ReduceSum")
@@ -751,9 +796,26 @@ def _softmax_like(op_type: str) -> Lowering:
             fill = 0 if op_type == "LogSoftmax" else 1
             return ctx.graph.cast(ctx.node("Add", [ctx.node("Mul", [value, ctx.const(0, compute)]),
                                                    ctx.const(fill, compute)]), compute, ctx.out_dtype)
-        result = ctx.node(op_type, [ctx.as_dtype(x, compute)], axis=normalize_axis(dim, x.rank))
+        axis = normalize_axis(dim, x.rank)
+        if op_type == "LogSoftmax" and ctx.declared_dtype in _LOW_PRECISION and axis == x.rank - 1:
+            return ctx.graph.cast(_reduced_log_softmax(ctx, ctx.as_dtype(x, compute), axis), compute, ctx.out_dtype)
+        result = ctx.node(op_type, [ctx.as_dtype(x, compute)], axis=axis)
         return ctx.graph.cast(result, compute, ctx.out_dtype)
     return lower
+
+
+def _reduced_log_softmax(ctx: LoweringContext, value: str, axis: int) -> str:
+    """ATen's CPU kernel over the last dim of float16/bfloat16 keeps the exp-sum and its log in the input dtype:
+    (x - max) - round(log(round(sum(exp(x - max))))), with float32 arithmetic in between."""
+    t, dtype = dtypes.float32, ctx.declared_dtype
+
+    def rounded(v: str) -> str:
+        return ctx.node("Cast", [ctx.node("Cast", [v], to=onnx_dtype(dtype))], to=onnx_dtype(t))
+
+    axes = ctx.ints([axis])
+    shifted = ctx.node("Sub", [value, ctx.node("ReduceMax", [value, axes], keepdims=1)])
+    total = ctx.node("ReduceSum", [ctx.node("Exp", [shifted]), axes], keepdims=1)
+    return ctx.node("Sub", [shifted, rounded(ctx.node("Log", [rounded(total)]))])
 
 
 LOWERING_TABLE["aten._softmax.default"] = _softmax_like("Softmax")
@@ -793,6 +855,8 @@ def _permute(ctx: LoweringContext, x: Value, dims: list[int]) -> str:
 
 @lowers("aten.expand.default")
 def _expand(ctx: LoweringContext, x: Value, size: Any, *, implicit: bool = False) -> str:
+    if any(isinstance(d, int) and d == 0 for d in ctx.out.shape):  # onnxruntime's Expand keeps a 1 against a 0
+        return ctx.node("ConstantOfShape", [ctx.dims(ctx.out.shape)], value=_scalar_tensor(0, x.dtype))
     return ctx.node("Expand", [x.name, ctx.dims(ctx.out.shape)])
 
 
@@ -1056,7 +1120,15 @@ def _scatter_reduce(ctx: LoweringContext, x: Value, dim: int, index: Value, src:
             identity = info.min if identity < 0 else info.max
         fill = ctx.node("Expand", [ctx.as_dtype(identity, x.dtype), ctx.shape(index)])
         base = Value(_scatter_elements(ctx, x, dim, index, fill, "none"), x.type)
-    return _scatter_elements(ctx, base, dim, index, source, reduction)
+    result = _scatter_elements(ctx, base, dim, index, source, reduction)
+    if reduction in ("max", "min") and x.dtype.is_floating_point:
+        # ATen's max/min propagate NaN, onnxruntime's skip it: scatter a NaN flag with max and put the NaN back.
+        flags = Value(ctx.graph.cast(ctx.node("IsNaN", [base.name]), dtypes.bool_, x.dtype), x.type)
+        source_nan = ctx.graph.cast(ctx.node("IsNaN", [source]), dtypes.bool_, x.dtype)
+        any_nan = ctx.node("Greater", [_scatter_elements(ctx, flags, dim, index, source_nan, "max"),
+                                       ctx.const(0, x.dtype)])
+        result = ctx.node("Where", [any_nan, ctx.const(math.nan, x.dtype), result])
+    return result
 
 
 @lowers("aten.index_select.default")
@@ -1215,14 +1287,16 @@ def _addmm(ctx: LoweringContext, bias: Value, a: Value, b: Value, *, beta: Any =
     return ctx.graph.cast(ctx.node("Add", [product, offset]), t, ctx.out_dtype)
 
 
-def _p_norm(ctx: LoweringContext, difference: str, p: float, t: dtypes.DType) -> str:
+def _p_norm(ctx: LoweringContext, difference: str, p: float, t: dtypes.DType, nan_ignoring_max: bool = False) -> str:
     magnitude = ctx.node("Abs", [difference])
     axis = ctx.ints([-1])
-    if p == 0:
-        nonzero = ctx.node("Cast", [ctx.node("Not", [ctx.node("Equal", [magnitude, ctx.const(0, t)])])],
-                           to=onnx_dtype(t))
-        return ctx.node("ReduceSum", [nonzero, axis], keepdims=0)
+    if p == 0:  # the number of differing coordinates; a NaN difference gives NaN
+        differs = ctx.node("Min", [ctx.node("Ceil", [magnitude]), ctx.const(1, t)])
+        differs = ctx.node("Where", [ctx.node("IsNaN", [magnitude]), magnitude, differs])
+        return ctx.node("ReduceSum", [differs, axis], keepdims=0)
     if math.isinf(p):
+        if nan_ignoring_max:  # cdist's scalar loop uses std::max, which never picks a NaN
+            magnitude = ctx.node("Where", [ctx.node("IsNaN", [magnitude]), ctx.const(0, t), magnitude])
         return ctx.node("ReduceMax", [magnitude, axis], keepdims=0)
     if p == 1:
         return ctx.node("ReduceSum", [magnitude, axis], keepdims=0)
@@ -1232,12 +1306,32 @@ def _p_norm(ctx: LoweringContext, difference: str, p: float, t: dtypes.DType) ->
     return ctx.node("Pow", [ctx.node("ReduceSum", [powered, axis], keepdims=0), ctx.const(1 / p, t)])
 
 
+def _euclidean_by_matmul(ctx: LoweringContext, x1: Value, x2: Value) -> str:
+    """ATen's _euclidean_dist, sqrt(max(|a|^2 + |b|^2 - 2 a.b, 0)) in float64: reproduced, not the direct
+    difference, because inf/NaN inputs differ (inf - inf is NaN here)."""
+    t = dtypes.float64
+    a, b = ctx.as_dtype(x1, t), ctx.as_dtype(x2, t)
+    a_norm = ctx.node("ReduceSum", [ctx.node("Mul", [a, a]), ctx.ints([-1])], keepdims=1)
+    b_norm = ctx.node("ReduceSum", [ctx.node("Mul", [b, b]), ctx.ints([-1])], keepdims=0)
+    b_norm = ctx.node("Unsqueeze", [b_norm, ctx.ints([-2])])
+    perm = list(range(x2.rank - 2)) + [x2.rank - 1, x2.rank - 2]
+    product = ctx.node("MatMul", [a, ctx.node("Transpose", [b], perm=perm)])
+    squared = ctx.node("Sub", [ctx.node("Add", [a_norm, b_norm]), ctx.node("Mul", [product, ctx.const(2, t)])])
+    squared = ctx.node("Where", [ctx.node("Less", [squared, ctx.const(0, t)]), ctx.const(0, t), squared])
+    return ctx.node("Sqrt", [squared])
+
+
 @lowers("aten._cdist_forward.default")
 def _cdist(ctx: LoweringContext, x1: Value, x2: Value, p: float, compute_mode: Any = None) -> str:
+    rows = [x1.shape[-2], x2.shape[-2]]
+    large = all(isinstance(r, int) for r in rows) and max(rows) > 25  # (symbolic rows: the direct formula)
+    if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and large)):
+        return ctx.graph.cast(_euclidean_by_matmul(ctx, x1, x2), dtypes.float64, ctx.out_dtype)
     t = _compute_dtype(ctx.out_dtype)
     left = ctx.node("Unsqueeze", [ctx.as_dtype(x1, t), ctx.ints([-2])])
     right = ctx.node("Unsqueeze", [ctx.as_dtype(x2, t), ctx.ints([-3])])
-    return ctx.graph.cast(_p_norm(ctx, ctx.node("Sub", [left, right]), p, t), t, ctx.out_dtype)
+    distance = _p_norm(ctx, ctx.node("Sub", [left, right]), p, t, nan_ignoring_max=True)
+    return ctx.graph.cast(distance, t, ctx.out_dtype)
 
 
 @lowers("aten._pdist_forward.default")
@@ -1402,13 +1496,38 @@ def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     attributes = _pool_attributes(kernel_size, list(stride), padding, spatial)
     dilations = _repeat_to(list(dilation) if isinstance(dilation, (list, tuple)) else [dilation], spatial)
     value, unbatched = _batched(ctx, x, spatial, t)
-    values, indices = ctx.node("MaxPool", [value], outputs=2, dilations=dilations,
-                               ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode, dilations),
-                               **attributes)
+    attributes.update(dilations=dilations, ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode, dilations))
+    values, indices = ctx.node("MaxPool", [value], outputs=2, **attributes)
     # ONNX indices count over the whole tensor; ATen's count within each (batch, channel) plane.
     plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
     indices = ctx.node("Mod", [indices, ctx.dim(plane)])
+    if t.is_floating_point and x.dtype.is_floating_point:
+        values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
     return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
+
+
+def _max_pool_specials(ctx: LoweringContext, x: Value, value: str, values: str, indices: str,
+                       attributes: dict[str, Any], t: dtypes.DType) -> tuple[str, str]:
+    """ATen's window scan takes `v > max || isnan(v)`, starting from -inf at the window's first input: a NaN
+    wins (the last one), and an all -inf window points at its first input. onnxruntime's MaxPool skips NaN, so
+    both come from pooling the in-plane positions (exact in float32 below 2**24 per plane)."""
+    spatial = len(attributes["kernel_shape"])
+    shape = list(x.shape[-spatial:])
+    plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
+    positions = ctx.node("Range", [ctx.const(0, t), ctx.as_dtype(plane, t), ctx.const(1, t)])
+    positions = ctx.node("Reshape", [positions, ctx.dims([1, 1] + shape)])
+    is_nan = ctx.node("IsNaN", [value])
+    # position + 1 where NaN, else 0: the window's maximum is its last NaN's position + 1
+    nan_marks = ctx.node("Where", [is_nan, ctx.node("Add", [positions, ctx.const(1, t)]), ctx.const(0, t)])
+    last_nan = ctx.node("MaxPool", [nan_marks], **attributes)
+    has_nan = ctx.node("Greater", [last_nan, ctx.const(0, t)])
+    first = ctx.node("Neg", [ctx.node("MaxPool", [ctx.node("Neg", [positions])], **attributes)])
+    all_minus_inf = ctx.node("Equal", [values, ctx.const(-math.inf, t)])
+    to_index = lambda position: ctx.graph.cast(position, t, dtypes.int64)  # noqa: E731
+    indices = ctx.node("Where", [all_minus_inf, to_index(first), indices])
+    indices = ctx.node("Where", [has_nan, to_index(ctx.node("Sub", [last_nan, ctx.const(1, t)])), indices])
+    values = ctx.node("Where", [has_nan, ctx.const(math.nan, t), values])
+    return values, indices
 
 
 def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -> str:
@@ -1574,6 +1693,14 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     bilinear = "bilinear" in ctx.op.name
     align_corners, scale_factors = (rest[0], rest[1]) if bilinear else (False, rest[0])
     t = _compute_dtype(x.dtype)
+    sizes_in, sizes_out = list(x.shape[-2:]), list(ctx.out.shape[-2:])
+    if t is dtypes.float64 and all(isinstance(d, int) for d in sizes_in + sizes_out):
+        # onnxruntime's Resize has no float64 kernel: interpolate with two float64 matrix products instead
+        rows, columns = (_interpolation_matrix(size_in, size_out, None if scale_factors is None else scale, bilinear,
+                                               align_corners)
+                         for size_in, size_out, scale in zip(sizes_in, sizes_out, scale_factors or [None, None]))
+        result = ctx.node("MatMul", [ctx.const(rows), ctx.as_dtype(x, t)])
+        return ctx.node("MatMul", [result, ctx.const(np.ascontiguousarray(columns.T))])
     attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
     if bilinear:
         attributes["coordinate_transformation_mode"] = "align_corners" if align_corners else "pytorch_half_pixel"
@@ -1591,6 +1718,32 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     return ctx.graph.cast(result, t, x.dtype)
 
 
+def _interpolation_matrix(size_in: int, size_out: int, scale: float | None, bilinear: bool,
+                          align_corners: bool) -> np.ndarray:
+    """[size_out, size_in] weights of ATen's upsample_nearest/upsample_bilinear along one axis."""
+    matrix = np.zeros((size_out, size_in))
+    target = np.arange(size_out)
+    if not bilinear:  # nearest: floor(dst * scale) in float, with ATen's exact shortcuts for 1x and 2x
+        ratio = np.float32(1 / scale if scale else size_in / size_out)
+        source = np.minimum(np.floor(target.astype(np.float32) * ratio).astype(np.int64), size_in - 1)
+        if size_out == size_in:
+            source = target
+        elif size_out == 2 * size_in:
+            source = target >> 1
+        matrix[target, source] = 1
+        return matrix
+    if align_corners:
+        source = target * ((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
+    else:
+        source = np.maximum((target + 0.5) * (1 / scale if scale else size_in / size_out) - 0.5, 0)
+    low = source.astype(np.int64)
+    high = np.where(low < size_in - 1, low + 1, low)
+    weight = source - low
+    np.add.at(matrix, (target, low), 1 - weight)
+    np.add.at(matrix, (target, high), weight)
+    return matrix
+
+
 _GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
 _GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
@@ -1600,10 +1753,169 @@ _GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
 def _grid_sampler(ctx: LoweringContext, x: Value, grid: Value, interpolation_mode: int, padding_mode: int,
                   align_corners: bool) -> str:
     t = _compute_dtype(x.dtype)
+    static = all(isinstance(d, int) for d in x.shape[2:])
+    if t is dtypes.float64 and interpolation_mode != 2 and static:
+        return _grid_sampler64(ctx, x, grid, interpolation_mode, padding_mode, align_corners)
+    if ctx.declared_dtype in _LOW_PRECISION and static:
+        return _grid_sampler_reduced(ctx, x, grid, interpolation_mode, padding_mode, align_corners)
     modes = _GRID_MODES_20 if ctx.opset >= 20 else _GRID_MODES
     result = ctx.node("GridSample", [ctx.as_dtype(x, t), ctx.as_dtype(grid, t)], mode=modes[interpolation_mode],
                       padding_mode=_GRID_PADDING[padding_mode], align_corners=int(align_corners))
     return ctx.graph.cast(result, t, x.dtype)
+
+
+def _grid_sampler64(ctx: LoweringContext, x: Value, grid: Value, interpolation_mode: int, padding_mode: int,
+                    align_corners: bool) -> str:
+    """float64 bilinear/nearest grid_sampler (onnxruntime's GridSample computes in float32): ATen's vectorized
+    kernel, unnormalize and pad each coordinate, then gather the corners of each point from the flattened plane."""
+    t = dtypes.float64
+    height, width = x.shape[2:]
+    value = ctx.as_dtype(grid, t)
+    c = lambda v: ctx.const(v, t)  # noqa: E731
+
+    def coordinate(axis: int, size: int) -> str:
+        raw = ctx.node("Gather", [value, ctx.const(np.int64(axis))], axis=-1)
+        if align_corners:
+            raw = ctx.node("Mul", [ctx.node("Add", [raw, c(1)]), c((size - 1) / 2)])
+        else:
+            raw = ctx.node("Sub", [ctx.node("Mul", [ctx.node("Add", [raw, c(1)]), c(size / 2)]), c(0.5)])
+        if padding_mode == 2:  # reflection, then clip
+            low, twice_span = (0.0, 2.0 * (size - 1)) if align_corners else (-0.5, 2.0 * size)
+            if twice_span <= 0:
+                raw = ctx.node("Mul", [raw, c(0)])
+            else:
+                distance = ctx.node("Abs", [ctx.node("Sub", [raw, c(low)])])
+                spans = ctx.node("Floor", [ctx.node("Div", [distance, c(twice_span)])])
+                extra = ctx.node("Sub", [distance, ctx.node("Mul", [spans, c(twice_span)])])
+                raw = ctx.node("Add", [ctx.node("Min", [extra, ctx.node("Sub", [c(twice_span), extra])]), c(low)])
+        if padding_mode in (1, 2):
+            raw = ctx.node("Min", [c(size - 1), ctx.node("Max", [raw, c(0)])])
+        return raw
+
+    gx, gy = coordinate(0, width), coordinate(1, height)
+    tap = _grid_taps(ctx, x, t)
+    if interpolation_mode == 1:  # nearest: round half to even, like std::nearbyint
+        return ctx.graph.cast(tap(ctx.node("Round", [gy]), ctx.node("Round", [gx])), t, ctx.out_dtype)
+    west, north = ctx.node("Floor", [gx]), ctx.node("Floor", [gy])
+    w, n = ctx.node("Sub", [gx, west]), ctx.node("Sub", [gy, north])
+    e, s = ctx.node("Sub", [c(1), w]), ctx.node("Sub", [c(1), n])
+    east, south = ctx.node("Add", [west, c(1)]), ctx.node("Add", [north, c(1)])
+    weight = lambda a, b: ctx.node("Unsqueeze", [ctx.node("Mul", [a, b]), ctx.ints([1])])  # noqa: E731
+    out = ctx.node("Mul", [tap(north, west), weight(s, e)])
+    for rows, cols, a, b in ((north, east, s, w), (south, west, n, e), (south, east, n, w)):
+        out = ctx.node("Add", [out, ctx.node("Mul", [tap(rows, cols), weight(a, b)])])
+    return ctx.graph.cast(out, t, ctx.out_dtype)
+
+
+def _grid_taps(ctx: LoweringContext, x: Value, t: dtypes.DType) -> Callable[[str, str], str]:
+    """tap(rows, cols): x at integer (rows, cols) (as `t` values) per grid point, zero outside the input."""
+    height, width = x.shape[2:]
+    batch, channels, out_h, out_w = ctx.out.shape
+    plane = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([batch, channels, height * width])], allowzero=1)
+    c = lambda v: ctx.const(v, t)  # noqa: E731
+
+    def tap(rows: str, cols: str) -> str:
+        inside = ctx.node("And", [
+            ctx.node("And", [ctx.node("GreaterOrEqual", [rows, c(0)]), ctx.node("Less", [rows, c(height)])]),
+            ctx.node("And", [ctx.node("GreaterOrEqual", [cols, c(0)]), ctx.node("Less", [cols, c(width)])])])
+        safe_rows = ctx.node("Min", [c(height - 1), ctx.node("Max", [rows, c(0)])])
+        safe_cols = ctx.node("Min", [c(width - 1), ctx.node("Max", [cols, c(0)])])
+        flat = ctx.node("Add", [ctx.node("Mul", [safe_rows, c(width)]), safe_cols])
+        index = ctx.graph.cast(ctx.node("Where", [inside, flat, c(0)]), t, dtypes.int64)
+        index = ctx.node("Reshape", [index, ctx.dims([batch, 1, out_h * out_w])], allowzero=1)
+        index = ctx.node("Expand", [index, ctx.dims([batch, channels, out_h * out_w])])
+        values = ctx.node("Reshape", [ctx.node("GatherElements", [plane, index], axis=2),
+                                      ctx.dims([batch, channels, out_h, out_w])], allowzero=1)
+        return ctx.node("Where", [ctx.node("Unsqueeze", [inside, ctx.ints([1])]), values, c(0)])
+    return tap
+
+
+def _grid_sampler_reduced(ctx: LoweringContext, x: Value, grid: Value, interpolation_mode: int, padding_mode: int,
+                          align_corners: bool) -> str:
+    """float16/bfloat16 grid_sampler as ATen's scalar fallback computes it: in the reduced dtype, rounding after
+    every operation (here float32 arithmetic, each result rounded through the dtype)."""
+    t, dtype = dtypes.float32, ctx.declared_dtype
+    height, width = x.shape[2:]
+    c = lambda v: ctx.const(np.asarray(v, dtype.numpy).astype(np.float32))  # noqa: E731  (a dtype constant)
+
+    def op(op_type: str, *inputs: str) -> str:
+        return ctx.node("Cast", [ctx.node("Cast", [ctx.node(op_type, list(inputs))], to=onnx_dtype(dtype))],
+                        to=onnx_dtype(t))
+
+    def unnormalize(value: str, size: int) -> str:
+        if align_corners:
+            return op("Mul", op("Div", op("Add", value, c(1)), c(2)), c(size - 1))
+        return op("Div", op("Sub", op("Mul", op("Add", value, c(1)), c(size)), c(1)), c(2))
+
+    def clip(value: str, size: int) -> str:
+        return ctx.node("Min", [c(size - 1), ctx.node("Max", [value, c(0)])])
+
+    def reflect(value: str, twice_low: int, twice_high: int) -> str:
+        if twice_low == twice_high:
+            return ctx.node("Mul", [value, c(0)])
+        low, span = op("Div", c(twice_low), c(2)), op("Div", c(twice_high - twice_low), c(2))
+        distance = ctx.node("Abs", [op("Sub", value, low)])
+        extra = ctx.node("Cast", [ctx.node("Cast", [ctx.node("Mod", [distance, span], fmod=1)],
+                                           to=onnx_dtype(dtype))], to=onnx_dtype(t))
+        flips = ctx.node("Floor", [op("Div", distance, span)])
+        even = ctx.node("Equal", [ctx.node("Mod", [flips, c(2)], fmod=1), c(0)])
+        return ctx.node("Where", [even, op("Add", extra, low), op("Add", op("Sub", span, extra), low)])
+
+    def pad(value: str, size: int) -> str:
+        if padding_mode == 1:
+            return clip(value, size)
+        if padding_mode == 2:
+            twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+            return clip(reflect(value, *twice), size)
+        return value
+
+    raw = ctx.as_dtype(grid, t)
+    gx, gy = (ctx.node("Gather", [raw, ctx.const(np.int64(axis))], axis=-1) for axis in (0, 1))
+    tap = _grid_taps(ctx, x, t)
+
+    def weighted_sum(terms: list[tuple[str, str]]) -> str:
+        total = None
+        for value, weight in terms:
+            term = op("Mul", value, ctx.node("Unsqueeze", [weight, ctx.ints([1])]))
+            total = term if total is None else op("Add", total, term)
+        return total
+
+    if interpolation_mode == 2:  # bicubic: pad each of the 16 taps, not the sampling point
+        ix, iy = unnormalize(gx, width), unnormalize(gy, height)
+        ix_nw, iy_nw = ctx.node("Floor", [ix]), ctx.node("Floor", [iy])
+        tx, ty = op("Sub", ix, ix_nw), op("Sub", iy, iy_nw)
+        a = c(-0.75)
+
+        def near(v: str) -> str:  # ((a + 2) * v - (a + 3)) * v * v + 1
+            inner = op("Sub", op("Mul", op("Add", a, c(2)), v), op("Add", a, c(3)))
+            return op("Add", op("Mul", op("Mul", inner, v), v), c(1))
+
+        def far(v: str) -> str:  # ((a * v - 5a) * v + 8a) * v - 4a
+            inner = op("Add", op("Mul", op("Sub", op("Mul", a, v), op("Mul", a, c(5))), v), op("Mul", a, c(8)))
+            return op("Sub", op("Mul", inner, v), op("Mul", a, c(4)))
+
+        def coefficients(v: str) -> list[str]:
+            opposite = op("Sub", c(1), v)
+            return [far(op("Add", v, c(1))), near(v), near(opposite), far(op("Add", opposite, c(1)))]
+
+        wx, wy = coefficients(tx), coefficients(ty)
+        rows = [weighted_sum([(tap(pad(op("Add", iy_nw, c(i - 1)), height), pad(op("Add", ix_nw, c(j - 1)), width)),
+                               wx[j]) for j in range(4)]) for i in range(4)]
+        out = weighted_sum(list(zip(rows, wy)))
+    else:
+        ix, iy = pad(unnormalize(gx, width), width), pad(unnormalize(gy, height), height)
+        if interpolation_mode == 1:
+            out = tap(ctx.node("Round", [iy]), ctx.node("Round", [ix]))
+        else:
+            west, north = ctx.node("Floor", [ix]), ctx.node("Floor", [iy])
+            east, south = op("Add", west, c(1)), op("Add", north, c(1))
+            weights = [op("Mul", op("Sub", east, ix), op("Sub", south, iy)),
+                       op("Mul", op("Sub", ix, west), op("Sub", south, iy)),
+                       op("Mul", op("Sub", east, ix), op("Sub", iy, north)),
+                       op("Mul", op("Sub", ix, west), op("Sub", iy, north))]
+            corners = [(north, west), (north, east), (south, west), (south, east)]
+            out = weighted_sum([(tap(r, col), w) for (r, col), w in zip(corners, weights)])
+    return ctx.graph.cast(out, t, ctx.out_dtype)
 
 
 @lowers("aten.col2im.default")
@@ -1676,5 +1988,8 @@ def _randperm(ctx: LoweringContext, n: Any, **_: Any) -> str:
     _, order = ctx.node("TopK", [keys, ctx.dim(n)], outputs=2, axis=0, largest=1, sorted=1)
     return ctx.graph.cast(order, dtypes.int64, ctx.out_dtype)
 
+
+# The backward ops and _embedding_bag live in their own module (it registers into LOWERING_TABLE on import).
+from kiln.codegen.onnx import training as _training  # noqa: E402,F401
 
 __all__ = ["LOWERING_TABLE", "UNSUPPORTED", "lowers"]

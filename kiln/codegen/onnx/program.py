@@ -172,6 +172,8 @@ class ONNXProgram:
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Run onnxruntime on flat user inputs (numpy arrays or kiln Tensors); return every output."""
+        if not self.model_proto.graph.output:  # nothing to compute (e.g. unbind of an empty dim); ORT refuses it
+            return []
         session = self.session()
         declared = session.get_inputs()
         if len(inputs) != len(declared):
