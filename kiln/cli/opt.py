@@ -1,9 +1,9 @@
 """`kiln opt`: run a pass pipeline on a program file, like mlir-opt / xdsl-opt.
 
-    kiln opt model.mlir -p "decompose,canonicalize,cse,dce" -o out.mlir [--timing] [--pass-plugin my_passes.py]
+    kiln opt model.pt2 -p "decompose,canonicalize,cse,dce" -o out.pt2 [--timing] [--pass-plugin my_passes.py]
     kiln opt --list-passes
 
-.mlir carries no weights: values that passes create (folded constants) are written next to the output as
+.pt2 files (torch.export's format) carry their weights. .mlir carries none: values that passes create (folded constants) are written next to the output as
 `<output>.npz`, and an input's `<input>.npz`, when present, is read back as its weights.
 """
 
@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from kiln.ir.errors import KilnError, UnsupportedError
+from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram
 
 
 def register(commands: Any) -> None:
     """Add the `opt` subcommand to the `kiln` parser's subcommands."""
     parser = commands.add_parser(
-        "opt", help="run a pass pipeline on a program (.mlir)",
+        "opt", help="run a pass pipeline on a program (.pt2 or .mlir)",
         description="Run a pass pipeline on a program, like mlir-opt. "
-                    "Example: kiln opt model.mlir -p 'decompose,canonicalize,cse,dce' -o out.mlir. "
+                    "Example: kiln opt model.pt2 -p 'decompose,canonicalize,cse,dce' -o out.pt2. "
                     ".mlir holds no weights: INPUT.npz, if present, is read as the input's weights, and weights "
                     "the program ends up with are written to OUTPUT.npz.")
-    parser.add_argument("input", nargs="?", help="program file (.mlir; '-' reads stdin)")
+    parser.add_argument("input", nargs="?", help="program file (.pt2 or .mlir; '-' reads MLIR from stdin)")
     parser.add_argument("-p", "--pipeline", default="",
                         help="passes, comma-separated, with options as name{key=value other=value}")
     parser.add_argument("-o", "--output", default="-", help="where to write the result (default: stdout)")
@@ -89,18 +89,17 @@ def _check_format(path: str, role: str) -> None:
     if path == "-":
         return
     suffix = Path(path).suffix
-    if suffix == ".pt2":
-        raise UnsupportedError(f"kiln opt cannot {'read' if role == 'input' else 'write'} .pt2 files yet: {path}",
-                               fix="use an .mlir file (ExportedProgram.to_mlir()); .pt2 support comes with "
-                                   "kiln.save/kiln.load")
-    if suffix != ".mlir":
+    if suffix not in (".mlir", ".pt2"):
         raise KilnError(f"unknown {role} format {suffix or '(no extension)'!r} for {path}",
-                        fix="kiln opt reads and writes .mlir files")
+                        fix="kiln opt reads and writes .pt2 files (torch.export's format) and .mlir files")
 
 
 def _read(path: str) -> ExportedProgram:
     if path == "-":
         return ExportedProgram.from_mlir(sys.stdin.read())
+    if Path(path).suffix == ".pt2":
+        from kiln.ir.serde import load
+        return load(path)  # weights travel inside the archive
     try:
         text = Path(path).read_text()
     except OSError as error:
@@ -118,6 +117,10 @@ def _read(path: str) -> ExportedProgram:
 
 
 def _write(program: ExportedProgram, path: str) -> None:
+    if path != "-" and Path(path).suffix == ".pt2":
+        from kiln.ir.serde import save
+        save(program, path)  # atomic, like every kiln writer
+        return
     text = program.to_mlir() + "\n"
     if path == "-":
         sys.stdout.write(text)

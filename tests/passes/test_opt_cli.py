@@ -69,11 +69,17 @@ def test_pipeline_errors_exit_2_without_output(cnn_file, capsys, arguments, mess
     assert not out.exists()
 
 
-def test_pt2_is_refused_clearly(cnn_file, capsys):
-    assert main(["opt", str(cnn_file.with_suffix(".pt2")), "-p", "dce"]) == 2
-    assert "cannot read .pt2 files yet" in capsys.readouterr().err
-    assert main(["opt", str(cnn_file), "-p", "dce", "-o", str(cnn_file.with_suffix(".pt2"))]) == 2
-    assert "cannot write .pt2 files yet" in capsys.readouterr().err
+def test_pt2_in_and_out(tmp_path):
+    """kiln opt reads torch.export's format and writes it back, weights included."""
+    entry, program, inputs = zoo("cnn")
+    source, target = tmp_path / "model.pt2", tmp_path / "optimized.pt2"
+    kiln.save(program, source)
+    assert main(["opt", str(source), "-p", "fold-batchnorm,decompose,dce", "-o", str(target)]) == 0
+    optimized = kiln.load(target)
+    assert not any("batch_norm" in op.name for op in optimized.nodes())
+    for args in inputs:
+        np.testing.assert_allclose(np.asarray(optimized(*args).numpy(), np.float64),
+                                   np.asarray(program(*args).numpy(), np.float64), rtol=1.3e-6, atol=1e-5)
 
 
 def test_a_failing_pass_leaves_an_existing_output_untouched(cnn_file, tmp_path, capsys):
