@@ -3,8 +3,9 @@
     kiln opt model.pt2 -p "decompose,canonicalize,cse,dce" -o out.pt2 [--timing] [--pass-plugin my_passes.py]
     kiln opt --list-passes
 
-.pt2 files (torch.export's format) carry their weights. .mlir carries none: values that passes create (folded constants) are written next to the output as
-`<output>.npz`, and an input's `<input>.npz`, when present, is read back as its weights.
+.pt2 files (torch.export's format) carry their weights. .mlir carries none: values that passes create
+(folded constants) are written next to the output as `<output>.npz`, and an input's `<input>.npz`, when
+present, is read back as its weights.
 """
 
 from __future__ import annotations
