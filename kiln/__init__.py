@@ -27,6 +27,7 @@ from kiln.frontend.control_flow import cond
 from kiln import onnx  # noqa: E402  (kiln.onnx.export; registers the ONNX lowerings for `kiln ops`)
 from kiln.ir.serde import load, save
 from kiln.frontend.bridge import from_torch
+from kiln.runtime import compile  # noqa: F401,A004  (kiln.compile: the C backend, issue 7)
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})

@@ -1,0 +1,444 @@
+"""Render a Schedule as one C11 + OpenMP source with the kiln C ABI (create / run / destroy, metadata, errors).
+
+Pointwise ops are a table of rules (op name -> C expression over already-cast operands), like tinygrad's
+cstyle renderer. Floating ops compute in double and round to the op's dtype after every op, so fused chains
+give the same values as running the ops one by one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+import sympy
+
+from kiln.ir import dtypes
+from kiln.ir.errors import UnsupportedError
+from kiln.codegen.schedule import (
+    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, contiguous_strides,
+)
+
+ABI_VERSION = 1
+
+C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
+           dtypes.bool_: "bool"}
+
+
+def c_type(dtype: dtypes.DType) -> str:
+    return C_TYPES[dtype]
+
+
+def compute_type(dtype: dtypes.DType) -> str:
+    return "double" if dtype.is_floating_point else c_type(dtype)
+
+
+def identifier(name: str) -> str:
+    """A C identifier from a model name: nothing from the model reaches the source unsanitized."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name)[:60]
+    return name if name and not name[0].isdigit() else f"v_{name}"
+
+
+def literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return f"INT64_C({value})"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        return repr(value)
+    raise UnsupportedError(f"cannot render the scalar {value!r} in C")
+
+
+def symbol_name(symbol: sympy.Symbol) -> str:
+    return f"sym_{identifier(str(symbol))}"
+
+
+def dim_expr(expr: Any) -> str:
+    """An integer sympy expression over the symbols as C."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return f"INT64_C({int(expr)})"
+    if expr.is_Symbol:
+        return symbol_name(expr)
+    if expr.is_Add:
+        return "(" + " + ".join(dim_expr(a) for a in expr.args) + ")"
+    if expr.is_Mul:
+        return "(" + " * ".join(dim_expr(a) for a in expr.args) + ")"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return "(" + " * ".join([dim_expr(expr.base)] * int(expr.exp)) + ")"
+    if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:
+        num, den = sympy.fraction(expr.args[0])
+        return f"kiln_floordiv({dim_expr(num)}, {dim_expr(den)})"
+    raise UnsupportedError(f"cannot render the size expression {expr} in C")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pointwise rules: op name -> (operand cast, rule). "result": operands cast to the result's compute type;
+# "promote": to the operands' promoted compute type (comparisons). Rules get operand strings and the
+# op's non-tensor arguments by schema position.
+
+def _scaled(a: list[str]) -> str:
+    return a[1] if a[2] in ("1", "INT64_C(1)") else f"({a[2]} * {a[1]})"
+
+
+Rule = Callable[[list[str]], str]
+POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
+    "aten.add.Tensor": ("result", lambda a: f"{a[0]} + {_scaled(a)}"),
+    "aten.add.Scalar": ("result", lambda a: f"{a[0]} + {_scaled(a)}"),
+    "aten.sub.Tensor": ("result", lambda a: f"{a[0]} - {_scaled(a)}"),
+    "aten.sub.Scalar": ("result", lambda a: f"{a[0]} - {_scaled(a)}"),
+    "aten.mul.Tensor": ("result", lambda a: f"{a[0]} * {a[1]}"),
+    "aten.mul.Scalar": ("result", lambda a: f"{a[0]} * {a[1]}"),
+    "aten.div.Tensor": ("result", lambda a: f"{a[0]} / {a[1]}"),
+    "aten.div.Scalar": ("result", lambda a: f"{a[0]} / {a[1]}"),
+    "aten.neg.default": ("result", lambda a: f"-{a[0]}"),
+    "aten.relu.default": ("result", lambda a: f"kiln_relu({a[0]})"),
+    "aten.exp.default": ("result", lambda a: f"exp({a[0]})"),
+    "aten.log.default": ("result", lambda a: f"log({a[0]})"),
+    "aten.tanh.default": ("result", lambda a: f"tanh({a[0]})"),
+    "aten.sigmoid.default": ("result", lambda a: f"1.0 / (1.0 + exp(-{a[0]}))"),
+    "aten.sqrt.default": ("result", lambda a: f"sqrt({a[0]})"),
+    "aten.rsqrt.default": ("result", lambda a: f"1.0 / sqrt({a[0]})"),
+    "aten.abs.default": ("result", lambda a: f"fabs({a[0]})"),
+    "aten.erf.default": ("result", lambda a: f"erf({a[0]})"),
+    "aten.gelu.default": ("result", lambda a: f"kiln_gelu_tanh({a[0]})" if a[1] == "tanh" else f"kiln_gelu({a[0]})"),
+    "aten.maximum.default": ("result", lambda a: f"kiln_max({a[0]}, {a[1]})"),
+    "aten.minimum.default": ("result", lambda a: f"kiln_min({a[0]}, {a[1]})"),
+    "aten._to_copy.default": ("result", lambda a: a[0]),
+    "aten.clone.default": ("result", lambda a: a[0]),
+    "aten.where.self": ("where", lambda a: f"{a[0]} ? {a[1]} : {a[2]}"),
+    **{f"aten.{name}.{kind}": ("promote", lambda a, op=op: f"{a[0]} {op} {a[1]}")
+       for name, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
+       for kind in ("Tensor", "Scalar")},
+}
+
+
+class _Exprs:
+    """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
+
+    def __init__(self, rank: int, accumulator: str = "acc_value"):
+        self.rank = rank
+        self.accumulator = accumulator
+
+    def index(self, strides: list, offset: Any, variables: list[str] | None = None) -> str:
+        variables = variables if variables is not None else [f"i{k}" for k in range(self.rank)]
+        terms = [dim_expr(offset)] if sympy.sympify(offset) != 0 else []
+        for var, stride in zip(variables, strides):
+            if sympy.sympify(stride) != 0:
+                terms.append(var if sympy.sympify(stride) == 1 else f"{var} * {dim_expr(stride)}")
+        return " + ".join(terms) or "0"
+
+    def render(self, node: Any) -> str:
+        if isinstance(node, Load):
+            return f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
+        if isinstance(node, Accumulator):
+            return self.accumulator
+        if isinstance(node, Constant):
+            return f"(({c_type(node.dtype)}){literal(node.value)})"
+        if isinstance(node, Iota):
+            return f"(({c_type(node.dtype)})({literal(node.start)} + i0 * {literal(node.step)}))"
+        if isinstance(node, Gather):
+            row = f"(int64_t)({self.render(node.index)})"
+            table = node.table
+            column = f"i{self.rank - 1}"
+            offset = self.index([1, table.strides[1]], table.offset, [f"{row} * {dim_expr(table.strides[0])}", column])
+            return f"{buffer_name(table.buffer)}[{offset}]"
+        if isinstance(node, Apply):
+            cast_kind, rule = POINTWISE_RULES[node.op]
+            tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
+            if cast_kind == "promote":
+                target = compute_type(_promote(tensor_dtypes, node.args))
+            else:
+                target = compute_type(node.dtype)
+            operands = []
+            for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
+                if dtype is not None:
+                    text = self.render(arg)
+                    operands.append(text if cast_kind == "where" and position == 0 else f"({target})({text})")
+                elif isinstance(arg, str):
+                    operands.append(arg)
+                elif arg is None or isinstance(arg, dtypes.DType):
+                    operands.append("")
+                else:
+                    operands.append(f"({target}){literal(arg)}")
+            if cast_kind == "where":
+                operands = [operands[0]] + [f"({compute_type(node.dtype)}){o}" for o in operands[1:]]
+            return f"(({c_type(node.dtype)})({rule(operands)}))"
+        raise UnsupportedError(f"cannot render {type(node).__name__}")
+
+
+def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
+    result = tensor_dtypes[0]
+    for d in tensor_dtypes[1:]:
+        result = dtypes.promote_types(result, d)
+    if any(isinstance(a, float) for a in args) and not result.is_floating_point:
+        result = dtypes.float64
+    return result
+
+
+def buffer_name(buffer: Buffer) -> str:
+    return f"b{buffer.index}_{identifier(buffer.name)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+def _loops(shape: list, body: list[str], indent: str = "    ", parallel: bool = True) -> list[str]:
+    lines = []
+    if parallel and shape:
+        lines.append(f"{indent}#pragma omp parallel for collapse({len(shape)}) schedule(static)")
+    for k, d in enumerate(shape):
+        lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
+    inner = indent + "    " * len(shape)
+    lines.append(f"{inner}{{")
+    lines += [f"{inner}    {line}" for line in body]
+    lines.append(f"{inner}}}")
+    return lines
+
+
+def _flat(shape: list) -> str:
+    return _Exprs(len(shape)).index(contiguous_strides(shape), 0)
+
+
+def _pointwise(kernel: Kernel) -> list[str]:
+    out = kernel.outputs[0]
+    value = _Exprs(len(kernel.shape)).render(kernel.expr)
+    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"])
+
+
+def _matmul(kernel: Kernel) -> list[str]:
+    detail, out = kernel.detail, kernel.outputs[0]
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    a_buf, a_strides, a_offset = detail["a"]
+    b_buf, b_strides, b_offset = detail["b"]
+    batch = "i0" if rank == 3 else "0"
+    row, col = f"i{rank - 2}", f"i{rank - 1}"
+    a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
+    b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
+    result_type = c_type(out.dtype)
+    value = "acc"
+    if "bias" in detail:
+        alpha, beta = detail["alpha"], detail["beta"]
+        bias = exprs.render(detail["bias"])
+        value = f"{literal(beta)} * (double){bias} + {literal(alpha)} * acc"
+    a_name, b_name, k_size = buffer_name(a_buf), buffer_name(b_buf), dim_expr(detail["k"])
+    if sympy.sympify(a_strides[2]) == 1 and sympy.sympify(b_strides[1]) == 1:
+        # Both operands run contiguously along k: eight independent double partial sums let the compiler
+        # vectorize the dot product without reassociating a single float chain.
+        a_row, b_col = exprs.index(a_strides, a_offset, [batch, row, "0"]), exprs.index(b_strides, b_offset,
+                                                                                          [batch, "0", col])
+        body = [
+            f"const {c_type(a_buf.dtype)}* restrict pa = {a_name} + {a_row};",
+            f"const {c_type(b_buf.dtype)}* restrict pb = {b_name} + {b_col};",
+            "double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};",
+            "int64_t k = 0;",
+            f"for (; k + 8 <= {k_size}; k += 8)",
+            "    for (int lane = 0; lane < 8; ++lane) part[lane] += (double)pa[k + lane] * (double)pb[k + lane];",
+            "double acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));",
+            f"for (; k < {k_size}; ++k) acc += (double)pa[k] * (double)pb[k];",
+        ]
+    else:
+        body = [
+            "double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
+            f"for (int64_t k = 0; k < {k_size}; ++k)",
+            f"    acc += (double){a_name}[{a_index}] * (double){b_name}[{b_index}];",
+        ]
+    body += [
+        f"const {result_type} acc_value = ({result_type})({value});",
+        f"{buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
+    ]
+    return _loops(kernel.shape, body)
+
+
+ROW_BODIES: dict[str, str] = {
+    "aten.sum.dim_IntList": "double acc = 0.0; for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc;",
+    "aten.mean.dim": "double acc = 0.0; for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc / (double)L;",
+    "aten.amax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) { double v = X(k); "
+                         "if (isnan(v)) { m = v; break; } if (v > m) m = v; } Y0[0] = m;",
+    "aten._softmax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) m = kiln_max(m, (double)X(k)); "
+                             "double s = 0.0; for (int64_t k = 0; k < L; ++k) s += exp((double)X(k) - m); "
+                             "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = exp((double)X(k) - m) / s;",
+    "aten._log_softmax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) "
+                                 "m = kiln_max(m, (double)X(k)); double s = 0.0; for (int64_t k = 0; k < L; ++k) "
+                                 "s += exp((double)X(k) - m); double ls = log(s); "
+                                 "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = ((double)X(k) - m) - ls;",
+    "aten.native_layer_norm.default": "double mean = 0.0; for (int64_t k = 0; k < L; ++k) mean += X(k); "
+                                      "mean /= (double)L; double var = 0.0; for (int64_t k = 0; k < L; ++k) "
+                                      "{ double d = X(k) - mean; var += d * d; } var /= (double)L; "
+                                      "double rstd = 1.0 / sqrt(var + EPS); for (int64_t k = 0; k < L; ++k) "
+                                      "Y0[(k) * YS] = ((double)X(k) - mean) * rstd * W(k) + B(k); Y1[0] = mean; "
+                                      "Y2[0] = rstd;",
+}
+
+
+def _rows(kernel: Kernel) -> list[str]:
+    detail = kernel.detail
+    source = detail["input"]
+    # One row per index of the other dims; the row runs along `dim` (the last dim for layer norm).
+    dim = detail["dim"]
+    outer = [d for k, d in enumerate(kernel.shape) if k != dim]
+    length = kernel.shape[dim]
+    full_strides = contiguous_strides(kernel.shape)
+    exprs = _Exprs(len(outer))
+    base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
+    out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
+    op = kernel.ops[0]
+    row = _flat(outer) if outer else "0"
+    body = [f"const int64_t L = {dim_expr(length)};",
+            f"const int64_t row = {row};", f"const int64_t base = {base};",
+            f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */",
+            f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
+    for n, out in enumerate(kernel.outputs):
+        full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default")
+        body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
+    if op == "aten.native_layer_norm.default":
+        for macro, key in (("W", "weight"), ("B", "bias")):
+            view = detail[key]
+            default = "1.0" if key == "weight" else "0.0"
+            body.append(f"#define {macro}(k) ((double)" + (
+                f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + (k) * {dim_expr(view.strides[0])}])"
+                if view is not None else f"{default})"))
+        body.append(f"const double EPS = {literal(float(detail['eps']))};")
+    body.append(ROW_BODIES[op])
+    body.append("(void)YS;")
+    body.append("#undef X")
+    if op == "aten.native_layer_norm.default":
+        body += ["#undef W", "#undef B"]
+    return _loops(outer, body)
+
+
+KERNEL_RENDERERS: dict[str, Callable[[Kernel], list[str]]] = {
+    "pointwise": _pointwise, "matmul": _matmul, "rows": _rows,
+}
+
+PRELUDE = """\
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KILN_ABI_VERSION {abi}
+#define kiln_max(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
+#define kiln_min(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
+#define kiln_relu(x) ((x) != (x) ? (x) : (x) > 0 ? (x) : 0)
+static inline double kiln_gelu(double x) {{ return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }}
+static inline double kiln_gelu_tanh(double x) {{
+    return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}}
+static inline int64_t kiln_floordiv(int64_t a, int64_t b) {{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}}
+
+typedef struct {{ int64_t sym[{nsym}]; void* buf[{nbuf}]; }} kiln_ctx;
+"""
+
+
+def _kernel_function(number: int, kernel: Kernel, schedule: Schedule) -> list[str]:
+    name = f"kernel_{number}_{identifier(kernel.name)}"
+    used = set()
+    lines = [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
+             f"static void {name}(const kiln_ctx* ctx)", "{"]
+    for index, symbol in enumerate(schedule.symbols):
+        lines.append(f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};")
+    for buf in schedule.buffers:
+        used.add(buf.index)
+        qualifier = "const " if buf.kind in ("input", "weight") else ""
+        lines.append(f"    {qualifier}{c_type(buf.dtype)}* restrict {buffer_name(buf)} = "
+                     f"({qualifier}{c_type(buf.dtype)}*)ctx->buf[{buf.index}]; (void){buffer_name(buf)};")
+    lines += KERNEL_RENDERERS[kernel.kind](kernel)
+    lines.append("}")
+    return lines
+
+
+def render(schedule: Schedule, weight_offsets: dict[str, int]) -> str:
+    """The complete C source of a compiled program; `weight_offsets` places weights in the weights blob."""
+    out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
+    out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
+    names = []
+    for number, kernel in enumerate(schedule.kernels):
+        out += _kernel_function(number, kernel, schedule)
+        out.append("")
+        names.append(f"kernel_{number}_{identifier(kernel.name)}")
+    nin, nout, nsym = len(schedule.inputs), len(schedule.outputs), len(schedule.symbols)
+    out.append("struct kiln_model { const unsigned char* weights; unsigned char* owned; char error[512]; };")
+    out.append("typedef struct kiln_model kiln_model;")
+    for table, names_ in (("INPUT_NAMES", schedule.input_names), ("OUTPUT_NAMES", schedule.output_names),
+                          ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
+        out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
+    out.append(f"""
+int kiln_abi_version(void) {{ return KILN_ABI_VERSION; }}
+int kiln_num_inputs(void) {{ return {nin}; }}
+int kiln_num_outputs(void) {{ return {nout}; }}
+int kiln_num_symbols(void) {{ return {nsym}; }}
+const char* kiln_input_name(int i) {{ return i >= 0 && i < {nin} ? INPUT_NAMES[i] : NULL; }}
+const char* kiln_output_name(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_NAMES[i] : NULL; }}
+const char* kiln_symbol_name(int i) {{ return i >= 0 && i < {nsym} ? SYMBOL_NAMES[i] : NULL; }}
+const char* kiln_error(const kiln_model* m) {{ return m ? m->error : "no model"; }}
+
+/* `weights` must stay alive (e.g. an mmap of weights.bin) until kiln_destroy. */
+kiln_model* kiln_create(const void* weights, size_t size)
+{{
+    (void)size;
+    kiln_model* m = (kiln_model*)calloc(1, sizeof(kiln_model));
+    if (m) m->weights = (const unsigned char*)weights;
+    return m;
+}}
+
+kiln_model* kiln_create_from_file(const char* path)
+{{
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END); long size = ftell(f); fseek(f, 0, SEEK_SET);
+    unsigned char* data = (unsigned char*)aligned_alloc(64, ((size_t)size + 64) / 64 * 64);
+    if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) {{ fclose(f); free(data); return NULL; }}
+    fclose(f);
+    kiln_model* m = kiln_create(data, (size_t)size);
+    if (m) m->owned = data; else free(data);
+    return m;
+}}
+
+void kiln_destroy(kiln_model* m) {{ if (m) {{ free(m->owned); free(m); }} }}
+""")
+    run = ["/* Run once. symbols: one value per kiln_symbol_name (bound from the input shapes); inputs and",
+           "   outputs: contiguous arrays in signature order, outputs allocated by the caller. 0 on success. */",
+           "int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs)",
+           "{", "    kiln_ctx ctx_storage; kiln_ctx* ctx = &ctx_storage;", "    int status = 0;"]
+    for index, symbol in enumerate(schedule.symbols):
+        sym = symbol_name(symbol)
+        run.append(f"    const int64_t {sym} = symbols[{index}]; ctx->sym[{index}] = {sym};")
+        run.append(f"    if ({symbol_name(symbol)} < 0) {{ snprintf(m->error, sizeof m->error, "
+                   f"\"symbol %s = %lld is negative\", SYMBOL_NAMES[{index}], (long long){symbol_name(symbol)}); "
+                   "return 1; }")
+    temps = []
+    for buf in schedule.buffers:
+        slot = f"ctx->buf[{buf.index}]"
+        if buf.kind == "input":
+            run.append(f"    {slot} = (void*)inputs[{buf.io_index}];")
+        elif buf.kind == "output":
+            run.append(f"    {slot} = outputs[{buf.io_index}];")
+        elif buf.kind == "weight":
+            run.append(f"    {slot} = (void*)(m->weights + {weight_offsets[buf.weight_key]});")
+        else:
+            temps.append(buf)
+            run.append(f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 64);")
+            run.append(f"    if (!{slot}) status = 2;")
+    run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
+    for name, kernel in zip(names, schedule.kernels):
+        run.append(f"    {name}(ctx);")
+    run.append("done:")
+    for buf in temps:
+        run.append(f"    free(ctx->buf[{buf.index}]);")
+    run += ["    return status;", "}", ""]
+    return "\n".join(out + run)
+
+
+def _cstr(text: str) -> str:
+    return '"' + "".join(c if c.isalnum() or c in "_.-" else f"\\{ord(c) & 0xFF:03o}" for c in text) + '"'

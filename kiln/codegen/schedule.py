@@ -1,0 +1,495 @@
+"""The backend-neutral kernel schedule: groups a decomposed program's ops into buffers and kernels.
+
+Pointwise chains fuse into one loop nest (an expression tree per output element); mm/addmm/bmm are GEMM
+templates whose pointwise consumers fuse in as an epilogue; one-dim reductions (sum, amax, mean, softmax,
+log_softmax; layer norm over the last dim) are row kernels; view ops are stride/offset arithmetic on a buffer
+(a copy kernel only when a reshape needs one). Renderers (C now, Triton later) turn this schedule into source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+from xdsl.dialects import func
+
+from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.errors import UnsupportedError
+from kiln.ir.program import ExportedProgram, InputKind, value_names
+from kiln.ir.types import TensorType
+
+SUPPORTED_DTYPES = {dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.bool_}
+
+# Ops fused into pointwise kernels; the renderer supplies one rule per name.
+POINTWISE_OPS = {
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.mul.Tensor",
+    "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar", "aten.neg.default", "aten.relu.default",
+    "aten.exp.default", "aten.log.default", "aten.tanh.default", "aten.sigmoid.default", "aten.sqrt.default",
+    "aten.rsqrt.default", "aten.abs.default", "aten.erf.default", "aten.gelu.default", "aten.where.self",
+    "aten.maximum.default", "aten.minimum.default", "aten._to_copy.default", "aten.clone.default",
+    *(f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")),
+}
+SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default"}
+MATMUL_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
+ROW_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim", "aten._softmax.default",
+           "aten._log_softmax.default", "aten.native_layer_norm.default"}
+VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
+            "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
+            "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default"}
+SUPPORTED_OPS = POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedule data
+
+@dataclass(eq=False)
+class Buffer:
+    """A contiguous allocation: a program input, a weight, an output, or a temporary."""
+
+    index: int
+    name: str
+    dtype: dtypes.DType
+    shape: list  # dims: ints or sympy expressions over the program's symbols
+    kind: str = "temp"  # "input" | "weight" | "temp" | "output"
+    weight_key: str | None = None
+    io_index: int = -1  # position among user inputs / outputs
+
+    @property
+    def numel(self) -> Any:
+        return sympy.Mul(*[sympy.Integer(d) if isinstance(d, int) else d for d in self.shape])
+
+
+@dataclass(eq=False)
+class View:
+    """A strided window on a buffer: element i is at offset + sum(i_k * strides[k])."""
+
+    buffer: Buffer
+    shape: list
+    strides: list
+    offset: Any = 0
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = contiguous_strides(self.shape)
+        return all(_same(d, 1) or _same(s, e) for d, s, e in zip(self.shape, self.strides, expected))
+
+
+@dataclass(eq=False)
+class Load:
+    """Read a view at the kernel's output index; `strides` are per output dim (0 where broadcast)."""
+
+    buffer: Buffer
+    strides: list
+    offset: Any
+
+
+@dataclass(eq=False)
+class Gather:
+    """embedding: row `index` of a 2-D view, column = the kernel's last index."""
+
+    table: View
+    index: Any  # an expression node
+    dtype: dtypes.DType
+
+
+@dataclass(eq=False)
+class Iota:
+    start: Any
+    step: Any
+    dtype: dtypes.DType
+
+
+@dataclass(eq=False)
+class Constant:
+    value: Any
+    dtype: dtypes.DType
+
+
+@dataclass(eq=False)
+class Accumulator:
+    """The GEMM result inside a matmul kernel's epilogue."""
+
+    dtype: dtypes.DType
+
+
+@dataclass(eq=False)
+class Apply:
+    op: str  # the aten op name; the renderer's rule table is keyed by it
+    args: list  # expression nodes for tensors, Python values for other arguments
+    dtype: dtypes.DType
+    arg_dtypes: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One loop nest. kind: pointwise | matmul | rows. `ops` names the aten ops it implements."""
+
+    kind: str
+    name: str
+    ops: list[str]
+    outputs: list[Buffer]
+    shape: list  # the iteration shape (pointwise, matmul: the output's)
+    expr: Any = None  # pointwise value, or the matmul epilogue (over an Accumulator)
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class Schedule:
+    buffers: list[Buffer]
+    kernels: list[Kernel]
+    inputs: list[Buffer]
+    outputs: list[tuple[Buffer, list]]  # buffer and the output's shape
+    symbols: list[sympy.Symbol]
+    output_names: list[str]
+    input_names: list[str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+def _dim(d: Any) -> Any:
+    return sympy.Integer(d) if isinstance(d, int) else d
+
+
+def _same(a: Any, b: Any) -> bool:
+    return sympy.expand(_dim(a) - _dim(b)) == 0
+
+
+def contiguous_strides(shape: list) -> list:
+    strides, running = [], sympy.Integer(1)
+    for d in reversed(shape):
+        strides.append(running)
+        running = sympy.expand(running * _dim(d))
+    return list(reversed(strides))
+
+
+def _contiguous(buffer: Buffer, shape: list | None = None) -> View:
+    shape = list(buffer.shape if shape is None else shape)
+    return View(buffer, shape, contiguous_strides(shape), sympy.Integer(0))
+
+
+def _load(view: View, out_shape: list) -> Load:
+    """Broadcast `view` to `out_shape` (right-aligned) as per-output-dim strides."""
+    lead = len(out_shape) - len(view.shape)
+    strides = [sympy.Integer(0)] * lead
+    for d, s, o in zip(view.shape, view.strides, out_shape[lead:]):
+        strides.append(sympy.Integer(0) if _same(d, 1) and not _same(o, 1) else s)
+    return Load(view.buffer, strides, view.offset)
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "type") and isinstance(value.type, TensorType)
+
+
+def _norm_dim(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling
+
+class _Scheduler:
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self.names = value_names(program.body)
+        self.buffers: list[Buffer] = []
+        self.kernels: list[Kernel] = []
+        self.views: dict[Any, View] = {}
+        self.pending: dict[Any, tuple[Any, Any]] = {}  # value -> (expression, matmul kernel or None)
+
+    def buffer(self, value: Any, kind: str = "temp", shape: list | None = None, dtype: Any = None) -> Buffer:
+        vtype = value.type if value is not None else None
+        name = self.names[value] if value is not None else f"t{len(self.buffers)}"
+        buf = Buffer(len(self.buffers), name, dtype or vtype.dtype, list(shape if shape is not None else vtype.shape),
+                     kind)
+        self.buffers.append(buf)
+        return buf
+
+    def run(self) -> Schedule:
+        program = self.program
+        self.check_supported()
+        inputs = []
+        for spec, arg in zip(program.graph_signature.input_specs, program.body.args):
+            if spec.kind is InputKind.USER_INPUT:
+                buf = self.buffer(arg, "input")
+                buf.io_index = len(inputs)
+                inputs.append(buf)
+            else:
+                buf = self.buffer(arg, "weight")
+                buf.weight_key = spec.target
+            self.views[arg] = _contiguous(buf)
+        returned: list = []
+        for op in program.body.ops:
+            if isinstance(op, func.ReturnOp):
+                returned = list(op.operands)
+                break
+            self.schedule_op(op)
+        outputs = []
+        claimed: set = set()
+        for index, value in enumerate(returned):
+            view = self.materialized(value)
+            buf = view.buffer
+            if (buf.kind == "temp" and buf not in claimed and view.is_contiguous and _same(view.offset, 0)
+                    and _same(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
+                buf.kind = "output"
+            else:
+                buf = self.copy(view, value)
+                buf.kind = "output"
+            buf.io_index = index
+            claimed.add(buf)
+            outputs.append((buf, list(value.type.shape)))
+        symbols = sorted(program.range_constraints, key=str)
+        for buf in self.buffers:
+            for d in buf.shape:
+                for s in getattr(d, "free_symbols", ()):
+                    if s not in symbols:
+                        symbols.append(s)
+        return Schedule(self.buffers, self.kernels, inputs, outputs, symbols,
+                        [s.name for s in program.graph_signature.output_specs],
+                        program.graph_signature.user_inputs)
+
+    def check_supported(self) -> None:
+        problems: dict[str, str] = {}
+        for op in self.program.body.ops:
+            if isinstance(op, func.ReturnOp):
+                continue
+            name = getattr(getattr(op, "opdef", None), "name", op.name)
+            if name not in SUPPORTED_OPS:
+                problems.setdefault(name, "no C lowering")
+                continue
+            for value in list(op.operands) + list(op.results):
+                if _is_tensor(value) and value.type.dtype not in SUPPORTED_DTYPES:
+                    problems.setdefault(name, f"dtype {value.type.dtype.name} is not supported")
+            reason = _unsupported_arguments(op)
+            if reason:
+                problems.setdefault(name, reason)
+        if problems:
+            listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
+            raise UnsupportedError(f"the C backend cannot compile {len(problems)} op(s): {listed}",
+                                   fix="decompose them first (pipeline 'decompose'), or add a C lowering")
+
+    # -- values
+    def materialized(self, value: Any) -> View:
+        if value in self.pending:
+            expr, matmul = self.pending.pop(value)
+            self.emit_pointwise(value, expr, matmul)
+        return self.views[value]
+
+    def copy(self, view: View, value: Any) -> Buffer:
+        buf = self.buffer(None, shape=view.shape, dtype=view.buffer.dtype)
+        buf.name = f"{self.names.get(value, 'copy')}_copy"
+        self.kernels.append(Kernel("pointwise", f"copy_{buf.name}", ["copy"], [buf], list(view.shape),
+                                   _load(view, view.shape)))
+        return buf
+
+    def fusable_into_consumer(self, value: Any) -> bool:
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return False
+        user = uses[0].operation
+        name = getattr(getattr(user, "opdef", None), "name", "")
+        if name not in POINTWISE_OPS:
+            return False
+        out = user.results[0].type
+        return len(out.shape) == len(value.type.shape) and all(map(_same, out.shape, value.type.shape))
+
+    def emit_pointwise(self, value: Any, expr: Any, matmul: Any) -> None:
+        buf = self.buffer(value)
+        fused = expression_ops(expr)
+        if matmul is not None:
+            matmul.outputs, matmul.expr = [buf], expr
+            matmul.ops += fused
+            matmul.name = "_".join([matmul.name] + [o.split(".")[1].lstrip("_") for o in fused] + [buf.name])
+            self.kernels.append(matmul)
+        else:
+            self.kernels.append(Kernel("pointwise", f"pointwise_{buf.name}", fused or ["copy"], [buf],
+                                       list(value.type.shape), expr))
+        self.views[value] = _contiguous(buf)
+
+    def operand_expr(self, value: Any, out_shape: list, carried: list) -> Any:
+        if value in self.pending:
+            expr, matmul = self.pending.pop(value)
+            if matmul is not None:
+                if carried[0] is not None:  # a second GEMM in the same chain: materialize it
+                    self.emit_pointwise(value, expr, matmul)
+                    return _load(self.views[value], out_shape)
+                carried[0] = matmul
+            return expr
+        return _load(self.materialized(value), out_shape)
+
+    def finish(self, value: Any, expr: Any, matmul: Any) -> None:
+        if self.fusable_into_consumer(value):
+            self.pending[value] = (expr, matmul)
+        else:
+            self.emit_pointwise(value, expr, matmul)
+
+    # -- ops
+    def schedule_op(self, op: Any) -> None:
+        name = op.opdef.name
+        result = op.results[0]
+        args = bound_arguments(op)
+        if name in VIEW_OPS:
+            self.schedule_view(op, name, args)
+        elif name in MATMUL_OPS:
+            self.schedule_matmul(op, name, args)
+        elif name in ROW_OPS:
+            self.schedule_rows(op, name, args)
+        else:
+            out_shape = list(result.type.shape)
+            carried: list = [None]
+            if name == "aten.scalar_tensor.default":
+                expr = Constant(args[0], result.type.dtype)
+            elif name == "aten.arange.start_step":
+                expr = Iota(args[0], args[2], result.type.dtype)
+            elif name == "aten.embedding.default":
+                index = self.operand_expr(args[1], out_shape[:-1], carried)
+                expr = Gather(self.materialized(args[0]), index, result.type.dtype)
+            else:
+                nodes = [self.operand_expr(a, out_shape, carried) if _is_tensor(a) else a for a in args]
+                arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
+                expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
+            self.finish(result, expr, carried[0])
+
+    def schedule_view(self, op: Any, name: str, args: list) -> None:
+        source = self.materialized(args[0])
+        results = list(op.results)
+        rank = len(source.shape)
+        if name == "aten.split_with_sizes.default":
+            dim, start = _norm_dim(args[2], rank), sympy.Integer(0)
+            for value, size in zip(results, args[1]):
+                offset = sympy.expand(source.offset + start * source.strides[dim])
+                shape = list(source.shape)
+                shape[dim] = value.type.shape[dim]
+                self.views[value] = View(source.buffer, shape, list(source.strides), offset)
+                start = sympy.expand(start + _dim(size))
+            return
+        out_shape = list(results[0].type.shape)
+        strides, offset = list(source.strides), source.offset
+        if name in ("aten.view.default", "aten._unsafe_view.default"):
+            if not source.is_contiguous:
+                source = _contiguous(self.copy(source, args[0]))
+            strides, offset = contiguous_strides(out_shape), source.offset
+        elif name == "aten.permute.default":
+            dims = [_norm_dim(d, rank) for d in args[1]]
+            strides = [source.strides[d] for d in dims]
+        elif name == "aten.expand.default":
+            lead = len(out_shape) - rank
+            strides = [sympy.Integer(0)] * lead + [
+                sympy.Integer(0) if _same(d, 1) and not _same(o, 1) else s
+                for d, s, o in zip(source.shape, source.strides, out_shape[lead:])]
+        elif name == "aten.unsqueeze.default":
+            dim = _norm_dim(args[1], rank + 1)
+            strides.insert(dim, sympy.Integer(0))
+        elif name in ("aten.squeeze.dim", "aten.squeeze.dims"):
+            dims = [args[1]] if name == "aten.squeeze.dim" else list(args[1])
+            drop = {_norm_dim(d, rank) for d in dims if rank and _same(source.shape[_norm_dim(d, rank)], 1)}
+            strides = [s for i, s in enumerate(strides) if i not in drop]
+        elif name == "aten.slice.Tensor":
+            dim = _norm_dim(args[1], rank)
+            start = args[2] if args[2] is not None else 0
+            if isinstance(start, int) and start < 0:
+                start = start + source.shape[dim]
+            if isinstance(start, int) and isinstance(source.shape[dim], int):
+                start = max(0, min(start, source.shape[dim]))
+            offset = sympy.expand(offset + _dim(start) * strides[dim])
+            strides[dim] = sympy.expand(strides[dim] * args[4])
+        elif name == "aten.select.int":
+            dim = _norm_dim(args[1], rank)
+            index = args[2]
+            if isinstance(index, int) and index < 0:
+                index = index + source.shape[dim]
+            offset = sympy.expand(offset + _dim(index) * strides[dim])
+            del strides[dim]
+        self.views[results[0]] = View(source.buffer, out_shape, strides, offset)
+
+    def schedule_matmul(self, op: Any, name: str, args: list) -> None:
+        result = op.results[0]
+        out_shape = list(result.type.shape)
+        detail: dict[str, Any] = {}
+        if name == "aten.addmm.default":
+            detail["bias"] = _load(self.materialized(args[0]), out_shape)
+            a, b = args[1], args[2]
+            detail["beta"], detail["alpha"] = args[3], args[4]
+        else:
+            a, b = args[0], args[1]
+        va, vb = self.materialized(a), self.materialized(b)
+        if len(out_shape) == 2:
+            detail["a"] = (va.buffer, [0, va.strides[0], va.strides[1]], va.offset)
+            detail["b"] = (vb.buffer, [0, vb.strides[0], vb.strides[1]], vb.offset)
+        else:
+            detail["a"] = (va.buffer, list(va.strides), va.offset)
+            detail["b"] = (vb.buffer, list(vb.strides), vb.offset)
+        detail["k"] = va.shape[-1]
+        kernel = Kernel("matmul", name.split(".")[1], [name], [], out_shape, None, detail)
+        if self.fusable_into_consumer(result):
+            self.pending[result] = (Accumulator(result.type.dtype), kernel)
+        else:
+            self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
+    def schedule_rows(self, op: Any, name: str, args: list) -> None:
+        source = self.materialized(args[0])
+        outputs = [self.buffer(r) for r in op.results]
+        rank = len(source.shape)
+        if name in ("aten._softmax.default", "aten._log_softmax.default"):
+            dim = _norm_dim(args[1], rank)
+        elif name == "aten.native_layer_norm.default":
+            dim = rank - 1
+        else:
+            dim = _norm_dim(args[1][0], rank)
+        detail: dict[str, Any] = {"input": source, "dim": dim}
+        if name == "aten.native_layer_norm.default":
+            detail["weight"] = self.materialized(args[2]) if args[2] is not None else None
+            detail["bias"] = self.materialized(args[3]) if args[3] is not None else None
+            detail["eps"] = args[4]
+        self.kernels.append(Kernel("rows", f"{name.split('.')[1].lstrip('_')}_{outputs[0].name}", [name], outputs,
+                                   list(source.shape), None, detail))
+        for r, buf in zip(op.results, outputs):
+            self.views[r] = _contiguous(buf)
+
+
+def expression_ops(expr: Any) -> list[str]:
+    """The aten ops an expression tree implements, in evaluation order."""
+    if isinstance(expr, Apply):
+        inner = [o for a in expr.args for o in expression_ops(a)]
+        return inner + [expr.op]
+    if isinstance(expr, Gather):
+        return expression_ops(expr.index) + ["aten.embedding.default"]
+    if isinstance(expr, Iota):
+        return ["aten.arange.start_step"]
+    if isinstance(expr, Constant):
+        return ["aten.scalar_tensor.default"]
+    return []
+
+
+def _unsupported_arguments(op: Any) -> str | None:
+    """Why this op's arguments fall outside what the C kernels handle (None when they fit)."""
+    name = op.opdef.name
+    args = bound_arguments(op)
+    rank = len(op.operands[0].type.shape) if op.operands else 0
+    if name in ("aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim"):
+        dims = args[1]
+        if rank == 0 or not dims or len(dims) != 1:
+            return "only a reduction over one dim is supported"
+        if len(args) > 3 and args[3] is not None:
+            return "dtype= is not supported"
+        if op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
+            return "only floating reductions are supported"
+    if name in ("aten._softmax.default", "aten._log_softmax.default"):
+        if rank == 0 or args[2]:
+            return "only softmax of a tensor with dims, without half_to_float, is supported"
+    if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
+        return "only layer norm over the last dim is supported"
+    if name == "aten.gelu.default" and args[1] not in ("none", "tanh"):
+        return f"approximate={args[1]!r}"
+    if name in MATMUL_OPS:
+        for value in op.operands:
+            if value.type.dtype not in (dtypes.float32, dtypes.float64):
+                return "only floating matmuls are supported"
+    return None
+
+
+def schedule(program: ExportedProgram) -> Schedule:
+    """Group a decomposed program's ops into kernels; rejects every unsupported op at once."""
+    return _Scheduler(program).run()

@@ -1,0 +1,157 @@
+"""kiln.compile / kiln.runtime.load: the compiled package (directory) and its ctypes-backed callable.
+
+Layout: manifest.json (ABI version, signature, symbols and ranges, input/output dtypes and shapes, weight
+offsets), weights.bin (raw little-endian, 64-byte aligned, mmap-able), model.c and model.so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import pathlib
+import shutil
+import tempfile
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from kiln.ir import dtypes
+from kiln.ir.errors import InputError, KilnError
+from kiln.ir.interpreter import bind_symbols
+from kiln.ir.program import ExportedProgram
+from kiln.ir.symbolic import ValueRange, evaluate_dim, format_dim, parse_dim
+from kiln.ir.types import TensorType
+
+DEFAULT_PIPELINE = "decompose,canonicalize,cse,dce"
+ALIGN = 64
+
+
+def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, dynamic_shapes: Any = None,
+            pipeline: str | None = None, output: str | pathlib.Path | None = None) -> "CompiledModel":
+    """Compile a program (or a module, exported with `example_args`) into a package and load it."""
+    from kiln.codegen.c import ABI_VERSION, build_library, render
+    from kiln.codegen.schedule import schedule
+    from kiln.passes import run as run_passes
+
+    if target != "c":
+        raise KilnError(f"unknown compile target {target!r}", fix="use target='c'")
+    program = ep_or_module
+    if not isinstance(program, ExportedProgram):
+        import kiln
+        if example_args is None:
+            raise KilnError("compiling a module needs example_args to export it", fix="pass example_args=(x,)")
+        program = kiln.export(program, tuple(example_args), dynamic_shapes=dynamic_shapes)
+    program = run_passes(program, pipeline or DEFAULT_PIPELINE)
+    plan = schedule(program)
+    weights, offsets, blob = [], {}, bytearray()
+    for buf in plan.buffers:
+        if buf.kind != "weight" or buf.weight_key in offsets:
+            continue
+        store = program.state_dict if buf.weight_key in program.state_dict else program.constants
+        array = np.ascontiguousarray(np.asarray(store[buf.weight_key]), dtype=buf.dtype.numpy)
+        blob += b"\0" * (-len(blob) % ALIGN)
+        offsets[buf.weight_key] = len(blob)
+        weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": array.nbytes,
+                        "dtype": buf.dtype.name, "shape": list(array.shape)})
+        blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+    source = render(plan, offsets)
+    library = build_library(source)
+    out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.c").write_text(source)
+    (out / "weights.bin").write_bytes(bytes(blob))
+    shutil.copyfile(library, out / "model.so")
+    manifest = {
+        "format": "kiln-c-package", "abi_version": ABI_VERSION, "library": "model.so", "source": "model.c",
+        "weights_file": "weights.bin", "weights": weights,
+        "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
+                     "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
+        "inputs": [{"name": b.name, "dtype": b.dtype.name, "shape": [format_dim(d) for d in b.shape]}
+                   for b in plan.inputs],
+        "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape]}
+                    for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return load(out)
+
+
+def _bound(allowed: ValueRange | None, which: str) -> int | None:
+    if allowed is None:
+        return None
+    value = getattr(allowed, which)
+    return None if value in (float("inf"), float("-inf")) else int(value)
+
+
+class CompiledModel:
+    """A loaded package: call it with numpy arrays (or kiln Tensors) in the user-input order."""
+
+    def __init__(self, path: str | pathlib.Path):
+        self.path = pathlib.Path(path)
+        self.manifest = json.loads((self.path / "manifest.json").read_text())
+        from kiln.codegen.c import ABI_VERSION
+        if self.manifest.get("abi_version") != ABI_VERSION:
+            raise KilnError(f"package {self.path} has ABI version {self.manifest.get('abi_version')}, "
+                            f"this kiln reads {ABI_VERSION}", fix="recompile the model with this kiln")
+        self.symbols = [parse_dim(s["name"]) for s in self.manifest["symbols"]]
+        ranges = {sym: ValueRange(s["lower"] if s["lower"] is not None else 0,
+                                  s["upper"] if s["upper"] is not None else float("inf"))
+                  for sym, s in zip(self.symbols, self.manifest["symbols"])}
+        specs = [SimpleNamespace(name=i["name"]) for i in self.manifest["inputs"]]
+        args = [SimpleNamespace(type=TensorType.of([parse_dim(d) for d in i["shape"]], dtypes.dtype(i["dtype"])))
+                for i in self.manifest["inputs"]]
+        self._signature = SimpleNamespace(graph_signature=SimpleNamespace(input_specs=specs),
+                                          body=SimpleNamespace(args=args), range_constraints=ranges)
+        self._outputs = [([parse_dim(d) for d in o["shape"]], dtypes.dtype(o["dtype"]).numpy)
+                         for o in self.manifest["outputs"]]
+        weights_path = self.path / self.manifest["weights_file"]
+        self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
+        lib = ctypes.CDLL(str(self.path / self.manifest["library"]))
+        lib.kiln_create.restype = ctypes.c_void_p
+        lib.kiln_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.kiln_run.restype = ctypes.c_int
+        lib.kiln_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_void_p)]
+        lib.kiln_error.restype = ctypes.c_char_p
+        lib.kiln_error.argtypes = [ctypes.c_void_p]
+        lib.kiln_destroy.argtypes = [ctypes.c_void_p]
+        self._lib = lib
+        address = self._weights.ctypes.data if self._weights is not None else None
+        self._handle = lib.kiln_create(address, 0 if self._weights is None else self._weights.size)
+        if not self._handle:
+            raise KilnError(f"kiln_create failed for {self.path}")
+
+    def __del__(self) -> None:
+        handle, lib = getattr(self, "_handle", None), getattr(self, "_lib", None)
+        if handle and lib is not None:
+            lib.kiln_destroy(handle)
+            self._handle = None
+
+    def __call__(self, *args: Any) -> Any:
+        specs = self.manifest["inputs"]
+        if len(args) != len(specs):
+            raise InputError(f"the compiled model takes {len(specs)} input(s) "
+                             f"({', '.join(s['name'] for s in specs)}) but got {len(args)}")
+        arrays = []
+        for spec, value in zip(specs, args):
+            if hasattr(value, "__kiln_array__"):
+                value = value.__kiln_array__()
+            if not isinstance(value, np.ndarray):
+                raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
+            arrays.append(value)
+        bindings = bind_symbols(self._signature, arrays)  # validates dtype, rank, dims, ranges; names the input
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        outputs = [np.empty([d if isinstance(d, int) else evaluate_dim(d, bindings) for d in shape], dtype)
+                   for shape, dtype in self._outputs]
+        symbols = (ctypes.c_int64 * max(1, len(self.symbols)))(*[bindings.get(s, 0) for s in self.symbols])
+        inputs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        outs = (ctypes.c_void_p * max(1, len(outputs)))(*[o.ctypes.data for o in outputs])
+        status = self._lib.kiln_run(self._handle, symbols, inputs, outs)
+        if status:
+            raise KilnError(f"the compiled model failed: {self._lib.kiln_error(self._handle).decode()}")
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def load(path: str | pathlib.Path) -> CompiledModel:
+    """Load a package written by kiln.compile."""
+    return CompiledModel(path)
