@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
-from kiln.cli import export, inspect, opt
+from kiln.cli import compile, export, inspect, opt
 from kiln.ir.errors import KilnError
 
 
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.register(commands)
     export.register(commands)
     inspect.register(commands)
+    compile.register(commands)
     return parser
 
 

@@ -31,14 +31,24 @@ POINTWISE_OPS = {
     "aten.maximum.default", "aten.minimum.default", "aten._to_copy.default", "aten.clone.default",
     *(f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")),
 }
-SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default"}
+SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default"}
+# Per-channel affine ops: pointwise with their [C] operands broadcast along dim 1 (fuse like pointwise ops).
+CHANNEL_OPS = {"aten._native_batch_norm_legit_no_training.default"}
+FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
+# Convolution: a direct-loop template (double accumulator) with a fused pointwise epilogue, like GEMM.
+CONV_OPS = {"aten.convolution.default"}
+# Window reductions over the trailing spatial dims: one output element per window.
+WINDOW_OPS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+              "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default"}
+CONCAT_OPS = {"aten.cat.default"}
 MATMUL_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 ROW_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim", "aten._softmax.default",
            "aten._log_softmax.default", "aten.native_layer_norm.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default"}
-SUPPORTED_OPS = POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS
+SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
+                 | CONCAT_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +115,7 @@ class Iota:
 class Constant:
     value: Any
     dtype: dtypes.DType
+    op: str = "aten.scalar_tensor.default"
 
 
 @dataclass(eq=False)
@@ -124,7 +135,7 @@ class Apply:
 
 @dataclass(eq=False)
 class Kernel:
-    """One loop nest. kind: pointwise | matmul | rows. `ops` names the aten ops it implements."""
+    """One loop nest. kind: pointwise | matmul | conv | rows | window | cat. `ops` names the aten ops it implements."""
 
     kind: str
     name: str
@@ -290,7 +301,7 @@ class _Scheduler:
             return False
         user = uses[0].operation
         name = getattr(getattr(user, "opdef", None), "name", "")
-        if name not in POINTWISE_OPS:
+        if name not in FUSING_OPS or (name in CHANNEL_OPS and user.operands[0] is not value):
             return False
         out = user.results[0].type
         return len(out.shape) == len(value.type.shape) and all(map(_same, out.shape, value.type.shape))
@@ -336,11 +347,21 @@ class _Scheduler:
             self.schedule_matmul(op, name, args)
         elif name in ROW_OPS:
             self.schedule_rows(op, name, args)
+        elif name in CONV_OPS:
+            self.schedule_conv(op, name, args)
+        elif name in WINDOW_OPS:
+            self.schedule_window(op, name, args)
+        elif name in CONCAT_OPS:
+            self.schedule_cat(op, name, args)
         else:
             out_shape = list(result.type.shape)
             carried: list = [None]
             if name == "aten.scalar_tensor.default":
                 expr = Constant(args[0], result.type.dtype)
+            elif name == "aten.full.default":
+                expr = Constant(args[1], result.type.dtype, name)
+            elif name in CHANNEL_OPS:
+                expr = self.channel_expr(op, name, args, out_shape, carried)
             elif name == "aten.arange.start_step":
                 expr = Iota(args[0], args[2], result.type.dtype)
             elif name == "aten.embedding.default":
@@ -351,6 +372,70 @@ class _Scheduler:
                 arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
                 expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
             self.finish(result, expr, carried[0])
+
+    def channel_expr(self, op: Any, name: str, args: list, out_shape: list, carried: list) -> Apply:
+        """batch norm (eval): x and per-channel [C] operands viewed as [C, 1, ...] along dim 1."""
+        nodes: list = [self.operand_expr(args[0], out_shape, carried)]
+        for a in args[1:]:
+            if _is_tensor(a):
+                view = self.materialized(a)
+                trailing = len(out_shape) - 2
+                channel = View(view.buffer, [view.shape[0]] + [1] * trailing,
+                               [view.strides[0]] + [sympy.Integer(0)] * trailing, view.offset)
+                nodes.append(_load(channel, out_shape))
+            else:
+                nodes.append(a)
+        arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
+        for extra in op.results[1:]:  # the empty save_mean / save_invstd
+            self.views[extra] = _contiguous(self.buffer(extra))
+        return Apply(name, nodes, op.results[0].type.dtype, arg_dtypes)
+
+    def schedule_conv(self, op: Any, name: str, args: list) -> None:
+        result = op.results[0]
+        out_shape = list(result.type.shape)
+        n = len(out_shape) - 2
+        detail: dict[str, Any] = {
+            "input": self.materialized(args[0]), "weight": self.materialized(args[1]),
+            "bias": self.materialized(args[2]) if args[2] is not None else None,
+            "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
+            "groups": args[8]}
+        kernel = Kernel("conv", "convolution", [name], [], out_shape, None, detail)
+        if self.fusable_into_consumer(result):
+            self.pending[result] = (Accumulator(result.type.dtype), kernel)
+        else:
+            self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
+    def schedule_window(self, op: Any, name: str, args: list) -> None:
+        source = self.materialized(args[0])
+        outputs = [self.buffer(r) for r in op.results]
+        out_shape = list(op.results[0].type.shape)
+        n = 3 if "3d" in name else 2
+        detail: dict[str, Any] = {"input": source, "n": n}
+        if "max_pool" in name:
+            kernel = _per_dim(args[1], n)
+            detail.update(kernel=kernel, stride=_per_dim(args[2], n) if len(args) > 2 and args[2] else kernel,
+                          padding=_per_dim(args[3] if len(args) > 3 else 0, n),
+                          dilation=_per_dim(args[4] if len(args) > 4 else 1, n))
+        short = name.split(".")[1].lstrip("_")
+        self.kernels.append(Kernel("window", f"{short}_{outputs[0].name}", [name], outputs, out_shape, None, detail))
+        for r, buf in zip(op.results, outputs):
+            self.views[r] = _contiguous(buf)
+
+    def schedule_cat(self, op: Any, name: str, args: list) -> None:
+        result = op.results[0]
+        out_shape = list(result.type.shape)
+        dim = _norm_dim(args[1] if len(args) > 1 else 0, len(out_shape))
+        parts, start = [], sympy.Integer(0)
+        for value in args[0]:
+            shape = list(value.type.shape)
+            if len(shape) != len(out_shape):  # legacy 1-D empty inputs take no part
+                continue
+            parts.append((_load(self.materialized(value), shape), shape, start))
+            start = sympy.expand(start + _dim(shape[dim]))
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("cat", f"cat_{buf.name}", [name], [buf], out_shape, None,
+                                   {"parts": parts, "dim": dim}))
+        self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
         source = self.materialized(args[0])
@@ -459,8 +544,13 @@ def expression_ops(expr: Any) -> list[str]:
     if isinstance(expr, Iota):
         return ["aten.arange.start_step"]
     if isinstance(expr, Constant):
-        return ["aten.scalar_tensor.default"]
+        return [expr.op]
     return []
+
+
+def _per_dim(value: Any, n: int) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return values * n if len(values) == 1 else values
 
 
 def _unsupported_arguments(op: Any) -> str | None:
@@ -483,6 +573,17 @@ def _unsupported_arguments(op: Any) -> str | None:
         return "only layer norm over the last dim is supported"
     if name == "aten.gelu.default" and args[1] not in ("none", "tanh"):
         return f"approximate={args[1]!r}"
+    if name == "aten.convolution.default":
+        if args[6]:
+            return "transposed convolution is not supported"
+        if len(op.results[0].type.shape) < 3:
+            return "only batched convolutions are supported"
+    if name in CONV_OPS | WINDOW_OPS | CHANNEL_OPS:
+        for value in op.operands:
+            if value.type.dtype not in (dtypes.float32, dtypes.float64):
+                return "only floating inputs are supported"
+    if name in CHANNEL_OPS and rank < 2:
+        return "only inputs with a channel dim are supported"
     if name in MATMUL_OPS:
         for value in op.operands:
             if value.type.dtype not in (dtypes.float32, dtypes.float64):

@@ -85,6 +85,12 @@ def _scaled(a: list[str]) -> str:
     return a[1] if a[2] in ("1", "INT64_C(1)") else f"({a[2]} * {a[1]})"
 
 
+def _batch_norm(a: list[str]) -> str:
+    value = f"({a[0]} - {a[3]}) * (1.0 / sqrt({a[4]} + {a[6]}))"
+    value = f"{value} * {a[1]}" if a[1] else value
+    return f"{value} + {a[2]}" if a[2] else value
+
+
 Rule = Callable[[list[str]], str]
 POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.add.Tensor": ("result", lambda a: f"{a[0]} + {_scaled(a)}"),
@@ -111,6 +117,8 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten._to_copy.default": ("result", lambda a: a[0]),
     "aten.clone.default": ("result", lambda a: a[0]),
     "aten.where.self": ("where", lambda a: f"{a[0]} ? {a[1]} : {a[2]}"),
+    # batch norm (eval), operands: x, weight?, bias?, running_mean, running_var, momentum, eps
+    "aten._native_batch_norm_legit_no_training.default": ("result", lambda a: _batch_norm(a)),
     **{f"aten.{name}.{kind}": ("promote", lambda a, op=op: f"{a[0]} {op} {a[1]}")
        for name, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
        for kind in ("Tensor", "Scalar")},
@@ -312,8 +320,119 @@ def _rows(kernel: Kernel) -> list[str]:
     return _loops(outer, body)
 
 
+def _view_index(view: Any, variables: list[str]) -> str:
+    """The flat element offset of a View (shape, strides, offset) at index `variables`."""
+    return _Exprs(len(variables)).index(view.strides, view.offset, variables)
+
+
+def _conv(kernel: Kernel) -> list[str]:
+    """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    n = len(kernel.shape) - 2
+    groups = detail["groups"]
+    cig = dim_expr(w.shape[1])
+    body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
+            f"const int64_t cin0 = (i1 / {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}) * {cig};"]
+    # The kernel taps whose input position lies inside the input (padding contributes zero): r in [lo, hi).
+    for k in range(n):
+        stride, padding, dilation = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+        size, taps = dim_expr(x.shape[2 + k]), dim_expr(w.shape[2 + k])
+        body += [f"const int64_t base{k} = i{2 + k} * {stride} - {padding};",
+                 f"const int64_t lo{k} = base{k} >= 0 ? 0 : (-base{k} + {dilation - 1}) / {dilation};",
+                 f"int64_t hi{k} = ({size} - base{k} + {dilation - 1}) / {dilation}; "
+                 f"if (hi{k} > {taps}) hi{k} = {taps};"]
+    body += [f"for (int64_t c = 0; c < {cig}; ++c)", "{"]
+    depth = "    "
+    positions = []
+    for k in range(n):
+        dilation = int(detail["dilation"][k])
+        body += [f"{depth}for (int64_t r{k} = lo{k}; r{k} < hi{k}; ++r{k})", f"{depth}{{",
+                 f"{depth}    const int64_t p{k} = base{k} + r{k} * {dilation};"]
+        depth += "    "
+        positions.append(f"p{k}")
+    x_index = _view_index(x, ["i0", "(cin0 + c)", *positions])
+    w_index = _view_index(w, ["i1", "c", *[f"r{k}" for k in range(n)]])
+    body.append(f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * "
+                f"(double){buffer_name(w.buffer)}[{w_index}];")
+    for _ in range(n):
+        depth = depth[:-4]
+        body.append(f"{depth}}}")
+    body.append("}")
+    if bias is not None:
+        body.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
+    result_type = c_type(out.dtype)
+    body += [f"const {result_type} acc_value = ({result_type})acc;",
+             f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
+    return _loops(kernel.shape, body)
+
+
+def _window(kernel: Kernel) -> list[str]:
+    """max_pool (values and ATen's flat in-plane indices) and adaptive average pooling over trailing dims."""
+    detail, op = kernel.detail, kernel.ops[0]
+    x, n = detail["input"], detail["n"]
+    rank = len(kernel.shape)
+    lead = [f"i{k}" for k in range(rank - n)]
+    sizes = [dim_expr(d) for d in x.shape[rank - n:]]
+    outs = [dim_expr(d) for d in kernel.shape[rank - n:]]
+    positions = [f"p{k}" for k in range(n)]
+    load = f"(double){buffer_name(x.buffer)}[{_view_index(x, lead + positions)}]"
+    flat = _flat(kernel.shape)
+    body: list[str] = []
+    closing = []
+    if "max_pool" in op:
+        plane_start = "0"
+        for k in range(n):
+            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+            body.append(f"int64_t s{k} = i{rank - n + k} * {s} - {p}; while (s{k} < 0) s{k} += {d};")
+            plane_start = f"({plane_start}) * {sizes[k]} + s{k}"
+        body += ["double best = -INFINITY;", f"int64_t best_index = {plane_start};"]
+        plane = "0"
+        for k in range(n):
+            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+                     f"const int64_t p{k} = i{rank - n + k} * {s} - {p} + r{k} * {d};",
+                     f"if (p{k} < 0 || p{k} >= {sizes[k]}) continue;"]
+            plane = f"({plane}) * {sizes[k]} + p{k}"
+            closing.append("}")
+        body += [f"const double v = {load};",
+                 f"if (v > best || isnan(v)) {{ best = v; best_index = {plane}; }}", *closing,
+                 f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})best;"]
+        if len(kernel.outputs) > 1:
+            body.append(f"{buffer_name(kernel.outputs[1])}[{flat}] = best_index;")
+    else:
+        count = []
+        for k in range(n):
+            o = f"i{rank - n + k}"
+            body += [f"const int64_t s{k} = ({o} * {sizes[k]}) / {outs[k]};",
+                     f"const int64_t e{k} = (({o} + 1) * {sizes[k]} + {outs[k]} - 1) / {outs[k]};"]
+            count.append(f"(e{k} - s{k})")
+        body.append("double acc = 0.0;")
+        for k in range(n):
+            body += [f"for (int64_t p{k} = s{k}; p{k} < e{k}; ++p{k})", "{"]
+            closing.append("}")
+        body += [f"acc += {load};", *closing,
+                 f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})"
+                 f"(acc / (double)({' * '.join(count)}));"]
+    return _loops(kernel.shape, body)
+
+
+def _cat(kernel: Kernel) -> list[str]:
+    """One loop nest per input, each writing its slab of the output along `dim`."""
+    out, dim = kernel.outputs[0], kernel.detail["dim"]
+    rank = len(kernel.shape)
+    strides = contiguous_strides(kernel.shape)
+    lines = []
+    for load, shape, start in kernel.detail["parts"]:
+        variables = [f"i{k}" if k != dim else f"(i{k} + {dim_expr(start)})" for k in range(rank)]
+        target = _Exprs(rank).index(strides, 0, variables)
+        value = _Exprs(rank).render(load)
+        lines += _loops(shape, [f"{buffer_name(out)}[{target}] = {value};"])
+    return lines
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel], list[str]]] = {
-    "pointwise": _pointwise, "matmul": _matmul, "rows": _rows,
+    "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
 }
 
 PRELUDE = """\

@@ -1,0 +1,62 @@
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 1).
+ *
+ * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
+ * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
+ * Link against it directly (cc app.c path/to/model.so) or load it with dlopen and the *_fn typedefs;
+ * see examples/c_deploy/main.c.
+ *
+ * Threading: kiln_run keeps its per-call state on the call's stack/heap, so one model may be run from
+ * several threads at once. kiln_error returns the message of the last failed kiln_run on that model.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_ABI_VERSION 1
+
+typedef struct kiln_model kiln_model;
+
+/* Metadata: counts and names, in the order kiln_run takes them (NULL for an index out of range). */
+int kiln_abi_version(void);
+int kiln_num_inputs(void);
+int kiln_num_outputs(void);
+int kiln_num_symbols(void);
+const char* kiln_input_name(int i);
+const char* kiln_output_name(int i);
+const char* kiln_symbol_name(int i);
+
+/* Create a model on the weights blob (e.g. an mmap of weights.bin): it must outlive the model. NULL on failure. */
+kiln_model* kiln_create(const void* weights, size_t size);
+/* Create a model that reads (and owns) a copy of the weights file at `path`. NULL on failure. */
+kiln_model* kiln_create_from_file(const char* path);
+void kiln_destroy(kiln_model* m);
+
+/* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
+ * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),
+ * outputs allocated by the caller. Returns 0 on success, else nonzero and kiln_error(m) says why.
+ * kiln_run does not validate shapes: the caller checks them against manifest.json (Python's
+ * kiln.runtime.load does). */
+int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
+const char* kiln_error(const kiln_model* m);
+
+/* Function pointer types, for dlsym. */
+typedef int (*kiln_abi_version_fn)(void);
+typedef int (*kiln_count_fn)(void);
+typedef const char* (*kiln_name_fn)(int i);
+typedef kiln_model* (*kiln_create_fn)(const void* weights, size_t size);
+typedef kiln_model* (*kiln_create_from_file_fn)(const char* path);
+typedef void (*kiln_destroy_fn)(kiln_model* m);
+typedef int (*kiln_run_fn)(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
+typedef const char* (*kiln_error_fn)(const kiln_model* m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */
