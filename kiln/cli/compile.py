@@ -24,6 +24,7 @@ from typing import Any
 
 from kiln.cli.export import _progress, load_export_request
 from kiln.ir.errors import KilnError
+from kiln.ir.files import atomic_write
 
 TARGETS = ("c",)
 
@@ -195,7 +196,7 @@ def run_package(options: argparse.Namespace) -> int:
     if options.output is not None:
         buffer = io.BytesIO()
         np.savez(buffer, **by_name)
-        _atomic_write(Path(options.output), buffer.getvalue())
+        atomic_write(Path(options.output), buffer.getvalue())
         print(f"wrote {', '.join(output_names)} to {options.output}")
     else:
         for name, value in by_name.items():
@@ -211,17 +212,6 @@ def run_package(options: argparse.Namespace) -> int:
         print(f"bench: {options.bench} calls, median {_format_time(statistics.median(times))}, "
               f"min {_format_time(min(times))}")
     return 0
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 __all__ = ["TARGETS", "register", "run_compile", "run_package"]

@@ -11,15 +11,14 @@ present, is read back as its weights.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kiln.ir.errors import KilnError
+from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
 
 
@@ -127,30 +126,12 @@ def _write(program: ExportedProgram, path: str) -> None:
         sys.stdout.write(text)
         return
     weights = {**program.state_dict, **program.constants}
-    _atomic_write(Path(path), lambda handle: handle.write(text.encode()))
+    atomic_write(Path(path), lambda handle: handle.write(text.encode()))
     sidecar = Path(path + ".npz")
     if weights:
-        _atomic_write(sidecar, lambda handle: np.savez(handle, **weights))
+        atomic_write(sidecar, lambda handle: np.savez(handle, **weights))
     elif sidecar.exists():
         sidecar.unlink()  # a stale one from an earlier run would be read back as this program's weights
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write through a temporary file in the same folder, then rename: readers never see half a file."""
-    try:
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as error:
-        raise KilnError(f"cannot write {path}: {error.strerror}", fix="check that its folder exists") from None
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would make outputs private
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 __all__ = ["register", "run_opt", "list_passes"]

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from kiln.ir import dtypes
+from kiln.ir.files import atomic_write
 from kiln.ir.errors import InputError, KilnError, VerificationError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind
 
@@ -78,24 +79,6 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> OutputDiffer
         ok = bool(np.all(difference <= atol + rtol * np.abs(np.where(np.isfinite(e), e, 0))))
     return OutputDifference(name, float(difference.max()), float(np.where(difference == 0, 0, relative).max()),
                             rtol, atol, ok)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, then rename: no reader ever sees half a file."""
-    try:
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as error:
-        raise KilnError(f"cannot write {path}: {error.strerror}", fix="check that its folder exists") from None
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 class ONNXProgram:

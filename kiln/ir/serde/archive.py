@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import os
 import secrets
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, Union
 
 from kiln.ir.serde.errors import SerdeError, UnsafeArchiveError
+from kiln.ir.files import atomic_write
 
 FileLike = Union[str, os.PathLike, BinaryIO, IO[bytes]]
 
@@ -185,18 +185,7 @@ class ArchiveWriter:
     def write(self, target: FileLike) -> None:
         """Write to a path atomically (temp file in the same folder, then os.replace) or to a binary stream."""
         if isinstance(target, (str, os.PathLike)):
-            path = Path(target)
-            handle = tempfile.NamedTemporaryFile(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp",
-                                                 delete=False)
-            try:
-                with handle:
-                    self._write_zip(handle)  # type: ignore[arg-type]
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(handle.name, path)
-            except BaseException:
-                Path(handle.name).unlink(missing_ok=True)
-                raise
+            atomic_write(target, self._write_zip)
             return
         buffer = io.BytesIO()
         self._write_zip(buffer)
