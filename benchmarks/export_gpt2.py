@@ -8,15 +8,11 @@ batch and sequence dims. Reports medians over --repeat runs and the ratio. Usage
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
-import sys
 import time
-import types
 
 import kiln
 import kiln.models
-from kiln.models import gpt as kiln_gpt
 
 
 def median_seconds(fn, repeat: int) -> float:
@@ -26,17 +22,6 @@ def median_seconds(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def torch_twin():
-    source = inspect.getsource(kiln_gpt)
-    source = (source.replace("import kiln.nn.functional as F", "import torch.nn.functional as F")
-              .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
-              .replace("kiln.", "torch."))
-    module = types.ModuleType("torch_gpt")
-    sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, kiln_gpt.__file__, "exec"), module.__dict__)
-    return module
 
 
 def main() -> None:
@@ -60,7 +45,7 @@ def main() -> None:
     except ImportError:
         print("torch is not installed: no comparison")
         return
-    twin = torch_twin()
+    twin = kiln.models.torch_twin("kiln.models.gpt")
     torch.manual_seed(0)
     torch_model = twin.GPT(twin.GPTConfig(**config.__dict__)).eval()
     torch_idx = torch.from_numpy(idx.numpy().copy())

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import inspect
 import io
 import logging
 import statistics
-import sys
 import time
-import types
 import warnings
 
 import kiln
@@ -28,18 +24,6 @@ ZOO_CLASSES = {"mlp": ("kiln.models.mlp", "MLP", {}), "cnn": ("kiln.models.cnn",
                "transformer": ("kiln.models.transformer", "TransformerClassifier", {}),
                "gpt": ("kiln.models.gpt", "GPT", {}), "lstm": ("kiln.models.lstm", "LSTMTagger", {}),
                "gpt2_small": ("kiln.models.gpt", "GPT", {"config": "GPT2_SMALL"})}
-
-
-def torch_twin(module_name: str) -> types.ModuleType:
-    """The zoo module's source executed against torch instead of kiln."""
-    source = inspect.getsource(importlib.import_module(module_name))
-    source = (source.replace("import kiln.nn.functional as F", "import torch.nn.functional as F")
-              .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
-              .replace("kiln.", "torch."))
-    module = types.ModuleType(module_name.replace("kiln", "torch_twin"))
-    sys.modules[module.__name__] = module
-    exec(compile(source, module_name, "exec"), module.__dict__)
-    return module
 
 
 def median_seconds(fn, repeat: int) -> float:
@@ -59,7 +43,7 @@ def kiln_case(name: str):
 
 def torch_case(name: str, torch):  # noqa: ANN001
     module_name, class_name, kwargs = ZOO_CLASSES[name]
-    twin = torch_twin(module_name)
+    twin = kiln.models.torch_twin(module_name)
     kwargs = {k: getattr(twin, v) for k, v in kwargs.items()}
     torch.manual_seed(0)
     model = getattr(twin, class_name)(**kwargs).eval()

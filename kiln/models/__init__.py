@@ -74,6 +74,26 @@ MODELS: dict[str, Callable[[], ZooEntry]] = {
 LARGE_MODELS: dict[str, Callable[[], ZooEntry]] = {"gpt2_small": _gpt2_small_entry}
 
 
+def torch_twin(module_name: str) -> Any:
+    """The zoo source file `module_name` (e.g. "kiln.models.gpt") run against torch instead of kiln: the same
+    text with `kiln` swapped for `torch`, which is how the tests and benchmarks compare kiln with torch on one
+    model definition. Needs torch."""
+    import importlib
+    import inspect
+    import sys
+    import types
+
+    kiln_module = importlib.import_module(module_name)
+    source = (inspect.getsource(kiln_module)
+              .replace("import kiln.nn.functional as F", "import torch.nn.functional as F")
+              .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
+              .replace("kiln.", "torch."))
+    twin = types.ModuleType(module_name.replace("kiln", "torch_twin"))
+    sys.modules[twin.__name__] = twin  # dataclasses look their module up there
+    exec(compile(source, kiln_module.__file__, "exec"), twin.__dict__)
+    return twin
+
+
 def get(name: str, seed: int = 0) -> ZooEntry:
     """Build zoo model `name` with deterministic weights and inputs."""
     factories = {**MODELS, **LARGE_MODELS}
@@ -84,4 +104,4 @@ def get(name: str, seed: int = 0) -> ZooEntry:
 
 
 __all__ = ["MLP", "ResNet", "TransformerClassifier", "GPT", "GPTConfig", "LSTMTagger", "MODELS", "LARGE_MODELS",
-           "ZooEntry", "get"]
+           "ZooEntry", "get", "torch_twin"]

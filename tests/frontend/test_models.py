@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -63,29 +60,18 @@ def test_zoo_model_decomposes_to_core_aten(name):
 torch = pytest.importorskip("torch")
 
 
-def _torch_module(kiln_module: types.ModuleType) -> types.ModuleType:
-    source = inspect.getsource(kiln_module)
-    source = (source.replace("import kiln.nn.functional as F", "import torch.nn.functional as F")
-              .replace("import kiln.nn as nn", "import torch.nn as nn").replace("import kiln", "import torch")
-              .replace("kiln.", "torch."))
-    module = types.ModuleType(kiln_module.__name__.replace("kiln", "torch_twin"))
-    sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, kiln_module.__file__, "exec"), module.__dict__)
-    return module
-
-
 SWAPS = [
-    ("mlp", importlib.import_module("kiln.models.mlp"), "MLP", {}),
-    ("cnn", importlib.import_module("kiln.models.cnn"), "ResNet", {}),
-    ("transformer", importlib.import_module("kiln.models.transformer"), "TransformerClassifier", {}),
-    ("lstm", importlib.import_module("kiln.models.lstm"), "LSTMTagger", {}),
-    ("gpt_block", importlib.import_module("kiln.models.gpt"), "GPT", {}),
+    ("mlp", "kiln.models.mlp", "MLP", {}),
+    ("cnn", "kiln.models.cnn", "ResNet", {}),
+    ("transformer", "kiln.models.transformer", "TransformerClassifier", {}),
+    ("lstm", "kiln.models.lstm", "LSTMTagger", {}),
+    ("gpt_block", "kiln.models.gpt", "GPT", {}),
 ]
 
 
-@pytest.mark.parametrize("name,kiln_module,class_name,kwargs", SWAPS, ids=[s[0] for s in SWAPS])
-def test_same_source_runs_in_kiln_and_torch(name, kiln_module, class_name, kwargs):
-    twin = _torch_module(kiln_module)
+@pytest.mark.parametrize("name,module_name,class_name,kwargs", SWAPS, ids=[s[0] for s in SWAPS])
+def test_same_source_runs_in_kiln_and_torch(name, module_name, class_name, kwargs):
+    twin = kiln.models.torch_twin(module_name)
     torch.manual_seed(0)
     torch_model = getattr(twin, class_name)(**kwargs).eval()
     entry = kiln.models.get(name if name != "gpt_block" else "gpt")
