@@ -7,10 +7,9 @@ The issue's target: build + verify well under 1 s.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import kiln
+from timing import median_time  # benchmarks/timing.py (scripts run from their folder)
 from kiln.ir import ExportedProgram, GraphBuilder, ShapeEnv, TensorType
 
 aten = kiln.ops.aten
@@ -31,15 +30,6 @@ def build(num_ops: int) -> ExportedProgram:
             value = aten.mul.Scalar(value, 0.5)
             value = aten.relu.default(value)
     return builder.build([value])
-
-
-def median_time(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def main() -> None:

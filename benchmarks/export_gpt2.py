@@ -8,20 +8,10 @@ batch and sequence dims. Reports medians over --repeat runs and the ratio. Usage
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import kiln
+from timing import median_seconds  # benchmarks/timing.py (scripts run from their folder)
 import kiln.models
-
-
-def median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -12,11 +12,10 @@ import argparse
 import contextlib
 import io
 import logging
-import statistics
-import time
 import warnings
 
 import kiln
+from timing import median_seconds  # benchmarks/timing.py (scripts run from their folder)
 import kiln.models
 import kiln.onnx
 
@@ -24,15 +23,6 @@ ZOO_CLASSES = {"mlp": ("kiln.models.mlp", "MLP", {}), "cnn": ("kiln.models.cnn",
                "transformer": ("kiln.models.transformer", "TransformerClassifier", {}),
                "gpt": ("kiln.models.gpt", "GPT", {}), "lstm": ("kiln.models.lstm", "LSTMTagger", {}),
                "gpt2_small": ("kiln.models.gpt", "GPT", {"config": "GPT2_SMALL"})}
-
-
-def median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def kiln_case(name: str):
