@@ -305,18 +305,20 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | No
 # Embedding and dropout
 
 
+def normalize_padding_idx(padding_idx: int | None, num_embeddings: int) -> int | None:
+    """torch's check and wrapping of a negative `padding_idx` (shared by F.embedding and nn.Embedding)."""
+    if padding_idx is None:
+        return None
+    if padding_idx >= num_embeddings or padding_idx < -num_embeddings:
+        raise FunctionalArgumentError("Padding_idx must be within num_embeddings")
+    return padding_idx + num_embeddings if padding_idx < 0 else padding_idx
+
+
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
     """Rows of `weight` picked by the integer `input`."""
-    num_embeddings = weight.size(0)
-    if padding_idx is not None:
-        if padding_idx > 0 and padding_idx >= num_embeddings:
-            raise FunctionalArgumentError("Padding_idx must be within num_embeddings")
-        if padding_idx < 0:
-            if padding_idx < -num_embeddings:
-                raise FunctionalArgumentError("Padding_idx must be within num_embeddings")
-            padding_idx = num_embeddings + padding_idx
-    else:
+    padding_idx = normalize_padding_idx(padding_idx, weight.size(0))
+    if padding_idx is None:
         padding_idx = -1
     if max_norm is not None:
         raise UnsupportedError("embedding with max_norm is not supported: it renormalizes the weight in place "
