@@ -112,13 +112,16 @@ def _expandable_to(op: str, shape, target) -> None:
                 fix="self must broadcast to the shape of the product")
 
 
-def _addmm_meta(self, mat1, mat2, beta=1, alpha=1):
-    op = "aten.addmm.default"
-    product = _mm_meta(mat1, mat2)
+def _added_to_product(op, self, product, other_name):
+    """Meta of `beta * self + alpha * product` (addmm, baddbmm, addmv): self broadcasts to the product."""
     require_dtype(dtype_of(self) is product.dtype, op,
-                  f"self and mat2 must have the same dtype, got {dtype_of(self)} and {product.dtype}")
+                  f"self and {other_name} must have the same dtype, got {dtype_of(self)} and {product.dtype}")
     _expandable_to(op, shape_of(self), product.shape)
     return product
+
+
+def _addmm_meta(self, mat1, mat2, beta=1, alpha=1):
+    return _added_to_product("aten.addmm.default", self, _mm_meta(mat1, mat2), "mat2")
 
 
 def _scaled_sum(self, product, beta, alpha, dtype):
@@ -320,12 +323,7 @@ def _matmul_decomposition(self, other):
 
 
 def _baddbmm_meta(self, batch1, batch2, beta=1, alpha=1):
-    op = "aten.baddbmm.default"
-    product = _bmm_meta(batch1, batch2)
-    require_dtype(dtype_of(self) is product.dtype, op,
-                  f"self and batch2 must have the same dtype, got {dtype_of(self)} and {product.dtype}")
-    _expandable_to(op, shape_of(self), product.shape)
-    return product
+    return _added_to_product("aten.baddbmm.default", self, _bmm_meta(batch1, batch2), "batch2")
 
 
 def _baddbmm_kernel(self, batch1, batch2, beta=1, alpha=1):
@@ -395,12 +393,7 @@ register_decomposition("aten.mv.default")(_matmul_decomposition)
 
 
 def _addmv_meta(self, mat, vec, beta=1, alpha=1):
-    op = "aten.addmv.default"
-    product = _mv_meta(mat, vec)
-    require_dtype(dtype_of(self) is product.dtype, op,
-                  f"self and mat must have the same dtype, got {dtype_of(self)} and {product.dtype}")
-    _expandable_to(op, shape_of(self), product.shape)
-    return product
+    return _added_to_product("aten.addmv.default", self, _mv_meta(mat, vec), "mat")
 
 
 def _addmv_kernel(self, mat, vec, beta=1, alpha=1):

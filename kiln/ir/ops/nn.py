@@ -269,10 +269,7 @@ def _pool_arguments(op, n, kernel_size, stride, padding, dilation=1):
 
 
 def _pool_meta(op, n, self, kernel, stride, padding, dilation, ceil_mode, *, input_covers_kernel=False):
-    shape = shape_of(self)
-    require(len(shape) in (n + 1, n + 2), op,
-            f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
-    _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+    shape = _spatial_input_shape(op, self, n)
     require_arg(all(p <= k // 2 for k, p in zip(kernel, padding)), op,
                 f"padding should be at most half of the kernel size, got padding={padding}, kernel_size={kernel}",
                 fix="reduce the padding, or pad the input explicitly (constant_pad_nd) before pooling")
@@ -415,14 +412,20 @@ for _n in (2, 3):
           doc="indices are flat positions in each input's spatial plane (h * W + w), like ATen's")
 
 
+def _spatial_input_shape(op, self, n):
+    """The shape of an n-D spatial op's input: (C, *spatial) or (N, C, *spatial), no empty non-batch dims."""
+    shape = shape_of(self)
+    require(len(shape) in (n + 1, n + 2), op,
+            f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
+    _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+    return shape
+
+
 def _adaptive_avg_pool_meta(n):
     op = f"aten._adaptive_avg_pool{n}d.default"
 
     def meta(self, output_size):
-        shape = shape_of(self)
-        require(len(shape) in (n + 1, n + 2), op,
-                f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
-        _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+        shape = _spatial_input_shape(op, self, n)
         require_arg(len(output_size) == n, op, f"output_size must have {n} elements, got {list(output_size)}")
         require_arg(all(_at_least(s, 0) for s in output_size), op,
                     f"output_size must be non-negative, got {list(output_size)}")
@@ -817,10 +820,7 @@ def _pad_meta(kind: str, n: int):
     op = f"aten.{kind}_pad{n}d.default"
 
     def meta(self, padding):
-        shape = shape_of(self)
-        require(len(shape) in (n + 1, n + 2), op,
-                f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
-        _nonzero_dims(op, shape, len(shape) - n - 1, f"a {n + 1}-D or {n + 2}-D input")
+        shape = _spatial_input_shape(op, self, n)
         require_arg(len(padding) == 2 * n, op, f"padding must have {2 * n} elements, got {list(padding)}")
         spatial = []
         for i in range(n):  # padding lists the last dim first: (left, right, top, bottom, front, back)
