@@ -13,4 +13,4 @@ def manual_seed(seed: int) -> None:
 
 
 def default_generator() -> np.random.Generator:
-    return factory._GENERATOR
+    return factory.generator()

@@ -27,6 +27,11 @@ from kiln.ir.symbolic import as_dim, sym_le
 _GENERATOR = np.random.default_rng(0)
 
 
+def generator() -> np.random.Generator:
+    """The generator behind kiln's randomness (random ops here, parameter init in kiln.nn.init)."""
+    return _GENERATOR
+
+
 def manual_seed(seed: int) -> None:
     """Reseed the generator behind rand, randn, randperm (and their _like variants)."""
     global _GENERATOR
