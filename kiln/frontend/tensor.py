@@ -396,8 +396,7 @@ class Tensor:
     def __rfloordiv__(self, other: Any) -> "Tensor":
         if not _is_scalar(other):
             return NotImplemented
-        return self._reflected(aten.div.Tensor, other).floor() if self.dtype.is_floating_point else \
-            _reflected_mode(self, other, "floor")
+        return _reflected_mode(self, other, "floor")
 
     def __rmod__(self, other: Any) -> "Tensor":
         return self._reflected(aten.remainder.Tensor, other)
