@@ -1,5 +1,6 @@
-"""`kiln inspect FILE`: what a .pt2 or .onnx holds: inputs/outputs with symbolic shapes and ranges, the op
-histogram, and parameter count and bytes. Reads the files' metadata only: no program is built or run."""
+"""`kiln inspect FILE`: what a .pt2, .onnx or compiled package holds: inputs/outputs with symbolic shapes and
+ranges, the op histogram, parameter count and bytes, and (packages) peak temporary memory as a formula. Reads the
+files' metadata only: no program is built or run."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from kiln.ir.errors import KilnError
 
 def register(commands: Any) -> None:
     """Add the `inspect` subcommand to the `kiln` parser's subcommands."""
-    parser = commands.add_parser("inspect", help="show a .pt2 or .onnx file's inputs, outputs, ops and weights",
-                                 description="Summarize a model file. Example: kiln inspect model.pt2")
-    parser.add_argument("file", help="a .pt2 (torch.export / kiln.save) or .onnx file")
+    parser = commands.add_parser("inspect", help="show a model file's or compiled package's inputs, outputs, "
+                                 "ops, weights and memory",
+                                 description="Summarize a model file or a package directory written by "
+                                 "kiln.compile. Example: kiln inspect model.pt2")
+    parser.add_argument("file", help="a .pt2 (torch.export / kiln.save) or .onnx file, or a compiled package "
+                        "directory")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=_inspect_command)
 
@@ -29,10 +33,12 @@ def _inspect_command(args: argparse.Namespace) -> int:
 
 
 def inspect_file(path: str | Path) -> dict[str, Any]:
-    """A summary dict: format, inputs, outputs, symbols, ops, weights."""
+    """A summary dict: format, inputs, outputs, symbols, weights; ops for model files, memory for packages."""
     path = Path(path)
     if not path.exists():
         raise KilnError(f"no such file: {path}")
+    if path.is_dir():
+        return _inspect_package(path)
     if path.suffix == ".onnx":
         return _inspect_onnx(path)
     return _inspect_pt2(path)
@@ -163,6 +169,68 @@ def _inspect_onnx(path: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# compiled package (a directory with manifest.json, see docs/c-backend.md)
+
+def _inspect_package(path: Path) -> dict[str, Any]:
+    from kiln.ir import dtypes
+    from kiln.ir.errors import ParseError
+    from kiln.ir.symbolic import parse_dim
+
+    manifest_path = path / "manifest.json"
+    recompile = "recompile it with kiln.compile(program, output=DIR) or `kiln compile`"
+    if not manifest_path.is_file():
+        raise KilnError(f"{path} is a directory without manifest.json, so not a kiln package",
+                        fix=f"pass a .pt2/.onnx file or a package directory ({recompile})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise KilnError(f"{manifest_path} is not readable JSON: {error}", fix=recompile) from error
+    try:
+        if manifest.get("format") != "kiln-c-package":
+            raise KilnError(f"{manifest_path} is not a kiln package manifest (format {manifest.get('format')!r})",
+                            fix=recompile)
+
+        def describe(entry: dict[str, Any]) -> str:
+            return f"{dtypes.dtype(entry['dtype']).short}[{', '.join(str(d) for d in entry['shape'])}]"
+
+        inputs = [{"name": i["name"], "type": describe(i)} for i in manifest["inputs"]]
+        outputs = [{"name": o["name"], "type": describe(o), "kind": "user_output"} for o in manifest["outputs"]]
+        symbols = {s["name"]: [s["lower"], s["upper"]] for s in manifest["symbols"]}
+        weights = manifest["weights"]
+        totals = {"tensors": len(weights), "values": sum(math.prod(w["shape"]) for w in weights),
+                  "bytes": sum(w["nbytes"] for w in weights)}
+        memory = manifest.get("memory")  # absent in packages from before memory planning
+        if memory is not None:
+            memory = {key: memory[key] for key in ("arena_bytes", "unplanned_bytes", "slots", "temps")}
+            for key in ("arena_bytes", "unplanned_bytes"):
+                parse_dim(memory[key])
+    except ParseError as error:
+        raise KilnError(f"{manifest_path} has a malformed size formula: {error}", fix=recompile) from error
+    except KilnError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise KilnError(f"{manifest_path} is malformed ({type(error).__name__}: {error})", fix=recompile) from error
+    return {"file": str(path), "format": "kiln-c-package", "abi_version": manifest.get("abi_version"),
+            "inputs": inputs, "outputs": outputs, "symbols": symbols, "weights": {"weights.bin": totals},
+            "memory": memory}
+
+
+def _memory_lines(memory: dict[str, Any] | None, symbols: dict[str, list]) -> list[str]:
+    if memory is None:
+        return ["peak temporary memory: unknown (the package predates memory planning; recompile it)"]
+    lines = [f"peak temporary memory: {memory['arena_bytes']} bytes",
+             f"  naive (no reuse): {memory['unplanned_bytes']} bytes; "
+             f"{memory['slots']} arena slots for {memory['temps']} temporaries"]
+    if symbols and all(upper is not None for _, upper in symbols.values()):
+        from kiln.ir.symbolic import evaluate_dim, parse_dim, symbol
+        bindings = {symbol(name): upper for name, (_, upper) in symbols.items()}
+        at = ", ".join(f"{name}={upper}" for name, (_, upper) in symbols.items())
+        peak = evaluate_dim(parse_dim(memory["arena_bytes"]), bindings)
+        lines.append(f"  at the largest sizes ({at}): {_bytes(peak)}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 
 def _bytes(count: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -174,6 +242,8 @@ def _bytes(count: int) -> str:
 
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"{summary['file']}: {summary['format']}"]
+    if summary["format"] == "kiln-c-package":
+        lines[0] += f" (ABI {summary.get('abi_version')})"
     if summary["format"] == "pt2":
         version = summary.get("schema_version") or {}
         lines[0] += f" (torch {summary.get('torch_version')}, schema {version.get('major')}.{version.get('minor')})"
@@ -186,12 +256,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append("symbols:")
         for name, (lower, upper) in summary["symbols"].items():
             lines.append(f"  {name}: [{'?' if lower is None else lower}, {'inf' if upper is None else upper}]"
-                         if summary["format"] == "pt2" else f"  {name}")
-    total = sum(summary["ops"].values())
-    lines.append(f"ops ({total} nodes, {len(summary['ops'])} kinds):")
-    width = max((len(name) for name in summary["ops"]), default=0)
-    lines += [f"  {name:<{width}}  {count}" for name, count in summary["ops"].items()]
+                         if summary["format"] != "onnx" else f"  {name}")
+    if "ops" in summary:
+        total = sum(summary["ops"].values())
+        lines.append(f"ops ({total} nodes, {len(summary['ops'])} kinds):")
+        width = max((len(name) for name in summary["ops"]), default=0)
+        lines += [f"  {name:<{width}}  {count}" for name, count in summary["ops"].items()]
     lines.append("weights:")
     for group, info in summary["weights"].items():
         lines.append(f"  {group}: {info['tensors']} tensors, {info['values']:,} values, {_bytes(info['bytes'])}")
+    if summary["format"] == "kiln-c-package":
+        lines += _memory_lines(summary["memory"], summary["symbols"])
     return "\n".join(lines)

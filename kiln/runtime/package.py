@@ -11,16 +11,18 @@ import json
 import pathlib
 import shutil
 import tempfile
+import threading
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.interpreter import bind_symbols
 from kiln.ir.program import ExportedProgram
-from kiln.ir.symbolic import ValueRange, evaluate_dim, format_dim, parse_dim
+from kiln.ir.symbolic import ValueRange, format_dim, parse_dim
 from kiln.ir.types import TensorType
 
 DEFAULT_PIPELINE = "decompose,canonicalize,cse,dce"
@@ -28,9 +30,14 @@ ALIGN = 64
 
 
 def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, dynamic_shapes: Any = None,
-            pipeline: str | None = None, output: str | pathlib.Path | None = None) -> "CompiledModel":
-    """Compile a program (or a module, exported with `example_args`) into a package and load it."""
-    from kiln.codegen.c import ABI_VERSION, build_library, render
+            pipeline: str | None = None, output: str | pathlib.Path | None = None,
+            num_threads: int | None = None) -> "CompiledModel":
+    """Compile a program (or a module, exported with `example_args`) into a package and load it.
+
+    The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
+    loaded model's threads (default: OpenMP's)."""
+    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render
+    from kiln.codegen.memory import format_bytes, plan_memory
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
 
@@ -44,6 +51,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         program = kiln.export(program, tuple(example_args), dynamic_shapes=dynamic_shapes)
     program = run_passes(program, pipeline or DEFAULT_PIPELINE)
     plan = schedule(program)
+    memory = plan_memory(plan, program.range_constraints)
     weights, offsets, blob = [], {}, bytearray()
     for buf in plan.buffers:
         if buf.kind != "weight" or buf.weight_key in offsets:
@@ -55,15 +63,17 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": array.nbytes,
                         "dtype": buf.dtype.name, "shape": list(array.shape)})
         blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-    source = render(plan, offsets)
-    library = build_library(source)
+    source = render(plan, offsets, memory, program.range_constraints)
+    capability = get_cpu_capability()
+    library = build_library(source, capability)
     out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.c").write_text(source)
     (out / "weights.bin").write_bytes(bytes(blob))
     shutil.copyfile(library, out / "model.so")
     manifest = {
-        "format": "kiln-c-package", "abi_version": ABI_VERSION, "library": "model.so", "source": "model.c",
+        "format": "kiln-c-package", "abi_version": ABI_VERSION, "cpu_capability": capability,
+        "library": "model.so", "source": "model.c",
         "weights_file": "weights.bin", "weights": weights,
         "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
                      "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
@@ -71,9 +81,12 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
                    for b in plan.inputs],
         "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape]}
                     for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
+        "memory": {"arena_bytes": format_bytes(memory.arena_bytes),
+                   "unplanned_bytes": format_bytes(memory.unplanned_bytes),
+                   "slots": len(memory.slots), "temps": len(memory.offsets)},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    return load(out)
+    return load(out, num_threads=num_threads)
 
 
 def _bound(allowed: ValueRange | None, which: str) -> int | None:
@@ -86,13 +99,18 @@ def _bound(allowed: ValueRange | None, which: str) -> int | None:
 class CompiledModel:
     """A loaded package: call it with numpy arrays (or kiln Tensors) in the user-input order."""
 
-    def __init__(self, path: str | pathlib.Path):
+    def __init__(self, path: str | pathlib.Path, num_threads: int | None = None):
         self.path = pathlib.Path(path)
         self.manifest = json.loads((self.path / "manifest.json").read_text())
-        from kiln.codegen.c import ABI_VERSION
+        from kiln.codegen.c import ABI_VERSION, supported_capabilities
         if self.manifest.get("abi_version") != ABI_VERSION:
             raise KilnError(f"package {self.path} has ABI version {self.manifest.get('abi_version')}, "
                             f"this kiln reads {ABI_VERSION}", fix="recompile the model with this kiln")
+        capability = self.manifest.get("cpu_capability", "DEFAULT")
+        if capability not in supported_capabilities():
+            raise KilnError(f"package {self.path} was built for {capability} but this CPU runs "
+                            f"{', '.join(supported_capabilities())}",
+                            fix="recompile it here, or build it with KILN_CPU_CAPABILITY set to a level both run")
         self.symbols = [parse_dim(s["name"]) for s in self.manifest["symbols"]]
         ranges = {sym: ValueRange(s["lower"] if s["lower"] is not None else 0,
                                   s["upper"] if s["upper"] is not None else float("inf"))
@@ -104,6 +122,8 @@ class CompiledModel:
                                           body=SimpleNamespace(args=args), range_constraints=ranges)
         self._outputs = [([parse_dim(d) for d in o["shape"]], dtypes.dtype(o["dtype"]).numpy)
                          for o in self.manifest["outputs"]]
+        self._prepare_fast_path()
+        self._call_slots = threading.local()
         weights_path = self.path / self.manifest["weights_file"]
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
         lib = ctypes.CDLL(str(self.path / self.manifest["library"]))
@@ -115,17 +135,80 @@ class CompiledModel:
         lib.kiln_error.restype = ctypes.c_char_p
         lib.kiln_error.argtypes = [ctypes.c_void_p]
         lib.kiln_destroy.argtypes = [ctypes.c_void_p]
+        lib.kiln_set_num_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
         self._lib = lib
         address = self._weights.ctypes.data if self._weights is not None else None
         self._handle = lib.kiln_create(address, 0 if self._weights is None else self._weights.size)
         if not self._handle:
-            raise KilnError(f"kiln_create failed for {self.path}")
+            raise KilnError(f"kiln_create failed for {self.path} (out of memory?)")
+        self._num_threads = 0
+        if num_threads is not None:
+            self.num_threads = num_threads
+
+    @property
+    def num_threads(self) -> int | None:
+        """Threads each call runs on (None: OpenMP's default, OMP_NUM_THREADS or the CPU count)."""
+        return self._num_threads or None
+
+    @num_threads.setter
+    def num_threads(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise KilnError(f"num_threads must be a positive int or None, got {value!r}", fix="e.g. num_threads=4")
+        self._num_threads = value or 0
+        self._lib.kiln_set_num_threads(self._handle, self._num_threads)
 
     def __del__(self) -> None:
         handle, lib = getattr(self, "_handle", None), getattr(self, "_lib", None)
         if handle and lib is not None:
             lib.kiln_destroy(handle)
             self._handle = None
+
+    def _prepare_fast_path(self) -> None:
+        """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with
+        a few integer compares; anything else, and every failure, goes through bind_symbols for its full error."""
+        self._output_shapes = [
+            (sympy.lambdify(self.symbols, sympy.Tuple(*shape), modules="math") if self.symbols
+             else (lambda shape=shape: shape), dtype) for shape, dtype in self._outputs]
+        position = {sym: k for k, sym in enumerate(self.symbols)}
+        bounds = [(s["lower"] if s["lower"] is not None else 0,
+                   s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
+        self._input_checks = []
+        bound: set[int] = set()
+        for spec in self.manifest["inputs"]:
+            dims = []
+            for dim in map(parse_dim, spec["shape"]):
+                if isinstance(dim, int):
+                    dims.append((dim, -1))
+                elif isinstance(dim, sympy.Symbol) and dim in position:
+                    dims.append((None, position[dim]))
+                    bound.add(position[dim])
+                else:
+                    self._input_checks = None
+                    return
+            self._input_checks.append((dtypes.dtype(spec["dtype"]).numpy, len(dims), dims))
+        if bound != set(range(len(self.symbols))):
+            self._input_checks = None
+            return
+        self._symbol_bounds = bounds
+
+    def _bind_fast(self, arrays: list) -> list[int] | None:
+        """Symbol values (in kiln_run's order) when every input passes the precomputed checks, else None."""
+        values = [-1] * len(self.symbols)
+        for (dtype, rank, dims), array in zip(self._input_checks, arrays):
+            if array.dtype != dtype or array.ndim != rank:
+                return None
+            for (static, symbol), size in zip(dims, array.shape):
+                if symbol < 0:
+                    if size != static:
+                        return None
+                elif values[symbol] < 0:
+                    lower, upper = self._symbol_bounds[symbol]
+                    if not lower <= size <= upper:
+                        return None
+                    values[symbol] = size
+                elif values[symbol] != size:
+                    return None
+        return values
 
     def __call__(self, *args: Any) -> Any:
         specs = self.manifest["inputs"]
@@ -134,24 +217,36 @@ class CompiledModel:
                              f"({', '.join(s['name'] for s in specs)}) but got {len(args)}")
         arrays = []
         for spec, value in zip(specs, args):
-            if hasattr(value, "__kiln_array__"):
-                value = value.__kiln_array__()
             if not isinstance(value, np.ndarray):
-                raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
-            arrays.append(value)
-        bindings = bind_symbols(self._signature, arrays)  # validates dtype, rank, dims, ranges; names the input
-        arrays = [np.ascontiguousarray(a) for a in arrays]
-        outputs = [np.empty([d if isinstance(d, int) else evaluate_dim(d, bindings) for d in shape], dtype)
-                   for shape, dtype in self._outputs]
-        symbols = (ctypes.c_int64 * max(1, len(self.symbols)))(*[bindings.get(s, 0) for s in self.symbols])
-        inputs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
-        outs = (ctypes.c_void_p * max(1, len(outputs)))(*[o.ctypes.data for o in outputs])
+                if hasattr(value, "__kiln_array__"):
+                    value = value.__kiln_array__()
+                if not isinstance(value, np.ndarray):
+                    raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
+            arrays.append(value if value.flags.c_contiguous else np.ascontiguousarray(value))
+        values = self._bind_fast(arrays) if self._input_checks is not None else None
+        if values is None:  # validates dtype, rank, dims, ranges and relations; raises naming the input
+            bindings = bind_symbols(self._signature, arrays)
+            values = [bindings.get(s, 0) for s in self.symbols]
+        outputs = [np.empty(shape(*values), dtype) for shape, dtype in self._output_shapes]
+        try:  # argument arrays are per thread, so concurrent calls never share them
+            symbols, inputs, outs = self._call_slots.arrays
+        except AttributeError:
+            symbols = (ctypes.c_int64 * max(1, len(values)))()
+            inputs = (ctypes.c_void_p * max(1, len(arrays)))()
+            outs = (ctypes.c_void_p * max(1, len(outputs)))()
+            self._call_slots.arrays = (symbols, inputs, outs)
+        for k, value in enumerate(values):
+            symbols[k] = value
+        for k, array in enumerate(arrays):
+            inputs[k] = array.ctypes.data
+        for k, output in enumerate(outputs):
+            outs[k] = output.ctypes.data
         status = self._lib.kiln_run(self._handle, symbols, inputs, outs)
         if status:
             raise KilnError(f"the compiled model failed: {self._lib.kiln_error(self._handle).decode()}")
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def load(path: str | pathlib.Path) -> CompiledModel:
-    """Load a package written by kiln.compile."""
-    return CompiledModel(path)
+def load(path: str | pathlib.Path, num_threads: int | None = None) -> CompiledModel:
+    """Load a package written by kiln.compile; `num_threads` as for `CompiledModel.num_threads`."""
+    return CompiledModel(path, num_threads)

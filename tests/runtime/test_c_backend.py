@@ -146,7 +146,8 @@ def test_package_layout_and_compile_from_module(tmp_path):
                          output=tmp_path / "pkg")
     manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
     assert {"model.c", "model.so", "weights.bin", "manifest.json"} <= {p.name for p in (tmp_path / "pkg").iterdir()}
-    assert manifest["abi_version"] == 1 and manifest["inputs"][0]["shape"] == ["batch", "32"]
+    assert manifest["abi_version"] == kiln.codegen.c.ABI_VERSION == 2
+    assert manifest["inputs"][0]["shape"] == ["batch", "32"]
     assert manifest["symbols"] == [{"name": "batch", "lower": 1, "upper": 4096}]
     blob = np.memmap(tmp_path / "pkg" / "weights.bin", dtype=np.uint8, mode="r")
     for weight in manifest["weights"]:
@@ -155,3 +156,117 @@ def test_package_layout_and_compile_from_module(tmp_path):
         np.testing.assert_array_equal(stored, entry.model.state_dict()[weight["name"]].__kiln_array__())
     x = np.ones((3, 32), np.float32)
     _check(kiln.runtime.load(tmp_path / "pkg")(x), model(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM and convolution tiling, CPU capabilities, threads
+
+class _LinearRelu(kiln.nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.fc = kiln.nn.Linear(k, n)
+
+    def forward(self, x):
+        return kiln.relu(self.fc(x)) + 1.0
+
+
+class _Attention(kiln.nn.Module):
+    def forward(self, q, k, v):  # bmm with a transposed (strided) B, then a contiguous one
+        return kiln.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 31), (8, 64, 32), (9, 33, 33), (17, 100, 100), (3, 300, 65)])
+def test_gemm_tiles_and_remainders(m, k, n, tmp_path):
+    """Rows past the 8-row register tile, columns past the 32-wide panel, odd K; B packed at create."""
+    model = _LinearRelu(k, n).eval()
+    program = kiln.export(model, (kiln.randn(m, k),))
+    compiled = compile_c(program, output=tmp_path / "linear")
+    x = np.random.default_rng(m * n).standard_normal((m, k)).astype(np.float32)
+    _check(compiled(x), program(x))
+    assert "packed at create" in (tmp_path / "linear" / "model.c").read_text()
+
+
+def test_bmm_with_strided_operands(tmp_path):
+    seq = kiln.Dim("seq", max=128)
+    args = tuple(kiln.randn(2, 9, 16) for _ in range(3))
+    program = kiln.export(_Attention(), args, dynamic_shapes=({1: seq}, {1: seq}, {1: seq}))
+    compiled = compile_c(program, output=tmp_path / "attention")
+    for length in (1, 9, 40, 77):
+        q, k, v = (np.random.default_rng(length + i).standard_normal((2, length, 16)).astype(np.float32)
+                   for i in range(3))
+        _check(compiled(q, k, v), program(q, k, v))
+
+
+@pytest.mark.parametrize("config", [dict(stride=1, padding=1), dict(stride=2, padding=3, dilation=2),
+                                    dict(stride=1, padding=0, groups=4), dict(stride=3, padding=2, bias=False)])
+def test_conv_as_gemm(config, tmp_path):
+    conv = kiln.nn.Conv2d(8, 12, 3, **config).eval()
+    batch = kiln.Dim("batch", max=16)
+    program = kiln.export(conv, (kiln.randn(2, 8, 11, 13),), dynamic_shapes={"input": {0: batch}})
+    compiled = compile_c(program, output=tmp_path / "conv")
+    for n in (1, 2, 5):
+        x = np.random.default_rng(n).standard_normal((n, 8, 11, 13)).astype(np.float32)
+        _check(compiled(x), program(x))
+
+
+def test_cpu_capability_is_detected_and_validated(monkeypatch):
+    from kiln.codegen.c import get_cpu_capability, supported_capabilities
+    from kiln.ir.errors import KilnError
+    available = supported_capabilities()
+    assert available[0] == "DEFAULT" and get_cpu_capability() == available[-1]
+    monkeypatch.setenv("KILN_CPU_CAPABILITY", "DEFAULT")
+    assert get_cpu_capability() == "DEFAULT"
+    monkeypatch.setenv("KILN_CPU_CAPABILITY", "SSE9")
+    with pytest.raises(KilnError, match="SSE9"):
+        get_cpu_capability()
+
+
+@pytest.mark.parametrize("capability", ["DEFAULT", "AVX2", "AVX512"])
+def test_every_capability_builds_and_matches(capability, monkeypatch, tmp_path):
+    """The portable kernels (DEFAULT, AVX2) and the AVX-512 intrinsics give the interpreter's values."""
+    from kiln.codegen.c import supported_capabilities
+    if capability not in supported_capabilities():
+        pytest.skip(f"this CPU does not run {capability}")
+    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
+    for name in ("mlp", "cnn"):
+        entry = kiln.models.get(name)
+        program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+        compiled = compile_c(program, output=tmp_path / name)
+        assert compiled.manifest["cpu_capability"] == capability
+        x = np.random.default_rng(3).standard_normal((3, *_array(entry.args[0]).shape[1:])).astype(np.float32)
+        _check(compiled(x), program(x))
+
+
+def test_package_for_another_cpu_is_refused(tmp_path):
+    import json
+    from kiln.ir.errors import KilnError
+    entry = kiln.models.get("mlp")
+    compile_c(kiln.export(entry.model, entry.args), output=tmp_path / "pkg")
+    manifest_path = tmp_path / "pkg" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["cpu_capability"] = "NEON"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(KilnError, match="built for NEON"):
+        kiln.runtime.load(tmp_path / "pkg")
+
+
+def test_num_threads_gives_identical_results(tmp_path):
+    """Work splits differ with the team size, but every output element is summed in the same order."""
+    entry = kiln.models.get("cnn")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    compile_c(program, output=tmp_path / "cnn")
+    x = np.random.default_rng(0).standard_normal((5, 3, 16, 16)).astype(np.float32)
+    results = []
+    for threads in (1, 2, 3):
+        model = kiln.runtime.load(tmp_path / "cnn", num_threads=threads)
+        assert model.num_threads == threads
+        results.append(model(x))
+    default = kiln.runtime.load(tmp_path / "cnn")
+    assert default.num_threads is None
+    for result in results[1:] + [default(x)]:
+        np.testing.assert_array_equal(result, results[0])
+    _check(results[0], program(x))
+    from kiln.ir.errors import KilnError
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(KilnError, match="num_threads"):
+            default.num_threads = bad

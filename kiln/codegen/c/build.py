@@ -1,17 +1,75 @@
-"""Build generated C with the system compiler into a shared library, cached by content hash."""
+"""Build generated C with the system compiler into a shared library, cached by content hash.
+
+Code-generation flags come from the CPU capability (like `torch.backends.cpu.get_cpu_capability()`): the ISA
+level detected on this machine, or forced with KILN_CPU_CAPABILITY (like ATEN_CPU_CAPABILITY) to build for an
+older one. A package records its capability, and loading it on a CPU without that ISA is refused.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
+import platform
 import shutil
 import subprocess
 import tempfile
 
 from kiln.ir.errors import KilnError
 
-FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
+BASE_FLAGS = ["-std=c11", "-O3", "-fopenmp", "-shared", "-fPIC"]
+
+# Capability -> (the /proc/cpuinfo flags it needs, the compiler flags it builds with), weakest first.
+CAPABILITIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "DEFAULT": ((), ()),
+    "AVX2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
+    "AVX512": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"),
+               ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                "-mprefer-vector-width=512")),
+    "AVX512_VNNI": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx2", "fma", "f16c"),
+                    ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                     "-mavx512vnni", "-mprefer-vector-width=512")),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset[str]:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return frozenset()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def supported_capabilities() -> list[str]:
+    """The capabilities this CPU runs, weakest first."""
+    flags = _cpu_flags()
+    return [name for name, (needs, _) in CAPABILITIES.items() if all(f in flags for f in needs)]
+
+
+def get_cpu_capability() -> str:
+    """The ISA level generated code targets: KILN_CPU_CAPABILITY if set, else the strongest this CPU runs."""
+    forced = os.environ.get("KILN_CPU_CAPABILITY")
+    available = supported_capabilities()
+    if forced:
+        if forced not in CAPABILITIES:
+            raise KilnError(f"KILN_CPU_CAPABILITY={forced!r} is not a capability kiln knows",
+                            fix=f"use one of {', '.join(CAPABILITIES)}")
+        if forced not in available:
+            raise KilnError(f"KILN_CPU_CAPABILITY={forced} but this CPU only runs {', '.join(available)}",
+                            fix="unset KILN_CPU_CAPABILITY or pick a weaker level")
+        return forced
+    return available[-1]
+
+
+def flags_for(capability: str) -> list[str]:
+    return [*BASE_FLAGS, *CAPABILITIES[capability][1]]
 
 
 def compiler() -> str | None:
@@ -25,12 +83,13 @@ def cache_dir() -> pathlib.Path:
     return path
 
 
-def build_library(source: str) -> pathlib.Path:
+def build_library(source: str, capability: str | None = None) -> pathlib.Path:
     """Compile `source` (or reuse the cached build of identical source and flags); return the library path."""
     cc = compiler()
     if cc is None:
         raise KilnError("no C compiler found (looked for $CC, cc, gcc)", fix="install gcc or clang, or set CC")
-    key = hashlib.sha256("\0".join([cc, *FLAGS, source]).encode()).hexdigest()[:24]
+    flags = flags_for(capability or get_cpu_capability())
+    key = hashlib.sha256("\0".join([cc, *flags, source]).encode()).hexdigest()[:24]
     library = cache_dir() / f"kiln_{key}.so"
     if library.exists():
         return library
@@ -38,7 +97,7 @@ def build_library(source: str) -> pathlib.Path:
         c_file = pathlib.Path(work) / "model.c"
         c_file.write_text(source)
         built = pathlib.Path(work) / "model.so"
-        proc = subprocess.run([cc, *FLAGS, str(c_file), "-o", str(built), "-lm"], capture_output=True, text=True)
+        proc = subprocess.run([cc, *flags, str(c_file), "-o", str(built), "-lm"], capture_output=True, text=True)
         if proc.returncode != 0:
             raise KilnError(f"the C compiler failed on generated code:\n{proc.stderr[-4000:]}",
                             fix="this is a kiln bug; please report it with the program")

@@ -1,4 +1,4 @@
-/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 1).
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 2).
  *
  * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
  * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
@@ -6,7 +6,11 @@
  * see examples/c_deploy/main.c.
  *
  * Threading: kiln_run keeps its per-call state on the call's stack/heap, so one model may be run from
- * several threads at once. kiln_error returns the message of the last failed kiln_run on that model.
+ * several threads at once. Each call runs its kernels in one OpenMP parallel region of kiln_set_num_threads
+ * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count). kiln_error returns the message of the
+ * last failed kiln_run on that model.
+ *
+ * Version 2 added kiln_set_num_threads and weight panels packed by kiln_create (it may now fail for memory).
  */
 #ifndef KILN_H
 #define KILN_H
@@ -18,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 1
+#define KILN_ABI_VERSION 2
 
 typedef struct kiln_model kiln_model;
 
@@ -36,6 +40,8 @@ kiln_model* kiln_create(const void* weights, size_t size);
 /* Create a model that reads (and owns) a copy of the weights file at `path`. NULL on failure. */
 kiln_model* kiln_create_from_file(const char* path);
 void kiln_destroy(kiln_model* m);
+/* Threads for each kiln_run on this model; 0 restores OpenMP's default. */
+void kiln_set_num_threads(kiln_model* m, int num_threads);
 
 /* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
  * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),
@@ -52,6 +58,7 @@ typedef const char* (*kiln_name_fn)(int i);
 typedef kiln_model* (*kiln_create_fn)(const void* weights, size_t size);
 typedef kiln_model* (*kiln_create_from_file_fn)(const char* path);
 typedef void (*kiln_destroy_fn)(kiln_model* m);
+typedef void (*kiln_set_num_threads_fn)(kiln_model* m, int num_threads);
 typedef int (*kiln_run_fn)(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
 typedef const char* (*kiln_error_fn)(const kiln_model* m);
 

@@ -8,18 +8,22 @@ give the same values as running the ops one by one.
 from __future__ import annotations
 
 import math
+import pathlib
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
+from kiln.codegen.memory import MemoryPlan
 from kiln.codegen.schedule import (
     Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, contiguous_strides,
 )
 
-ABI_VERSION = 1
+ABI_VERSION = 2
+GEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_gemm.h").read_text()
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
            dtypes.bool_: "bool"}
@@ -70,8 +74,8 @@ def dim_expr(expr: Any) -> str:
         return "(" + " * ".join(dim_expr(a) for a in expr.args) + ")"
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
         return "(" + " * ".join([dim_expr(expr.base)] * int(expr.exp)) + ")"
-    if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:
-        num, den = sympy.fraction(expr.args[0])
+    if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
         return f"kiln_floordiv({dim_expr(num)}, {dim_expr(den)})"
     raise UnsupportedError(f"cannot render the size expression {expr} in C")
 
@@ -195,10 +199,22 @@ def buffer_name(buffer: Buffer) -> str:
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
-def _loops(shape: list, body: list[str], indent: str = "    ", parallel: bool = True) -> list[str]:
+@dataclass
+class RenderState:
+    """What kernels need from the model beyond their buffers: prepacked weight panels and per-thread scratch."""
+
+    packed: dict = field(default_factory=dict)  # kernel -> index into ctx->packed (B operands packed at create)
+    scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
+
+
+def _loops(shape: list, body: list[str], indent: str = "    ") -> list[str]:
+    """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
+    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next)."""
     lines = []
-    if parallel and shape:
-        lines.append(f"{indent}#pragma omp parallel for collapse({len(shape)}) schedule(static)")
+    if shape:
+        lines.append(f"{indent}#pragma omp for collapse({len(shape)}) schedule(static)")
+    else:
+        lines.append(f"{indent}#pragma omp single")
     for k, d in enumerate(shape):
         lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
     inner = indent + "    " * len(shape)
@@ -212,13 +228,95 @@ def _flat(shape: list) -> str:
     return _Exprs(len(shape)).index(contiguous_strides(shape), 0)
 
 
-def _pointwise(kernel: Kernel) -> list[str]:
+def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     out = kernel.outputs[0]
     value = _Exprs(len(kernel.shape)).render(kernel.expr)
     return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"])
 
 
-def _matmul(kernel: Kernel) -> list[str]:
+def _gemm_operands_f32(kernel: Kernel) -> bool:
+    a, b, out = kernel.detail["a"][0], kernel.detail["b"][0], kernel.outputs[0]
+    return a.dtype == b.dtype == out.dtype == dtypes.float32
+
+
+def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 GEMM on the packed micro-kernels (kiln_gemm.h): the team shares (batch, row chunk, B panel) units;
+    each unit runs register tiles down its rows and applies the fused epilogue from the tile."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    a_buf, a_strides, a_offset = detail["a"]
+    b_buf, b_strides, b_offset = detail["b"]
+    batch = kernel.shape[0] if rank == 3 else 1
+    a_base = exprs.index(a_strides, a_offset, ["bi", "0", "0"])
+    b_base = exprs.index(b_strides, b_offset, ["bi", "0", "0"])
+    lines = [
+        f"const int64_t M = {dim_expr(kernel.shape[-2])}, N = {dim_expr(kernel.shape[-1])}, "
+        f"K = {dim_expr(detail['k'])}, BATCH = {dim_expr(batch)};",
+        *_chunking("BATCH * panels", "M"),
+    ]
+    slot = state.packed.get(kernel)
+    if slot is None:
+        state.scratch.append(sympy.sympify(detail["k"]) * 32 * 4)
+        lines.append("float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);")
+    lines += ["#pragma omp for collapse(3) schedule(static)",
+              "for (int64_t bi = 0; bi < BATCH; ++bi)",
+              "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+              "for (int64_t j = 0; j < panels; ++j)", "{",
+              f"    const float* a = {buffer_name(a_buf)} + {a_base};"]
+    if slot is None:
+        lines += [f"    kiln_pack_b_panel(K, N, j * KILN_NR, {buffer_name(b_buf)} + {b_base}, "
+                  f"{dim_expr(b_strides[1])}, {dim_expr(b_strides[2])}, pack);",
+                  "    const float* panel = pack;"]
+    else:
+        lines.append(f"    const float* panel = ctx->packed[{slot}] + j * K * KILN_NR;  /* packed at create */")
+    index = ["bi", "row + r", "j * KILN_NR + c"] if rank == 3 else ["row + r", "j * KILN_NR + c"]
+    value = "(double)tile[r * KILN_NR + c]"
+    if "bias" in detail:
+        bias = exprs.render(detail["bias"])
+        value = f"{literal(detail['beta'])} * (double){bias} + {literal(detail['alpha'])} * {value}"
+    lines += _tile_loop(f"kiln_ukernel(rows, K, a + row * {dim_expr(a_strides[1])}, {dim_expr(a_strides[1])}, "
+                        f"{dim_expr(a_strides[2])}, panel, tile);",
+                        [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
+                        f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
+    lines.append("}")
+    return ["    " + line for line in lines]
+
+
+def _chunking(units: str, rows: str) -> list[str]:
+    """Split each unit's rows into chunks when there are too few units to keep the team busy."""
+    return [
+        "const int64_t panels = kiln_panels(N), row_blocks = (M + KILN_MR - 1) / KILN_MR;",
+        f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
+        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
+        "if (chunks > row_blocks) chunks = row_blocks;",
+        "if (chunks < 1) chunks = 1;",
+        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * KILN_MR;",
+        "float tile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
+    ]
+
+
+def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, out: Buffer) -> list[str]:
+    """Register tiles down one chunk of rows; each tile goes through the epilogue into the output."""
+    result_type = c_type(out.dtype)
+    return [
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
+        f"        {ukernel}",
+        "        for (int r = 0; r < rows; ++r)",
+        "            for (int64_t c = 0; c < width; ++c)", "            {",
+        *[f"                {line}" for line in indices],
+        f"                const {result_type} acc_value = ({result_type})({value});",
+        f"                {target} = {epilogue};",
+        "            }", "    }",
+    ]
+
+
+def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
+    if _gemm_operands_f32(kernel):
+        return _gemm_f32(kernel, state)
     detail, out = kernel.detail, kernel.outputs[0]
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
@@ -284,7 +382,7 @@ ROW_BODIES: dict[str, str] = {
 }
 
 
-def _rows(kernel: Kernel) -> list[str]:
+def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     detail = kernel.detail
     source = detail["input"]
     # One row per index of the other dims; the row runs along `dim` (the last dim for layer norm).
@@ -325,8 +423,86 @@ def _view_index(view: Any, variables: list[str]) -> str:
     return _Exprs(len(variables)).index(view.strides, view.offset, variables)
 
 
-def _conv(kernel: Kernel) -> list[str]:
+def _conv_as_gemm(kernel: Kernel) -> bool:
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w = detail["input"], detail["weight"]
+    return x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
+
+
+def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 convolution as an implicit GEMM per (image, group): weights [Cout/g, Cin/g * taps] x im2col
+    [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
+    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    n = len(kernel.shape) - 2
+    groups = int(detail["groups"])
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    taps = [dim_expr(d) for d in w.shape[2:]]
+    out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
+    in_sizes = [dim_expr(d) for d in x.shape[2:]]
+    cig = dim_expr(w.shape[1])
+    state.scratch.append(sympy.Mul(*[sympy.sympify(d) for d in w.shape[1:]]) * 32 * 4)
+    lines = [
+        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
+        f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
+        f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
+        *_chunking("BATCH * GROUPS * panels", "M"),
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        "#pragma omp for collapse(4) schedule(static)",
+        "for (int64_t bi = 0; bi < BATCH; ++bi)",
+        "for (int64_t g = 0; g < GROUPS; ++g)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+        "for (int64_t j = 0; j < panels; ++j)", "{",
+        "    /* im2col panel: pixel columns j*KILN_NR.., rows (input channel, taps...) */",
+        f"    const int64_t cin0 = g * {cig};",
+        *[f"    int64_t base{k}[KILN_NR];" for k in range(n)],
+        "    bool inside[KILN_NR];",
+        "    for (int c = 0; c < KILN_NR; ++c)", "    {",
+        "        int64_t p = j * KILN_NR + c;",
+        "        inside[c] = p < N;",
+    ]
+    for k in reversed(range(n)):
+        stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
+        lines.append(f"        base{k}[c] = (p % {out_sizes[k]}) * {stride} - {padding}; p /= {out_sizes[k]};")
+    lines += ["    }",
+              f"    for (int64_t ci = 0; ci < {cig}; ++ci)"]
+    depth = "    "
+    for k in range(n):
+        lines.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
+    k_index = "ci"
+    for k in range(n):
+        k_index = f"({k_index}) * {taps[k]} + r{k}"
+    positions = [f"q{k}" for k in range(n)]
+    x_index = _view_index(x, ["bi", "(cin0 + ci)", *positions])
+    inside = " && ".join(["inside[c]"] + [f"q{k} >= 0 && q{k} < {in_sizes[k]}" for k in range(n)])
+    lines += [f"{depth}{{",
+              f"{depth}    float* restrict dst = pack + ({k_index}) * KILN_NR;",
+              f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
+              *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
+                for k in range(n)],
+              f"{depth}        dst[c] = ({inside}) ? {buffer_name(x.buffer)}[{x_index}] : 0.0f;",
+              f"{depth}    }}", f"{depth}}}",
+              f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"]
+    spatial = [f"const int64_t i{2 + k} = pixel % {out_sizes[k]}; pixel /= {out_sizes[k]};"
+               for k in reversed(range(n))]  # the last spatial dim varies fastest
+    indices = ["const int64_t i0 = bi, i1 = g * M + row + r;", "int64_t pixel = j * KILN_NR + c;", *spatial]
+    value = "(double)tile[r * KILN_NR + c]"
+    if bias is not None:
+        value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
+    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, tile);",
+                        indices, f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
+    lines.insert(lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;") + 1,
+                 "    const float* panel = pack;")
+    lines.append("}")
+    return ["    " + line for line in lines]
+
+
+def _conv(kernel: Kernel, state: RenderState) -> list[str]:
     """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
+    if _conv_as_gemm(kernel):
+        return _conv_gemm_f32(kernel, state)
     detail, out = kernel.detail, kernel.outputs[0]
     x, w, bias = detail["input"], detail["weight"], detail["bias"]
     n = len(kernel.shape) - 2
@@ -367,7 +543,7 @@ def _conv(kernel: Kernel) -> list[str]:
     return _loops(kernel.shape, body)
 
 
-def _window(kernel: Kernel) -> list[str]:
+def _window(kernel: Kernel, state: RenderState) -> list[str]:
     """max_pool (values and ATen's flat in-plane indices) and adaptive average pooling over trailing dims."""
     detail, op = kernel.detail, kernel.ops[0]
     x, n = detail["input"], detail["n"]
@@ -417,7 +593,7 @@ def _window(kernel: Kernel) -> list[str]:
     return _loops(kernel.shape, body)
 
 
-def _cat(kernel: Kernel) -> list[str]:
+def _cat(kernel: Kernel, state: RenderState) -> list[str]:
     """One loop nest per input, each writing its slab of the output along `dim`."""
     out, dim = kernel.outputs[0], kernel.detail["dim"]
     rank = len(kernel.shape)
@@ -431,12 +607,13 @@ def _cat(kernel: Kernel) -> list[str]:
     return lines
 
 
-KERNEL_RENDERERS: dict[str, Callable[[Kernel], list[str]]] = {
+KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
 }
 
 PRELUDE = """\
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -456,42 +633,80 @@ static inline int64_t kiln_floordiv(int64_t a, int64_t b) {{
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }}
 
-typedef struct {{ int64_t sym[{nsym}]; void* buf[{nbuf}]; }} kiln_ctx;
+/* Per-call state: symbol values, buffer addresses, the model's packed weight panels, per-thread scratch. */
+typedef struct {{
+    int64_t sym[{nsym}];
+    void* buf[{nbuf}];
+    float* const* packed;
+    unsigned char* scratch;
+    size_t scratch_stride;
+}} kiln_ctx;
 """
 
 
-def _kernel_function(number: int, kernel: Kernel, schedule: Schedule) -> list[str]:
+def _kernel_function(number: int, kernel: Kernel, schedule: Schedule, state: RenderState) -> list[str]:
     name = f"kernel_{number}_{identifier(kernel.name)}"
-    used = set()
     lines = [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
              f"static void {name}(const kiln_ctx* ctx)", "{"]
     for index, symbol in enumerate(schedule.symbols):
         lines.append(f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};")
     for buf in schedule.buffers:
-        used.add(buf.index)
         qualifier = "const " if buf.kind in ("input", "weight") else ""
         lines.append(f"    {qualifier}{c_type(buf.dtype)}* restrict {buffer_name(buf)} = "
                      f"({qualifier}{c_type(buf.dtype)}*)ctx->buf[{buf.index}]; (void){buffer_name(buf)};")
-    lines += KERNEL_RENDERERS[kernel.kind](kernel)
+    lines += KERNEL_RENDERERS[kernel.kind](kernel, state)
     lines.append("}")
     return lines
 
 
-def render(schedule: Schedule, weight_offsets: dict[str, int]) -> str:
-    """The complete C source of a compiled program; `weight_offsets` places weights in the weights blob."""
+def _prepacked(schedule: Schedule) -> dict:
+    """float32 GEMMs whose B operand is a static weight: packed into panels once, when the model is created."""
+    packed = {}
+    for kernel in schedule.kernels:
+        if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel):
+            continue
+        b_buf, b_strides, b_offset = kernel.detail["b"]
+        static = [kernel.detail["k"], kernel.shape[-1], *b_strides, b_offset]
+        if b_buf.kind == "weight" and all(sympy.sympify(d).is_Integer for d in static):
+            packed[kernel] = len(packed)
+    return packed
+
+
+def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
+    lines = []
+    for kernel, slot in packed.items():
+        b_buf, b_strides, b_offset = kernel.detail["b"]
+        k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
+        source = f"(const float*)(m->weights + {weight_offsets[b_buf.weight_key]}) + {int(b_offset)}"
+        lines += [f"    /* {kernel.name}: B [{k} x {n}] of {identifier(b_buf.weight_key)} */",
+                  f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){(n + 31) // 32 * 32 * k * 4});",
+                  f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                  f"    kiln_pack_b({k}, {n}, {source}, {int(b_strides[1])}, {int(b_strides[2])}, m->packed[{slot}]);"]
+    return lines
+
+
+def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPlan,
+           ranges: dict | None = None) -> str:
+    """The complete C source of a compiled program. `weight_offsets` places weights in the weights blob, `memory`
+    places temporaries in the per-call arena; it holds only within `ranges`, so kiln_run refuses symbols outside."""
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
+    out.append(GEMM_LIBRARY)
+    state = RenderState(packed=_prepacked(schedule))
     names = []
     for number, kernel in enumerate(schedule.kernels):
-        out += _kernel_function(number, kernel, schedule)
+        out += _kernel_function(number, kernel, schedule, state)
         out.append("")
         names.append(f"kernel_{number}_{identifier(kernel.name)}")
     nin, nout, nsym = len(schedule.inputs), len(schedule.outputs), len(schedule.symbols)
-    out.append("struct kiln_model { const unsigned char* weights; unsigned char* owned; char error[512]; };")
+    npacked = len(state.packed)
+    out.append("struct kiln_model {\n    const unsigned char* weights;\n    unsigned char* owned;\n"
+               f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n    char error[512];\n}};")
     out.append("typedef struct kiln_model kiln_model;")
     for table, names_ in (("INPUT_NAMES", schedule.input_names), ("OUTPUT_NAMES", schedule.output_names),
                           ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
+    pack_lines = "\n".join(_pack_weights(schedule, state.packed, weight_offsets))
     out.append(f"""
 int kiln_abi_version(void) {{ return KILN_ABI_VERSION; }}
 int kiln_num_inputs(void) {{ return {nin}; }}
@@ -501,13 +716,24 @@ const char* kiln_input_name(int i) {{ return i >= 0 && i < {nin} ? INPUT_NAMES[i
 const char* kiln_output_name(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_NAMES[i] : NULL; }}
 const char* kiln_symbol_name(int i) {{ return i >= 0 && i < {nsym} ? SYMBOL_NAMES[i] : NULL; }}
 const char* kiln_error(const kiln_model* m) {{ return m ? m->error : "no model"; }}
+void kiln_set_num_threads(kiln_model* m, int n) {{ if (m) m->num_threads = n > 0 ? n : 0; }}
+
+void kiln_destroy(kiln_model* m)
+{{
+    if (!m) return;
+    for (int i = 0; i < {npacked}; ++i) free(m->packed[i]);
+    free(m->owned);
+    free(m);
+}}
 
 /* `weights` must stay alive (e.g. an mmap of weights.bin) until kiln_destroy. */
 kiln_model* kiln_create(const void* weights, size_t size)
 {{
     (void)size;
     kiln_model* m = (kiln_model*)calloc(1, sizeof(kiln_model));
-    if (m) m->weights = (const unsigned char*)weights;
+    if (!m) return NULL;
+    m->weights = (const unsigned char*)weights;
+{pack_lines}
     return m;
 }}
 
@@ -523,19 +749,23 @@ kiln_model* kiln_create_from_file(const char* path)
     if (m) m->owned = data; else free(data);
     return m;
 }}
-
-void kiln_destroy(kiln_model* m) {{ if (m) {{ free(m->owned); free(m); }} }}
 """)
     run = ["/* Run once. symbols: one value per kiln_symbol_name (bound from the input shapes); inputs and",
-           "   outputs: contiguous arrays in signature order, outputs allocated by the caller. 0 on success. */",
+           "   outputs: contiguous arrays in signature order, outputs allocated by the caller. 0 on success.",
+           "   Every kernel runs inside one OpenMP parallel region; kernels share their loops across the team. */",
            "int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs)",
-           "{", "    kiln_ctx ctx_storage; kiln_ctx* ctx = &ctx_storage;", "    int status = 0;"]
+           "{", "    kiln_ctx ctx_storage; kiln_ctx* ctx = &ctx_storage;", "    int status = 0;",
+           "    ctx->packed = m->packed; ctx->scratch = NULL; ctx->scratch_stride = 0;"]
     for index, symbol in enumerate(schedule.symbols):
         sym = symbol_name(symbol)
         run.append(f"    const int64_t {sym} = symbols[{index}]; ctx->sym[{index}] = {sym};")
-        run.append(f"    if ({symbol_name(symbol)} < 0) {{ snprintf(m->error, sizeof m->error, "
-                   f"\"symbol %s = %lld is negative\", SYMBOL_NAMES[{index}], (long long){symbol_name(symbol)}); "
-                   "return 1; }")
+        allowed = (ranges or {}).get(symbol)
+        lower = max(0, int(allowed.lower)) if allowed is not None and allowed.lower != -math.inf else 0
+        upper = int(allowed.upper) if allowed is not None and allowed.upper != math.inf else None
+        test = f"{sym} < {lower}" + (f" || {sym} > {upper}" if upper is not None else "")
+        bounds = f"[{lower}, {upper if upper is not None else 'inf'}]"
+        run.append(f"    if ({test}) {{ snprintf(m->error, sizeof m->error, \"symbol %s = %lld is outside its range "
+                   f"{bounds}\", SYMBOL_NAMES[{index}], (long long){sym}); return 1; }}")
     temps = []
     for buf in schedule.buffers:
         slot = f"ctx->buf[{buf.index}]"
@@ -547,14 +777,25 @@ void kiln_destroy(kiln_model* m) {{ if (m) {{ free(m->owned); free(m); }} }}
             run.append(f"    {slot} = (void*)(m->weights + {weight_offsets[buf.weight_key]});")
         else:
             temps.append(buf)
-            run.append(f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 64);")
-            run.append(f"    if (!{slot}) status = 2;")
-    run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
-    for name, kernel in zip(names, schedule.kernels):
-        run.append(f"    {name}(ctx);")
-    run.append("done:")
+    # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
+    arena_bytes = dim_expr(memory.arena_bytes)
+    run += [f"    unsigned char* arena = (unsigned char*)aligned_alloc(64, (size_t)({arena_bytes}) + 64);",
+            "    if (!arena) status = 2;"]
     for buf in temps:
-        run.append(f"    free(ctx->buf[{buf.index}]);")
+        run.append(f"    ctx->buf[{buf.index}] = arena + {dim_expr(memory.offset_of(buf))};  /* {buf.name} */")
+    run.append("    const int threads = m->num_threads > 0 ? m->num_threads : omp_get_max_threads();")
+    if state.scratch:
+        run.append("    size_t scratch = 0;  /* per thread: the most any kernel needs, 64-byte aligned */")
+        for need in state.scratch:
+            run.append(f"    if ((size_t)({dim_expr(need)}) > scratch) scratch = (size_t)({dim_expr(need)});")
+        run += ["    ctx->scratch_stride = (scratch + 63) / 64 * 64;",
+                "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
+                "    if (!ctx->scratch) status = 2;"]
+    run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
+    run += ["    #pragma omp parallel num_threads(threads)", "    {"]
+    for name, kernel in zip(names, schedule.kernels):
+        run.append(f"        {name}(ctx);")
+    run += ["    }", "done:", "    free(ctx->scratch);", "    free(arena);"]
     run += ["    return status;", "}", ""]
     return "\n".join(out + run)
 

@@ -1,0 +1,119 @@
+/* kiln_gemm.h: packed single-precision GEMM micro-kernels, pasted into every generated model.c.
+ *
+ * C[M x N] = A[M x K] * B[K x N], computed in register tiles of KILN_MR rows x KILN_NR columns. B is read from
+ * a "panel": KILN_NR consecutive columns stored k-major ([K][KILN_NR], zero-padded past N), so the kernel streams
+ * it with aligned vector loads; constant B (weights) is packed once when the model is created, anything else is
+ * packed per panel by the thread that uses it. A is read in place through (row, k) strides and broadcast. Tiles
+ * land in a small buffer; the generated caller applies the fused epilogue (bias, activation, residual) from it.
+ * This is the GotoBLAS/BLIS structure without the cache-level blocking of K, which the model sizes kiln targets
+ * (K <= a few thousand) do not need: one KILN_NR-wide panel of B stays in L2 while every row block reuses it.
+ */
+#ifndef KILN_GEMM_H
+#define KILN_GEMM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define KILN_NR 32
+#define KILN_MR 8
+
+static inline int64_t kiln_panels(int64_t n) { return (n + KILN_NR - 1) / KILN_NR; }
+
+/* Pack columns [n0, n0 + KILN_NR) of B (element (k, n) at b[k * sk + n * sn]) into dst[K][KILN_NR]. */
+static void kiln_pack_b_panel(int64_t K, int64_t N, int64_t n0, const float* b, int64_t sk, int64_t sn,
+                              float* restrict dst)
+{
+    const int64_t width = N - n0 < KILN_NR ? N - n0 : KILN_NR;
+    if (sn == 1) {
+        for (int64_t k = 0; k < K; ++k) {
+            memcpy(dst + k * KILN_NR, b + k * sk + n0, (size_t)width * sizeof(float));
+            for (int64_t c = width; c < KILN_NR; ++c) dst[k * KILN_NR + c] = 0.0f;
+        }
+        return;
+    }
+    /* Columns strided (B = W^T of a linear layer: k runs contiguously): read along k, one column at a time. */
+    for (int64_t c = 0; c < KILN_NR; ++c) {
+        if (c < width) {
+            const float* column = b + (n0 + c) * sn;
+            for (int64_t k = 0; k < K; ++k) dst[k * KILN_NR + c] = column[k * sk];
+        } else {
+            for (int64_t k = 0; k < K; ++k) dst[k * KILN_NR + c] = 0.0f;
+        }
+    }
+}
+
+/* All panels of B, panel j at dst + j * K * KILN_NR. */
+static void kiln_pack_b(int64_t K, int64_t N, const float* b, int64_t sk, int64_t sn, float* restrict dst)
+{
+    for (int64_t j = 0; j < kiln_panels(N); ++j) kiln_pack_b_panel(K, N, j * KILN_NR, b, sk, sn, dst + j * K * KILN_NR);
+}
+
+#if defined(__AVX512F__)
+/* tile[r][0..KILN_NR) = sum_k a[r * sm + k * sk] * panel[k][.] for r < MR: 2 * MR zmm accumulators. */
+#define KILN_DEFINE_UKERNEL(MR)                                                                                   \
+    static inline void kiln_ukernel_##MR(int64_t K, const float* a, int64_t sm, int64_t sk,                      \
+                                         const float* restrict panel, float* restrict tile)                      \
+    {                                                                                                             \
+        __m512 lo[MR], hi[MR];                                                                                    \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) { lo[r] = _mm512_setzero_ps(); hi[r] = lo[r]; }    \
+        for (int64_t k = 0; k < K; ++k) {                                                                         \
+            const __m512 b0 = _mm512_load_ps(panel + k * KILN_NR);                                                \
+            const __m512 b1 = _mm512_load_ps(panel + k * KILN_NR + 16);                                           \
+            _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                               \
+                const __m512 x = _mm512_set1_ps(a[r * sm + k * sk]);                                              \
+                lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);                                                            \
+                hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);                                                            \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                                   \
+            _mm512_store_ps(tile + r * KILN_NR, lo[r]);                                                           \
+            _mm512_store_ps(tile + r * KILN_NR + 16, hi[r]);                                                      \
+        }                                                                                                         \
+    }
+#else
+/* Portable kernel: the compiler vectorizes the KILN_NR-wide inner loop for whatever ISA -march selects. */
+#define KILN_DEFINE_UKERNEL(MR)                                                                                   \
+    static inline void kiln_ukernel_##MR(int64_t K, const float* a, int64_t sm, int64_t sk,                      \
+                                         const float* restrict panel, float* restrict tile)                      \
+    {                                                                                                             \
+        float acc[MR][KILN_NR];                                                                                   \
+        memset(acc, 0, sizeof acc);                                                                               \
+        for (int64_t k = 0; k < K; ++k)                                                                           \
+            for (int r = 0; r < MR; ++r) {                                                                        \
+                const float x = a[r * sm + k * sk];                                                               \
+                for (int c = 0; c < KILN_NR; ++c) acc[r][c] += x * panel[k * KILN_NR + c];                        \
+            }                                                                                                     \
+        memcpy(tile, acc, sizeof acc);                                                                            \
+    }
+#endif
+
+KILN_DEFINE_UKERNEL(1)
+KILN_DEFINE_UKERNEL(2)
+KILN_DEFINE_UKERNEL(3)
+KILN_DEFINE_UKERNEL(4)
+KILN_DEFINE_UKERNEL(5)
+KILN_DEFINE_UKERNEL(6)
+KILN_DEFINE_UKERNEL(7)
+KILN_DEFINE_UKERNEL(8)
+
+/* One register tile of `rows` (1..KILN_MR) rows into tile[KILN_MR][KILN_NR]. */
+static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm, int64_t sk, const float* panel,
+                                float* tile)
+{
+    switch (rows) {
+    case 1: kiln_ukernel_1(K, a, sm, sk, panel, tile); break;
+    case 2: kiln_ukernel_2(K, a, sm, sk, panel, tile); break;
+    case 3: kiln_ukernel_3(K, a, sm, sk, panel, tile); break;
+    case 4: kiln_ukernel_4(K, a, sm, sk, panel, tile); break;
+    case 5: kiln_ukernel_5(K, a, sm, sk, panel, tile); break;
+    case 6: kiln_ukernel_6(K, a, sm, sk, panel, tile); break;
+    case 7: kiln_ukernel_7(K, a, sm, sk, panel, tile); break;
+    default: kiln_ukernel_8(K, a, sm, sk, panel, tile); break;
+    }
+}
+
+#endif /* KILN_GEMM_H */
