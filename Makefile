@@ -23,6 +23,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/python
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
+# Runs the whole suite, `slow`-marked tests included (CI runs everything); PYTEST_ARGS='-m "not slow"' skips them.
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
@@ -33,6 +34,7 @@ lint: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/build_verify_10k.py
 	$(PY) benchmarks/export_gpt2.py
+	$(PY) benchmarks/c_backend.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -3,6 +3,10 @@
  *     kiln compile kiln.models:mlp --target c -o mlp_pkg
  *     make && ./kiln_deploy mlp_pkg x=x.npy
  *
+ * Built with -DKILN_STATIC_MODEL (and linked with a package's model.c, see `make sanitize`), it calls the linked
+ * kiln_* functions directly instead of dlopen-ing model.so; it still reads manifest.json and weights.bin from
+ * the package directory. Everything it allocates is freed before a successful exit, so LeakSanitizer stays quiet.
+ *
  * Reads manifest.json (a small JSON reader below) for input/output dtypes, symbolic shapes and symbol ranges,
  * binds the symbols from the input shapes, checks every dim, allocates the outputs and calls kiln_run.
  * Prints, per output, a line `output NAME DTYPE [d0, d1, ...]` and then one value per line
@@ -10,7 +14,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#ifndef KILN_STATIC_MODEL
 #include <dlfcn.h>
+#endif
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,7 +29,7 @@
 #define MAX_TENSORS 64
 #define MAX_SYMBOLS 64
 
-static void fail(int status, const char* fmt, ...)
+_Noreturn static void fail(int status, const char* fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
@@ -129,6 +135,18 @@ static json* jvalue(void)
     return v;
 }
 
+static void jfree(json* v)
+{
+    while (v) {
+        json* next = v->next;
+        jfree(v->child);
+        free(v->str);
+        free(v->key);
+        free(v);
+        v = next;
+    }
+}
+
 static json* jget(const json* obj, const char* key)
 {
     for (json* m = obj ? obj->child : NULL; m; m = m->next)
@@ -207,7 +225,6 @@ static int64_t eatom(void)
         fail(2, "unknown symbol %.*s in a symbolic dim", (int)len, start);
     }
     fail(2, "cannot parse symbolic dim at '%s'", ep);
-    return 0;
 }
 
 static int64_t eterm(void)
@@ -256,7 +273,6 @@ static const dtype_info* dtype_of(const char* name)
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; ++i)
         if (!strcmp(DTYPES[i].name, name)) return &DTYPES[i];
     fail(2, "unsupported dtype %s", name);
-    return NULL;
 }
 
 typedef struct { int rank; int64_t shape[MAX_RANK]; char descr[8]; void* data; size_t nbytes; } npy;
@@ -311,12 +327,14 @@ static void print_value(const char* dtype, const void* data, int64_t i)
     else printf("?\n");
 }
 
+#ifndef KILN_STATIC_MODEL
 static void* need(void* lib, const char* name)
 {
     void* fn = dlsym(lib, name);
     if (!fn) fail(2, "model.so has no symbol %s", name);
     return fn;
 }
+#endif
 
 int main(int argc, char** argv)
 {
@@ -334,6 +352,17 @@ int main(int argc, char** argv)
     if (!abi || (int)abi->num != KILN_ABI_VERSION)
         fail(2, "%s has ABI version %d, this program reads %d", pkg, abi ? (int)abi->num : -1, KILN_ABI_VERSION);
 
+#ifdef KILN_STATIC_MODEL
+    /* the model is linked in: call its kiln_* functions directly */
+    kiln_abi_version_fn abi_version = kiln_abi_version;
+    kiln_create_from_file_fn create_from_file = kiln_create_from_file;
+    kiln_run_fn run = kiln_run;
+    kiln_error_fn error = kiln_error;
+    kiln_destroy_fn destroy = kiln_destroy;
+    kiln_count_fn num_inputs = kiln_num_inputs;
+    kiln_count_fn num_outputs = kiln_num_outputs;
+    if (abi_version() != KILN_ABI_VERSION) fail(2, "the linked model has ABI version %d", abi_version());
+#else
     /* load the library; check its ABI matches the manifest */
     snprintf(path, sizeof path, "%s/%s", pkg, jget_str(manifest, "library"));
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -346,6 +375,7 @@ int main(int argc, char** argv)
     kiln_count_fn num_inputs = (kiln_count_fn)need(lib, "kiln_num_inputs");
     kiln_count_fn num_outputs = (kiln_count_fn)need(lib, "kiln_num_outputs");
     if (abi_version() != KILN_ABI_VERSION) fail(2, "model.so has ABI version %d", abi_version());
+#endif
 
     /* symbols, in kiln_run's order, with their ranges */
     symtab tab = {0};
@@ -453,6 +483,10 @@ int main(int argc, char** argv)
         for (int64_t i = 0; i < out_numel[k]; ++i) print_value(dtype, out_ptrs[k], i);
     }
     destroy(model);
+    for (int k = 0; k < nout; ++k) free(out_ptrs[k]);
+    for (int k = 0; k < nin; ++k) free(arrays[k].data);
+    jfree(manifest);
+    free(text);
     /* No dlclose: unloading a library whose OpenMP worker threads are still parked can crash at exit. */
     return 0;
 }

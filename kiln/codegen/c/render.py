@@ -23,7 +23,9 @@ from kiln.codegen.schedule import (
 )
 
 ABI_VERSION = 2
-GEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_gemm.h").read_text()
+# Support code pasted into every model.c, so a package's source builds alone.
+SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
+                            for name in ("kiln_math.h", "kiln_gemm.h"))
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
            dtypes.bool_: "bool"}
@@ -129,6 +131,18 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
 }
 
 
+# float32 results of transcendental ops use kiln_math.h's vectorizable float functions (libm's are scalar calls
+# that keep the loop from vectorizing); everything else computes in double and rounds once, as above.
+FLOAT32_RULES: dict[str, Rule] = {
+    "aten.exp.default": lambda a: f"kiln_expf((float)({a[0]}))",
+    "aten.tanh.default": lambda a: f"kiln_tanhf((float)({a[0]}))",
+    "aten.sigmoid.default": lambda a: f"kiln_sigmoidf((float)({a[0]}))",
+    "aten.erf.default": lambda a: f"kiln_erff((float)({a[0]}))",
+    "aten.gelu.default": lambda a: (f"kiln_gelu_tanhf((float)({a[0]}))" if a[1] == "tanh"
+                                    else f"kiln_geluf((float)({a[0]}))"),
+}
+
+
 class _Exprs:
     """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
 
@@ -179,6 +193,8 @@ class _Exprs:
                     operands.append(f"({target}){literal(arg)}")
             if cast_kind == "where":
                 operands = [operands[0]] + [f"({compute_type(node.dtype)}){o}" for o in operands[1:]]
+            if node.dtype == dtypes.float32 and node.op in FLOAT32_RULES:
+                rule = FLOAT32_RULES[node.op]
             return f"(({c_type(node.dtype)})({rule(operands)}))"
         raise UnsupportedError(f"cannot render {type(node).__name__}")
 
@@ -207,17 +223,25 @@ class RenderState:
     scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
 
 
-def _loops(shape: list, body: list[str], indent: str = "    ") -> list[str]:
+def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False) -> list[str]:
     """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
-    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next)."""
+    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). With
+    `simd`, the team shares the outer dims and the innermost loop is vectorized (collapsing it too would turn
+    its index into a division per element)."""
     lines = []
-    if shape:
-        lines.append(f"{indent}#pragma omp for collapse({len(shape)}) schedule(static)")
-    else:
+    rank = len(shape)
+    shared = rank - 1 if simd and rank > 1 else rank
+    if rank == 0:
         lines.append(f"{indent}#pragma omp single")
+    elif simd and rank == 1:
+        lines.append(f"{indent}#pragma omp for simd schedule(static)")
+    else:
+        lines.append(f"{indent}#pragma omp for collapse({shared}) schedule(static)")
     for k, d in enumerate(shape):
+        if simd and k == rank - 1 and rank > 1:
+            lines.append(f"{indent}{'    ' * k}#pragma omp simd")
         lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
-    inner = indent + "    " * len(shape)
+    inner = indent + "    " * rank
     lines.append(f"{inner}{{")
     lines += [f"{inner}    {line}" for line in body]
     lines.append(f"{inner}}}")
@@ -231,7 +255,7 @@ def _flat(shape: list) -> str:
 def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     out = kernel.outputs[0]
     value = _Exprs(len(kernel.shape)).render(kernel.expr)
-    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"])
+    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"], simd=True)
 
 
 def _gemm_operands_f32(kernel: Kernel) -> bool:
@@ -373,12 +397,31 @@ ROW_BODIES: dict[str, str] = {
                                  "m = kiln_max(m, (double)X(k)); double s = 0.0; for (int64_t k = 0; k < L; ++k) "
                                  "s += exp((double)X(k) - m); double ls = log(s); "
                                  "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = ((double)X(k) - m) - ls;",
-    "aten.native_layer_norm.default": "double mean = 0.0; for (int64_t k = 0; k < L; ++k) mean += X(k); "
-                                      "mean /= (double)L; double var = 0.0; for (int64_t k = 0; k < L; ++k) "
+    "aten.native_layer_norm.default": "double mean = 0.0; _Pragma(\"omp simd reduction(+:mean)\") "
+                                      "for (int64_t k = 0; k < L; ++k) mean += X(k); "
+                                      "mean /= (double)L; double var = 0.0; "
+                                      "_Pragma(\"omp simd reduction(+:var)\") for (int64_t k = 0; k < L; ++k) "
                                       "{ double d = X(k) - mean; var += d * d; } var /= (double)L; "
                                       "double rstd = 1.0 / sqrt(var + EPS); for (int64_t k = 0; k < L; ++k) "
                                       "Y0[(k) * YS] = ((double)X(k) - mean) * rstd * W(k) + B(k); Y1[0] = mean; "
                                       "Y2[0] = rstd;",
+}
+
+
+# float32 softmax: one vectorized exp per element (kept in the output), float max, double sum.
+ROW_BODIES_F32: dict[str, str] = {
+    "aten._softmax.default": "float m = -INFINITY; _Pragma(\"omp simd reduction(max:m)\") "
+                             "for (int64_t k = 0; k < L; ++k) { const float v = X(k); m = v > m ? v : m; } "
+                             "double s = 0.0; _Pragma(\"omp simd reduction(+:s)\") for (int64_t k = 0; k < L; ++k) "
+                             "{ const float e = kiln_expf(X(k) - m); Y0[(k) * YS] = e; s += e; } "
+                             "const float inv = (float)(1.0 / s); _Pragma(\"omp simd\") "
+                             "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] *= inv;",
+    "aten._log_softmax.default": "float m = -INFINITY; _Pragma(\"omp simd reduction(max:m)\") "
+                                 "for (int64_t k = 0; k < L; ++k) { const float v = X(k); m = v > m ? v : m; } "
+                                 "double s = 0.0; _Pragma(\"omp simd reduction(+:s)\") "
+                                 "for (int64_t k = 0; k < L; ++k) s += kiln_expf(X(k) - m); "
+                                 "const double ls = log(s); _Pragma(\"omp simd\") "
+                                 "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = (float)(((double)X(k) - m) - ls);",
 }
 
 
@@ -410,7 +453,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
                 f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + (k) * {dim_expr(view.strides[0])}])"
                 if view is not None else f"{default})"))
         body.append(f"const double EPS = {literal(float(detail['eps']))};")
-    body.append(ROW_BODIES[op])
+    float_body = ROW_BODIES_F32.get(op) if kernel.outputs[0].dtype == dtypes.float32 else None
+    body.append(float_body or ROW_BODIES[op])
     body.append("(void)YS;")
     body.append("#undef X")
     if op == "aten.native_layer_norm.default":
@@ -603,7 +647,7 @@ def _cat(kernel: Kernel, state: RenderState) -> list[str]:
         variables = [f"i{k}" if k != dim else f"(i{k} + {dim_expr(start)})" for k in range(rank)]
         target = _Exprs(rank).index(strides, 0, variables)
         value = _Exprs(rank).render(load)
-        lines += _loops(shape, [f"{buffer_name(out)}[{target}] = {value};"])
+        lines += _loops(shape, [f"{buffer_name(out)}[{target}] = {value};"], simd=True)
     return lines
 
 
@@ -691,7 +735,7 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     places temporaries in the per-call arena; it holds only within `ranges`, so kiln_run refuses symbols outside."""
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
-    out.append(GEMM_LIBRARY)
+    out.append(SUPPORT_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     names = []
     for number, kernel in enumerate(schedule.kernels):
@@ -778,11 +822,19 @@ kiln_model* kiln_create_from_file(const char* path)
         else:
             temps.append(buf)
     # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
+    # Sanitizer builds give each temporary its own allocation instead, so ASan sees an overrun of any one.
     arena_bytes = dim_expr(memory.arena_bytes)
-    run += [f"    unsigned char* arena = (unsigned char*)aligned_alloc(64, (size_t)({arena_bytes}) + 64);",
+    run += ["#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)",
+            "    unsigned char* arena = NULL;"]
+    for buf in temps:
+        size = f"(size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1"
+        run += [f"    ctx->buf[{buf.index}] = malloc({size});",
+                f"    if (!ctx->buf[{buf.index}]) status = 2;"]
+    run += ["#else", f"    unsigned char* arena = (unsigned char*)aligned_alloc(64, (size_t)({arena_bytes}) + 64);",
             "    if (!arena) status = 2;"]
     for buf in temps:
         run.append(f"    ctx->buf[{buf.index}] = arena + {dim_expr(memory.offset_of(buf))};  /* {buf.name} */")
+    run.append("#endif")
     run.append("    const int threads = m->num_threads > 0 ? m->num_threads : omp_get_max_threads();")
     if state.scratch:
         run.append("    size_t scratch = 0;  /* per thread: the most any kernel needs, 64-byte aligned */")
@@ -795,7 +847,10 @@ kiln_model* kiln_create_from_file(const char* path)
     run += ["    #pragma omp parallel num_threads(threads)", "    {"]
     for name, kernel in zip(names, schedule.kernels):
         run.append(f"        {name}(ctx);")
-    run += ["    }", "done:", "    free(ctx->scratch);", "    free(arena);"]
+    run += ["    }", "done:", "    free(ctx->scratch);", "    free(arena);",
+            "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
+    run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
+    run.append("#endif")
     run += ["    return status;", "}", ""]
     return "\n".join(out + run)
 
