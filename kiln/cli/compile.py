@@ -60,12 +60,17 @@ def register(commands: Any) -> None:
         description="Run a package written by `kiln compile` (or kiln.compile).\n\n"
                     "Examples:\n"
                     "  kiln run mlp_pkg --input x=x.npy\n"
-                    "  kiln run mlp_pkg --input x=x.npy --output out.npz --bench 100")
+                    "  kiln run mlp_pkg --input x=x.npy --output out.npz --bench 100\n"
+                    "  kiln run mlp_pkg --input x=x.npy --profile 20 --threads 1")
     runner.add_argument("package", metavar="PACKAGE", help="package directory")
     runner.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="one input per model input, by name; repeatable")
     runner.add_argument("--output", default=None, metavar="OUT.npz", help="write the outputs, by name, to an .npz")
     runner.add_argument("--bench", type=int, default=0, metavar="N", help="also time N calls; print the median")
+    runner.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also run N times with per-kernel timing; print the kernels, slowest first")
+    runner.add_argument("--threads", type=int, default=None, metavar="T",
+                        help="threads per call (default: OMP_NUM_THREADS or the CPU count)")
     runner.set_defaults(handler=run_package)
 
 
@@ -183,11 +188,16 @@ def _format_time(seconds: float) -> str:
 
 def run_package(options: argparse.Namespace) -> int:
     import numpy as np
-    if options.bench < 0:
-        raise KilnError(f"--bench {options.bench} is negative", fix="give a number of calls, e.g. --bench 100")
+    for flag in ("bench", "profile"):
+        if getattr(options, flag) < 0:
+            raise KilnError(f"--{flag} {getattr(options, flag)} is negative",
+                            fix=f"give a number of calls, e.g. --{flag} 100")
+    if options.threads is not None and options.threads < 1:
+        raise KilnError(f"--threads {options.threads} is not a positive count", fix="e.g. --threads 2")
     if options.output is not None and not Path(options.output).parent.is_dir():
         raise KilnError(f"cannot write {options.output}: folder {Path(options.output).parent} does not exist")
     model = _load_package(Path(options.package))
+    model.num_threads = options.threads
     output_names = [o["name"] for o in model.manifest["outputs"]]
     arrays = _read_inputs(options.input, [i["name"] for i in model.manifest["inputs"]])
     results = model(*arrays)
@@ -211,6 +221,12 @@ def run_package(options: argparse.Namespace) -> int:
             times.append(time.perf_counter() - start)
         print(f"bench: {options.bench} calls, median {_format_time(statistics.median(times))}, "
               f"min {_format_time(min(times))}")
+    if options.profile:
+        timings = model.profile(*arrays, runs=options.profile)
+        total = sum(seconds for _, seconds in timings) or 1.0
+        print(f"profile: mean per run over {options.profile} runs, {_format_time(total)} in kernels")
+        for name, seconds in timings:
+            print(f"  {_format_time(seconds):>10}  {100 * seconds / total:5.1f}%  {name}")
     return 0
 
 

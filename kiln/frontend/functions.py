@@ -271,6 +271,14 @@ def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: 
     return input.min(dim, keepdim)
 
 
+def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return input.amax(dim, keepdim)
+
+
+def amin(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return input.amin(dim, keepdim)
+
+
 def argmax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return input.argmax(dim, keepdim)
 
@@ -321,6 +329,6 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "full", "zeros", "ones", "empty"
            "randint", "randperm", "cat", "concat", "concatenate", "stack", "where", "scalar_tensor", "clamp",
            "clip", "maximum", "minimum", "matmul", "mm", "bmm", "einsum", "flatten", "reshape", "permute",
            "transpose", "unsqueeze", "squeeze", "chunk", "split", "unbind", "masked_fill", "sum", "mean", "max",
-           "min", "argmax", "softmax", "log_softmax", "topk", "cumsum", "gather", "numel", "is_tensor",
+           "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "gather", "numel", "is_tensor",
            "allclose", "equal", *_UNARY]
 

@@ -136,6 +136,13 @@ class CompiledModel:
         lib.kiln_error.argtypes = [ctypes.c_void_p]
         lib.kiln_destroy.argtypes = [ctypes.c_void_p]
         lib.kiln_set_num_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.kiln_set_profiling.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.kiln_kernel_name.restype = ctypes.c_char_p
+        lib.kiln_kernel_name.argtypes = [ctypes.c_int]
+        lib.kiln_kernel_seconds.restype = ctypes.c_double
+        lib.kiln_kernel_seconds.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.kiln_profiled_runs.restype = ctypes.c_int64
+        lib.kiln_profiled_runs.argtypes = [ctypes.c_void_p]
         self._lib = lib
         address = self._weights.ctypes.data if self._weights is not None else None
         self._handle = lib.kiln_create(address, 0 if self._weights is None else self._weights.size)
@@ -162,6 +169,23 @@ class CompiledModel:
         if handle and lib is not None:
             lib.kiln_destroy(handle)
             self._handle = None
+
+    def profile(self, *args: Any, runs: int = 10) -> list[tuple[str, float]]:
+        """Run `runs` times with per-kernel timing; (kernel name, mean seconds per run), slowest first. Kernel
+        names match the `kernel_N_<ops>` functions in the package's model.c."""
+        if runs < 1:
+            raise KilnError(f"runs must be at least 1, got {runs}", fix="e.g. runs=10")
+        self._lib.kiln_set_profiling(self._handle, 1)
+        try:
+            for _ in range(runs):
+                self(*args)
+            count = self._lib.kiln_num_kernels()
+            done = max(1, self._lib.kiln_profiled_runs(self._handle))
+            timings = [(self._lib.kiln_kernel_name(i).decode(), self._lib.kiln_kernel_seconds(self._handle, i) / done)
+                       for i in range(count)]
+        finally:
+            self._lib.kiln_set_profiling(self._handle, 0)
+        return sorted(timings, key=lambda item: -item[1])
 
     def _prepare_fast_path(self) -> None:
         """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with

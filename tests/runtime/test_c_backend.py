@@ -270,3 +270,48 @@ def test_num_threads_gives_identical_results(tmp_path):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(KilnError, match="num_threads"):
             default.num_threads = bad
+
+
+class _RowOps(kiln.nn.Module):
+    def forward(self, x):
+        return kiln.amax(x, dim=-1), kiln.softmax(x, dim=-1), kiln.log_softmax(x, dim=1), x.sum(-1), x.mean(0)
+
+
+def test_row_kernels_keep_nan_and_inf_semantics(tmp_path):
+    """The vectorized reductions still propagate NaN, and softmax of +-inf rows matches the reference."""
+    program = kiln.export(_RowOps(), (kiln.randn(6, 40),))
+    compiled = compile_c(program, output=tmp_path / "rows")
+    x = np.random.default_rng(0).standard_normal((6, 40)).astype(np.float32) * 30
+    x[1, 7] = np.nan
+    x[2, :] = -np.inf
+    x[3, 5] = np.inf
+    x[4, 0] = -np.inf
+    _check(compiled(x), program(x))
+
+
+@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "erf", "gelu"])
+def test_vectorized_float_math_matches_reference(name, tmp_path):
+    """kiln_math.h's float exp/tanh/erf across the float range, with non-finite values, against the interpreter."""
+    function = {"gelu": kiln.nn.functional.gelu}.get(name) or getattr(kiln, name)
+
+    class Unary(kiln.nn.Module):
+        def forward(self, x):
+            return function(x)
+
+    x = np.concatenate([np.linspace(-110, 100, 20001), np.geomspace(1e-30, 10, 500), -np.geomspace(1e-30, 10, 500),
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(np.float32)
+    program = kiln.export(Unary(), (kiln.randn(x.size),))
+    _check(compile_c(program, output=tmp_path / name)(x), program(x))
+
+
+def test_profile_reports_every_kernel(tmp_path):
+    entry = kiln.models.get("cnn")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    model = compile_c(program, output=tmp_path / "cnn")
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    timings = model.profile(x, runs=5)
+    source = (tmp_path / "cnn" / "model.c").read_text()
+    assert len(timings) == source.count("\nstatic void kernel_") and all(seconds > 0 for _, seconds in timings)
+    assert [t for _, t in timings] == sorted((t for _, t in timings), reverse=True)
+    assert all(f"static void {name}(" in source for name, _ in timings)
+    _check(model(x), program(x))  # profiling is off again and the model still runs

@@ -52,6 +52,23 @@ def test_run_prints_and_benches(mlp_package, tmp_path, capsys):
     assert "shape [2, 10] float32" in out and "median" in out
 
 
+def test_run_profiles_kernels_on_given_threads(mlp_package, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.ones((3, 32), np.float32))
+    assert main(["run", str(mlp_package), "--input", f"x={tmp_path / 'x.npy'}", "--profile", "4",
+                 "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    kernels = (mlp_package / "model.c").read_text().count("\nstatic void kernel_")
+    assert "profile: mean per run over 4 runs" in out and out.count("%  kernel_") == kernels
+
+
+@pytest.mark.parametrize("flags, message", [(["--profile", "-1"], "--profile -1 is negative"),
+                                            (["--threads", "0"], "--threads 0 is not a positive count")])
+def test_run_rejects_bad_counts(mlp_package, tmp_path, capsys, flags, message):
+    np.save(tmp_path / "x.npy", np.ones((3, 32), np.float32))
+    assert main(["run", str(mlp_package), "--input", f"x={tmp_path / 'x.npy'}", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_compile_from_pt2_and_pipeline(tmp_path, capsys):
     entry = kiln.models.get("mlp")
     kiln.save(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), tmp_path / "mlp.pt2")

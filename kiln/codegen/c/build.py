@@ -18,7 +18,9 @@ import tempfile
 
 from kiln.ir.errors import KilnError
 
-BASE_FLAGS = ["-std=c11", "-O3", "-fopenmp", "-shared", "-fPIC"]
+# -fno-trapping-math and -fno-math-errno change no value (NaN and inf are kept; kiln reads neither FP exception
+# flags nor errno), but without them GCC will not vectorize floorf, sqrt or selects on floats.
+BASE_FLAGS = ["-std=c11", "-O3", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC"]
 
 # Capability -> (the /proc/cpuinfo flags it needs, the compiler flags it builds with), weakest first.
 CAPABILITIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -10,7 +10,7 @@
  * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count). kiln_error returns the message of the
  * last failed kiln_run on that model.
  *
- * Version 2 added kiln_set_num_threads and weight panels packed by kiln_create (it may now fail for memory).
+ * Version 2 added kiln_set_num_threads, profiling, and weight panels packed by kiln_create (it may now fail for memory).
  */
 #ifndef KILN_H
 #define KILN_H
@@ -42,6 +42,14 @@ kiln_model* kiln_create_from_file(const char* path);
 void kiln_destroy(kiln_model* m);
 /* Threads for each kiln_run on this model; 0 restores OpenMP's default. */
 void kiln_set_num_threads(kiln_model* m, int num_threads);
+
+/* Profiling: with it on, kiln_run adds each kernel's wall time (as seen by OpenMP thread 0) to a per-model
+ * total; turning it on or off clears the totals. Meant for one caller at a time (concurrent runs race on them). */
+int kiln_num_kernels(void);
+const char* kiln_kernel_name(int i);
+void kiln_set_profiling(kiln_model* m, int on);
+double kiln_kernel_seconds(const kiln_model* m, int i);
+int64_t kiln_profiled_runs(const kiln_model* m);
 
 /* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
  * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),

@@ -386,10 +386,14 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 ROW_BODIES: dict[str, str] = {
-    "aten.sum.dim_IntList": "double acc = 0.0; for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc;",
-    "aten.mean.dim": "double acc = 0.0; for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc / (double)L;",
-    "aten.amax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) { double v = X(k); "
-                         "if (isnan(v)) { m = v; break; } if (v > m) m = v; } Y0[0] = m;",
+    "aten.sum.dim_IntList": "double acc = 0.0; _Pragma(\"omp simd reduction(+:acc)\") "
+                            "for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc;",
+    "aten.mean.dim": "double acc = 0.0; _Pragma(\"omp simd reduction(+:acc)\") "
+                     "for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc / (double)L;",
+    # max ignoring NaN plus a NaN flag, both vectorizable reductions; a NaN anywhere makes the result NaN.
+    "aten.amax.default": "double m = -INFINITY; int nan = 0; _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") "
+                         "for (int64_t k = 0; k < L; ++k) { const double v = X(k); nan |= v != v; "
+                         "m = v > m ? v : m; } Y0[0] = nan ? NAN : m;",
     "aten._softmax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) m = kiln_max(m, (double)X(k)); "
                              "double s = 0.0; for (int64_t k = 0; k < L; ++k) s += exp((double)X(k) - m); "
                              "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = exp((double)X(k) - m) / s;",
@@ -744,8 +748,11 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
         names.append(f"kernel_{number}_{identifier(kernel.name)}")
     nin, nout, nsym = len(schedule.inputs), len(schedule.outputs), len(schedule.symbols)
     npacked = len(state.packed)
+    nkernels = len(schedule.kernels)
     out.append("struct kiln_model {\n    const unsigned char* weights;\n    unsigned char* owned;\n"
-               f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n    char error[512];\n}};")
+               f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n    char error[512];\n"
+               f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n}};")
+    out.append(f"static const char* const KERNEL_NAMES[] = {{{', '.join(map(_cstr, names)) or '0'}}};")
     out.append("typedef struct kiln_model kiln_model;")
     for table, names_ in (("INPUT_NAMES", schedule.input_names), ("OUTPUT_NAMES", schedule.output_names),
                           ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
@@ -761,6 +768,20 @@ const char* kiln_output_name(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_NAME
 const char* kiln_symbol_name(int i) {{ return i >= 0 && i < {nsym} ? SYMBOL_NAMES[i] : NULL; }}
 const char* kiln_error(const kiln_model* m) {{ return m ? m->error : "no model"; }}
 void kiln_set_num_threads(kiln_model* m, int n) {{ if (m) m->num_threads = n > 0 ? n : 0; }}
+int kiln_num_kernels(void) {{ return {nkernels}; }}
+const char* kiln_kernel_name(int i) {{ return i >= 0 && i < {nkernels} ? KERNEL_NAMES[i] : NULL; }}
+void kiln_set_profiling(kiln_model* m, int on)
+{{
+    if (!m) return;
+    m->profiling = on != 0;
+    m->profiled_runs = 0;
+    memset(m->kernel_seconds, 0, sizeof m->kernel_seconds);
+}}
+double kiln_kernel_seconds(const kiln_model* m, int i)
+{{
+    return m && i >= 0 && i < {nkernels} ? m->kernel_seconds[i] : 0.0;
+}}
+int64_t kiln_profiled_runs(const kiln_model* m) {{ return m ? m->profiled_runs : 0; }}
 
 void kiln_destroy(kiln_model* m)
 {{
@@ -844,10 +865,14 @@ kiln_model* kiln_create_from_file(const char* path)
                 "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
                 "    if (!ctx->scratch) status = 2;"]
     run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
-    run += ["    #pragma omp parallel num_threads(threads)", "    {"]
-    for name, kernel in zip(names, schedule.kernels):
-        run.append(f"        {name}(ctx);")
-    run += ["    }", "done:", "    free(ctx->scratch);", "    free(arena);",
+    run += ["    const int profiling = m->profiling;",
+            "    #pragma omp parallel num_threads(threads)", "    {"]
+    for number, name in enumerate(names):
+        run.append(f"        if (profiling) {{ double start = omp_get_wtime(); {name}(ctx); "
+                   f"if (omp_get_thread_num() == 0) m->kernel_seconds[{number}] += omp_get_wtime() - start; }} "
+                   f"else {name}(ctx);")
+    run += ["    }", "    if (profiling) m->profiled_runs += 1;",
+            "done:", "    free(ctx->scratch);", "    free(arena);",
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
     run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
     run.append("#endif")
