@@ -202,8 +202,10 @@ def _inspect_package(path: Path) -> dict[str, Any]:
         memory = manifest.get("memory")  # absent in packages from before memory planning
         if memory is not None:
             memory = {key: memory[key] for key in ("arena_bytes", "unplanned_bytes", "slots", "temps")}
-            for key in ("arena_bytes", "unplanned_bytes"):
-                parse_dim(memory[key])
+            memory["scratch_bytes_per_thread"] = list(manifest["memory"].get("scratch_bytes_per_thread", []))
+            memory["packed_weight_bytes"] = int(manifest["memory"].get("packed_weight_bytes", 0))
+            for formula in [memory["arena_bytes"], memory["unplanned_bytes"], *memory["scratch_bytes_per_thread"]]:
+                parse_dim(formula)
     except ParseError as error:
         raise KilnError(f"{manifest_path} has a malformed size formula: {error}", fix=recompile) from error
     except KilnError:
@@ -227,6 +229,12 @@ def _memory_lines(memory: dict[str, Any] | None, symbols: dict[str, list]) -> li
         at = ", ".join(f"{name}={upper}" for name, (_, upper) in symbols.items())
         peak = evaluate_dim(parse_dim(memory["arena_bytes"]), bindings)
         lines.append(f"  at the largest sizes ({at}): {_bytes(peak)}")
+    scratch = memory.get("scratch_bytes_per_thread") or []
+    if scratch:
+        largest = scratch[0] if len(scratch) == 1 else f"max({', '.join(scratch)})"
+        lines.append(f"  plus per-thread GEMM scratch: {largest} bytes")
+    if memory.get("packed_weight_bytes"):
+        lines.append(f"packed weight panels (allocated once, at load): {_bytes(memory['packed_weight_bytes'])}")
     return lines
 
 

@@ -20,6 +20,7 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
+from kiln.ir.files import atomic_write
 from kiln.ir.interpreter import bind_symbols
 from kiln.ir.program import ExportedProgram
 from kiln.ir.symbolic import ValueRange, format_dim, parse_dim
@@ -36,7 +37,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
 
     The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
     loaded model's threads (default: OpenMP's)."""
-    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render
+    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory
     from kiln.codegen.memory import format_bytes, plan_memory
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
@@ -64,13 +65,17 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
                         "dtype": buf.dtype.name, "shape": list(array.shape)})
         blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
     source = render(plan, offsets, memory, program.range_constraints)
+    runtime = runtime_memory(plan)
     capability = get_cpu_capability()
     library = build_library(source, capability)
     out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "model.c").write_text(source)
-    (out / "weights.bin").write_bytes(bytes(blob))
-    shutil.copyfile(library, out / "model.so")
+    # Every file is replaced atomically (a new inode): a model already loaded from this folder keeps its mapped
+    # model.so and weights.bin, and readers never see a half-written package file.
+    atomic_write(out / "model.c", source.encode())
+    atomic_write(out / "weights.bin", bytes(blob))
+    with open(library, "rb") as built:
+        atomic_write(out / "model.so", lambda handle: shutil.copyfileobj(built, handle))
     manifest = {
         "format": "kiln-c-package", "abi_version": ABI_VERSION, "cpu_capability": capability,
         "library": "model.so", "source": "model.c",
@@ -83,9 +88,11 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
                     for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
         "memory": {"arena_bytes": format_bytes(memory.arena_bytes),
                    "unplanned_bytes": format_bytes(memory.unplanned_bytes),
-                   "slots": len(memory.slots), "temps": len(memory.offsets)},
+                   "slots": len(memory.slots), "temps": len(memory.offsets),
+                   "scratch_bytes_per_thread": [format_bytes(need) for need in runtime["scratch_bytes_per_thread"]],
+                   "packed_weight_bytes": runtime["packed_weight_bytes"]},
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    atomic_write(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return load(out, num_threads=num_threads)
 
 

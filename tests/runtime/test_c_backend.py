@@ -175,9 +175,9 @@ class _Attention(kiln.nn.Module):
         return kiln.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 31), (8, 64, 32), (9, 33, 33), (17, 100, 100), (3, 300, 65)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 31), (12, 64, 32), (13, 33, 33), (25, 100, 100), (3, 300, 65)])
 def test_gemm_tiles_and_remainders(m, k, n, tmp_path):
-    """Rows past the 8-row register tile, columns past the 32-wide panel, odd K; B packed at create."""
+    """Rows past the 12-row register tile, columns past the 32-wide panel, odd K; B packed at create."""
     model = _LinearRelu(k, n).eval()
     program = kiln.export(model, (kiln.randn(m, k),))
     compiled = compile_c(program, output=tmp_path / "linear")
@@ -315,3 +315,32 @@ def test_profile_reports_every_kernel(tmp_path):
     assert [t for _, t in timings] == sorted((t for _, t in timings), reverse=True)
     assert all(f"static void {name}(" in source for name, _ in timings)
     _check(model(x), program(x))  # profiling is off again and the model still runs
+
+
+def test_recompiling_into_a_loaded_package_keeps_the_loaded_model_working(tmp_path):
+    """Package files are replaced, never rewritten in place: the mapped model.so and weights.bin stay valid."""
+    entry = kiln.models.get("cnn")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    first = compile_c(program, output=tmp_path / "pkg", num_threads=1)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    before = first(x)
+    second = compile_c(program, output=tmp_path / "pkg", num_threads=2)
+    np.testing.assert_array_equal(first(x), before)
+    np.testing.assert_array_equal(second(x), before)
+    assert not [p for p in (tmp_path / "pkg").iterdir() if p.name.startswith(".")]
+
+
+def test_manifest_reports_packed_panels_and_scratch(tmp_path, capsys):
+    """MLP 32->64->64->10: every B is a weight, packed into 32-wide zero-padded panels, so no GEMM scratch."""
+    from kiln.cli.main import main
+    entry = kiln.models.get("mlp")
+    compile_c(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), output=tmp_path / "mlp")
+    memory = kiln.runtime.load(tmp_path / "mlp").manifest["memory"]
+    assert memory["packed_weight_bytes"] == (32 * 64 + 64 * 64 + 64 * 32) * 4  # 10 outputs pad to one panel
+    assert memory["scratch_bytes_per_thread"] == []
+    entry = kiln.models.get("gpt")  # attention's bmm packs activations: K = head dim (16) and K = seq
+    compile_c(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), output=tmp_path / "gpt")
+    assert kiln.runtime.load(tmp_path / "gpt").manifest["memory"]["scratch_bytes_per_thread"] == ["128*seq", "2048"]
+    assert main(["inspect", str(tmp_path / "gpt")]) == 0
+    out = capsys.readouterr().out
+    assert "per-thread GEMM scratch: max(128*seq, 2048) bytes" in out and "packed weight panels" in out

@@ -1,6 +1,6 @@
 /* kiln_gemm.h: packed single-precision GEMM micro-kernels, pasted into every generated model.c.
  *
- * C[M x N] = A[M x K] * B[K x N], computed in register tiles of KILN_MR rows x KILN_NR columns. B is read from
+ * C[M x N] = A[M x K] * B[K x N], computed in register tiles of KILN_MR rows x KILN_NR columns (12 x 32). B is read from
  * a "panel": KILN_NR consecutive columns stored k-major ([K][KILN_NR], zero-padded past N), so the kernel streams
  * it with aligned vector loads; constant B (weights) is packed once when the model is created, anything else is
  * packed per panel by the thread that uses it. A is read in place through (row, k) strides and broadcast. Tiles
@@ -19,7 +19,7 @@
 #endif
 
 #define KILN_NR 32
-#define KILN_MR 8
+#define KILN_MR 12  /* 24 zmm accumulators + 2 B vectors + 1 broadcast: 27 of 32 registers */
 
 static inline int64_t kiln_panels(int64_t n) { return (n + KILN_NR - 1) / KILN_NR; }
 
@@ -99,6 +99,10 @@ KILN_DEFINE_UKERNEL(5)
 KILN_DEFINE_UKERNEL(6)
 KILN_DEFINE_UKERNEL(7)
 KILN_DEFINE_UKERNEL(8)
+KILN_DEFINE_UKERNEL(9)
+KILN_DEFINE_UKERNEL(10)
+KILN_DEFINE_UKERNEL(11)
+KILN_DEFINE_UKERNEL(12)
 
 /* One register tile of `rows` (1..KILN_MR) rows into tile[KILN_MR][KILN_NR]. */
 static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm, int64_t sk, const float* panel,
@@ -112,7 +116,11 @@ static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm,
     case 5: kiln_ukernel_5(K, a, sm, sk, panel, tile); break;
     case 6: kiln_ukernel_6(K, a, sm, sk, panel, tile); break;
     case 7: kiln_ukernel_7(K, a, sm, sk, panel, tile); break;
-    default: kiln_ukernel_8(K, a, sm, sk, panel, tile); break;
+    case 8: kiln_ukernel_8(K, a, sm, sk, panel, tile); break;
+    case 9: kiln_ukernel_9(K, a, sm, sk, panel, tile); break;
+    case 10: kiln_ukernel_10(K, a, sm, sk, panel, tile); break;
+    case 11: kiln_ukernel_11(K, a, sm, sk, panel, tile); break;
+    default: kiln_ukernel_12(K, a, sm, sk, panel, tile); break;
     }
 }
 

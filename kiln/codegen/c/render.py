@@ -225,18 +225,17 @@ class RenderState:
 
 def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False) -> list[str]:
     """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
-    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). With
-    `simd`, the team shares the outer dims and the innermost loop is vectorized (collapsing it too would turn
-    its index into a division per element)."""
+    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). The team
+    shares the outer dims; the innermost loop stays a plain loop (collapsing it too would cost a division per
+    element to recover the indices), vectorized with `simd`."""
     lines = []
     rank = len(shape)
-    shared = rank - 1 if simd and rank > 1 else rank
     if rank == 0:
         lines.append(f"{indent}#pragma omp single")
-    elif simd and rank == 1:
-        lines.append(f"{indent}#pragma omp for simd schedule(static)")
+    elif rank == 1:
+        lines.append(f"{indent}#pragma omp for{' simd' if simd else ''} schedule(static)")
     else:
-        lines.append(f"{indent}#pragma omp for collapse({shared}) schedule(static)")
+        lines.append(f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)")
     for k, d in enumerate(shape):
         if simd and k == rank - 1 and rank > 1:
             lines.append(f"{indent}{'    ' * k}#pragma omp simd")
@@ -281,7 +280,6 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     ]
     slot = state.packed.get(kernel)
     if slot is None:
-        state.scratch.append(sympy.sympify(detail["k"]) * 32 * 4)
         lines.append("float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);")
     lines += ["#pragma omp for collapse(3) schedule(static)",
               "for (int64_t bi = 0; bi < BATCH; ++bi)",
@@ -330,7 +328,7 @@ def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilog
         "        const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
         f"        {ukernel}",
         "        for (int r = 0; r < rows; ++r)",
-        "            for (int64_t c = 0; c < width; ++c)", "            {",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         *[f"                {line}" for line in indices],
         f"                const {result_type} acc_value = ({result_type})({value});",
         f"                {target} = {epilogue};",
@@ -491,7 +489,6 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
     in_sizes = [dim_expr(d) for d in x.shape[2:]]
     cig = dim_expr(w.shape[1])
-    state.scratch.append(sympy.Mul(*[sympy.sympify(d) for d in w.shape[1:]]) * 32 * 4)
     lines = [
         f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
         f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
@@ -506,14 +503,17 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         "    /* im2col panel: pixel columns j*KILN_NR.., rows (input channel, taps...) */",
         f"    const int64_t cin0 = g * {cig};",
         *[f"    int64_t base{k}[KILN_NR];" for k in range(n)],
+        *[f"    int64_t out{k}[KILN_NR];" for k in range(n)],
         "    bool inside[KILN_NR];",
+        "    /* each pixel column's output position, once per panel (the epilogue reuses it) */",
         "    for (int c = 0; c < KILN_NR; ++c)", "    {",
         "        int64_t p = j * KILN_NR + c;",
         "        inside[c] = p < N;",
     ]
     for k in reversed(range(n)):
         stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
-        lines.append(f"        base{k}[c] = (p % {out_sizes[k]}) * {stride} - {padding}; p /= {out_sizes[k]};")
+        lines.append(f"        out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
+        lines.append(f"        base{k}[c] = out{k}[c] * {stride} - {padding};")
     lines += ["    }",
               f"    for (int64_t ci = 0; ci < {cig}; ++ci)"]
     depth = "    "
@@ -533,18 +533,49 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
               f"{depth}        dst[c] = ({inside}) ? {buffer_name(x.buffer)}[{x_index}] : 0.0f;",
               f"{depth}    }}", f"{depth}}}",
               f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"]
-    spatial = [f"const int64_t i{2 + k} = pixel % {out_sizes[k]}; pixel /= {out_sizes[k]};"
-               for k in reversed(range(n))]  # the last spatial dim varies fastest
-    indices = ["const int64_t i0 = bi, i1 = g * M + row + r;", "int64_t pixel = j * KILN_NR + c;", *spatial]
     value = "(double)tile[r * KILN_NR + c]"
     if bias is not None:
         value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
-    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, tile);",
-                        indices, f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
+    flat_epilogue = _flatten_spatial(kernel.expr, kernel.shape)
+    if flat_epilogue is not None:
+        # Every operand is contiguous over the spatial dims (or constant across them): index the epilogue by
+        # (image, channel, pixel) so its loads and the store run contiguously along the panel's columns.
+        indices = ["const int64_t i0 = bi, i1 = g * M + row + r, i2 = j * KILN_NR + c;"]
+        flat_shape = [kernel.shape[0], kernel.shape[1], sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])]
+        target, epilogue = f"{buffer_name(out)}[{_flat(flat_shape)}]", _Exprs(3).render(flat_epilogue)
+    else:
+        indices = ["const int64_t i0 = bi, i1 = g * M + row + r;",
+                   *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(n)]]
+        target, epilogue = f"{buffer_name(out)}[{_flat(kernel.shape)}]", exprs.render(kernel.expr)
+    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, tile);", indices, target, value,
+                        epilogue, out)
     lines.insert(lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;") + 1,
                  "    const float* panel = pack;")
     lines.append("}")
     return ["    " + line for line in lines]
+
+
+def _flatten_spatial(expr: Any, shape: list) -> Any:
+    """The epilogue over (batch, channel, flat pixel) when every Load can be indexed that way, else None."""
+    sizes = [sympy.sympify(d) for d in shape[2:]]
+    if isinstance(expr, (Accumulator, Constant)):
+        return expr
+    if isinstance(expr, Load):
+        spatial = [sympy.sympify(t) for t in expr.strides[2:]]
+        contiguous = all(sympy.expand(spatial[k] - spatial[k + 1] * sizes[k + 1]) == 0 for k in range(len(sizes) - 1))
+        if not (contiguous or all(t == 0 for t in spatial)):
+            return None
+        return Load(expr.buffer, [expr.strides[0], expr.strides[1], spatial[-1]], expr.offset)
+    if isinstance(expr, Apply):
+        args = []
+        for arg in expr.args:
+            if isinstance(arg, (Accumulator, Constant, Load, Apply, Gather, Iota)):
+                arg = _flatten_spatial(arg, shape)
+                if arg is None:
+                    return None
+            args.append(arg)
+        return Apply(expr.op, args, expr.dtype, expr.arg_dtypes)
+    return None
 
 
 def _conv(kernel: Kernel, state: RenderState) -> list[str]:
@@ -707,6 +738,29 @@ def _kernel_function(number: int, kernel: Kernel, schedule: Schedule, state: Ren
     return lines
 
 
+def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
+    """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
+    if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed:
+        return sympy.sympify(kernel.detail["k"]) * 32 * 4
+    if kernel.kind == "conv" and _conv_as_gemm(kernel):
+        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4
+    return None
+
+
+def runtime_memory(schedule: Schedule) -> dict[str, Any]:
+    """Memory the C runtime needs besides the temporaries' arena: per-thread scratch (the largest of these
+    sizes, allocated once per call for each thread) and the weight panels packed when the model is created."""
+    packed = _prepacked(schedule)
+    needs = {_scratch_bytes(kernel, packed) for kernel in schedule.kernels} - {None}
+    panel_bytes = sum(_packed_bytes(kernel) for kernel in packed)
+    return {"scratch_bytes_per_thread": sorted(needs, key=str), "packed_weight_bytes": panel_bytes}
+
+
+def _packed_bytes(kernel: Kernel) -> int:
+    """Bytes of a static B operand packed into zero-padded KILN_NR-wide panels."""
+    return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
+
+
 def _prepacked(schedule: Schedule) -> dict:
     """float32 GEMMs whose B operand is a static weight: packed into panels once, when the model is created."""
     packed = {}
@@ -727,7 +781,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
         k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
         source = f"(const float*)(m->weights + {weight_offsets[b_buf.weight_key]}) + {int(b_offset)}"
         lines += [f"    /* {kernel.name}: B [{k} x {n}] of {identifier(b_buf.weight_key)} */",
-                  f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){(n + 31) // 32 * 32 * k * 4});",
+                  f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){_packed_bytes(kernel)});",
                   f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
                   f"    kiln_pack_b({k}, {n}, {source}, {int(b_strides[1])}, {int(b_strides[2])}, m->packed[{slot}]);"]
     return lines
@@ -741,6 +795,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
+    state.scratch = [need for kernel in schedule.kernels
+                     if (need := _scratch_bytes(kernel, state.packed)) is not None]
     names = []
     for number, kernel in enumerate(schedule.kernels):
         out += _kernel_function(number, kernel, schedule, state)
