@@ -209,6 +209,8 @@ class _Scheduler:
         self.kernels: list[Kernel] = []
         self.views: dict[Any, View] = {}
         self.pending: dict[Any, tuple[Any, Any]] = {}  # value -> (expression, matmul kernel or None)
+        self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
+        self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
 
     def buffer(self, value: Any, kind: str = "temp", shape: list | None = None, dtype: Any = None) -> Buffer:
         vtype = value.type if value is not None else None
@@ -286,6 +288,8 @@ class _Scheduler:
         if value in self.pending:
             expr, matmul = self.pending.pop(value)
             self.emit_pointwise(value, expr, matmul)
+        if value not in self.views and value in self.constants:  # a non-pointwise consumer needs the buffer
+            self.emit_pointwise(value, self.constants[value], None)
         return self.views[value]
 
     def copy(self, view: View, value: Any) -> Buffer:
@@ -297,10 +301,12 @@ class _Scheduler:
 
     def fusable_into_consumer(self, value: Any) -> bool:
         uses = list(value.uses)
+        if uses and all(_op_name(use.operation) in ROW_OPS and use.index == 0 for use in uses):
+            return True  # row kernels may each read it as an expression (schedule_rows decides)
         if len(uses) != 1:
             return False
         user = uses[0].operation
-        name = getattr(getattr(user, "opdef", None), "name", "")
+        name = _op_name(user)
         if name not in FUSING_OPS or (name in CHANNEL_OPS and user.operands[0] is not value):
             return False
         out = user.results[0].type
@@ -320,6 +326,8 @@ class _Scheduler:
         self.views[value] = _contiguous(buf)
 
     def operand_expr(self, value: Any, out_shape: list, carried: list) -> Any:
+        if value in self.constants:  # free to recompute: inlined into every pointwise consumer
+            return self.constants[value]
         if value in self.pending:
             expr, matmul = self.pending.pop(value)
             if matmul is not None:
@@ -356,11 +364,11 @@ class _Scheduler:
         else:
             out_shape = list(result.type.shape)
             carried: list = [None]
-            if name == "aten.scalar_tensor.default":
-                expr = Constant(args[0], result.type.dtype)
-            elif name == "aten.full.default":
-                expr = Constant(args[1], result.type.dtype, name)
-            elif name in CHANNEL_OPS:
+            if name in ("aten.scalar_tensor.default", "aten.full.default"):
+                value = args[0] if name == "aten.scalar_tensor.default" else args[1]
+                self.constants[result] = Constant(value, result.type.dtype, name)
+                return
+            if name in CHANNEL_OPS:
                 expr = self.channel_expr(op, name, args, out_shape, carried)
             elif name == "aten.arange.start_step":
                 expr = Iota(args[0], args[2], result.type.dtype)
@@ -513,8 +521,23 @@ class _Scheduler:
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
 
+    def row_users_left(self, value: Any) -> int:
+        """Row kernels still to be scheduled that read `value` (a producer they each recompute)."""
+        self.row_reads[value] = self.row_reads.get(value, len(list(value.uses))) - 1
+        return self.row_reads[value]
+
     def schedule_rows(self, op: Any, name: str, args: list) -> None:
-        source = self.materialized(args[0])
+        pending = self.pending.get(args[0])
+        input_expr = None
+        if pending is not None and pending[1] is None and _cheap_to_recompute(pending[0]):
+            # A cheap pointwise producer (scale, mask, bias) fuses in: the row kernel evaluates it per element,
+            # once per pass over the row, instead of reading a materialized tensor.
+            input_expr = pending[0]
+            if self.row_users_left(args[0]) == 0:
+                del self.pending[args[0]]
+            source = _contiguous(Buffer(-1, "fused", args[0].type.dtype, list(args[0].type.shape)))
+        else:
+            source = self.materialized(args[0])
         outputs = [self.buffer(r) for r in op.results]
         rank = len(source.shape)
         if name in ("aten._softmax.default", "aten._log_softmax.default"):
@@ -524,12 +547,15 @@ class _Scheduler:
         else:
             dim = _norm_dim(args[1][0], rank)
         detail: dict[str, Any] = {"input": source, "dim": dim}
+        if input_expr is not None:
+            detail.update(input=None, input_expr=input_expr, input_shape=list(source.shape))
         if name == "aten.native_layer_norm.default":
             detail["weight"] = self.materialized(args[2]) if args[2] is not None else None
             detail["bias"] = self.materialized(args[3]) if args[3] is not None else None
             detail["eps"] = args[4]
-        self.kernels.append(Kernel("rows", f"{name.split('.')[1].lstrip('_')}_{outputs[0].name}", [name], outputs,
-                                   list(source.shape), None, detail))
+        fused = expression_ops(input_expr) if input_expr is not None else []
+        self.kernels.append(Kernel("rows", f"{name.split('.')[1].lstrip('_')}_{outputs[0].name}", [*fused, name],
+                                   outputs, list(source.shape), None, detail))
         for r, buf in zip(op.results, outputs):
             self.views[r] = _contiguous(buf)
 
@@ -546,6 +572,20 @@ def expression_ops(expr: Any) -> list[str]:
     if isinstance(expr, Constant):
         return [expr.op]
     return []
+
+
+# Producers recomputed inside a row kernel (2-3 passes per row) must be cheap: no transcendental calls.
+EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "aten.sigmoid.default",
+                 "aten.erf.default", "aten.gelu.default", "aten.sqrt.default", "aten.rsqrt.default"}
+
+
+def _cheap_to_recompute(expr: Any) -> bool:
+    ops = expression_ops(expr)
+    return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and "aten.embedding.default" not in ops
+
+
+def _op_name(op: Any) -> str:
+    return getattr(getattr(op, "opdef", None), "name", "")
 
 
 def _per_dim(value: Any, n: int) -> list:

@@ -344,3 +344,29 @@ def test_manifest_reports_packed_panels_and_scratch(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "gpt")]) == 0
     out = capsys.readouterr().out
     assert "per-thread GEMM scratch: max(128*seq, 2048) bytes" in out and "packed weight panels" in out
+
+
+class _MaskedSoftmax(kiln.nn.Module):
+    def forward(self, scores, mask):
+        masked = kiln.where(mask, scores * 0.25, kiln.full((), float("-inf")))
+        normed = kiln.nn.functional.layer_norm(scores * 2.0, (scores.shape[-1],))
+        return kiln.softmax(masked, dim=-1), (scores - 1.0).sum(1), normed
+
+
+def test_row_kernels_fuse_cheap_producers(tmp_path):
+    """Scale + mask fuse into softmax, shift into sum, doubling into layer norm: no pointwise kernel is left."""
+    seq = kiln.Dim("seq", max=64)
+    args = (kiln.randn(2, 8, 8), kiln.randn(8, 8) > 0)
+    program = kiln.export(_MaskedSoftmax(), args, dynamic_shapes=({1: seq, 2: seq}, {0: seq, 1: seq}))
+    compiled = compile_c(program, output=tmp_path / "rows")
+    source = (tmp_path / "rows" / "model.c").read_text()
+    kernels = [line for line in source.splitlines() if line.startswith("/* ") and ": aten." in line]
+    assert sorted(kernels) == [  # the 0-d -inf constant is inlined too
+        "/* rows: aten.mul.Scalar, aten.full.default, aten.where.self, aten._softmax.default */",
+        "/* rows: aten.mul.Scalar, aten.native_layer_norm.default */",
+        "/* rows: aten.sub.Scalar, aten.sum.dim_IntList */"], kernels
+    for length in (1, 8, 33):
+        rng = np.random.default_rng(length)
+        scores = rng.standard_normal((2, length, length)).astype(np.float32)
+        mask = np.tril(np.ones((length, length), bool))
+        _check(compiled(scores, mask), program(scores, mask))

@@ -4,7 +4,8 @@
  * (selects instead of branches, integer exponent arithmetic through memcpy) that the compiler turns into SIMD
  * for whatever ISA the package targets, as Sleef and MLAS do. Accuracy: exp and tanh within ~2 ulp (Cephes
  * coefficients); erf within 1.5e-7 absolute (Cephes' polynomial below 1, Abramowitz & Stegun 7.1.26 above,
- * the same formula ATen's vectorized erf uses). NaN propagates; overflow gives inf.
+ * the same formula ATen's vectorized erf uses). NaN propagates; overflow gives inf; exp flushes results below
+ * 1.65e-38 to 0 (see kiln_expf).
  */
 #ifndef KILN_MATH_H
 #define KILN_MATH_H
@@ -17,7 +18,10 @@ static inline float kiln_bits_to_float(int32_t bits) { float f; memcpy(&f, &bits
 
 static inline float kiln_expf(float x)
 {
-    const float high = 88.72283935546875f, low = -103.97208404541015625f;
+    /* Results below 1.65e-38 (x < -87) flush to 0: computing subnormal results costs a microcode assist per
+     * element, and masked attention scores (-inf) would hit it on every masked element. The absolute error
+     * is below 1.2e-38. */
+    const float high = 88.72283935546875f, low = -87.0f;
     float clamped = x > high ? high : x;
     clamped = clamped < low ? low : clamped;
     /* exp(x) = 2^n exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split so n*ln2 is exact. */
@@ -31,7 +35,7 @@ static inline float kiln_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    /* 2^n as two normal factors, so results near overflow and in the subnormal range stay exact. */
+    /* 2^n as two normal factors, so results near overflow stay exact. */
     const int32_t e = (int32_t)n, half = e >> 1;
     const float value = p * kiln_bits_to_float((half + 127) << 23) * kiln_bits_to_float((e - half + 127) << 23);
     return x > high ? INFINITY : x < low ? 0.0f : value;

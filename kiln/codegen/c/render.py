@@ -122,7 +122,7 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.minimum.default": ("result", lambda a: f"kiln_min({a[0]}, {a[1]})"),
     "aten._to_copy.default": ("result", lambda a: a[0]),
     "aten.clone.default": ("result", lambda a: a[0]),
-    "aten.where.self": ("where", lambda a: f"{a[0]} ? {a[1]} : {a[2]}"),
+    "aten.where.self": ("where", lambda a: ""),  # rendered as a kiln_where_<type> call, see _Exprs.render
     # batch norm (eval), operands: x, weight?, bias?, running_mean, running_var, momentum, eps
     "aten._native_batch_norm_legit_no_training.default": ("result", lambda a: _batch_norm(a)),
     **{f"aten.{name}.{kind}": ("promote", lambda a, op=op: f"{a[0]} {op} {a[1]}")
@@ -146,12 +146,13 @@ FLOAT32_RULES: dict[str, Rule] = {
 class _Exprs:
     """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
 
-    def __init__(self, rank: int, accumulator: str = "acc_value"):
+    def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None):
         self.rank = rank
         self.accumulator = accumulator
+        self.variables = variables if variables is not None else [f"i{k}" for k in range(rank)]
 
     def index(self, strides: list, offset: Any, variables: list[str] | None = None) -> str:
-        variables = variables if variables is not None else [f"i{k}" for k in range(self.rank)]
+        variables = variables if variables is not None else self.variables
         terms = [dim_expr(offset)] if sympy.sympify(offset) != 0 else []
         for var, stride in zip(variables, strides):
             if sympy.sympify(stride) != 0:
@@ -160,17 +161,20 @@ class _Exprs:
 
     def render(self, node: Any) -> str:
         if isinstance(node, Load):
-            return f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
+            element = f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
+            if node.buffer.dtype == dtypes.bool_:  # read as bytes: GCC does not vectorize loads of _Bool
+                return f"(((const uint8_t*){buffer_name(node.buffer)})[{self.index(node.strides, node.offset)}] != 0)"
+            return element
         if isinstance(node, Accumulator):
             return self.accumulator
         if isinstance(node, Constant):
             return f"(({c_type(node.dtype)}){literal(node.value)})"
         if isinstance(node, Iota):
-            return f"(({c_type(node.dtype)})({literal(node.start)} + i0 * {literal(node.step)}))"
+            return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
         if isinstance(node, Gather):
             row = f"(int64_t)({self.render(node.index)})"
             table = node.table
-            column = f"i{self.rank - 1}"
+            column = self.variables[-1]
             offset = self.index([1, table.strides[1]], table.offset, [f"{row} * {dim_expr(table.strides[0])}", column])
             return f"{buffer_name(table.buffer)}[{offset}]"
         if isinstance(node, Apply):
@@ -192,7 +196,10 @@ class _Exprs:
                 else:
                     operands.append(f"({target}){literal(arg)}")
             if cast_kind == "where":
-                operands = [operands[0]] + [f"({compute_type(node.dtype)}){o}" for o in operands[1:]]
+                # A function call evaluates both branches: a ternary makes the compiler load only on one side,
+                # and such masked loads keep the loop from vectorizing.
+                select = f"kiln_where_{compute_type(node.dtype).replace('_t', '')}"
+                return f"(({c_type(node.dtype)})({select}({operands[0]}, {operands[1]}, {operands[2]})))"
             if node.dtype == dtypes.float32 and node.op in FLOAT32_RULES:
                 rule = FLOAT32_RULES[node.op]
             return f"(({c_type(node.dtype)})({rule(operands)}))"
@@ -399,31 +406,37 @@ ROW_BODIES: dict[str, str] = {
                                  "m = kiln_max(m, (double)X(k)); double s = 0.0; for (int64_t k = 0; k < L; ++k) "
                                  "s += exp((double)X(k) - m); double ls = log(s); "
                                  "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = ((double)X(k) - m) - ls;",
+    # The first pass copies the row into the output (same dtype), so a fused producer is evaluated once.
     "aten.native_layer_norm.default": "double mean = 0.0; _Pragma(\"omp simd reduction(+:mean)\") "
-                                      "for (int64_t k = 0; k < L; ++k) mean += X(k); "
+                                      "for (int64_t k = 0; k < L; ++k) "
+                                      "{ Y0[(k) * YS] = X(k); mean += Y0[(k) * YS]; } "
                                       "mean /= (double)L; double var = 0.0; "
                                       "_Pragma(\"omp simd reduction(+:var)\") for (int64_t k = 0; k < L; ++k) "
-                                      "{ double d = X(k) - mean; var += d * d; } var /= (double)L; "
-                                      "double rstd = 1.0 / sqrt(var + EPS); for (int64_t k = 0; k < L; ++k) "
-                                      "Y0[(k) * YS] = ((double)X(k) - mean) * rstd * W(k) + B(k); Y1[0] = mean; "
-                                      "Y2[0] = rstd;",
+                                      "{ double d = Y0[(k) * YS] - mean; var += d * d; } var /= (double)L; "
+                                      "double rstd = 1.0 / sqrt(var + EPS); _Pragma(\"omp simd\") "
+                                      "for (int64_t k = 0; k < L; ++k) "
+                                      "Y0[(k) * YS] = ((double)Y0[(k) * YS] - mean) * rstd * W(k) + B(k); "
+                                      "Y1[0] = mean; Y2[0] = rstd;",
 }
 
 
 # float32 softmax: one vectorized exp per element (kept in the output), float max, double sum.
 ROW_BODIES_F32: dict[str, str] = {
+    # The first pass copies the row into the output, so a fused producer is evaluated once per element.
     "aten._softmax.default": "float m = -INFINITY; _Pragma(\"omp simd reduction(max:m)\") "
-                             "for (int64_t k = 0; k < L; ++k) { const float v = X(k); m = v > m ? v : m; } "
+                             "for (int64_t k = 0; k < L; ++k) { const float v = X(k); Y0[(k) * YS] = v; "
+                             "m = v > m ? v : m; } "
                              "double s = 0.0; _Pragma(\"omp simd reduction(+:s)\") for (int64_t k = 0; k < L; ++k) "
-                             "{ const float e = kiln_expf(X(k) - m); Y0[(k) * YS] = e; s += e; } "
+                             "{ const float e = kiln_expf(Y0[(k) * YS] - m); Y0[(k) * YS] = e; s += e; } "
                              "const float inv = (float)(1.0 / s); _Pragma(\"omp simd\") "
                              "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] *= inv;",
     "aten._log_softmax.default": "float m = -INFINITY; _Pragma(\"omp simd reduction(max:m)\") "
-                                 "for (int64_t k = 0; k < L; ++k) { const float v = X(k); m = v > m ? v : m; } "
+                                 "for (int64_t k = 0; k < L; ++k) { const float v = X(k); Y0[(k) * YS] = v; "
+                                 "m = v > m ? v : m; } "
                                  "double s = 0.0; _Pragma(\"omp simd reduction(+:s)\") "
-                                 "for (int64_t k = 0; k < L; ++k) s += kiln_expf(X(k) - m); "
-                                 "const double ls = log(s); _Pragma(\"omp simd\") "
-                                 "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = (float)(((double)X(k) - m) - ls);",
+                                 "for (int64_t k = 0; k < L; ++k) s += kiln_expf(Y0[(k) * YS] - m); "
+                                 "const double ls = log(s); _Pragma(\"omp simd\") for (int64_t k = 0; k < L; ++k) "
+                                 "Y0[(k) * YS] = (float)(((double)Y0[(k) * YS] - m) - ls);",
 }
 
 
@@ -436,14 +449,19 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     length = kernel.shape[dim]
     full_strides = contiguous_strides(kernel.shape)
     exprs = _Exprs(len(outer))
-    base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
     out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
-    op = kernel.ops[0]
+    op = kernel.ops[-1]  # the row op; any before it are a fused producer's
     row = _flat(outer) if outer else "0"
-    body = [f"const int64_t L = {dim_expr(length)};",
-            f"const int64_t row = {row};", f"const int64_t base = {base};",
-            f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */",
-            f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
+    body = [f"const int64_t L = {dim_expr(length)};", f"const int64_t row = {row};",
+            f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */"]
+    if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
+        variables = [f"i{k}" for k in range(len(outer))]
+        variables.insert(dim, "(k)")
+        body.append(f"#define X(k) ({_Exprs(len(kernel.shape), variables=variables).render(detail['input_expr'])})")
+    else:
+        base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
+        body += [f"const int64_t base = {base};",
+                 f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
     for n, out in enumerate(kernel.outputs):
         full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default")
         body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
@@ -707,6 +725,10 @@ static inline double kiln_gelu(double x) {{ return 0.5 * x * (1.0 + erf(x * 0.70
 static inline double kiln_gelu_tanh(double x) {{
     return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
 }}
+static inline double kiln_where_double(bool c, double a, double b) {{ return c ? a : b; }}
+static inline int64_t kiln_where_int64(bool c, int64_t a, int64_t b) {{ return c ? a : b; }}
+static inline int32_t kiln_where_int32(bool c, int32_t a, int32_t b) {{ return c ? a : b; }}
+static inline bool kiln_where_bool(bool c, bool a, bool b) {{ return c ? a : b; }}
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) {{
     int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
