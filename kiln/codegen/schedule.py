@@ -208,7 +208,9 @@ class _Scheduler:
         self.buffers: list[Buffer] = []
         self.kernels: list[Kernel] = []
         self.views: dict[Any, View] = {}
-        self.pending: dict[Any, tuple[Any, Any]] = {}  # value -> (expression, matmul kernel or None)
+        # value -> (expression, matmul kernel or None, the shape the expression is indexed over: the value's own,
+        # or, after a reshape fused through, its producer's)
+        self.pending: dict[Any, tuple[Any, Any, list]] = {}
         self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
         self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
 
@@ -286,8 +288,8 @@ class _Scheduler:
     # -- values
     def materialized(self, value: Any) -> View:
         if value in self.pending:
-            expr, matmul = self.pending.pop(value)
-            self.emit_pointwise(value, expr, matmul)
+            expr, matmul, space = self.pending.pop(value)
+            self.emit_pointwise(value, expr, matmul, space)
         if value not in self.views and value in self.constants:  # a non-pointwise consumer needs the buffer
             self.emit_pointwise(value, self.constants[value], None)
         return self.views[value]
@@ -307,12 +309,16 @@ class _Scheduler:
             return False
         user = uses[0].operation
         name = _op_name(user)
+        if name in ("aten.view.default", "aten._unsafe_view.default"):
+            return self.fusable_into_consumer(user.results[0])  # schedule_view passes the pending value on
         if name not in FUSING_OPS or (name in CHANNEL_OPS and user.operands[0] is not value):
             return False
         out = user.results[0].type
         return len(out.shape) == len(value.type.shape) and all(map(_same, out.shape, value.type.shape))
 
-    def emit_pointwise(self, value: Any, expr: Any, matmul: Any) -> None:
+    def emit_pointwise(self, value: Any, expr: Any, matmul: Any, space: list | None = None) -> None:
+        """Write `expr` into a new contiguous buffer for `value`; the loop runs over `space` (a reshape of the
+        value's shape: the same flat offsets) when the expression is indexed there."""
         buf = self.buffer(value)
         fused = expression_ops(expr)
         if matmul is not None:
@@ -322,27 +328,64 @@ class _Scheduler:
             self.kernels.append(matmul)
         else:
             self.kernels.append(Kernel("pointwise", f"pointwise_{buf.name}", fused or ["copy"], [buf],
-                                       list(value.type.shape), expr))
+                                       list(space if space is not None else value.type.shape), expr))
         self.views[value] = _contiguous(buf)
 
-    def operand_expr(self, value: Any, out_shape: list, carried: list) -> Any:
+    def operand_expr(self, value: Any, out_shape: list, carried: list, space: list | None = None) -> Any:
+        """`value` as an expression over `space` (default: the consumer's `out_shape`), fusing its pending
+        producer when it is indexed there (or convertible to it); otherwise a load of its buffer."""
+        space = out_shape if space is None else space
         if value in self.constants:  # free to recompute: inlined into every pointwise consumer
             return self.constants[value]
         if value in self.pending:
-            expr, matmul = self.pending.pop(value)
-            if matmul is not None:
-                if carried[0] is not None:  # a second GEMM in the same chain: materialize it
-                    self.emit_pointwise(value, expr, matmul)
-                    return _load(self.views[value], out_shape)
-                carried[0] = matmul
-            return expr
-        return _load(self.materialized(value), out_shape)
+            expr, matmul, own = self.pending[value]
+            if _same_shape(own, space):
+                del self.pending[value]
+                if matmul is not None:
+                    if carried[0] is not None:  # a second GEMM in the same chain: materialize it
+                        self.emit_pointwise(value, expr, matmul, own)
+                        return _respace(_load(self.views[value], out_shape), out_shape, space)
+                    carried[0] = matmul
+                return expr
+            if matmul is None and _same_shape(own, out_shape):
+                converted = _respace(expr, out_shape, space)
+                if converted is not None:
+                    del self.pending[value]
+                    return converted
+        load = _load(self.materialized(value), out_shape)
+        return load if _same_shape(space, out_shape) else _respace(load, out_shape, space)
 
-    def finish(self, value: Any, expr: Any, matmul: Any) -> None:
+    def chain_space(self, args: list, out_shape: list) -> list:
+        """The index space a pointwise op fuses in: its own shape, or its producer's when a reshape was fused
+        through and every other operand can be indexed there too (else those producers are materialized)."""
+        tensors = [a for a in args if _is_tensor(a)]
+        foreign = [self.pending[a][2] for a in tensors
+                   if a in self.pending and not _same_shape(self.pending[a][2], out_shape)]
+        if not foreign:
+            return out_shape
+        space = foreign[0]
+        for a in tensors:
+            if a in self.constants:
+                continue
+            if a in self.pending:
+                expr, matmul, own = self.pending[a]
+                if _same_shape(own, space) or (matmul is None and _same_shape(own, out_shape)
+                                               and _respace(expr, out_shape, space) is not None):
+                    continue
+            elif _respace(_load(self.views[a], out_shape), out_shape, space) is not None:
+                continue
+            for b in tensors:  # not expressible in the producer's space: fall back to the op's own shape
+                if b in self.pending and not _same_shape(self.pending[b][2], out_shape):
+                    self.materialized(b)
+            return out_shape
+        return space
+
+    def finish(self, value: Any, expr: Any, matmul: Any, space: list | None = None) -> None:
+        space = list(space if space is not None else value.type.shape)
         if self.fusable_into_consumer(value):
-            self.pending[value] = (expr, matmul)
+            self.pending[value] = (expr, matmul, space)
         else:
-            self.emit_pointwise(value, expr, matmul)
+            self.emit_pointwise(value, expr, matmul, space)
 
     # -- ops
     def schedule_op(self, op: Any) -> None:
@@ -376,9 +419,12 @@ class _Scheduler:
                 index = self.operand_expr(args[1], out_shape[:-1], carried)
                 expr = Gather(self.materialized(args[0]), index, result.type.dtype)
             else:
-                nodes = [self.operand_expr(a, out_shape, carried) if _is_tensor(a) else a for a in args]
+                space = self.chain_space(args, out_shape)
+                nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
                 arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
                 expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
+                self.finish(result, expr, carried[0], space)
+                return
             self.finish(result, expr, carried[0])
 
     def channel_expr(self, op: Any, name: str, args: list, out_shape: list, carried: list) -> Apply:
@@ -409,7 +455,7 @@ class _Scheduler:
             "groups": args[8]}
         kernel = Kernel("conv", "convolution", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
-            self.pending[result] = (Accumulator(result.type.dtype), kernel)
+            self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
 
@@ -446,6 +492,11 @@ class _Scheduler:
         self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
+        if (name in ("aten.view.default", "aten._unsafe_view.default") and args[0] in self.pending
+                and self.fusable_into_consumer(op.results[0])):
+            # A reshape of a pending (unwritten) value: its consumers fuse in, indexed in the producer's shape.
+            self.pending[op.results[0]] = self.pending.pop(args[0])
+            return
         source = self.materialized(args[0])
         results = list(op.results)
         rank = len(source.shape)
@@ -517,7 +568,7 @@ class _Scheduler:
         detail["k"] = va.shape[-1]
         kernel = Kernel("matmul", name.split(".")[1], [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
-            self.pending[result] = (Accumulator(result.type.dtype), kernel)
+            self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
 
@@ -529,7 +580,8 @@ class _Scheduler:
     def schedule_rows(self, op: Any, name: str, args: list) -> None:
         pending = self.pending.get(args[0])
         input_expr = None
-        if pending is not None and pending[1] is None and _cheap_to_recompute(pending[0]):
+        if (pending is not None and pending[1] is None and _same_shape(pending[2], args[0].type.shape)
+                and _cheap_to_recompute(pending[0])):
             # A cheap pointwise producer (scale, mask, bias) fuses in: the row kernel evaluates it per element,
             # once per pass over the row, instead of reading a materialized tensor.
             input_expr = pending[0]
@@ -582,6 +634,72 @@ EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "a
 def _cheap_to_recompute(expr: Any) -> bool:
     ops = expression_ops(expr)
     return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and "aten.embedding.default" not in ops
+
+
+def _same_shape(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(map(_same, a, b))
+
+
+def _divides(a: Any, b: Any) -> bool:
+    """`a` divides `b` with a quotient other than 1 (sizes: positive integers or their products)."""
+    quotient = sympy.cancel(_dim(b) / _dim(a))
+    return quotient != 1 and sympy.fraction(quotient)[1] == 1
+
+
+def _reshape_groups(a: list, b: list) -> list[tuple[list[int], list[int]]] | None:
+    """Pair up runs of dims of shapes `a` and `b` with equal products (how a reshape maps one onto the other)."""
+    groups, i, j = [], 0, 0
+    while i < len(a) or j < len(b):
+        ga, gb, pa, pb = [], [], sympy.Integer(1), sympy.Integer(1)
+        if i < len(a):
+            ga, pa, i = [i], _dim(a[i]), i + 1
+        if j < len(b):
+            gb, pb, j = [j], _dim(b[j]), j + 1
+        while not _same(pa, pb):
+            if _divides(pa, pb) and i < len(a):
+                ga, pa, i = ga + [i], pa * _dim(a[i]), i + 1
+            elif _divides(pb, pa) and j < len(b):
+                gb, pb, j = gb + [j], pb * _dim(b[j]), j + 1
+            else:
+                return None
+        groups.append((ga, gb))
+    return groups
+
+
+def _respace(expr: Any, shape: list, space: list) -> Any:
+    """`expr`, indexed over `shape`, re-indexed over `space` (a reshape of it with the same flat order), or None
+    when some load's strides cannot be written per dim of `space`."""
+    if _same_shape(shape, space):
+        return expr
+    groups = _reshape_groups(space, shape)
+    if groups is None:
+        return None
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, Constant):
+            return node
+        if isinstance(node, Apply):
+            args = [convert(arg) if isinstance(arg, (Load, Apply, Constant, Accumulator, Gather, Iota)) else arg
+                    for arg in node.args]
+            return None if any(a is None for a in args) else Apply(node.op, args, node.dtype, node.arg_dtypes)
+        if not isinstance(node, Load):
+            return None  # accumulators, gathers and iotas are tied to their own index space
+        strides: list = []
+        for space_dims, shape_dims in groups:
+            used = [(shape[k], node.strides[k]) for k in shape_dims if not _same(shape[k], 1)]
+            if all(_same(stride, 0) for _, stride in used):
+                strides += [sympy.Integer(0)] * len(space_dims)
+                continue
+            if any(not _same(outer, inner * _dim(size)) for (_, outer), (size, inner) in zip(used, used[1:])):
+                return None  # not one contiguous run within the group
+            running, group = _dim(used[-1][1]), []
+            for k in reversed(space_dims):
+                group.insert(0, running)
+                running = sympy.expand(running * _dim(space[k]))
+            strides += group
+        return Load(node.buffer, strides, node.offset)
+
+    return convert(expr)
 
 
 def _op_name(op: Any) -> str:

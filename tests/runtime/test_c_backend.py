@@ -370,3 +370,35 @@ def test_row_kernels_fuse_cheap_producers(tmp_path):
         scores = rng.standard_normal((2, length, length)).astype(np.float32)
         mask = np.tril(np.ones((length, length), bool))
         _check(compiled(scores, mask), program(scores, mask))
+
+
+class _ReshapeEpilogues(kiln.nn.Module):
+    """linear on [B, T, C] (addmm between views) -> gelu -> residual add; bmm -> view -> per-head bias (a
+    broadcast that cannot be indexed in the bmm's merged batch dim, so that chain falls back)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = kiln.nn.Linear(16, 16)
+        self.head_bias = kiln.nn.Parameter(kiln.randn(1, 4, 1, 1))
+
+    def forward(self, x, q):
+        y = kiln.nn.functional.gelu(self.fc(x)) + x
+        heads = q.reshape(q.shape[0] * 4, 4, 8)
+        scores = heads @ heads.transpose(1, 2)
+        return y, scores.reshape(q.shape[0], 4, 4, 4) + self.head_bias
+
+
+def test_pointwise_consumers_fuse_through_reshapes(tmp_path):
+    batch, seq = kiln.Dim("batch", max=16), kiln.Dim("seq", max=64)
+    args = (kiln.randn(2, 8, 16), kiln.randn(2, 16, 8))
+    program = kiln.export(_ReshapeEpilogues(), args, dynamic_shapes=({0: batch, 1: seq}, {0: batch}))
+    compiled = compile_c(program, output=tmp_path / "reshape")
+    source = (tmp_path / "reshape" / "model.c").read_text()
+    kernels = [line for line in source.splitlines() if line.startswith("/* ") and ": aten." in line]
+    assert "/* matmul: aten.addmm.default, aten.gelu.default, aten.add.Tensor */" in kernels, kernels
+    assert "/* matmul: aten.bmm.default */" in kernels, kernels  # head bias: materialized, then a pointwise add
+    for b, t in ((1, 1), (3, 8), (5, 33)):
+        rng = np.random.default_rng(b * t)
+        x = rng.standard_normal((b, t, 16)).astype(np.float32)
+        q = rng.standard_normal((b, 16, 8)).astype(np.float32)
+        _check(compiled(x, q), program(x, q))
