@@ -1,9 +1,10 @@
 """The backend-neutral kernel schedule: groups a decomposed program's ops into buffers and kernels.
 
 Pointwise chains fuse into one loop nest (an expression tree per output element); mm/addmm/bmm are GEMM
-templates whose pointwise consumers fuse in as an epilogue; one-dim reductions (sum, amax, mean, softmax,
-log_softmax; layer norm over the last dim) are row kernels; view ops are stride/offset arithmetic on a buffer
-(a copy kernel only when a reshape needs one). Renderers (C now, Triton later) turn this schedule into source.
+templates whose pointwise consumers fuse in as an epilogue; reductions (their reduced dims merged into one
+row), softmax, log_softmax and layer norm over the last dim are row kernels; view ops are stride/offset
+arithmetic on a buffer (a copy kernel only when a reshape needs one). Renderers (C now, Triton later) turn
+this schedule into source.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ POINTWISE_OPS = {
     "aten.rsqrt.default", "aten.abs.default", "aten.erf.default", "aten.gelu.default", "aten.where.self",
     "aten.maximum.default", "aten.minimum.default", "aten._to_copy.default", "aten.clone.default",
     *(f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")),
+    *(f"aten.{name}.default" for name in (
+        "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "expm1", "log10",
+        "log1p", "log2", "atan2", "reciprocal", "ceil", "floor", "round", "trunc", "sign", "isnan", "isinf",
+        "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_not", "clamp", "hardtanh",
+        "leaky_relu", "elu")),
+    *(f"aten.{name}.{kind}" for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "fmod", "remainder")
+      for kind in ("Tensor", "Scalar")),
+    "aten.clamp.Tensor", "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.pow.Scalar",
+    "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor",
 }
 SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default"}
 # Per-channel affine ops: pointwise with their [C] operands broadcast along dim 1 (fuse like pointwise ops).
@@ -39,16 +49,22 @@ FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
 CONV_OPS = {"aten.convolution.default"}
 # Window reductions over the trailing spatial dims: one output element per window.
 WINDOW_OPS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-              "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default"}
+              "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default", "aten.avg_pool2d.default",
+              "aten.avg_pool3d.default", "aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec"}
 CONCAT_OPS = {"aten.cat.default"}
+# constant_pad_nd: each output element reads the input at (index - left pad), or is the fill value outside it.
+PAD_OPS = {"aten.constant_pad_nd.default"}
 MATMUL_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
-ROW_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim", "aten._softmax.default",
-           "aten._log_softmax.default", "aten.native_layer_norm.default"}
+# Reductions: the reduced dims merge into one row (a copy puts them last when their strides do not chain).
+REDUCTION_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim",
+                 "aten.mean.default", "aten.any.dim", "aten.any.dims", "aten.any.default", "aten.argmax.default",
+                 "aten.argmin.default", "aten.max.dim", "aten.min.dim", "aten.var.correction", "aten.prod.dim_int"}
+ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS)
+                 | CONCAT_OPS | PAD_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +151,7 @@ class Apply:
 
 @dataclass(eq=False)
 class Kernel:
-    """One loop nest. kind: pointwise | matmul | conv | rows | window | cat. `ops` names the aten ops it implements."""
+    """One loop nest. kind: pointwise | matmul | conv | rows | window | cat | pad. `ops` names its aten ops."""
 
     kind: str
     name: str
@@ -404,6 +420,8 @@ class _Scheduler:
             self.schedule_window(op, name, args)
         elif name in CONCAT_OPS:
             self.schedule_cat(op, name, args)
+        elif name in PAD_OPS:
+            self.schedule_pad(op, name, args)
         else:
             out_shape = list(result.type.shape)
             carried: list = [None]
@@ -465,11 +483,16 @@ class _Scheduler:
         out_shape = list(op.results[0].type.shape)
         n = 3 if "3d" in name else 2
         detail: dict[str, Any] = {"input": source, "n": n}
-        if "max_pool" in name:
+        if "max_pool" in name or "avg_pool" in name:
             kernel = _per_dim(args[1], n)
             detail.update(kernel=kernel, stride=_per_dim(args[2], n) if len(args) > 2 and args[2] else kernel,
                           padding=_per_dim(args[3] if len(args) > 3 else 0, n),
-                          dilation=_per_dim(args[4] if len(args) > 4 else 1, n))
+                          dilation=_per_dim(args[4] if "max_pool" in name and len(args) > 4 else 1, n))
+        if "avg_pool" in name and not name.startswith("aten._adaptive"):
+            detail.update(count_include_pad=args[5], divisor_override=args[6])
+        if "upsample" in name:
+            scales = args[-1] if args[-1] is not None else [None, None]
+            detail.update(scales=list(scales), align_corners=args[2] if "bilinear" in name else None)
         short = name.split(".")[1].lstrip("_")
         self.kernels.append(Kernel("window", f"{short}_{outputs[0].name}", [name], outputs, out_shape, None, detail))
         for r, buf in zip(op.results, outputs):
@@ -489,6 +512,22 @@ class _Scheduler:
         buf = self.buffer(result)
         self.kernels.append(Kernel("cat", f"cat_{buf.name}", [name], [buf], out_shape, None,
                                    {"parts": parts, "dim": dim}))
+        self.views[result] = _contiguous(buf)
+
+    def schedule_pad(self, op: Any, name: str, args: list) -> None:
+        """constant_pad_nd: pads are (before, after) pairs from the last dim backwards; negative pads crop."""
+        from kiln.ir.ops.shape import fill_value  # the registry's conversion of the fill value to the dtype
+
+        result = op.results[0]
+        source = self.materialized(args[0])
+        rank = len(source.shape)
+        before = [sympy.Integer(0)] * rank
+        for pair in range(len(args[1]) // 2):
+            before[rank - 1 - pair] = _dim(args[1][2 * pair])
+        value = fill_value(name, args[2], result.type.dtype).item()
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("pad", f"constant_pad_nd_{buf.name}", [name], [buf], list(result.type.shape),
+                                   None, {"input": source, "before": before, "value": value}))
         self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
@@ -580,8 +619,11 @@ class _Scheduler:
     def schedule_rows(self, op: Any, name: str, args: list) -> None:
         pending = self.pending.get(args[0])
         input_expr = None
+        shape = list(args[0].type.shape)
+        reduced = _reduced_dims(name, args, len(shape)) if name in REDUCTION_OPS else None
+        one_row_dim = reduced is None or len([d for d in reduced if not _same(shape[d], 1)]) == 1
         if (pending is not None and pending[1] is None and _same_shape(pending[2], args[0].type.shape)
-                and _cheap_to_recompute(pending[0])):
+                and _cheap_to_recompute(pending[0]) and one_row_dim):
             # A cheap pointwise producer (scale, mask, bias) fuses in: the row kernel evaluates it per element,
             # once per pass over the row, instead of reading a materialized tensor.
             input_expr = pending[0]
@@ -596,9 +638,20 @@ class _Scheduler:
             dim = _norm_dim(args[1], rank)
         elif name == "aten.native_layer_norm.default":
             dim = rank - 1
+        elif input_expr is not None:
+            dim = next(d for d in reduced if not _same(shape[d], 1))
         else:
-            dim = _norm_dim(args[1][0], rank)
+            merged = _row_view(source, reduced)
+            if merged is None:  # the reduced dims do not form one strided run: copy them last, contiguously
+                order = [k for k in range(rank) if k not in reduced] + reduced
+                permuted = View(source.buffer, [source.shape[k] for k in order], [source.strides[k] for k in order],
+                                source.offset)
+                source = _contiguous(self.copy(permuted, args[0]))
+                merged = _row_view(source, list(range(rank - len(reduced), rank)))
+            source, dim = merged
         detail: dict[str, Any] = {"input": source, "dim": dim}
+        if name == "aten.var.correction":
+            detail["constants"] = {"CORR": 1.0 if args[2] is None else float(args[2])}
         if input_expr is not None:
             detail.update(input=None, input_expr=input_expr, input_shape=list(source.shape))
         if name == "aten.native_layer_norm.default":
@@ -634,6 +687,36 @@ EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "a
 def _cheap_to_recompute(expr: Any) -> bool:
     ops = expression_ops(expr)
     return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and "aten.embedding.default" not in ops
+
+
+def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
+    """The dims a reduction reduces, canonical and sorted: None or (except for any.dims) [] means all of them."""
+    dims = None if name in ("aten.mean.default", "aten.any.default") else args[1]
+    if isinstance(dims, int):
+        dims = [dims]
+    if dims is None or (len(dims) == 0 and name != "aten.any.dims"):
+        return list(range(rank))
+    return sorted({_norm_dim(d, rank) for d in dims}) if rank else []
+
+
+def _row_view(view: View, dims: list[int]) -> tuple[View, int] | None:
+    """`view` with the reduced `dims` merged into one row dim (and that dim's position), or None when their
+    strides do not form one run. Size-1 dims stay as (trivial) outer dims; no dim to reduce gives a row of one."""
+    dims = [d for d in dims if not _same(view.shape[d], 1)]
+    if not dims:
+        return View(view.buffer, [*view.shape, 1], [*view.strides, sympy.Integer(0)], view.offset), len(view.shape)
+    for a, b in zip(dims, dims[1:]):
+        if not _same(view.strides[a], sympy.expand(view.strides[b] * _dim(view.shape[b]))):
+            return None
+    shape, strides = [], []
+    for k, (size, stride) in enumerate(zip(view.shape, view.strides)):
+        if k == dims[0]:
+            shape.append(sympy.expand(sympy.Mul(*[_dim(view.shape[d]) for d in dims])))
+            strides.append(view.strides[dims[-1]])
+        elif k not in dims:
+            shape.append(size)
+            strides.append(stride)
+    return View(view.buffer, shape, strides, view.offset), dims[0]
 
 
 def _same_shape(a: list, b: list) -> bool:
@@ -716,19 +799,21 @@ def _unsupported_arguments(op: Any) -> str | None:
     name = op.opdef.name
     args = bound_arguments(op)
     rank = len(op.operands[0].type.shape) if op.operands else 0
-    if name in ("aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim"):
-        dims = args[1]
-        if rank == 0 or not dims or len(dims) != 1:
-            return "only a reduction over one dim is supported"
-        if len(args) > 3 and args[3] is not None:
+    if name in REDUCTION_OPS:
+        dtype_position = {"aten.sum.dim_IntList": 3, "aten.mean.dim": 3, "aten.prod.dim_int": 3,
+                          "aten.mean.default": 1}.get(name)
+        if dtype_position is not None and args[dtype_position] is not None:
             return "dtype= is not supported"
-        if op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
-            return "only floating reductions are supported"
+        if not name.startswith("aten.any.") and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
+            return "only floating reductions are supported (any accepts every dtype)"
     if name in ("aten._softmax.default", "aten._log_softmax.default"):
         if rank == 0 or args[2]:
             return "only softmax of a tensor with dims, without half_to_float, is supported"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
         return "only layer norm over the last dim is supported"
+    if name in ("aten.div.Scalar_mode", "aten.fmod.Scalar", "aten.remainder.Scalar") and args[1] == 0:
+        if not op.results[0].type.dtype.is_floating_point:
+            return "integer division by zero"  # the interpreter raises; a C kernel cannot
     if name == "aten.gelu.default" and args[1] not in ("none", "tanh"):
         return f"approximate={args[1]!r}"
     if name == "aten.convolution.default":

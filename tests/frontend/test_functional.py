@@ -14,6 +14,7 @@ import pytest
 
 import kiln
 import kiln.nn.functional as KF
+from tests.modules import FunctionModule
 from kiln.ir.errors import KilnError
 
 torch = pytest.importorskip("torch")
@@ -217,18 +218,9 @@ def test_compositions_for_missing_ops_match_torch(call, monkeypatch):
     _assert_matches_torch(actual, expected)
 
 
-class _Apply(kiln.nn.Module):
-    def __init__(self, fn: Callable[..., Any]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *inputs: Any) -> Any:
-        return self.fn(KF, *inputs)
-
-
 @pytest.mark.parametrize("call", [c for c in CALLS if c.export], ids=lambda c: c.name)
 def test_export_with_dynamic_batch_matches_eager(call):
-    module = _Apply(call.fn)
+    module = FunctionModule(call.fn)
     batch = kiln.Dim("batch")
     arrays = _arrays(call)
     dynamic_shapes = tuple({0: batch} if i in call.batched else None for i in range(len(arrays)))
@@ -244,7 +236,7 @@ def test_export_with_dynamic_batch_matches_eager(call):
 
 
 def _recorded_ops(fn: Callable[..., Any], *arrays: np.ndarray) -> list[str]:
-    program = kiln.export(_Apply(fn), tuple(kiln.tensor(a) for a in arrays))
+    program = kiln.export(FunctionModule(fn), tuple(kiln.tensor(a) for a in arrays))
     return [op.name for op in program.body.ops if op.name.startswith("aten.")]
 
 

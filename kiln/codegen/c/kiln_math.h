@@ -85,4 +85,92 @@ static inline float kiln_gelu_tanhf(float x)
     return 0.5f * x * (1.0f + kiln_tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
 }
 
+/* Helpers for the pointwise rules (kiln/codegen/c/pointwise.py). A rule gets its operands cast to the result's
+ * compute type, so the kiln_* macros below pick the floating or integer form with _Generic on that type.
+ * Integer division, fmod and remainder by zero give 0 (the reference interpreter raises; C would trap), and
+ * INT64_MIN / -1 wraps instead of trapping. */
+static inline int64_t kiln_negate_i64(int64_t a) { return (int64_t)(0 - (uint64_t)a); }
+static inline int64_t kiln_identity_i64(int64_t a) { return a; }
+static inline int64_t kiln_div_trunc_i64(int64_t a, int64_t b)
+{
+    return b == 0 ? 0 : b == -1 ? kiln_negate_i64(a) : a / b;
+}
+static inline int64_t kiln_div_floor_i64(int64_t a, int64_t b)
+{
+    if (b == 0 || b == -1)
+        return kiln_div_trunc_i64(a, b);
+    const int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t kiln_fmod_i64(int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : a % b; }
+/* Python's %: the result takes the divisor's sign. */
+static inline int64_t kiln_remainder_i64(int64_t a, int64_t b)
+{
+    const int64_t r = kiln_fmod_i64(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline double kiln_remainder_f64(double a, double b)
+{
+    const double r = fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline double kiln_div_trunc_f64(double a, double b) { return trunc(a / b); }
+/* c10::div_floor_floating: floor of the exact quotient (fmod-based, so 7.0 // 0.7 is 9 like Python), IEEE
+ * results for division by zero, and a signed zero. The float version rounds each step like float32 ATen. */
+static inline double kiln_div_floor_f64(double a, double b)
+{
+    if (b == 0)
+        return a / b;
+    const double mod = fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0)))
+        div -= 1.0;
+    if (div == 0)
+        return copysign(0.0, a / b);
+    double floored = floor(div);
+    return div - floored > 0.5 ? floored + 1.0 : floored;
+}
+static inline float kiln_div_floorf(float a, float b)
+{
+    if (b == 0)
+        return a / b;
+    const float mod = fmodf(a, b);
+    float div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0)))
+        div -= 1.0f;
+    if (div == 0)
+        return copysignf(0.0f, a / b);
+    float floored = floorf(div);
+    return div - floored > 0.5f ? floored + 1.0f : floored;
+}
+/* ATen's powi: squaring with wrap-around; a negative exponent gives 1, -1 or 0 (1 / base truncated). */
+static inline int64_t kiln_pow_i64(int64_t base, int64_t exponent)
+{
+    if (exponent < 0)
+        return base == 1 ? 1 : base == -1 ? ((exponent & 1) ? -1 : 1) : 0;
+    uint64_t result = 1, square = (uint64_t)base;
+    for (; exponent; exponent >>= 1) {
+        if (exponent & 1)
+            result *= square;
+        square *= square;
+    }
+    return (int64_t)result;
+}
+
+#define kiln_div_trunc(a, b) _Generic((a), double: kiln_div_trunc_f64, default: kiln_div_trunc_i64)(a, b)
+#define kiln_div_floor(a, b) _Generic((a), double: kiln_div_floor_f64, default: kiln_div_floor_i64)(a, b)
+#define kiln_fmod(a, b) _Generic((a), double: fmod, default: kiln_fmod_i64)(a, b)
+#define kiln_remainder(a, b) _Generic((a), double: kiln_remainder_f64, default: kiln_remainder_i64)(a, b)
+#define kiln_pow(a, b) _Generic((a), double: pow, default: kiln_pow_i64)(a, b)
+/* pow(tensor, scalar): ATen computes exponents 0.5 and -0.5 as sqrt and 1/sqrt, so (-inf)^0.5 is NaN and
+ * (-0.0)^-0.5 is -inf where pow() says inf. The exponent is a literal, so the compiler folds the tests. */
+static inline double kiln_pow_scalar_f64(double x, double e) { return e == 0.5 ? sqrt(x) : e == -0.5 ? 1.0 / sqrt(x) : pow(x, e); }
+#define kiln_pow_scalar(a, b) _Generic((a), double: kiln_pow_scalar_f64, default: kiln_pow_i64)(a, b)
+/* ceil/floor/round/trunc are the identity on integers (and must not round-trip them through double). */
+#define kiln_ceil(x) _Generic((x), double: ceil, default: kiln_identity_i64)(x)
+#define kiln_floor(x) _Generic((x), double: floor, default: kiln_identity_i64)(x)
+#define kiln_round(x) _Generic((x), double: nearbyint, default: kiln_identity_i64)(x)
+#define kiln_trunc(x) _Generic((x), double: trunc, default: kiln_identity_i64)(x)
+#define kiln_bitwise_not(x) _Generic((x), _Bool: !(x), default: ~(x))
+
 #endif /* KILN_MATH_H */

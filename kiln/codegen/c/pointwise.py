@@ -26,6 +26,23 @@ def _batch_norm(a: list[str]) -> str:
     return f"{value} + {a[2]}" if a[2] else value
 
 
+def _clamp(a: list[str]) -> str:
+    """min(max(x, lo), hi) with NaN propagation (so lo > hi gives hi, and a NaN bound gives NaN); '' = no bound."""
+    value = f"kiln_max({a[0]}, {a[1]})" if a[1] else a[0]
+    return f"kiln_min({value}, {a[2]})" if a[2] else value
+
+
+def _divide(a: list[str]) -> str:
+    """div with rounding_mode None, 'trunc' or 'floor' (kiln_math.h picks the integer or floating form)."""
+    if a[2] == "trunc":
+        return f"kiln_div_trunc({a[0]}, {a[1]})"
+    return f"kiln_div_floor({a[0]}, {a[1]})" if a[2] == "floor" else f"{a[0]} / {a[1]}"
+
+
+def _elu(a: list[str]) -> str:
+    return f"{a[0]} > 0 ? {a[0]} * {a[2]} : expm1({a[0]} * {a[3]}) * ({a[1]} * {a[2]})"
+
+
 Rule = Callable[[list[str]], str]
 POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.add.Tensor": ("result", lambda a: f"{a[0]} + {_scaled(a)}"),
@@ -57,6 +74,38 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     **{f"aten.{name}.{kind}": ("promote", lambda a, op=op: f"{a[0]} {op} {a[1]}")
        for name, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
        for kind in ("Tensor", "Scalar")},
+    "aten.isnan.default": ("promote", lambda a: f"{a[0]} != {a[0]}"),  # integers: never
+    "aten.isinf.default": ("promote", lambda a: f"{a[0]} == INFINITY || {a[0]} == -INFINITY"),
+    # logical ops judge each operand's nonzero-ness: the "result" cast to bool does that (NaN is true)
+    "aten.logical_and.default": ("result", lambda a: f"{a[0]} && {a[1]}"),
+    "aten.logical_or.default": ("result", lambda a: f"{a[0]} || {a[1]}"),
+    "aten.logical_xor.default": ("result", lambda a: f"{a[0]} != {a[1]}"),
+    "aten.logical_not.default": ("result", lambda a: f"!{a[0]}"),
+    **{f"aten.bitwise_{name}.{kind}": ("result", lambda a, op=op: f"{a[0]} {op} {a[1]}")
+       for name, op in (("and", "&"), ("or", "|"), ("xor", "^")) for kind in ("Tensor", "Scalar")},
+    "aten.bitwise_not.default": ("result", lambda a: f"kiln_bitwise_not({a[0]})"),
+    # floating math; integer inputs promote to a floating result, so the operands arrive as double
+    **{f"aten.{fn}.default": ("result", lambda a, fn=fn: f"{fn}({a[0]})")  # libm's function of the same name
+       for fn in ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "expm1",
+                  "log10", "log1p", "log2")},
+    "aten.atan2.default": ("result", lambda a: f"atan2({a[0]}, {a[1]})"),
+    "aten.reciprocal.default": ("result", lambda a: f"1.0 / {a[0]}"),
+    # ceil/floor/round/trunc are the identity on integers; round is half to even
+    **{f"aten.{name}.default": ("result", lambda a, name=name: f"kiln_{name}({a[0]})")
+       for name in ("ceil", "floor", "round", "trunc")},
+    "aten.sign.default": ("result", lambda a: f"({a[0]} > 0) - ({a[0]} < 0)"),  # sign(NaN) is 0, like ATen
+    "aten.clamp.default": ("result", _clamp),
+    "aten.clamp.Tensor": ("result", _clamp),
+    "aten.hardtanh.default": ("result", _clamp),
+    "aten.leaky_relu.default": ("result", lambda a: f"{a[0]} > 0 ? {a[0]} : {a[0]} * {a[1]}"),
+    "aten.elu.default": ("result", _elu),
+    "aten.div.Tensor_mode": ("result", _divide),
+    "aten.div.Scalar_mode": ("result", _divide),
+    # fmod takes the dividend's sign (C's fmod), remainder the divisor's (Python's %)
+    **{f"aten.{name}.{kind}": ("result", lambda a, name=name: f"kiln_{name}({a[0]}, {a[1]})")
+       for name in ("fmod", "remainder") for kind in ("Tensor", "Scalar")},
+    **{f"aten.pow.{kind}": ("result", lambda a: f"kiln_pow({a[0]}, {a[1]})") for kind in ("Scalar", "Tensor_Tensor")},
+    "aten.pow.Tensor_Scalar": ("result", lambda a: f"kiln_pow_scalar({a[0]}, {a[1]})"),
 }
 
 
@@ -72,3 +121,25 @@ FLOAT32_RULES: dict[str, Rule] = {
 }
 
 
+def _float32_operands(rule: Rule) -> Rule:
+    """The rule on operands rounded to float32 first, as ATen reads them for a float32 result (integer tensors
+    and Scalar parameters included). Then +, -, *, / and fmod in double, rounded once, equal float32's."""
+    return lambda a: rule([f"(double)(float){x}" if x.startswith("(double)") else x for x in a])
+
+
+def _divide_float32(a: list[str]) -> str:
+    """trunc and floor of the float32 quotient, which can round up to an integer the double one falls short of."""
+    if a[2] == "trunc":
+        return f"trunc((float)({a[0]} / {a[1]}))"
+    return f"kiln_div_floorf((float)({a[0]}), (float)({a[1]}))" if a[2] == "floor" else f"{a[0]} / {a[1]}"
+
+
+FLOAT32_RULES.update({name: _float32_operands(POINTWISE_RULES[name][1]) for name in (
+    "aten.acos.default", "aten.acosh.default", "aten.asin.default", "aten.asinh.default", "aten.atan.default",
+    "aten.atanh.default", "aten.cos.default", "aten.cosh.default", "aten.sin.default", "aten.sinh.default",
+    "aten.tan.default", "aten.expm1.default", "aten.log10.default", "aten.log1p.default", "aten.log2.default",
+    "aten.atan2.default", "aten.reciprocal.default", "aten.clamp.default", "aten.clamp.Tensor",
+    "aten.leaky_relu.default", "aten.elu.default", "aten.fmod.Tensor", "aten.fmod.Scalar",
+    "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.pow.Scalar", "aten.pow.Tensor_Scalar",
+    "aten.pow.Tensor_Tensor")})
+FLOAT32_RULES["aten.div.Tensor_mode"] = FLOAT32_RULES["aten.div.Scalar_mode"] = _float32_operands(_divide_float32)

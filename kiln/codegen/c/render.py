@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import sympy
 
 from kiln.ir import dtypes
@@ -339,6 +340,29 @@ ROW_BODIES: dict[str, str] = {
     "aten.amax.default": "double m = -INFINITY; int nan = 0; _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") "
                          "for (int64_t k = 0; k < L; ++k) { const double v = X(k); nan |= v != v; "
                          "m = v > m ? v : m; } Y0[0] = nan ? NAN : m;",
+    "aten.mean.default": "double acc = 0.0; _Pragma(\"omp simd reduction(+:acc)\") "
+                         "for (int64_t k = 0; k < L; ++k) acc += X(k); Y0[0] = acc / (double)L;",
+    "aten.amin.default": "double m = INFINITY; int nan = 0; _Pragma(\"omp simd reduction(min:m) reduction(|:nan)\") "
+                         "for (int64_t k = 0; k < L; ++k) { const double v = X(k); nan |= v != v; "
+                         "m = v < m ? v : m; } Y0[0] = nan ? NAN : m;",
+    # float products round in the input dtype after every step (they overflow where ATen's do), in order.
+    "aten.prod.dim_int": "__typeof__(Y0[0]) acc = 1; for (int64_t k = 0; k < L; ++k) acc *= X(k); Y0[0] = acc;",
+    **dict.fromkeys(("aten.any.dim", "aten.any.dims", "aten.any.default"),
+                    "int any = 0; _Pragma(\"omp simd reduction(|:any)\") for (int64_t k = 0; k < L; ++k) "
+                    "any |= X(k) != 0; Y0[0] = any != 0;"),
+    # First occurrence wins; a NaN counts as the extremum, so the scan stops at the first one.
+    **{op: f"double best = L > 0 ? (double)X(0) : 0.0; int64_t at = 0; "
+           f"for (int64_t k = 1; k < L && best == best; ++k) {{ const double v = X(k); "
+           f"if (v {cmp} best || v != v) {{ best = v; at = k; }} }} {store}"
+       for op, cmp, store in (("aten.argmax.default", ">", "Y0[0] = at;"), ("aten.argmin.default", "<", "Y0[0] = at;"),
+                              ("aten.max.dim", ">", "Y0[0] = best; Y1[0] = at;"),
+                              ("aten.min.dim", "<", "Y0[0] = best; Y1[0] = at;"))},
+    # Two passes in double; the divisor is max(L - correction, 0), so 0 gives inf or nan like ATen.
+    "aten.var.correction": "double mean = 0.0; _Pragma(\"omp simd reduction(+:mean)\") "
+                           "for (int64_t k = 0; k < L; ++k) mean += X(k); mean /= (double)L; double ss = 0.0; "
+                           "_Pragma(\"omp simd reduction(+:ss)\") for (int64_t k = 0; k < L; ++k) "
+                           "{ const double d = (double)X(k) - mean; ss += d * d; } "
+                           "const double divisor = (double)L - CORR; Y0[0] = ss / (divisor > 0.0 ? divisor : 0.0);",
     "aten._softmax.default": "double m = -INFINITY; for (int64_t k = 0; k < L; ++k) m = kiln_max(m, (double)X(k)); "
                              "double s = 0.0; for (int64_t k = 0; k < L; ++k) s += exp((double)X(k) - m); "
                              "for (int64_t k = 0; k < L; ++k) Y0[(k) * YS] = exp((double)X(k) - m) / s;",
@@ -413,6 +437,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
                 f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + (k) * {dim_expr(view.strides[0])}])"
                 if view is not None else f"{default})"))
         body.append(f"const double EPS = {literal(float(detail['eps']))};")
+    for constant, value in detail.get("constants", {}).items():
+        body.append(f"const double {constant} = {literal(float(value))};")
     float_body = ROW_BODIES_F32.get(op) if kernel.outputs[0].dtype == dtypes.float32 else None
     body.append(float_body or ROW_BODIES[op])
     body.append("(void)YS;")
@@ -581,8 +607,11 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 def _window(kernel: Kernel, state: RenderState) -> list[str]:
-    """max_pool (values and ATen's flat in-plane indices) and adaptive average pooling over trailing dims."""
+    """max_pool (values and ATen's flat in-plane indices), average and adaptive average pooling over trailing
+    dims, and nearest / bilinear upsampling."""
     detail, op = kernel.detail, kernel.ops[0]
+    if "upsample" in op:
+        return _upsample(kernel)
     x, n = detail["input"], detail["n"]
     rank = len(kernel.shape)
     lead = [f"i{k}" for k in range(rank - n)]
@@ -613,6 +642,25 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
                  f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})best;"]
         if len(kernel.outputs) > 1:
             body.append(f"{buffer_name(kernel.outputs[1])}[{flat}] = best_index;")
+    elif op.startswith("aten.avg_pool"):
+        # ATen's divisor: the window cut at input + padding, or (count_include_pad=False) at the input alone.
+        divisor = []
+        for k in range(n):
+            s, p, size = int(detail["stride"][k]), int(detail["padding"][k]), sizes[k]
+            body += [f"const int64_t s{k} = i{rank - n + k} * {s} - {p};",
+                     f"const int64_t e{k} = s{k} + {int(detail['kernel'][k])} < {size} + {p} ? "
+                     f"s{k} + {int(detail['kernel'][k])} : {size} + {p};",
+                     f"const int64_t lo{k} = s{k} > 0 ? s{k} : 0, hi{k} = e{k} < {size} ? e{k} : {size};"]
+            divisor.append(f"(e{k} - s{k})" if detail["count_include_pad"] else f"(hi{k} - lo{k})")
+        if detail["divisor_override"] is not None:
+            divisor = [str(int(detail["divisor_override"]))]
+        body += ["double acc = 0.0;", f"const int64_t divisor = {' * '.join(divisor)};"]
+        for k in range(n):
+            body += [f"for (int64_t p{k} = lo{k}; p{k} < hi{k}; ++p{k})", "{"]
+            closing.append("}")
+        body += [f"acc += {load};", *closing,
+                 f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})"
+                 "(divisor > 0 ? acc / (double)divisor : 0.0);"]
     else:
         count = []
         for k in range(n):
@@ -628,6 +676,67 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
                  f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})"
                  f"(acc / (double)({' * '.join(count)}));"]
     return _loops(kernel.shape, body)
+
+
+def _upsample(kernel: Kernel) -> list[str]:
+    """upsample_nearest2d / upsample_bilinear2d over (N, C, H, W), computing source positions as ATen does:
+    in float32 for float32 inputs (opmath), a dim whose size is unchanged is copied."""
+    detail, op, out = kernel.detail, kernel.ops[0], kernel.outputs[0]
+    x = detail["input"]
+    real = "float" if x.buffer.dtype == dtypes.float32 else "double"
+    body = []
+    for k in range(2):
+        size, target, scale = dim_expr(x.shape[2 + k]), dim_expr(kernel.shape[2 + k]), detail["scales"][k]
+        given = scale is not None and scale > 0
+        body.append(f"const int64_t in{k} = {size}, out{k} = {target}, o{k} = i{2 + k};")
+        if "nearest" in op:
+            ratio = f"(float){literal(float(np.float32(1.0 / scale)))}" if given else f"(float)in{k} / (float)out{k}"
+            body += [f"int64_t lo{k} = o{k};",
+                     f"if (out{k} == 2 * in{k}) lo{k} = o{k} >> 1;",
+                     f"else if (out{k} != in{k}) {{ lo{k} = (int64_t)floorf((float)o{k} * ({ratio})); "
+                     f"if (lo{k} > in{k} - 1) lo{k} = in{k} - 1; }}"]
+            continue
+        if detail["align_corners"]:
+            source = (f"const {real} ratio{k} = out{k} > 1 ? ({real})(in{k} - 1) / ({real})(out{k} - 1) : ({real})0; "
+                      f"const {real} src{k} = ratio{k} * ({real})o{k};")
+        else:
+            ratio = f"({real}){literal(1.0 / scale)}" if given else f"({real})in{k} / ({real})out{k}"
+            source = (f"const {real} ratio{k} = {ratio}; {real} src{k} = ratio{k} * (({real})o{k} + ({real})0.5) "
+                      f"- ({real})0.5; if (src{k} < 0) src{k} = 0;")
+        body += [f"int64_t lo{k} = o{k}, hi{k} = o{k}; {real} wl{k} = 1, wh{k} = 0;",
+                 f"if (out{k} != in{k})", "{", f"    {source}",
+                 f"    lo{k} = (int64_t)floor(src{k}); if (lo{k} > in{k} - 1) lo{k} = in{k} - 1;",
+                 f"    {real} w = src{k} - ({real})lo{k}; wh{k} = w < 0 ? 0 : w > 1 ? 1 : w; wl{k} = 1 - wh{k};",
+                 f"    hi{k} = lo{k} + 1 < in{k} - 1 ? lo{k} + 1 : in{k} - 1;", "}"]
+
+    def load(row: str, column: str) -> str:
+        return f"(({real}){buffer_name(x.buffer)}[{_view_index(x, ['i0', 'i1', row, column])}])"
+
+    target = f"{buffer_name(out)}[{_flat(kernel.shape)}]"
+    if "nearest" in op:
+        body.append(f"{target} = {buffer_name(x.buffer)}[{_view_index(x, ['i0', 'i1', 'lo0', 'lo1'])}];")
+    else:
+        body += [f"const {real} upper = {load('lo0', 'lo1')} * wl1 + {load('lo0', 'hi1')} * wh1;",
+                 f"const {real} lower = {load('hi0', 'lo1')} * wl1 + {load('hi0', 'hi1')} * wh1;",
+                 f"{target} = ({c_type(out.dtype)})(upper * wl0 + lower * wh0);"]
+    return _loops(kernel.shape, body)
+
+
+def _pad(kernel: Kernel, state: RenderState) -> list[str]:
+    """constant_pad_nd: the input at (index - left pad) where that lies inside it, else the fill value."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, before = detail["input"], detail["before"]
+    positions, inside = [], []
+    for k, (size, out_size, pad) in enumerate(zip(x.shape, kernel.shape, before)):
+        if sympy.sympify(pad) == 0 and sympy.expand(sympy.sympify(size) - sympy.sympify(out_size)) == 0:
+            positions.append(f"i{k}")
+            continue
+        positions.append(f"(i{k} - {dim_expr(pad)})")
+        inside.append(f"i{k} - {dim_expr(pad)} >= 0 && i{k} - {dim_expr(pad)} < {dim_expr(size)}")
+    value = f"({c_type(out.dtype)}){literal(detail['value'])}"
+    load = f"{buffer_name(x.buffer)}[{_view_index(x, positions)}]"
+    element = f"({' && '.join(inside)}) ? {load} : {value}" if inside else load
+    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {element};"])
 
 
 def _cat(kernel: Kernel, state: RenderState) -> list[str]:
@@ -646,6 +755,7 @@ def _cat(kernel: Kernel, state: RenderState) -> list[str]:
 
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
+    "pad": _pad,
 }
 
 PRELUDE = """\

@@ -402,6 +402,9 @@ def _power(base: Any, exponent: Any) -> np.ndarray:
         result = _cast(base, common)
         return np.ones_like(result) if exponent == 0 else result.copy()
     with np.errstate(all="ignore"):
+        if common.is_floating_point and not isinstance(exponent, np.ndarray) and exponent in (0.5, -0.5):
+            root = np.sqrt(_compute(base, common))  # ATen: sqrt / rsqrt, so (-inf) ** 0.5 is NaN, not inf
+            return root if exponent == 0.5 else 1 / root
         if common.is_floating_point:
             return np.power(_compute(base, common), _compute(exponent, common))
         return _integer_power(_cast(base, common), _cast(exponent, common))
