@@ -470,7 +470,7 @@ class _Scheduler:
             "input": self.materialized(args[0]), "weight": self.materialized(args[1]),
             "bias": self.materialized(args[2]) if args[2] is not None else None,
             "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
-            "groups": args[8]}
+            "groups": args[8], "transposed": bool(args[6])}
         kernel = Kernel("conv", "convolution", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
@@ -817,8 +817,6 @@ def _unsupported_arguments(op: Any) -> str | None:
     if name == "aten.gelu.default" and args[1] not in ("none", "tanh"):
         return f"approximate={args[1]!r}"
     if name == "aten.convolution.default":
-        if args[6]:
-            return "transposed convolution is not supported"
         if len(op.results[0].type.shape) < 3:
             return "only batched convolutions are supported"
     if name in CONV_OPS | WINDOW_OPS | CHANNEL_OPS:

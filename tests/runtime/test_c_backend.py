@@ -416,3 +416,19 @@ def test_run_sizes_its_team_by_work(tmp_path):
     assert kernel_work(gemm) == 2 * 64 * 48 * sorted(plan.symbols, key=str)[0]
     compile_c(program, output=tmp_path / "linear")
     assert "const double work = (double)(INT64_C(6144) * sym_batch);" in (tmp_path / "linear" / "model.c").read_text()
+
+
+@pytest.mark.parametrize("module", [
+    lambda: kiln.nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1),
+    lambda: kiln.nn.ConvTranspose2d(6, 9, (2, 3), stride=(1, 2), padding=(0, 1), dilation=2, groups=3, bias=False),
+    lambda: kiln.nn.ConvTranspose1d(6, 5, 4, stride=3, padding=2),
+])
+def test_transposed_convolution(module, tmp_path):
+    layer = module().eval()
+    spatial = (7, 5) if isinstance(layer, kiln.nn.ConvTranspose2d) else (9,)
+    batch = kiln.Dim("batch", max=16)
+    program = kiln.export(layer, (kiln.randn(2, 6, *spatial),), dynamic_shapes={"input": {0: batch}})
+    compiled = compile_c(program, output=tmp_path / "deconv")
+    for n in (1, 2, 5):
+        x = np.random.default_rng(n).standard_normal((n, 6, *spatial)).astype(np.float32)
+        _check(compiled(x), program(x))

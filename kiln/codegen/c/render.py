@@ -456,7 +456,8 @@ def _view_index(view: Any, variables: list[str]) -> str:
 def _conv_as_gemm(kernel: Kernel) -> bool:
     detail, out = kernel.detail, kernel.outputs[0]
     x, w = detail["input"], detail["weight"]
-    return x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
+    return (x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
+            and not detail.get("transposed"))
 
 
 def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
@@ -566,6 +567,8 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
     """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
     if _conv_as_gemm(kernel):
         return _conv_gemm_f32(kernel, state)
+    if kernel.detail.get("transposed"):
+        return _conv_transposed(kernel)
     detail, out = kernel.detail, kernel.outputs[0]
     x, w, bias = detail["input"], detail["weight"], detail["bias"]
     n = len(kernel.shape) - 2
@@ -592,6 +595,44 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
         positions.append(f"p{k}")
     x_index = _view_index(x, ["i0", "(cin0 + c)", *positions])
     w_index = _view_index(w, ["i1", "c", *[f"r{k}" for k in range(n)]])
+    body.append(f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * "
+                f"(double){buffer_name(w.buffer)}[{w_index}];")
+    for _ in range(n):
+        depth = depth[:-4]
+        body.append(f"{depth}}}")
+    body.append("}")
+    if bias is not None:
+        body.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
+    result_type = c_type(out.dtype)
+    body += [f"const {result_type} acc_value = ({result_type})acc;",
+             f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
+    return _loops(kernel.shape, body)
+
+
+def _conv_transposed(kernel: Kernel) -> list[str]:
+    """Transposed convolution as a gather per output element: input position i contributes through tap r where
+    o = i * stride - padding + r * dilation, i.e. i = (o + padding - r * dilation) / stride when that divides
+    exactly and lies inside the input. Weights are [C_in, C_out / groups, taps...]; double accumulator."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    n = len(kernel.shape) - 2
+    groups = int(detail["groups"])
+    cout_per_group = dim_expr(w.shape[1])
+    cin_per_group = dim_expr(sympy.sympify(x.shape[1]) / groups)
+    body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
+            f"const int64_t g = i1 / {cout_per_group}, co = i1 % {cout_per_group};",
+            f"for (int64_t c = g * {cin_per_group}; c < (g + 1) * {cin_per_group}; ++c)", "{"]
+    depth = "    "
+    for k in range(n):
+        stride, padding, dilation = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+        body += [f"{depth}for (int64_t r{k} = 0; r{k} < {dim_expr(w.shape[2 + k])}; ++r{k})", f"{depth}{{",
+                 f"{depth}    const int64_t q{k} = i{2 + k} + {padding} - r{k} * {dilation};",
+                 f"{depth}    if (q{k} < 0 || q{k} % {stride} != 0 || q{k} / {stride} >= {dim_expr(x.shape[2 + k])}) "
+                 "continue;",
+                 f"{depth}    const int64_t p{k} = q{k} / {stride};"]
+        depth += "    "
+    x_index = _view_index(x, ["i0", "c", *[f"p{k}" for k in range(n)]])
+    w_index = _view_index(w, ["c", "co", *[f"r{k}" for k in range(n)]])
     body.append(f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * "
                 f"(double){buffer_name(w.buffer)}[{w_index}];")
     for _ in range(n):
