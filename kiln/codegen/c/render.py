@@ -237,16 +237,17 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     if slot is None:
         lines += [f"    kiln_pack_b_panel(K, N, j * KILN_NR, {buffer_name(b_buf)} + {b_base}, "
                   f"{dim_expr(b_strides[1])}, {dim_expr(b_strides[2])}, pack);",
-                  "    const float* panel = pack;"]
+                  "    const float* panel = pack, * ahead = pack;"]
     else:
-        lines.append(f"    const float* panel = ctx->packed[{slot}] + j * K * KILN_NR;  /* packed at create */")
+        lines += [f"    const float* panel = ctx->packed[{slot}] + j * K * KILN_NR;  /* packed at create */",
+                  "    const float* ahead = j + 1 < panels ? panel + K * KILN_NR : panel;  /* prefetched meanwhile */"]
     index = ["bi", "row + r", "j * KILN_NR + c"] if rank == 3 else ["row + r", "j * KILN_NR + c"]
     value = "(double)tile[r * KILN_NR + c]"
     if "bias" in detail:
         bias = exprs.render(detail["bias"])
         value = f"{literal(detail['beta'])} * (double){bias} + {literal(detail['alpha'])} * {value}"
     lines += _tile_loop(f"kiln_ukernel(rows, K, a + row * {dim_expr(a_strides[1])}, {dim_expr(a_strides[1])}, "
-                        f"{dim_expr(a_strides[2])}, panel, tile);",
+                        f"{dim_expr(a_strides[2])}, panel, ahead, tile);",
                         [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
                         f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
     lines.append("}")
@@ -532,7 +533,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         indices = ["const int64_t i0 = bi, i1 = g * M + row + r;",
                    *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(n)]]
         target, epilogue = f"{buffer_name(out)}[{_flat(kernel.shape)}]", exprs.render(kernel.expr)
-    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, tile);", indices, target, value,
+    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);", indices, target, value,
                         epilogue, out)
     lines.insert(lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;") + 1,
                  "    const float* panel = pack;")
