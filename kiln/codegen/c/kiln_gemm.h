@@ -131,4 +131,18 @@ static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm,
     }
 }
 
+/* One im2col panel row: dst[c] = plane[source[c]], or 0 where source[c] < 0 (padding). */
+static inline void kiln_gather_row(const float* plane, const int32_t* restrict source, float* restrict dst)
+{
+#if defined(__AVX512F__)
+    for (int c = 0; c < KILN_NR; c += 16) {
+        const __m512i offsets = _mm512_loadu_si512((const void*)(source + c));
+        const __mmask16 valid = _mm512_cmpge_epi32_mask(offsets, _mm512_setzero_si512());
+        _mm512_storeu_ps(dst + c, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, offsets, plane, 4));
+    }
+#else
+    for (int c = 0; c < KILN_NR; ++c) dst[c] = source[c] >= 0 ? plane[source[c]] : 0.0f;
+#endif
+}
+
 #endif /* KILN_GEMM_H */

@@ -500,24 +500,38 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
         lines.append(f"        out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
         lines.append(f"        base{k}[c] = out{k}[c] * {stride} - {padding};")
-    lines += ["    }",
-              f"    for (int64_t ci = 0; ci < {cig}; ++ci)"]
+    lines.append("    }")
+    tap_count = math.prod(int(d) for d in w.shape[2:])
+    # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
+    # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
+    # masked gather the compiler vectorizes.
+    plane_offset = " + ".join(f"q{k} * {dim_expr(x.strides[2 + k])}" for k in range(n))
+    inside = " && ".join(["inside[c]"] + [f"q{k} >= 0 && q{k} < {in_sizes[k]}" for k in range(n)])
+    tap_index = "0"
+    for k in range(n):
+        tap_index = f"({tap_index}) * {taps[k]} + r{k}"
+    # In-plane offsets fit int32 (one vector gather per 16 columns) when the input plane is static and small.
+    plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
+                                       for d, stride in zip(x.shape[2:], x.strides[2:])))
+    narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
+    lines += [f"    {'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
     depth = "    "
     for k in range(n):
         lines.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
-    k_index = "ci"
-    for k in range(n):
-        k_index = f"({k_index}) * {taps[k]} + r{k}"
-    positions = [f"q{k}" for k in range(n)]
-    x_index = _view_index(x, ["bi", "(cin0 + ci)", *positions])
-    inside = " && ".join(["inside[c]"] + [f"q{k} >= 0 && q{k} < {in_sizes[k]}" for k in range(n)])
-    lines += [f"{depth}{{",
-              f"{depth}    float* restrict dst = pack + ({k_index}) * KILN_NR;",
-              f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
+    lines += [f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
               *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
                 for k in range(n)],
-              f"{depth}        dst[c] = ({inside}) ? {buffer_name(x.buffer)}[{x_index}] : 0.0f;",
-              f"{depth}    }}", f"{depth}}}",
+              f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
+              f"{depth}    }}",
+              f"    for (int64_t ci = 0; ci < {cig}; ++ci)", "    {",
+              f"        const float* plane = {buffer_name(x.buffer)} + "
+              f"{_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+              f"        for (int t = 0; t < {tap_count}; ++t)",
+              *([f"            kiln_gather_row(plane, source[t], pack + (ci * {tap_count} + t) * KILN_NR);"]
+                if narrow else
+                [f"            for (int c = 0; c < KILN_NR; ++c) pack[(ci * {tap_count} + t) * KILN_NR + c] = "
+                 "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
+              "    }",
               f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"]
     value = "(double)tile[r * KILN_NR + c]"
     if bias is not None:
