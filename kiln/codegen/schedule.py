@@ -271,7 +271,8 @@ class _Scheduler:
             buf.io_index = index
             claimed.add(buf)
             outputs.append((buf, list(value.type.shape)))
-        symbols = sorted(program.range_constraints, key=str)
+        # Symbols only: range constraints also hold derived entries (n + 1), whose ranges follow from n's.
+        symbols = sorted((s for s in program.range_constraints if isinstance(s, sympy.Symbol)), key=str)
         for buf in self.buffers:
             for d in buf.shape:
                 for s in getattr(d, "free_symbols", ()):

@@ -117,6 +117,32 @@ def test_refuses_out_of_range_dim(mlp_model):
         mlp_model(np.zeros((5000, 32), np.float32))
 
 
+class _Related(kiln.nn.Module):
+    def forward(self, x, y, z):  # x and y share `n`; z is n + 1 long
+        return x + y + z[1:]
+
+
+@pytest.fixture(scope="module")
+def related_model(tmp_path_factory):
+    n = kiln.Dim("n", min=2, max=64)
+    program = kiln.export(_Related(), (kiln.randn(4), kiln.randn(4), kiln.randn(5)),
+                          dynamic_shapes=({0: n}, {0: n}, {0: n + 1}))
+    return program, compile_c(program, output=tmp_path_factory.mktemp("related"))
+
+
+def test_related_dims_run_and_relation_breaks_are_refused(related_model):
+    program, model = related_model
+    for n in (2, 9, 64):
+        args = [np.random.default_rng(n).standard_normal(size).astype(np.float32) for size in (n, n, n + 1)]
+        _check(model(*args), program(*args))
+    with pytest.raises(InputError, match="input 'y' dimension 0 is 5 but must equal n = 4"):
+        model(np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(5, np.float32))
+    with pytest.raises(InputError, match="input 'z' dimension 0 is 4 but must equal"):
+        model(np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32))
+    with pytest.raises(InputError, match=r"x.shape\[0\] = 1 is outside the range"):
+        model(np.zeros(1, np.float32), np.zeros(1, np.float32), np.zeros(2, np.float32))
+
+
 def test_unsupported_ops_rejected_at_compile_time_with_full_list():
     class Model(kiln.nn.Module):
         def forward(self, x):
