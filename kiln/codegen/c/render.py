@@ -1074,8 +1074,10 @@ kiln_model* kiln_create_from_file(const char* path)
                 "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
                 "    if (!ctx->scratch) status = 2;"]
     run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
+    # if(): a one-thread run starts no team, so it never waits on a barrier (on a busy machine a descheduled
+    # worker makes every barrier cost a scheduler time slice).
     run += ["    const int profiling = m->profiling;",
-            "    #pragma omp parallel num_threads(threads)", "    {"]
+            "    #pragma omp parallel num_threads(threads) if(threads > 1)", "    {"]
     for number, name in enumerate(names):
         run.append(f"        if (profiling) {{ double start = omp_get_wtime(); {name}(ctx); "
                    f"if (omp_get_thread_num() == 0) m->kernel_seconds[{number}] += omp_get_wtime() - start; }} "
