@@ -59,12 +59,16 @@ MATMUL_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 REDUCTION_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim",
                  "aten.mean.default", "aten.any.dim", "aten.any.dims", "aten.any.default", "aten.argmax.default",
                  "aten.argmin.default", "aten.max.dim", "aten.min.dim", "aten.var.correction", "aten.prod.dim_int"}
-ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default"}
+# cumsum: a row scan along its dim (double accumulator for floats, int64 for integers).
+ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+                           "aten.cumsum.default"}
+# index_select / gather: a pointwise read of the source at an index from an index tensor (checked at run time).
+INDEX_OPS = {"aten.index_select.default", "aten.gather.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
-            "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default"}
+            "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,11 +117,16 @@ class Load:
 
 @dataclass(eq=False)
 class Gather:
-    """embedding: row `index` of a 2-D view, column = the kernel's last index."""
+    """embedding: row `index` of a 2-D view, column = the kernel's last index. With `dim` set (index_select,
+    gather): `table` (the source, of the kernel's rank) at the kernel's index with dim `dim` replaced by `index`,
+    which the kernel checks against `size` at run time."""
 
     table: View
     index: Any  # an expression node
     dtype: dtypes.DType
+    dim: int | None = None
+    size: Any = None
+    op: str = "aten.embedding.default"
 
 
 @dataclass(eq=False)
@@ -437,6 +446,16 @@ class _Scheduler:
             elif name == "aten.embedding.default":
                 index = self.operand_expr(args[1], out_shape[:-1], carried)
                 expr = Gather(self.materialized(args[0]), index, result.type.dtype)
+            elif name in INDEX_OPS:
+                source, positions = self.materialized(args[0]), self.materialized(args[2])
+                dim = _norm_dim(args[1], len(out_shape))
+                if name == "aten.index_select.default":  # a vector (or one element) read along `dim`
+                    strides = [sympy.Integer(0)] * len(out_shape)
+                    strides[dim] = positions.strides[0] if positions.shape else sympy.Integer(0)
+                    index = Load(positions.buffer, strides, positions.offset)
+                else:
+                    index = _load(positions, out_shape)
+                expr = Gather(source, index, result.type.dtype, dim, source.shape[dim], name)
             else:
                 space = self.chain_space(args, out_shape)
                 nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
@@ -579,6 +598,10 @@ class _Scheduler:
                 start = max(0, min(start, source.shape[dim]))
             offset = sympy.expand(offset + _dim(start) * strides[dim])
             strides[dim] = sympy.expand(strides[dim] * args[4])
+        elif name == "aten.flip.default":  # negative strides: start at the last element of each flipped dim
+            for dim in {_norm_dim(d, rank) for d in args[1]} if rank else ():  # a 0-d flip is the identity
+                offset = sympy.expand(offset + (_dim(source.shape[dim]) - 1) * strides[dim])
+                strides[dim] = sympy.expand(-strides[dim])
         elif name == "aten.select.int":
             dim = _norm_dim(args[1], rank)
             index = args[2]
@@ -635,7 +658,7 @@ class _Scheduler:
             source = self.materialized(args[0])
         outputs = [self.buffer(r) for r in op.results]
         rank = len(source.shape)
-        if name in ("aten._softmax.default", "aten._log_softmax.default"):
+        if name in ("aten._softmax.default", "aten._log_softmax.default", "aten.cumsum.default"):
             dim = _norm_dim(args[1], rank)
         elif name == "aten.native_layer_norm.default":
             dim = rank - 1
@@ -672,7 +695,7 @@ def expression_ops(expr: Any) -> list[str]:
         inner = [o for a in expr.args for o in expression_ops(a)]
         return inner + [expr.op]
     if isinstance(expr, Gather):
-        return expression_ops(expr.index) + ["aten.embedding.default"]
+        return expression_ops(expr.index) + [expr.op]
     if isinstance(expr, Iota):
         return ["aten.arange.start_step"]
     if isinstance(expr, Constant):
@@ -687,7 +710,8 @@ EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "a
 
 def _cheap_to_recompute(expr: Any) -> bool:
     ops = expression_ops(expr)
-    return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and "aten.embedding.default" not in ops
+    return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and not ({"aten.embedding.default"} | INDEX_OPS
+                                                                          ).intersection(ops)
 
 
 def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
@@ -810,6 +834,14 @@ def _unsupported_arguments(op: Any) -> str | None:
     if name in ("aten._softmax.default", "aten._log_softmax.default"):
         if rank == 0 or args[2]:
             return "only softmax of a tensor with dims, without half_to_float, is supported"
+    if name == "aten.cumsum.default":
+        if rank == 0:
+            return "only cumsum of a tensor with dims is supported"
+        if args[2] is not None and (args[2] != op.operands[0].type.dtype or args[2] == dtypes.bool_):
+            return "dtype= other than the input's dtype is not supported"
+    if name in INDEX_OPS:
+        if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
+            return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
         return "only layer norm over the last dim is supported"
     if name in ("aten.div.Scalar_mode", "aten.fmod.Scalar", "aten.remainder.Scalar") and args[1] == 0:

@@ -146,7 +146,7 @@ def test_related_dims_run_and_relation_breaks_are_refused(related_model):
 def test_unsupported_ops_rejected_at_compile_time_with_full_list():
     class Model(kiln.nn.Module):
         def forward(self, x):
-            return kiln.cumsum(x, 0) + x.sort(1)[0] + kiln.topk(x, 4, 1)[0]
+            return kiln.cumsum(x, 0, dtype=kiln.float64) + x.sort(1)[0] + kiln.topk(x, 4, 1)[0]
 
     with pytest.raises(UnsupportedError) as info:
         compile_c(Model(), example_args=(kiln.randn(3, 4),))
@@ -458,3 +458,20 @@ def test_transposed_convolution(module, tmp_path):
     for n in (1, 2, 5):
         x = np.random.default_rng(n).standard_normal((n, 6, *spatial)).astype(np.float32)
         _check(compiled(x), program(x))
+
+
+class _Float64Conv(kiln.nn.Module):
+    def forward(self, x, w, b, w_transposed):
+        return (kiln.relu(kiln.nn.functional.conv2d(x, w, b, stride=2, padding=1, groups=2)),
+                kiln.nn.functional.conv_transpose2d(x, w_transposed, None, stride=2, padding=1))
+
+
+def test_float64_convolutions_take_the_direct_loops(tmp_path):
+    """float64 convolution (direct loops, double accumulator) and transposed convolution with a fused epilogue."""
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((2, 4, 9, 7)), rng.standard_normal((6, 2, 3, 3)), rng.standard_normal(6),
+            rng.standard_normal((4, 3, 3, 3)))
+    program = kiln.export(_Float64Conv(), tuple(kiln.tensor(a) for a in args))
+    compiled = compile_c(program, output=tmp_path / "f64")
+    assert "/* conv: aten.convolution.default, aten.relu.default */" in (tmp_path / "f64" / "model.c").read_text()
+    _check(compiled(*args), program(*args))

@@ -112,6 +112,14 @@ class _Exprs:
             return f"(({c_type(node.dtype)}){literal(node.value)})"
         if isinstance(node, Iota):
             return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
+        if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
+            checked = f"kiln_index((int64_t)({self.render(node.index)}), {dim_expr(node.size)}, {node.dim}, ctx)"
+            table, variables = node.table, list(self.variables)
+            variables[node.dim] = f"({checked})"
+            place = self.index(table.strides, table.offset, variables)
+            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
+                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
+            return element if sympy.sympify(table.strides[node.dim]) != 0 else f"((void)({checked}), {element})"
         if isinstance(node, Gather):
             row = f"(int64_t)({self.render(node.index)})"
             table = node.table
@@ -428,7 +436,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         body += [f"const int64_t base = {base};",
                  f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
     for n, out in enumerate(kernel.outputs):
-        full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default")
+        full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+                                 "aten.cumsum.default")
         body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
     if op == "aten.native_layer_norm.default":
         for macro, key in (("W", "weight"), ("B", "bias")):
@@ -441,6 +450,10 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     for constant, value in detail.get("constants", {}).items():
         body.append(f"const double {constant} = {literal(float(value))};")
     float_body = ROW_BODIES_F32.get(op) if kernel.outputs[0].dtype == dtypes.float32 else None
+    if op == "aten.cumsum.default":  # sequential, in ATen's accumulator type
+        acc = "double" if kernel.outputs[0].dtype.is_floating_point else "int64_t"
+        float_body = (f"{acc} s = 0; for (int64_t k = 0; k < L; ++k) {{ s += ({acc})X(k); "
+                      f"Y0[k * YS] = ({c_type(kernel.outputs[0].dtype)})s; }}")
     body.append(float_body or ROW_BODIES[op])
     body.append("(void)YS;")
     body.append("#undef X")
@@ -584,8 +597,8 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
         return _conv_gemm_f32(kernel, state)
     if kernel.detail.get("transposed"):
         return _conv_transposed(kernel)
-    detail, out = kernel.detail, kernel.outputs[0]
-    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    detail = kernel.detail
+    x, w = detail["input"], detail["weight"]
     n = len(kernel.shape) - 2
     groups = detail["groups"]
     cig = dim_expr(w.shape[1])
@@ -610,26 +623,31 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
         positions.append(f"p{k}")
     x_index = _view_index(x, ["i0", "(cin0 + c)", *positions])
     w_index = _view_index(w, ["i1", "c", *[f"r{k}" for k in range(n)]])
-    body.append(f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * "
-                f"(double){buffer_name(w.buffer)}[{w_index}];")
-    for _ in range(n):
+    return _loops(kernel.shape, body + _multiply_accumulate(kernel, depth, x_index, w_index))
+
+
+def _multiply_accumulate(kernel: Kernel, depth: str, x_index: str, w_index: str) -> list[str]:
+    """The innermost line of a direct convolution's tap loops, closing them, then bias and the epilogue."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    lines = [f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * (double){buffer_name(w.buffer)}[{w_index}];"]
+    while len(depth) > 4:  # the tap loops; then the input-channel loop at the top level
         depth = depth[:-4]
-        body.append(f"{depth}}}")
-    body.append("}")
+        lines.append(f"{depth}}}")
+    lines.append("}")
     if bias is not None:
-        body.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
+        lines.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
     result_type = c_type(out.dtype)
-    body += [f"const {result_type} acc_value = ({result_type})acc;",
-             f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
-    return _loops(kernel.shape, body)
+    return lines + [f"const {result_type} acc_value = ({result_type})acc;",
+                    f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
 
 
 def _conv_transposed(kernel: Kernel) -> list[str]:
     """Transposed convolution as a gather per output element: input position i contributes through tap r where
     o = i * stride - padding + r * dilation, i.e. i = (o + padding - r * dilation) / stride when that divides
     exactly and lies inside the input. Weights are [C_in, C_out / groups, taps...]; double accumulator."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    detail = kernel.detail
+    x, w = detail["input"], detail["weight"]
     n = len(kernel.shape) - 2
     groups = int(detail["groups"])
     cout_per_group = dim_expr(w.shape[1])
@@ -648,18 +666,7 @@ def _conv_transposed(kernel: Kernel) -> list[str]:
         depth += "    "
     x_index = _view_index(x, ["i0", "c", *[f"p{k}" for k in range(n)]])
     w_index = _view_index(w, ["c", "co", *[f"r{k}" for k in range(n)]])
-    body.append(f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * "
-                f"(double){buffer_name(w.buffer)}[{w_index}];")
-    for _ in range(n):
-        depth = depth[:-4]
-        body.append(f"{depth}}}")
-    body.append("}")
-    if bias is not None:
-        body.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
-    result_type = c_type(out.dtype)
-    body += [f"const {result_type} acc_value = ({result_type})acc;",
-             f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
-    return _loops(kernel.shape, body)
+    return _loops(kernel.shape, body + _multiply_accumulate(kernel, depth, x_index, w_index))
 
 
 def _window(kernel: Kernel, state: RenderState) -> list[str]:
@@ -848,7 +855,18 @@ typedef struct {{
     float* const* packed;
     unsigned char* scratch;
     size_t scratch_stride;
+    int64_t* index_error;  /* index_select / gather: [flag, index, dim, size] of an out-of-range index */
 }} kiln_ctx;
+static __attribute__((noinline, cold)) int64_t kiln_index_error(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{
+    #pragma omp critical(kiln_index_error)
+    if (!ctx->index_error[0]) {{
+        ctx->index_error[1] = i; ctx->index_error[2] = dim; ctx->index_error[3] = n; ctx->index_error[0] = 1;
+    }}
+    return 0;  /* a safe position: the run fails once the kernels finish */
+}}
+static inline int64_t kiln_index(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{
+    return i >= 0 && i < n ? i : kiln_index_error(i, n, dim, ctx);
+}}
 """
 
 
@@ -1024,7 +1042,8 @@ kiln_model* kiln_create_from_file(const char* path)
            "   Every kernel runs inside one OpenMP parallel region; kernels share their loops across the team. */",
            "int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs)",
            "{", "    kiln_ctx ctx_storage; kiln_ctx* ctx = &ctx_storage;", "    int status = 0;",
-           "    ctx->packed = m->packed; ctx->scratch = NULL; ctx->scratch_stride = 0;"]
+           "    ctx->packed = m->packed; ctx->scratch = NULL; ctx->scratch_stride = 0;",
+           "    int64_t index_error[4] = {0, 0, 0, 0}; ctx->index_error = index_error;"]
     for index, symbol in enumerate(schedule.symbols):
         sym = symbol_name(symbol)
         run.append(f"    const int64_t {sym} = symbols[{index}]; ctx->sym[{index}] = {sym};")
@@ -1082,7 +1101,10 @@ kiln_model* kiln_create_from_file(const char* path)
         run.append(f"        if (profiling) {{ double start = omp_get_wtime(); {name}(ctx); "
                    f"if (omp_get_thread_num() == 0) m->kernel_seconds[{number}] += omp_get_wtime() - start; }} "
                    f"else {name}(ctx);")
-    run += ["    }", "    if (profiling) m->profiled_runs += 1;",
+    run += ["    }", "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"index %lld is out of bounds for "
+            "dimension %lld with size %lld\", (long long)index_error[1], (long long)index_error[2], "
+            "(long long)index_error[3]); status = 3; }",
+            "    if (profiling) m->profiled_runs += 1;",
             "done:", "    free(ctx->scratch);", "    free(arena);",
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
     run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
