@@ -29,6 +29,7 @@ POINTWISE_OPS = {
     "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar", "aten.neg.default", "aten.relu.default",
     "aten.exp.default", "aten.log.default", "aten.tanh.default", "aten.sigmoid.default", "aten.sqrt.default",
     "aten.rsqrt.default", "aten.abs.default", "aten.erf.default", "aten.gelu.default", "aten.where.self",
+    "aten.copy.default",
     "aten.maximum.default", "aten.minimum.default", "aten._to_copy.default", "aten.clone.default",
     *(f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")),
     *(f"aten.{name}.default" for name in (
@@ -41,7 +42,8 @@ POINTWISE_OPS = {
     "aten.clamp.Tensor", "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.pow.Scalar",
     "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor",
 }
-SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default"}
+SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default",
+              "aten.full_like.default", "aten.fill.Scalar"}
 # Per-channel affine ops: pointwise with their [C] operands broadcast along dim 1 (fuse like pointwise ops).
 CHANNEL_OPS = {"aten._native_batch_norm_legit_no_training.default"}
 FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
@@ -53,15 +55,17 @@ WINDOW_OPS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indi
               "aten.avg_pool3d.default", "aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec"}
 CONCAT_OPS = {"aten.cat.default"}
 # constant_pad_nd: each output element reads the input at (index - left pad), or is the fill value outside it.
-PAD_OPS = {"aten.constant_pad_nd.default"}
+PAD_OPS = {"aten.constant_pad_nd.default", "aten.reflection_pad1d.default", "aten.reflection_pad2d.default",
+           "aten.reflection_pad3d.default", "aten.replication_pad2d.default", "aten.replication_pad3d.default"}
 MATMUL_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 # Reductions: the reduced dims merge into one row (a copy puts them last when their strides do not chain).
 REDUCTION_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim",
                  "aten.mean.default", "aten.any.dim", "aten.any.dims", "aten.any.default", "aten.argmax.default",
-                 "aten.argmin.default", "aten.max.dim", "aten.min.dim", "aten.var.correction", "aten.prod.dim_int"}
+                 "aten.argmin.default", "aten.max.dim", "aten.min.dim", "aten.var.correction", "aten.prod.dim_int",
+                 "aten.prod.default", "aten.var.dim"}
 # cumsum: a row scan along its dim (double accumulator for floats, int64 for integers).
 ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
-                           "aten.cumsum.default"}
+                           "aten.cumsum.default", "aten.native_group_norm.default"}
 # index_select / gather: a pointwise read of the source at an index from an index tensor (checked at run time).
 INDEX_OPS = {"aten.index_select.default", "aten.gather.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
@@ -435,7 +439,8 @@ class _Scheduler:
         else:
             out_shape = list(result.type.shape)
             carried: list = [None]
-            if name in ("aten.scalar_tensor.default", "aten.full.default"):
+            if name in ("aten.scalar_tensor.default", "aten.full.default", "aten.full_like.default",
+                        "aten.fill.Scalar"):  # full_like / fill: a constant of the input's shape
                 value = args[0] if name == "aten.scalar_tensor.default" else args[1]
                 self.constants[result] = Constant(value, result.type.dtype, name)
                 return
@@ -544,10 +549,12 @@ class _Scheduler:
         before = [sympy.Integer(0)] * rank
         for pair in range(len(args[1]) // 2):
             before[rank - 1 - pair] = _dim(args[1][2 * pair])
-        value = fill_value(name, args[2], result.type.dtype).item()
+        # reflection / replication: positions outside the input mirror about its edges or clamp to them.
+        mode = "reflect" if "reflection" in name else "replicate" if "replication" in name else "constant"
+        value = fill_value(name, args[2], result.type.dtype).item() if mode == "constant" else 0
         buf = self.buffer(result)
-        self.kernels.append(Kernel("pad", f"constant_pad_nd_{buf.name}", [name], [buf], list(result.type.shape),
-                                   None, {"input": source, "before": before, "value": value}))
+        self.kernels.append(Kernel("pad", f"{name.split('.')[1]}_{buf.name}", [name], [buf], list(result.type.shape),
+                                   None, {"input": source, "before": before, "value": value, "mode": mode}))
         self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
@@ -647,6 +654,7 @@ class _Scheduler:
         reduced = _reduced_dims(name, args, len(shape)) if name in REDUCTION_OPS else None
         one_row_dim = reduced is None or len([d for d in reduced if not _same(shape[d], 1)]) == 1
         if (pending is not None and pending[1] is None and _same_shape(pending[2], args[0].type.shape)
+                and name != "aten.native_group_norm.default"
                 and _cheap_to_recompute(pending[0]) and one_row_dim):
             # A cheap pointwise producer (scale, mask, bias) fuses in: the row kernel evaluates it per element,
             # once per pass over the row, instead of reading a materialized tensor.
@@ -662,6 +670,16 @@ class _Scheduler:
             dim = _norm_dim(args[1], rank)
         elif name == "aten.native_layer_norm.default":
             dim = rank - 1
+        elif name == "aten.native_group_norm.default":
+            # One row per (n, group): its C/G channels' HxW elements, contiguous in a contiguous input.
+            if not source.is_contiguous:
+                source = _contiguous(self.copy(source, args[0]))
+            group, per_group = args[6], _dim(shape[1]) // args[6]
+            hxw = sympy.expand(sympy.Mul(*[_dim(d) for d in shape[2:]]))
+            length = sympy.expand(per_group * hxw)
+            source = View(source.buffer, [shape[0], group, length], [sympy.expand(group * length), length, 1],
+                          source.offset)
+            dim = 2
         elif input_expr is not None:
             dim = next(d for d in reduced if not _same(shape[d], 1))
         else:
@@ -676,8 +694,14 @@ class _Scheduler:
         detail: dict[str, Any] = {"input": source, "dim": dim}
         if name == "aten.var.correction":
             detail["constants"] = {"CORR": 1.0 if args[2] is None else float(args[2])}
+        if name == "aten.var.dim":  # unbiased: correction 1, else 0
+            detail["constants"] = {"CORR": 0.0 if args[2] is False else 1.0}
         if input_expr is not None:
             detail.update(input=None, input_expr=input_expr, input_shape=list(source.shape))
+        if name == "aten.native_group_norm.default":
+            detail.update(weight=self.materialized(args[1]) if args[1] is not None else None,
+                          bias=self.materialized(args[2]) if args[2] is not None else None, eps=args[7],
+                          per_group=per_group, hxw=hxw)
         if name == "aten.native_layer_norm.default":
             detail["weight"] = self.materialized(args[2]) if args[2] is not None else None
             detail["bias"] = self.materialized(args[3]) if args[3] is not None else None
@@ -716,7 +740,7 @@ def _cheap_to_recompute(expr: Any) -> bool:
 
 def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
     """The dims a reduction reduces, canonical and sorted: None or (except for any.dims) [] means all of them."""
-    dims = None if name in ("aten.mean.default", "aten.any.default") else args[1]
+    dims = None if name in ("aten.mean.default", "aten.any.default", "aten.prod.default") else args[1]
     if isinstance(dims, int):
         dims = [dims]
     if dims is None or (len(dims) == 0 and name != "aten.any.dims"):
@@ -826,7 +850,7 @@ def _unsupported_arguments(op: Any) -> str | None:
     rank = len(op.operands[0].type.shape) if op.operands else 0
     if name in REDUCTION_OPS:
         dtype_position = {"aten.sum.dim_IntList": 3, "aten.mean.dim": 3, "aten.prod.dim_int": 3,
-                          "aten.mean.default": 1}.get(name)
+                          "aten.mean.default": 1, "aten.prod.default": 1}.get(name)
         if dtype_position is not None and args[dtype_position] is not None:
             return "dtype= is not supported"
         if not name.startswith("aten.any.") and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
@@ -844,6 +868,12 @@ def _unsupported_arguments(op: Any) -> str | None:
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
         return "only layer norm over the last dim is supported"
+    if name == "aten.native_group_norm.default":
+        shape = op.operands[0].type.shape
+        if not isinstance(shape[1], int) or any(_same(d, 0) for d in shape[1:]):
+            return "only group norm with a static channel count and non-empty channels and spatial dims is supported"
+        if any(_is_tensor(a) and a.type.dtype not in (dtypes.float32, dtypes.float64) for a in args[:3]):
+            return "only floating inputs are supported"
     if name in ("aten.div.Scalar_mode", "aten.fmod.Scalar", "aten.remainder.Scalar") and args[1] == 0:
         if not op.results[0].type.dtype.is_floating_point:
             return "integer division by zero"  # the interpreter raises; a C kernel cannot

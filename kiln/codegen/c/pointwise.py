@@ -68,6 +68,7 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.minimum.default": ("result", lambda a: f"kiln_min({a[0]}, {a[1]})"),
     "aten._to_copy.default": ("result", lambda a: a[0]),
     "aten.clone.default": ("result", lambda a: a[0]),
+    "aten.copy.default": ("result", lambda a: a[1]),  # src broadcast to self's shape, in self's dtype
     "aten.where.self": ("where", lambda a: ""),  # rendered as a kiln_where_<type> call, see _Exprs.render
     # batch norm (eval), operands: x, weight?, bias?, running_mean, running_var, momentum, eps
     "aten._native_batch_norm_legit_no_training.default": ("result", lambda a: _batch_norm(a)),

@@ -391,6 +391,9 @@ ROW_BODIES: dict[str, str] = {
                                       "Y0[(k) * YS] = ((double)Y0[(k) * YS] - mean) * rstd * W(k) + B(k); "
                                       "Y1[0] = mean; Y2[0] = rstd;",
 }
+ROW_BODIES["aten.native_group_norm.default"] = ROW_BODIES["aten.native_layer_norm.default"]  # W, B by channel
+ROW_BODIES["aten.prod.default"] = ROW_BODIES["aten.prod.dim_int"]
+ROW_BODIES["aten.var.dim"] = ROW_BODIES["aten.var.correction"]
 
 
 # float32 softmax: one vectorized exp per element (kept in the output), float max, double sum.
@@ -437,14 +440,17 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
                  f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
     for n, out in enumerate(kernel.outputs):
         full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
-                                 "aten.cumsum.default")
+                                 "aten.cumsum.default", "aten.native_group_norm.default")
         body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
-    if op == "aten.native_layer_norm.default":
+    if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
+        # group norm: row position k of group i1 is channel i1 * C/G + k / HxW
+        channel = (f"(i1 * {dim_expr(detail['per_group'])} + (k) / {dim_expr(detail['hxw'])})"
+                   if op == "aten.native_group_norm.default" else "(k)")
         for macro, key in (("W", "weight"), ("B", "bias")):
             view = detail[key]
             default = "1.0" if key == "weight" else "0.0"
             body.append(f"#define {macro}(k) ((double)" + (
-                f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + (k) * {dim_expr(view.strides[0])}])"
+                f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + {channel} * {dim_expr(view.strides[0])}])"
                 if view is not None else f"{default})"))
         body.append(f"const double EPS = {literal(float(detail['eps']))};")
     for constant, value in detail.get("constants", {}).items():
@@ -457,7 +463,7 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     body.append(float_body or ROW_BODIES[op])
     body.append("(void)YS;")
     body.append("#undef X")
-    if op == "aten.native_layer_norm.default":
+    if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
         body += ["#undef W", "#undef B"]
     return _loops(outer, body)
 
@@ -786,13 +792,19 @@ def _upsample(kernel: Kernel) -> list[str]:
 
 
 def _pad(kernel: Kernel, state: RenderState) -> list[str]:
-    """constant_pad_nd: the input at (index - left pad) where that lies inside it, else the fill value."""
+    """constant_pad_nd: the input at (index - left pad) where that lies inside it, else the fill value;
+    reflection / replication pads mirror that position about the input's edges or clamp it to them."""
     detail, out = kernel.detail, kernel.outputs[0]
     x, before = detail["input"], detail["before"]
     positions, inside = [], []
     for k, (size, out_size, pad) in enumerate(zip(x.shape, kernel.shape, before)):
         if sympy.sympify(pad) == 0 and sympy.expand(sympy.sympify(size) - sympy.sympify(out_size)) == 0:
             positions.append(f"i{k}")
+            continue
+        if detail.get("mode", "constant") != "constant":  # mirror (reflect) or clamp (replicate) into the input
+            q, last = f"(i{k} - {dim_expr(pad)})", f"({dim_expr(size)} - 1)"
+            low, high = (f"-{q}", f"2 * {last} - {q}") if detail["mode"] == "reflect" else ("0", last)
+            positions.append(f"({q} < 0 ? {low} : {q} > {last} ? {high} : {q})")
             continue
         positions.append(f"(i{k} - {dim_expr(pad)})")
         inside.append(f"i{k} - {dim_expr(pad)} >= 0 && i{k} - {dim_expr(pad)} < {dim_expr(size)}")
