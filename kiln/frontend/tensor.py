@@ -299,6 +299,18 @@ class Tensor:
     def detach(self) -> "Tensor":
         return self
 
+    @property
+    def data(self) -> "Tensor":
+        """The same values as a plain tensor (torch's `.data`): in-place ops on it change this tensor."""
+        return Tensor._traced(self._value, self._tracer)
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        """Swap in `value`'s values, whatever their shape and dtype, as `param.data = t` does in torch."""
+        if not isinstance(value, Tensor):
+            raise OpArgumentError(f"data must be a Tensor, got {type(value).__name__}")
+        self._value, self._tracer = value._value, value._tracer
+
     def requires_grad_(self, requires_grad: builtins.bool = True) -> "Tensor":
         self.requires_grad = requires_grad
         return self

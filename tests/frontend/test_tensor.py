@@ -158,3 +158,17 @@ def test_manual_seed_makes_random_factories_reproducible():
     b = kiln.randn(4, 4)
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert kiln.rand(1000).numpy().min() >= 0 and kiln.rand(1000).numpy().max() < 1
+
+
+def test_data_aliases_and_reassigns_like_torch():
+    torch = pytest.importorskip("torch")
+    for module in (kiln.nn.Linear(3, 2), torch.nn.Linear(3, 2)):
+        lib = kiln if isinstance(module, kiln.nn.Module) else torch
+        with lib.no_grad():
+            module.bias.data.zero_()  # in place through .data changes the parameter
+            module.weight.data = lib.ones(2, 4)  # reassigning swaps the values, shape included
+        assert list(module.weight.shape) == [2, 4] and float(module.weight.detach().sum()) == 8.0
+        assert float(module.bias.detach().abs().sum()) == 0.0
+        assert type(module.weight).__name__ == "Parameter"
+    with pytest.raises(KilnError, match="data must be a Tensor"):
+        kiln.nn.Linear(2, 2).weight.data = [[1.0, 2.0]]
