@@ -17,3 +17,14 @@ class FunctionModule(kiln.nn.Module):
 
     def forward(self, *inputs: Any) -> Any:
         return self.fn(KF, *inputs)
+
+
+class LambdaModule(kiln.nn.Module):
+    """A module whose forward is `fn(*inputs)`."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.fn(*inputs)

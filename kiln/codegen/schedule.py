@@ -68,11 +68,15 @@ ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default",
                            "aten.cumsum.default", "aten.native_group_norm.default"}
 # index_select / gather: a pointwise read of the source at an index from an index tensor (checked at run time).
 INDEX_OPS = {"aten.index_select.default", "aten.gather.default"}
+# index.Tensor with one integer index tensor (the other entries None): a checked read like index_select, negative
+# indices wrapping; repeat: a pointwise read of the source at each index modulo the source's size.
+GATHER_OPS = {"aten.index.Tensor", "aten.repeat.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
-            "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default"}
+            "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
+            "aten.diagonal.default", "aten.as_strided.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | GATHER_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +135,18 @@ class Gather:
     dim: int | None = None
     size: Any = None
     op: str = "aten.embedding.default"
+    stride: Any = None  # index.Tensor: the checked (wrapped) index adds index * stride to the table position
+
+
+@dataclass(eq=False)
+class Tile:
+    """repeat: read `buffer` at offset + sum((i_k % sizes[k]) * strides[k]) (no modulo where sizes[k] is None)."""
+
+    buffer: Buffer
+    strides: list
+    offset: Any
+    sizes: list
+    op: str = "aten.repeat.default"
 
 
 @dataclass(eq=False)
@@ -451,6 +467,23 @@ class _Scheduler:
             elif name == "aten.embedding.default":
                 index = self.operand_expr(args[1], out_shape[:-1], carried)
                 expr = Gather(self.materialized(args[0]), index, result.type.dtype)
+            elif name == "aten.repeat.default":
+                source = self.materialized(args[0])
+                lead = len(out_shape) - len(source.shape)
+                strides, sizes = [sympy.Integer(0)] * lead, [None] * lead
+                for d, s, o in zip(source.shape, source.strides, out_shape[lead:]):
+                    strides.append(sympy.Integer(0) if _same(d, 1) else s)
+                    sizes.append(None if _same(d, 1) or _same(d, o) else d)
+                expr = Tile(source.buffer, strides, source.offset, sizes)
+            elif name == "aten.index.Tensor":  # one index tensor at `dim`: its dims replace that dim
+                source, positions = self.materialized(args[0]), self.materialized(op.operands[1])
+                dim = next(k for k, i in enumerate(args[1]) if i is not None)
+                width = len(positions.shape)
+                strides = source.strides[:dim] + [sympy.Integer(0)] * width + source.strides[dim + 1:]
+                table = View(source.buffer, out_shape, strides, source.offset)
+                index = Load(positions.buffer, [sympy.Integer(0)] * dim + list(positions.strides)
+                             + [sympy.Integer(0)] * (len(out_shape) - dim - width), positions.offset)
+                expr = Gather(table, index, result.type.dtype, dim, source.shape[dim], name, source.strides[dim])
             elif name in INDEX_OPS:
                 source, positions = self.materialized(args[0]), self.materialized(args[2])
                 dim = _norm_dim(args[1], len(out_shape))
@@ -609,6 +642,16 @@ class _Scheduler:
             for dim in {_norm_dim(d, rank) for d in args[1]} if rank else ():  # a 0-d flip is the identity
                 offset = sympy.expand(offset + (_dim(source.shape[dim]) - 1) * strides[dim])
                 strides[dim] = sympy.expand(-strides[dim])
+        elif name == "aten.diagonal.default":  # the diagonal dim goes last; offset moves the start
+            shift, d1, d2 = args[1], _norm_dim(args[2], rank), _norm_dim(args[3], rank)
+            offset = sympy.expand(offset + (shift * strides[d2] if shift >= 0 else -shift * strides[d1]))
+            diagonal = sympy.expand(strides[d1] + strides[d2])
+            strides = [s for k, s in enumerate(strides) if k not in (d1, d2)] + [diagonal]
+        elif name == "aten.as_strided.default":  # strides into the source's contiguous storage (copied if need be)
+            if not source.is_contiguous:
+                source = _contiguous(self.copy(source, args[0]))
+            strides = [_dim(s) for s in args[2]]
+            offset = sympy.expand(source.offset + _dim(args[3] or 0))
         elif name == "aten.select.int":
             dim = _norm_dim(args[1], rank)
             index = args[2]
@@ -722,6 +765,8 @@ def expression_ops(expr: Any) -> list[str]:
         return expression_ops(expr.index) + [expr.op]
     if isinstance(expr, Iota):
         return ["aten.arange.start_step"]
+    if isinstance(expr, Tile):
+        return [expr.op]
     if isinstance(expr, Constant):
         return [expr.op]
     return []
@@ -735,7 +780,7 @@ EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "a
 def _cheap_to_recompute(expr: Any) -> bool:
     ops = expression_ops(expr)
     return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and not ({"aten.embedding.default"} | INDEX_OPS
-                                                                          ).intersection(ops)
+                                                                          | GATHER_OPS).intersection(ops)
 
 
 def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
@@ -811,7 +856,7 @@ def _respace(expr: Any, shape: list, space: list) -> Any:
         if isinstance(node, Constant):
             return node
         if isinstance(node, Apply):
-            args = [convert(arg) if isinstance(arg, (Load, Apply, Constant, Accumulator, Gather, Iota)) else arg
+            args = [convert(arg) if isinstance(arg, (Load, Apply, Constant, Accumulator, Gather, Iota, Tile)) else arg
                     for arg in node.args]
             return None if any(a is None for a in args) else Apply(node.op, args, node.dtype, node.arg_dtypes)
         if not isinstance(node, Load):
@@ -866,6 +911,10 @@ def _unsupported_arguments(op: Any) -> str | None:
     if name in INDEX_OPS:
         if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
+    if name == "aten.index.Tensor":
+        given = [i for i in args[1] if i is not None]
+        if len(given) != 1 or given[0].type.dtype not in (dtypes.int64, dtypes.int32):
+            return "only one integer index tensor (the other entries None) is supported"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
         return "only layer norm over the last dim is supported"
     if name == "aten.native_group_norm.default":

@@ -12,7 +12,7 @@ from kiln.frontend.tensor import dispatch as call
 from kiln.ir.errors import KilnError, UnsupportedError
 from kiln.runtime import compile as compile_c
 from tests.runtime.test_c_backend import _check
-from tests.runtime.test_c_kernels import _Lambda
+from tests.modules import LambdaModule
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 aten = kiln.ops.aten
@@ -20,7 +20,7 @@ SIZES = (1, 3, 17)
 
 
 def _compile(fn, examples, dynamic, tmp_path):
-    program = kiln.export(_Lambda(fn), examples, dynamic_shapes=dynamic)
+    program = kiln.export(LambdaModule(fn), examples, dynamic_shapes=dynamic)
     return program, compile_c(program, output=tmp_path / "model")
 
 
@@ -89,7 +89,7 @@ def test_cumsum_rejects_a_casting_dtype(tmp_path):
     def fn(x):
         return call(aten.cumsum.default, x, 0, dtype=kiln.float64)
 
-    program = kiln.export(_Lambda(fn), (kiln.randn(3, 4),))
+    program = kiln.export(LambdaModule(fn), (kiln.randn(3, 4),))
     with pytest.raises(UnsupportedError, match="cumsum.*dtype="):
         compile_c(program, output=tmp_path / "model")
 

@@ -11,26 +11,18 @@ import kiln
 import kiln.nn.functional as F
 from kiln.frontend.tensor import dispatch as call
 from kiln.runtime import compile as compile_c
+from tests.modules import LambdaModule
 from tests.runtime.test_c_backend import _check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 aten = kiln.ops.aten
 
 
-class _Lambda(kiln.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
 def _compare(fn, shape, tmp_path, sizes=(1, 2, 5), nan_fraction=0.0, transform=None):
     """Export `fn` with a dynamic dim 0, compile it, and compare with the interpreter at each batch size."""
     batch = kiln.Dim("batch", max=64)
     example = kiln.randn(3, *shape[1:])
-    program = kiln.export(_Lambda(fn), (example,), dynamic_shapes=({0: batch},))
+    program = kiln.export(LambdaModule(fn), (example,), dynamic_shapes=({0: batch},))
     compiled = compile_c(program, output=tmp_path / "model")
     for n in sizes:
         rng = np.random.default_rng(n)

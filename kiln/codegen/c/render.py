@@ -21,7 +21,7 @@ from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
 from kiln.codegen.memory import MemoryPlan
 from kiln.codegen.schedule import (
-    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, contiguous_strides,
+    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
 )
 
 ABI_VERSION = 2
@@ -81,6 +81,12 @@ def dim_expr(expr: Any) -> str:
     if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         return f"kiln_floordiv({dim_expr(num)}, {dim_expr(den)})"
+    if isinstance(expr, (sympy.Min, sympy.Max)):  # diagonal lengths
+        text, op = dim_expr(expr.args[0]), "<" if isinstance(expr, sympy.Min) else ">"
+        for arg in expr.args[1:]:
+            other = dim_expr(arg)
+            text = f"({text} {op} {other} ? {text} : {other})"
+        return text
     raise UnsupportedError(f"cannot render the size expression {expr} in C")
 
 
@@ -112,6 +118,22 @@ class _Exprs:
             return f"(({c_type(node.dtype)}){literal(node.value)})"
         if isinstance(node, Iota):
             return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
+        if isinstance(node, Tile):  # repeat: each index modulo the source's size
+            variables = [v if size is None else f"({v} % {dim_expr(size)})"
+                         for v, size in zip(self.variables, node.sizes)]
+            place = self.index(node.strides, node.offset, variables)
+            if node.buffer.dtype == dtypes.bool_:
+                return f"(((const uint8_t*){buffer_name(node.buffer)})[{place}] != 0)"
+            return f"{buffer_name(node.buffer)}[{place}]"
+        if isinstance(node, Gather) and node.stride is not None:  # index.Tensor: a checked, wrapped index
+            checked = f"kiln_index_wrap((int64_t)({self.render(node.index)}), {dim_expr(node.size)}, {node.dim}, ctx)"
+            table = node.table
+            place = self.index(table.strides, table.offset)
+            if sympy.sympify(node.stride) != 0:
+                place = f"{place} + ({checked}) * {dim_expr(node.stride)}"
+            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
+                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
+            return element if sympy.sympify(node.stride) != 0 else f"((void)({checked}), {element})"
         if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
             checked = f"kiln_index((int64_t)({self.render(node.index)}), {dim_expr(node.size)}, {node.dim}, ctx)"
             table, variables = node.table, list(self.variables)
@@ -588,7 +610,7 @@ def _flatten_spatial(expr: Any, shape: list) -> Any:
     if isinstance(expr, Apply):
         args = []
         for arg in expr.args:
-            if isinstance(arg, (Accumulator, Constant, Load, Apply, Gather, Iota)):
+            if isinstance(arg, (Accumulator, Constant, Load, Apply, Gather, Iota, Tile)):
                 arg = _flatten_spatial(arg, shape)
                 if arg is None:
                     return None
@@ -878,6 +900,10 @@ static __attribute__((noinline, cold)) int64_t kiln_index_error(int64_t i, int64
 }}
 static inline int64_t kiln_index(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{
     return i >= 0 && i < n ? i : kiln_index_error(i, n, dim, ctx);
+}}
+static inline int64_t kiln_index_wrap(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{  /* index.Tensor */
+    int64_t j = i < 0 ? i + n : i;
+    return j >= 0 && j < n ? j : kiln_index_error(i, n, dim, ctx);
 }}
 """
 
