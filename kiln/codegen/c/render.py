@@ -254,7 +254,7 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     lines = [
         f"const int64_t M = {dim_expr(kernel.shape[-2])}, N = {dim_expr(kernel.shape[-1])}, "
         f"K = {dim_expr(detail['k'])}, BATCH = {dim_expr(batch)};",
-        *_chunking("BATCH * panels", "M"),
+        *_chunking("BATCH * panels"),
     ]
     slot = state.packed.get(kernel)
     if slot is None:
@@ -284,8 +284,9 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines]
 
 
-def _chunking(units: str, rows: str) -> list[str]:
-    """Split each unit's rows into chunks when there are too few units to keep the team busy."""
+def _chunking(units: str) -> list[str]:
+    """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
+    defines M, N and what a unit is)."""
     return [
         "const int64_t panels = kiln_panels(N), row_blocks = (M + KILN_MR - 1) / KILN_MR;",
         f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
@@ -520,7 +521,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
         f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
         f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
-        *_chunking("BATCH * GROUPS * panels", "M"),
+        *_chunking("BATCH * GROUPS * panels"),
         "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
         "#pragma omp for collapse(4) schedule(static)",
         "for (int64_t bi = 0; bi < BATCH; ++bi)",
