@@ -64,8 +64,11 @@ REDUCTION_OPS = {"aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default
                  "aten.argmin.default", "aten.max.dim", "aten.min.dim", "aten.var.correction", "aten.prod.dim_int",
                  "aten.prod.default", "aten.var.dim"}
 # cumsum: a row scan along its dim (double accumulator for floats, int64 for integers).
-ROW_OPS = REDUCTION_OPS | {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
-                           "aten.cumsum.default", "aten.native_group_norm.default"}
+# sort / topk: a stable merge sort of each row's (value, index) pairs in per-thread scratch (NaN the largest).
+SORT_OPS = {"aten.sort.default", "aten.topk.default"}
+ROW_OPS = REDUCTION_OPS | SORT_OPS | {"aten._softmax.default", "aten._log_softmax.default",
+                                      "aten.native_layer_norm.default", "aten.cumsum.default",
+                                      "aten.native_group_norm.default"}
 # index_select / gather: a pointwise read of the source at an index from an index tensor (checked at run time).
 INDEX_OPS = {"aten.index_select.default", "aten.gather.default"}
 # index.Tensor with one integer index tensor (the other entries None): a checked read like index_select, negative
@@ -711,6 +714,8 @@ class _Scheduler:
         rank = len(source.shape)
         if name in ("aten._softmax.default", "aten._log_softmax.default", "aten.cumsum.default"):
             dim = _norm_dim(args[1], rank)
+        elif name in SORT_OPS:
+            dim = _norm_dim(args[1] if name == "aten.sort.default" else args[2], rank)
         elif name == "aten.native_layer_norm.default":
             dim = rank - 1
         elif name == "aten.native_group_norm.default":
@@ -739,6 +744,8 @@ class _Scheduler:
             detail["constants"] = {"CORR": 1.0 if args[2] is None else float(args[2])}
         if name == "aten.var.dim":  # unbiased: correction 1, else 0
             detail["constants"] = {"CORR": 0.0 if args[2] is False else 1.0}
+        if name in SORT_OPS:  # topk(sorted=False) is sorted too, as the interpreter's kernel returns it
+            detail["descending"] = bool(args[2] if name == "aten.sort.default" else args[3])
         if input_expr is not None:
             detail.update(input=None, input_expr=input_expr, input_shape=list(source.shape))
         if name == "aten.native_group_norm.default":
@@ -908,6 +915,9 @@ def _unsupported_arguments(op: Any) -> str | None:
             return "only cumsum of a tensor with dims is supported"
         if args[2] is not None and (args[2] != op.operands[0].type.dtype or args[2] == dtypes.bool_):
             return "dtype= other than the input's dtype is not supported"
+    if name in SORT_OPS:
+        if rank == 0 or op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64, dtypes.int64):
+            return "only sorting a float32, float64 or int64 tensor with dims is supported"
     if name in INDEX_OPS:
         if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"

@@ -146,7 +146,8 @@ def test_related_dims_run_and_relation_breaks_are_refused(related_model):
 def test_unsupported_ops_rejected_at_compile_time_with_full_list():
     class Model(kiln.nn.Module):
         def forward(self, x):
-            return kiln.cumsum(x, 0, dtype=kiln.float64) + x.sort(1)[0] + kiln.topk(x, 4, 1)[0]
+            i = x.to(kiln.int32)  # sort / topk of int32: rejected by dtype
+            return kiln.cumsum(x, 0, dtype=kiln.float64) + i.sort(1)[0] + kiln.topk(i, 4, 1)[0]
 
     with pytest.raises(UnsupportedError) as info:
         compile_c(Model(), example_args=(kiln.randn(3, 4),))

@@ -21,7 +21,7 @@ from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
 from kiln.codegen.memory import MemoryPlan
 from kiln.codegen.schedule import (
-    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
+    SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
 )
 
 ABI_VERSION = 2
@@ -439,6 +439,35 @@ ROW_BODIES_F32: dict[str, str] = {
 }
 
 
+def _sort_body(kernel: Kernel) -> str:
+    """sort / topk of one row: a stable bottom-up merge sort of (value, index) pairs in this thread's scratch
+    (`_scratch_bytes`: two int64 and two value arrays of L), then the first K written out. NaN orders as the
+    largest value (last ascending, first descending) and equal values keep their input order, as the interpreter's
+    stable argsort. `AFTER(r, l)`: the right run's value r must come before the left run's l."""
+    value_type = c_type(kernel.outputs[0].dtype)
+    floating = kernel.outputs[0].dtype.is_floating_point
+    if kernel.detail["descending"]:
+        after = "((r) > (l) || ((r) != (r) && (l) == (l)))" if floating else "((r) > (l))"
+    else:
+        after = "((r) < (l) || ((l) != (l) && (r) == (r)))" if floating else "((r) < (l))"
+    dim = kernel.detail["dim"]
+    return (f"const int64_t K = {dim_expr(kernel.outputs[0].shape[dim])}; "
+            "int64_t* ai = (int64_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride); "
+            f"int64_t* bi = ai + L; {value_type}* av = ({value_type}*)(bi + L); {value_type}* bv = av + L;"
+            f"\n#define AFTER(r, l) {after}\n"
+            "for (int64_t k = 0; k < L; ++k) { av[k] = X(k); ai[k] = k; } "
+            "for (int64_t w = 1; w < L; w *= 2) { "
+            "for (int64_t lo = 0; lo < L; lo += 2 * w) { "
+            "const int64_t mid = lo + w < L ? lo + w : L, hi = lo + 2 * w < L ? lo + 2 * w : L; "
+            "int64_t p = lo, q = mid, o = lo; "
+            "while (p < mid && q < hi) { if (AFTER(av[q], av[p])) { bv[o] = av[q]; bi[o++] = ai[q++]; } "
+            "else { bv[o] = av[p]; bi[o++] = ai[p++]; } } "
+            "while (p < mid) { bv[o] = av[p]; bi[o++] = ai[p++]; } "
+            "while (q < hi) { bv[o] = av[q]; bi[o++] = ai[q++]; } } "
+            f"{value_type}* tv = av; av = bv; bv = tv; int64_t* ti = ai; ai = bi; bi = ti; }} "
+            "for (int64_t k = 0; k < K; ++k) { Y0[k * YS] = av[k]; Y1[k * YS] = ai[k]; }\n#undef AFTER")
+
+
 def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     detail = kernel.detail
     source = detail["input"]
@@ -451,6 +480,9 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
     op = kernel.ops[-1]  # the row op; any before it are a fused producer's
     row = _flat(outer) if outer else "0"
+    if op in SORT_OPS:  # both outputs [.., K along dim, ..] (K = L for sort), written in full
+        full_strides = contiguous_strides(kernel.outputs[0].shape)
+        out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
     body = [f"const int64_t L = {dim_expr(length)};", f"const int64_t row = {row};",
             f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */"]
     if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
@@ -463,7 +495,7 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
                  f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
     for n, out in enumerate(kernel.outputs):
         full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
-                                 "aten.cumsum.default", "aten.native_group_norm.default")
+                                 "aten.cumsum.default", "aten.native_group_norm.default") or op in SORT_OPS
         body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
     if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
         # group norm: row position k of group i1 is channel i1 * C/G + k / HxW
@@ -483,6 +515,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         acc = "double" if kernel.outputs[0].dtype.is_floating_point else "int64_t"
         float_body = (f"{acc} s = 0; for (int64_t k = 0; k < L; ++k) {{ s += ({acc})X(k); "
                       f"Y0[k * YS] = ({c_type(kernel.outputs[0].dtype)})s; }}")
+    if op in SORT_OPS:
+        float_body = _sort_body(kernel)
     body.append(float_body or ROW_BODIES[op])
     body.append("(void)YS;")
     body.append("#undef X")
@@ -930,6 +964,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.sympify(kernel.detail["k"]) * 32 * 4
     if kernel.kind == "conv" and _conv_as_gemm(kernel):
         return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4
+    if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
+        return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
     return None
 
 
