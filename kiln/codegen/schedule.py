@@ -42,8 +42,10 @@ POINTWISE_OPS = {
     "aten.clamp.Tensor", "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.pow.Scalar",
     "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor",
 }
+# Sources: constants, iotas, and reads of a buffer at positions computed from the output index (embedding's
+# row, repeat's index modulo the source size).
 SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default",
-              "aten.full_like.default", "aten.fill.Scalar"}
+              "aten.full_like.default", "aten.fill.Scalar", "aten.repeat.default"}
 # Per-channel affine ops: pointwise with their [C] operands broadcast along dim 1 (fuse like pointwise ops).
 CHANNEL_OPS = {"aten._native_batch_norm_legit_no_training.default"}
 FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
@@ -69,17 +71,15 @@ SORT_OPS = {"aten.sort.default", "aten.topk.default"}
 ROW_OPS = REDUCTION_OPS | SORT_OPS | {"aten._softmax.default", "aten._log_softmax.default",
                                       "aten.native_layer_norm.default", "aten.cumsum.default",
                                       "aten.native_group_norm.default"}
-# index_select / gather: a pointwise read of the source at an index from an index tensor (checked at run time).
-INDEX_OPS = {"aten.index_select.default", "aten.gather.default"}
-# index.Tensor with one integer index tensor (the other entries None): a checked read like index_select, negative
-# indices wrapping; repeat: a pointwise read of the source at each index modulo the source's size.
-GATHER_OPS = {"aten.index.Tensor", "aten.repeat.default"}
+# index_select / gather / index.Tensor (one integer index tensor, the other entries None; negative indices wrap):
+# a pointwise read of the source at an index taken from an index tensor, checked at run time.
+INDEX_OPS = {"aten.index_select.default", "aten.gather.default", "aten.index.Tensor"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | GATHER_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,70 +441,63 @@ class _Scheduler:
         name = op.opdef.name
         result = op.results[0]
         args = bound_arguments(op)
-        if name in VIEW_OPS:
-            self.schedule_view(op, name, args)
-        elif name in MATMUL_OPS:
-            self.schedule_matmul(op, name, args)
-        elif name in ROW_OPS:
-            self.schedule_rows(op, name, args)
-        elif name in CONV_OPS:
-            self.schedule_conv(op, name, args)
-        elif name in WINDOW_OPS:
-            self.schedule_window(op, name, args)
-        elif name in CONCAT_OPS:
-            self.schedule_cat(op, name, args)
-        elif name in PAD_OPS:
-            self.schedule_pad(op, name, args)
-        else:
-            out_shape = list(result.type.shape)
-            carried: list = [None]
-            if name in ("aten.scalar_tensor.default", "aten.full.default", "aten.full_like.default",
-                        "aten.fill.Scalar"):  # full_like / fill: a constant of the input's shape
-                value = args[0] if name == "aten.scalar_tensor.default" else args[1]
-                self.constants[result] = Constant(value, result.type.dtype, name)
+        for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
+                              (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
+                              (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
+                              (PAD_OPS, self.schedule_pad)):
+            if name in kinds:
+                method(op, name, args)
                 return
-            if name in CHANNEL_OPS:
-                expr = self.channel_expr(op, name, args, out_shape, carried)
-            elif name == "aten.arange.start_step":
-                expr = Iota(args[0], args[2], result.type.dtype)
-            elif name == "aten.embedding.default":
-                index = self.operand_expr(args[1], out_shape[:-1], carried)
-                expr = Gather(self.materialized(args[0]), index, result.type.dtype)
-            elif name == "aten.repeat.default":
-                source = self.materialized(args[0])
-                lead = len(out_shape) - len(source.shape)
-                strides, sizes = [sympy.Integer(0)] * lead, [None] * lead
-                for d, s, o in zip(source.shape, source.strides, out_shape[lead:]):
-                    strides.append(sympy.Integer(0) if _same(d, 1) else s)
-                    sizes.append(None if _same(d, 1) or _same(d, o) else d)
-                expr = Tile(source.buffer, strides, source.offset, sizes)
-            elif name == "aten.index.Tensor":  # one index tensor at `dim`: its dims replace that dim
-                source, positions = self.materialized(args[0]), self.materialized(op.operands[1])
-                dim = next(k for k, i in enumerate(args[1]) if i is not None)
-                width = len(positions.shape)
-                strides = source.strides[:dim] + [sympy.Integer(0)] * width + source.strides[dim + 1:]
-                table = View(source.buffer, out_shape, strides, source.offset)
-                index = Load(positions.buffer, [sympy.Integer(0)] * dim + list(positions.strides)
-                             + [sympy.Integer(0)] * (len(out_shape) - dim - width), positions.offset)
-                expr = Gather(table, index, result.type.dtype, dim, source.shape[dim], name, source.strides[dim])
-            elif name in INDEX_OPS:
-                source, positions = self.materialized(args[0]), self.materialized(args[2])
-                dim = _norm_dim(args[1], len(out_shape))
-                if name == "aten.index_select.default":  # a vector (or one element) read along `dim`
-                    strides = [sympy.Integer(0)] * len(out_shape)
-                    strides[dim] = positions.strides[0] if positions.shape else sympy.Integer(0)
-                    index = Load(positions.buffer, strides, positions.offset)
-                else:
-                    index = _load(positions, out_shape)
-                expr = Gather(source, index, result.type.dtype, dim, source.shape[dim], name)
+        # pointwise and source ops: an expression tree, fused into its consumers where it can be
+        out_shape = list(result.type.shape)
+        carried: list = [None]
+        if name in ("aten.scalar_tensor.default", "aten.full.default", "aten.full_like.default",
+                    "aten.fill.Scalar"):  # full_like / fill: a constant of the input's shape
+            value = args[0] if name == "aten.scalar_tensor.default" else args[1]
+            self.constants[result] = Constant(value, result.type.dtype, name)
+            return
+        if name in CHANNEL_OPS:
+            expr = self.channel_expr(op, name, args, out_shape, carried)
+        elif name == "aten.arange.start_step":
+            expr = Iota(args[0], args[2], result.type.dtype)
+        elif name == "aten.embedding.default":
+            index = self.operand_expr(args[1], out_shape[:-1], carried)
+            expr = Gather(self.materialized(args[0]), index, result.type.dtype)
+        elif name == "aten.repeat.default":
+            source = self.materialized(args[0])
+            lead = len(out_shape) - len(source.shape)
+            strides, sizes = [sympy.Integer(0)] * lead, [None] * lead
+            for d, s, o in zip(source.shape, source.strides, out_shape[lead:]):
+                strides.append(sympy.Integer(0) if _same(d, 1) else s)
+                sizes.append(None if _same(d, 1) or _same(d, o) else d)
+            expr = Tile(source.buffer, strides, source.offset, sizes)
+        elif name == "aten.index.Tensor":  # one index tensor at `dim`: its dims replace that dim
+            source, positions = self.materialized(args[0]), self.materialized(op.operands[1])
+            dim = next(k for k, i in enumerate(args[1]) if i is not None)
+            width = len(positions.shape)
+            strides = source.strides[:dim] + [sympy.Integer(0)] * width + source.strides[dim + 1:]
+            table = View(source.buffer, out_shape, strides, source.offset)
+            index = Load(positions.buffer, [sympy.Integer(0)] * dim + list(positions.strides)
+                         + [sympy.Integer(0)] * (len(out_shape) - dim - width), positions.offset)
+            expr = Gather(table, index, result.type.dtype, dim, source.shape[dim], name, source.strides[dim])
+        elif name in INDEX_OPS:  # index_select, gather (index.Tensor is handled above)
+            source, positions = self.materialized(args[0]), self.materialized(args[2])
+            dim = _norm_dim(args[1], len(out_shape))
+            if name == "aten.index_select.default":  # a vector (or one element) read along `dim`
+                strides = [sympy.Integer(0)] * len(out_shape)
+                strides[dim] = positions.strides[0] if positions.shape else sympy.Integer(0)
+                index = Load(positions.buffer, strides, positions.offset)
             else:
-                space = self.chain_space(args, out_shape)
-                nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
-                arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
-                expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
-                self.finish(result, expr, carried[0], space)
-                return
-            self.finish(result, expr, carried[0])
+                index = _load(positions, out_shape)
+            expr = Gather(source, index, result.type.dtype, dim, source.shape[dim], name)
+        else:
+            space = self.chain_space(args, out_shape)
+            nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
+            arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
+            expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
+            self.finish(result, expr, carried[0], space)
+            return
+        self.finish(result, expr, carried[0])
 
     def channel_expr(self, op: Any, name: str, args: list, out_shape: list, carried: list) -> Apply:
         """batch norm (eval): x and per-channel [C] operands viewed as [C, 1, ...] along dim 1."""
@@ -786,8 +779,8 @@ EXPENSIVE_OPS = {"aten.exp.default", "aten.log.default", "aten.tanh.default", "a
 
 def _cheap_to_recompute(expr: Any) -> bool:
     ops = expression_ops(expr)
-    return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and not ({"aten.embedding.default"} | INDEX_OPS
-                                                                          | GATHER_OPS).intersection(ops)
+    gathers = {"aten.embedding.default", "aten.repeat.default"} | INDEX_OPS
+    return len(ops) <= 6 and not EXPENSIVE_OPS.intersection(ops) and not gathers.intersection(ops)
 
 
 def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
@@ -918,7 +911,7 @@ def _unsupported_arguments(op: Any) -> str | None:
     if name in SORT_OPS:
         if rank == 0 or op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64, dtypes.int64):
             return "only sorting a float32, float64 or int64 tensor with dims is supported"
-    if name in INDEX_OPS:
+    if name in ("aten.index_select.default", "aten.gather.default"):
         if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
     if name == "aten.index.Tensor":

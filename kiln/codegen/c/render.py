@@ -468,6 +468,26 @@ def _sort_body(kernel: Kernel) -> str:
             "for (int64_t k = 0; k < K; ++k) { Y0[k * YS] = av[k]; Y1[k * YS] = ai[k]; }\n#undef AFTER")
 
 
+# Row ops whose first output has the input's layout along the row (written whole, not one value per row).
+WHOLE_ROW_OPS = {"aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+                 "aten.cumsum.default", "aten.native_group_norm.default"} | SORT_OPS
+NORM_OPS = ("aten.native_layer_norm.default", "aten.native_group_norm.default")
+
+
+def _row_body(kernel: Kernel, op: str) -> str:
+    """The C statements computing one row: X(k) reads it, Y0.. are the outputs."""
+    out_dtype = kernel.outputs[0].dtype
+    if op in SORT_OPS:
+        return _sort_body(kernel)
+    if op == "aten.cumsum.default":  # sequential, in ATen's accumulator type
+        acc = "double" if out_dtype.is_floating_point else "int64_t"
+        return (f"{acc} s = 0; for (int64_t k = 0; k < L; ++k) {{ s += ({acc})X(k); "
+                f"Y0[k * YS] = ({c_type(out_dtype)})s; }}")
+    if out_dtype == dtypes.float32 and op in ROW_BODIES_F32:
+        return ROW_BODIES_F32[op]
+    return ROW_BODIES[op]
+
+
 def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     detail = kernel.detail
     source = detail["input"]
@@ -475,14 +495,12 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     dim = detail["dim"]
     outer = [d for k, d in enumerate(kernel.shape) if k != dim]
     length = kernel.shape[dim]
-    full_strides = contiguous_strides(kernel.shape)
+    op = kernel.ops[-1]  # the row op; any before it are a fused producer's
+    # sort/topk outputs have K (not L) along the row: index them by their own shape
+    full_strides = contiguous_strides(kernel.outputs[0].shape if op in SORT_OPS else kernel.shape)
     exprs = _Exprs(len(outer))
     out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
-    op = kernel.ops[-1]  # the row op; any before it are a fused producer's
     row = _flat(outer) if outer else "0"
-    if op in SORT_OPS:  # both outputs [.., K along dim, ..] (K = L for sort), written in full
-        full_strides = contiguous_strides(kernel.outputs[0].shape)
-        out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
     body = [f"const int64_t L = {dim_expr(length)};", f"const int64_t row = {row};",
             f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */"]
     if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
@@ -494,10 +512,9 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         body += [f"const int64_t base = {base};",
                  f"#define X(k) {buffer_name(source.buffer)}[base + (k) * {dim_expr(source.strides[dim])}]"]
     for n, out in enumerate(kernel.outputs):
-        full = n == 0 and op in ("aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
-                                 "aten.cumsum.default", "aten.native_group_norm.default") or op in SORT_OPS
-        body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if full else 'row'};")
-    if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
+        whole = op in SORT_OPS or (n == 0 and op in WHOLE_ROW_OPS)
+        body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if whole else 'row'};")
+    if op in NORM_OPS:
         # group norm: row position k of group i1 is channel i1 * C/G + k / HxW
         channel = (f"(i1 * {dim_expr(detail['per_group'])} + (k) / {dim_expr(detail['hxw'])})"
                    if op == "aten.native_group_norm.default" else "(k)")
@@ -510,17 +527,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         body.append(f"const double EPS = {literal(float(detail['eps']))};")
     for constant, value in detail.get("constants", {}).items():
         body.append(f"const double {constant} = {literal(float(value))};")
-    float_body = ROW_BODIES_F32.get(op) if kernel.outputs[0].dtype == dtypes.float32 else None
-    if op == "aten.cumsum.default":  # sequential, in ATen's accumulator type
-        acc = "double" if kernel.outputs[0].dtype.is_floating_point else "int64_t"
-        float_body = (f"{acc} s = 0; for (int64_t k = 0; k < L; ++k) {{ s += ({acc})X(k); "
-                      f"Y0[k * YS] = ({c_type(kernel.outputs[0].dtype)})s; }}")
-    if op in SORT_OPS:
-        float_body = _sort_body(kernel)
-    body.append(float_body or ROW_BODIES[op])
-    body.append("(void)YS;")
-    body.append("#undef X")
-    if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
+    body += [_row_body(kernel, op), "(void)YS;", "#undef X"]
+    if op in NORM_OPS:
         body += ["#undef W", "#undef B"]
     return _loops(outer, body)
 
