@@ -580,8 +580,9 @@ defop("_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor
       _no_training_meta, _no_training_kernel, doc="Returns (out, empty, empty), like torch.")
 
 
-def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
-    op = "aten.native_layer_norm.default"
+def _require_normalized_shape(op: str, input, normalized_shape, affine: dict) -> tuple[list, int]:
+    """layer_norm / rms_norm: normalized_shape names the input's trailing dims, and each affine tensor has that
+    shape. Returns (normalized_shape, the first normalized axis)."""
     shape = shape_of(input)
     normalized = list(normalized_shape)
     require_arg(len(normalized) >= 1, op, "normalized_shape must have at least one element")
@@ -590,11 +591,18 @@ def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
             f"given normalized_shape={normalized}, expected an input of shape [*, "
             f"{', '.join(map(str, normalized))}], got {list(shape)}",
             fix="normalized_shape must equal the input's trailing dims")
-    for name, value in (("weight", weight), ("bias", bias)):
+    for name, value in affine.items():
         if value is not None:
             require(len(shape_of(value)) == len(normalized) and all(
                 sym_eq(a, b) for a, b in zip(shape_of(value), normalized)), op,
                 f"expected {name} of shape {normalized}, got {list(shape_of(value))}")
+    return normalized, axis
+
+
+def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
+    op = "aten.native_layer_norm.default"
+    shape = shape_of(input)
+    normalized, axis = _require_normalized_shape(op, input, normalized_shape, {"weight": weight, "bias": bias})
     stats = _statistics_dtype(op, input, weight, bias)
     stat_shape = [*shape[:axis], *[1] * len(normalized)]
     return like(input), tensor(stat_shape, stats), tensor(stat_shape, stats)
@@ -1549,18 +1557,8 @@ def _instance_norm_decomposition(input, weight, bias, running_mean, running_var,
 
 def _rms_norm_meta(input, normalized_shape, weight=None, eps=None):
     op = "aten.rms_norm.default"
-    shape = shape_of(input)
-    normalized = list(normalized_shape)
-    require_arg(len(normalized) >= 1, op, "normalized_shape must have at least one element")
-    axis = len(shape) - len(normalized)
-    require(axis >= 0 and all(sym_eq(a, b) for a, b in zip(shape[axis:], normalized)), op,
-            f"given normalized_shape={normalized}, expected an input of shape [*, "
-            f"{', '.join(map(str, normalized))}], got {list(shape)}")
+    _require_normalized_shape(op, input, normalized_shape, {"weight": weight})
     require_dtype(_is_floating(dtype_of(input)), op, f"expected a floating-point input, got {dtype_of(input)}")
-    if weight is not None:
-        require(len(shape_of(weight)) == len(normalized) and all(
-            sym_eq(a, b) for a, b in zip(shape_of(weight), normalized)), op,
-            f"expected weight of shape {normalized}, got {list(shape_of(weight))}")
     return like(input)
 
 
