@@ -69,3 +69,14 @@ def assert_close_to_torch(actual: Any, expected: Any, *, check_values: bool = Tr
     if check_values:
         kwargs = {} if rtol is None else {"rtol": rtol, "atol": atol or 0.0}
         torch.testing.assert_close(actual_tensor, expected, equal_nan=True, msg=lambda m: f"{where}: {m}", **kwargs)
+
+
+def module_pair(name: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """The same nn module in torch and kiln (`name` in both namespaces), kiln holding torch's weights, both in
+    eval mode: (torch module, kiln module)."""
+    import kiln.nn
+    torch.manual_seed(0)
+    reference = getattr(torch.nn, name)(*args, **kwargs).eval()
+    module = getattr(kiln.nn, name)(*args, **kwargs).eval()
+    module.load_state_dict(reference.state_dict())
+    return reference, module

@@ -14,6 +14,7 @@ import pytest
 
 import kiln
 from kiln.ir.errors import KilnError
+from tests.torch_oracle import module_pair
 
 torch = pytest.importorskip("torch")
 
@@ -29,15 +30,6 @@ def _kiln(array: "torch.Tensor") -> kiln.Tensor:
 
 def _close(kiln_value: kiln.Tensor, torch_value: "torch.Tensor") -> None:
     torch.testing.assert_close(torch.from_numpy(np.asarray(kiln_value.numpy())), torch_value.detach())
-
-
-def _pair(name: str, *args, **kwargs):
-    """The same module in torch and kiln, kiln holding torch's weights, both in eval mode."""
-    torch.manual_seed(0)
-    reference = getattr(torch.nn, name)(*args, **kwargs).eval()
-    module = getattr(kiln.nn, name)(*args, **kwargs).eval()
-    module.load_state_dict(reference.state_dict())
-    return reference, module
 
 
 def _num_states(kwargs: dict) -> int:
@@ -96,7 +88,7 @@ def _compare_outputs(kiln_out, torch_out) -> None:
 
 @pytest.mark.parametrize("name,kwargs", NETWORK_CONFIGS, ids=NETWORK_IDS)
 def test_network_structure_matches_torch(name: str, kwargs: dict) -> None:
-    reference, module = _pair(name, INPUT, HIDDEN, **kwargs)
+    reference, module = module_pair(name, INPUT, HIDDEN, **kwargs)
     assert repr(module) == repr(reference)
     assert [(k, tuple(v.shape)) for k, v in module.state_dict().items()] == \
         [(k, tuple(v.shape)) for k, v in reference.state_dict().items()]
@@ -106,7 +98,7 @@ def test_network_structure_matches_torch(name: str, kwargs: dict) -> None:
 @pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
 @pytest.mark.parametrize("name,kwargs", NETWORK_CONFIGS, ids=NETWORK_IDS)
 def test_network_matches_torch(name: str, kwargs: dict, with_state: bool) -> None:
-    reference, module = _pair(name, INPUT, HIDDEN, **kwargs)
+    reference, module = module_pair(name, INPUT, HIDDEN, **kwargs)
     x = _input(kwargs)
     if with_state:
         state = _initial_state(name, kwargs)
@@ -122,7 +114,7 @@ def test_network_matches_torch(name: str, kwargs: dict, with_state: bool) -> Non
 @pytest.mark.parametrize("name,kwargs", [NETWORK_CONFIGS[0], NETWORK_CONFIGS[4], NETWORK_CONFIGS[10],
                                          NETWORK_CONFIGS[15]], ids=lambda v: str(v))
 def test_unbatched_input_matches_torch(name: str, kwargs: dict, with_state: bool) -> None:
-    reference, module = _pair(name, INPUT, HIDDEN, **kwargs)
+    reference, module = module_pair(name, INPUT, HIDDEN, **kwargs)
     x = _input(kwargs, batched=False)
     if with_state:
         state = _initial_state(name, kwargs, batched=False)
@@ -174,7 +166,7 @@ CELL_CONFIGS = [
 @pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
 @pytest.mark.parametrize("name,kwargs", CELL_CONFIGS, ids=lambda v: str(v))
 def test_cell_matches_torch(name: str, kwargs: dict, with_state: bool, batched: bool) -> None:
-    reference, module = _pair(name, INPUT, HIDDEN, **kwargs)
+    reference, module = module_pair(name, INPUT, HIDDEN, **kwargs)
     assert repr(module) == repr(reference)
     assert [(k, tuple(v.shape)) for k, v in module.state_dict().items()] == \
         [(k, tuple(v.shape)) for k, v in reference.state_dict().items()]
@@ -226,7 +218,7 @@ def _flatten(value) -> list:
 
 @pytest.mark.parametrize("name,kwargs", EXPORT_CONFIGS, ids=lambda v: str(v))
 def test_export_with_dynamic_batch(name: str, kwargs: dict) -> None:
-    _, module = _pair(name, INPUT, HIDDEN, **kwargs)
+    _, module = module_pair(name, INPUT, HIDDEN, **kwargs)
     batch_dim = 0 if kwargs.get("batch_first") else 1
     batch = kiln.Dim("batch")
 
@@ -241,7 +233,7 @@ def test_export_with_dynamic_batch(name: str, kwargs: dict) -> None:
 
 @pytest.mark.parametrize("name,kwargs", [NETWORK_CONFIGS[4], NETWORK_CONFIGS[13]], ids=lambda v: str(v))
 def test_export_with_initial_state(name: str, kwargs: dict) -> None:
-    _, inner = _pair(name, INPUT, HIDDEN, **kwargs)
+    _, inner = module_pair(name, INPUT, HIDDEN, **kwargs)
     module = _WithState(inner).eval()
     batch = kiln.Dim("batch")
 
@@ -260,7 +252,7 @@ def test_export_with_initial_state(name: str, kwargs: dict) -> None:
 
 @pytest.mark.parametrize("name", ["LSTMCell", "GRUCell", "RNNCell"])
 def test_cell_export_with_dynamic_batch(name: str) -> None:
-    _, module = _pair(name, INPUT, HIDDEN)
+    _, module = module_pair(name, INPUT, HIDDEN)
     program = kiln.export(module, (kiln.randn(BATCH, INPUT),), dynamic_shapes={"input": {0: kiln.Dim("batch")}})
     for size in (BATCH, 1, 6):
         x = kiln.randn(size, INPUT)

@@ -13,6 +13,7 @@ import pytest
 
 import kiln
 from kiln.ir.errors import KilnError
+from tests.torch_oracle import module_pair
 
 torch = pytest.importorskip("torch")
 
@@ -33,15 +34,6 @@ def _close(kiln_value, torch_value) -> None:
         assert kiln_value is None
         return
     torch.testing.assert_close(torch.from_numpy(np.asarray(kiln_value.numpy())), torch_value.detach())
-
-
-def _pair(name: str, *args, **kwargs):
-    """The same module in torch and kiln, kiln holding torch's weights, both in eval mode."""
-    torch.manual_seed(0)
-    reference = getattr(torch.nn, name)(*args, **kwargs).eval()
-    module = getattr(kiln.nn, name)(*args, **kwargs).eval()
-    module.load_state_dict(reference.state_dict())
-    return reference, module
 
 
 def _same_structure(module, reference) -> None:
@@ -134,7 +126,7 @@ def _run_mha(reference, module, query, key, value, call_kwargs):
 
 @pytest.mark.parametrize("config", MHA_CONFIGS, ids=MHA_IDS)
 def test_mha_structure_matches_torch(config: dict) -> None:
-    reference, module = _pair("MultiheadAttention", E, HEADS, **config)
+    reference, module = module_pair("MultiheadAttention", E, HEADS, **config)
     _same_structure(module, reference)
     assert module._qkv_same_embed_dim == reference._qkv_same_embed_dim
     assert module.head_dim == reference.head_dim
@@ -144,7 +136,7 @@ def test_mha_structure_matches_torch(config: dict) -> None:
 @pytest.mark.parametrize("config", MHA_CONFIGS, ids=MHA_IDS)
 def test_mha_matches_torch(config: dict, call) -> None:
     _, kind, make_kwargs = call
-    reference, module = _pair("MultiheadAttention", E, HEADS, **config)
+    reference, module = module_pair("MultiheadAttention", E, HEADS, **config)
     query, key, value = _mha_inputs(config, kind)
     src_len = (key.shape[1] if config.get("batch_first") else key.shape[0])
     actual, expected = _run_mha(reference, module, query, key, value, make_kwargs(N, L, src_len))
@@ -155,7 +147,7 @@ def test_mha_matches_torch(config: dict, call) -> None:
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("config", [MHA_CONFIGS[0], MHA_CONFIGS[3], MHA_CONFIGS[5]], ids=lambda c: str(c))
 def test_mha_unbatched_matches_torch(config: dict, need_weights: bool) -> None:
-    reference, module = _pair("MultiheadAttention", E, HEADS, **config)
+    reference, module = module_pair("MultiheadAttention", E, HEADS, **config)
     query, key, value = _mha_inputs(config, "cross", batched=False)
     call = {"need_weights": need_weights, "key_padding_mask": _bool_mask(key.shape[0]),
             "attn_mask": _bool_mask(HEADS, L, key.shape[0])}
@@ -221,7 +213,7 @@ ENCODER_MASKS = [
 @pytest.mark.parametrize("masks", ENCODER_MASKS, ids=[m[0] for m in ENCODER_MASKS])
 @pytest.mark.parametrize("config", LAYER_CONFIGS, ids=LAYER_IDS)
 def test_encoder_layer_matches_torch(config: dict, masks) -> None:
-    reference, module = _pair("TransformerEncoderLayer", E, HEADS, 16, **config)
+    reference, module = module_pair("TransformerEncoderLayer", E, HEADS, 16, **config)
     _same_structure(module, reference)
     x = _layer_input(config)
     call = masks[1]()
@@ -242,7 +234,7 @@ def test_encoder_layer_activation_callables() -> None:
 
 
 def test_encoder_layer_unbatched_matches_torch() -> None:
-    reference, module = _pair("TransformerEncoderLayer", E, HEADS, 16)
+    reference, module = module_pair("TransformerEncoderLayer", E, HEADS, 16)
     x = torch.randn(L, E)
     padding = _bool_mask(L)
     _close(module(_kiln(x), src_key_padding_mask=_kiln(padding)), reference(x, src_key_padding_mask=padding))
@@ -305,7 +297,7 @@ DECODER_MASKS = [
 @pytest.mark.parametrize("masks", DECODER_MASKS, ids=[m[0] for m in DECODER_MASKS])
 @pytest.mark.parametrize("config", LAYER_CONFIGS, ids=LAYER_IDS)
 def test_decoder_layer_matches_torch(config: dict, masks) -> None:
-    reference, module = _pair("TransformerDecoderLayer", E, HEADS, 16, **config)
+    reference, module = module_pair("TransformerDecoderLayer", E, HEADS, 16, **config)
     _same_structure(module, reference)
     tgt, memory = _layer_input(config), _layer_input(config, S)
     call = masks[1]()
@@ -315,7 +307,7 @@ def test_decoder_layer_matches_torch(config: dict, masks) -> None:
 
 @pytest.mark.parametrize("config", [LAYER_CONFIGS[0], LAYER_CONFIGS[1], LAYER_CONFIGS[2]], ids=LAYER_IDS[:3])
 def test_transformer_matches_torch(config: dict) -> None:
-    reference, module = _pair("Transformer", E, HEADS, 2, 2, 16, **config)
+    reference, module = module_pair("Transformer", E, HEADS, 2, 2, 16, **config)
     _same_structure(module, reference)
     src, tgt = _layer_input(config, S), _layer_input(config, L)
     tgt_mask = torch.nn.Transformer.generate_square_subsequent_mask(L)
@@ -358,7 +350,7 @@ class _SelfAttention(kiln.nn.Module):
 @pytest.mark.parametrize("config", [MHA_CONFIGS[0], MHA_CONFIGS[1], MHA_CONFIGS[4], MHA_CONFIGS[3]],
                          ids=lambda c: str(c))
 def test_mha_export_with_dynamic_batch_and_sequence(config: dict, need_weights: bool) -> None:
-    _, attention = _pair("MultiheadAttention", E, HEADS, **config)
+    _, attention = module_pair("MultiheadAttention", E, HEADS, **config)
     module = _SelfAttention(attention, need_weights).eval()
     batch_first = config.get("batch_first", False)
     batch, seq = kiln.Dim("batch"), kiln.Dim("seq")
