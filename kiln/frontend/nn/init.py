@@ -205,16 +205,17 @@ def _has_zero_dim(tensor: Tensor) -> bool:
     return False
 
 
+def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str) -> float:
+    return calculate_gain(nonlinearity, a) / math.sqrt(_calculate_correct_fan(tensor, mode))
+
+
 def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                      generator: Any = None) -> Tensor:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan) (He et al., 2015)."""
     _eager(tensor, "kaiming_uniform_")
     if _has_zero_dim(tensor):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    bound = math.sqrt(3.0) * std
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
     return tensor.uniform_(-bound, bound)
 
 
@@ -224,10 +225,7 @@ def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinea
     _eager(tensor, "kaiming_normal_")
     if _has_zero_dim(tensor):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    return tensor.normal_(0, std)
+    return tensor.normal_(0, _kaiming_std(tensor, a, mode, nonlinearity))
 
 
 def _orthonormal_columns(matrix: Tensor) -> Tensor:
