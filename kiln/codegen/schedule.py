@@ -18,6 +18,7 @@ from xdsl.dialects import func
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
+from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill value to a dtype
 from kiln.ir.program import ExportedProgram, InputKind, value_names
 from kiln.ir.types import TensorType
 
@@ -570,8 +571,6 @@ class _Scheduler:
 
     def schedule_pad(self, op: Any, name: str, args: list) -> None:
         """constant_pad_nd: pads are (before, after) pairs from the last dim backwards; negative pads crop."""
-        from kiln.ir.ops.shape import fill_value  # the registry's conversion of the fill value to the dtype
-
         result = op.results[0]
         source = self.materialized(args[0])
         rank = len(source.shape)
