@@ -355,6 +355,7 @@ int main(int argc, char** argv)
 #ifdef KILN_STATIC_MODEL
     /* the model is linked in: call its kiln_* functions directly */
     kiln_abi_version_fn abi_version = kiln_abi_version;
+    kiln_build_id_fn build_id = kiln_build_id;
     kiln_create_from_file_fn create_from_file = kiln_create_from_file;
     kiln_run_fn run = kiln_run;
     kiln_error_fn error = kiln_error;
@@ -368,6 +369,7 @@ int main(int argc, char** argv)
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) fail(2, "dlopen %s: %s", path, dlerror());
     kiln_abi_version_fn abi_version = (kiln_abi_version_fn)need(lib, "kiln_abi_version");
+    kiln_build_id_fn build_id = (kiln_build_id_fn)need(lib, "kiln_build_id");
     kiln_create_from_file_fn create_from_file = (kiln_create_from_file_fn)need(lib, "kiln_create_from_file");
     kiln_run_fn run = (kiln_run_fn)need(lib, "kiln_run");
     kiln_error_fn error = (kiln_error_fn)need(lib, "kiln_error");
@@ -376,6 +378,8 @@ int main(int argc, char** argv)
     kiln_count_fn num_outputs = (kiln_count_fn)need(lib, "kiln_num_outputs");
     if (abi_version() != KILN_ABI_VERSION) fail(2, "model.so has ABI version %d", abi_version());
 #endif
+    if (strcmp(build_id(), jget_str(manifest, "build_id")))
+        fail(2, "%s: the model code was not built from this package's model.c (build ids differ)", pkg);
 
     /* symbols, in kiln_run's order, with their ranges */
     symtab tab = {0};

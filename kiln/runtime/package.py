@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import pathlib
 import shutil
 import tempfile
@@ -37,7 +38,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
 
     The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
     loaded model's threads (default: OpenMP's)."""
-    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory
+    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory, stamp_build_id
     from kiln.codegen.memory import format_bytes, plan_memory
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
@@ -64,7 +65,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": array.nbytes,
                         "dtype": buf.dtype.name, "shape": list(array.shape)})
         blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-    source = render(plan, offsets, memory, program.range_constraints)
+    source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints))
     runtime = runtime_memory(plan)
     capability = get_cpu_capability()
     library = build_library(source, capability)
@@ -78,7 +79,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         atomic_write(out / "model.so", lambda handle: shutil.copyfileobj(built, handle))
     manifest = {
         "format": "kiln-c-package", "abi_version": ABI_VERSION, "cpu_capability": capability,
-        "library": "model.so", "source": "model.c",
+        "library": "model.so", "source": "model.c", "build_id": build_id,
         "weights_file": "weights.bin", "weights": weights,
         "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
                      "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
@@ -101,6 +102,30 @@ def _bound(allowed: ValueRange | None, which: str) -> int | None:
         return None
     value = getattr(allowed, which)
     return None if value in (float("inf"), float("-inf")) else int(value)
+
+
+# Identities (device, inode) of the library files loaded from each path, in load order; see _open_library.
+_LOADED_FILES: dict[str, list[tuple[int, int]]] = {}
+_LOADED_FILES_LOCK = threading.Lock()
+
+
+def _open_library(path: pathlib.Path) -> ctypes.CDLL:
+    """dlopen the library file at `path` now, never one loaded earlier from a file since replaced at that path.
+
+    The dynamic loader hands back the library already loaded under the same path string, even when the file at
+    that path has since been replaced (as recompiling into a folder does), and would run the old code. So each
+    file (device, inode) seen at a path gets its own spelling of it: `dir/model.so`, `dir/./model.so`,
+    `dir/././model.so`, ... An unchanged file keeps its spelling, and the loader shares its one copy. A loaded
+    library keeps its file's inode alive, so an identity in this table is never reused by another file."""
+    resolved = path.resolve()
+    with _LOADED_FILES_LOCK:
+        status = os.stat(resolved)
+        seen = _LOADED_FILES.setdefault(str(resolved), [])
+        identity = (status.st_dev, status.st_ino)
+        if identity not in seen:
+            seen.append(identity)
+        spelling = f"{resolved.parent}/{'./' * seen.index(identity)}{resolved.name}"
+        return ctypes.CDLL(spelling)
 
 
 class CompiledModel:
@@ -133,7 +158,13 @@ class CompiledModel:
         self._call_slots = threading.local()
         weights_path = self.path / self.manifest["weights_file"]
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
-        lib = ctypes.CDLL(str(self.path / self.manifest["library"]))
+        lib = _open_library(self.path / self.manifest["library"])
+        lib.kiln_build_id.restype = ctypes.c_char_p
+        if lib.kiln_build_id().decode() != self.manifest.get("build_id"):
+            raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
+                            "model.c (its build id differs from manifest.json's)",
+                            fix="recompile the package, and don't mix files of different packages or change them "
+                                "while loading")
         lib.kiln_create.restype = ctypes.c_void_p
         lib.kiln_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.kiln_run.restype = ctypes.c_int

@@ -1,4 +1,4 @@
-/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 2).
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 3).
  *
  * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
  * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
@@ -11,6 +11,7 @@
  * last failed kiln_run on that model.
  *
  * Version 2 added kiln_set_num_threads, profiling, and weight panels packed by kiln_create (it may now fail for memory).
+ * Version 3 added kiln_build_id: a hash of model.c, recorded as build_id in manifest.json.
  */
 #ifndef KILN_H
 #define KILN_H
@@ -22,12 +23,14 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 2
+#define KILN_ABI_VERSION 3
 
 typedef struct kiln_model kiln_model;
 
 /* Metadata: counts and names, in the order kiln_run takes them (NULL for an index out of range). */
 int kiln_abi_version(void);
+/* A hash of the model.c this library was built from; manifest.json's build_id names the same. */
+const char* kiln_build_id(void);
 int kiln_num_inputs(void);
 int kiln_num_outputs(void);
 int kiln_num_symbols(void);
@@ -61,6 +64,7 @@ const char* kiln_error(const kiln_model* m);
 
 /* Function pointer types, for dlsym. */
 typedef int (*kiln_abi_version_fn)(void);
+typedef const char* (*kiln_build_id_fn)(void);
 typedef int (*kiln_count_fn)(void);
 typedef const char* (*kiln_name_fn)(int i);
 typedef kiln_model* (*kiln_create_fn)(const void* weights, size_t size);

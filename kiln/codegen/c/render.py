@@ -7,6 +7,7 @@ give the same values as running the ops one by one.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pathlib
 import re
@@ -24,7 +25,7 @@ from kiln.codegen.schedule import (
     SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
 )
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
                             for name in ("kiln_math.h", "kiln_gemm.h"))
@@ -1034,6 +1035,13 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                   f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
                   f"    kiln_pack_b({k}, {n}, {source}, {int(b_strides[1])}, {int(b_strides[2])}, m->packed[{slot}]);"]
     return lines
+
+
+def stamp_build_id(source: str) -> tuple[str, str]:
+    """Append `kiln_build_id()`, a hash of `source`, and return (stamped source, id). The manifest records the id,
+    so a loader can check that the library it is about to run was built from this package's code."""
+    build_id = hashlib.sha256(source.encode()).hexdigest()[:32]
+    return f'{source}\nconst char* kiln_build_id(void) {{ return "{build_id}"; }}\n', build_id
 
 
 def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPlan,
