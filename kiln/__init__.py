@@ -4,6 +4,7 @@
 The user API mirrors PyTorch: `kiln.ops.aten.add.Tensor`, `kiln.float32`, `kiln.ExportedProgram`, ...
 """
 
+import importlib as _importlib
 import sys as _sys
 
 from kiln.ir import dtypes as _dtypes
@@ -24,15 +25,32 @@ from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
 from kiln.frontend.control_flow import cond
-from kiln import onnx  # noqa: E402  (kiln.onnx.export; registers the ONNX lowerings for `kiln ops`)
 from kiln.ir.serde import load, save
 from kiln.frontend.bridge import from_torch
-from kiln.runtime import compile  # noqa: F401,A004  (kiln.compile: the C backend, issue 7)
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})
 
 __version__ = "0.1.0"
+
+# Every public subpackage is an attribute of `kiln`, as torch.export and torch.onnx are of torch; these import on
+# first use, so `import kiln` pays only for the IR and the frontend.
+_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "runtime", "testing")
+_LAZY_ATTRIBUTES = {"compile": ("kiln.runtime", "compile")}  # kiln.compile: build a C package and load it
+
+
+def __getattr__(name: str):  # noqa: ANN202  (PEP 562 module attribute)
+    if name in _LAZY_SUBMODULES:
+        return _importlib.import_module(f"kiln.{name}")
+    if name in _LAZY_ATTRIBUTES:
+        module, attribute = _LAZY_ATTRIBUTES[name]
+        return getattr(_importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_SUBMODULES, *_LAZY_ATTRIBUTES})
+
 
 bool = _dtypes.bool_  # noqa: A001  (torch spells it kiln.bool too)
 float = float32  # noqa: A001
@@ -67,5 +85,6 @@ __all__ = [
     "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
     "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
-    "default_decompositions", "cond", "onnx", "save", "load", "from_torch", *_functions,
+    "default_decompositions", "cond", "save", "load", "from_torch", *_LAZY_SUBMODULES, *_LAZY_ATTRIBUTES,
+    *_functions,
 ]

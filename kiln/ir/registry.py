@@ -80,12 +80,15 @@ def _core_names() -> frozenset[str]:
 
 
 def lookup(name: str) -> OpDef:
-    """Find an op by `aten.add.Tensor`, `aten::add.Tensor` or `add.Tensor` (overload `default` implied)."""
+    """Find an op by its full name (`aten.add.Tensor`, `aten::add.Tensor`, `mylib.sinc.default`) or, in the aten
+    namespace, without it (`add.Tensor`); the overload `default` is implied (`aten.relu`, `relu`, `mylib.sinc`)."""
     key = name.replace("::", ".")
-    if not key.startswith("aten."):
-        key = "aten." + key
-    if key.count(".") == 1:
-        key += ".default"
+    parts = key.split(".")
+    if len(parts) < 3 and not (len(parts) == 2 and any(k.startswith(f"{parts[0]}.") for k in REGISTRY)):
+        parts.insert(0, "aten")
+    if len(parts) == 2:
+        parts.append("default")
+    key = ".".join(parts)
     found = REGISTRY.get(key)
     if found is None:
         import difflib
@@ -362,9 +365,16 @@ class OpNamespace:
 
 
 class Ops:
-    """`kiln.ops`: `kiln.ops.aten.<name>.<overload>`."""
+    """`kiln.ops`: `kiln.ops.<namespace>.<name>.<overload>`, e.g. `kiln.ops.aten.add.Tensor`."""
 
     aten = OpNamespace("aten")
+
+    def __getattr__(self, namespace: str) -> OpNamespace:
+        if namespace.startswith("__") or not any(key.startswith(f"{namespace}.") for key in REGISTRY):
+            raise AttributeError(f"kiln.ops has no op namespace {namespace!r} (no op registered in it)")
+        space = OpNamespace(namespace)
+        setattr(self, namespace, space)  # later lookups skip __getattr__
+        return space
 
 
 ops = Ops()

@@ -13,19 +13,13 @@ import numpy as np
 import onnx
 
 from kiln.ir import dtypes
+from kiln.ir.closeness import closeness, default_tolerances
 from kiln.ir.files import atomic_write
 from kiln.ir.errors import InputError, KilnError, VerificationError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind
 
 PROTOBUF_LIMIT = 2**31 - 1  # bytes: larger models must keep their weights in an external data file
 EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT - (64 << 20)  # weight bytes; the rest of the model needs some room
-# torch.testing.assert_close defaults (rtol, atol) per dtype; integers and bools compare exactly.
-TOLERANCES: dict[Any, tuple[float, float]] = {
-    dtypes.float16: (1e-3, 1e-5), dtypes.bfloat16: (1.6e-2, 1e-5), dtypes.float32: (1.3e-6, 1e-5),
-    dtypes.float64: (1e-7, 1e-7), dtypes.complex64: (1.3e-6, 1e-5), dtypes.complex128: (1e-7, 1e-7),
-}
-
-
 def weights_size(model: onnx.ModelProto) -> int:
     return sum(len(t.raw_data) for t in model.graph.initializer)
 
@@ -58,27 +52,16 @@ class VerificationReport:
 
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> OutputDifference:
-    """torch.testing.assert_close's rule: |actual - expected| <= atol + rtol * |expected|, NaNs equal."""
-    expected_dtype = dtypes.dtype(np.asarray(expected).dtype)
-    rtol, atol = TOLERANCES.get(expected_dtype, (0.0, 0.0))
+    """torch.testing.assert_close's rule at the expected dtype's default tolerances, NaNs equal."""
     actual, expected = np.asarray(actual), np.asarray(expected)
+    rtol, atol = default_tolerances(dtypes.dtype(expected.dtype))
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return OutputDifference(f"{name} (got {actual.dtype}{list(actual.shape)}, expected "
                                 f"{expected.dtype}{list(expected.shape)})", float("inf"), float("inf"),
                                 rtol, atol, False)
-    if actual.size == 0:
-        return OutputDifference(name, 0.0, 0.0, rtol, atol, True)
-    wide = np.complex128 if expected_dtype.is_complex else np.float64
-    a, e = actual.astype(wide), expected.astype(wide)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # inf - inf: handled just below
-        both_nan = np.isnan(a) & np.isnan(e)
-        same_inf = np.isinf(a) & (a == e)
-        difference = np.where(both_nan | same_inf, 0.0, np.abs(a - e))
-        difference = np.where(np.isnan(difference), np.inf, difference)
-        relative = difference / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
-        ok = bool(np.all(difference <= atol + rtol * np.abs(np.where(np.isfinite(e), e, 0))))
-    return OutputDifference(name, float(difference.max()), float(np.where(difference == 0, 0, relative).max()),
-                            rtol, atol, ok)
+    result = closeness(actual, expected, rtol, atol, equal_nan=True)
+    (max_abs, _), (max_rel, _) = result.greatest()
+    return OutputDifference(name, float(max_abs), float(max_rel), rtol, atol, result.ok)
 
 
 class ONNXProgram:
@@ -252,4 +235,4 @@ def require_match(report: VerificationReport) -> None:
 
 
 __all__ = ["ONNXProgram", "VerificationReport", "OutputDifference", "compare", "flat_user_inputs", "require_match",
-           "atomic_write", "TOLERANCES"]
+           "atomic_write"]
