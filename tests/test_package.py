@@ -5,6 +5,10 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
+
+import pytest
 
 import kiln
 
@@ -40,3 +44,15 @@ def test_unknown_attribute_is_an_attribute_error():
     else:
         raise AssertionError("kiln.no_such_thing resolved")
     assert "passes" in dir(kiln) and "compile" in dir(kiln)
+
+
+def test_pyproject_applies_without_setuptools_warnings():
+    """Installing printed setuptools' deprecation of `project.license` as a table; the SPDX string is the form."""
+    pyprojecttoml = pytest.importorskip("setuptools.config.pyprojecttoml")
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = pyprojecttoml.apply_configuration(Distribution(), Path(__file__).resolve().parents[1] / "pyproject.toml")
+    assert [str(w.message) for w in caught] == []
+    assert dist.metadata.license_expression == "Apache-2.0"

@@ -50,7 +50,7 @@ def inspect_file(path: str | Path) -> dict[str, Any]:
 def _inspect_pt2(path: Path) -> dict[str, Any]:
     from kiln.ir.serde import archive, formats
     from kiln.ir.serde.archive import ArchiveReader
-    from kiln.ir.serde.reader import check_schema_version
+    from kiln.ir.serde.reader import check_schema_version, skipped_entries
     from kiln.ir.serde.safe_json import load_json
     from kiln.ir.serde.symexpr import parse_srepr
     from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
@@ -98,7 +98,8 @@ def _inspect_pt2(path: Path) -> dict[str, Any]:
         weights = _pt2_weights(reader, archive, load_json, formats)
         return {"file": str(path), "format": "pt2", "torch_version": document.get("torch_version"),
                 "schema_version": document.get("schema_version"), "inputs": inputs, "outputs": outputs,
-                "symbols": symbols, "ops": dict(ops.most_common()), "weights": weights}
+                "symbols": symbols, "ops": dict(ops.most_common()), "weights": weights,
+                "not_read": skipped_entries(reader)}
     finally:
         reader.close()
 
@@ -275,4 +276,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  {group}: {info['tensors']} tensors, {info['values']:,} values, {_bytes(info['bytes'])}")
     if summary["format"] == "kiln-c-package":
         lines += _memory_lines(summary["memory"], summary["symbols"])
+    if summary.get("not_read"):
+        lines.append("not read:")
+        lines += [f"  {name}: {why}" for name, why in summary["not_read"].items()]
     return "\n".join(lines)

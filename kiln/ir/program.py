@@ -184,6 +184,8 @@ class ExportedProgram:
         self.input_constants: dict[int, Any] = {}  # non-tensor inputs baked in at export, by leaf index
         # The root entry, then one per submodule named in export's preserve_module_call_signature.
         self.module_call_graph: list[ModuleCallEntry] = [ModuleCallEntry("")]
+        # Notes on where the program came from, e.g. metadata["skipped"]: the files kiln.load did not read, and why.
+        self.metadata: dict[str, Any] = {}
 
     # -- structure
     @property

@@ -6,6 +6,7 @@ import io
 import json
 import pickle
 import struct
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -217,10 +218,12 @@ class _Exploit:
 def test_pickled_sample_inputs_are_skipped_and_never_run(genuine, tmp_path):
     marker = tmp_path / "pwned"
     payload = pickle.dumps(_Exploit(marker))
-    with pytest.warns(UserWarning, match="never unpickles"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing the program needs is missing, so no warning
         program = _load(_rewrite(genuine, data__sample_inputs__model_pt=payload))
     assert not marker.exists()
     assert program.op_histogram()
+    assert "never unpickles" in program.metadata["skipped"]["data/sample_inputs/model.pt"]
 
 
 def test_a_needed_pickled_weight_is_refused_and_never_run(genuine, tmp_path):

@@ -25,7 +25,7 @@ def test_inspect_pt2_shows_symbols_ranges_ops_and_weights(mlp_file, capsys):
     assert main(["inspect", str(path)]) == 0
     text = capsys.readouterr().out
     assert "x: f32[batch, 32]" in text and "batch: [1, 4096]" in text
-    assert "aten.linear.default" in text
+    assert "aten.linear.default" in text and "not read" not in text  # kiln writes no pickles
     parameters = sum(value.size for value in program.state_dict.values())
     assert f"parameters: 6 tensors, {parameters:,} values" in text
 
@@ -75,3 +75,12 @@ def test_kiln_export_format_pt2_writes_a_file_torch_loads(tmp_path, capsys):
     torch.testing.assert_close(loaded.module()(torch.from_numpy(x.copy())), torch.from_numpy(program(x)))
     assert main(["inspect", str(output)]) == 0
     assert "batch: [2, 128]" in capsys.readouterr().out
+
+
+def test_inspect_names_the_pickled_sample_inputs_it_did_not_read(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "linear.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), path)
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "not read:\n  data/sample_inputs/model.pt: pickled sample inputs: kiln never unpickles" in text

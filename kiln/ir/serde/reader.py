@@ -8,7 +8,6 @@ consuming ops carry as properties; in-place ops on buffers become functional ops
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from typing import Any
 
@@ -556,6 +555,18 @@ def _static_int(data: Any, fqn: str) -> int:
     return value
 
 
+def skipped_entries(reader: ArchiveReader) -> dict[str, str]:
+    """The archive's pickled files kiln does not read, each with why: torch's sample inputs (running the program
+    does not need them) and custom objects (a program that needs one is refused when it is read)."""
+    skipped = {}
+    for name in reader.names():
+        if name.startswith(archive.SAMPLE_INPUTS_DIR) and reader.size(name) > 0:
+            skipped[name] = "pickled sample inputs: kiln never unpickles, and running the program does not need them"
+        elif name.startswith(archive.CONSTANTS_DIR) and "custom_obj" in name:
+            skipped[name] = "a pickled custom object: kiln never unpickles, and the program does not use it"
+    return skipped
+
+
 def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Limits,
                  model_name: str | None = None) -> ExportedProgram:
     reader = ArchiveReader(f, limits)
@@ -579,12 +590,9 @@ def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Lim
                                            archive.WEIGHTS_DIR, limits)
         constants, pickled_constants = read_tensors(
             reader, archive.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model_name), archive.CONSTANTS_DIR, limits)
-        skipped = [n for n in reader.names() if n.startswith(archive.SAMPLE_INPUTS_DIR) and reader.size(n) > 0]
-        skipped += [n for n in reader.names() if n.startswith(archive.CONSTANTS_DIR) and "custom_obj" in n]
-        if skipped:
-            warnings.warn(f"kiln.load skipped {', '.join(skipped)}: pickled data, which kiln never unpickles",
-                          stacklevel=3)
         program = program_from_document(document, state_dict, constants, pickled | pickled_constants)
+        # Reaching here means the program needed none of them (a needed pickle is refused above): a note, no warning.
+        program.metadata["skipped"] = skipped_entries(reader)
         if extra_files is not None:
             for key in list(extra_files):
                 path = archive.EXTRA_DIR + key
@@ -600,4 +608,4 @@ def load_json_document(data: bytes) -> Any:
     return load_json(data, "the program JSON")
 
 
-__all__ = ["program_from_document", "read_archive", "load_json_document"]
+__all__ = ["program_from_document", "read_archive", "load_json_document", "skipped_entries"]
