@@ -5,7 +5,8 @@
     kiln compile net.py:Net --target c -o pkg --input x=batch,3,64,64 --dynamic batch=1:64
     kiln run mlp_pkg --input x=x.npy --output out.npz --bench 100
 
-MODEL is parsed like `kiln export` (kiln.cli.export.load_export_request); a `.pt2` file is read with kiln.load.
+MODEL is read by `kiln export`'s loader (kiln.cli.export.load_export_request): a kiln or torch module (torch ones
+through torch.export), a zoo model, or a `.pt2` file (read with kiln.load, without torch).
 Errors exit with status 2 and write nothing: the package is built in a temporary folder next to OUT and renamed
 into place only when complete.
 """
@@ -38,11 +39,13 @@ def register(commands: Any) -> None:
                     "Examples:\n"
                     "  kiln compile kiln.models:mlp --target c -o mlp_pkg\n"
                     "  kiln compile model.pt2 --target c -o pkg -p decompose,canonicalize,cse,dce\n"
-                    "  kiln compile net.py:Net --target c -o pkg --input x=batch,3,64,64 --dynamic batch=1:64\n\n"
+                    "  kiln compile net.py:Net --target c -o pkg --input x=batch,3,64,64 --dynamic batch=1:64\n"
+                    "      (Net: a kiln.nn.Module or a torch.nn.Module)\n\n"
                     "Errors exit with status 2 and write nothing; the package appears atomically.")
     parser.add_argument("model", metavar="MODEL",
-                        help="a .pt2 file, path/to/file.py:ClassOrFactory, package.module:ClassOrFactory, "
-                             "or kiln.models:NAME")
+                        help="a .pt2 file (torch not needed), kiln.models:NAME, or path/to/file.py:NAME or "
+                             "package.module:NAME, where NAME is a kiln.nn.Module or torch.nn.Module class, a "
+                             "factory returning one, or a module instance (compiled in eval mode)")
     parser.add_argument("--target", default="c", choices=TARGETS, help="code generator (default: c)")
     parser.add_argument("-o", "--output", required=True, help="package directory to write")
     parser.add_argument("-p", "--pipeline", default=None,
@@ -78,18 +81,7 @@ def register(commands: Any) -> None:
 # kiln compile
 
 def _load_program(options: argparse.Namespace) -> Any:
-    import kiln
-    progress = _progress(options)
-    if options.model.endswith(".pt2"):
-        if options.input or options.dynamic:
-            raise KilnError("--input and --dynamic apply to a MODEL spec, not to a .pt2",
-                            fix="a .pt2 already records its inputs and dynamic dims")
-        path = Path(options.model)
-        if not path.is_file():
-            raise KilnError(f"model file {path} does not exist")
-        progress(f"loading {path}")
-        return kiln.load(path)
-    return load_export_request(options.model, options.input, options.dynamic, progress).program
+    return load_export_request(options.model, options.input, options.dynamic, _progress(options)).program
 
 
 def _check_output(output: Path) -> None:

@@ -2,9 +2,12 @@
 
     kiln export kiln.models:gpt --format onnx -o gpt.onnx --verify
     kiln export my_model.py:Net --format onnx -o net.onnx --input x=batch,3,64,64:float32 --dynamic batch=1:64
+    kiln export model.pt2 --format onnx -o model.onnx
 
 `load_export_request` (MODEL, --input, --dynamic → an ExportedProgram with example inputs) is shared by every
-format; a format is an entry of EXPORT_FORMATS with a writer. Errors exit with status 2 and write nothing.
+format and by `kiln compile`. MODEL is a kiln.nn.Module or a torch.nn.Module (traced through the torch bridge),
+or a .pt2 file (read without torch). A format is an entry of EXPORT_FORMATS with a writer. Errors exit with
+status 2 and write nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import inspect
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -39,9 +43,9 @@ class InputDecl:
 class ExportRequest:
     """Everything a format writer needs: the traced program, the model and the example inputs it was traced with."""
 
-    model: Any
+    model: Any  # None for a .pt2
     program: Any  # kiln.ExportedProgram
-    args: tuple
+    args: tuple | None  # None for a .pt2: `example_inputs(program)` makes some when --verify needs them
     source: str
     dims: dict[str, tuple[int, float]] = field(default_factory=dict)  # Dim name -> (min, max)
 
@@ -77,15 +81,36 @@ def parse_dynamic(text: str) -> tuple[str, int, float]:
     return match["name"], low, high
 
 
+TORCH_INSTALL = "pip install 'kiln[torch]' (or pip install torch==2.13.0)"
+
+
+def is_torch_module(value: Any) -> bool:
+    """A torch.nn.Module instance, recognised by its classes' modules so that asking never imports torch."""
+    return any(cls.__name__ == "Module" and cls.__module__ == "torch.nn.modules.module"
+               for cls in type(value).__mro__)
+
+
+def _is_module(value: Any) -> bool:
+    import kiln
+    return isinstance(value, kiln.nn.Module) or is_torch_module(value)
+
+
+def _torch_missing(error: BaseException) -> bool:
+    """An ImportError for torch itself (ModuleNotFoundError's `name`; `import torch.nn` names `torch` first)."""
+    return isinstance(error, ImportError) and (getattr(error, "name", None) or "").split(".")[0] == "torch"
+
+
 def load_model(spec: str) -> tuple[Any, tuple | None, Any]:
-    """MODEL → (module, default example args or None, default dynamic_shapes or None).
+    """MODEL → (module in eval mode, default example args or None, default dynamic_shapes or None).
 
     `kiln.models:NAME` is a zoo entry (its inputs and dynamic shapes are the defaults); `path/to/file.py:Name`
-    and `package.module:Name` name a kiln.nn.Module class or a factory returning one (called without arguments).
+    and `package.module:Name` name a kiln.nn.Module or torch.nn.Module: a class or a factory (called without
+    arguments), or a module instance.
     """
     location, _, name = spec.rpartition(":")
     if not location or not name:
-        raise KilnError(f"malformed MODEL {spec!r}", fix="write path/to/file.py:ClassOrFactory or kiln.models:NAME")
+        raise KilnError(f"malformed MODEL {spec!r}",
+                        fix="write path/to/file.py:ClassOrFactory, kiln.models:NAME, or a .pt2 file")
     if location == "kiln.models":
         import kiln.models
         if name not in {**kiln.models.MODELS, **kiln.models.LARGE_MODELS}:
@@ -103,25 +128,36 @@ def load_model(spec: str) -> tuple[Any, tuple | None, Any]:
         try:
             module_spec.loader.exec_module(module)  # type: ignore[union-attr]
         except Exception as error:
+            if _torch_missing(error):
+                raise KilnError(f"{location} imports torch, which is not installed", fix=TORCH_INSTALL) from None
             raise KilnError(f"importing {location} failed: {type(error).__name__}: {error}") from error
     else:
         try:
             module = importlib.import_module(location)
         except ImportError as error:
+            if _torch_missing(error):
+                raise KilnError(f"{location} imports torch, which is not installed", fix=TORCH_INSTALL) from None
             raise KilnError(f"cannot import module {location!r}: {error}") from None
-    factory = getattr(module, name, None)
-    if factory is None or not callable(factory):
-        found = [n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_")]
+    target = getattr(module, name, None)
+    if target is None or not callable(target):
+        found = [n for n, v in vars(module).items()
+                 if (inspect.isclass(v) or _is_module(v)) and not n.startswith("_")]
         raise KilnError(f"{location} has no class or factory named {name!r}",
                         fix=("it defines " + ", ".join(found)) if found else "check the name after ':'")
-    try:
-        model = factory()
-    except Exception as error:
-        raise KilnError(f"{spec}() failed: {type(error).__name__}: {error}",
-                        fix="MODEL must be constructible without arguments (write a factory function)") from error
-    if hasattr(model, "eval"):
-        model = model.eval()
-    return model, None, None
+    if _is_module(target):
+        model = target  # a module instance (`model = Net()` in the file)
+    else:
+        try:
+            model = target()
+        except Exception as error:
+            if _torch_missing(error):
+                raise KilnError(f"{spec}() imports torch, which is not installed", fix=TORCH_INSTALL) from None
+            raise KilnError(f"{spec}() failed: {type(error).__name__}: {error}",
+                            fix="MODEL must be constructible without arguments (write a factory function)") from error
+    if not _is_module(model):
+        raise KilnError(f"{spec}() returned a {type(model).__name__}, not a kiln.nn.Module or torch.nn.Module",
+                        fix="name a module class, a module, or a function that returns one")
+    return model.eval(), None, None  # inference export, as kiln.models' entries are
 
 
 def _example_size(low: int, high: float) -> int:
@@ -130,9 +166,15 @@ def _example_size(low: int, high: float) -> int:
 
 def load_export_request(model_spec: str, inputs: list[str], dynamic: list[str],
                         progress: Callable[[str], None] = lambda message: None) -> ExportRequest:
-    """Load MODEL, build example inputs from --input (or the zoo entry), apply --dynamic ranges, and trace."""
+    """Load MODEL, build example inputs from --input (or the zoo entry), apply --dynamic ranges, and trace.
+
+    A torch.nn.Module goes through torch.export (kiln.from_torch) with the same inputs as torch tensors and
+    the same dims as torch.export.Dim; a .pt2 file is read with kiln.load.
+    """
     import kiln
 
+    if model_spec.endswith(".pt2"):
+        return _load_pt2_request(model_spec, inputs, dynamic, progress)
     progress(f"loading {model_spec}")
     model, default_args, default_dynamic = load_model(model_spec)
     declared = [parse_input(text) for text in inputs]
@@ -178,9 +220,98 @@ def load_export_request(model_spec: str, inputs: list[str], dynamic: list[str],
         used_ranges = {}
         if ranges:
             dynamic_shapes, used_ranges = _override_ranges(default_dynamic, ranges, example_args, forward_names)
-    progress("tracing")
-    program = kiln.export(model, example_args, dynamic_shapes=dynamic_shapes)
+    if is_torch_module(model):
+        progress("tracing with torch.export")
+        program = _export_torch(model, example_args, dynamic_shapes, model_spec)
+    else:
+        progress("tracing")
+        program = kiln.export(model, example_args, dynamic_shapes=dynamic_shapes)
     return ExportRequest(model, program, example_args, model_spec, used_ranges)
+
+
+def _export_torch(model: Any, args: tuple, dynamic_shapes: dict[str, Any] | None, spec: str) -> Any:
+    """kiln.from_torch with the example inputs as torch tensors and each kiln.Dim as a torch.export.Dim."""
+    import numpy as np
+    import torch
+
+    import kiln
+    torch_dims: dict[str, Any] = {}
+
+    def torch_dim(dim: Any) -> Any:
+        if dim.name not in torch_dims:
+            bounds = {"min": dim.min} if dim.max == float("inf") else {"min": dim.min, "max": int(dim.max)}
+            torch_dims[dim.name] = torch.export.Dim(dim.name, **bounds)
+        return torch_dims[dim.name]
+
+    torch_args = []
+    for arg in args:  # every dtype --input accepts has torch's name
+        array = np.asarray(arg.__kiln_array__())
+        if array.dtype.kind not in "biufc":  # ml_dtypes' bfloat16: through float32, which holds it exactly
+            array = array.astype(np.float32)
+        torch_args.append(torch.from_numpy(np.array(array, copy=True)).to(getattr(torch, arg.dtype.name)))
+    torch_shapes = None if dynamic_shapes is None else {
+        name: {axis: torch_dim(dim) for axis, dim in axes.items()} if axes else None
+        for name, axes in dynamic_shapes.items()}
+    try:
+        return kiln.from_torch(model, tuple(torch_args), dynamic_shapes=torch_shapes)
+    except KilnError:
+        raise
+    except Exception as error:  # torch's messages span many lines; keep them, on one
+        message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        if len(message) > 600:
+            message = message[:600] + " ..."
+        raise KilnError(f"torch.export failed on {spec}: {type(error).__name__}: {message}",
+                        fix="check --input and --dynamic against the model, or run torch.export.export on it "
+                            "in Python for torch's full report") from None
+
+
+def _load_pt2_request(model_spec: str, inputs: list[str], dynamic: list[str],
+                      progress: Callable[[str], None]) -> ExportRequest:
+    """A .pt2 file (kiln's or torch.export's) read with kiln.load: torch is not needed, nor imported."""
+    import kiln
+    if inputs or dynamic:
+        raise KilnError("--input and --dynamic apply to a MODEL spec, not to a .pt2",
+                        fix="a .pt2 already records its inputs and dynamic dims")
+    path = Path(model_spec)
+    if not path.is_file():
+        raise KilnError(f"model file {path} does not exist")
+    progress(f"loading {path}")
+    with warnings.catch_warnings(record=True) as caught:  # e.g. pickled sample inputs, skipped: one line each
+        warnings.simplefilter("always")
+        program = kiln.load(path)
+    for warning in caught:
+        print(f"kiln: warning: {warning.message}", file=sys.stderr)
+    return ExportRequest(None, program, None, model_spec)
+
+
+def example_inputs(program: Any) -> tuple[tuple, dict[str, Any]]:
+    """(args, kwargs) of random values that fit a program's user inputs, each symbol at an example size."""
+    import numpy as np
+    import sympy
+
+    from kiln.ir.program import InputKind
+    from kiln.ir.pytree import tree_unflatten
+    sizes = {symbol: _example_size(r.lower, r.upper)
+             for symbol, r in program.range_constraints.items() if isinstance(symbol, sympy.Symbol)}
+    rng = np.random.default_rng(0)
+    arrays = []
+    for spec, value in zip(program.graph_signature.input_specs, program.body.args):
+        if spec.kind is not InputKind.USER_INPUT:
+            continue
+        shape = [dim if isinstance(dim, int) else int(dim.subs({s: sizes.get(s, 2) for s in dim.free_symbols}))
+                 for dim in value.type.shape]
+        dtype = value.type.dtype
+        if dtype.is_floating_point:
+            arrays.append(rng.standard_normal(shape).astype(np.float32).astype(dtype.numpy))
+        else:
+            arrays.append(np.zeros(shape, dtype=dtype.numpy))
+    if program.in_spec is None:
+        return tuple(arrays), {}
+    supplied = iter(arrays)
+    leaves = [program.input_constants[index] if index in program.input_constants else next(supplied)
+              for index in range(program.in_spec.num_leaves)]
+    args, kwargs = tree_unflatten(leaves, program.in_spec)
+    return tuple(args), dict(kwargs)
 
 
 def _override_ranges(dynamic_shapes: Any, ranges: dict[str, tuple[int, float]], args: tuple,
@@ -228,7 +359,8 @@ def _write_onnx(request: ExportRequest, output: Path, options: argparse.Namespac
                                   external_data=True if options.external_data else None)
     if options.verify:
         progress("verifying: onnxruntime vs kiln's reference interpreter")
-        report = onnx_program.verify(*request.args)
+        args, kwargs = (request.args, {}) if request.args is not None else example_inputs(request.program)
+        report = onnx_program.verify(*args, **kwargs)
         print(report, file=sys.stderr)
         require_match(report)
     progress(f"writing {output}")
@@ -268,11 +400,14 @@ def register(commands: Any) -> None:
                     "Examples:\n"
                     "  kiln export kiln.models:gpt --format onnx -o gpt.onnx --verify\n"
                     "  kiln export net.py:Net --format onnx -o net.onnx \\\n"
-                    "      --input x=batch,3,64,64:float32 --dynamic batch=1:64\n\n"
+                    "      --input x=batch,3,64,64:float32 --dynamic batch=1:64   # kiln or torch module\n"
+                    "  kiln export model.pt2 --format onnx -o model.onnx\n\n"
                     "Errors exit with status 2 and write nothing; files are written atomically.")
     parser.add_argument("model", metavar="MODEL",
-                        help="path/to/file.py:ClassOrFactory, package.module:ClassOrFactory, or kiln.models:NAME "
-                             "(zoo models bring their own example inputs and dynamic dims)")
+                        help="path/to/file.py:NAME or package.module:NAME, where NAME is a kiln.nn.Module or "
+                             "torch.nn.Module class, a factory returning one, or a module instance (exported in "
+                             "eval mode; torch modules through torch.export); kiln.models:NAME (zoo models bring "
+                             "their own example inputs and dynamic dims); or a .pt2 file (torch not needed)")
     parser.add_argument("--format", required=True, choices=sorted(EXPORT_FORMATS), help="output format")
     parser.add_argument("-o", "--output", required=True, help="file to write")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
@@ -300,5 +435,6 @@ def run_export(options: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportRequest", "InputDecl", "load_export_request", "load_model",
-           "parse_input", "parse_dynamic", "register", "run_export"]
+__all__ = ["EXPORT_FORMATS", "TORCH_INSTALL", "ExportFormat", "ExportRequest", "InputDecl", "example_inputs",
+           "is_torch_module", "load_export_request", "load_model", "parse_input", "parse_dynamic", "register",
+           "run_export"]

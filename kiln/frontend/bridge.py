@@ -1,11 +1,13 @@
 """The torch bridge: `kiln.from_torch(module, args)` runs torch.export and converts its program in memory.
 
 torch is imported lazily, only here; the conversion reuses the .pt2 reader on torch's own serde JSON, and
-weights move as numpy arrays (nothing is pickled). Ops kiln lacks are decomposed by torch first.
+weights move as numpy arrays (nothing is pickled). Ops kiln lacks are decomposed by torch first. Symbols keep the
+names of the torch.export.Dim objects they came from (`batch`, not torch's `s77`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -32,29 +34,78 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     return tensor.numpy().copy()
 
 
-def program_from_torch(exported: Any) -> ExportedProgram:
-    """Convert a `torch.export.ExportedProgram` to a kiln program without touching disk."""
+def program_from_torch(exported: Any, symbol_names: dict[str, str] | None = None) -> ExportedProgram:
+    """Convert a `torch.export.ExportedProgram` to a kiln program without touching disk.
+
+    `symbol_names` renames torch's symbols (`{"s77": "batch"}`), as kiln's own .pt2 files do.
+    """
     from torch._export.serde.serialize import serialize
 
     from kiln.ir.serde.reader import load_json_document, program_from_document
+    from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
     artifact = serialize(exported, serialize_state_dict=False, serialize_constants=False,
                          serialize_example_inputs=False)
     document = load_json_document(artifact.exported_program)
+    if symbol_names and isinstance(document.get("graph_module"), dict):
+        metadata = document["graph_module"].setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata[KILN_SYMBOLS_KEY] = json.dumps(symbol_names)
     state_dict = {name: _to_numpy(value) for name, value in exported.state_dict.items()}
     constants = {name: _to_numpy(value) for name, value in exported.constants.items()
                  if hasattr(value, "detach")}
     return program_from_document(document, state_dict, constants)
 
 
+def _dim_names(module: Any, args: tuple, kwargs: dict[str, Any] | None, dynamic_shapes: Any,
+               exported: Any) -> dict[str, str]:
+    """torch's symbol names -> the names of the torch.export.Dim objects the user gave for them.
+
+    Pairs dynamic_shapes with the flat user inputs the way torch.export does. A derived dim (`2 * batch`), a
+    Dim.AUTO hint, or a name that would clash with another symbol keeps torch's name.
+    """
+    if not dynamic_shapes:
+        return {}
+    try:  # torch's own pairing helpers are private; if they move, symbols keep torch's names
+        from torch._export.non_strict_utils import _flatten_dynamic_shapes
+        from torch.export.dynamic_shapes import Dim, _combine_args, _DerivedDim
+        combined: Any = _combine_args(module, args, kwargs)
+        if not isinstance(dynamic_shapes, dict):
+            combined = type(dynamic_shapes)(combined.values())
+        flat_shapes = _flatten_dynamic_shapes(combined, dynamic_shapes)
+    except Exception:
+        return {}
+    user_inputs = list(exported.graph_signature.user_inputs)
+    if len(flat_shapes) != len(user_inputs):
+        return {}
+    values = {node.name: node.meta.get("val") for node in exported.graph.nodes if node.op == "placeholder"}
+    names: dict[str, str] = {}
+    for input_name, shape in zip(user_inputs, flat_shapes):
+        sizes = getattr(values.get(input_name), "shape", None)
+        if sizes is None or not isinstance(shape, (dict, list, tuple)):
+            continue
+        for axis, dim in (shape.items() if isinstance(shape, dict) else enumerate(shape)):
+            if not isinstance(dim, Dim) or isinstance(dim, _DerivedDim) or not 0 <= axis < len(sizes):
+                continue
+            expr = getattr(getattr(sizes[axis], "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                names[str(expr)] = dim.__name__
+    kept = {str(symbol) for symbol in exported.range_constraints} - set(names)
+    chosen = list(names.values())
+    return {old: new for old, new in names.items()
+            if new.isidentifier() and new not in kept and chosen.count(new) == 1}
+
+
 def from_torch(module: Any, args: tuple, kwargs: dict[str, Any] | None = None, *, dynamic_shapes: Any = None,
                strict: bool = False) -> ExportedProgram:
     """torch.export.export(module, args, kwargs, dynamic_shapes=..., strict=...) as a kiln ExportedProgram.
 
-    Ops outside kiln's registry (e.g. `aten.lstm.input`) are decomposed to core ATen by torch first.
+    Ops outside kiln's registry (e.g. `aten.lstm.input`) are decomposed to core ATen by torch first. A symbol
+    made for `torch.export.Dim("batch")` is named `batch` in the kiln program.
     """
     torch = _require_torch()
     exported = torch.export.export(module, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    names = _dim_names(module, tuple(args), kwargs, dynamic_shapes, exported)
     try:
-        return program_from_torch(exported)
+        return program_from_torch(exported, names)
     except UnknownOpError:
-        return program_from_torch(exported.run_decompositions())
+        return program_from_torch(exported.run_decompositions(), names)
