@@ -40,6 +40,24 @@ REQUIRED_COMPOSITES = [
 ]
 
 
+# torch's bfloat16/float16 result for these ops depends on its kernel's accumulation order, and torch picks the kernel
+# per ISA (oneDNN and ATen's vectorized kernels differ between AVX2 and AVX-512), so torch does not agree with itself
+# across machines. For that op and dtype only, the comparison takes the tolerance torch's own tests use
+# ({op: {dtype: (rtol, atol)}}); every other op and dtype keeps torch.testing.assert_close's defaults.
+#
+# aten.convolution_backward, bfloat16: torch's OpInfo database (torch/testing/_internal/common_methods_invocations.py,
+# nn.functional.conv2d / conv_transpose2d) has no bfloat16 override. torch's test of a grouped convolution's backward
+# against per-group convolutions (test/nn/test_convolution.py::test_Conv2d_naive_groups, bfloat16 on CUDA) allows
+# atol=dtype2prec_DONTUSE[torch.bfloat16] = 1e-1 (torch/testing/_internal/common_utils.py); rtol stays bfloat16's
+# default 1.6e-2 so large elements keep a relative check. On the groups=4 sample kiln's grad_input is the float64
+# answer correctly rounded, as is torch's under AVX-512; under AVX2 or torch's scalar kernels 82 of 144 elements are
+# off by up to 0.006 * sum(|terms|) (under one bfloat16 eps, 0.09 at most), failing the default atol of 1e-5 where
+# the terms cancel to ~0.
+TORCH_REDUCED_PRECISION_TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
+    "aten.convolution_backward.default": {"bfloat16": (1.6e-2, 1e-1)},
+}
+
+
 def _samples(name: str) -> list:
     generator = SAMPLES.get(name)
     assert generator is not None, f"{name} has no samples in tests/ir/samples/"
@@ -144,7 +162,8 @@ def test_against_torch(name):
             continue
         actual = OpOverload(opdef)(*copy.deepcopy(sample.args), **copy.deepcopy(sample.kwargs))
         assert_close_to_torch(actual, expected, check_values=sample.check_values, rtol=sample.rtol,
-                              atol=sample.atol, where=where)
+                              atol=sample.atol, where=where,
+                              dtype_tolerances=TORCH_REDUCED_PRECISION_TOLERANCES.get(name))
 
 
 @pytest.mark.parametrize("name", DECOMPOSED_OPS)
