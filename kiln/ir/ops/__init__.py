@@ -11,4 +11,5 @@ from kiln.ir.ops import (  # noqa: F401  (imported for registration)
     composite,
     backward,
     misc,
+    symbolic,
 )
