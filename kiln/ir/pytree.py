@@ -27,8 +27,10 @@ def register_dataclass(cls: type, *, field_names: list[str] | None = None,
 
 @dataclass(frozen=True)
 class TreeSpec:
-    kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple", "dataclass"
-    context: Any = None  # dict keys, namedtuple/dataclass type
+    # "leaf", "none", "tuple", "list", "dict", "namedtuple", "dataclass", or "record": a keyed node of a type
+    # registered in another program's pytree (e.g. Hugging Face's ModelOutput), which kiln rebuilds as a dict.
+    kind: str
+    context: Any = None  # dict keys, namedtuple/dataclass type, (record type name, keys)
     children: tuple["TreeSpec", ...] = field(default=())
 
     @property
@@ -50,6 +52,10 @@ class TreeSpec:
             return f"[{inner}]"
         if self.kind in ("namedtuple", "dataclass"):
             return f"{self.context.__name__}({inner})"
+        if self.kind == "record":
+            type_name, keys = self.context
+            fields = ", ".join(f"{k}={c}" for k, c in zip(keys, self.children))
+            return f"{type_name.rsplit('.', 1)[-1]}({fields})"
         return f"({inner}{',' if len(self.children) == 1 else ''})"
 
 
@@ -98,6 +104,8 @@ def _unflatten(leaves: Any, spec: TreeSpec) -> Any:
         return children
     if spec.kind == "dict":
         return dict(zip(spec.context, children))
+    if spec.kind == "record":
+        return dict(zip(spec.context[1], children))
     if spec.kind == "namedtuple":
         return spec.context(*children)
     names, _ = _DATACLASSES[spec.context]

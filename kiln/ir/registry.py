@@ -352,7 +352,8 @@ class OpNamespace:
         self._namespace = namespace
 
     def __getattr__(self, name: str) -> OpOverloadPacket:
-        if name.startswith("__"):
+        # Python's own dunder probes (__deepcopy__, ...) are not ops; aten's dunder ops (__and__) are registered.
+        if name.startswith("__") and not any(key.startswith(f"{self._namespace}.{name}.") for key in REGISTRY):
             raise AttributeError(name)
         if not any(key.startswith(f"{self._namespace}.{name}.") for key in REGISTRY):
             lookup(f"{self._namespace}.{name}.default")  # raises UnknownOpError with suggestions

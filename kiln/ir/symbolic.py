@@ -241,6 +241,73 @@ def bound_expr(expr: SymInt, ranges: dict[sympy.Symbol, ValueRange]) -> ValueRan
     return UNBOUNDED
 
 
+def known_under(op: str, diff: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange], splits: int = 6) -> bool | None:
+    """Whether `diff <op> 0` holds (True) or fails (False) for every value of the symbols in `ranges`; None if it
+    depends on them. Interval bounds decide most questions. Min/Max terms (slice clamping writes them, e.g.
+    `s + Min(1, s)`) are first resolved where one argument wins over the whole ranges; the rest are decided by cases:
+    the range of a symbol is split where two arguments of a Min/Max cross (`Min(1, s)`: s <= 0 and s >= 1), and
+    the question is asked again on each piece, at most `splits` times deep."""
+    diff = _resolve_extrema(diff, ranges)
+    if diff.is_Integer or diff.is_Rational:
+        r = ValueRange(float(diff), float(diff))
+    else:
+        r = bound_expr(diff, ranges)
+    checks = {
+        "==": (r.lower == r.upper == 0, r.lower > 0 or r.upper < 0),
+        "!=": (r.lower > 0 or r.upper < 0, r.lower == r.upper == 0),
+        ">": (r.lower > 0, r.upper <= 0), ">=": (r.lower >= 0, r.upper < 0),
+        "<": (r.upper < 0, r.lower >= 0), "<=": (r.upper <= 0, r.lower > 0),
+    }
+    always, never = checks[op]
+    if always or never:
+        return bool(always)
+    if splits == 0:
+        return None
+    for piece_ranges in _split_at_crossing(diff, ranges):
+        answers = {known_under(op, diff, piece, splits - 1) for piece in piece_ranges}
+        return answers.pop() if len(answers) == 1 else None
+    return None
+
+
+def _resolve_extrema(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Expr:
+    """expr with each Min/Max (innermost first) reduced to the arguments that can win within the ranges."""
+    def reduce(node: sympy.Basic) -> sympy.Basic:
+        smaller_wins = isinstance(node, sympy.Min)
+        kept: list[sympy.Expr] = []
+        for arg in node.args:
+            def beats(a: sympy.Expr, b: sympy.Expr) -> bool:  # a wins over b for every value in range
+                r = bound_expr(sympy.expand(a - b), ranges)
+                return r.upper <= 0 if smaller_wins else r.lower >= 0
+            if any(beats(k, arg) for k in kept):
+                continue
+            kept = [k for k in kept if not beats(arg, k)] + [arg]
+        return kept[0] if len(kept) == 1 else node.func(*kept)
+    if not expr.has(sympy.Min, sympy.Max):
+        return expr
+    return sympy.expand(expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), reduce))
+
+
+def _split_at_crossing(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]
+                       ) -> Iterator[list[dict[sympy.Symbol, ValueRange]]]:
+    """For a Min/Max in expr with two arguments whose difference is linear in one symbol: that symbol's range cut
+    where they cross, as the list of the pieces' ranges."""
+    for extremum in expr.atoms(sympy.Min, sympy.Max):
+        for first, second in zip(extremum.args, extremum.args[1:]):
+            difference = sympy.expand(first - second)
+            if len(difference.free_symbols) != 1:
+                continue
+            (sym,) = difference.free_symbols
+            slope, offset = difference.coeff(sym, 1), difference.coeff(sym, 0)
+            if not (slope.is_Integer and offset.is_Rational and slope != 0) or sympy.expand(
+                    difference - slope * sym - offset) != 0:
+                continue
+            cut = math.floor(-offset / slope)  # the difference changes sign between cut and cut + 1
+            whole = ranges.get(sym, UNBOUNDED)
+            pieces = [whole.intersect(ValueRange(-INF, cut)), whole.intersect(ValueRange(cut + 1, INF))]
+            if all(piece.lower <= piece.upper for piece in pieces):
+                yield [{**ranges, sym: piece} for piece in pieces]
+
+
 # ---------------------------------------------------------------------------------------------
 # ShapeEnv
 
@@ -322,24 +389,7 @@ class ShapeEnv:
             return None if inner is None else not inner
         if not isinstance(condition, sympy.core.relational.Relational):
             return None
-        diff = sympy.expand(condition.lhs - condition.rhs)
-        if diff.is_Integer or diff.is_Rational:
-            return bool(condition.func(diff, 0))
-        r = self.bound(diff)
-        op = condition.rel_op
-        if op == "==":
-            if r.lower > 0 or r.upper < 0:
-                return False
-            return True if r.lower == r.upper == 0 else None
-        if op == "!=":
-            inner = self.statically_known(sympy.Eq(condition.lhs, condition.rhs))
-            return None if inner is None else not inner
-        checks = {
-            ">": (r.lower > 0, r.upper <= 0), ">=": (r.lower >= 0, r.upper < 0),
-            "<": (r.upper < 0, r.lower >= 0), "<=": (r.upper <= 0, r.lower > 0),
-        }
-        always, never = checks[op]
-        return True if always else False if never else None
+        return known_under(condition.rel_op, sympy.expand(condition.lhs - condition.rhs), self.ranges())
 
     def evaluate(self, condition: sympy.Basic | bool, source: str = "") -> bool:
         """Decide a condition; if it depends on the symbols' values, use the hints and record a guard."""

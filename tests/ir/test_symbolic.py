@@ -39,6 +39,24 @@ def test_statically_known_uses_ranges():
     assert env.guards == []  # nothing was guarded
 
 
+def test_slice_clamping_min_max_is_decided_by_cases():
+    """torch's diff decomposition on a dim whose min is 0 (torch.export.Dim's default) gives this length; it is s for
+    every s >= 0, which only a case split at s = 0 / s >= 1 shows."""
+    env = ShapeEnv()
+    s = env.create_symbol(None, min=0, max=64)
+    clamped = s + sympy.Min(1, s)
+    assert env.statically_known(sympy.Eq(-sympy.Min(1, clamped) + sympy.Min(clamped, sympy.Max(1, s + 1)), s))
+    assert env.statically_known(sympy.Eq(clamped - sympy.Min(1, clamped), sympy.Max(0, clamped - 1))) is True
+    assert env.statically_known(sympy.Ge(sympy.Min(3, s) + 1, 1)) is True
+    assert env.statically_known(sympy.Eq(sympy.Min(1, s), 1)) is None  # false at s = 0, true above
+    assert env.statically_known(sympy.Ne(sympy.Max(s, 2) - sympy.Min(s, 1), 0)) is True
+    assert env.statically_known(sympy.Lt(sympy.Max(s, 2), 2)) is False
+    unbounded = ShapeEnv()
+    t = unbounded.create_symbol(None, min=2)
+    assert unbounded.statically_known(sympy.Eq(sympy.Min(t, 1), 1)) is True  # resolved by the range, no split
+    assert env.guards == [] and unbounded.guards == []
+
+
 def test_evaluate_records_guard_and_refines_range():
     env = ShapeEnv()
     s0 = env.create_symbol(7, min=2, max=100, source="x.size()[0]")

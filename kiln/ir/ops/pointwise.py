@@ -24,7 +24,7 @@ from kiln.ir.meta import (
     Promotion, broadcast_shapes, dtype_of, is_tensor, promoted_for, require_arg, require_dtype, shape_of, tensor,
 )
 from kiln.ir.ops._common import opmath, unary_float_kernel
-from kiln.ir.registry import defop, ops, register_decomposition
+from kiln.ir.registry import defop, handle, ops, register_decomposition
 from kiln.ir.schema import parse_schema
 from kiln.ir.symbolic import sym_eq
 
@@ -521,8 +521,8 @@ def _bitwise(fn: Callable) -> Callable[..., np.ndarray]:
     return kernel
 
 
-for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                   ("bitwise_xor", np.bitwise_xor)]:
+_BITWISE = [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or), ("bitwise_xor", np.bitwise_xor)]
+for _name, _fn in _BITWISE:
     for _schema in [f"{_name}.Tensor(Tensor self, Tensor other) -> Tensor",
                     f"{_name}.Scalar(Tensor self, Scalar other) -> Tensor"]:
         defop(_schema, _elementwise(_qualified(_schema), check=_integral_or_bool), _bitwise(_fn))
@@ -1139,6 +1139,60 @@ _composite("to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, 
            "MemoryFormat? memory_format=None) -> Tensor(a)", _to_dtype_meta,
            lambda self, dtype, non_blocking=False, copy=False, memory_format=None: _cast(self, dtype).copy(),
            _to_dtype_decomposition)
+
+
+# to.dtype_layout / to.device / to.other: what `x.to(dtype)`, `x.to(device, dtype)` and `x.to(other)` leave in
+# torch.export's default IR. Devices are accepted and ignored (kiln programs have none); the dtype works like to.dtype.
+
+def _to_meta(op: str, conversion: Callable[..., tuple]) -> Callable[..., Any]:
+    def meta(*args, **kwargs):
+        self, dtype, layout, _, memory_format = conversion(*args, **kwargs)
+        layout_name = _format_name(layout)
+        require_arg(layout_name in (None, "strided"), op, f"converting to layout {layout_name} is not supported",
+                    fix="pass layout=torch.strided or leave it unset")
+        _check_memory_format(op, self, memory_format)
+        return tensor(shape_of(self), dtype)
+    return meta
+
+
+def _to_kernel(conversion: Callable[..., tuple]) -> Callable[..., np.ndarray]:
+    def kernel(*args, **kwargs):
+        self, dtype, *_ = conversion(*args, **kwargs)
+        return _cast(self, dtype).copy()
+    return kernel
+
+
+def _to_decomposition(conversion: Callable[..., tuple]) -> Callable[..., Any]:
+    def decomposition(*args, **kwargs):
+        self, dtype, _, copy, memory_format = conversion(*args, **kwargs)
+        return _to_dtype_decomposition(self, dtype, copy=copy, memory_format=memory_format)
+    return decomposition
+
+
+# schema -> its arguments (in schema order) as (self, dtype, layout, copy, memory_format)
+_TO_OVERLOADS: dict[str, Callable[..., tuple]] = {
+    "to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+    "bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) "
+    "-> Tensor(a)": lambda self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+    copy=False, memory_format=None: (self, dtype_of(self) if dtype is None else dtype, layout, copy, memory_format),
+    "to.device(Tensor(a) self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+    "MemoryFormat? memory_format=None) -> Tensor(a)": lambda self, device, dtype, non_blocking=False, copy=False,
+    memory_format=None: (self, dtype, None, copy, memory_format),
+    "to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, "
+    "MemoryFormat? memory_format=None) -> Tensor(a)": lambda self, other, non_blocking=False, copy=False,
+    memory_format=None: (self, dtype_of(other), None, copy, memory_format),
+}
+for _schema, _conversion in _TO_OVERLOADS.items():
+    _composite(_schema, _to_meta(_qualified(_schema), _conversion), _to_kernel(_conversion),
+               _to_decomposition(_conversion))
+
+
+# `&`, `|`, `^` on tensors: torch.export keeps the dunder ops (__and__.Tensor, ...), bitwise ops by another name.
+for _name, _fn in _BITWISE:
+    for _overload, _operand in (("Tensor", "Tensor"), ("Scalar", "Scalar")):
+        _schema = f"__{_name.removeprefix('bitwise_')}__.{_overload}(Tensor self, {_operand} other) -> Tensor"
+        _composite(_schema, _elementwise(_qualified(_schema), check=_integral_or_bool), _bitwise(_fn),
+                   lambda self, other, _target=f"aten.{_name}.{_overload}": handle(_target)(self, other))
 
 
 # floor_divide: division rounded toward -inf (what `//` means on tensors)

@@ -8,6 +8,7 @@ that needs a concrete answer (how many chunks, is this dim 1?) is decided throug
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 
@@ -751,6 +752,68 @@ defop("narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)
 def _narrow_decomposition(self, dim, start, length):
     d, begin, end = _narrow_range("aten.narrow.default", shape_of(self), dim, start, length)
     return aten.slice.Tensor(self, d, begin, end)
+
+
+# diff: the n-th forward difference along dim, after concatenating prepend and append (ATen's diff_helper)
+
+def _diff_parts(op, self, n, dim, prepend, append):
+    """(dim, the tensors to concatenate, their length along dim, the effective n): n is clamped to the length."""
+    rank = len(shape_of(self))
+    require(rank >= 1, op, "diff expects input to be at least one-dimensional",
+            fix="diff a 1-d or higher tensor")
+    require(n >= 0, op, f"order must be non-negative but got {n}", fix="pass n >= 0")
+    d = canonical_dim(op, dim, rank)
+    parts = [t for t in (prepend, self, append) if t is not None]
+    for name, extra in (("prepend", prepend), ("append", append)):
+        if extra is None:
+            continue
+        require(len(shape_of(extra)) == rank, op, f"diff expects {name} to have the same number of dimensions "
+                f"as input ({rank}), got {len(shape_of(extra))}", fix=f"reshape {name} to rank {rank}")
+        for axis, (a, b) in enumerate(zip(shape_of(extra), shape_of(self))):
+            require(axis == d or same_size(a, b), op, f"{name} has size {a} at dimension {axis} but input has {b}",
+                    fix=f"{name} must match input in every dimension except {d}")
+    length = as_dim(sum((shape_of(t)[d] for t in parts[1:]), shape_of(parts[0])[d]))
+    if isinstance(length, int):
+        return d, parts, length, min(n, length)
+    require(_guard_or(sympy.Ge(length, n), True), op, f"diff of order {n} needs a dimension of at least {n} "
+            f"elements, and dimension {d} has {length}", fix=f"make the dim's minimum at least {n}")
+    return d, parts, length, n
+
+
+def _diff_meta(self, n=1, dim=-1, prepend=None, append=None):
+    op = "aten.diff.default"
+    d, parts, length, steps = _diff_parts(op, self, n, dim, prepend, append)
+    result = functools.reduce(dtypes.promote_types, (dtype_of(t) for t in parts))
+    shape = list(shape_of(self))
+    shape[d] = _sym_max(as_dim(length - steps), 0)
+    return tensor(shape, result)
+
+
+def _diff(self, n=1, dim=-1, prepend=None, append=None):
+    d = canonical_dim("aten.diff.default", dim, self.ndim)
+    parts = [t for t in (prepend, self, append) if t is not None]
+    kind = functools.reduce(dtypes.promote_types, (dtypes.dtype(t.dtype) for t in parts))
+    values = np.concatenate([t.astype(kind.numpy) for t in parts], axis=d)
+    for _ in range(min(n, values.shape[d])):
+        later, earlier = np.take(values, range(1, values.shape[d]), d), np.take(values, range(values.shape[d] - 1), d)
+        values = np.logical_xor(later, earlier) if kind is dtypes.bool_ else (later - earlier).astype(kind.numpy)
+    return values
+
+
+defop("diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor", _diff_meta,
+      _diff, tags=("composite",))
+
+
+@register_decomposition("aten.diff.default")
+def _diff_decomposition(self, n=1, dim=-1, prepend=None, append=None):
+    d, parts, length, steps = _diff_parts("aten.diff.default", self, n, dim, prepend, append)
+    values = parts[0] if len(parts) == 1 else aten.cat.default(parts, d)
+    for step in range(steps):
+        width = as_dim(length - step - 1)
+        later, earlier = aten.narrow.default(values, d, 1, width), aten.narrow.default(values, d, 0, width)
+        values = (aten.logical_xor.default(later, earlier) if dtype_of(values) is dtypes.bool_
+                  else aten.sub.Tensor(later, earlier))
+    return values
 
 
 def _diagonal_shape(op, shape, offset, dim1, dim2):

@@ -361,6 +361,17 @@ def _bitwise_tensor(rng):
     yield Sample((rand(rng, 0, 3, dtype="int32"), rand(rng, 3, dtype="int32")), note="empty")
 
 
+@samples("aten.__and__.Tensor", "aten.__or__.Tensor", "aten.__xor__.Tensor")
+def _dunder_bitwise_tensor(rng):
+    yield from _bitwise_tensor(rng)
+    yield Sample((rand(rng, 2, 1, 4, dtype="bool"), rand(rng, 3, 1, dtype="bool")), note="bool masks broadcast")
+
+
+@samples("aten.__and__.Scalar", "aten.__or__.Scalar", "aten.__xor__.Scalar")
+def _dunder_bitwise_scalar(rng):
+    yield from _bitwise_scalar(rng)
+
+
 @samples("aten.bitwise_and.Scalar", "aten.bitwise_or.Scalar", "aten.bitwise_xor.Scalar")
 def _bitwise_scalar(rng):
     for dtype in INTS + ("bool",):
@@ -695,6 +706,32 @@ def _to_dtype(rng):
                      note=f"{source} to {target}")
     yield Sample((rand(rng, 3, 4), dtypes.float32), note="same dtype")
     yield Sample((rand(rng, 3, 4), dtypes.float32, False, True), note="same dtype, copy=True")
+
+
+@samples("aten.to.dtype_layout")
+def _to_dtype_layout(rng):
+    for source, target in CONVERSIONS[:6]:
+        yield Sample((rand(rng, 3, 4, dtype=source, low=-100, high=100),), {"dtype": dtypes.dtype(target)},
+                     note=f"{source} to {target}")
+    yield Sample((rand(rng, 3, 4),), {"dtype": dtypes.float32, "layout": 0, "device": "cpu"},
+                 note="same dtype, strided, cpu: an alias")
+    yield Sample((rand(rng, 2, 3),), {"device": "cpu"}, note="device only")
+    yield Sample((rand(rng, 2, 3),), {"dtype": dtypes.float32, "copy": True}, note="same dtype, copy=True")
+
+
+@samples("aten.to.device")
+def _to_device(rng):
+    for source, target in CONVERSIONS[:4]:
+        yield Sample((rand(rng, 3, 4, dtype=source, low=-100, high=100), "cpu", dtypes.dtype(target)),
+                     note=f"{source} to {target}")
+    yield Sample((rand(rng, 3, 4), "cpu", dtypes.float32), note="same dtype: an alias")
+
+
+@samples("aten.to.other")
+def _to_other(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng, 2, dtype="int32", low=0, high=5)), note="float32 like an int32 tensor")
+    yield Sample((rand(rng, 3, dtype="int64", low=-9, high=9), rand(rng, 1, dtype="float16")), note="to float16")
+    yield Sample((rand(rng, 3), rand(rng, 1)), note="same dtype")
 
 
 @samples("aten.lerp.Scalar")

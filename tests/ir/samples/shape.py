@@ -233,6 +233,20 @@ def _slice_scatter(rng):
     yield Sample((rand(rng, 6, 2), rand(rng, 2, 2, dtype="int32"), 0, -100, 100, 3), note="clamped, cast src")
 
 
+@samples("aten.diff.default")
+def _diff(rng):
+    yield Sample((rand(rng, 3, 5),), note="last dim")
+    yield Sample((rand(rng, 4, 3), 2, 0), note="second order over dim 0")
+    yield Sample((rand(rng, 3, 4, dtype="int64", low=-50, high=50), 1, -1, rand(rng, 3, 2, dtype="int64"),
+                  rand(rng, 3, 1, dtype="int64")), note="prepend and append")
+    yield Sample((rand(rng, 2, 4, dtype="int32", low=0, high=9), 1, 1, rand(rng, 2, 1)), note="int prepended by float")
+    yield Sample((rand(rng, 6, dtype="bool"),), note="bool: xor")
+    yield Sample((rand(rng, 6, dtype="uint8", low=0, high=200),), note="uint8 wraps")
+    yield Sample((rand(rng, 3, dtype="float16"), 5), note="order beyond the length: empty")
+    yield Sample((rand(rng, 4, dtype="bfloat16"), 0), note="order 0: a copy")
+    yield Sample((rand(rng, 2, 0),), note="empty")
+
+
 @samples("aten.narrow.default")
 def _narrow(rng):
     yield Sample((rand(rng, 3, 4), 1, 1, 2))
