@@ -72,15 +72,18 @@ SORT_OPS = {"aten.sort.default", "aten.topk.default"}
 ROW_OPS = REDUCTION_OPS | SORT_OPS | {"aten._softmax.default", "aten._log_softmax.default",
                                       "aten.native_layer_norm.default", "aten.cumsum.default",
                                       "aten.native_group_norm.default"}
-# index_select / gather / index.Tensor (one integer index tensor, the other entries None; negative indices wrap):
-# a pointwise read of the source at an index taken from an index tensor, checked at run time.
+# index_select / gather / index.Tensor (integer index tensors that broadcast together, None entries between; negative
+# indices wrap): a pointwise read of the source at positions taken from index tensors, checked at run time.
 INDEX_OPS = {"aten.index_select.default", "aten.gather.default", "aten.index.Tensor"}
+# Scatters: a copy of `self`, then writes (or reductions) at positions taken from index tensors, checked at run time.
+SCATTER_OPS = {"aten.index_put.default", "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",
+               "aten.scatter_reduce.two"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,15 +134,16 @@ class Load:
 class Gather:
     """embedding: row `index` of a 2-D view, column = the kernel's last index. With `dim` set (index_select,
     gather): `table` (the source, of the kernel's rank) at the kernel's index with dim `dim` replaced by `index`,
-    which the kernel checks against `size` at run time."""
+    which the kernel checks against `size` at run time. index.Tensor: `index`, `dim`, `size` and `stride` are
+    lists (one entry per index tensor); each checked, wrapped index adds index * stride to the table position."""
 
     table: View
-    index: Any  # an expression node
+    index: Any  # an expression node (index.Tensor: a list of them)
     dtype: dtypes.DType
-    dim: int | None = None
+    dim: Any = None
     size: Any = None
     op: str = "aten.embedding.default"
-    stride: Any = None  # index.Tensor: the checked (wrapped) index adds index * stride to the table position
+    stride: Any = None
 
 
 @dataclass(eq=False)
@@ -151,6 +155,17 @@ class Tile:
     offset: Any
     sizes: list
     op: str = "aten.repeat.default"
+
+
+@dataclass(eq=False)
+class ScatterIndex:
+    """A scatter's target position along `dim`: the index tensor's element (a Load over the iteration space),
+    checked against `size` at run time; negative values wrap when `wrap` (index_put), else they are errors."""
+
+    index: Load
+    size: Any
+    dim: int
+    wrap: bool
 
 
 @dataclass(eq=False)
@@ -239,6 +254,42 @@ def _load(view: View, out_shape: list) -> Load:
     return Load(view.buffer, strides, view.offset)
 
 
+def _advanced(indices: list, rank: int, out_rank: int) -> tuple[int, int, list, list]:
+    """ATen's advanced-indexing layout of `x[indices]` for a rank-`rank` x and a rank-`out_rank` result: the index
+    tensors broadcast into `width` dims that start at `start` (the first indexed dim when the indexed dims are
+    adjacent, else 0); `indexed` pairs each indexed dim with its index, `rest` each other result dim with its dim
+    of x."""
+    indexed = [(d, value) for d, value in enumerate(indices) if value is not None]
+    dims = [d for d, _ in indexed]
+    width = out_rank - (rank - len(indexed))
+    start = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
+    others = [k for k in range(out_rank) if not start <= k < start + width]
+    rest = list(zip(others, [d for d in range(rank) if d not in dims]))
+    return start, width, indexed, rest
+
+
+def _broadcast(shapes: list[list]) -> list:
+    """The shapes broadcast together (right-aligned; a size-1 dim takes the other size)."""
+    rank = max(len(shape) for shape in shapes)
+    result = [sympy.Integer(1)] * rank
+    for shape in shapes:
+        for k, d in enumerate(shape, rank - len(shape)):
+            if not _same(d, 1):
+                result[k] = _dim(d)
+    return result
+
+
+def _at_least_1d(view: View) -> View:
+    return view if view.shape else View(view.buffer, [1], [sympy.Integer(0)], view.offset)
+
+
+def _index_load(view: View, out_shape: list, start: int, width: int) -> Load:
+    """An index tensor broadcast to the index dims `out_shape[start:start + width]` (stride 0 along the others)."""
+    inner = _load(view, out_shape[start:start + width])
+    strides = [sympy.Integer(0)] * start + inner.strides + [sympy.Integer(0)] * (len(out_shape) - start - width)
+    return Load(view.buffer, strides, view.offset)
+
+
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "type") and isinstance(value.type, TensorType)
 
@@ -317,10 +368,22 @@ class _Scheduler:
 
     def check_supported(self) -> None:
         problems: dict[str, str] = {}
+        # Symbols the run can bind: those of the input shapes (and their declared ranges). Any other symbol in a
+        # result's shape is data-dependent (an unbacked `u0`: nonzero's row count, a mask's count).
+        bound = set(self.program.range_constraints)
+        for arg in self.program.body.args:
+            bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
         for op in self.program.body.ops:
             if isinstance(op, func.ReturnOp):
                 continue
             name = getattr(getattr(op, "opdef", None), "name", op.name)
+            unbound = sorted({str(s) for r in op.results if _is_tensor(r) for d in r.type.shape
+                              for s in getattr(d, "free_symbols", ()) if s not in bound})
+            if unbound:
+                problems.setdefault(name, f"its result's size depends on the input values (data-dependent size "
+                                          f"{', '.join(unbound)}), and the C ABI sizes every buffer from the input "
+                                          f"shapes")
+                continue
             if name not in SUPPORTED_OPS:
                 problems.setdefault(name, "no C lowering")
                 continue
@@ -445,7 +508,7 @@ class _Scheduler:
         for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
-                              (PAD_OPS, self.schedule_pad)):
+                              (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -472,15 +535,16 @@ class _Scheduler:
                 strides.append(sympy.Integer(0) if _same(d, 1) else s)
                 sizes.append(None if _same(d, 1) or _same(d, o) else d)
             expr = Tile(source.buffer, strides, source.offset, sizes)
-        elif name == "aten.index.Tensor":  # one index tensor at `dim`: its dims replace that dim
-            source, positions = self.materialized(args[0]), self.materialized(op.operands[1])
-            dim = next(k for k, i in enumerate(args[1]) if i is not None)
-            width = len(positions.shape)
-            strides = source.strides[:dim] + [sympy.Integer(0)] * width + source.strides[dim + 1:]
+        elif name == "aten.index.Tensor":  # the broadcast index dims replace the indexed dims (see _advanced)
+            source = self.materialized(args[0])
+            start, width, indexed, rest = _advanced(args[1], len(source.shape), len(out_shape))
+            strides = [sympy.Integer(0)] * len(out_shape)
+            for k, d in rest:
+                strides[k] = source.strides[d]
             table = View(source.buffer, out_shape, strides, source.offset)
-            index = Load(positions.buffer, [sympy.Integer(0)] * dim + list(positions.strides)
-                         + [sympy.Integer(0)] * (len(out_shape) - dim - width), positions.offset)
-            expr = Gather(table, index, result.type.dtype, dim, source.shape[dim], name, source.strides[dim])
+            loads = [_index_load(self.materialized(value), out_shape, start, width) for _, value in indexed]
+            expr = Gather(table, loads, result.type.dtype, [d for d, _ in indexed],
+                          [source.shape[d] for d, _ in indexed], name, [source.strides[d] for d, _ in indexed])
         elif name in INDEX_OPS:  # index_select, gather (index.Tensor is handled above)
             source, positions = self.materialized(args[0]), self.materialized(args[2])
             dim = _norm_dim(args[1], len(out_shape))
@@ -583,6 +647,70 @@ class _Scheduler:
         buf = self.buffer(result)
         self.kernels.append(Kernel("pad", f"{name.split('.')[1]}_{buf.name}", [name], [buf], list(result.type.shape),
                                    None, {"input": source, "before": before, "value": value, "mode": mode}))
+        self.views[result] = _contiguous(buf)
+
+    def schedule_scatter(self, op: Any, name: str, args: list) -> None:
+        """A copy of `self`, then one write (or reduction step) per element of an iteration space at a target
+        position that index tensors pick. Determinism: the space's `parallel` dims split the work, and distinct
+        values of them always target distinct output elements (per-output ownership); each thread walks the
+        other dims serially in row-major order, so duplicates combine in the interpreter's (ATen CPU's) order:
+        the last write wins, sums and products accumulate in the output dtype one source element at a time."""
+        result = op.results[0]
+        source = self.materialized(args[0])
+        shape, dtype = list(result.type.shape), result.type.dtype
+        reduce, include_self, mask = "assign", True, None
+        if name == "aten.index_put.default":
+            reduce = "sum" if args[3] else "assign"
+            values = self.materialized(args[2])
+            given = [(d, value) for d, value in enumerate(args[1]) if value is not None]
+            if given[0][1].type.dtype == dtypes.bool_:  # one mask: each masked element is written once
+                position, mask_view = given[0][0], self.materialized(given[0][1])
+                width = len(mask_view.shape)
+                space, targets, parallel = shape, list(range(len(shape))), [True] * len(shape)
+                mask = Load(mask_view.buffer, [sympy.Integer(0)] * position + list(mask_view.strides)
+                            + [sympy.Integer(0)] * (len(shape) - position - width), mask_view.offset)
+                indexed = shape[:position] + [1] + shape[position + width:]  # the count: values broadcast along it
+                strides = _load(values, indexed).strides
+                value = Load(values.buffer, strides[:position] + [sympy.Integer(0)] * width + strides[position + 1:],
+                             values.offset)
+            else:
+                broadcast = _broadcast([list(v.type.shape) for _, v in given])
+                dims = [d for d, _ in given]
+                start = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
+                kept = [shape[d] for d in range(len(shape)) if d not in dims]
+                space = kept[:start] + broadcast + kept[start:]
+                start, width, indexed, rest = _advanced(args[1], len(shape), len(space))
+                targets: list = [None] * len(shape)
+                for k, d in rest:
+                    targets[d] = k
+                for d, v in indexed:
+                    targets[d] = ScatterIndex(_index_load(self.materialized(v), space, start, width), shape[d], d,
+                                              wrap=True)
+                parallel = [not start <= k < start + width for k in range(len(space))]
+                value = _load(values, space)
+        else:  # a 0-d self, index or src acts as a 1-element 1-d one (ATen's ensure_nonempty)
+            shape, source = shape or [1], _at_least_1d(source)
+            dim = _norm_dim(args[1], len(shape))
+            index = _at_least_1d(self.materialized(args[2]))
+            space = list(index.shape)
+            targets = list(range(len(shape)))
+            targets[dim] = ScatterIndex(Load(index.buffer, list(index.strides), index.offset), shape[dim], dim,
+                                        wrap=False)
+            parallel = [k != dim for k in range(len(space))]
+            if name == "aten.scatter.value":
+                value = Constant(fill_value(name, args[3], dtype).item(), dtype)
+            else:
+                src = _at_least_1d(self.materialized(args[3]))
+                value = Load(src.buffer, list(src.strides), src.offset)
+            if name == "aten.scatter_add.default":
+                reduce = "sum"
+            elif name == "aten.scatter_reduce.two":
+                reduce = {"max": "amax", "min": "amin"}.get(args[4], args[4])
+                include_self = bool(args[5])
+        buf = self.buffer(result)
+        detail = {"input": _load(source, shape), "space": space, "parallel": parallel, "targets": targets,
+                  "value": value, "mask": mask, "reduce": reduce, "include_self": include_self}
+        self.kernels.append(Kernel("scatter", f"{name.split('.')[1]}_{buf.name}", [name], [buf], shape, None, detail))
         self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
@@ -761,7 +889,8 @@ def expression_ops(expr: Any) -> list[str]:
         inner = [o for a in expr.args for o in expression_ops(a)]
         return inner + [expr.op]
     if isinstance(expr, Gather):
-        return expression_ops(expr.index) + [expr.op]
+        indices = expr.index if isinstance(expr.index, list) else [expr.index]
+        return [o for index in indices for o in expression_ops(index)] + [expr.op]
     if isinstance(expr, Iota):
         return ["aten.arange.start_step"]
     if isinstance(expr, Tile):
@@ -913,10 +1042,18 @@ def _unsupported_arguments(op: Any) -> str | None:
     if name in ("aten.index_select.default", "aten.gather.default"):
         if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
-    if name == "aten.index.Tensor":
+    if name in ("aten.index.Tensor", "aten.index_put.default"):
         given = [i for i in args[1] if i is not None]
-        if len(given) != 1 or given[0].type.dtype not in (dtypes.int64, dtypes.int32):
-            return "only one integer index tensor (the other entries None) is supported"
+        masks = [i for i in given if i.type.dtype not in (dtypes.int64, dtypes.int32)]
+        if masks and name == "aten.index.Tensor":
+            return ("a boolean mask index makes the result's size depend on the mask's values (an unbacked size "
+                    "symbol), and the C ABI sizes every output from the input shapes; index with integer tensors "
+                    "(or use where / masked_fill)")
+        if masks and not _mask_put_fits(op, args):
+            return ("index_put with a boolean mask is supported only as the sole index (the other entries None) with "
+                    "values that broadcast along the mask's count (size 1 or absent there)")
+    if name == "aten.scatter_reduce.two" and args[4] not in ("sum", "prod", "mean", "amax", "amin", "max", "min"):
+        return f"reduce={args[4]!r}"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
         return "only layer norm over the last dim is supported"
     if name == "aten.native_group_norm.default":
@@ -944,6 +1081,17 @@ def _unsupported_arguments(op: Any) -> str | None:
             if value.type.dtype not in (dtypes.float32, dtypes.float64):
                 return "only floating matmuls are supported"
     return None
+
+
+def _mask_put_fits(op: Any, args: list) -> bool:
+    """index_put with one boolean mask (the other entries None) whose values do not vary along the mask's count."""
+    given = [(d, value) for d, value in enumerate(args[1]) if value is not None]
+    if len(given) != 1 or given[0][1].type.dtype != dtypes.bool_:
+        return False
+    shape, position, width = op.operands[0].type.shape, given[0][0], len(given[0][1].type.shape)
+    values = list(args[2].type.shape)
+    aligned = position - (len(shape) - width + 1 - len(values))  # the values dim lined up with the count
+    return len(values) <= len(shape) - width + 1 and (aligned < 0 or _same(values[aligned], 1))
 
 
 def schedule(program: ExportedProgram) -> Schedule:

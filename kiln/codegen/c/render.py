@@ -126,17 +126,20 @@ class _Exprs:
             if node.buffer.dtype == dtypes.bool_:
                 return f"(((const uint8_t*){buffer_name(node.buffer)})[{place}] != 0)"
             return f"{buffer_name(node.buffer)}[{place}]"
-        if isinstance(node, Gather) and node.stride is not None:  # index.Tensor: a checked, wrapped index
-            checked = f"kiln_index_wrap((int64_t)({self.render(node.index)}), {dim_expr(node.size)}, {node.dim}, ctx)"
-            table = node.table
+        if isinstance(node, Gather) and node.stride is not None:  # index.Tensor: checked, wrapped indices
+            table, unused = node.table, []
             place = self.index(table.strides, table.offset)
-            if sympy.sympify(node.stride) != 0:
-                place = f"{place} + ({checked}) * {dim_expr(node.stride)}"
+            for index, size, dim, stride in zip(node.index, node.size, node.dim, node.stride):
+                checked = checked_index(self.render(index), size, dim, node.op, wrap=True)
+                if sympy.sympify(stride) != 0:
+                    place = f"{place} + ({checked}) * {dim_expr(stride)}"
+                else:  # a size-1 dim: the index is still checked
+                    unused.append(f"(void)({checked}), ")
             element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
                        if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
-            return element if sympy.sympify(node.stride) != 0 else f"((void)({checked}), {element})"
+            return f"({''.join(unused)}{element})" if unused else element
         if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
-            checked = f"kiln_index((int64_t)({self.render(node.index)}), {dim_expr(node.size)}, {node.dim}, ctx)"
+            checked = checked_index(self.render(node.index), node.size, node.dim, node.op, wrap=False)
             table, variables = node.table, list(self.variables)
             variables[node.dim] = f"({checked})"
             place = self.index(table.strides, table.offset, variables)
@@ -176,6 +179,13 @@ class _Exprs:
                 rule = FLOAT32_RULES[node.op]
             return f"(({c_type(node.dtype)})({rule(operands)}))"
         raise UnsupportedError(f"cannot render {type(node).__name__}")
+
+
+def checked_index(index: str, size: Any, dim: int, op: str, wrap: bool) -> str:
+    """C for an index value checked against `size` (an out-of-range one fails the run, naming `op`); negative
+    values wrap first when `wrap` (index.Tensor, index_put), as ATen."""
+    check = "kiln_index_wrap" if wrap else "kiln_index"
+    return f"{check}((int64_t)({index}), {dim_expr(size)}, {dim}, {_cstr(op)}, ctx)"
 
 
 def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
@@ -894,9 +904,93 @@ def _cat(kernel: Kernel, state: RenderState) -> list[str]:
     return lines
 
 
+def _combine(reduce: str, dtype: dtypes.DType, old: str, value: str) -> str:
+    """One scatter step on an output element: bool sums and maxima are `or`, products and minima `and`; numbers
+    combine in double (exactly rounded for float32) and round to the output dtype at every step, as ATen's CPU
+    kernels accumulate in the output dtype."""
+    if reduce == "assign":
+        return value
+    if dtype == dtypes.bool_:
+        return f"({old} {'||' if reduce in ('sum', 'mean', 'amax') else '&&'} {value})"
+    wide = compute_type(dtype)
+    step = {"sum": "({a} + {b})", "mean": "({a} + {b})", "prod": "({a} * {b})", "amax": "kiln_max({a}, {b})",
+            "amin": "kiln_min({a}, {b})"}[reduce]
+    return f"(({c_type(dtype)}){step.format(a=f'({wide}){old}', b=f'({wide})({value})')})"
+
+
+def _reduce_identity(reduce: str, dtype: dtypes.DType) -> str:
+    """What an excluded self element (include_self=False) starts from: ATen's scatter_reduce identities."""
+    if reduce in ("sum", "mean", "prod"):
+        return "1" if reduce == "prod" else "0"
+    low = reduce == "amax"
+    if dtype == dtypes.bool_:
+        return "0" if low else "1"
+    if dtype.is_floating_point:
+        return "(-INFINITY)" if low else "INFINITY"
+    bits = 64 if dtype == dtypes.int64 else 32
+    return f"INT{bits}_MIN" if low else f"INT{bits}_MAX"
+
+
+def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
+    """index_put / scatter / scatter_add / scatter_reduce: copy `self` into the output, then walk the iteration
+    space: the team shares its parallel dims, each of which owns the output elements it targets (see
+    schedule_scatter), and every thread walks the other dims serially, so duplicates combine in a fixed order.
+    Each target index is checked (an out-of-range one fails the run instead of writing outside the output)."""
+    detail, out, op = kernel.detail, kernel.outputs[0], kernel.ops[-1]
+    space, reduce, dtype = detail["space"], detail["reduce"], out.dtype
+    exprs, target = _Exprs(len(kernel.shape)), f"{buffer_name(out)}"
+    lines = _loops(kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail['input'])};"], simd=True)
+    exprs = _Exprs(len(space))
+    checks, coords, counted = [], [], None
+    for d, where in enumerate(detail["targets"]):
+        if isinstance(where, int):
+            coords.append(f"i{where}")
+            continue
+        position = checked_index(exprs.render(where.index), where.size, d, op, where.wrap)
+        checks.append(f"const int64_t j{d} = {position};")
+        coords.append(f"j{d}")
+        counted = where
+    strides = contiguous_strides(kernel.shape)
+    place = [*checks, f"const int64_t at = {exprs.index(strides, 0, coords)};"]
+    if detail["mask"] is not None:
+        place.insert(0, f"if (!{exprs.render(detail['mask'])}) continue;")
+    parallel = [k for k, shared in enumerate(detail["parallel"]) if shared]
+    serial = [k for k, shared in enumerate(detail["parallel"]) if not shared]
+
+    def nest(body: list[str], before: list[str] = (), after: list[str] = ()) -> list[str]:
+        head = [f"#pragma omp for collapse({len(parallel)}) schedule(static)" if parallel else "#pragma omp single"]
+        head += [f"for (int64_t i{k} = 0; i{k} < {dim_expr(space[k])}; ++i{k})" for k in parallel]
+        inner = [f"for (int64_t i{k} = 0; i{k} < {dim_expr(space[k])}; ++i{k})" for k in serial]
+        return ["    " + line for line in [*head, "{", *[f"    {b}" for b in before], *[f"    {x}" for x in inner],
+                                              "    {", *[f"        {b}" for b in body], "    }",
+                                              *[f"    {a}" for a in after], "}"]]
+
+    if reduce != "assign" and not detail["include_self"]:  # targeted self elements start from the identity
+        lines += nest([*place, f"{target}[at] = ({c_type(dtype)}){_reduce_identity(reduce, dtype)};"])
+    step = [*place, f"{target}[at] = {_combine(reduce, dtype, f'{target}[at]', exprs.render(detail['value']))};"]
+    if reduce != "mean":
+        lines += nest(step)
+        return lines
+    # mean: count each output element's contributions along the scattered dim in per-thread scratch, then divide
+    # (floor division for integers) by the count, plus one for the self element when it takes part.
+    size, d = dim_expr(counted.size), counted.dim
+    line = list(coords)
+    line[d] = "j"
+    divisor = f"(counts[j] + {1 if detail['include_self'] else 0})"
+    quotient = (f"(double){target}[at] / (double){divisor}" if dtype.is_floating_point
+                else f"kiln_floordiv((int64_t){target}[at], {divisor})")
+    before = ["int64_t* counts = (int64_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+              f"for (int64_t j = 0; j < {size}; ++j) counts[j] = 0;"]
+    after = [f"for (int64_t j = 0; j < {size}; ++j)", "{", "    if (!counts[j]) continue;",
+             f"    const int64_t at = {exprs.index(strides, 0, line)};",
+             f"    {target}[at] = ({c_type(dtype)})({quotient});", "}"]
+    lines += nest([*step, f"counts[j{d}] += 1;"], before, after)
+    return lines
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
-    "pad": _pad,
+    "pad": _pad, "scatter": _scatter,
 }
 
 PRELUDE = """\
@@ -933,21 +1027,24 @@ typedef struct {{
     float* const* packed;
     unsigned char* scratch;
     size_t scratch_stride;
-    int64_t* index_error;  /* index_select / gather: [flag, index, dim, size] of an out-of-range index */
+    int64_t* index_error;  /* [flag, index, dim, size] of the first out-of-range index a kernel met */
+    const char** index_error_op;  /* the op that met it */
 }} kiln_ctx;
-static __attribute__((noinline, cold)) int64_t kiln_index_error(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{
+static __attribute__((noinline, cold)) int64_t kiln_index_error(int64_t i, int64_t n, int dim, const char* op,
+                                                                const kiln_ctx* ctx) {{
     #pragma omp critical(kiln_index_error)
     if (!ctx->index_error[0]) {{
-        ctx->index_error[1] = i; ctx->index_error[2] = dim; ctx->index_error[3] = n; ctx->index_error[0] = 1;
+        ctx->index_error[1] = i; ctx->index_error[2] = dim; ctx->index_error[3] = n; ctx->index_error_op[0] = op;
+        ctx->index_error[0] = 1;
     }}
     return 0;  /* a safe position: the run fails once the kernels finish */
 }}
-static inline int64_t kiln_index(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{
-    return i >= 0 && i < n ? i : kiln_index_error(i, n, dim, ctx);
+static inline int64_t kiln_index(int64_t i, int64_t n, int dim, const char* op, const kiln_ctx* ctx) {{
+    return i >= 0 && i < n ? i : kiln_index_error(i, n, dim, op, ctx);
 }}
-static inline int64_t kiln_index_wrap(int64_t i, int64_t n, int dim, const kiln_ctx* ctx) {{  /* index.Tensor */
-    int64_t j = i < 0 ? i + n : i;
-    return j >= 0 && j < n ? j : kiln_index_error(i, n, dim, ctx);
+static inline int64_t kiln_index_wrap(int64_t i, int64_t n, int dim, const char* op, const kiln_ctx* ctx) {{
+    int64_t j = i < 0 ? i + n : i;  /* index.Tensor, index_put: negative indices count from the end */
+    return j >= 0 && j < n ? j : kiln_index_error(i, n, dim, op, ctx);
 }}
 """
 
@@ -975,6 +1072,9 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
         return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
+    if kernel.kind == "scatter" and kernel.detail["reduce"] == "mean":  # an int64 count per element of a line
+        scattered = next(t for t in kernel.detail["targets"] if not isinstance(t, int))
+        return sympy.sympify(scattered.size) * 8
     return None
 
 
@@ -1134,7 +1234,8 @@ kiln_model* kiln_create_from_file(const char* path)
            "int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs)",
            "{", "    kiln_ctx ctx_storage; kiln_ctx* ctx = &ctx_storage;", "    int status = 0;",
            "    ctx->packed = m->packed; ctx->scratch = NULL; ctx->scratch_stride = 0;",
-           "    int64_t index_error[4] = {0, 0, 0, 0}; ctx->index_error = index_error;"]
+           "    int64_t index_error[4] = {0, 0, 0, 0}; ctx->index_error = index_error;",
+           "    const char* index_error_op = \"\"; ctx->index_error_op = &index_error_op;"]
     for index, symbol in enumerate(schedule.symbols):
         sym = symbol_name(symbol)
         run.append(f"    const int64_t {sym} = symbols[{index}]; ctx->sym[{index}] = {sym};")
@@ -1192,9 +1293,9 @@ kiln_model* kiln_create_from_file(const char* path)
         run.append(f"        if (profiling) {{ double start = omp_get_wtime(); {name}(ctx); "
                    f"if (omp_get_thread_num() == 0) m->kernel_seconds[{number}] += omp_get_wtime() - start; }} "
                    f"else {name}(ctx);")
-    run += ["    }", "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"index %lld is out of bounds for "
-            "dimension %lld with size %lld\", (long long)index_error[1], (long long)index_error[2], "
-            "(long long)index_error[3]); status = 3; }",
+    run += ["    }", "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
+            "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
+            "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
             "done:", "    free(ctx->scratch);", "    free(arena);",
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
