@@ -1187,6 +1187,14 @@ for _schema, _conversion in _TO_OVERLOADS.items():
                _to_decomposition(_conversion))
 
 
+# max.other / min.other: `torch.max(a, b)` / `torch.min(a, b)`, which are maximum / minimum by another name
+for _name, _target, _extremum_fns in (("max", "maximum", (np.logical_or, np.maximum)),
+                                      ("min", "minimum", (np.logical_and, np.minimum))):
+    _composite(f"{_name}.other(Tensor self, Tensor other) -> Tensor", _elementwise(f"aten.{_name}.other"),
+               _extremum(*_extremum_fns), lambda self, other, _target=f"aten.{_target}.default":
+               handle(_target)(self, other))
+
+
 # `&`, `|`, `^` on tensors: torch.export keeps the dunder ops (__and__.Tensor, ...), bitwise ops by another name.
 for _name, _fn in _BITWISE:
     for _overload, _operand in (("Tensor", "Tensor"), ("Scalar", "Scalar")):

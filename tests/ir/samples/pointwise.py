@@ -304,7 +304,7 @@ def _atan2_out(rng):
     yield Sample((rand(rng, 2, 1), rand(rng, 3)), {"out": np.zeros((2, 3), np.float32)}, note="broadcast")
 
 
-@samples("aten.maximum.default", "aten.minimum.default")
+@samples("aten.maximum.default", "aten.minimum.default", "aten.max.other", "aten.min.other")
 def _extremum(rng):
     yield from tensor_pairs(rng)
     yield Sample((arr(SPECIAL), arr(SPECIAL[::-1])), note="nan propagates")
