@@ -1,7 +1,9 @@
-"""Control flow in the IR: `kiln.cond`, torch's `higher_order.cond` with both branches as regions.
+"""Control flow in the IR: region ops with the semantics of torch's higher-order ops.
 
-Each region's block takes the cond's operands as arguments and ends with `kiln.yield`; the cond's results
-are the yielded values of the branch its 0-d boolean predicate selects.
+`kiln.cond` (`higher_order.cond`): each branch's block takes the cond's operands as arguments and ends with
+`kiln.yield`; the results are the yielded values of the branch its 0-d boolean predicate selects.
+`kiln.map` (`higher_order.map_impl`): the body runs once per slice along the leading dim of the `xs`, with the
+extra operands passed whole; the results are the yielded values stacked along a new leading dim.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from typing import Any, Sequence
 
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (
-    IRDLOperation, irdl_op_definition, operand_def, region_def, traits_def, var_operand_def, var_result_def,
+    AttrSizedOperandSegments, IRDLOperation, irdl_op_definition, operand_def, region_def, traits_def,
+    var_operand_def, var_result_def,
 )
 from xdsl.traits import IsTerminator
 
@@ -63,8 +66,54 @@ class CondOp(IRDLOperation):
                     fix="make both branches return tensors of the same shapes and dtypes")
 
 
+@irdl_op_definition
+class MapOp(IRDLOperation):
+    """`results = map(body, xs, operands)`: `stack([body(*[x[i] for x in xs], *operands) for i in range(n)])`,
+    n being the leading dim the xs share."""
+
+    name = "kiln.map"
+    xs = var_operand_def(TensorType)
+    operands_ = var_operand_def()
+    results_ = var_result_def()
+    body = region_def("single_block")
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, xs: Sequence[SSAValue], operands: Sequence[SSAValue], result_types: Sequence[Attribute],
+                 body: Block):
+        super().__init__(operands=[list(xs), list(operands)], result_types=[list(result_types)],
+                         regions=[Region(body)])
+
+    @staticmethod
+    def result_types(xs: Sequence[SSAValue], yielded: Sequence[Attribute]) -> list[Attribute]:
+        """The body's yielded types, stacked along the xs' leading dim."""
+        length = xs[0].type.shape[0]  # type: ignore[attr-defined]
+        return [t.with_shape([length, *t.shape]) if isinstance(t, TensorType) else t for t in yielded]
+
+    def verify_(self) -> None:
+        if not self.xs:
+            raise VerificationError("kiln.map needs at least one tensor to map over",
+                                    fix="pass the tensors to slice as xs")
+        lengths = {x.type.shape[0] if x.type.ndim else None for x in self.xs}  # type: ignore[attr-defined]
+        if None in lengths or len(lengths) != 1:
+            raise VerificationError(f"kiln.map: the xs must share a leading dim, got "
+                                    f"{[_short(x.type) for x in self.xs]}",
+                                    fix="map over tensors with the same first dimension")
+        block = self.body.block
+        slices = [x.type.with_shape(x.type.shape[1:]) for x in self.xs]  # type: ignore[attr-defined]
+        if [a.type for a in block.args] != [*slices, *(o.type for o in self.operands_)]:
+            raise VerificationError("kiln.map: the body's arguments must be one slice of each x, then the operands")
+        terminator = block.last_op
+        if not isinstance(terminator, YieldOp):
+            raise VerificationError("kiln.map: the body must end with kiln.yield")
+        stacked = MapOp.result_types(self.xs, [v.type for v in terminator.values])
+        if stacked != [r.type for r in self.results]:
+            raise VerificationError(f"kiln.map: the body yields {[_short(v.type) for v in terminator.values]}, "
+                                    f"which stack to {[_short(t) for t in stacked]}, but the map returns "
+                                    f"{[_short(r.type) for r in self.results]}")
+
+
 def _short(value_type: Any) -> str:
     return value_type.short() if isinstance(value_type, TensorType) else str(value_type)
 
 
-CONTROL_FLOW_OPS = [CondOp, YieldOp]
+CONTROL_FLOW_OPS = [CondOp, MapOp, YieldOp]

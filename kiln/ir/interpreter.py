@@ -18,7 +18,7 @@ from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.registry import conform
 from kiln.ir.symbolic import evaluate_dim
-from kiln.ir.types import TensorType
+from kiln.ir.types import SymIntType, TensorType
 
 
 def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbol, int]:
@@ -152,12 +152,15 @@ def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol
 
 def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> None:
     """Compute one op's results from `values` (SSA value -> array) and store them there."""
-    from kiln.ir.control_flow import CondOp
+    from kiln.ir.control_flow import CondOp, MapOp
 
     if isinstance(op, CondOp):
         branch = op.true_region if bool(np.asarray(values[op.pred])) else op.false_region
         outputs = execute_block(branch.block, [values[v] for v in op.operands_], bindings)
         values.update(zip(op.results, outputs))
+        return
+    if isinstance(op, MapOp):
+        values.update(zip(op.results, _run_map(op, values, bindings)))
         return
     opdef = op.opdef
     if opdef.kernel is None:
@@ -176,7 +179,22 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
         values[value] = output
 
 
+def _run_map(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> list[np.ndarray]:
+    """torch's map: the body on each leading-dim slice of the xs, the results stacked."""
+    xs = [values[x] for x in op.xs]
+    if len(xs[0]) == 0:  # torch refuses it too: the stacked results would have no example to take a shape from
+        raise InputError("kiln.map: the leading dimension of the mapped xs is 0, which torch's map refuses too",
+                         fix="map over at least one row")
+    operands = [values[v] for v in op.operands_]
+    per_slice = [execute_block(op.body.block, [x[i] for x in xs] + operands, bindings) for i in range(len(xs[0]))]
+    return [np.stack([np.asarray(outputs[index]) for outputs in per_slice]) for index in range(len(op.results))]
+
+
 def _bind_unbacked(value_type: Any, output: Any, bindings: dict[sympy.Symbol, int]) -> None:
+    if isinstance(value_type, SymIntType):  # `item()`'s value names the data-dependent symbol u0
+        if isinstance(value_type.expr, sympy.Symbol) and value_type.expr not in bindings:
+            bindings[value_type.expr] = int(output)
+        return
     if isinstance(value_type, TensorType):
         for axis, dim in enumerate(value_type.shape):
             if isinstance(dim, sympy.Symbol) and dim not in bindings:

@@ -159,6 +159,7 @@ class ModuleCallSignature:
     outputs: list[str]
     in_spec: Any = None
     out_spec: Any = None
+    forward_arg_names: list[str] | None = None  # the root's: torch names the unlifted module's parameters so
 
 
 @dataclass
@@ -263,6 +264,7 @@ class ExportedProgram:
         else:
             flat = list(args)
         outputs = run_program(self, flat)
+        _write_back_input_mutations(self, flat, outputs)
         user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
                 if spec.kind is OutputKind.USER_OUTPUT]
         wrapper = next((getattr(a, "output_class", type(a)) for a in flat if hasattr(a, "__kiln_array__")), None)
@@ -338,6 +340,24 @@ class ExportedProgram:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def _write_back_input_mutations(program: ExportedProgram, flat: list[Any], outputs: list[Any]) -> None:
+    """Like torch's `ep.module()(x)`: an input the program mutates in place (USER_INPUT_MUTATION) is updated."""
+    mutated = {spec.target: value for spec, value in zip(program.graph_signature.output_specs, outputs)
+               if spec.kind is OutputKind.USER_INPUT_MUTATION}
+    if not mutated:
+        return
+    user_specs = [s for s in program.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
+    for spec, passed in zip(user_specs, flat):
+        if spec.name not in mutated:
+            continue
+        target = passed.__kiln_array__() if hasattr(passed, "__kiln_array__") else passed
+        if not isinstance(target, np.ndarray) or not target.flags.writeable:
+            raise InputError(f"the program mutates input '{spec.name}' in place, but a "
+                             f"{'read-only array' if isinstance(target, np.ndarray) else type(passed).__name__} "
+                             "was passed there", fix="pass a writable numpy array (np.array(x)) or kiln Tensor")
+        np.copyto(target, np.asarray(mutated[spec.name]), casting="unsafe")
 
 
 def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | None,

@@ -16,10 +16,11 @@ import sympy
 from xdsl.ir import SSAValue
 
 from kiln.ir import dtypes
-from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, YieldOp
 from kiln.ir.errors import KilnError, UnknownOpError
 from kiln.ir.program import (
-    ExportedProgram, GraphBuilder, InputKind, OutputKind, OutputSpec, value_names,
+    ExportedProgram, GraphBuilder, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind, OutputSpec,
+    value_names,
 )
 from kiln.ir.registry import REGISTRY, OpDef, call_op, ops
 from kiln.ir.serde import archive, formats
@@ -29,14 +30,24 @@ from kiln.ir.serde.safe_json import load_json
 from kiln.ir.serde.symexpr import parse_srepr
 from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
 from kiln.ir.symbolic import INF, ShapeEnv, ValueRange
-from kiln.ir.types import TensorType
+from kiln.ir.types import SymIntType, TensorType
 
 MAX_TENSOR_ELEMENTS = 1 << 40
 _SYM_OPERATORS = {
     "_operator.add": lambda a, b: a + b, "_operator.sub": lambda a, b: a - b, "_operator.mul": lambda a, b: a * b,
     "_operator.floordiv": lambda a, b: sympy.floor(sympy.sympify(a) / b), "_operator.mod": sympy.Mod,
     "_operator.neg": lambda a: -a, "torch.sym_max": sympy.Max, "torch.sym_min": sympy.Min,
+    "_operator.pow": lambda a, b: a ** b,
+    # SymBools: torch asserts them (`_assert_scalar`, which kiln skips) or branches on them (`cond`)
+    "_operator.ge": sympy.Ge, "_operator.gt": sympy.Gt, "_operator.le": sympy.Le, "_operator.lt": sympy.Lt,
+    "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
+    "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not,
 }
+_HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.map_impl"}
+# Ops that change nothing in a functional program without autograd: read as the op named here.
+_ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default"}
+# `SymInt result = op(SymInt a, SymInt b)`: the kiln op that hands on a symbolic expression as a value.
+_MATERIALIZE = {sympy.Add: "add", sympy.Mul: "mul", sympy.Mod: "mod"}
 _SYM_SIZE_OPS = {"torch.ops.aten.sym_size.int", "torch.ops.aten.sym_numel.default",
                  "torch.ops.aten.sym_stride.int", "torch.ops.aten.sym_storage_offset.default"}
 _BATCH_NORM_TRAINING = {"aten.batch_norm.default", "aten._native_batch_norm_legit_functional.default"}
@@ -71,6 +82,8 @@ class _ProgramReader:
                 self.rename = {str(k): str(v) for k, v in loaded.items() if str(v).isidentifier()}
         self.shape_env = ShapeEnv()
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        self.unbacked_ranges: dict[str, ValueRange] = {}  # torch's unbacked symbol name -> its range
+        self.sym_values: dict[Any, SSAValue] = {}  # a SymInt expression -> the op result that computes it
         for name, bounds in (document.get("range_constraints") or {}).items():
             key = parse_srepr(f"Symbol('{name}')", self.rename) if str(name).isidentifier() else None
             if not isinstance(key, sympy.Symbol) or not isinstance(bounds, dict):
@@ -78,6 +91,9 @@ class _ProgramReader:
             lower = bounds.get("min_val")
             upper = bounds.get("max_val")
             value_range = ValueRange(-INF if lower is None else int(lower), INF if upper is None else int(upper))
+            if _is_unbacked_name(str(key)):  # kiln's meta rules make their own; torch's range narrows them
+                self.unbacked_ranges[str(key)] = value_range
+                continue
             self.ranges[key] = value_range
             # a hint lets meta rules decide size questions the way torch did; torch's own hint replaces it below
             hint = int(min(max(value_range.lower, 2), value_range.upper)) if value_range.upper != INF or \
@@ -151,14 +167,16 @@ class _ProgramReader:
             return self.sym_argument(value, env, what)
         if kind == "as_sym_ints":
             return [self.sym_argument(v, env, what) for v in value]
-        if kind == "as_sym_float":
+        if kind in ("as_sym_float", "as_sym_bool"):
             return self.sym_argument(value, env, what)
         if kind == "as_scalar_type":
             return formats.dtype_of_code(value)
         if kind == "as_graph":
             return value
-        if kind in ("as_layout", "as_device", "as_memory_format"):
-            return None  # kiln has one layout, one device and contiguous values
+        if kind == "as_device":  # kiln programs run where they are run: the device is read and ignored
+            return value.get("type", "cpu") if isinstance(value, dict) else "cpu"
+        if kind in ("as_layout", "as_memory_format"):
+            return None  # kiln has one layout and contiguous values
         raise SerdeError(f"{what} is a {kind}, which kiln does not read", fix="re-export without it")
 
     def sym_argument(self, data: Any, env: dict[str, Any], what: str) -> Any:
@@ -187,7 +205,7 @@ class _ProgramReader:
         if target in _IGNORED_OPS:
             return
         if self.unknown:  # after the first unknown op only the census continues
-            handled = target in _SYM_SIZE_OPS or target in _SYM_OPERATORS or target == "torch.ops.higher_order.cond"
+            handled = target in _SYM_SIZE_OPS or target in _SYM_OPERATORS or target in _HIGHER_ORDER_OPS
             if not handled and not _known(target) and not _known(target.replace("_.", ".", 1)):
                 self.unknown[target[len("torch.ops."):] if target.startswith("torch.ops.aten.") else target] += 1
             return
@@ -200,10 +218,13 @@ class _ProgramReader:
         if target == "torch.ops.higher_order.cond":
             self.cond_node(arguments, outputs, builder, env)
             return
+        if target == "torch.ops.higher_order.map_impl":
+            self.map_node(arguments, outputs, builder, env)
+            return
         if not target.startswith("torch.ops.aten."):
             self.unknown[target] += 1
             return
-        name = target[len("torch.ops."):]
+        name = _ALIASES.get(target[len("torch.ops."):], target[len("torch.ops."):])
         if name in _BATCH_NORM_TRAINING and mutated is not None:
             if self.batch_norm_training(name, arguments, outputs, builder, env, mutated):
                 return
@@ -276,30 +297,113 @@ class _ProgramReader:
             elif kind == "as_tensors":
                 for entry, item in zip(data, value):
                     env[_field(entry, "name", str, what)] = item
-            elif kind in ("as_sym_int", "as_sym_float") and "as_name" in data:
-                env[data["as_name"]] = value
+            elif kind in ("as_sym_int", "as_sym_float", "as_sym_bool") and "as_name" in data:
+                env[data["as_name"]] = self.symbolic_result(data["as_name"], value)
             elif kind != "as_none":
                 raise SerdeError(f"{what} has an output of kind {kind}, which kiln does not read")
 
     def sym_node(self, target: str, arguments: list[Any], outputs: list[Any], env: dict[str, Any]) -> None:
+        """Fold a SymInt/SymBool node into a sympy expression, computed from kiln's own values where possible
+        (kiln's meta rules name unbacked sizes themselves), else the expression torch recorded."""
         name = _field(_union(outputs[0], target)[1], "as_name", str, f"node {target}")
-        value = self.sym_value(name)
-        if value is None:  # no recorded expression: compute it from the inputs
-            values = [v for _, v, _ in arguments]
-            if target == "torch.ops.aten.sym_size.int":
-                value = values[0].type.shape[values[1]]
-            elif target in _SYM_OPERATORS:
-                value = _SYM_OPERATORS[target](*values)
-            else:
-                raise SerdeError(f"{target} without a recorded value is not supported")
+        values = [v for _, v, _ in arguments]
+        value = None
+        if target == "torch.ops.aten.sym_size.int" and isinstance(values[0], SSAValue) and \
+                isinstance(values[0].type, TensorType) and isinstance(values[1], int):
+            value = values[0].type.shape[values[1]]
+        elif target in _SYM_OPERATORS and not any(isinstance(v, SSAValue) for v in values):
+            value = _SYM_OPERATORS[target](*values)
+        if value is None:
+            value = self.sym_value(name)
+        if value is None:
+            raise SerdeError(f"{target} without a recorded value is not supported")
         env[name] = value
+
+    def symbolic_result(self, name: str, value: Any) -> Any:
+        """An op's SymInt result (`item`): consumers take its expression, as kiln keeps SymInts in properties;
+        the value is remembered for a program that returns it. torch's range for it narrows kiln's symbol."""
+        if not isinstance(value, SSAValue) or not isinstance(value.type, SymIntType):
+            return value
+        expr = value.type.expr
+        recorded = (self.sym_int_values.get(name) or {}).get("as_expr")
+        recorded_text = recorded.get("expr_str") if isinstance(recorded, dict) else None
+        torch_expr = parse_srepr(recorded_text, {}) if isinstance(recorded_text, str) else None
+        if isinstance(expr, sympy.Symbol) and expr in self.shape_env.symbols and isinstance(torch_expr, sympy.Symbol):
+            torch_range = self.unbacked_ranges.get(str(torch_expr))
+            if torch_range is not None:
+                info = self.shape_env.symbols[expr]
+                info.range = ValueRange(max(info.range.lower, torch_range.lower),
+                                        min(info.range.upper, torch_range.upper))
+        if not isinstance(expr, int):
+            self.sym_values.setdefault(expr, value)
+        return expr
+
+    def materialize(self, value: Any, builder: GraphBuilder) -> SSAValue:
+        """A SymInt the program returns, as a value: the op result that computed it, `sym_size.int` of a tensor
+        that has it as a dim, or `_operator` arithmetic over those (kiln otherwise keeps SymInts in properties)."""
+        if isinstance(value, SSAValue):
+            return value
+        if isinstance(value, (bool, float)) or (isinstance(value, sympy.Basic) and not isinstance(value, sympy.Expr)):
+            raise SerdeError(f"the program returns the {type(value).__name__} {value}, which kiln cannot return "
+                             "as a value yet", fix="return it as a tensor (torch.tensor(...)) instead")
+        if not isinstance(value, (int, sympy.Expr)):
+            raise SerdeError(f"the program returns a {type(value).__name__}, which kiln does not support")
+        expr = sympy.sympify(value)
+        found = self.sym_values.get(expr)
+        if found is not None:
+            return found
+        operator = ops._operator
+        with builder:
+            if isinstance(expr, sympy.Symbol):
+                defined = [*builder.block.args, *(r for op in builder.block.ops for r in op.results)]
+                tensor = next((v for v in defined if isinstance(v.type, TensorType) and expr in v.type.shape), None)
+                result = operator.add.default(expr, 0) if tensor is None else \
+                    ops.aten.sym_size.int(tensor, list(tensor.type.shape).index(expr))
+            elif type(expr) in (sympy.Add, sympy.Mul):
+                terms = sorted(expr.args, key=lambda term: bool(term.is_Integer))  # constants as right operands
+                handle = operator.add if isinstance(expr, sympy.Add) else operator.mul
+                result = handle.default(terms[0], expr.func(*terms[1:]))
+            elif isinstance(expr, sympy.Mod):
+                result = operator.mod.default(*expr.args)
+            elif isinstance(expr, sympy.floor):
+                numerator, denominator = expr.args[0].as_numer_denom()
+                result = operator.floordiv.default(numerator, denominator)
+            else:  # an integer, or an expression kiln's arithmetic ops compute whole
+                result = operator.add.default(expr, 0)
+        self.sym_values[expr] = result
+        return result
+
+    def bool_tensor(self, condition: Any, builder: GraphBuilder) -> SSAValue:
+        """A SymBool (`s0 > 2`) as the 0-d bool tensor kiln's cond takes: 0-d int64 tensors of both sides,
+        compared."""
+        aten = ops.aten
+        if isinstance(condition, SSAValue):
+            return condition
+        with builder:
+            if isinstance(condition, (bool, int)) or condition in (sympy.true, sympy.false):
+                return aten.scalar_tensor.default(bool(condition), dtype=dtypes.bool_)
+            if isinstance(condition, sympy.core.relational.Relational) and condition.rel_op in _COMPARISONS:
+                compare = getattr(aten, _COMPARISONS[condition.rel_op]).Tensor
+                return compare(aten.scalar_tensor.default(condition.lhs, dtype=dtypes.int64),
+                               aten.scalar_tensor.default(condition.rhs, dtype=dtypes.int64))
+            if isinstance(condition, sympy.Not):
+                return aten.logical_not.default(self.bool_tensor(condition.args[0], builder))
+            if isinstance(condition, (sympy.And, sympy.Or)):
+                combine = aten.logical_and.default if isinstance(condition, sympy.And) else aten.logical_or.default
+                parts = [self.bool_tensor(arg, builder) for arg in condition.args]
+                result = parts[0]
+                for part in parts[1:]:
+                    result = combine(result, part)
+                return result
+        raise SerdeError(f"cannot read the symbolic condition {condition} as a tensor",
+                         fix="make the predicate a tensor (e.g. torch.tensor(x.shape[0] > 2))")
 
     def cond_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
                   env: dict[str, Any]) -> None:
         values = [v for _, v, _ in arguments]
         if len(values) != 4 or not all(isinstance(v, dict) for v in values[1:3]):
             raise SerdeError("malformed program: cond needs (pred, true_graph, false_graph, operands)")
-        pred, operands = values[0], list(values[3] or [])
+        pred, operands = self.bool_tensor(values[0], builder), list(values[3] or [])
         blocks, yielded_types = [], []
         saved = self.tensor_values, self.sym_int_values
         for branch in values[1:3]:
@@ -323,12 +427,60 @@ class _ProgramReader:
             result.name_hint = "cond"
         self.bind_outputs(outputs, list(op.results), env, "cond")
 
+    def map_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
+                 env: dict[str, Any]) -> None:
+        """`map_impl(body, xs, operands)`: the body becomes the region of a kiln.map, typed per slice."""
+        values = [v for _, v, _ in arguments]
+        if len(values) != 3 or not isinstance(values[0], dict) or not isinstance(values[1], list) or \
+                not values[1] or not all(isinstance(v, SSAValue) for v in [*values[1], *(values[2] or [])]):
+            raise SerdeError("malformed program: map_impl needs (body_graph, xs, operands) with at least one x")
+        xs, operands = list(values[1]), list(values[2] or [])
+        if any(not isinstance(x.type, TensorType) or x.type.ndim == 0 for x in xs):
+            raise SerdeError("malformed program: map_impl maps over 0-d tensors")
+        graph = _field(values[0], "graph", dict, "a map body")
+        body = GraphBuilder(self.shape_env)
+        body_env: dict[str, Any] = {}
+        graph_inputs = _field(graph, "inputs", list, "a map body")
+        arg_types = [*(x.type.with_shape(x.type.shape[1:]) for x in xs), *(o.type for o in operands)]
+        if len(graph_inputs) != len(arg_types):
+            raise SerdeError("malformed program: a map body takes a different number of inputs than map_impl passes")
+        for entry, arg_type in zip(graph_inputs, arg_types):
+            name = _field(_union(entry, "a map body input")[1], "name", str, "a map body input")
+            body_env[name] = body.add_input(name, arg_type)
+        saved = self.tensor_values, self.sym_int_values
+        yielded = self.read_graph(graph, body, body_env, None)
+        self.tensor_values, self.sym_int_values = saved
+        if not all(isinstance(v, SSAValue) and isinstance(v.type, TensorType) for v in yielded):
+            raise SerdeError("the map body returns a non-tensor value, which kiln's map does not support",
+                             fix="return tensors from the mapped function")
+        body.block.add_op(YieldOp(yielded))
+        op = MapOp(xs, operands, MapOp.result_types(xs, [v.type for v in yielded]), body.block)
+        builder.block.add_op(op)
+        for result in op.results:
+            result.name_hint = "map_impl"
+        self.bind_outputs(outputs, list(op.results), env, "map_impl")
+
     def census(self) -> None:
         if self.unknown:
             listing = ", ".join(f"{name} (x{count})" for name, count in sorted(self.unknown.items()))
             raise UnknownOpError(f"the program uses {sum(self.unknown.values())} op(s) kiln does not know: {listing}",
-                                 fix="decompose them in torch first (ep.run_decompositions()), or add them to "
-                                     "kiln's op registry")
+                                 fix=decompose_in_torch_hint(self.unknown))
+
+
+def decompose_in_torch_hint(names: Any) -> str:
+    """A fix that works for ops kiln lacks: decompose just those in torch (a full run_decompositions() may fail
+    inside torch on real models), or convert with kiln.from_torch, which does that."""
+    listed = ", ".join(f"torch.ops.{name}" for name in sorted(names) if name.startswith("aten."))
+    return ("in torch, decompose just these ops before saving: table = torch.export.default_decompositions(); "
+            f"ep = ep.run_decompositions({{op: table[op] for op in [{listed}] if op in table}}); or convert the "
+            "module with kiln.from_torch, which does that; or add them to kiln (docs/adding-ops.md)")
+
+
+_COMPARISONS = {">": "gt", ">=": "ge", "<": "lt", "<=": "le", "==": "eq", "!=": "ne"}
+
+
+def _is_unbacked_name(name: str) -> bool:
+    return name.startswith("u") and name[1:].isdigit()
 
 
 _SPECIAL_FLOATS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
@@ -344,7 +496,8 @@ def _float_value(value: Any, what: str) -> float:
 
 
 def _known(name: str) -> bool:
-    return name.replace("torch.ops.", "", 1) in REGISTRY
+    name = name.replace("torch.ops.", "", 1)
+    return name in REGISTRY or name in _ALIASES
 
 
 def _tensor_slots_hold_values(opdef: OpDef, positional: list[Any], keywords: dict[str, Any]) -> bool:
@@ -410,8 +563,17 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     tensor_values = _field(graph, "tensor_values", dict, "the graph")
     builder = GraphBuilder(reader.shape_env)
     env: dict[str, Any] = {}
+    baked: dict[int, Any] = {}  # non-tensor inputs torch specialized on (`constant_input`), by user leaf index
+    arg_specs = []  # the specs of the graph's tensor inputs
     for spec_data, arg_data in zip(input_specs, graph_inputs):
         kind, spec = _union(spec_data, "an input spec")
+        if kind == "constant_input":
+            value = reader.argument(_field(spec, "value", dict, "a constant input"), {}, "a constant input")
+            if isinstance(value, (SSAValue, list, dict)):
+                raise SerdeError("malformed program: a constant input is not a Python constant")
+            baked[len(baked) + sum(1 for s in arg_specs if "user_input" in s)] = value
+            continue
+        arg_specs.append(spec_data)
         if kind not in _INPUT_KINDS:
             needs = "a pickled custom object" if kind == "custom_obj" else f"a {kind} input"
             raise SerdeError(f"the program needs {needs}, which kiln does not load (it would need unpickling)"
@@ -431,7 +593,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     outputs = reader.read_graph(graph, builder, env, mutated)
     reader.census()
     returned, output_specs = [], []
-    names_by_arg = dict(zip(builder.block.args, [s for s in input_specs]))
+    names_by_arg = dict(zip(builder.block.args, arg_specs))
     for original, latest in mutated.items():  # torch's training IR mutates in place: make it a mutation output
         kind, spec = _union(names_by_arg[original], "an input spec")
         if kind == "buffer":
@@ -449,8 +611,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
         kind, spec = _union(spec_data, "an output spec")
         if kind not in _OUTPUT_KINDS:
             raise SerdeError(f"the program has a {kind} output, which kiln does not support")
-        if not isinstance(value, SSAValue):
-            raise SerdeError("the program returns a non-tensor value, which kiln does not support yet")
+        value = reader.materialize(value, builder)
         output_kind, target_key = _OUTPUT_KINDS[kind]
         returned.append(value)
         output_specs.append((output_kind, spec.get(target_key) if target_key else None))
@@ -462,9 +623,25 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
             target = input_names[next(o for o, latest in mutated.items() if latest is value)]
         specs.append(OutputSpec(kind, names[value], target))
     program = builder.build(returned, specs, state_dict, constants, dict(reader.ranges))
+    used = _symbols_in(program)  # data-dependent sizes keep their ranges, as in torch's range_constraints
+    program.range_constraints.update({sym: info.range for sym, info in reader.shape_env.symbols.items()
+                                      if info.unbacked and sym in used})
+    program.input_constants = baked
     _check_weights(program, state_dict, constants, tensor_values)
     _read_call_specs(program, module)
     return program
+
+
+def _symbols_in(program: ExportedProgram) -> set[sympy.Symbol]:
+    found: set[sympy.Symbol] = set()
+    for op in program.graph_module.walk():
+        for result in op.results:
+            dims = result.type.shape if isinstance(result.type, TensorType) else \
+                [result.type.expr] if isinstance(result.type, SymIntType) else []
+            for dim in dims:
+                if isinstance(dim, sympy.Basic):
+                    found |= dim.free_symbols
+    return found
 
 
 def _check_weights(program: ExportedProgram, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
@@ -490,12 +667,17 @@ def _read_call_specs(program: ExportedProgram, module: dict[str, Any]) -> None:
     fields = module.get("treespec_namedtuple_fields") or {}
     in_spec = formats.treespec_from_json(signature.get("in_spec"), fields)
     out_spec = formats.treespec_from_json(signature.get("out_spec"), fields)
-    user_inputs = len(program.graph_signature.user_inputs)
+    user_inputs = len(program.graph_signature.user_inputs) + len(program.input_constants)
     user_outputs = len(program.graph_signature.user_outputs)
     if in_spec.num_leaves == user_inputs:
         program.in_spec = in_spec
     if out_spec.num_leaves == user_outputs:
         program.out_spec = out_spec
+    names = signature.get("forward_arg_names")
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        program.module_call_graph[0] = ModuleCallEntry("", ModuleCallSignature(
+            list(program.graph_signature.user_inputs), list(program.graph_signature.user_outputs),
+            program.in_spec, program.out_spec, forward_arg_names=list(names)))
 
 
 def read_tensors(reader: ArchiveReader, config_path: str, directory: str, limits: Limits

@@ -16,7 +16,7 @@ import sympy
 from xdsl.dialects import func
 from xdsl.ir import Block, SSAValue
 
-from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.schema import Argument, ArgType
@@ -265,14 +265,14 @@ class _GraphWriter:
                 outputs = [self._value_argument(v) for v in op.operands]
             elif isinstance(op, CondOp):
                 self._cond(op)
+            elif isinstance(op, MapOp):
+                self._map(op)
             else:
                 self._aten(op)
         return inputs, outputs
 
     def _value_argument(self, value: SSAValue) -> dict[str, Any]:
-        if isinstance(value.type, SymIntType):
-            return {"as_sym_int": {"as_name": self.name(value)}}
-        return {"as_tensor": {"name": self.name(value)}}
+        return _value_argument(value.type, self.name(value))
 
     def _aten(self, op: Any) -> None:
         opdef = op.opdef
@@ -293,11 +293,12 @@ class _GraphWriter:
         if len(opdef.schema.returns) == 1 and opdef.schema.returns[0].type.is_list:
             outputs = [{"as_tensors": [{"name": self.name(r)} for r in results]}]
         else:
-            outputs = [self._value_argument(r) if not isinstance(r.type, ScalarType)
-                       else {"as_sym_float": {"as_name": self.name(r)}} for r in results]
+            outputs = [self._value_argument(r) for r in results]
         # kiln's view accepts any layout (numpy reshapes); torch's needs compatible strides, reshape does not
         target = "aten.reshape.default" if opdef.name == "aten.view.default" else opdef.name
-        self.nodes.append({"target": f"torch.ops.{target}", "inputs": inputs, "outputs": outputs,
+        # Python's operators on SymInts are plain functions to torch (`_operator.add`), not torch.ops
+        target = f"_operator.{opdef.schema.name}" if opdef.schema.namespace == "_operator" else f"torch.ops.{target}"
+        self.nodes.append({"target": target, "inputs": inputs, "outputs": outputs,
                            "metadata": _metadata(op), "is_hop_single_tensor_return": None,
                            "name": self.name(results[0]) if single else self.fresh(opdef.schema.name)})
 
@@ -318,6 +319,21 @@ class _GraphWriter:
                         "kind": 1}],
             "outputs": [{"as_tensor": {"name": self.name(r)}} for r in op.results], "metadata": _metadata(op),
             "is_hop_single_tensor_return": False, "name": self.fresh("cond")})
+
+    def _map(self, op: MapOp) -> None:
+        writer = _GraphWriter(op.body.block, self.names, self.symbols, self.used, self.parameters)
+        inputs, outputs = writer.write()
+        body = {"name": self.fresh("body_graph"), "graph": writer.graph(inputs, outputs)}
+        for result in op.results:
+            self.define(result)
+        self.nodes.append({
+            "target": "torch.ops.higher_order.map_impl",
+            "inputs": [{"name": "", "arg": {"as_graph": body}, "kind": 1},
+                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.xs]}, "kind": 1},
+                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.operands_]},
+                        "kind": 1}],
+            "outputs": [{"as_tensor": {"name": self.name(r)}} for r in op.results], "metadata": _metadata(op),
+            "is_hop_single_tensor_return": False, "name": self.fresh("map_impl")})
 
     def graph(self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"inputs": inputs, "outputs": outputs, "nodes": self.nodes, "tensor_values": self.tensor_values,
@@ -358,10 +374,19 @@ def _input_spec(spec: Any, name: str) -> dict[str, Any]:
     raise SerdeError(f"{kind.value} inputs have no kiln .pt2 encoding yet")
 
 
-def _output_spec(spec: Any, name: str) -> dict[str, Any]:
+def _value_argument(value_type: Any, name: str) -> dict[str, Any]:
+    """How torch names a value where it is used: a tensor, a SymInt, or a SymFloat (a float `item()`)."""
+    if isinstance(value_type, SymIntType):
+        return {"as_sym_int": {"as_name": name}}
+    if isinstance(value_type, ScalarType):
+        return {"as_sym_float": {"as_name": name}}
+    return {"as_tensor": {"name": name}}
+
+
+def _output_spec(spec: Any, name: str, value_type: Any = None) -> dict[str, Any]:
     kind = spec.kind
     if kind is OutputKind.USER_OUTPUT:
-        return {"user_output": {"arg": {"as_tensor": {"name": name}}}}
+        return {"user_output": {"arg": _value_argument(value_type, name)}}
     if kind is OutputKind.BUFFER_MUTATION:
         return {"buffer_mutation": {"arg": {"name": name}, "buffer_name": spec.target}}
     if kind is OutputKind.USER_INPUT_MUTATION:
@@ -373,9 +398,6 @@ def _output_spec(spec: Any, name: str) -> dict[str, Any]:
 
 def program_to_json(program: ExportedProgram) -> dict[str, Any]:
     """The `models/<name>.json` document of a program."""
-    if program.input_constants:
-        raise SerdeError("the program has non-tensor inputs baked in at export; torch.export files cannot say so",
-                         fix="pass those values as tensors, or close over them in the model")
     symbols = _Symbols(program)
     body = program.body
     names = _torch_names(body)
@@ -384,11 +406,12 @@ def program_to_json(program: ExportedProgram) -> dict[str, Any]:
     writer = _GraphWriter(body, names, symbols, set(names.values()), parameters)
     inputs, outputs = writer.write()
     returned = list(body.last_op.operands) if body.last_op is not None else []
+    input_specs = [_input_spec(spec, names[arg]) for spec, arg in zip(program.graph_signature.input_specs, body.args)]
+    inputs, input_specs = _with_constant_inputs(program, inputs, input_specs, writer)
     signature = {
-        "input_specs": [_input_spec(spec, names[arg]) for spec, arg in zip(program.graph_signature.input_specs,
-                                                                           body.args)],
-        "output_specs": [_output_spec(spec, names[value]) for spec, value in zip(program.graph_signature.output_specs,
-                                                                                 returned)],
+        "input_specs": input_specs,
+        "output_specs": [_output_spec(spec, names[value], value.type)
+                         for spec, value in zip(program.graph_signature.output_specs, returned)],
     }
     user_inputs = [names[arg] for spec, arg in zip(program.graph_signature.input_specs, body.args)
                    if spec.kind is InputKind.USER_INPUT]
@@ -403,7 +426,8 @@ def program_to_json(program: ExportedProgram) -> dict[str, Any]:
             "signature": signature,
             "module_call_graph": [{"fqn": "", "signature": {
                 "inputs": [], "outputs": [], "in_spec": formats.treespec_to_json(in_spec),
-                "out_spec": formats.treespec_to_json(out_spec), "forward_arg_names": user_inputs}}],
+                "out_spec": formats.treespec_to_json(out_spec),
+                "forward_arg_names": _forward_arg_names(program, in_spec, user_inputs)}}],
             "metadata": {KILN_SYMBOLS_KEY: json.dumps({torch_name: str(sym)
                                                        for sym, torch_name in symbols.names.items()})},
             "treespec_namedtuple_fields": _namedtuple_fields(in_spec, out_spec),
@@ -415,6 +439,55 @@ def program_to_json(program: ExportedProgram) -> dict[str, Any]:
         "torch_version": formats.TORCH_VERSION,
         "guards_code": [],
     }
+
+
+def _constant_argument(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"as_none": True}
+    for kind, key in ((bool, "as_bool"), (int, "as_int"), (float, "as_float"), (str, "as_string")):
+        if isinstance(value, kind):
+            return {key: value}
+    raise SerdeError(f"the program has the {type(value).__name__} {value!r} baked in as an input; a torch.export "
+                     "file can hold only None, bool, int, float or str there",
+                     fix="pass that value as a tensor, or close over it in the model")
+
+
+def _with_constant_inputs(program: ExportedProgram, inputs: list[Any], specs: list[Any], writer: _GraphWriter
+                          ) -> tuple[list[Any], list[Any]]:
+    """Non-tensor inputs baked in at export are torch's `constant_input`s, at their place among the user inputs."""
+    if not program.input_constants:
+        return inputs, specs
+    merged_inputs, merged_specs = [], []
+    leaf = 0
+
+    def bake_pending() -> None:  # the constants before the next tensor input
+        nonlocal leaf
+        while leaf in program.input_constants:
+            value = _constant_argument(program.input_constants[leaf])
+            merged_inputs.append(value)
+            merged_specs.append({"constant_input": {"name": writer.fresh("constant_input"), "value": value}})
+            leaf += 1
+    for graph_input, spec, input_spec in zip(inputs, specs, program.graph_signature.input_specs):
+        if input_spec.kind is InputKind.USER_INPUT:
+            bake_pending()
+            leaf += 1
+        merged_inputs.append(graph_input)
+        merged_specs.append(spec)
+    bake_pending()
+    return merged_inputs, merged_specs
+
+
+def _forward_arg_names(program: ExportedProgram, in_spec: Any, user_inputs: list[str]) -> list[str]:
+    """The parameter names of the module torch unlifts: the ones the file was read with, else the inputs' names
+    when every argument is one tensor, else none (torch then names them `arg_0`, ... and the kwargs' keys)."""
+    root = program.module_call_graph[0].signature if program.module_call_graph else None
+    if root is not None and root.forward_arg_names is not None:
+        return list(root.forward_arg_names)
+    args, kwargs = in_spec.children if in_spec.kind == "tuple" and len(in_spec.children) == 2 else (in_spec, None)
+    if all(child.kind == "leaf" for child in args.children) and (kwargs is None or not kwargs.children) and \
+            len(args.children) == len(user_inputs):
+        return user_inputs
+    return []
 
 
 def _namedtuple_fields(*specs: Any) -> dict[str, Any]:
