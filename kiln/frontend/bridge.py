@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.ir.errors import KilnError, UnknownOpError
+from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram
 
 
@@ -105,7 +105,25 @@ def from_torch(module: Any, args: tuple, kwargs: dict[str, Any] | None = None, *
     torch = _require_torch()
     exported = torch.export.export(module, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     names = _dim_names(module, tuple(args), kwargs, dynamic_shapes, exported)
-    try:
-        return program_from_torch(exported, names)
-    except UnknownOpError:
-        return program_from_torch(exported.run_decompositions(), names)
+    lacking = _ops_kiln_lacks(exported)
+    if lacking:  # decompose just those: torch's full run_decompositions() fails on some real models (GPT-2)
+        table = torch.export.default_decompositions()
+        exported = exported.run_decompositions({op: table[op] for op in lacking if op in table})
+    return program_from_torch(exported, names)
+
+
+def _ops_kiln_lacks(exported: Any) -> list[Any]:
+    """The OpOverloads of `exported` (its subgraphs included) that kiln's registry does not have."""
+    import torch
+    from kiln.ir.registry import REGISTRY
+    lacking = {}
+    for graph_module in exported.graph_module.modules():
+        if not isinstance(graph_module, torch.fx.GraphModule):
+            continue
+        for node in graph_module.graph.nodes:
+            target = node.target
+            if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+                name = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+                if name not in REGISTRY and name.replace("_.", ".", 1) not in REGISTRY:
+                    lacking[name] = target
+    return list(lacking.values())

@@ -299,6 +299,11 @@ def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     return input.cumsum(dim, dtype=dtype)
 
 
+def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None,
+         append: Tensor | None = None) -> Tensor:
+    return input.diff(n, dim, prepend, append)
+
+
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
     return input.gather(dim, index)
 
@@ -329,6 +334,6 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "full", "zeros", "ones", "empty"
            "randint", "randperm", "cat", "concat", "concatenate", "stack", "where", "scalar_tensor", "clamp",
            "clip", "maximum", "minimum", "matmul", "mm", "bmm", "einsum", "flatten", "reshape", "permute",
            "transpose", "unsqueeze", "squeeze", "chunk", "split", "unbind", "masked_fill", "sum", "mean", "max",
-           "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "gather", "numel", "is_tensor",
+           "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "diff", "gather", "numel", "is_tensor",
            "allclose", "equal", *_UNARY]
 

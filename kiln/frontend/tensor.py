@@ -657,6 +657,10 @@ class Tensor:
     def cumsum(self, dim: builtins.int, *, dtype: Any = None) -> "Tensor":
         return dispatch(aten.cumsum.default, self, dim, dtype=_opt_dtype(dtype))
 
+    def diff(self, n: builtins.int = 1, dim: builtins.int = -1, prepend: "Tensor | None" = None,
+             append: "Tensor | None" = None) -> "Tensor":
+        return dispatch(aten.diff.default, self, n, dim, prepend, append)
+
     def softmax(self, dim: builtins.int, dtype: Any = None) -> "Tensor":
         return dispatch(aten.softmax.int, self, dim, _opt_dtype(dtype))
 

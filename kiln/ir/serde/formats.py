@@ -55,6 +55,9 @@ def _treespec_node(spec: TreeSpec) -> dict[str, Any]:
         return {"type": "builtins.dict", "context": json.dumps(list(spec.context)), "children_spec": children}
     if spec.kind == "namedtuple":
         return {"type": "collections.namedtuple", "context": spec.context.__name__, "children_spec": children}
+    if spec.kind == "record":
+        type_name, keys = spec.context
+        return {"type": type_name, "context": json.dumps(list(keys)), "children_spec": children}
     raise SerdeError(f"a {spec.kind} in the program's input or output structure has no torch.export encoding",
                      fix="return tuples, lists, dicts or namedtuples")
 
@@ -71,6 +74,8 @@ def treespec_from_json(text: Any, namedtuple_fields: dict[str, Any]) -> TreeSpec
 
 def _treespec_from_node(node: dict[str, Any], namedtuple_fields: dict[str, Any]) -> TreeSpec:
     import collections
+
+    from kiln.ir.serde.safe_json import load_json
     kind = node.get("type")
     children = tuple(_treespec_from_node(c, namedtuple_fields) for c in node.get("children_spec") or [])
     if kind is None:
@@ -80,7 +85,6 @@ def _treespec_from_node(node: dict[str, Any], namedtuple_fields: dict[str, Any])
     if kind in ("builtins.tuple", "builtins.list"):
         return TreeSpec(kind.split(".")[1], None, children)
     if kind in ("builtins.dict", "collections.OrderedDict"):
-        from kiln.ir.serde.safe_json import load_json
         keys = load_json(str(node.get("context")).encode("utf-8"), "a dict's keys")
         return TreeSpec("dict", tuple(keys), children)
     if kind == "collections.namedtuple":
@@ -89,4 +93,12 @@ def _treespec_from_node(node: dict[str, Any], namedtuple_fields: dict[str, Any])
         cls = collections.namedtuple(name.rsplit(".", 1)[-1].replace("<", "_").replace(">", "_") or "NamedTuple",
                                      fields, rename=True)
         return TreeSpec("namedtuple", cls, children)
-    raise SerdeError(f"unsupported pytree node type {kind!r} in the program's calling convention")
+    # Another library's registered node (Hugging Face's ModelOutput): readable when its context is its keys.
+    try:
+        keys = load_json(str(node.get("context")).encode("utf-8"), f"the context of a {kind} node")
+    except SerdeError:
+        keys = None
+    if isinstance(keys, list) and len(keys) == len(children) and all(isinstance(k, str) for k in keys):
+        return TreeSpec("record", (str(kind), tuple(keys)), children)
+    raise SerdeError(f"unsupported pytree node type {kind!r} in the program's calling convention",
+                     fix="return tuples, lists, dicts, namedtuples, or a registered type whose context is its keys")
