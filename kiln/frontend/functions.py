@@ -334,6 +334,6 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "full", "zeros", "ones", "empty"
            "randint", "randperm", "cat", "concat", "concatenate", "stack", "where", "scalar_tensor", "clamp",
            "clip", "maximum", "minimum", "matmul", "mm", "bmm", "einsum", "flatten", "reshape", "permute",
            "transpose", "unsqueeze", "squeeze", "chunk", "split", "unbind", "masked_fill", "sum", "mean", "max",
-           "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "diff", "gather", "numel", "is_tensor",
-           "allclose", "equal", *_UNARY]
+           "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "diff", "gather", "numel",
+           "is_tensor", "allclose", "equal", *_UNARY]
 
