@@ -84,7 +84,7 @@ class MapOp(IRDLOperation):
                          regions=[Region(body)])
 
     @staticmethod
-    def result_types(xs: Sequence[SSAValue], yielded: Sequence[Attribute]) -> list[Attribute]:
+    def stacked_types(xs: Sequence[SSAValue], yielded: Sequence[Attribute]) -> list[Attribute]:
         """The body's yielded types, stacked along the xs' leading dim."""
         length = xs[0].type.shape[0]  # type: ignore[attr-defined]
         return [t.with_shape([length, *t.shape]) if isinstance(t, TensorType) else t for t in yielded]
@@ -105,7 +105,7 @@ class MapOp(IRDLOperation):
         terminator = block.last_op
         if not isinstance(terminator, YieldOp):
             raise VerificationError("kiln.map: the body must end with kiln.yield")
-        stacked = MapOp.result_types(self.xs, [v.type for v in terminator.values])
+        stacked = MapOp.stacked_types(self.xs, [v.type for v in terminator.values])
         if stacked != [r.type for r in self.results]:
             raise VerificationError(f"kiln.map: the body yields {[_short(v.type) for v in terminator.values]}, "
                                     f"which stack to {[_short(t) for t in stacked]}, but the map returns "

@@ -134,8 +134,17 @@ def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
                 raise InputError(f"{spec.kind.value.lower()} '{spec.target}' is missing from the state dict")
             value = store[spec.target]
         inputs.append(value)
-    bindings = bind_symbols(program, inputs)
+    bindings = _Bindings(bind_symbols(program, inputs), program.range_constraints)
     return execute_block(program.body, inputs, bindings)
+
+
+class _Bindings(dict):
+    """Symbol -> value, plus the program's ranges: a data-dependent symbol (`u0` from `item()`) is checked against
+    its range when the op that computes it runs, as torch's runtime assertions (`_assert_scalar`) check it."""
+
+    def __init__(self, values: dict[sympy.Symbol, int], ranges: dict[Any, Any]):
+        super().__init__(values)
+        self.ranges = ranges
 
 
 def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol, int]) -> list[Any]:
@@ -193,9 +202,17 @@ def _run_map(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int])
 def _bind_unbacked(value_type: Any, output: Any, bindings: dict[sympy.Symbol, int]) -> None:
     if isinstance(value_type, SymIntType):  # `item()`'s value names the data-dependent symbol u0
         if isinstance(value_type.expr, sympy.Symbol) and value_type.expr not in bindings:
-            bindings[value_type.expr] = int(output)
+            _bind_checked(bindings, value_type.expr, int(output), "the value read from a tensor")
         return
     if isinstance(value_type, TensorType):
         for axis, dim in enumerate(value_type.shape):
             if isinstance(dim, sympy.Symbol) and dim not in bindings:
-                bindings[dim] = int(np.shape(output)[axis])
+                _bind_checked(bindings, dim, int(np.shape(output)[axis]), f"dimension {axis} of a computed tensor")
+
+
+def _bind_checked(bindings: dict[sympy.Symbol, int], sym: sympy.Symbol, value: int, what: str) -> None:
+    allowed = getattr(bindings, "ranges", {}).get(sym)
+    if allowed is not None and value not in allowed:
+        raise InputError(f"{what} is {value}, but the program was exported for {sym} in {allowed}",
+                         fix=f"pass inputs that give a value in [{allowed.lower}, {allowed.upper}] there")
+    bindings[sym] = value

@@ -204,3 +204,22 @@ def test_map_with_a_dynamic_leading_dim_round_trips(tmp_path):
     kiln.save(program, tmp_path / "kiln.pt2")
     xs = torch.randn(7, 4)
     torch.testing.assert_close(torch.export.load(tmp_path / "kiln.pt2").module()(xs, y), _Map()(xs, y))
+
+
+class _ReadSize(torch.nn.Module):
+    def forward(self, x):
+        size = x.item()
+        torch._check(size >= 0)
+        torch._check(size <= 5)
+        return torch.zeros((size, 2))
+
+
+def test_data_dependent_values_are_checked_as_torchs_runtime_asserts_check_them(tmp_path):
+    exported = torch.export.export(_ReadSize(), (torch.tensor(3),))
+    torch.export.save(exported, tmp_path / "torch.pt2")
+    program = kiln.load(tmp_path / "torch.pt2")
+    assert program(np.array(4)).shape == (4, 2)
+    with pytest.raises(kiln.KilnError, match=r"the value read from a tensor is 7, but .* in VR\[0, 5\]"):
+        program(np.array(7))
+    with pytest.raises(RuntimeError, match="u0 <= 5"):  # torch refuses it too
+        exported.module()(torch.tensor(7))

@@ -454,7 +454,7 @@ class _ProgramReader:
             raise SerdeError("the map body returns a non-tensor value, which kiln's map does not support",
                              fix="return tensors from the mapped function")
         body.block.add_op(YieldOp(yielded))
-        op = MapOp(xs, operands, MapOp.result_types(xs, [v.type for v in yielded]), body.block)
+        op = MapOp(xs, operands, MapOp.stacked_types(xs, [v.type for v in yielded]), body.block)
         builder.block.add_op(op)
         for result in op.results:
             result.name_hint = "map_impl"
