@@ -20,6 +20,7 @@ from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
 from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill value to a dtype
 from kiln.ir.program import ExportedProgram, InputKind, value_names
+from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
 
 SUPPORTED_DTYPES = {dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.bool_}
@@ -78,12 +79,14 @@ INDEX_OPS = {"aten.index_select.default", "aten.gather.default", "aten.index.Ten
 # Scatters: a copy of `self`, then writes (or reductions) at positions taken from index tensors, checked at run time.
 SCATTER_OPS = {"aten.index_put.default", "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",
                "aten.scatter_reduce.two"}
+# Pairwise distances: one output element per pair of rows, a p-norm over their columns.
+DISTANCE_OPS = {"aten._cdist_forward.default", "aten._pdist_forward.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,8 +398,11 @@ class _Scheduler:
                 problems.setdefault(name, reason)
         if problems:
             listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
+            decomposable = any(REGISTRY[n].decomposition is not None for n in problems if n in REGISTRY)
             raise UnsupportedError(f"the C backend cannot compile {len(problems)} op(s): {listed}",
-                                   fix="decompose them first (pipeline 'decompose'), or add a C lowering")
+                                   fix=("add 'decompose' to the pipeline (kiln.compile's default has it); "
+                                        if decomposable else "") + "add a C lowering (kiln/codegen/c) or a "
+                                   "decomposition (kiln.ir.registry.register_decomposition), or export to ONNX")
 
     # -- values
     def materialized(self, value: Any) -> View:
@@ -508,7 +514,8 @@ class _Scheduler:
         for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
-                              (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter)):
+                              (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
+                              (DISTANCE_OPS, self.schedule_distance)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -711,6 +718,26 @@ class _Scheduler:
         detail = {"input": _load(source, shape), "space": space, "parallel": parallel, "targets": targets,
                   "value": value, "mask": mask, "reduce": reduce, "include_self": include_self}
         self.kernels.append(Kernel("scatter", f"{name.split('.')[1]}_{buf.name}", [name], [buf], shape, None, detail))
+        self.views[result] = _contiguous(buf)
+
+    def schedule_distance(self, op: Any, name: str, args: list) -> None:
+        """_cdist_forward: x1 [..., R1, C] against x2 [..., R2, C] (batch dims broadcast); _pdist_forward: the rows
+        of x [N, C] pairwise, i < j in row-major order. Each side is a Load over [..., rows, C]."""
+        result = op.results[0]
+        shape = list(result.type.shape)
+        x1 = self.materialized(args[0])
+        if name == "aten._pdist_forward.default":
+            sides, p, mode = [_load(x1, x1.shape)], args[1], None
+        else:
+            x2 = self.materialized(args[1])
+            batch = shape[:-2]
+            sides = [_load(x1, [*batch, *x1.shape[-2:]]), _load(x2, [*batch, *x2.shape[-2:]])]
+            p, mode = args[2], args[3]
+        buf = self.buffer(result)
+        detail = {"sides": sides, "rows": [x1.shape[-2], (x2 if len(sides) == 2 else x1).shape[-2]],
+                  "columns": x1.shape[-1], "p": float(p), "compute_mode": mode}
+        self.kernels.append(Kernel("distance", f"{name.split('.')[1].lstrip('_')}_{buf.name}", [name], [buf],
+                                   shape, None, detail))
         self.views[result] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:

@@ -255,3 +255,23 @@ def test_data_dependent_sizes_are_rejected_clearly(tmp_path):
     with pytest.raises(UnsupportedError, match=r"aten.nonzero.default \(its result's size depends on the input "
                                                r"values \(data-dependent size u\d+\)"):
         compile_c(program, output=tmp_path / "model")
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.0, float("inf")])
+def test_cdist_and_pdist_with_dynamic_rows(p, tmp_path):
+    # Euclidean cdist switches to the matrix-product formula above 25 rows: decided per run, as the rows vary.
+    rows = kiln.Dim("rows", max=64)
+
+    def fn(x1, x2):
+        return call(aten._cdist_forward.default, x1, x2, p, None), call(aten._pdist_forward.default, x1, p)
+
+    program, model = _compile(fn, (kiln.randn(4, 3), kiln.randn(2, 5, 3)), ({0: rows}, None), tmp_path)
+    for n in (1, 2, 20, 30, 64):
+        rng = np.random.default_rng(n)
+        x1 = rng.standard_normal((n, 3)).astype(np.float32)
+        x2 = rng.standard_normal((2, 5, 3)).astype(np.float32)
+        x1[0, 1] = np.nan if n > 2 else x1[0, 1]
+        got = model(x1, x2)
+        _check(got, program(x1, x2))
+        if torch is not None:
+            _torch_close(got[1], torch.pdist(torch.from_numpy(x1), p))

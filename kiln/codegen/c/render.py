@@ -988,9 +988,61 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     return lines
 
 
+def _norm_lines(p: float, a: str, b: str, columns: str, nan_max: bool) -> list[str]:
+    """C that sets `double dist` to the p-norm of |a(k) - b(k)| over k < columns, in double as the reference:
+    p = 0 counts differing coordinates, inf takes the largest difference (`nan_max`: a NaN difference wins, as
+    pdist's vectorized max; else it is skipped, as cdist's std::max loop), other p use pow."""
+    diff = f"const double d = fabs((double){a} - (double){b});"
+    if math.isinf(p):
+        step = "if (d != d) m = d; else if (d > m && m == m) m = d;" if nan_max else "if (d > m) m = d;"
+        return ["double m = 0.0;", f"for (int64_t k = 0; k < {columns}; ++k) {{ {diff} {step} }}", "double dist = m;"]
+    term = {0.0: "(d != d ? d : ceil(d) < 1.0 ? ceil(d) : 1.0)", 1.0: "d", 2.0: "d * d"}.get(p, f"pow(d, {p!r})")
+    finish = "s" if p in (0.0, 1.0) else "sqrt(s)" if p == 2.0 else f"pow(s, {1 / p!r})"
+    return ["double s = 0.0;", f"for (int64_t k = 0; k < {columns}; ++k) {{ {diff} s += {term}; }}",
+            f"double dist = {finish};"]
+
+
+def _distance(kernel: Kernel, state: RenderState) -> list[str]:
+    """_cdist_forward / _pdist_forward: one p-norm per pair of rows, accumulated in double. Euclidean cdist takes
+    ATen's matrix-product formula sqrt(max(|a|^2 + |b|^2 - 2ab, 0)) when compute_mode asks for it or, by default,
+    when either side has more than 25 rows (decided at run time: the rows may be symbolic)."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    columns, p = dim_expr(detail["columns"]), detail["p"]
+    target = buffer_name(out)
+    if len(detail["sides"]) == 1:  # pdist: pairs i < j of one matrix, in row-major order of the pairs
+        x = detail["sides"][0]
+        exprs = _Exprs(2)
+        a, b = (f"{buffer_name(x.buffer)}[{exprs.index(x.strides, x.offset, [row, 'k'])}]" for row in ("i", "j"))
+        n = dim_expr(detail["rows"][0])
+        body = _norm_lines(p, a, b, columns, nan_max=True)
+        return ["    #pragma omp for schedule(dynamic, 1)", f"    for (int64_t i = 0; i < {n}; ++i)",
+                f"        for (int64_t j = i + 1; j < {n}; ++j)", "        {",
+                *[f"            {line}" for line in body],
+                f"            {target}[i * {n} - i * (i + 1) / 2 + (j - i - 1)] = ({c_type(out.dtype)})dist;",
+                "        }"]
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    batch = [f"i{k}" for k in range(rank - 2)]
+    x1, x2 = detail["sides"]
+    a = f"{buffer_name(x1.buffer)}[{exprs.index(x1.strides, x1.offset, [*batch, f'i{rank - 2}', 'k'])}]"
+    b = f"{buffer_name(x2.buffer)}[{exprs.index(x2.strides, x2.offset, [*batch, f'i{rank - 1}', 'k'])}]"
+    body = _norm_lines(p, a, b, columns, nan_max=False)
+    if p == 2.0 and detail["compute_mode"] != 2:
+        rows1, rows2 = (dim_expr(r) for r in detail["rows"])
+        product = "1" if detail["compute_mode"] == 1 else f"({rows1} > 25 || {rows2} > 25)"
+        body = ["double dist;", f"if ({product})", "{",
+                "    double aa = 0.0, bb = 0.0, ab = 0.0;",
+                f"    for (int64_t k = 0; k < {columns}; ++k) {{ const double u = (double){a}, v = (double){b}; "
+                "aa += u * u; bb += v * v; ab += u * v; }",
+                "    const double squared = aa + bb - 2.0 * ab;",
+                "    dist = sqrt(squared != squared || squared > 0.0 ? squared : 0.0);", "}", "else", "{",
+                *[f"    {line}" for line in body[:-1]], f"    {body[-1].replace('double dist', 'dist')}", "}"]
+    return _loops(kernel.shape, [*body, f"{target}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})dist;"])
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
-    "pad": _pad, "scatter": _scatter,
+    "pad": _pad, "scatter": _scatter, "distance": _distance,
 }
 
 PRELUDE = """\
@@ -1089,6 +1141,8 @@ def kernel_work(kernel: Kernel) -> Any:
         return 2 * out * size(kernel.detail["weight"].shape[1:])
     if kernel.kind == "rows":
         return 4 * out
+    if kernel.kind == "distance":
+        return 3 * out * sympy.sympify(kernel.detail["columns"])
     return out * max(1, len(kernel.ops))
 
 
