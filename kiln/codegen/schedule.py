@@ -81,12 +81,14 @@ SCATTER_OPS = {"aten.index_put.default", "aten.scatter.src", "aten.scatter.value
                "aten.scatter_reduce.two"}
 # Pairwise distances: one output element per pair of rows, a p-norm over their columns.
 DISTANCE_OPS = {"aten._cdist_forward.default", "aten._pdist_forward.default"}
+# embedding_bag: one bag (a run of indices between offsets) per output row, reduced by sum, mean or max.
+BAG_OPS = {"aten._embedding_bag.default"}
 VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.default", "aten.expand.default",
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,7 +517,7 @@ class _Scheduler:
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
                               (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
-                              (DISTANCE_OPS, self.schedule_distance)):
+                              (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -739,6 +741,20 @@ class _Scheduler:
         self.kernels.append(Kernel("distance", f"{name.split('.')[1].lstrip('_')}_{buf.name}", [name], [buf],
                                    shape, None, detail))
         self.views[result] = _contiguous(buf)
+
+    def schedule_bags(self, op: Any, name: str, args: list) -> None:
+        """_embedding_bag: outputs (output, offset2bag, bag_size, max_indices) as the registry's kernel defines them;
+        offset2bag is empty where its meta rule says ATen's fused float sum skips it."""
+        outputs = [self.buffer(r) for r in op.results]
+        psw = args[6]
+        detail = {"weight": self.materialized(args[0]), "indices": self.materialized(args[1]),
+                  "offsets": self.materialized(args[2]), "mode": args[4],
+                  "per_sample_weights": self.materialized(psw) if psw is not None else None,
+                  "include_last_offset": bool(args[7]), "padding_idx": args[8]}
+        self.kernels.append(Kernel("bags", f"embedding_bag_{outputs[0].name}", [name], outputs,
+                                   list(op.results[0].type.shape), None, detail))
+        for r, buf in zip(op.results, outputs):
+            self.views[r] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
         if (name in ("aten.view.default", "aten._unsafe_view.default") and args[0] in self.pending

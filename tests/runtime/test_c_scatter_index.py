@@ -275,3 +275,34 @@ def test_cdist_and_pdist_with_dynamic_rows(p, tmp_path):
         _check(got, program(x1, x2))
         if torch is not None:
             _torch_close(got[1], torch.pdist(torch.from_numpy(x1), p))
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_embedding_bag_with_dynamic_bags_and_bad_offsets(mode, tmp_path):
+    count, bags = kiln.Dim("count", max=64), kiln.Dim("bags", max=16)
+
+    def fn(weight, indices, offsets):
+        return call(aten._embedding_bag.default, weight, indices, offsets, False, mode, False, None, False, 1)
+
+    rng = np.random.default_rng(7)
+    weight = rng.standard_normal((10, 6)).astype(np.float32)
+    examples = (kiln.tensor(weight), kiln.tensor(np.zeros(8, np.int64)), kiln.tensor(np.array([0, 3, 3], np.int64)))
+    program, model = _compile(fn, examples, (None, {0: count}, {0: bags}), tmp_path)
+    for n, b in ((2, 2), (8, 3), (40, 16)):
+        indices = rng.integers(0, 10, n).astype(np.int64)
+        offsets = np.sort(rng.integers(0, n + 1, b)).astype(np.int64)
+        offsets[0] = 0
+        got = model(weight, indices, offsets)
+        _exact(got[1:], program(weight, indices, offsets)[1:])
+        _check(got[0], program(weight, indices, offsets)[0])
+        if torch is not None:
+            expected = torch.ops.aten._embedding_bag.default(*map(torch.from_numpy, (weight, indices, offsets)),
+                                                               False, mode, False, None, False, 1)
+            _torch_close(got[0], expected[0])
+    indices = np.array([1, 2, 3, 4], np.int64)
+    with pytest.raises(KilnError, match=r"aten._embedding_bag.default: index 10 is out of bounds for dimension 0"):
+        model(weight, np.array([1, 10, 2, 3], np.int64), np.array([0, 2], np.int64))
+    for offsets in ([1, 2], [0, 3, 2], [0, 5]):
+        with pytest.raises(KilnError, match=r"aten._embedding_bag.default offsets"):
+            model(weight, indices, np.array(offsets, np.int64))
+    _exact(model(weight, indices, np.array([0, 2], np.int64))[1:], program(weight, indices, np.array([0, 2]))[1:])

@@ -1040,9 +1040,61 @@ def _distance(kernel: Kernel, state: RenderState) -> list[str]:
     return _loops(kernel.shape, [*body, f"{target}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})dist;"])
 
 
+def _bags(kernel: Kernel, state: RenderState) -> list[str]:
+    """_embedding_bag: the team shares the bags; each bag walks its indices in order, in double (as the reference),
+    per column. Bag b runs from offsets[b] to offsets[b + 1] (the last one to the end of the indices); offsets that
+    do not start at 0, decrease or pass the end, and indices outside the weight, fail the run."""
+    detail, (out, offset2bag, bag_size, max_indices) = kernel.detail, kernel.outputs
+    weight, indices, offsets, psw = detail["weight"], detail["indices"], detail["offsets"], detail["per_sample_weights"]
+    mode, pad, op = detail["mode"], detail["padding_idx"], kernel.ops[-1]
+
+    def at(view: Any, *variables: str) -> str:
+        return f"{buffer_name(view.buffer)}[{_Exprs(len(variables)).index(view.strides, view.offset, list(variables))}]"
+
+    count, bags, dim = dim_expr(indices.shape[0]), dim_expr(kernel.shape[0]), dim_expr(kernel.shape[1])
+    noff = dim_expr(offsets.shape[0])
+    row = checked_index(at(indices, "i"), weight.shape[0], 0, op, wrap=False)
+    skip = f"if (r == INT64_C({pad})) continue; " if pad >= 0 else ""
+    scale = f" * (double){at(psw, 'i')}" if psw is not None else ""
+    last = f" || (b == {bags} - 1 && end != {count})" if detail["include_last_offset"] else ""
+    body = [f"int64_t start = (int64_t){at(offsets, 'b')}, end = b + 1 < {noff} ? (int64_t){at(offsets, '(b + 1)')} "
+            f": {count};",
+            f"if ((b == 0 && start != 0) || start < 0 || start > end || end > {count}{last})",
+            "{", f"    kiln_index_error((b == 0 && start != 0) || start < 0 ? start : end, {count} + 1, 0, "
+            f"{_cstr(op + ' offsets (they must start at 0, not decrease and end within the indices)')}, ctx);",
+            "    start = end = 0;", "}",
+            "int64_t size = 0;",
+            f"for (int64_t i = start; i < end; ++i) {{ const int64_t r = {row}; (void)r; "
+            + (f"{buffer_name(offset2bag)}[i] = b; " if sympy.sympify(offset2bag.numel) != 0 else "")
+            + f"{skip}size += 1; }}",
+            f"{buffer_name(bag_size)}[b] = {'size' if mode != 0 else '0'};"]
+    if mode != 2:
+        body.append(f"{buffer_name(max_indices)}[b] = {'size' if mode == 1 else '0'};")
+    column = [f"for (int64_t c = 0; c < {dim}; ++c)", "{"]
+    walk = f"for (int64_t i = start; i < end; ++i) {{ const int64_t r = {row}; {skip}"
+    value = f"(double){at(weight, 'r', 'c')}"
+    if mode == 2:  # max: NaN propagates; the first row reaching the maximum names it
+        column += ["    double m = -INFINITY;",
+                   f"    {walk}const double v = {value}; m = (v != v || m != m) ? NAN : v > m ? v : m; }}",
+                   f"    int64_t first = {count};",
+                   f"    {walk}if ({value} == m) {{ first = i; break; }} }}",
+                   f"    {buffer_name(out)}[b * {dim} + c] = ({c_type(out.dtype)})(size ? m : 0.0);",
+                   f"    const int64_t kept = first < {count} ? first : {count} - 1;",
+                   f"    {buffer_name(max_indices)}[b * {dim} + c] = size ? "
+                   f"({c_type(max_indices.dtype)}){at(indices, 'kept')} : 0;", "}"]
+    else:
+        divide = " / (double)(size > 0 ? size : 1)" if mode == 1 else ""
+        column += ["    double s = 0.0;",
+                   f"    {walk}s += {value}{scale}; }}",
+                   f"    {buffer_name(out)}[b * {dim} + c] = ({c_type(out.dtype)})(s{divide});", "}"]
+    lines = ["    #pragma omp for schedule(static)", f"    for (int64_t b = 0; b < {bags}; ++b)", "    {",
+             *[f"        {line}" for line in body + column], "    }"]
+    return lines
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
-    "pad": _pad, "scatter": _scatter, "distance": _distance,
+    "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
 }
 
 PRELUDE = """\
