@@ -223,3 +223,43 @@ def test_data_dependent_values_are_checked_as_torchs_runtime_asserts_check_them(
         program(np.array(7))
     with pytest.raises(RuntimeError, match="u0 <= 5"):  # torch refuses it too
         exported.module()(torch.tensor(7))
+
+
+class _Numbers(torch.nn.Module):
+    def forward(self, x):
+        return x.sum().item(), x.argmax().item(), x.shape[0] * 2 + 1, x * 2
+
+
+def test_int_float_and_symint_outputs_round_trip(tmp_path):
+    x = torch.randn(5)
+    exported = torch.export.export(_Numbers(), (x,), dynamic_shapes={"x": {0: torch.export.Dim("n", max=64)}})
+    torch.export.save(exported, tmp_path / "torch.pt2")
+    program = kiln.load(tmp_path / "torch.pt2")
+    x = torch.randn(9)
+    total, index, size, doubled = program(x.numpy())
+    expected = _Numbers()(x)
+    assert (type(total), type(index), type(size)) == (float, int, int)
+    kiln.testing.assert_close((total, index, size), expected[:3])
+    kiln.save(program, tmp_path / "kiln.pt2")
+    torch.testing.assert_close(torch.export.load(tmp_path / "kiln.pt2").module()(x), expected)
+
+
+def test_baked_in_arguments_are_torchs_constant_inputs(tmp_path):
+    import kiln.nn as nn
+
+    class AddTimes(nn.Module):
+        def forward(self, x, const, times):
+            for _ in range(times):
+                x = x + const
+            return x
+
+    x = kiln.randn(2, 2)
+    kiln.save(kiln.export(AddTimes(), (x, 1, 3)), tmp_path / "kiln.pt2")
+    exported = torch.export.load(tmp_path / "kiln.pt2")
+    assert [getattr(spec.arg, "value", None) for spec in exported.graph_signature.input_specs] == [None, 1, 3]
+    x_torch = torch.from_numpy(x.numpy().copy())
+    torch.testing.assert_close(exported.module()(x_torch, 1, 3), x_torch + 3)
+    reloaded = kiln.load(tmp_path / "kiln.pt2")
+    kiln.testing.assert_close(reloaded(x.numpy(), 1, 3), x.numpy() + 3)
+    with pytest.raises(kiln.KilnError, match="baked into the program"):
+        reloaded(x.numpy(), 2, 3)

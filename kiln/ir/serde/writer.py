@@ -40,10 +40,11 @@ class _Symbols:
         found: list[sympy.Symbol] = [s for s in program.range_constraints if isinstance(s, sympy.Symbol)]
         for op in program.graph_module.walk():
             for result in [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]:
-                if isinstance(result.type, TensorType):
-                    for dim in result.type.shape:
-                        if not isinstance(dim, int):
-                            found += sorted(dim.free_symbols - set(found), key=str)
+                dims = result.type.shape if isinstance(result.type, TensorType) else \
+                    [result.type.expr] if isinstance(result.type, SymIntType) else []
+                for dim in dims:
+                    if not isinstance(dim, int):
+                        found += sorted(dim.free_symbols - set(found), key=str)
         self.names: dict[sympy.Symbol, str] = {}
         backed = unbacked = 0
         for sym in found:
@@ -54,6 +55,7 @@ class _Symbols:
             else:
                 self.names[sym], backed = f"s{backed}", backed + 1
         self.ranges = program.range_constraints
+        self.float_names: list[str] = []  # torch names each SymFloat (a float `item()`) `zuf0`, `zuf1`, ...
         self.hints = {}
         for sym in self.names:
             value_range = self.ranges.get(sym)
@@ -78,8 +80,18 @@ class _Symbols:
     def range_constraints(self) -> dict[str, dict[str, int | None]]:
         def bound(value: float) -> int | None:
             return None if math.isinf(value) else int(value)
-        return {self.names[s]: {"min_val": bound(r.lower), "max_val": bound(r.upper)}
-                for s, r in self.ranges.items() if isinstance(s, sympy.Symbol) and s in self.names}
+        ranges = {self.names[s]: {"min_val": bound(r.lower), "max_val": bound(r.upper)}
+                  for s, r in self.ranges.items() if isinstance(s, sympy.Symbol) and s in self.names}
+        for sym, name in self.names.items():  # torch's loader needs a range for every symbol it meets
+            ranges.setdefault(name, {"min_val": None, "max_val": None})
+        ranges.update({name: {"min_val": None, "max_val": None} for name in self.float_names})
+        return ranges
+
+    def sym_float(self) -> dict[str, Any]:
+        """A fresh SymFloat symbol: kiln's ScalarType values carry no expression."""
+        name = f"zuf{len(self.float_names)}"
+        self.float_names.append(name)
+        return {"as_expr": {"expr_str": f"Symbol('{name}')", "hint": None}}
 
 
 def _contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
@@ -115,6 +127,7 @@ class _GraphWriter:
         self.nodes: list[dict[str, Any]] = []
         self.tensor_values: dict[str, Any] = {}
         self.sym_int_values: dict[str, Any] = {}
+        self.sym_float_values: dict[str, Any] = {}
         self.sym_nodes: dict[Any, str] = {}  # expression -> the node computing it in this graph
         self.defined: list[SSAValue] = []
 
@@ -138,6 +151,8 @@ class _GraphWriter:
             self.sym_int_values[self.name(value)] = self.symbols.sym_int(value.type.expr)
             if _is_expr(value.type.expr):
                 self.sym_nodes.setdefault(value.type.expr, self.name(value))
+        elif isinstance(value.type, ScalarType):
+            self.sym_float_values[self.name(value)] = self.symbols.sym_float()
 
     # -- symbolic integers
     def sym_argument(self, expr: Any) -> dict[str, Any]:
@@ -338,7 +353,7 @@ class _GraphWriter:
     def graph(self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"inputs": inputs, "outputs": outputs, "nodes": self.nodes, "tensor_values": self.tensor_values,
                 "sym_int_values": self.sym_int_values, "sym_bool_values": {}, "is_single_tensor_return": False,
-                "custom_obj_values": {}, "sym_float_values": {}}
+                "custom_obj_values": {}, "sym_float_values": self.sym_float_values}
 
 
 def _metadata(op: Any) -> dict[str, str]:
