@@ -54,9 +54,11 @@ FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
 # Convolution: a direct-loop template (double accumulator) with a fused pointwise epilogue, like GEMM.
 CONV_OPS = {"aten.convolution.default"}
 # Window reductions over the trailing spatial dims: one output element per window.
+# grid_sampler_2d: one output element per grid point (its taps, not a window).
 WINDOW_OPS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
               "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default", "aten.avg_pool2d.default",
-              "aten.avg_pool3d.default", "aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec"}
+              "aten.avg_pool3d.default", "aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec",
+              "aten.grid_sampler_2d.default"}
 CONCAT_OPS = {"aten.cat.default"}
 # constant_pad_nd: each output element reads the input at (index - left pad), or is the fill value outside it.
 PAD_OPS = {"aten.constant_pad_nd.default", "aten.reflection_pad1d.default", "aten.reflection_pad2d.default",
@@ -618,6 +620,9 @@ class _Scheduler:
                           dilation=_per_dim(args[4] if "max_pool" in name and len(args) > 4 else 1, n))
         if "avg_pool" in name and not name.startswith("aten._adaptive"):
             detail.update(count_include_pad=args[5], divisor_override=args[6])
+        if name == "aten.grid_sampler_2d.default":
+            detail.update(grid=self.materialized(args[1]), interpolation=args[2], padding_mode=args[3],
+                          align_corners=bool(args[4]))
         if "upsample" in name:
             scales = args[-1] if args[-1] is not None else [None, None]
             detail.update(scales=list(scales), align_corners=args[2] if "bilinear" in name else None)

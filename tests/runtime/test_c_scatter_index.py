@@ -306,3 +306,33 @@ def test_embedding_bag_with_dynamic_bags_and_bad_offsets(mode, tmp_path):
         with pytest.raises(KilnError, match=r"aten._embedding_bag.default offsets"):
             model(weight, indices, np.array(offsets, np.int64))
     _exact(model(weight, indices, np.array([0, 2], np.int64))[1:], program(weight, indices, np.array([0, 2]))[1:])
+
+
+@pytest.mark.parametrize("interpolation", [0, 1, 2])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+def test_grid_sampler_2d_with_dynamic_sizes_and_odd_coordinates(interpolation, padding, tmp_path):
+    batch, height = kiln.Dim("batch", max=8), kiln.Dim("height", min=2, max=32)
+
+    def fn(x, grid):
+        return (call(aten.grid_sampler_2d.default, x, grid, interpolation, padding, False),
+                call(aten.grid_sampler_2d.default, x, grid, interpolation, padding, True))
+
+    examples = (kiln.randn(2, 3, 5, 6), kiln.randn(2, 4, 3, 2))
+    program, model = _compile(fn, examples, ({0: batch, 2: height}, {0: batch}), tmp_path)
+    for n, h in ((1, 2), (2, 5), (3, 17)):
+        rng = np.random.default_rng(n * h)
+        x = rng.standard_normal((n, 3, h, 6)).astype(np.float32)
+        grid = rng.uniform(-3, 3, (n, 4, 3, 2)).astype(np.float32)
+        grid[0, 0, 0] = [np.nan, 0.5]
+        grid[0, 0, 1] = [np.inf, -np.inf]
+        grid[0, 1, 0] = [1.0, -1.0]  # the corners and the exact middle of a pixel
+        grid[0, 1, 1] = [0.0, 0.0]
+        got = model(x, grid)
+        _check(got, program(x, grid))
+        if torch is not None:
+            finite = np.isfinite(grid).all(-1, keepdims=True)  # torch's own kernels differ on non-finite points
+            safe = np.where(finite, grid, 0.0).astype(np.float32)
+            got = model(x, safe)
+            for align, result in zip((False, True), got):
+                _torch_close(result, torch.ops.aten.grid_sampler_2d(torch.from_numpy(x), torch.from_numpy(safe),
+                                                                    interpolation, padding, align))

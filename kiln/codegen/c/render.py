@@ -757,6 +757,8 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     detail, op = kernel.detail, kernel.ops[0]
     if "upsample" in op:
         return _upsample(kernel)
+    if op == "aten.grid_sampler_2d.default":
+        return _grid_sample(kernel)
     x, n = detail["input"], detail["n"]
     rank = len(kernel.shape)
     lead = [f"i{k}" for k in range(rank - n)]
@@ -864,6 +866,73 @@ def _upsample(kernel: Kernel) -> list[str]:
         body += [f"const {real} upper = {load('lo0', 'lo1')} * wl1 + {load('lo0', 'hi1')} * wh1;",
                  f"const {real} lower = {load('hi0', 'lo1')} * wl1 + {load('hi0', 'hi1')} * wh1;",
                  f"{target} = ({c_type(out.dtype)})(upper * wl0 + lower * wh0);"]
+    return _loops(kernel.shape, body)
+
+
+def _grid_sample(kernel: Kernel) -> list[str]:
+    """grid_sampler_2d per output element, in the input's own dtype op by op (the registry's kernel follows ATen's
+    vectorized CPU algebra there; C11 contracts no FMA): unnormalize each grid coordinate, apply the padding mode
+    (bicubic pads each of its 16 taps instead), then nearest (round half to even), bilinear or bicubic taps. A tap
+    outside the input (or at a non-finite position) reads 0."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, grid, T = detail["input"], detail["grid"], c_type(out.dtype)
+    align, padding, mode = detail["align_corners"], detail["padding_mode"], detail["interpolation"]
+    height, width = dim_expr(x.shape[2]), dim_expr(x.shape[3])
+
+    def unnormalize(g: str, size: str) -> str:
+        if align:
+            return f"({g} + ({T})1) * ({T})((double)({size} - 1) / 2.0)"
+        return f"({g} + ({T})1) * ({T})((double){size} / 2.0) - ({T})0.5"
+
+    def pad(v: str, size: str) -> list[str]:
+        clip = f"{v} = kiln_min(({T})({size} - 1), kiln_max({v}, ({T})0));"
+        if padding == 0:
+            return []
+        if padding == 1:
+            return [clip]
+        low, span = ("0", f"2 * ({size} - 1)") if align else ("-0.5", f"2 * {size}")
+        return ["{", f"    const {T} low = ({T}){low}, span = ({T})({span});",
+                f"    if (span <= 0) {v} = 0;",
+                f"    else {{ const {T} d = ({T})fabs({v} - low); const {T} extra = d - ({T})trunc(d / span) * span; "
+                f"{v} = kiln_min(extra, span - extra) + low; }}", "}", clip]
+
+    def tap(row: str, col: str) -> str:  # x[n, c, row, col], or 0 outside
+        load = f"{buffer_name(x.buffer)}[{_view_index(x, ['i0', 'i1', f'({row})', f'({col})'])}]"
+        return f"(({row}) >= 0 && ({row}) < {height} && ({col}) >= 0 && ({col}) < {width} ? {load} : ({T})0)"
+
+    def index(v: str) -> str:  # non-finite or huge positions: out of range
+        return f"({v} == {v} && fabs((double){v}) < 1099511627776.0 ? (int64_t){v} : -INT64_C(1099511627776))"
+
+    g = [f"{buffer_name(grid.buffer)}[{_view_index(grid, ['i0', 'i2', 'i3', str(k)])}]" for k in (0, 1)]
+    body = [f"{T} gx = {unnormalize(g[0], width)}, gy = {unnormalize(g[1], height)};"]
+    if mode == 2:  # bicubic: ATen's coefficients with A = -0.75, each tap padded on its own
+        near = f"((({T})-0.75 + 2) * t - (({T})-0.75 + 3)) * t * t + 1"
+        far = f"((({T})-0.75 * t - 5 * ({T})-0.75) * t + 8 * ({T})-0.75) * t - 4 * ({T})-0.75"
+        body += [f"const {T} x0 = ({T})floor(gx), y0 = ({T})floor(gy), tx = gx - x0, ty = gy - y0;",
+                 f"{T} wx[4], wy[4];"]
+        for axis in ("x", "y"):
+            for k, (form, arg) in enumerate(((far, f"t{axis} + 1"), (near, f"t{axis}"), (near, f"1 - t{axis}"),
+                                             (far, f"2 - t{axis}"))):
+                body.append(f"{{ const {T} t = {arg}; w{axis}[{k}] = {form}; }}")
+        body += [f"{T} value = 0;", "for (int i = 0; i < 4; ++i)", "{", f"    {T} row = 0;",
+                 "    for (int j = 0; j < 4; ++j)", "    {",
+                 f"        {T} cx = x0 - 1 + j, cy = y0 - 1 + i;",
+                 *[f"        {line}" for line in pad("cx", width) + pad("cy", height)],
+                 f"        const int64_t r = {index('cy')}, c = {index('cx')};",
+                 f"        row = row + {tap('r', 'c')} * wx[j];", "    }", "    value = value + row * wy[i];", "}"]
+    else:
+        body += [*pad("gx", width), *pad("gy", height)]
+        if mode == 1:
+            body += [f"const int64_t r = {index(f'({T})rint(gy)')}, c = {index(f'({T})rint(gx)')};",
+                     f"const {T} value = {tap('r', 'c')};"]
+        else:
+            body += [f"const {T} west = ({T})floor(gx), north = ({T})floor(gy);",
+                     f"const {T} w = gx - west, n = gy - north, e = ({T})1 - w, s = ({T})1 - n;",
+                     f"const int64_t c = {index('west')}, r = {index('north')};",
+                     f"{T} value = {tap('r', 'c')} * (s * e);", f"value = value + {tap('r', 'c + 1')} * (s * w);",
+                     f"value = value + {tap('r + 1', 'c')} * (n * e);",
+                     f"value = value + {tap('r + 1', 'c + 1')} * (n * w);"]
+    body.append(f"{buffer_name(out)}[{_flat(kernel.shape)}] = value;")
     return _loops(kernel.shape, body)
 
 
