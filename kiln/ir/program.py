@@ -187,6 +187,9 @@ class ExportedProgram:
         self.module_call_graph: list[ModuleCallEntry] = [ModuleCallEntry("")]
         # Notes on where the program came from, e.g. metadata["skipped"]: the files kiln.load did not read, and why.
         self.metadata: dict[str, Any] = {}
+        # (args, kwargs) it was exported with, like torch's ExportedProgram.example_inputs: kiln.save writes them for
+        # torch's tools (AOTInductor needs them); kiln.load leaves None, since it never unpickles them.
+        self.example_inputs: tuple[tuple, dict] | None = None
 
     # -- structure
     @property
@@ -273,6 +276,21 @@ class ExportedProgram:
         if self.out_spec is not None:
             return tree_unflatten(user, self.out_spec)
         return user[0] if len(user) == 1 else tuple(user)
+
+    def user_output_names(self) -> list[str]:
+        """A name for each user output, for artifacts (ONNX graph outputs, package manifests): the keys leading to it
+        in the output structure where it has keys (`logits`, `hidden_0`), else the output value's name."""
+        from kiln.ir.pytree import leaf_paths
+        specs = [spec for spec in self.graph_signature.output_specs if spec.kind is OutputKind.USER_OUTPUT]
+        paths = leaf_paths(self.out_spec) if self.out_spec is not None else []
+        if len(paths) != len(specs):
+            paths = [()] * len(specs)
+        names = []
+        for path, spec in zip(paths, specs):
+            keyed = any(isinstance(part, str) for part in path)
+            name = re.sub(r"\W", "_", "_".join(map(str, path))) if keyed else spec.name
+            names.append(name if name not in names else f"{name}_{len(names)}")
+        return names
 
     def run_decompositions(self, decomp_table: Any = None) -> "ExportedProgram":
         """A new program with ops decomposed: None → Core ATen (`kiln.default_decompositions()`), `{}` → none.

@@ -112,6 +112,22 @@ def _unflatten(leaves: Any, spec: TreeSpec) -> Any:
     return spec.context(**dict(zip(names, children)))
 
 
+def leaf_paths(spec: TreeSpec) -> list[tuple[Any, ...]]:
+    """The path to each leaf, in flattening order: dict and record keys, namedtuple and dataclass field names, and
+    tuple and list positions (`{"logits": *, "hidden": (*, *)}` gives ("logits",), ("hidden", 0), ("hidden", 1))."""
+    if spec.kind == "leaf":
+        return [()]
+    if spec.kind in ("dict", "record"):
+        keys = spec.context if spec.kind == "dict" else spec.context[1]
+    elif spec.kind == "namedtuple":
+        keys = spec.context._fields
+    elif spec.kind == "dataclass":
+        keys = _DATACLASSES[spec.context][0]
+    else:
+        keys = range(len(spec.children))
+    return [(key, *path) for key, child in zip(keys, spec.children) for path in leaf_paths(child)]
+
+
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     leaves, spec = tree_flatten(tree)
     return tree_unflatten([fn(leaf) for leaf in leaves], spec)

@@ -211,3 +211,24 @@ def test_kiln_ops_lists_the_onnx_lowerings(capsys):
     rows = {row["op"]: row["lowered_by"] for row in json.loads(capsys.readouterr().out)}
     assert "onnx" in rows["aten.add.Tensor"] and "onnx" in rows["aten.convolution.default"]
     assert "onnx" not in rows["aten.linear.default"]  # composites reach ONNX through their decomposition
+
+
+class _KeyedOutputs(kiln.nn.Module):
+    def forward(self, x):
+        return {"logits": x + 1, "hidden": (x * 2, x - 1)}
+
+
+def test_outputs_are_named_after_their_pytree_keys_unless_output_names_are_given():
+    program = kiln.export(_KeyedOutputs(), (kiln.randn(2, 3),), dynamic_shapes={"x": {0: kiln.Dim("batch")}})
+    model = kiln.onnx.export(program).model_proto
+    assert [o.name for o in model.graph.output] == ["logits", "hidden_0", "hidden_1"]
+    assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim][:1] == ["batch"]
+    named = kiln.onnx.export(program, input_names=["pixels"], output_names=["a", "b", "c"]).model_proto
+    assert [o.name for o in named.graph.output] == ["a", "b", "c"] and named.graph.input[0].name == "pixels"
+    import onnxruntime
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    got = dict(zip([o.name for o in model.graph.output], session.run(None, {"x": x})))
+    expected = program(x)
+    kiln.testing.assert_close([got["logits"], got["hidden_0"], got["hidden_1"]],
+                              [expected["logits"], *expected["hidden"]])

@@ -138,8 +138,9 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
         raise KilnError(f"output_names has {len(output_names)} names but the model has {len(user_outputs)} outputs")
     outputs_proto = []
     taken: set[str] = set(graph_inputs.values()) | {name for name, _ in model.initializers}
+    default_names = program.user_output_names()  # the pytree keys (`logits`) where the outputs have them
     for index, (value, spec) in enumerate(user_outputs):
-        wanted = output_names[index] if output_names else value.name
+        wanted = (output_names or default_names)[index]
         name = _claim_output(graph, value.name, wanted, taken)
         taken.add(name)
         outputs_proto.append(value_info(name, value.type))

@@ -1024,6 +1024,13 @@ def _sym_size(ctx: LoweringContext, x: Value, dim: int) -> str:
     return ctx.node("Identity", [ctx.scalar(x.shape[normalize_axis(dim, x.rank)])])
 
 
+@lowers("_operator.add.default", "_operator.sub.default", "_operator.mul.default", "_operator.floordiv.default",
+        "_operator.mod.default")
+def _symint_arithmetic(ctx: LoweringContext, a: Any, b: Any) -> str:
+    """SymInt arithmetic a program returns as a value: its expression (the meta rule's) computed from input shapes."""
+    return ctx.node("Identity", [ctx.scalar(ctx.out.expr)])
+
+
 @lowers("aten.sym_numel.default")
 def _sym_numel(ctx: LoweringContext, x: Value) -> str:
     return ctx.node("Size", [x.name])
