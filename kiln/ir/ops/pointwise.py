@@ -1186,6 +1186,12 @@ for _schema, _conversion in _TO_OVERLOADS.items():
     _composite(_schema, _to_meta(_qualified(_schema), _conversion), _to_kernel(_conversion),
                _to_decomposition(_conversion))
 
+# type_as: `x.type_as(other)`, which is x.to(other.dtype) (RoBERTa's position ids keep it in torch.export's IR)
+_composite("type_as(Tensor self, Tensor other) -> Tensor",
+           _to_meta("aten.type_as.default", lambda self, other: (self, dtype_of(other), None, False, None)),
+           lambda self, other: _cast(self, dtypes.dtype(other.dtype)).copy(),
+           lambda self, other: _to_dtype_decomposition(self, dtype_of(other)))
+
 
 # max.other / min.other: `torch.max(a, b)` / `torch.min(a, b)`, which are maximum / minimum by another name
 for _name, _target, _extremum_fns in (("max", "maximum", (np.logical_or, np.maximum)),

@@ -734,6 +734,14 @@ def _to_other(rng):
     yield Sample((rand(rng, 3), rand(rng, 1)), note="same dtype")
 
 
+@samples("aten.type_as.default")
+def _type_as(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng, 2, dtype="int32", low=0, high=5)), note="float32 like an int32 tensor")
+    yield Sample((rand(rng, 3, dtype="int64", low=-9, high=9), rand(rng, 1, dtype="float16")), note="to float16")
+    yield Sample((rand(rng, 2, 3, dtype="bool"), rand(rng, 1, dtype="float64")), note="bool to float64")
+    yield Sample((rand(rng, 3), rand(rng, 1)), note="same dtype")
+
+
 @samples("aten.lerp.Scalar")
 def _lerp_scalar(rng):
     for dtype in FLOATS:
