@@ -1,12 +1,20 @@
 """Hugging Face `transformers` architectures from small configs with random weights (no download), for the tests and
 benchmarks/hf_sweep.py: each entry builds the model (eval mode, seeded), makes inputs at (batch, length), and names
-the dynamic dims of each input."""
+the dynamic dims of each input. Also the two halves of the end-to-end check both share: `export_to_folder` (torch:
+export, save, inputs) and `run_in_kiln` (a child process where torch cannot be imported loads the .pt2 and runs
+each stage, writing outputs, errors and timings)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = [(2, 8), (3, 13)]  # (batch, length): the example and a second size, both inside the dims' ranges
 
 
@@ -19,7 +27,7 @@ class Architecture:
 
     def dynamic_shapes(self) -> dict[str, dict[int, Any]]:
         import torch
-        limits = {"batch": (1, 16), "seq": (2, 32)}
+        limits = {"batch": (1, 16), "seq": (2, 32), "samples": (80, 1280), "frames": (8, 128)}
         made = {name: torch.export.Dim(name, min=low, max=high) for name, (low, high) in limits.items()}
         return {key: {axis: made[dim] for axis, dim in axes.items()} for key, axes in self.dims.items()}
 
@@ -91,6 +99,29 @@ def _whisper():
                                       eos_token_id=2, decoder_start_token_id=1))
 
 
+def _hf(model: str, config: str, **options: Any) -> Callable[[], Any]:
+    """A builder for `transformers.<model>(transformers.<config>(**options))`."""
+    def build():
+        import transformers
+        return getattr(transformers, model)(getattr(transformers, config)(**options))
+    return build
+
+
+# Small shapes shared by most text models: two layers, hidden 64, 4 heads, vocabulary 100.
+TEXT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,
+            max_position_embeddings=64)
+DECODER = dict(TEXT, use_cache=False)
+LLAMA_LIKE = dict(DECODER, num_key_value_heads=2)
+SEQ2SEQ = dict(encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+               encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=100, max_position_embeddings=64,
+               use_cache=False, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+VISION = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32,
+              patch_size=8)
+AUDIO = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=32,
+             conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+             num_conv_pos_embedding_groups=4)
+
+
 def _pixels(batch: int, length: int) -> dict[str, Any]:
     import torch
     return {"pixel_values": torch.randn(batch, 3, 32, 32)}
@@ -101,17 +132,304 @@ def _audio_features(batch: int, length: int) -> dict[str, Any]:
     return {"input_features": torch.randn(batch, 16, 64), "decoder_input_ids": torch.randint(3, 100, (batch, length))}
 
 
+def _waveform(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"input_values": torch.randn(batch, 40 * length)}
+
+
+def _filterbank(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"input_features": torch.randn(batch, 4 * length, 16),
+            "decoder_input_ids": torch.randint(3, 100, (batch, length))}
+
+
 SEQUENCE = {0: "batch", 1: "seq"}
+TOKENS = {"input_ids": SEQUENCE}
+MASKED = {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}
+ENCODER_DECODER = {"input_ids": SEQUENCE, "decoder_input_ids": SEQUENCE}
+PIXELS = {"pixel_values": {0: "batch"}}
+WAVEFORM = {"input_values": {0: "batch", 1: "samples"}}
+
+
+def _encoder(name: str, model: str, config: str, **options: Any) -> Architecture:
+    return Architecture(name, _hf(model, config, **options), _tokens("input_ids", mask="attention_mask"), MASKED)
+
+
+def _decoder(name: str, model: str, config: str, **options: Any) -> Architecture:
+    return Architecture(name, _hf(model, config, **options), _tokens("input_ids"), TOKENS)
+
+
+def _seq2seq(name: str, model: str, config: str, **options: Any) -> Architecture:
+    return Architecture(name, _hf(model, config, **options), _tokens("input_ids", "decoder_input_ids"),
+                        ENCODER_DECODER)
+
+
+def _vision(name: str, model: str, config: str, **options: Any) -> Architecture:
+    return Architecture(name, _hf(model, config, **options), _pixels, PIXELS)
+
+
+def _audio(name: str, model: str, config: str, **options: Any) -> Architecture:
+    return Architecture(name, _hf(model, config, **options), _waveform, WAVEFORM)
+
+
 ARCHITECTURES = {a.name: a for a in [
-    Architecture("gpt2", _gpt2, _tokens("input_ids"), {"input_ids": SEQUENCE}),
-    Architecture("bert", _bert, _tokens("input_ids", mask="attention_mask"),
-                 {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}),
-    Architecture("llama", _llama, _tokens("input_ids"), {"input_ids": SEQUENCE}),
-    Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"),
-                 {"input_ids": SEQUENCE, "decoder_input_ids": SEQUENCE}),
-    Architecture("distilbert", _distilbert, _tokens("input_ids", mask="attention_mask"),
-                 {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}),
-    Architecture("vit", _vit, _pixels, {"pixel_values": {0: "batch"}}),
+    # text encoders
+    Architecture("bert", _bert, _tokens("input_ids", mask="attention_mask"), MASKED),
+    Architecture("distilbert", _distilbert, _tokens("input_ids", mask="attention_mask"), MASKED),
+    _encoder("roberta", "RobertaModel", "RobertaConfig", **dict(TEXT, max_position_embeddings=80)),
+    _encoder("xlm-roberta", "XLMRobertaModel", "XLMRobertaConfig", **dict(TEXT, max_position_embeddings=80)),
+    _encoder("camembert", "CamembertModel", "CamembertConfig", **dict(TEXT, max_position_embeddings=80)),
+    _encoder("albert", "AlbertModel", "AlbertConfig", **dict(TEXT, embedding_size=32)),
+    _encoder("electra", "ElectraModel", "ElectraConfig", **dict(TEXT, embedding_size=32)),
+    _encoder("deberta", "DebertaModel", "DebertaConfig", **TEXT),
+    _encoder("deberta-v2", "DebertaV2Model", "DebertaV2Config", **TEXT),
+    _encoder("mpnet", "MPNetModel", "MPNetConfig", **dict(TEXT, max_position_embeddings=80)),
+    _encoder("megatron-bert", "MegatronBertModel", "MegatronBertConfig", **TEXT),
+    _encoder("convbert", "ConvBertModel", "ConvBertConfig", **dict(TEXT, embedding_size=64)),
+    _encoder("roformer", "RoFormerModel", "RoFormerConfig", **TEXT),
+    _encoder("ernie", "ErnieModel", "ErnieConfig", **TEXT),
+    _encoder("mobilebert", "MobileBertModel", "MobileBertConfig",
+             **dict(TEXT, embedding_size=32, intra_bottleneck_size=32, num_feedforward_networks=2)),
+    _encoder("data2vec-text", "Data2VecTextModel", "Data2VecTextConfig", **dict(TEXT, max_position_embeddings=80)),
+    _encoder("modernbert", "ModernBertModel", "ModernBertConfig", **dict(TEXT, pad_token_id=0, bos_token_id=1,
+                                                                          eos_token_id=2, cls_token_id=1,
+                                                                          sep_token_id=2)),
+    # text decoders
+    Architecture("gpt2", _gpt2, _tokens("input_ids"), TOKENS),
+    Architecture("llama", _llama, _tokens("input_ids"), TOKENS),
+    _decoder("mistral", "MistralForCausalLM", "MistralConfig", **LLAMA_LIKE),
+    _decoder("qwen2", "Qwen2ForCausalLM", "Qwen2Config", **LLAMA_LIKE),
+    _decoder("qwen3", "Qwen3ForCausalLM", "Qwen3Config", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("phi", "PhiForCausalLM", "PhiConfig", **TEXT),
+    _decoder("phi3", "Phi3ForCausalLM", "Phi3Config", **dict(LLAMA_LIKE, pad_token_id=0)),
+    _decoder("gemma", "GemmaForCausalLM", "GemmaConfig", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("gemma2", "Gemma2ForCausalLM", "Gemma2Config", **dict(LLAMA_LIKE, head_dim=16, sliding_window=4)),
+    _decoder("gpt-neo", "GPTNeoForCausalLM", "GPTNeoConfig",
+             num_layers=2, attention_types=[[["global", "local"], 1]], hidden_size=64, num_heads=4, vocab_size=100,
+             max_position_embeddings=64, window_size=4, use_cache=False),
+    _decoder("gpt-j", "GPTJForCausalLM", "GPTJConfig", n_layer=2, n_embd=64, n_head=4, rotary_dim=8, vocab_size=100,
+             n_positions=64, use_cache=False),
+    _decoder("opt", "OPTForCausalLM", "OPTConfig", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+             ffn_dim=128, vocab_size=100, max_position_embeddings=64, word_embed_proj_dim=64, use_cache=False),
+    _decoder("bloom", "BloomForCausalLM", "BloomConfig", n_layer=2, hidden_size=64, n_head=4, vocab_size=100,
+             use_cache=False),
+    _decoder("falcon", "FalconForCausalLM", "FalconConfig", num_hidden_layers=2, hidden_size=64,
+             num_attention_heads=4, vocab_size=100, use_cache=False),
+    _decoder("stablelm", "StableLmForCausalLM", "StableLmConfig", **LLAMA_LIKE),
+    _decoder("codegen", "CodeGenForCausalLM", "CodeGenConfig", n_layer=2, n_embd=64, n_head=4, rotary_dim=8,
+             vocab_size=100, n_positions=64, n_ctx=64, use_cache=False),
+    _decoder("gpt-neox", "GPTNeoXForCausalLM", "GPTNeoXConfig", **DECODER),
+    _decoder("gpt-bigcode", "GPTBigCodeForCausalLM", "GPTBigCodeConfig", n_layer=2, n_embd=64, n_head=4,
+             vocab_size=100, n_positions=64, use_cache=False),
+    _decoder("olmo", "OlmoForCausalLM", "OlmoConfig", **dict(LLAMA_LIKE, pad_token_id=0)),
+    _decoder("starcoder2", "Starcoder2ForCausalLM", "Starcoder2Config", **LLAMA_LIKE),
+    _decoder("biogpt", "BioGptForCausalLM", "BioGptConfig", **DECODER),
+    _decoder("xglm", "XGLMForCausalLM", "XGLMConfig", num_layers=2, d_model=64, attention_heads=4, ffn_dim=128,
+             vocab_size=100, max_position_embeddings=64, use_cache=False),
+    _decoder("cohere", "CohereForCausalLM", "CohereConfig", **LLAMA_LIKE),
+    _decoder("granite", "GraniteForCausalLM", "GraniteConfig", **LLAMA_LIKE),
+    _decoder("mixtral", "MixtralForCausalLM", "MixtralConfig",
+             **dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2)),
+    # encoder-decoders
+    Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"), ENCODER_DECODER),
+    _seq2seq("mt5", "MT5Model", "MT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
+             d_kv=8, vocab_size=100, use_cache=False),
+    _seq2seq("bart", "BartModel", "BartConfig", **SEQ2SEQ),
+    _seq2seq("mbart", "MBartModel", "MBartConfig", **SEQ2SEQ),
+    _seq2seq("pegasus", "PegasusModel", "PegasusConfig", **SEQ2SEQ),
+    _seq2seq("marian", "MarianModel", "MarianConfig", **dict(SEQ2SEQ, decoder_start_token_id=1)),
+    _seq2seq("blenderbot", "BlenderbotModel", "BlenderbotConfig", **SEQ2SEQ),
+    _seq2seq("blenderbot-small", "BlenderbotSmallModel", "BlenderbotSmallConfig", **SEQ2SEQ),
+    _seq2seq("plbart", "PLBartModel", "PLBartConfig", **SEQ2SEQ),
+    _seq2seq("m2m100", "M2M100Model", "M2M100Config", **SEQ2SEQ),
+    # vision
+    Architecture("vit", _vit, _pixels, PIXELS),
+    _vision("deit", "DeiTModel", "DeiTConfig", **VISION),
+    _vision("beit", "BeitModel", "BeitConfig", **dict(VISION, use_relative_position_bias=True)),
+    _vision("data2vec-vision", "Data2VecVisionModel", "Data2VecVisionConfig", **VISION),
+    _vision("dinov2", "Dinov2Model", "Dinov2Config", **dict(VISION, mlp_ratio=2)),
+    _vision("yolos", "YolosModel", "YolosConfig", **dict(VISION, image_size=[32, 32], num_detection_tokens=4)),
+    _vision("convnext", "ConvNextModel", "ConvNextConfig", num_stages=2, hidden_sizes=[16, 32], depths=[1, 1],
+            patch_size=4, image_size=32),
+    _vision("convnextv2", "ConvNextV2Model", "ConvNextV2Config", num_stages=2, hidden_sizes=[16, 32], depths=[1, 1],
+            patch_size=4, image_size=32),
+    _vision("resnet", "ResNetModel", "ResNetConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+            layer_type="basic"),
+    _vision("regnet", "RegNetModel", "RegNetConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+            groups_width=8),
+    _vision("bit", "BitModel", "BitConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+            num_groups=4),
+    _vision("swin", "SwinModel", "SwinConfig", image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+            num_heads=[2, 4], window_size=4),
+    _vision("swinv2", "Swinv2Model", "Swinv2Config", image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+            num_heads=[2, 4], window_size=4),
+    _vision("mobilevit", "MobileViTModel", "MobileViTConfig", image_size=32, patch_size=2,
+            hidden_sizes=[32, 40, 48], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_attention_heads=4),
+    _vision("segformer", "SegformerModel", "SegformerConfig", num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+            hidden_sizes=[16, 32], num_attention_heads=[1, 2], mlp_ratios=[2, 2], patch_sizes=[7, 3],
+            strides=[4, 2]),
+    _vision("poolformer", "PoolFormerModel", "PoolFormerConfig", num_encoder_blocks=2, depths=[1, 1],
+            hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], padding=[2, 1]),
+    _vision("mobilenet-v2", "MobileNetV2Model", "MobileNetV2Config", image_size=32, depth_multiplier=0.25),
+    _vision("efficientnet", "EfficientNetModel", "EfficientNetConfig", image_size=32, width_coefficient=0.25,
+            depth_coefficient=0.25, hidden_dim=320),
+    # audio
     Architecture("whisper", _whisper, _audio_features, {"input_features": {0: "batch"},
                                                         "decoder_input_ids": SEQUENCE}),
+    _audio("wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config", **AUDIO),
+    _audio("hubert", "HubertModel", "HubertConfig", **AUDIO),
+    _audio("wavlm", "WavLMModel", "WavLMConfig", **dict(AUDIO, num_buckets=32, max_bucket_distance=64)),
+    _audio("data2vec-audio", "Data2VecAudioModel", "Data2VecAudioConfig", **dict(AUDIO, conv_pos_kernel_size=5,
+                                                                                 num_conv_pos_embeddings=5)),
+    _audio("unispeech", "UniSpeechModel", "UniSpeechConfig", **AUDIO),
+    _audio("sew", "SEWModel", "SEWConfig", **dict(AUDIO, squeeze_factor=2)),
+    Architecture("speech2text", _hf("Speech2TextModel", "Speech2TextConfig", **dict(
+        SEQ2SEQ, num_conv_layers=2, conv_kernel_sizes=[5, 5], conv_channels=32, input_feat_per_channel=16,
+        max_source_positions=64, max_target_positions=64)), _filterbank,
+        {"input_features": {0: "batch", 1: "frames"}, "decoder_input_ids": SEQUENCE}),
 ]}
+
+
+# -- the end-to-end check: torch exports and saves; a child process with torch blocked loads and runs the file
+
+def torch_outputs(model: Any, inputs: dict[str, Any]) -> list:
+    """The model's flat outputs in the order kiln's pytree flattening gives them."""
+    import torch
+    from kiln.ir.pytree import tree_flatten
+    with torch.no_grad():
+        output = model(**inputs)
+    return list(output.to_tuple() if hasattr(output, "to_tuple") else tree_flatten(output)[0])
+
+
+def export_to_folder(architecture: Architecture, model: Any, folder: Path, dynamic_shapes: Any = None) -> Any:
+    """torch.export the model at the example size (dynamic dims from the architecture unless given), save it as
+    folder/model.pt2 and each size's inputs as folder/inputs_<k>.npz; return the ExportedProgram."""
+    import numpy as np
+    import torch
+    sizes = [architecture.make_inputs(*size) for size in SIZES]
+    shapes = architecture.dynamic_shapes() if dynamic_shapes is None else dynamic_shapes
+    exported = torch.export.export(model, (), sizes[0], dynamic_shapes=shapes, strict=False)
+    torch.export.save(exported, folder / "model.pt2")
+    for k, inputs in enumerate(sizes):
+        np.savez(folder / f"inputs_{k}.npz", **{key: value.numpy() for key, value in inputs.items()})
+    return exported
+
+
+# Loads folder/model.pt2 with torch blocked, runs each stage on each size's inputs and writes its flat outputs
+# (<stage>_<k>.npz) and folder/report.json: per stage the first error (or null) and timings.
+KILN_CHILD = textwrap.dedent("""
+    import importlib.abc, json, statistics, sys, time, traceback
+
+    class BlockTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("torch is blocked in this process")
+
+    sys.meta_path.insert(0, BlockTorch())
+    folder, stages, count, repeat = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
+    import numpy as np
+    import kiln
+    from kiln.ir.pytree import tree_flatten
+
+    report = {"stages": {}, "seconds": {}, "latency": {}}
+
+    def error(exc):
+        lines = [line for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
+        return lines[0] if lines else type(exc).__name__
+
+    def write():
+        with open(folder + "/report.json", "w") as f:
+            json.dump(report, f, indent=1)
+
+    def median(fn):
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    sizes = []
+    for k in range(count):
+        with np.load(f"{folder}/inputs_{k}.npz") as saved:
+            sizes.append({name: saved[name] for name in saved.files})
+    try:
+        start = time.perf_counter()
+        program = kiln.load(folder + "/model.pt2")
+        report["seconds"]["load"] = time.perf_counter() - start
+        report["stages"]["load"] = None
+    except Exception as exc:
+        traceback.print_exc()
+        report["stages"]["load"] = error(exc)
+        write()
+        sys.exit(1)
+    write()
+    runners = {}
+    for stage in stages:
+        try:
+            if stage == "interpreter":
+                runners[stage] = lambda inputs: program(**inputs)
+            elif stage == "onnx":
+                onnx_program = kiln.onnx.export(program)
+                runners[stage] = lambda inputs: onnx_program(**inputs)
+            elif stage == "c":
+                start = time.perf_counter()
+                compiled = kiln.compile(program, output=folder + "/package", num_threads=1)
+                report["seconds"]["c_compile"] = time.perf_counter() - start
+                names = [i["name"] for i in compiled.manifest["inputs"]]
+                runners[stage] = lambda inputs: compiled(*[inputs[name] for name in names])
+            for k, inputs in enumerate(sizes):
+                leaves, _ = tree_flatten(runners[stage](inputs))
+                np.savez(f"{folder}/{stage}_{k}.npz", *[np.asarray(leaf) for leaf in leaves])
+            report["stages"][stage] = None
+        except Exception as exc:
+            traceback.print_exc()
+            runners.pop(stage, None)
+            report["stages"][stage] = error(exc)
+        write()
+    if repeat and "c" in runners and "onnx" in runners:  # same thread count (1) for both, example size
+        import onnxruntime
+        from kiln.codegen.onnx.program import flat_user_inputs
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = 1, 1, 3
+        session = onnxruntime.InferenceSession(onnx_program.model_proto.SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        feed = dict(zip([spec.name for spec in session.get_inputs()], flat_user_inputs(program, (), sizes[0])))
+        session.run(None, feed)
+        runners["c"](sizes[0])
+        report["latency"] = {"onnx": median(lambda: session.run(None, feed)),
+                             "c": median(lambda: runners["c"](sizes[0]))}
+        write()
+    assert "torch" not in sys.modules or sys.modules["torch"] is None
+    sys.exit(0 if all(e is None for e in report["stages"].values()) else 1)
+""")
+
+
+def run_in_kiln(folder: Path, stages: list[str], *, repeat: int = 0, timeout: float = 900) -> tuple[dict, str]:
+    """Run KILN_CHILD on folder (written by export_to_folder); return its report and its stderr's tail."""
+    result = subprocess.run([sys.executable, "-c", KILN_CHILD, str(folder), ",".join(stages), str(len(SIZES)),
+                             str(repeat)], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    path = folder / "report.json"
+    report = json.loads(path.read_text()) if path.exists() else {"stages": {"load": f"child exited with "
+                                                                            f"{result.returncode}"}}
+    return report, result.stderr[-4000:]
+
+
+def stage_mismatch(folder: Path, stage: str, expected: list[list]) -> str | None:
+    """None when the stage's saved outputs match torch's (assert_close defaults) at every size, else the first
+    difference as one line."""
+    import numpy as np
+    import torch
+    for k, wanted in enumerate(expected):
+        with np.load(folder / f"{stage}_{k}.npz") as saved:
+            got = [torch.from_numpy(saved[f"arr_{i}"]) for i in range(len(saved.files))]
+        if len(got) != len(wanted):
+            return f"{len(got)} outputs, torch has {len(wanted)}"
+        for index, (g, e) in enumerate(zip(got, wanted)):
+            try:
+                torch.testing.assert_close(g, e)
+            except AssertionError as exc:
+                detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+                return f"size {SIZES[k]} output {index}: {detail}"
+    return None
+
