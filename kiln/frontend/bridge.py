@@ -53,7 +53,11 @@ def program_from_torch(exported: Any, symbol_names: dict[str, str] | None = None
     state_dict = {name: _to_numpy(value) for name, value in exported.state_dict.items()}
     constants = {name: _to_numpy(value) for name, value in exported.constants.items()
                  if hasattr(value, "detach")}
-    return program_from_document(document, state_dict, constants)
+    program = program_from_document(document, state_dict, constants)
+    if exported.example_inputs is not None:  # torch's (args, kwargs), with numpy arrays for tensors
+        from torch.utils._pytree import tree_map_only
+        program.example_inputs = tree_map_only(_require_torch().Tensor, _to_numpy, exported.example_inputs)
+    return program
 
 
 def _dim_names(module: Any, args: tuple, kwargs: dict[str, Any] | None, dynamic_shapes: Any,

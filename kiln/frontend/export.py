@@ -126,6 +126,7 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
     if replacements:  # Dim.AUTO symbols proven equal to others (or constant): one symbol each, like torch
         from kiln.ir.retrace import retrace
         program = retrace(program, substitutions=replacements)
+    program.example_inputs = (args, kwargs)  # as torch keeps them; kiln.save writes them for torch's tools
     program.verify()
     return program
 

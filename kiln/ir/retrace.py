@@ -62,6 +62,7 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
         spec.name = names[value]
     new.in_spec, new.out_spec = program.in_spec, program.out_spec
     new.input_constants = dict(program.input_constants)
+    new.example_inputs = program.example_inputs
     new.module_call_graph = list(program.module_call_graph)  # value names survive when values do
     return new
 

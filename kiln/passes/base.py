@@ -251,6 +251,7 @@ def clone_program(program: ExportedProgram) -> ExportedProgram:
     copy = ExportedProgram(program.graph_module.clone(), signature, program.state_dict,
                            program.range_constraints, program.constants, program.in_spec, program.out_spec)
     copy.input_constants = dict(program.input_constants)
+    copy.example_inputs = program.example_inputs
     return copy
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import secrets
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -160,9 +161,11 @@ class ArchiveReader:
 class ArchiveWriter:
     """Collects members, then writes a stored (uncompressed, mmap-able) zip in torch's layout."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, alignment: int = 0):
         self.root = root.strip("/") or "archive"
         self.members: list[tuple[str, bytes]] = []
+        # >0: each member's data starts at a multiple of `alignment`, padded as torch's PyTorchFileWriter pads
+        self.alignment = alignment
 
     def add(self, path: str, data: bytes | str) -> None:
         _check_member_name(path)
@@ -173,23 +176,38 @@ class ArchiveWriter:
         self.add(ARCHIVE_VERSION_PATH, ARCHIVE_VERSION_VALUE)
         self.add(BYTEORDER_PATH, "little")
         self.add(DATA_VERSION_PATH, DATA_VERSION_VALUE)
-        self.add(SERIALIZATION_ID_PATH, "".join(str(secrets.randbelow(10)) for _ in range(40)))
+        self.add(SERIALIZATION_ID_PATH, self.serialization_id())
+
+    @staticmethod
+    def serialization_id() -> str:
+        return "".join(str(secrets.randbelow(10)) for _ in range(40))
+
+    def _padding(self, header_offset: int, name: str) -> bytes:
+        """torch's `FB` extra field (caffe2 inline_container getPadding): 'FB', its length, then 'Z's."""
+        start = header_offset + 30 + len(name.encode("utf-8")) + 4
+        size = -start % self.alignment
+        return b"FB" + struct.pack("<H", size) + b"Z" * size
 
     def _write_zip(self, stream: BinaryIO) -> None:
         with zipfile.ZipFile(stream, "w", compression=zipfile.ZIP_STORED) as archive:
             for path, data in self.members:
                 info = zipfile.ZipInfo(f"{self.root}/{path}", date_time=(1980, 1, 1, 0, 0, 0))
                 info.compress_type = zipfile.ZIP_STORED
+                if self.alignment:
+                    info.extra = self._padding(archive.start_dir, info.filename)
                 archive.writestr(info, data)
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        self._write_zip(buffer)
+        return buffer.getvalue()
 
     def write(self, target: FileLike) -> None:
         """Write to a path atomically (temp file in the same folder, then os.replace) or to a binary stream."""
         if isinstance(target, (str, os.PathLike)):
             atomic_write(target, self._write_zip)
             return
-        buffer = io.BytesIO()
-        self._write_zip(buffer)
-        target.write(buffer.getvalue())
+        target.write(self.to_bytes())
 
 
 def archive_root_for(target: FileLike) -> str:

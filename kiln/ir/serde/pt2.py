@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any
 
+from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, InputKind
 from kiln.ir.serde import archive
 from kiln.ir.serde.archive import ArchiveWriter, FileLike, Limits
@@ -15,8 +17,13 @@ from kiln.ir.serde.writer import array_meta, program_to_json, tensor_bytes
 MODEL_NAME = "model"
 
 
-def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None = None) -> None:
-    """Write `ep` as a .pt2 that `torch.export.load` reads; the write is atomic for paths."""
+def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None = None,
+         example_inputs: tuple[tuple, dict] | None = None) -> None:
+    """Write `ep` as a .pt2 that `torch.export.load` reads; the write is atomic for paths.
+
+    The example inputs, `(args, kwargs)`, default to `ep.example_inputs` (set by kiln.export and kiln.from_torch);
+    torch reads them as `ExportedProgram.example_inputs`, which AOTInductor needs. None writes none.
+    """
     if not isinstance(ep, ExportedProgram):
         raise SerdeError(f"kiln.save needs a kiln ExportedProgram, got {type(ep).__name__}",
                          fix="export first: ep = kiln.export(model, args), or kiln.from_torch(...)")
@@ -24,8 +31,8 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
     writer = ArchiveWriter(archive.archive_root_for(f))
     writer.add_header()
     writer.add(archive.MODELS_FILENAME_FORMAT.format(MODEL_NAME), json.dumps(_finite_json(document), allow_nan=False))
-    # torch.export.load requires this member; empty means "no example inputs" and needs no pickle
-    writer.add(archive.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME), b"")
+    # torch.export.load requires this member; empty means "no example inputs"
+    writer.add(archive.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME), _sample_inputs(ep, example_inputs))
     weights: dict[str, Any] = {}
     constants: dict[str, Any] = {}
     for spec in ep.graph_signature.input_specs:
@@ -55,6 +62,21 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
     writer.write(f)
 
 
+def _sample_inputs(ep: ExportedProgram, explicit: tuple[tuple, dict] | None) -> bytes:
+    """torch.save's bytes of (args, kwargs), written without torch. The caller's inputs must encode; the program's
+    own are left out with a warning when they cannot (a custom class, say), as a file without them still works."""
+    from kiln.ir.serde.torch_save import check_example_inputs, torch_save_bytes
+    if explicit is not None:
+        return torch_save_bytes(check_example_inputs(explicit, ep.in_spec))
+    if ep.example_inputs is None:
+        return b""
+    try:
+        return torch_save_bytes(check_example_inputs(ep.example_inputs, ep.in_spec))
+    except KilnError as error:
+        warnings.warn(f"kiln.save writes no example inputs: {error}", stacklevel=3)
+        return b""
+
+
 def _finite_json(value: Any) -> Any:
     """torch's JSON spells non-finite floats as strings (its writer sets allow_nan=False)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -75,9 +97,10 @@ def load(f: FileLike, *, extra_files: dict[str, Any] | None = None, limits: Limi
     return read_archive(f, extra_files=extra_files, limits=limits or archive.DEFAULT_LIMITS)
 
 
-def _save_method(self: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None = None) -> None:
+def _save_method(self: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None = None,
+                 example_inputs: tuple[tuple, dict] | None = None) -> None:
     """Write this program as a .pt2 (`kiln.save(self, f)`)."""
-    save(self, f, extra_files=extra_files)
+    save(self, f, extra_files=extra_files, example_inputs=example_inputs)
 
 
 ExportedProgram.save = _save_method  # type: ignore[attr-defined]
