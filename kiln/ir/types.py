@@ -23,8 +23,9 @@ from kiln.ir.symbolic import SymInt, as_dim, format_dim, parse_dim
 LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "semi_structured")
 
 
-def _parse_dim_token(parser: AttrParser) -> SymInt:
-    number = parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
+def _parse_dim_token(parser: AttrParser, allow_negative: bool = False) -> SymInt:
+    """A dim (never negative) or, with `allow_negative`, a SymInt value: an integer or a quoted expression."""
+    number = parser.parse_optional_integer(allow_boolean=False, allow_negative=allow_negative)
     if number is not None:
         return number
     return parse_dim(parser.parse_str_literal())
@@ -110,7 +111,7 @@ class SymIntType(Data[object], TypeAttribute):
     @classmethod
     def parse_parameter(cls, parser: AttrParser) -> object:
         with parser.in_angle_brackets():
-            return _parse_dim_token(parser)
+            return _parse_dim_token(parser, allow_negative=True)  # a SymInt value may be negative (`a - b`)
 
     def print_parameter(self, printer: Printer) -> None:
         printer.print_string(f"<{_print_dim(self.data)}>")
