@@ -336,3 +336,64 @@ def test_grid_sampler_2d_with_dynamic_sizes_and_odd_coordinates(interpolation, p
             for align, result in zip((False, True), got):
                 _torch_close(result, torch.ops.aten.grid_sampler_2d(torch.from_numpy(x), torch.from_numpy(safe),
                                                                     interpolation, padding, align))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_sanitized_scatters_and_gathers_stay_in_bounds(tmp_path):
+    """Every kernel kind added here, linked into the deploy runner under ASan + UBSan (two threads): clean and
+    correct on good inputs, clean and failing with the op's message on out-of-range indices."""
+    from tests.runtime.test_sanitizers import (
+        SANITIZER_ENV, SANITIZER_ERRORS, arch_flags, check_outputs, make_example, run_runner, sanitizer_missing,
+        strict_source,
+    )
+    reason = sanitizer_missing(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    batch, count = kiln.Dim("batch", max=8), kiln.Dim("count", max=64)
+
+    def fn(x, a, b, idx, src, weight, ind, offs, grid):
+        return (call(aten.index.Tensor, x, [None, a, b]),
+                call(aten.index_put.default, x, [None, a, b], src[0, 0, :1], True),
+                call(aten.scatter_reduce.two, x, 2, idx, src, "mean", include_self=False),
+                call(aten.scatter_add.default, x, 2, idx, src),
+                *call(aten._embedding_bag.default, weight, ind, offs, False, 2, False, None, False, -1)[::3],
+                call(aten.grid_sampler_2d.default, x[:, None], grid, 2, 2, False),
+                call(aten._cdist_forward.default, x, x, 2.0, None), call(aten._pdist_forward.default, weight, 2.0))
+
+    rng = np.random.default_rng(8)
+
+    def arrays(n, bad=None):
+        values = {"x": rng.standard_normal((n, 4, 5)).astype(np.float32),
+                  "a": np.array([[-1], [2]], np.int64), "b": np.array([4, 0, -5], np.int64),
+                  "idx": rng.integers(0, 5, (n, 4, 5)).astype(np.int64),
+                  "src": rng.standard_normal((n, 4, 6)).astype(np.float32),
+                  "weight": rng.standard_normal((10, 6)).astype(np.float32),
+                  "ind": rng.integers(0, 10, 9).astype(np.int64), "offs": np.array([0, 4, 4], np.int64),
+                  "grid": rng.uniform(-2, 2, (n, 3, 3, 2)).astype(np.float32)}
+        if bad:
+            values[bad[0]].flat[-1] = bad[1]
+        return values
+
+    example = arrays(2)
+    dynamic = ({0: batch}, None, None, {0: batch}, {0: batch}, None, {0: count}, None, {0: batch})
+    program, compiled = _compile(fn, tuple(map(kiln.tensor, example.values())), dynamic, tmp_path)
+    package = tmp_path / "model"
+    model_c = tmp_path / "model_strict.c"
+    model_c.write_text(strict_source((package / "model.c").read_text()))
+    make_example(tmp_path / "asan", "sanitize", f"PACKAGE={package}", f"MODEL_C={model_c}",
+                 f"ARCH_FLAGS={arch_flags(package)}")
+    binary = [str(tmp_path / "asan" / "kiln_deploy_sanitize")]
+    names = program.graph_signature.user_inputs
+    for n in (1, 3, 8):
+        values = dict(zip(names, arrays(n).values()))
+        result = run_runner(binary, package, values, tmp_path, SANITIZER_ENV)
+        assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
+        assert result.returncode == 0, result.stderr[-8000:]
+        check_outputs(result.stdout, compiled, program, values)
+    for bad, op in ((("idx", 5), "aten.scatter_reduce.two"), (("b", 5), "aten.index.Tensor"),
+                    (("ind", -1), "aten._embedding_bag.default"), (("offs", 10), "aten._embedding_bag.default")):
+        values = dict(zip(names, arrays(3, bad).values()))
+        result = run_runner(binary, package, values, tmp_path, SANITIZER_ENV)
+        assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
+        assert result.returncode == 3 and op in result.stderr, result.stderr[-2000:]
