@@ -1201,6 +1201,13 @@ for _name, _target, _extremum_fns in (("max", "maximum", (np.logical_or, np.maxi
                handle(_target)(self, other))
 
 
+# multiply: `torch.multiply(a, b)`, mul by another name (ConvBERT's attention keeps it in torch.export's IR)
+for _overload, _operand in (("Tensor", "Tensor"), ("Scalar", "Scalar")):
+    _composite(f"multiply.{_overload}(Tensor self, {_operand} other) -> Tensor",
+               _elementwise(f"aten.multiply.{_overload}"), _mul,
+               lambda self, other, _target=f"aten.mul.{_overload}": handle(_target)(self, other))
+
+
 # `&`, `|`, `^` on tensors: torch.export keeps the dunder ops (__and__.Tensor, ...), bitwise ops by another name.
 for _name, _fn in _BITWISE:
     for _overload, _operand in (("Tensor", "Tensor"), ("Scalar", "Scalar")):

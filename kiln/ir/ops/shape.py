@@ -251,6 +251,16 @@ def _view_as(self, other):
     return aten.view.default(self, list(shape_of(other)))
 
 
+defop("reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)",
+      lambda self, other: like(self, shape=infer_size("aten.reshape_as.default", shape_of(self), shape_of(other))),
+      lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
+
+
+@register_decomposition("aten.reshape_as.default")
+def _reshape_as(self, other):
+    return aten.view.default(self, list(shape_of(other)))
+
+
 def _flatten_shape(op, shape, start_dim, end_dim):
     if not shape:
         return [1]

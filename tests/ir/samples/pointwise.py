@@ -107,6 +107,16 @@ def _mul_scalar(rng):
     yield from add_mul_scalar_cases(rng)
 
 
+@samples("aten.multiply.Tensor")
+def _multiply_tensor(rng):
+    yield from add_mul_tensor_cases(rng)
+
+
+@samples("aten.multiply.Scalar")
+def _multiply_scalar(rng):
+    yield from add_mul_scalar_cases(rng)
+
+
 @samples("aten.add.Tensor")
 def _add_tensor(rng):
     yield from add_mul_tensor_cases(rng)

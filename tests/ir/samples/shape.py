@@ -35,6 +35,13 @@ def _view_as(rng):
     yield Sample((rand(rng, 0, 3), rand(rng, 3, 0, 5)), note="empty")
 
 
+@samples("aten.reshape_as.default")
+def _reshape_as(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng, 2, 6, dtype="int64")), note="other's dtype is irrelevant")
+    yield Sample((rand(rng, 2, 3, 4), rand(rng, 4, 6)), note="fewer dims")
+    yield Sample((rand(rng, 1, dtype="float16"), rand(rng)), note="to 0-d")
+
+
 @samples("aten.flatten.using_ints")
 def _flatten(rng):
     yield Sample((rand(rng, 2, 3, 4),))
