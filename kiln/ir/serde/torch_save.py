@@ -134,7 +134,7 @@ class _Pickler:
         strides, running = [], 1
         for dim in reversed(array.shape):
             strides.append(running)
-            running *= int(dim)
+            running *= max(int(dim), 1)  # torch's contiguous strides treat an empty dim as size 1
         self.tuple_of(reversed(strides))
         self.emit(b"\x89")  # requires_grad=False
         self.global_("collections", "OrderedDict")  # backward hooks: OrderedDict()
