@@ -19,7 +19,7 @@ from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
 from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill value to a dtype
-from kiln.ir.program import ExportedProgram, InputKind, value_names
+from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
 
@@ -369,8 +369,10 @@ class _Scheduler:
                 for s in getattr(d, "free_symbols", ()):
                     if s not in symbols:
                         symbols.append(s)
+        user_names = iter(program.user_output_names())  # pytree keys (`logits`) where the outputs have them
         return Schedule(self.buffers, self.kernels, inputs, outputs, symbols,
-                        [s.name for s in program.graph_signature.output_specs],
+                        [next(user_names) if s.kind is OutputKind.USER_OUTPUT else s.name
+                         for s in program.graph_signature.output_specs],
                         program.graph_signature.user_inputs)
 
     def check_supported(self) -> None:
