@@ -956,6 +956,55 @@ def _stack(tensors, dim=0):
     return aten.cat.default([aten.unsqueeze.default(t, d) for t in tensors], d)
 
 
+# meshgrid: each 0-d/1-D input viewed along its own axis and expanded; "xy" swaps the first two axes (BEiT, Swin)
+
+def _meshgrid_axes(op, tensors, indexing):
+    """The output shape, and the output axis each input runs along."""
+    require(len(tensors) > 0, op, "torch.meshgrid expects a non-empty TensorList")
+    require_arg(indexing in ("ij", "xy"), op, f'indexing must be "ij" or "xy", got "{indexing}"')
+    first = dtype_of(tensors[0])
+    for t in tensors:
+        require(dtype_of(t) is first, op, "torch.meshgrid expects all tensors to have the same dtype")
+        require(len(shape_of(t)) <= 1, op,
+                f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {len(shape_of(t))}D")
+    axes = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [None] * len(tensors)
+    for t, axis in zip(tensors, axes):
+        shape[axis] = numel(shape_of(t))
+    return shape, axes
+
+
+def _meshgrid_meta(op):
+    def meta(tensors, indexing="ij"):
+        shape, _ = _meshgrid_axes(op, tensors, indexing)
+        return [tensor(shape, dtype_of(t)) for t in tensors]
+    return meta
+
+
+def _meshgrid_kernel(tensors, indexing="ij"):
+    return [g.copy() for g in np.meshgrid(*[np.reshape(t, -1) for t in tensors], indexing=indexing)]
+
+
+def _meshgrid_decomposition(op):
+    def decomposition(tensors, indexing="ij"):
+        shape, axes = _meshgrid_axes(op, tensors, indexing)
+        out = []
+        for t, axis in zip(tensors, axes):
+            along = [1] * len(shape)
+            along[axis] = shape[axis]
+            out.append(aten.expand.default(aten.view.default(t, along), list(shape)))
+        return out
+    return decomposition
+
+
+for _schema, _op in (("meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]", "aten.meshgrid.indexing"),
+                     ("meshgrid(Tensor[] tensors) -> Tensor[]", "aten.meshgrid.default")):
+    defop(_schema, _meshgrid_meta(_op), _meshgrid_kernel, tags=("composite",))
+    register_decomposition(_op)(_meshgrid_decomposition(_op))
+
+
 # ---------------------------------------------------------------------------------------------
 # split_with_sizes, split, chunk, unbind
 

@@ -333,6 +333,22 @@ def _chunk(rng):
     yield Sample((rand(rng, 0, 2, dtype="bool"), 3), note="empty dim: chunks empty pieces")
 
 
+@samples("aten.meshgrid.indexing")
+def _meshgrid_indexing(rng):
+    yield Sample(([rand(rng, 3), rand(rng, 4)],), {"indexing": "ij"})
+    yield Sample(([rand(rng, 3), rand(rng, 4)],), {"indexing": "xy"}, note="xy swaps the first two axes")
+    yield Sample(([rand(rng, 2, dtype="int64"), rand(rng, 3, dtype="int64"), rand(rng, dtype="int64")],),
+                 {"indexing": "xy"}, note="three, one 0-d")
+    yield Sample(([rand(rng, 5)],), {"indexing": "xy"}, note="one tensor")
+    yield Sample(([rand(rng, 0), rand(rng, 2)],), {"indexing": "ij"}, note="empty")
+
+
+@samples("aten.meshgrid.default")
+def _meshgrid(rng):
+    yield Sample(([rand(rng, 3), rand(rng, 4)],))
+    yield Sample(([rand(rng, 2, dtype="int32"), rand(rng, 3, dtype="int32"), rand(rng, 4, dtype="int32")],))
+
+
 @samples("aten.unbind.int")
 def _unbind(rng):
     yield Sample((rand(rng, 3, 4),))
