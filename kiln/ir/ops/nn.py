@@ -2152,3 +2152,69 @@ def _bilinear_default_decomposition(self, output_size, align_corners, scales_h=N
     scales = (None, None) if align_corners else (scales_h, scales_w)  # align_corners ignores the scales
     sizes, factors = _vec_scale_factors("aten.upsample_bilinear2d.default", self, output_size, scales)
     return ops.aten.upsample_bilinear2d.vec(self, sizes, align_corners, factors)
+
+
+# ---------------------------------------------------------------------------------------------
+# im2col (F.unfold): every kernel window as a column; decomposed into a pad and one advanced-indexing gather,
+# as torch's own decomposition does (ConvBERT's span convolution)
+
+def _im2col_arguments(self, kernel_size, dilation, padding, stride):
+    op = "aten.im2col.default"
+    x = shape_of(self)
+    require(len(x) in (3, 4) and not any(_is_const(size, 0) for size in x[-3:]), op,
+            f"Expected 3D or 4D (batch mode) tensor with possible 0 batch size and non-zero dimensions for input, "
+            f"but got: {list(x)}")
+    for name, values, low in (("kernel_size", kernel_size, 1), ("dilation", dilation, 1), ("padding", padding, 0),
+                              ("stride", stride, 1)):
+        require_arg(len(values) == 2, op, f"It is expected {name} equals to 2, but got size {len(values)}")
+        require_arg(all(v >= low for v in values), op,
+                    f"expected {name} to be {'non-negative' if low == 0 else 'greater than zero'}, "
+                    f"but got {name}: {list(values)}")
+    outputs = [_conv_output_size(size, k, s, p, d)
+               for size, k, s, p, d in zip(x[-2:], kernel_size, stride, padding, dilation)]
+    require(all(_at_least(o, 1) for o in outputs), op,
+            f"Given input with spatial size {list(x[-2:])}, kernel_size={list(kernel_size)}, "
+            f"dilation={list(dilation)}, padding={list(padding)}, calculated shape of the array of sliding blocks "
+            f"as {outputs}, but its components must be at least one.")
+    return x, outputs
+
+
+def _im2col_meta(self, kernel_size, dilation, padding, stride):
+    x, (rows, cols) = _im2col_arguments(self, kernel_size, dilation, padding, stride)
+    return tensor([*x[:-3], as_dim(x[-3] * kernel_size[0] * kernel_size[1]), as_dim(rows * cols)], dtype_of(self))
+
+
+def _im2col(self, kernel_size, dilation, padding, stride):
+    _, outputs = _im2col_arguments(self, kernel_size, dilation, padding, stride)
+    x = self if self.ndim == 4 else self[None]
+    x = np.pad(x, ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
+    windows = _strided_windows(x, kernel_size, stride, dilation, outputs)  # [N, C, oh, ow, kh, kw]
+    columns = windows.transpose(0, 1, 4, 5, 2, 3).reshape(
+        x.shape[0], x.shape[1] * kernel_size[0] * kernel_size[1], outputs[0] * outputs[1])
+    return columns if self.ndim == 4 else columns[0]
+
+
+defop("im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor",
+      _im2col_meta, _im2col, tags=("composite",))
+
+
+@register_decomposition("aten.im2col.default")
+def _im2col_decomposition(self, kernel_size, dilation, padding, stride):
+    x, outputs = _im2col_arguments(self, kernel_size, dilation, padding, stride)
+    aten = ops.aten
+    batched = self if len(x) == 4 else aten.unsqueeze.default(self, 0)
+    padded = aten.constant_pad_nd.default(batched, [padding[1], padding[1], padding[0], padding[0]], 0)
+
+    def positions(axis: int):  # [kernel, outputs]: window start + tap offset along one spatial axis
+        starts = aten.arange.start_step(0, as_dim(outputs[axis] * stride[axis]), stride[axis], dtype=dtypes.int64)
+        taps = aten.arange.start_step(0, kernel_size[axis] * dilation[axis], dilation[axis], dtype=dtypes.int64)
+        return aten.add.Tensor(aten.unsqueeze.default(starts, 0), aten.unsqueeze.default(taps, 1))
+
+    rows = aten.unsqueeze.default(aten.unsqueeze.default(positions(0), -1), -1)  # [kh, oh, 1, 1]
+    gathered = aten.index.Tensor(padded, [None, None, rows, positions(1)])  # [N, C, kh, oh, kw, ow]
+    gathered = aten.permute.default(gathered, [0, 1, 2, 4, 3, 5])
+    shape = shape_of(padded)
+    columns = aten.view.default(gathered, [shape[0], as_dim(shape[1] * kernel_size[0] * kernel_size[1]),
+                                           as_dim(outputs[0] * outputs[1])])
+    return columns if len(x) == 4 else aten.squeeze.dim(columns, 0)
+

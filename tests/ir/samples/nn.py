@@ -569,3 +569,12 @@ def _upsample_bilinear_default(rng):
     yield Sample((rand(rng, 2, 3, 4, 5), [7, 9], False))
     yield Sample((rand(rng, 1, 2, 3, 4), [5, 10], False, 1.7, 2.5), note="scales that reproduce the sizes")
     yield Sample((rand(rng, 1, 2, 3, 4), [5, 9], True, 1.7, 2.5), note="align_corners ignores scales")
+
+
+@samples("aten.im2col.default")
+def _im2col(rng):
+    yield Sample((rand(rng, 2, 3, 5, 6), [2, 3], [1, 1], [0, 0], [1, 1]))
+    yield Sample((rand(rng, 2, 4, 7, 1), [3, 1], [1, 1], [1, 0], [1, 1]), note="ConvBERT's [k, 1] span")
+    yield Sample((rand(rng, 1, 2, 7, 8), [3, 2], [2, 1], [1, 2], [2, 3]), note="dilation, padding, stride")
+    yield Sample((rand(rng, 3, 5, 4, dtype="float64"), [2, 2], [1, 1], [1, 1], [1, 1]), note="unbatched")
+    yield Sample((rand(rng, 0, 2, 4, 4), [2, 2], [1, 1], [0, 0], [2, 2]), note="empty batch")
