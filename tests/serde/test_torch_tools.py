@@ -211,3 +211,14 @@ def test_example_inputs_are_written_without_torch(tmp_path):
     expected = np.fromfile(str(path) + ".raw", np.float32).reshape(x.shape)
     assert kwargs == {}
     torch.testing.assert_close(x, torch.from_numpy(expected), rtol=0, atol=0)
+
+
+def test_from_torch_keeps_torchs_example_inputs_through_kiln_save(tmp_path):
+    x = torch.randn(5, 3)
+    program = kiln.from_torch(torch.nn.Linear(3, 2), (x,), {})
+    (args, kwargs) = program.example_inputs
+    np.testing.assert_array_equal(args[0], x.numpy())
+    kiln.save(program, tmp_path / "bridged.pt2")
+    (loaded_x,), loaded_kwargs = torch.export.load(tmp_path / "bridged.pt2").example_inputs
+    assert loaded_kwargs == {} and kwargs == {}
+    torch.testing.assert_close(loaded_x, x, rtol=0, atol=0)
