@@ -404,11 +404,13 @@ class _Scheduler:
                 problems.setdefault(name, reason)
         if problems:
             listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
-            decomposable = any(REGISTRY[n].decomposition is not None for n in problems if n in REGISTRY)
-            raise UnsupportedError(f"the C backend cannot compile {len(problems)} op(s): {listed}",
-                                   fix=("add 'decompose' to the pipeline (kiln.compile's default has it); "
-                                        if decomposable else "") + "add a C lowering (kiln/codegen/c) or a "
-                                   "decomposition (kiln.ir.registry.register_decomposition), or export to ONNX")
+            lowerable = [n for n, why in problems.items() if why == "no C lowering"]
+            decomposable = any(REGISTRY[n].decomposition is not None for n in lowerable if n in REGISTRY)
+            fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
+                "add a C lowering (kiln/codegen/c) or a decomposition (kiln.ir.registry.register_decomposition), "
+                "or export to ONNX" if lowerable else
+                "run this program on kiln's interpreter or export it to ONNX, which handle these forms")
+            raise UnsupportedError(f"the C backend cannot compile {len(problems)} op(s): {listed}", fix=fix)
 
     # -- values
     def materialized(self, value: Any) -> View:
