@@ -21,7 +21,8 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
 from kiln.ir.meta import (
-    Promotion, broadcast_shapes, dtype_of, is_tensor, promoted_for, require_arg, require_dtype, shape_of, tensor,
+    Promotion, broadcast_shapes, dtype_of, is_tensor, promoted_for, require, require_arg, require_dtype, shape_of,
+    tensor,
 )
 from kiln.ir.ops._common import opmath, unary_float_kernel
 from kiln.ir.registry import defop, handle, ops, register_decomposition
@@ -1199,6 +1200,20 @@ for _name, _target, _extremum_fns in (("max", "maximum", (np.logical_or, np.maxi
     _composite(f"{_name}.other(Tensor self, Tensor other) -> Tensor", _elementwise(f"aten.{_name}.other"),
                _extremum(*_extremum_fns), lambda self, other, _target=f"aten.{_target}.default":
                handle(_target)(self, other))
+
+
+# fill.Tensor: the functional form of `x.fill_(value)` with a 0-d value tensor (BEiT's relative position index)
+
+def _fill_tensor_meta(self, value):
+    require(len(shape_of(value)) == 0, "aten.fill.Tensor",
+            f"fill_ only supports 0-dimension value tensor but got tensor with {len(shape_of(value))} dimensions.")
+    return tensor(shape_of(self), dtype_of(self))
+
+
+_composite("fill.Tensor(Tensor self, Tensor value) -> Tensor", _fill_tensor_meta,
+           lambda self, value: np.broadcast_to(_cast(value, dtypes.dtype(self.dtype)), self.shape).copy(),
+           lambda self, value: aten.clone.default(aten.expand.default(
+               aten._to_copy.default(value, dtype=dtype_of(self)), list(shape_of(self)))))
 
 
 # multiply: `torch.multiply(a, b)`, mul by another name (ConvBERT's attention keeps it in torch.export's IR)

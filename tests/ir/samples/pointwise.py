@@ -619,6 +619,15 @@ def _fill(rng):
     yield Sample((rand(rng, 0, 3, dtype="int8"), 7), note="empty")
 
 
+@samples("aten.fill.Tensor")
+def _fill_tensor(rng):
+    yield Sample((rand(rng, 3, 4), rand(rng)), note="float32")
+    yield Sample((rand(rng, 3, 4, dtype="int64"), arr(2.7)), note="float into int truncates")
+    yield Sample((rand(rng, 2, 3), arr(5, "int64")), note="int into float")
+    yield Sample((rand(rng, 3, dtype="bool"), arr(2.0)), note="nonzero is true")
+    yield Sample((rand(rng), rand(rng, dtype="float64")), note="0-d")
+
+
 # ---------------------------------------------------------------------------------------------
 # Composite ops
 
