@@ -10,12 +10,13 @@ import json
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [(2, 8), (3, 13)]  # (batch, length): the example and a second size, both inside the dims' ranges
+LIMITS = {"batch": (1, 16), "seq": (2, 32), "samples": (80, 1280), "frames": (8, 128)}  # each dim's (min, max)
 
 
 @dataclass
@@ -24,10 +25,11 @@ class Architecture:
     build: Callable[[], Any]  # -> torch.nn.Module in eval mode
     inputs: Callable[[int, int], dict[str, Any]]  # (batch, length) -> keyword inputs
     dims: dict[str, dict[int, str]]  # input name -> {axis: dim name}
+    limits: dict[str, tuple[int, int]] = field(default_factory=dict)  # a dim's (min, max) where LIMITS' fails
 
     def dynamic_shapes(self) -> dict[str, dict[int, Any]]:
         import torch
-        limits = {"batch": (1, 16), "seq": (2, 32), "samples": (80, 1280), "frames": (8, 128)}
+        limits = {**LIMITS, **self.limits}
         made = {name: torch.export.Dim(name, min=low, max=high) for name, (low, high) in limits.items()}
         return {key: {axis: made[dim] for axis, dim in axes.items()} for key, axes in self.dims.items()}
 
@@ -188,8 +190,10 @@ ARCHITECTURES = {a.name: a for a in [
     _encoder("convbert", "ConvBertModel", "ConvBertConfig", **dict(TEXT, embedding_size=64)),
     _encoder("roformer", "RoFormerModel", "RoFormerConfig", **TEXT),
     _encoder("ernie", "ErnieModel", "ErnieConfig", **TEXT),
-    _encoder("mobilebert", "MobileBertModel", "MobileBertConfig",
-             **dict(TEXT, embedding_size=32, intra_bottleneck_size=32, num_feedforward_networks=2)),
+    # MobileBERT's trigram embedding pads seq - 1 positions, and torch guards seq - 1 != 1: seq starts at 3
+    Architecture("mobilebert", _hf("MobileBertModel", "MobileBertConfig", **dict(
+        TEXT, embedding_size=32, intra_bottleneck_size=32, num_feedforward_networks=2)),
+        _tokens("input_ids", mask="attention_mask"), MASKED, limits={"seq": (3, 32)}),
     _encoder("data2vec-text", "Data2VecTextModel", "Data2VecTextConfig", **dict(TEXT, max_position_embeddings=80)),
     _encoder("modernbert", "ModernBertModel", "ModernBertConfig", **dict(TEXT, pad_token_id=0, bos_token_id=1,
                                                                           eos_token_id=2, cls_token_id=1,
