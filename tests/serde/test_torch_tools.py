@@ -26,8 +26,6 @@ from tests.serde.support import to_torch
 
 torch = pytest.importorskip("torch")
 
-AOTI_MODELS = ["mlp", "cnn", "gpt"]  # AOTInductor builds C++ (~30-60 s a model here): a few of the zoo
-
 
 def _saved(name, tmp_path):
     """The zoo entry, kiln's program (dynamic dims), and torch.export.load of kiln's file."""
@@ -82,10 +80,9 @@ def test_torch_onnx_export_of_kilns_file_runs_in_onnxruntime(name, tmp_path):
         torch.testing.assert_close(torch.from_numpy(output), _expected(program, args))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", AOTI_MODELS)
+@pytest.mark.slow  # AOTInductor builds C++ with the system compiler: 25-55 s a model on 2 cores
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_aoti_compiles_and_runs_kilns_file(name, tmp_path):
-    assert set(AOTI_MODELS) <= set(MODELS)
     entry, program, loaded = _saved(name, tmp_path)
     package = torch._inductor.aoti_compile_and_package(loaded, package_path=str(tmp_path / f"{name}_aoti.pt2"))
     compiled = torch._inductor.aoti_load_package(package)
