@@ -204,7 +204,7 @@ ARCHITECTURES = {a.name: a for a in [
     _decoder("mistral", "MistralForCausalLM", "MistralConfig", **LLAMA_LIKE),
     _decoder("qwen2", "Qwen2ForCausalLM", "Qwen2Config", **LLAMA_LIKE),
     _decoder("qwen3", "Qwen3ForCausalLM", "Qwen3Config", **dict(LLAMA_LIKE, head_dim=16)),
-    _decoder("phi", "PhiForCausalLM", "PhiConfig", **TEXT),
+    _decoder("phi", "PhiForCausalLM", "PhiConfig", **DECODER),
     _decoder("phi3", "Phi3ForCausalLM", "Phi3Config", **dict(LLAMA_LIKE, pad_token_id=0)),
     _decoder("gemma", "GemmaForCausalLM", "GemmaConfig", **dict(LLAMA_LIKE, head_dim=16)),
     _decoder("gemma2", "Gemma2ForCausalLM", "Gemma2Config", **dict(LLAMA_LIKE, head_dim=16, sliding_window=4)),
