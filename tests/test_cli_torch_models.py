@@ -7,13 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kiln.cli.main import main
+from tests.no_torch import without_torch
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -111,17 +111,7 @@ MODELS = {
 }
 
 # A process where `import torch` fails, as where torch is not installed; argv[1:] are the kiln arguments.
-WITHOUT_TORCH = textwrap.dedent("""
-    import importlib.abc, sys
-
-    class BlockTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ModuleNotFoundError("No module named 'torch'", name="torch")
-            return None
-
-    sys.meta_path.insert(0, BlockTorch())
-    sys.modules["torch"] = None
+WITHOUT_TORCH = without_torch("""
     from kiln.cli.main import main
     code = main(sys.argv[1:])
     assert sys.modules.get("torch") is None and not any(m.startswith("torch.") for m in sys.modules)

@@ -14,11 +14,12 @@ import operator
 import pickle
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.no_torch import without_torch
 
 torch = pytest.importorskip("torch")
 from torch._export.db.examples import all_examples, get_rewrite_cases  # noqa: E402
@@ -41,17 +42,9 @@ CASES = _cases()
 
 # kiln's side: load each torch file with torch blocked, run it on every input set, compare with torch eager
 # (torch.testing.assert_close's defaults, through kiln.testing), check inputs mutated in place, save it back.
-CHILD = textwrap.dedent("""
-    import importlib.abc, json, pickle, sys, traceback
+CHILD = without_torch("""
+    import json, pickle, traceback
 
-    class BlockTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, BlockTorch())
-    sys.modules["torch"] = None
     import numpy as np
     import kiln, kiln.testing
 

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.no_torch import without_torch
+
 torch = pytest.importorskip("torch")
 
-CHILD = textwrap.dedent("""
-    import importlib.abc, sys, warnings
-
-    class BlockTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, BlockTorch())
-    sys.modules["torch"] = None  # belt and braces: `import torch` raises ImportError
+CHILD = without_torch("""
+    import warnings
     folder = sys.argv[1]
     import numpy as np
     import kiln
