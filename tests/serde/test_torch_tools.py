@@ -8,7 +8,6 @@ import io
 import pickle
 import subprocess
 import sys
-import textwrap
 import warnings
 import zipfile
 from pathlib import Path
@@ -22,6 +21,7 @@ import kiln.nn as nn
 from kiln.models import MODELS
 from kiln.ir.serde.torch_save import torch_save_bytes
 from tests.frontend.test_models import _inputs_at
+from tests.no_torch import without_torch
 from tests.serde.support import to_torch
 
 torch = pytest.importorskip("torch")
@@ -187,9 +187,7 @@ def test_kiln_load_never_unpickles_the_inputs_kiln_wrote(tmp_path, monkeypatch):
     np.testing.assert_array_equal(loaded(x), program(x))
 
 
-NO_TORCH_CHILD = textwrap.dedent("""
-    import sys
-    sys.modules["torch"] = None  # `import torch` raises ImportError
+NO_TORCH_CHILD = without_torch("""
     import kiln, kiln.models
     entry = kiln.models.get("mlp")
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
