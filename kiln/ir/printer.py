@@ -38,7 +38,7 @@ def format_program(program: "ExportedProgram") -> str:
 
 def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tuple[str, Block]],
                   indent: int) -> list[str]:
-    from kiln.ir.control_flow import CondOp, YieldOp
+    from kiln.ir.control_flow import CondOp, MapOp, YieldOp
     from kiln.ir.dialect import bound_arguments
     from kiln.ir.program import format_value
 
@@ -55,13 +55,16 @@ def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tupl
         source = op.attributes.get("kiln.source")
         comment = f"  # {source.data}" if source is not None else ""  # type: ignore[union-attr]
         if isinstance(op, CondOp):
-            labels = []
-            for kind, region in (("true", op.true_region), ("false", op.false_region)):
-                label = f"{kind}_graph_{sum(1 for lab, _ in subgraphs if lab.startswith(kind))}"
-                subgraphs.append((label, region.block))
-                labels.append(label)
+            labels = [_subgraph(subgraphs, f"{kind}_graph", region.block)
+                      for kind, region in (("true", op.true_region), ("false", op.false_region))]
             operands = format_value(list(op.operands_), names)
             call = f"torch.ops.higher_order.cond({names[op.pred]}, {labels[0]}, {labels[1]}, {operands})"
+            lines.append(f"{body}{targets} = {call}{comment}")
+            continue
+        if isinstance(op, MapOp):
+            label = _subgraph(subgraphs, "body_graph", op.body.block)
+            xs, operands = (format_value(list(group), names) for group in (op.xs, op.operands_))
+            call = f"torch.ops.higher_order.map_impl({label}, {xs}, {operands})"
             lines.append(f"{body}{targets} = {call}{comment}")
             continue
         opdef = op.opdef  # type: ignore[attr-defined]
@@ -80,6 +83,13 @@ def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tupl
                 pieces.append(format_value(value, names))
         lines.append(f"{body}{targets} = {opdef.name}({', '.join(pieces)}){comment}")
     return lines
+
+
+def _subgraph(subgraphs: list[tuple[str, Block]], kind: str, block: Block) -> str:
+    """Queue a region's block to be printed as a nested GraphModule; its label (`true_graph_0`), as torch names it."""
+    label = f"{kind}_{sum(1 for lab, _ in subgraphs if lab.startswith(kind))}"
+    subgraphs.append((label, block))
+    return label
 
 
 def _is_default(argument: Any, value: object) -> bool:

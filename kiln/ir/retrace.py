@@ -78,7 +78,7 @@ def _substitute(value: Any, substitutions: dict[Any, Any]) -> Any:
 def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable,
             substitutions: dict[Any, Any] | None = None) -> list[Any]:
     """Re-issue `block`'s ops into `builder`; return the new values its terminator passes on."""
-    from kiln.ir.control_flow import CondOp, YieldOp
+    from kiln.ir.control_flow import CondOp, MapOp, YieldOp
 
     emitter = DecomposingEmitter(builder, table)
     for op in block.ops:
@@ -88,16 +88,16 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
         builder.source = source.data if source is not None else None  # type: ignore[union-attr]
         if isinstance(op, CondOp):
             operands = [mapping[v] for v in op.operands_]
-            branches = []
-            for region in (op.true_region, op.false_region):
-                branch = GraphBuilder(builder.shape_env)
-                inner = dict(mapping)
-                for old_arg, value in zip(region.block.args, operands):
-                    inner[old_arg] = branch.add_input(old_arg.name_hint or "arg", value.type)
-                yielded = _replay(region.block, branch, inner, table, substitutions)
-                branch.block.add_op(YieldOp(yielded))
-                branches.append(branch.block)
+            branches = [_replay_region(region.block, [v.type for v in operands], builder, mapping, table,
+                                       substitutions)[0] for region in (op.true_region, op.false_region)]
             new_op = CondOp(mapping[op.pred], operands, [r.type for r in op.results], *branches)
+        elif isinstance(op, MapOp):
+            xs, operands = [mapping[v] for v in op.xs], [mapping[v] for v in op.operands_]
+            slices = [x.type.with_shape(x.type.shape[1:]) for x in xs]  # one slice of each x, then the operands
+            body, yielded = _replay_region(op.body.block, [*slices, *(v.type for v in operands)], builder, mapping,
+                                           table, substitutions)
+            new_op = MapOp(xs, operands, MapOp.stacked_types(xs, [v.type for v in yielded]), body)
+        if isinstance(op, (CondOp, MapOp)):
             new_op.attributes.update(op.attributes)
             builder.block.add_op(new_op)
             for old, new in zip(op.results, new_op.results):
@@ -121,6 +121,22 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
         for old, new in zip(op.results, flat):
             mapping[old] = new
     raise ValueError("block has no terminator")
+
+
+def _replay_region(block: Any, arg_types: list[Any], builder: GraphBuilder, mapping: dict[Any, Any],
+                   table: DecompositionTable, substitutions: dict[Any, Any] | None) -> tuple[Any, list[Any]]:
+    """Replay a region's block into a new block taking `arg_types` (the body of a cond branch or a map); it may
+    read values of the enclosing blocks, as torch's subgraphs read lifted inputs. Returns the block and what
+    it yields."""
+    from kiln.ir.control_flow import YieldOp
+
+    inner_builder = GraphBuilder(builder.shape_env)
+    inner = dict(mapping)
+    for old_arg, arg_type in zip(block.args, arg_types):
+        inner[old_arg] = inner_builder.add_input(old_arg.name_hint or "arg", arg_type)
+    yielded = _replay(block, inner_builder, inner, table, substitutions)
+    inner_builder.block.add_op(YieldOp(yielded))
+    return inner_builder.block, yielded
 
 
 def default_decompositions() -> dict[OpOverload, Callable[..., Any]]:

@@ -1,5 +1,6 @@
 """Lower an ExportedProgram to an ONNX ModelProto: decompose what has no lowering, walk the ops through the
-lowering table, turn `kiln.cond` into `If`, weights into deduplicated initializers and symbols into dim_params.
+lowering table, turn `kiln.cond` into `If` and `kiln.map` into `Scan`, weights into deduplicated initializers
+and symbols into dim_params.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from onnx import helper
 from xdsl.dialects import func
 
 from kiln.ir import dtypes
-from kiln.ir.control_flow import CondOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError, UnsupportedError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
@@ -189,6 +190,9 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
         if isinstance(op, CondOp):
             _lower_cond(graph, op, values, names, table, opset)
             continue
+        if isinstance(op, MapOp):
+            _lower_map(graph, op, values, names, table, opset)
+            continue
         lowering = table.get(op.name)
         if lowering is None:  # prepare_program reports these all at once; this guards direct callers
             raise MissingLoweringError(f"{op.name} has no ONNX lowering")
@@ -281,6 +285,36 @@ def _lower_cond(graph: OnnxGraph, op: CondOp, values: dict[Any, Value], names: d
     graph.hint = names.get(op.results[0], "cond") if op.results else "cond"
     results = graph.node("If", [values[op.pred].name], outputs=len(op.results),
                          then_branch=branches[0], else_branch=branches[1])
+    results = results if isinstance(results, list) else [results]
+    for result, name in zip(op.results, results):
+        values[result] = Value(name, result.type)
+
+
+def _lower_map(graph: OnnxGraph, op: MapOp, values: dict[Any, Value], names: dict[Any, str],
+               table: Mapping[str, Lowering], opset: int) -> None:
+    """`kiln.map` → ONNX `Scan` with no state: the body takes one slice of each x along axis 0 and reads the other
+    operands from the outer scope; Scan stacks what it yields along a new axis 0, as map_impl does."""
+    hint = names.get(op.results[0], "map") if op.results else "map"
+    body = OnnxGraph(graph.model, graph.dim_sources, parent=graph)
+    inner = dict(values)
+    inputs = []
+    for arg, x in zip(op.body.block.args, op.xs):
+        name = graph.model.fresh(f"{names.get(arg, 'x')}_slice")
+        inner[arg] = Value(name, arg.type)
+        inputs.append(value_info(name, arg.type))
+    for arg, operand in zip(op.body.block.args[len(op.xs):], op.operands_):
+        inner[arg] = values[operand]
+    yielded = _lower_block(body, op.body.block, inner, names, table, opset)
+    outputs = []
+    for value in yielded:
+        # Scan's outputs must be produced in the body (a yielded slice or outer value is not), and named apart.
+        name = graph.model.fresh(f"{hint}_body_out")
+        body.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
+        outputs.append(value_info(name, value.type))
+    body_graph = helper.make_graph(body.nodes, f"{hint}_body", inputs, outputs)
+    graph.hint = hint
+    results = graph.node("Scan", [values[x].name for x in op.xs], outputs=len(op.results), body=body_graph,
+                         num_scan_inputs=len(op.xs))
     results = results if isinstance(results, list) else [results]
     for result, name in zip(op.results, results):
         values[result] = Value(name, result.type)
