@@ -2218,3 +2218,112 @@ def _im2col_decomposition(self, kernel_size, dilation, padding, stride):
                                            as_dim(outputs[0] * outputs[1])])
     return columns if len(x) == 4 else aten.squeeze.dim(columns, 0)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# upsample_bicubic2d (F.interpolate(mode="bicubic"); YOLOS and DINO-style position-embedding resizing): ATen's
+# separable 4-tap cubic convolution (A = -0.75) with clamped taps; decomposed into gathers and pointwise ops
+
+_CUBIC_A = -0.75
+
+
+def _cubic_weights(t, mul, add):
+    """The four tap weights for fractional offsets t, with `mul(a, b)` / `add(a, scalar)` for numpy arrays or
+    program values: near(x) = ((A+2)x - (A+3))x^2 + 1 for |x| <= 1, far(x) = ((Ax - 5A)x + 8A)x - 4A for 1 < |x| < 2."""
+    def horner(x, coefficients):
+        result = mul(x, coefficients[0])
+        for c in coefficients[1:-1]:
+            result = mul(add(result, c), x)
+        return add(result, coefficients[-1])
+    near = [_CUBIC_A + 2, -(_CUBIC_A + 3), 0, 1]
+    far = [_CUBIC_A, -5 * _CUBIC_A, 8 * _CUBIC_A, -4 * _CUBIC_A]
+    one_minus_t = add(mul(t, -1), 1)
+    return [horner(add(t, 1), far), horner(t, near), horner(one_minus_t, near), horner(add(one_minus_t, 1), far)]
+
+
+def _cubic_scale(size, out, align_corners: bool, scale) -> float:
+    """ATen's area_pixel_compute_scale."""
+    if align_corners:
+        return (size - 1) / (out - 1) if out > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else size / out
+
+
+def _bicubic_meta(input, output_size, align_corners, scale_factors):
+    op = "aten.upsample_bicubic2d.vec"
+    sizes = _upsample_sizes(op, input, output_size, scale_factors)
+    require_dtype(_is_floating(dtype_of(input)), op, f"expected a floating-point input, got {dtype_of(input)}")
+    return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
+
+
+def _bicubic_taps(size: int, out: int, align_corners: bool, scale):
+    ratio = _cubic_scale(size, out, align_corners, scale)
+    position = np.arange(out, dtype=np.float64)
+    real = ratio * position if align_corners else ratio * (position + 0.5) - 0.5  # cubic: not clamped at 0
+    index = np.minimum(np.floor(real).astype(np.int64), size - 1)
+    weights = _cubic_weights(np.clip(real - index, 0, 1), lambda a, b: a * b, lambda a, b: a + b)
+    return [np.clip(index - 1 + k, 0, size - 1) for k in range(4)], weights
+
+
+def _bicubic(input, output_size, align_corners, scale_factors):
+    out_h, out_w = (int(s) for s in _bicubic_meta(input, output_size, align_corners, scale_factors).shape[2:])
+    scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
+    # ATen stores float16/bfloat16 weights in the input's dtype, then sums in float32 (opmath)
+    compute = np.dtype(np.float32) if input.dtype in _REDUCED else np.dtype(np.float64)
+    x = input.astype(compute)
+    rows, row_weights = _bicubic_taps(input.shape[2], out_h, align_corners, scale_h)
+    cols, col_weights = _bicubic_taps(input.shape[3], out_w, align_corners, scale_w)
+    row_weights, col_weights = ([w.astype(input.dtype).astype(compute) for w in ws]
+                                for ws in (row_weights, col_weights))
+    across = sum(x[..., c] * w for c, w in zip(cols, col_weights))  # [N, C, H, out_w]
+    return sum(across[:, :, r, :] * w[:, None] for r, w in zip(rows, row_weights))
+
+
+defop("upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) "
+      "-> Tensor", _bicubic_meta, _bicubic, tags=("composite",))
+
+
+def _times(a, b):
+    return ops.aten.mul.Tensor(a, b) if hasattr(b, "type") or hasattr(b, "shape") else ops.aten.mul.Scalar(a, b)
+
+
+@register_decomposition("aten.upsample_bicubic2d.vec")
+def _bicubic_decomposition(input, output_size, align_corners, scale_factors):
+    op = "aten.upsample_bicubic2d.vec"
+    result = _bicubic_meta(input, output_size, align_corners, scale_factors)
+    sizes = [*shape_of(input)[2:], *result.shape[2:]]
+    require(all(isinstance(s, int) for s in sizes), op,
+            f"the decomposition needs static spatial sizes, got input {list(shape_of(input))} and output "
+            f"{list(result.shape)}", fix="keep H and W static in dynamic_shapes (batch and channels may vary)")
+    aten = ops.aten
+    dtype = dtype_of(input)
+    compute = dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
+    x = input if dtype is compute else aten._to_copy.default(input, dtype=compute)
+    scales = scale_factors if scale_factors is not None else (None, None)
+
+    def taps(axis: int):  # four clamped index tensors and four weight tensors along one spatial axis
+        size, out = sizes[axis], sizes[axis + 2]
+        ratio = _cubic_scale(size, out, align_corners, scales[axis])
+        position = aten.arange.start_step(0, out, 1, dtype=dtypes.float64)
+        real = (aten.mul.Scalar(position, ratio) if align_corners
+                else aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(position, 0.5), ratio), 0.5))
+        index = aten.clamp.default(aten.floor.default(real), None, size - 1)
+        weights = _cubic_weights(aten.clamp.default(aten.sub.Tensor(real, index), 0, 1), _times, aten.add.Scalar)
+        index = aten._to_copy.default(index, dtype=dtypes.int64)
+        if dtype is not compute:  # float16/bfloat16 weights are rounded to the input's dtype, as ATen stores them
+            weights = [aten._to_copy.default(w, dtype=dtype) for w in weights]
+        return ([aten.clamp.default(aten.add.Scalar(index, k - 1), 0, size - 1) for k in range(4)],
+                [aten._to_copy.default(w, dtype=compute) for w in weights])
+
+    def combine(values, weights):
+        total = aten.mul.Tensor(values[0], weights[0])
+        for value, weight in zip(values[1:], weights[1:]):
+            total = aten.add.Tensor(total, aten.mul.Tensor(value, weight))
+        return total
+
+    rows, row_weights = taps(0)
+    cols, col_weights = taps(1)
+    across = combine([aten.index.Tensor(x, [None, None, None, c]) for c in cols], col_weights)
+    result = combine([aten.index.Tensor(across, [None, None, r]) for r in rows],
+                     [aten.unsqueeze.default(w, -1) for w in row_weights])
+    return result if dtype is compute else aten._to_copy.default(result, dtype=dtype)
+

@@ -578,3 +578,16 @@ def _im2col(rng):
     yield Sample((rand(rng, 1, 2, 7, 8), [3, 2], [2, 1], [1, 2], [2, 3]), note="dilation, padding, stride")
     yield Sample((rand(rng, 3, 5, 4, dtype="float64"), [2, 2], [1, 1], [1, 1], [1, 1]), note="unbatched")
     yield Sample((rand(rng, 0, 2, 4, 4), [2, 2], [1, 1], [0, 0], [2, 2]), note="empty batch")
+
+
+@samples("aten.upsample_bicubic2d.vec")
+def _upsample_bicubic(rng):
+    for align in (False, True):
+        yield Sample((rand(rng, 2, 3, 4, 5), [7, 9], align, None), note=f"align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 6, 5), [3, 2], align, None), note=f"downsample, align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 3, 4), None, align, [1.7, 2.5]), note=f"scale factors, align_corners={align}")
+    yield Sample((rand(rng, 1, 3, 4, 4), [4, 4], False, None), note="same size: a copy")
+    yield Sample((rand(rng, 1, 2, 4, 4), [1, 1], True, None), note="one output pixel with align_corners")
+    yield Sample((rand(rng, 1, 1, 3, 5, dtype="float64"), [7, 5], False, None), note="float64")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="float16"), [5, 4], True, None), note="float16")
+    yield Sample((rand(rng, 1, 2, 3, 3, dtype="bfloat16"), [6, 7], False, None), note="bfloat16")
