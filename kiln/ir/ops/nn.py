@@ -1395,9 +1395,56 @@ def _define_conv_transpose(n: int):
     register_decomposition(f"aten.{name if n > 1 else name + '.default'}")(conv_transpose)
 
 
+def _define_conv_padding(n: int):
+    """convNd.padding: padding="valid" (none) or "same" (stride 1; an odd total pads one more on the right, with an
+    explicit zero pad of the input as ATen's _convolution_same does). EfficientNet's depthwise convs use it."""
+    ones = ", ".join(["1"] * n)
+    op = f"aten.conv{n}d.padding"
+    meta, kernel, decomposition = _conv_like(
+        op, n, lambda stride, padding, dilation, groups: (stride, padding, dilation, False, [0] * n, groups))
+
+    def arguments(weight, stride, padding, dilation):
+        """(stride, symmetric padding, extra right padding, dilation) per spatial dim."""
+        stride, dilation = _per_dim(op, "stride", stride, n), _per_dim(op, "dilation", dilation, n)
+        require_arg(padding in ("valid", "same"), op, f"Invalid padding string: '{padding}'",
+                    fix='use "valid", "same" or a list of ints')
+        if padding == "valid":
+            return stride, [0] * n, [0] * n, dilation
+        require_arg(all(_is_const(s, 1) for s in stride), op, "padding='same' is not supported for strided "
+                    "convolutions", fix="compute the padding yourself and pass it as ints")
+        total = [d * (k - 1) for d, k in zip(dilation, shape_of(weight)[2:])]
+        return stride, [t // 2 for t in total], [t % 2 for t in total], dilation
+
+    def padded_meta(input, weight, bias=None, stride=(1,) * n, padding="valid", dilation=(1,) * n, groups=1):
+        stride, left, extra, dilation = arguments(weight, stride, padding, dilation)
+        shape = shape_of(input)
+        if any(extra) and len(shape) >= n:
+            input = tensor([*shape[:-n], *(as_dim(s + e) for s, e in zip(shape[-n:], extra))], dtype_of(input))
+        return meta(input, weight, bias, stride, left, dilation, groups)
+
+    def padded_kernel(input, weight, bias=None, stride=(1,) * n, padding="valid", dilation=(1,) * n, groups=1):
+        stride, left, extra, dilation = arguments(weight, stride, padding, dilation)
+        if any(extra):
+            input = np.pad(input, [(0, 0)] * (input.ndim - n) + [(0, e) for e in extra])
+        return kernel(input, weight, bias, stride, left, dilation, groups)
+
+    def padded_decomposition(input, weight, bias=None, stride=(1,) * n, padding="valid", dilation=(1,) * n,
+                             groups=1):
+        stride, left, extra, dilation = arguments(weight, stride, padding, dilation)
+        if any(extra):  # constant_pad_nd lists (left, right) pairs from the last dim backwards
+            input = ops.aten.constant_pad_nd.default(input, [v for e in reversed(extra) for v in (0, e)], 0)
+        return decomposition(input, weight, bias, stride, left, dilation, groups)
+
+    defop(f"conv{n}d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=[{ones}], "
+          f"str padding=\"valid\", SymInt[{n}] dilation=[{ones}], SymInt groups=1) -> Tensor",
+          padded_meta, padded_kernel, tags=("composite",))
+    register_decomposition(op)(padded_decomposition)
+
+
 for _n in (1, 2, 3):
     _define_conv(_n)
     _define_conv_transpose(_n)
+    _define_conv_padding(_n)
 
 
 # --- normalization

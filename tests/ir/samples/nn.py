@@ -591,3 +591,25 @@ def _upsample_bicubic(rng):
     yield Sample((rand(rng, 1, 1, 3, 5, dtype="float64"), [7, 5], False, None), note="float64")
     yield Sample((rand(rng, 1, 2, 3, 3, dtype="float16"), [5, 4], True, None), note="float16")
     yield Sample((rand(rng, 1, 2, 3, 3, dtype="bfloat16"), [6, 7], False, None), note="bfloat16")
+
+
+@samples("aten.conv1d.padding")
+def _conv1d_padding(rng):
+    yield Sample((rand(rng, 2, 3, 9), rand(rng, 4, 3, 3), rand(rng, 4), [1], "same"), note="same, odd kernel")
+    yield Sample((rand(rng, 2, 3, 9), rand(rng, 4, 3, 4), None, [1], "same", [1]), note="same, even kernel")
+    yield Sample((rand(rng, 3, 9), rand(rng, 4, 3, 3), rand(rng, 4), [2], "valid"), note="unbatched, valid, stride")
+
+
+@samples("aten.conv2d.padding")
+def _conv2d_padding(rng):
+    yield Sample((rand(rng, 2, 4, 7, 6), rand(rng, 4, 1, 3, 3), rand(rng, 4), [1, 1], "same", [1, 1], 4),
+                 note="same, depthwise")
+    yield Sample((rand(rng, 1, 3, 7, 6), rand(rng, 2, 3, 2, 4), None, [1, 1], "same", [1, 2]),
+                 note="same, even kernel, dilation: padded right")
+    yield Sample((rand(rng, 3, 7, 6), rand(rng, 2, 3, 3, 3), rand(rng, 2), [2, 1], "valid"), note="unbatched, valid")
+
+
+@samples("aten.conv3d.padding")
+def _conv3d_padding(rng):
+    yield Sample((rand(rng, 1, 2, 5, 4, 6), rand(rng, 3, 2, 2, 3, 2), rand(rng, 3), [1, 1, 1], "same"))
+    yield Sample((rand(rng, 1, 2, 5, 4, 6), rand(rng, 3, 2, 3, 3, 3), None, [1, 1, 1], "valid"), note="valid")
