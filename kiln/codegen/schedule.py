@@ -404,7 +404,9 @@ class _Scheduler:
                 problems.setdefault(name, reason)
         if problems:
             listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
-            lowerable = [n for n, why in problems.items() if why == "no C lowering"]
+            # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
+            # do not take are better run elsewhere.
+            lowerable = [n for n, why in problems.items() if why == "no C lowering" and n in REGISTRY]
             decomposable = any(REGISTRY[n].decomposition is not None for n in lowerable if n in REGISTRY)
             fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
                 "add a C lowering (kiln/codegen/c) or a decomposition (kiln.ir.registry.register_decomposition), "
