@@ -2374,3 +2374,48 @@ def _bicubic_decomposition(input, output_size, align_corners, scale_factors):
                      [aten.unsqueeze.default(w, -1) for w in row_weights])
     return result if dtype is compute else aten._to_copy.default(result, dtype=dtype)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# glu: the first half of `dim` gated by the sigmoid of the second (Speech2Text's convolutional subsampler)
+
+def _glu_split(self, dim):
+    op = "aten.glu.default"
+    shape = shape_of(self)
+    require(len(shape) > 0, op, "glu does not support scalars because halving size must be even")
+    d = canonical_dim(op, dim, len(shape))
+    require_dtype(_is_floating(dtype_of(self)), op, f"expected a floating-point tensor, got {dtype_of(self)}")
+    size = shape[d]
+    even = size % 2 == 0 if isinstance(size, int) else guard_bool(sympy.Eq(sympy.Mod(size, 2), 0))
+    require(even, op, f"Halving dimension must be even, but dimension {d} is size {size}")
+    return d, _floordiv(size, 2)
+
+
+def _glu_meta(self, dim=-1):
+    d, half = _glu_split(self, dim)
+    shape = list(shape_of(self))
+    return tensor(shape[:d] + [half] + shape[d + 1:], dtype_of(self))
+
+
+def _glu(self, dim=-1):
+    d, half = _glu_split(self, dim)
+    x = self.astype(_opmath(self.dtype))
+    first, second = np.split(x, 2, axis=d)
+    with np.errstate(over="ignore"):
+        return first * (1 / (1 + np.exp(-second)))
+
+
+defop("glu(Tensor self, int dim=-1) -> Tensor", _glu_meta, _glu, tags=("composite",))
+
+
+@register_decomposition("aten.glu.default")
+def _glu_decomposition(self, dim=-1):
+    d, half = _glu_split(self, dim)
+    aten = ops.aten
+    dtype = dtype_of(self)
+    x = aten._to_copy.default(self, dtype=dtypes.float32) if dtype.numpy in _REDUCED else self
+    first = aten.slice.Tensor(x, d, 0, half)
+    second = aten.slice.Tensor(x, d, half, shape_of(x)[d])
+    result = aten.mul.Tensor(first, aten.sigmoid.default(second))
+    return result if x is self else aten._to_copy.default(result, dtype=dtype)
+

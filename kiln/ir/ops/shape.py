@@ -413,6 +413,18 @@ def _t(self):
     return aten.permute.default(self, order) if len(order) == 2 else self
 
 
+# numpy_T: `x.T`, every dim reversed (Falcon's rotary embedding keeps it in torch.export's IR)
+defop("numpy_T(Tensor(a) self) -> Tensor(a)",
+      lambda self: like(self, shape=list(shape_of(self))[::-1]), lambda self: np.transpose(self),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.numpy_T.default")
+def _numpy_t(self):
+    rank = _rank(self)
+    return aten.permute.default(self, list(range(rank))[::-1]) if rank >= 2 else self
+
+
 def _movedim_order(rank, source, destination):
     op = "aten.movedim.int"
     src, dst = canonical_dim(op, source, rank), canonical_dim(op, destination, rank)

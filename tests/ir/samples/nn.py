@@ -613,3 +613,14 @@ def _conv2d_padding(rng):
 def _conv3d_padding(rng):
     yield Sample((rand(rng, 1, 2, 5, 4, 6), rand(rng, 3, 2, 2, 3, 2), rand(rng, 3), [1, 1, 1], "same"))
     yield Sample((rand(rng, 1, 2, 5, 4, 6), rand(rng, 3, 2, 3, 3, 3), None, [1, 1, 1], "valid"), note="valid")
+
+
+@samples("aten.glu.default")
+def _glu(rng):
+    yield Sample((rand(rng, 2, 6, 5), 1))
+    yield Sample((rand(rng, 3, 4),), note="last dim")
+    yield Sample((rand(rng, 4, 2, 3, dtype="float64"), 0), note="float64, dim 0")
+    yield Sample((np.array([[40.0, -40.0, 0.0, 1000.0], [-1000.0, 2.0, np.nan, 3.0]], np.float32), -1),
+                 note="saturating, nan")
+    yield Sample((rand(rng, 2, 8, dtype="float16"), -1), note="float16")
+    yield Sample((rand(rng, 0, 4), 1), note="empty")

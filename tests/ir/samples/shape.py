@@ -103,6 +103,14 @@ def _t(rng):
     yield Sample((rand(rng, 0, 4, dtype="bool"),), note="empty")
 
 
+@samples("aten.numpy_T.default")
+def _numpy_t(rng):
+    yield Sample((rand(rng, 2, 3),))
+    yield Sample((rand(rng, 2, 3, 4, dtype="int64"),), note="3-d: every dim reversed")
+    yield Sample((rand(rng, 3),), note="1-d is unchanged")
+    yield Sample((rand(rng, dtype="float16"),), note="0-d")
+
+
 @samples("aten.movedim.int")
 def _movedim(rng):
     yield Sample((rand(rng, 2, 3, 4), 0, -1))
