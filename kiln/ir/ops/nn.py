@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError
 from kiln.ir.meta import (
-    canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
+    broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
 )
 from kiln.ir.registry import defop
 from kiln.ir.symbolic import SymInt, as_dim, guard_bool, sym_eq
@@ -2418,4 +2418,44 @@ def _glu_decomposition(self, dim=-1):
     second = aten.slice.Tensor(x, d, half, shape_of(x)[d])
     result = aten.mul.Tensor(first, aten.sigmoid.default(second))
     return result if x is self else aten._to_copy.default(result, dtype=dtype)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# _weight_norm (nn.utils.weight_norm; wav2vec2's positional convolution): v * (g / norm of v over every dim but
+# `dim`), dim=-1 taking the norm of the whole of v, as ATen's norm_except_dim
+
+def _weight_norm_dims(op, v, dim):
+    rank = len(shape_of(v))
+    require_arg(-1 <= dim < max(rank, 1), op, f"dim must be -1 or in [0, {rank}), got {dim}")
+    return None if dim == -1 else [d for d in range(rank) if d != dim]
+
+
+def _weight_norm_meta(v, g, dim=0):
+    op = "aten._weight_norm.default"
+    require_dtype(_is_floating(dtype_of(v)) and _is_floating(dtype_of(g)), op,
+                  f"expected floating-point v and g, got {dtype_of(v)} and {dtype_of(g)}")
+    _weight_norm_dims(op, v, dim)
+    return tensor(broadcast_shapes(op, shape_of(v), shape_of(g)), dtypes.promote_types(dtype_of(v), dtype_of(g)))
+
+
+def _weight_norm(v, g, dim=0):
+    dims = _weight_norm_dims("aten._weight_norm.default", v, dim)
+    x = v.astype(np.float64)
+    norm = np.sqrt(np.sum(np.square(x), axis=None if dims is None else tuple(dims), keepdims=dims is not None))
+    return x * (g.astype(np.float64) / norm)
+
+
+defop("_weight_norm(Tensor v, Tensor g, int dim=0) -> Tensor", _weight_norm_meta, _weight_norm, tags=("composite",))
+
+
+@register_decomposition("aten._weight_norm.default")
+def _weight_norm_decomposition(v, g, dim=0):
+    dims = _weight_norm_dims("aten._weight_norm.default", v, dim)
+    aten = ops.aten
+    if dims == []:  # a 1-D v normed along its only dim: each element's magnitude
+        norm = aten.abs.default(v)
+    else:
+        norm = aten.linalg_vector_norm.default(v, 2, dims, dims is not None)
+    return aten.mul.Tensor(v, aten.div.Tensor(g, norm))
 

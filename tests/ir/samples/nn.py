@@ -624,3 +624,13 @@ def _glu(rng):
                  note="saturating, nan")
     yield Sample((rand(rng, 2, 8, dtype="float16"), -1), note="float16")
     yield Sample((rand(rng, 0, 4), 1), note="empty")
+
+
+@samples("aten._weight_norm.default")
+def _weight_norm(rng):
+    yield Sample((rand(rng, 4, 3, 5), positive(rng, 4, 1, 1)), note="dim 0")
+    yield Sample((rand(rng, 8, 2, 5), positive(rng, 1, 1, 5), 2), note="last dim (wav2vec2's positional conv)")
+    yield Sample((rand(rng, 3, 4, 5), positive(rng, 1, 4, 1), 1), note="middle dim")
+    yield Sample((rand(rng, 3, 4), positive(rng), -1), note="dim -1: the whole tensor's norm")
+    yield Sample((rand(rng, 5), positive(rng, 5), 0), note="1-d")
+    yield Sample((rand(rng, 4, 3, dtype="float64"), positive(rng, 4, 1, dtype="float64")), note="float64")
