@@ -498,6 +498,18 @@ def _expand_as(self, other):
     return aten.expand.default(self, list(shape_of(other)))
 
 
+# broadcast_to: torch.broadcast_to, expand by another name (WavLM's relative position bias)
+defop("broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)",
+      lambda self, size: like(self, shape=_expand_shape("aten.broadcast_to.default", shape_of(self), size)),
+      lambda self, size: np.broadcast_to(self, _expand_shape("aten.broadcast_to.default", self.shape, size)),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.broadcast_to.default")
+def _broadcast_to(self, size):
+    return aten.expand.default(self, list(size))
+
+
 def _repeat_shape(op, shape, repeats):
     require(len(repeats) >= len(shape), op,
             "number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")

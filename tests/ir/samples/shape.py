@@ -130,6 +130,14 @@ def _expand(rng):
     yield Sample((rand(rng, 1, dtype="float16"), [3, 1]), {"implicit": True}, note="implicit flag")
 
 
+@samples("aten.broadcast_to.default")
+def _broadcast_to(rng):
+    yield Sample((rand(rng, 3, 1), [3, 4]))
+    yield Sample((rand(rng, 3, 1, dtype="int64"), [2, -1, 5]), note="new leading dim, -1 keeps size")
+    yield Sample((rand(rng, dtype="bfloat16"), [2, 3]), note="0-d")
+    yield Sample((rand(rng, 0, 1), [4, 0, 3]), note="empty")
+
+
 @samples("aten.expand_as.default")
 def _expand_as(rng):
     yield Sample((rand(rng, 3, 1), rand(rng, 2, 3, 4, dtype="int64")))
