@@ -34,6 +34,29 @@ def symbol(name: str) -> sympy.Symbol:
     return found
 
 
+def _flatten_floors(expr: sympy.Expr) -> sympy.Expr:
+    """Rewrite floor(floor(y)/n) as floor(y/n) (n a positive integer; true for every real y), so that sizes torch
+    writes in two forms (a stride-5 then stride-2 conv's floor(floor(s/5)/2) beside floor(s/10)) cancel."""
+    def nested(e: sympy.Basic) -> bool:
+        if not isinstance(e, sympy.floor):
+            return False
+        coefficient, rest = e.args[0].as_coeff_Mul()
+        return (isinstance(rest, sympy.floor) and coefficient.is_Rational and coefficient.p == 1
+                and coefficient.q > 0)
+
+    def flattened(e: sympy.floor) -> sympy.Expr:
+        coefficient, rest = e.args[0].as_coeff_Mul()
+        return sympy.floor(rest.args[0] * coefficient)
+    if not isinstance(expr, sympy.Basic) or not expr.has(sympy.floor):
+        return expr
+    rewritten = expr.replace(nested, flattened)
+    if rewritten == expr:
+        return expr
+    # the two forms now share a factor: cancel it inside each floor and outside ((4*f - 4)/(f - 1) -> 4)
+    rewritten = rewritten.replace(lambda e: isinstance(e, sympy.floor), lambda e: sympy.floor(sympy.cancel(e.args[0])))
+    return sympy.cancel(rewritten)
+
+
 def as_dim(value: SymInt) -> SymInt:
     """Normalize a dim: sympy integers become Python ints, expressions stay sympy."""
     if isinstance(value, bool):
@@ -41,6 +64,7 @@ def as_dim(value: SymInt) -> SymInt:
     if isinstance(value, int):
         return value
     if isinstance(value, sympy.Expr):
+        value = _flatten_floors(value)
         if value.is_Integer:
             return int(value)
         return value
@@ -389,7 +413,8 @@ class ShapeEnv:
             return None if inner is None else not inner
         if not isinstance(condition, sympy.core.relational.Relational):
             return None
-        return known_under(condition.rel_op, sympy.expand(condition.lhs - condition.rhs), self.ranges())
+        difference = _flatten_floors(condition.lhs - condition.rhs)
+        return known_under(condition.rel_op, sympy.expand(difference), self.ranges())
 
     def evaluate(self, condition: sympy.Basic | bool, source: str = "") -> bool:
         """Decide a condition; if it depends on the symbols' values, use the hints and record a guard."""
