@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.models.hf_zoo import (ARCHITECTURES, SIZES, export_to_folder, run_in_kiln,  # noqa: E402
-                                 stage_mismatch, torch_outputs)
+from tests.models.hf_zoo import (ARCHITECTURES, expected_outputs, export_to_folder,  # noqa: E402
+                                 run_in_kiln, stage_mismatch)
 
 STAGES = ["export", "load", "interpreter", "onnx", "c"]
 KILN_STAGES = ["interpreter", "onnx", "c"]
@@ -46,7 +46,7 @@ def run_worker(name: str, folder: Path, repeat: int) -> dict:
     import torch
     torch.set_num_threads(1)
     architecture = ARCHITECTURES[name]
-    result: dict = {"name": name, "stages": {}, "seconds": {}, "notes": []}
+    result: dict = {"name": name, "stages": {}, "seconds": {}}
 
     def write() -> dict:
         (folder / "result.json").write_text(json.dumps(result))
@@ -69,7 +69,7 @@ def run_worker(name: str, folder: Path, repeat: int) -> dict:
     result["latency"] = report.get("latency", {})
     if any(report["stages"].get(stage) for stage in ["load", *KILN_STAGES]):
         result["stderr"] = stderr
-    expected = [torch_outputs(model, architecture.make_inputs(*size)) for size in SIZES]
+    expected = expected_outputs(architecture, model)
     for stage in KILN_STAGES:
         if stage in report["stages"] and report["stages"][stage] is None:
             mismatch = stage_mismatch(folder, stage, expected)

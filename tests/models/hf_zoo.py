@@ -28,6 +28,7 @@ class Architecture:
     inputs: Callable[[int, int], dict[str, Any]]  # (batch, length) -> keyword inputs
     dims: dict[str, dict[int, str]]  # input name -> {axis: dim name}
     limits: dict[str, tuple[int, int]] = field(default_factory=dict)  # a dim's (min, max) where LIMITS' fails
+    sizes: list[tuple[int, int]] = field(default_factory=lambda: list(SIZES))  # where a dim must stay static
 
     def dynamic_shapes(self) -> dict[str, dict[int, Any]]:
         import torch
@@ -288,7 +289,11 @@ ARCHITECTURES = {a.name: a for a in [
     _audio("data2vec-audio", "Data2VecAudioModel", "Data2VecAudioConfig", **dict(AUDIO, conv_pos_kernel_size=5,
                                                                                  num_conv_pos_embeddings=5)),
     _audio("unispeech", "UniSpeechModel", "UniSpeechConfig", **AUDIO),
-    _audio("sew", "SEWModel", "SEWConfig", **dict(AUDIO, squeeze_factor=2)),
+    # torch cannot prove SEW's squeeze/upsample length guards over a range of waveform lengths (its error: "Not all
+    # values of samples ... satisfy the generated guard min(((-1) + (samples // 10)) // 2, ...) >= 0 ..."), so only
+    # the batch stays dynamic and both sizes share one length
+    Architecture("sew", _hf("SEWModel", "SEWConfig", **dict(AUDIO, squeeze_factor=2)), _waveform,
+                 {"input_values": {0: "batch"}}, sizes=[(2, 8), (3, 8)]),
     Architecture("speech2text", _hf("Speech2TextModel", "Speech2TextConfig", **dict(
         SEQ2SEQ, num_conv_layers=2, conv_kernel_sizes=[5, 5], conv_channels=32, input_feat_per_channel=16,
         max_source_positions=64, max_target_positions=64)), _filterbank,
@@ -312,7 +317,7 @@ def export_to_folder(architecture: Architecture, model: Any, folder: Path, dynam
     folder/model.pt2 and each size's inputs as folder/inputs_<k>.npz; return the ExportedProgram."""
     import numpy as np
     import torch
-    sizes = [architecture.make_inputs(*size) for size in SIZES]
+    sizes = [architecture.make_inputs(*size) for size in architecture.sizes]
     shapes = architecture.dynamic_shapes() if dynamic_shapes is None else dynamic_shapes
     exported = torch.export.export(model, (), sizes[0], dynamic_shapes=shapes, strict=False)
     torch.export.save(exported, folder / "model.pt2")
@@ -413,12 +418,18 @@ KILN_CHILD = textwrap.dedent("""
 
 def run_in_kiln(folder: Path, stages: list[str], *, repeat: int = 0, timeout: float = 900) -> tuple[dict, str]:
     """Run KILN_CHILD on folder (written by export_to_folder); return its report and its stderr's tail."""
-    result = subprocess.run([sys.executable, "-c", KILN_CHILD, str(folder), ",".join(stages), str(len(SIZES)),
+    count = len(list(folder.glob("inputs_*.npz")))
+    result = subprocess.run([sys.executable, "-c", KILN_CHILD, str(folder), ",".join(stages), str(count),
                              str(repeat)], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
     path = folder / "report.json"
     report = json.loads(path.read_text()) if path.exists() else {"stages": {"load": f"child exited with "
                                                                             f"{result.returncode}"}}
     return report, result.stderr[-4000:]
+
+
+def expected_outputs(architecture: Architecture, model: Any) -> list[list]:
+    """torch eager's flat outputs at each of the architecture's sizes."""
+    return [torch_outputs(model, architecture.make_inputs(*size)) for size in architecture.sizes]
 
 
 def stage_mismatch(folder: Path, stage: str, expected: list[list]) -> str | None:
@@ -436,6 +447,6 @@ def stage_mismatch(folder: Path, stage: str, expected: list[list]) -> str | None
                 torch.testing.assert_close(g, e)
             except AssertionError as exc:
                 detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-                return f"size {SIZES[k]} output {index}: {detail}"
+                return f"size {k} output {index}: {detail}"
     return None
 

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.models.hf_zoo import (ARCHITECTURES, SIZES, export_to_folder, run_in_kiln,  # noqa: E402
-                                 stage_mismatch, torch_outputs)
+from tests.models.hf_zoo import (ARCHITECTURES, SIZES, expected_outputs, export_to_folder,  # noqa: E402
+                                 run_in_kiln, stage_mismatch, torch_outputs)
 
 import kiln  # noqa: E402
 from kiln.ir.pytree import tree_flatten  # noqa: E402
@@ -30,7 +30,7 @@ def test_torch_exported_file_runs_in_kiln_without_torch(name, tmp_path):
     export_to_folder(architecture, model, tmp_path)
     report, stderr = run_in_kiln(tmp_path, STAGES)
     assert all(error is None for error in report["stages"].values()), (report["stages"], stderr)
-    expected = [torch_outputs(model, architecture.make_inputs(*size)) for size in SIZES]
+    expected = expected_outputs(architecture, model)
     for stage in STAGES:
         assert stage_mismatch(tmp_path, stage, expected) is None, f"{name} {stage}"
 
