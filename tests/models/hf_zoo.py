@@ -301,6 +301,15 @@ ARCHITECTURES = {a.name: a for a in [
 ]}
 
 
+# Architectures kiln cannot load yet, with the cause (docs/models.md has the details); test_sweep.py expects them to
+# fail, strictly, so a fix shows up.
+KNOWN_GAPS = {
+    "mixtral": "transformers' own custom op transformers::grouped_mm_fallback (MoE experts) and aten.histc",
+    "m2m100": "torch.ops.higher_order.wrap_with_set_grad_enabled (a @torch.no_grad() method) in the .pt2",
+    "speech2text": "torch.ops.higher_order.wrap_with_set_grad_enabled (a @torch.no_grad() method) in the .pt2",
+}
+
+
 # -- the end-to-end check: torch exports and saves; a child process with torch blocked loads and runs the file
 
 def torch_outputs(model: Any, inputs: dict[str, Any]) -> list:

@@ -9,12 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.models.hf_zoo import (ARCHITECTURES, expected_outputs, export_to_folder,  # noqa: E402
+from tests.models.hf_zoo import (ARCHITECTURES, KNOWN_GAPS, expected_outputs, export_to_folder,  # noqa: E402
                                  run_in_kiln, stage_mismatch)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+                                  if name in KNOWN_GAPS else name for name in ARCHITECTURES])
 def test_every_architecture_loads_and_interprets(name, tmp_path):
     architecture = ARCHITECTURES[name]
     model = architecture.model()
