@@ -291,3 +291,32 @@ def test_from_torch_decomposes_only_the_ops_kiln_lacks():
     assert "aten.tril.default" not in histogram  # kiln has no tril: torch decomposed it
     assert "aten.linear.default" in histogram and "aten.silu.default" in histogram  # kiln's own: kept as they are
     assert_same(program(x.numpy()), module(x).detach())
+
+
+def test_a_no_grad_submodule_is_read_in_place(tmp_path):
+    """A `@torch.no_grad()` forward exports as higher_order.wrap_with_set_grad_enabled (Hugging Face's sinusoidal
+    position embeddings); grad mode means nothing to an inference program, so kiln reads its nodes in place."""
+    class Positions(torch.nn.Module):
+        @torch.no_grad()
+        def forward(self, ids):
+            return torch.cumsum(ids.ne(0).int(), dim=1) * ids.shape[1]
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.positions = Positions()
+            self.embedding = torch.nn.Embedding(64, 4)
+
+        def forward(self, ids):
+            return self.embedding(ids) + self.positions(ids).unsqueeze(-1)
+
+    module = Model().eval()
+    ids = torch.randint(0, 5, (2, 6))
+    seq = torch.export.Dim("seq", min=2, max=16)
+    exported = torch.export.export(module, (ids,), dynamic_shapes=({1: seq},))
+    assert any("wrap_with_set_grad_enabled" in str(n.target) for n in exported.graph.nodes)
+    torch.export.save(exported, tmp_path / "positions.pt2")
+    program = kiln.load(tmp_path / "positions.pt2")
+    for length in (6, 11):
+        x = torch.randint(0, 5, (2, length))
+        assert_same(program(x.numpy()), module(x).detach())

@@ -43,7 +43,8 @@ _SYM_OPERATORS = {
     "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
     "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not,
 }
-_HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.map_impl"}
+_HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.map_impl",
+                     "torch.ops.higher_order.wrap_with_set_grad_enabled"}
 # Ops that change nothing in a functional program without autograd: read as the op named here.
 _ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default"}
 # `SymInt result = op(SymInt a, SymInt b)`: the kiln op that hands on a symbolic expression as a value.
@@ -220,6 +221,9 @@ class _ProgramReader:
             return
         if target == "torch.ops.higher_order.map_impl":
             self.map_node(arguments, outputs, builder, env)
+            return
+        if target == "torch.ops.higher_order.wrap_with_set_grad_enabled":
+            self.inline_node(arguments, outputs, builder, env, mutated)
             return
         if not target.startswith("torch.ops.aten."):
             self.unknown[target] += 1
@@ -426,6 +430,27 @@ class _ProgramReader:
         for result in op.results:
             result.name_hint = "cond"
         self.bind_outputs(outputs, list(op.results), env, "cond")
+
+    def inline_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder, env: dict[str, Any],
+                    mutated: dict[str, SSAValue] | None) -> None:
+        """`wrap_with_set_grad_enabled(enabled, submodule, *args)` (a `@torch.no_grad()` forward): grad mode means
+        nothing to a kiln program, so the submodule's nodes are read in place."""
+        values = [v for _, v, _ in arguments]
+        if len(values) < 2 or not isinstance(values[1], dict):
+            raise SerdeError("malformed program: wrap_with_set_grad_enabled needs (enabled, submodule, *args)")
+        graph = _field(values[1], "graph", dict, "a wrap_with_set_grad_enabled submodule")
+        graph_inputs = _field(graph, "inputs", list, "a wrap_with_set_grad_enabled submodule")
+        if len(graph_inputs) != len(values) - 2:
+            raise SerdeError("malformed program: a wrap_with_set_grad_enabled submodule takes a different number of "
+                             "inputs than it is given")
+        sub_env: dict[str, Any] = {}
+        for entry, value in zip(graph_inputs, values[2:]):
+            kind, data = _union(entry, "a submodule input")
+            sub_env[_field(data, "as_name" if kind.startswith("as_sym") else "name", str, "a submodule input")] = value
+        saved = self.tensor_values, self.sym_int_values
+        results = self.read_graph(graph, builder, sub_env, mutated)
+        self.tensor_values, self.sym_int_values = saved
+        self.bind_outputs(outputs, results[0] if len(results) == 1 else results, env, "wrap_with_set_grad_enabled")
 
     def map_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
                  env: dict[str, Any]) -> None:
