@@ -27,12 +27,13 @@ demo: $(VENV)/.installed
 # oracle) on its AVX2 kernels (ATen's dispatch and oneDNN), as on an AMD EPYC without AVX-512.
 AVX2_ENV := KILN_CPU_CAPABILITY=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
-# Runs the whole suite, `slow`-marked tests included (CI runs everything), at this CPU's native level and then,
-# where the CPU has AVX2, again at AVX2; PYTEST_ARGS='-m "not slow"' skips the slow tests.
+# Runs the whole suite, `slow`-marked tests included (CI runs everything), at this CPU's native level; then, where
+# the CPU has AVX2, the non-slow tests again at AVX2 (the slow ones are whole-model sweeps and sanitizer builds,
+# which the first pass covers). PYTEST_ARGS='-m "not slow"' skips the slow tests in the first pass too.
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
-	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then $(AVX2_ENV) $(PY) -m pytest -n auto $(PYTEST_ARGS); fi
+	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then $(AVX2_ENV) $(PY) -m pytest -n auto -m "not slow"; fi
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples
