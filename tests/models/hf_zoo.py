@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from tests.no_torch import without_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [(2, 8), (3, 13)]  # (batch, length): the example and a second size, both inside the dims' ranges
@@ -305,10 +306,7 @@ ARCHITECTURES = {a.name: a for a in [
 
 # Architectures kiln cannot load yet, with the cause (docs/models.md has the details); test_sweep.py expects them to
 # fail, strictly, so a fix shows up.
-KNOWN_GAPS = {
-    "m2m100": "torch.ops.higher_order.wrap_with_set_grad_enabled (a @torch.no_grad() method) in the .pt2",
-    "speech2text": "torch.ops.higher_order.wrap_with_set_grad_enabled (a @torch.no_grad() method) in the .pt2",
-}
+KNOWN_GAPS: dict[str, str] = {}  # name -> cause
 
 
 # -- the end-to-end check: torch exports and saves; a child process with torch blocked loads and runs the file
@@ -338,15 +336,9 @@ def export_to_folder(architecture: Architecture, model: Any, folder: Path, dynam
 
 # Loads folder/model.pt2 with torch blocked, runs each stage on each size's inputs and writes its flat outputs
 # (<stage>_<k>.npz) and folder/report.json: per stage the first error (or null) and timings.
-KILN_CHILD = textwrap.dedent("""
-    import importlib.abc, json, statistics, sys, time, traceback
+KILN_CHILD = without_torch("""
+    import json, statistics, sys, time, traceback
 
-    class BlockTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is blocked in this process")
-
-    sys.meta_path.insert(0, BlockTorch())
     folder, stages, count, repeat = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
     import numpy as np
     import kiln
