@@ -1,7 +1,7 @@
 """The Hugging Face sweep: every architecture in tests/models/hf_zoo.py (small configs, random weights, nothing
 downloaded) through torch.export with dynamic batch and sequence dims, torch.export.save, kiln.load in a process
-where torch cannot be imported, then kiln's interpreter, ONNX (onnxruntime) and C at both hf_zoo.SIZES against
-torch eager (torch.testing.assert_close defaults).
+where torch cannot be imported, then kiln's interpreter, ONNX (onnxruntime) and C at both of the architecture's sizes
+(hf_zoo.SIZES unless it keeps its own) against torch eager (torch.testing.assert_close defaults).
 
 Usage (from the repo root): python benchmarks/hf_sweep.py [NAME ...] [--timeout S] [--results PATH] [--table-only]
 
