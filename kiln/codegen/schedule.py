@@ -47,7 +47,8 @@ POINTWISE_OPS = {
 # Sources: constants, iotas, and reads of a buffer at positions computed from the output index (embedding's
 # row, repeat's index modulo the source size).
 SOURCE_OPS = {"aten.scalar_tensor.default", "aten.arange.start_step", "aten.embedding.default", "aten.full.default",
-              "aten.full_like.default", "aten.fill.Scalar", "aten.repeat.default"}
+              "aten.full_like.default", "aten.fill.Scalar", "aten.repeat.default", "aten.empty.memory_format",
+              "aten.empty_strided.default"}
 # Per-channel affine ops: pointwise with their [C] operands broadcast along dim 1 (fuse like pointwise ops).
 CHANNEL_OPS = {"aten._native_batch_norm_legit_no_training.default"}
 FUSING_OPS = POINTWISE_OPS | CHANNEL_OPS
@@ -533,8 +534,10 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         carried: list = [None]
         if name in ("aten.scalar_tensor.default", "aten.full.default", "aten.full_like.default",
-                    "aten.fill.Scalar"):  # full_like / fill: a constant of the input's shape
-            value = args[0] if name == "aten.scalar_tensor.default" else args[1]
+                    "aten.fill.Scalar", "aten.empty.memory_format", "aten.empty_strided.default"):
+            # full_like / fill: a constant of the input's shape; empty's values are unspecified, and zeros are the
+            # interpreter's
+            value = args[0] if name == "aten.scalar_tensor.default" else 0 if "empty" in name else args[1]
             self.constants[result] = Constant(value, result.type.dtype, name)
             return
         if name in CHANNEL_OPS:

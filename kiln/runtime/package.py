@@ -39,6 +39,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
     loaded model's threads (default: OpenMP's)."""
     from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory, stamp_build_id
+    from kiln.codegen.c.legalize import legalize
     from kiln.codegen.memory import format_bytes, plan_memory
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
@@ -51,7 +52,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         if example_args is None:
             raise KilnError("compiling a module needs example_args to export it", fix="pass example_args=(x,)")
         program = kiln.export(program, tuple(example_args), dynamic_shapes=dynamic_shapes)
-    program = run_passes(program, pipeline or DEFAULT_PIPELINE)
+    program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE))
     plan = schedule(program)
     memory = plan_memory(plan, program.range_constraints)
     weights, offsets, blob = [], {}, bytearray()
