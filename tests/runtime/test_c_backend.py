@@ -85,8 +85,9 @@ def test_claimed_op_matches_interpreter(name, tmp_path):
             continue  # an argument form outside the claimed subset (e.g. a non-last-dim reduction)
         _check(model(*inputs), program(*inputs))
         compiled += 1
-    if name in ("aten.scalar_tensor.default", "aten.arange.start_step", "aten.full.default"):
-        pytest.skip("source op: covered through the zoo models")
+    if not compiled and not any(a.type.is_tensor for a in REGISTRY[name].schema.arguments):
+        pytest.skip("source op (no tensor inputs, so no program input to size it): covered through the zoo models "
+                    "and the composites that produce it (full_like, empty_like, new_empty, arange)")
     assert compiled, f"no sample of {name} compiled for the C backend"
 
 
