@@ -97,23 +97,13 @@ def add_mul_scalar_cases(rng):
     yield Sample((arr(SPECIAL), -0.0), note="nan/inf/signed zeros")
 
 
-@samples("aten.mul.Tensor")
+@samples("aten.mul.Tensor", "aten.multiply.Tensor")
 def _mul_tensor(rng):
     yield from add_mul_tensor_cases(rng)
 
 
-@samples("aten.mul.Scalar")
+@samples("aten.mul.Scalar", "aten.multiply.Scalar")
 def _mul_scalar(rng):
-    yield from add_mul_scalar_cases(rng)
-
-
-@samples("aten.multiply.Tensor")
-def _multiply_tensor(rng):
-    yield from add_mul_tensor_cases(rng)
-
-
-@samples("aten.multiply.Scalar")
-def _multiply_scalar(rng):
     yield from add_mul_scalar_cases(rng)
 
 
