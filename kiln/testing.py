@@ -22,7 +22,6 @@ class _Mismatch(AssertionError):
     """A failed comparison; `where` is the path of the item inside nested sequences and mappings."""
 
     def __init__(self, message: str, where: str = ""):
-        self.message, self.where = message, where
         super().__init__(message + (f"\n\nThe failure occurred for item {where}" if where else ""))
 
 

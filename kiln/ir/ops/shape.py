@@ -241,24 +241,14 @@ def _unsafe_view(self, size):
     return aten.view.default(self, size)
 
 
-defop("view_as(Tensor(a) self, Tensor other) -> Tensor(a)",
-      lambda self, other: like(self, shape=infer_size("aten.view_as.default", shape_of(self), shape_of(other))),
-      lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
-
-
-@register_decomposition("aten.view_as.default")
-def _view_as(self, other):
-    return aten.view.default(self, list(shape_of(other)))
-
-
-defop("reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)",
-      lambda self, other: like(self, shape=infer_size("aten.reshape_as.default", shape_of(self), shape_of(other))),
-      lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
-
-
-@register_decomposition("aten.reshape_as.default")
-def _reshape_as(self, other):
-    return aten.view.default(self, list(shape_of(other)))
+# view_as / reshape_as: `other`'s shape; in kiln's functional IR a view and a reshape compute the same values.
+for _name in ("view_as", "reshape_as"):
+    defop(f"{_name}(Tensor(a) self, Tensor other) -> Tensor(a)",
+          lambda self, other, _op=f"aten.{_name}.default": like(
+              self, shape=infer_size(_op, shape_of(self), shape_of(other))),
+          lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
+    register_decomposition(f"aten.{_name}.default")(
+        lambda self, other: aten.view.default(self, list(shape_of(other))))
 
 
 def _flatten_shape(op, shape, start_dim, end_dim):
