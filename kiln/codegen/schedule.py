@@ -378,9 +378,9 @@ class _Scheduler:
 
     def check_supported(self) -> None:
         problems: dict[str, str] = {}
-        # Symbols the run can bind: those of the input shapes (and their declared ranges). Any other symbol in a
-        # result's shape is data-dependent (an unbacked `u0`: nonzero's row count, a mask's count).
-        bound = set(self.program.range_constraints)
+        # Symbols the run can bind: those of the input shapes. Any other symbol in a result's shape is data-dependent
+        # (an unbacked `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range.
+        bound: set[Any] = set()
         for arg in self.program.body.args:
             bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
         for op in self.program.body.ops:

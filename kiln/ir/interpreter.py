@@ -17,8 +17,9 @@ from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.registry import conform
-from kiln.ir.symbolic import evaluate_dim
+from kiln.ir.symbolic import evaluate_dim, format_dim
 from kiln.ir.types import SymIntType, TensorType
+from kiln.ir.verifier import ASSUMED_TYPES
 
 
 def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbol, int]:
@@ -134,17 +135,29 @@ def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
                 raise InputError(f"{spec.kind.value.lower()} '{spec.target}' is missing from the state dict")
             value = store[spec.target]
         inputs.append(value)
-    bindings = _Bindings(bind_symbols(program, inputs), program.range_constraints)
+    bindings = _Bindings(bind_symbols(program, inputs), program.range_constraints, program.runtime_asserts)
     return execute_block(program.body, inputs, bindings)
 
 
 class _Bindings(dict):
-    """Symbol -> value, plus the program's ranges: a data-dependent symbol (`u0` from `item()`) is checked against
-    its range when the op that computes it runs, as torch's runtime assertions (`_assert_scalar`) check it."""
+    """Symbol -> value, plus the program's ranges and runtime assertions: a data-dependent symbol (`u0` from
+    `item()`) is checked against its range when the op that computes it runs, and each assertion as soon as its
+    symbols have values, as torch's `_assert_scalar` nodes check them."""
 
-    def __init__(self, values: dict[sympy.Symbol, int], ranges: dict[Any, Any]):
+    def __init__(self, values: dict[sympy.Symbol, int], ranges: dict[Any, Any], asserts: Sequence[Any] = ()):
         super().__init__(values)
         self.ranges = ranges
+        self.pending = list(asserts)
+        self.check_asserts()
+
+    def check_asserts(self) -> None:
+        for guard in [g for g in self.pending if g.expr.free_symbols <= self.keys()]:
+            self.pending.remove(guard)
+            if not bool(guard.expr.xreplace({s: sympy.Integer(self[s]) for s in guard.expr.free_symbols})):
+                values = ", ".join(f"{s} = {self[s]}" for s in sorted(guard.expr.free_symbols, key=str))
+                where = f" (from {guard.source})" if guard.source else ""
+                raise InputError(f"the program assumes {guard.expr}{where}, which fails for {values}",
+                                 fix="pass inputs whose sizes and values satisfy the program's runtime assertions")
 
 
 def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol, int]) -> list[Any]:
@@ -179,6 +192,8 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
     result = opdef.kernel(*arguments)
     results = list(op.results)
     expected = [_concrete_type(r.type, bindings) for r in results]
+    if ASSUMED_TYPES in op.attributes:
+        _check_assumed_shapes(op, result, expected)
     if len(results) == 1 and not opdef.schema.returns[0].type.is_list:
         outputs = [conform(opdef, result, expected[0])]
     else:
@@ -186,6 +201,19 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
     for value, output in zip(results, outputs):
         _bind_unbacked(value.type, output, bindings)
         values[value] = output
+
+
+def _check_assumed_shapes(op: Any, result: Any, expected: list[Any]) -> None:
+    """An op whose result types kiln took from torch's file: the values must have them, or the program was run
+    outside what torch proved (kiln's meta rule could not derive them to check at load)."""
+    arrays = [result] if len(expected) == 1 and not isinstance(result, (list, tuple)) else list(result)
+    for array, value_type, declared_type in zip(arrays, expected, [r.type for r in op.results]):
+        if isinstance(value_type, TensorType) and value_type.is_static and \
+                tuple(np.shape(array)) != tuple(int(d) for d in value_type.shape):
+            declared = ", ".join(format_dim(d) for d in declared_type.shape)
+            raise InputError(f"{op.opdef.name} produced shape {list(np.shape(array))}, but the program assumes "
+                             f"[{declared}] = {list(value_type.shape)} here, as torch recorded it",
+                             fix="pass inputs inside what the program was exported for")
 
 
 def _run_map(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> list[np.ndarray]:
@@ -216,3 +244,5 @@ def _bind_checked(bindings: dict[sympy.Symbol, int], sym: sympy.Symbol, value: i
         raise InputError(f"{what} is {value}, but the program was exported for {sym} in {allowed}",
                          fix=f"pass inputs that give a value in [{allowed.lower}, {allowed.upper}] there")
     bindings[sym] = value
+    if isinstance(bindings, _Bindings):
+        bindings.check_asserts()

@@ -33,6 +33,8 @@ def format_program(program: "ExportedProgram") -> str:
     lines += ["", "Graph signature:", str(program.graph_signature), ""]
     ranges = ", ".join(f"{s}: {r}" for s, r in sorted(program.range_constraints.items(), key=lambda kv: str(kv[0])))
     lines.append(f"Range constraints: {{{ranges}}}")
+    if program.runtime_asserts:
+        lines.append("Runtime assertions: " + ", ".join(str(guard.expr) for guard in program.runtime_asserts))
     return "\n".join(lines) + "\n"
 
 

@@ -16,14 +16,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import sympy
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, ParseError, VerificationError
 from kiln.ir.registry import OpDef, emitting, run_meta
-from kiln.ir.symbolic import ShapeEnv, ValueRange, active_shape_env, format_dim, guard_source, parse_dim
+from kiln.ir.symbolic import Guard, ShapeEnv, ValueRange, active_shape_env, format_dim, guard_source, parse_dim
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
 
@@ -190,6 +190,12 @@ class ExportedProgram:
         # (args, kwargs) it was exported with, like torch's ExportedProgram.example_inputs: kiln.save writes them for
         # torch's tools (AOTInductor needs them); kiln.load leaves None, since it never unpickles them.
         self.example_inputs: tuple[tuple, dict] | None = None
+        # The example value of each input symbol (torch's ShapeEnv `var_to_val`): meta rules decide what the ranges
+        # leave open the way the export did.
+        self.hints: dict[sympy.Symbol, int] = {}
+        # Conditions on the symbols the program assumes and every runner checks (torch's `_assert_scalar` nodes):
+        # relations torch asserted (`u0 <= s0`) and the guards kiln decided from hints where it could not prove them.
+        self.runtime_asserts: list[Guard] = []
 
     # -- structure
     @property
@@ -216,12 +222,23 @@ class ExportedProgram:
         return counts
 
     def shape_env(self) -> ShapeEnv:
-        """A ShapeEnv holding the program's symbols and ranges (no example values)."""
+        """A ShapeEnv holding the program's symbols, ranges, hints and runtime assertions (as facts)."""
         env = ShapeEnv()
         for sym, value_range in self.range_constraints.items():
             if isinstance(sym, sympy.Symbol):  # derived entries (`s0 + 1`) follow from their symbols
-                env.create_symbol(None, name=str(sym), min=value_range.lower, max=value_range.upper)
+                env.create_symbol(self.hints.get(sym), name=str(sym), min=value_range.lower, max=value_range.upper)
+        env.facts.extend(guard.expr for guard in self.runtime_asserts)
         return env
+
+    def copy_annotations_from(self, source: "ExportedProgram") -> None:
+        """Take over what describes `source` beyond its graph (calling convention, examples, symbol facts) when
+        this program computes the same thing, e.g. after a pass rewrote its ops."""
+        self.in_spec, self.out_spec = source.in_spec, source.out_spec
+        self.input_constants = dict(source.input_constants)
+        self.example_inputs = source.example_inputs
+        self.module_call_graph = list(source.module_call_graph)  # value names survive when values do
+        self.hints = {**source.hints, **self.hints}
+        self.runtime_asserts = list(source.runtime_asserts)
 
     # -- parameters and buffers, torch's API
     def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
@@ -351,6 +368,15 @@ class ExportedProgram:
             ":".join([s.kind.value, s.name, s.target or ""])) for s in self.graph_signature.output_specs])
         self.graph_module.attributes["kiln.range_constraints"] = DictionaryAttr(
             {str(sym): StringAttr(str(r)) for sym, r in self.range_constraints.items()})
+        from kiln.ir.serde.symexpr import print_srepr
+        for key, present in (("kiln.hints", self.hints), ("kiln.runtime_asserts", self.runtime_asserts)):
+            self.graph_module.attributes.pop(key, None)
+            if present:
+                self.graph_module.attributes[key] = DictionaryAttr(
+                    {str(sym): StringAttr(str(value)) for sym, value in self.hints.items()}) \
+                    if key == "kiln.hints" else ArrayAttr([ArrayAttr([StringAttr(print_srepr(g.expr, {})),
+                                                                      StringAttr(g.source)])
+                                                           for g in self.runtime_asserts])
 
     def __str__(self) -> str:
         from kiln.ir.printer import format_program
@@ -391,6 +417,23 @@ def _program_from_module(module: ModuleOp, state_dict: dict[str, np.ndarray] | N
                             for b in match.groups())
             ranges[sympy.sympify(parse_dim(name))] = ValueRange(lower, upper)
     program = ExportedProgram(module, ExportGraphSignature([], []), state_dict, ranges, constants)
+    hints = module.attributes.get("kiln.hints")
+    if isinstance(hints, DictionaryAttr):
+        for name, value in hints.data.items():
+            if not (isinstance(value, StringAttr) and re.fullmatch(r"-?\d+", value.data)):
+                raise ParseError(f"malformed hint {value} for symbol {name}")
+            program.hints[sympy.sympify(parse_dim(name))] = int(value.data)
+    asserts = module.attributes.get("kiln.runtime_asserts")
+    if isinstance(asserts, ArrayAttr):
+        from kiln.ir.serde.errors import SerdeError
+        from kiln.ir.serde.symexpr import parse_srepr_condition
+        for entry in asserts.data:
+            try:
+                expr, source = (item.data for item in entry.data)  # type: ignore[attr-defined]
+                program.runtime_asserts.append(Guard(parse_srepr_condition(expr), source))
+            except (AttributeError, TypeError, ValueError, SerdeError) as error:
+                raise ParseError(f"malformed runtime assertion {entry}", fix="check the kiln.runtime_asserts "
+                                 "attribute against `ExportedProgram.to_mlir()` output") from error
     graph = program.graph
     inputs = graph.attributes.get("kiln.inputs")
     outputs = graph.attributes.get("kiln.outputs")
@@ -465,6 +508,21 @@ class GraphBuilder:
             result.name_hint = _sanitize(opdef.schema.name)
         return _shape_like(meta, list(op.results))
 
+    def emit_assumed(self, opdef: OpDef, bound: list[Any], result_types: list[Any]) -> Any:
+        """Record an op with result types that its meta rule cannot derive here but that someone proved, torch when
+        it saved the program: the op is marked, verification accepts the types, and runners check them."""
+        from kiln.ir.dialect import build_op
+        from kiln.ir.verifier import ASSUMED_TYPES
+
+        op = build_op(opdef, bound, result_types)
+        op.attributes[ASSUMED_TYPES] = UnitAttr()
+        self.insert(op)
+        for result in op.results:
+            result.name_hint = _sanitize(opdef.schema.name)
+        results = list(op.results)
+        return results[0] if len(opdef.schema.returns) == 1 and not opdef.schema.returns[0].type.is_list \
+            else results if len(opdef.schema.returns) == 1 else tuple(results)
+
     def insert(self, op: Any) -> None:
         """Where emitted ops go: the end of the block. Subclasses insert elsewhere (e.g. before a matched op)."""
         self.block.add_op(op)
@@ -501,8 +559,11 @@ class GraphBuilder:
                             used |= dim.free_symbols
             range_constraints = {s: info.range for s, info in self.shape_env.symbols.items()
                                  if s in used and not info.unbacked}
-        return ExportedProgram(ModuleOp([function]), ExportGraphSignature(input_specs, list(output_specs)),
-                               state_dict, range_constraints, constants)
+        program = ExportedProgram(ModuleOp([function]), ExportGraphSignature(input_specs, list(output_specs)),
+                                  state_dict, range_constraints, constants)
+        program.hints = {s: self.shape_env.symbols[s].hint for s in range_constraints
+                         if s in self.shape_env.symbols and self.shape_env.symbols[s].hint is not None}
+        return program
 
 
 def _type_of(argument: Any, value: Any) -> Any:

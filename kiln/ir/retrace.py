@@ -13,10 +13,12 @@ import sympy
 from xdsl.dialects import func
 
 from kiln.ir.dialect import bound_arguments
+from kiln.ir.errors import GuardError
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec
 from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
-from kiln.ir.symbolic import active_shape_env, as_dim
-from kiln.ir.types import TensorType
+from kiln.ir.symbolic import Guard, active_shape_env, as_dim
+from kiln.ir.types import SymIntType, TensorType
+from kiln.ir.verifier import ASSUMED_TYPES
 
 DecompositionTable = Mapping[OpOverload, Callable[..., Any]]
 
@@ -44,26 +46,29 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
             substitutions: dict[Any, Any] | None = None) -> ExportedProgram:
     """A new program computing the same outputs, with every op in `table` decomposed and symbols replaced
     by `substitutions` (e.g. `s1 -> s0` once tracing proved them equal)."""
-    substitutions = substitutions or {}
+    substitutions = dict(substitutions or {})  # grows as replayed ops rename data-dependent symbols
     builder = GraphBuilder(program.shape_env())
     mapping: dict[Any, Any] = {}
     for arg, spec in zip(program.body.args, program.graph_signature.input_specs):
-        arg_type = arg.type
-        if substitutions and isinstance(arg_type, TensorType):
-            arg_type = arg_type.with_shape([_substitute(d, substitutions) for d in arg_type.shape])
+        arg_type = _substitute_type(arg.type, substitutions)
         mapping[arg] = builder.add_input(spec.name, arg_type, spec.kind, spec.target, spec.persistent)
     outputs = _replay(program.body, builder, mapping, table or {}, substitutions)
     specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
     ranges = {k: v for k, v in program.range_constraints.items() if k not in substitutions}
+    ranges.update({new: builder.shape_env.symbols[new].range for old, new in substitutions.items()
+                   if isinstance(new, sympy.Symbol) and old in program.range_constraints and new not in ranges})
     new = builder.build(outputs, specs, program.state_dict, program.constants, ranges)
     from kiln.ir.program import value_names
     names = value_names(new.body)
     for spec, value in zip(new.graph_signature.output_specs, outputs):
         spec.name = names[value]
-    new.in_spec, new.out_spec = program.in_spec, program.out_spec
-    new.input_constants = dict(program.input_constants)
-    new.example_inputs = program.example_inputs
-    new.module_call_graph = list(program.module_call_graph)  # value names survive when values do
+    new.copy_annotations_from(program)
+    new.hints = {k: v for k, v in new.hints.items() if k not in substitutions}
+    new.runtime_asserts = [Guard(expr, guard.source) for guard in program.runtime_asserts
+                           if (expr := guard.expr.xreplace(substitutions)) is not sympy.true]
+    # What the replay decided from hints, because the ranges and facts left it open, holds for the example
+    # inputs but may not for others: the new program checks it at run time instead of silently assuming it.
+    new.runtime_asserts += [guard for guard in builder.shape_env.guards if guard.expr not in builder.shape_env.facts]
     return new
 
 
@@ -73,6 +78,12 @@ def _substitute(value: Any, substitutions: dict[Any, Any]) -> Any:
     if isinstance(value, list):
         return [_substitute(v, substitutions) for v in value]
     return value
+
+
+def _substitute_type(value_type: Any, substitutions: dict[Any, Any] | None) -> Any:
+    if substitutions and isinstance(value_type, TensorType):
+        return value_type.with_shape([_substitute(d, substitutions) for d in value_type.shape])
+    return value_type
 
 
 def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable,
@@ -109,8 +120,16 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
         if substitutions:
             arguments = [_substitute(a, substitutions) for a in arguments]
         args, kwargs = split_bound(op.opdef, arguments)  # type: ignore[attr-defined]
-        with emitting(emitter):
-            result = OpOverload(op.opdef)(*args, **kwargs)  # type: ignore[attr-defined]
+        try:
+            with emitting(emitter):
+                result = OpOverload(op.opdef)(*args, **kwargs)  # type: ignore[attr-defined]
+        except GuardError:
+            if ASSUMED_TYPES not in op.attributes:
+                raise
+            for stale in reversed(list(builder.block.ops)[mark:]):  # a decomposition's ops before it gave up
+                builder.block.erase_op(stale)
+            types = [_substitute_type(r.type, substitutions) for r in op.results]
+            result = builder.emit_assumed(op.opdef, arguments, types)  # type: ignore[attr-defined]
         # Provenance carries over to the ops that replace this one; role annotations (like `kiln.fuse`)
         # describe this op itself and are dropped with it.
         for new_op in list(builder.block.ops)[mark:]:
@@ -120,7 +139,28 @@ def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: D
         flat = [v for item in flat for v in (item if isinstance(item, list) else [item])]
         for old, new in zip(op.results, flat):
             mapping[old] = new
+            if substitutions is not None:
+                _follow_unbacked(old.type, getattr(new, "type", None), substitutions, builder.shape_env)
     raise ValueError("block has no terminator")
+
+
+def _follow_unbacked(old_type: Any, new_type: Any, substitutions: dict[Any, Any], env: Any) -> None:
+    """A replayed `item()` or `nonzero` names a fresh data-dependent symbol (u1 where the program had u0): later
+    ops, the ranges and the facts about u0 move to u1."""
+    pairs = []
+    if isinstance(old_type, SymIntType) and isinstance(new_type, SymIntType):
+        pairs = [(old_type.expr, new_type.expr)]
+    elif isinstance(old_type, TensorType) and isinstance(new_type, TensorType) and old_type.ndim == new_type.ndim:
+        pairs = list(zip(old_type.shape, new_type.shape))
+    for old, new in pairs:
+        if not (isinstance(old, sympy.Symbol) and isinstance(new, sympy.Symbol)) or old == new or old in substitutions:
+            continue
+        old_info, new_info = env.symbols.get(old), env.symbols.get(new)
+        if old_info is None or new_info is None or not (old_info.unbacked and new_info.unbacked):
+            continue
+        substitutions[old] = new
+        new_info.range = new_info.range.intersect(old_info.range)
+        env.facts.extend(fact.xreplace({old: new}) for fact in list(env.facts) if old in fact.free_symbols)
 
 
 def _replay_region(block: Any, arg_types: list[Any], builder: GraphBuilder, mapping: dict[Any, Any],

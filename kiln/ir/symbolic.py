@@ -359,6 +359,9 @@ class ShapeEnv:
 
     symbols: dict[sympy.Symbol, SymbolInfo] = field(default_factory=dict)
     guards: list[Guard] = field(default_factory=list)
+    # Relations assumed to hold (torch's runtime assertions, `u0 <= s0`): they decide questions that the ranges
+    # alone leave open, and whoever runs the program checks them.
+    facts: list[sympy.Basic] = field(default_factory=list)
     meta_cache: dict = field(default_factory=dict, repr=False)  # registry.run_meta's memo for this env
     _next_backed: int = 0
     _next_unbacked: int = 0
@@ -413,8 +416,28 @@ class ShapeEnv:
             return None if inner is None else not inner
         if not isinstance(condition, sympy.core.relational.Relational):
             return None
-        difference = _flatten_floors(condition.lhs - condition.rhs)
-        return known_under(condition.rel_op, sympy.expand(difference), self.ranges())
+        if condition in self.facts:
+            return True
+        if _negate(condition) in self.facts:
+            return False
+        difference = sympy.expand(_flatten_floors(condition.lhs - condition.rhs))
+        ranges = self.ranges()
+        known = known_under(condition.rel_op, difference, ranges)
+        for substitution, slack in _fact_substitutions(self.facts, ranges):
+            if known is not None:
+                break
+            known = known_under(condition.rel_op, sympy.expand(difference.xreplace(substitution)), {**ranges, **slack})
+        return known
+
+    def assume(self, condition: sympy.Basic) -> bool:
+        """Take `condition` as a fact (a runtime assertion the program carries); narrows a symbol's range where it
+        bounds one. Returns False when it was known already, so there is nothing to check at run time."""
+        condition = _to_relational(condition)
+        if self.statically_known(condition) is True:
+            return False
+        self._refine(condition)
+        self.facts.append(condition)
+        return True
 
     def evaluate(self, condition: sympy.Basic | bool, source: str = "") -> bool:
         """Decide a condition; if it depends on the symbols' values, use the hints and record a guard."""
@@ -463,6 +486,26 @@ class ShapeEnv:
         }.get(op)
         if narrowed is not None:
             info.range = info.range.intersect(narrowed)
+
+
+def _fact_substitutions(facts: list[sympy.Basic], ranges: dict[sympy.Symbol, ValueRange]
+                        ) -> Iterator[tuple[dict[sympy.Symbol, sympy.Expr], dict[sympy.Symbol, ValueRange]]]:
+    """Ways to write the facts into a question: a linear fact `a <= b` becomes `b = a + d` for a fresh slack d >= 0
+    (an equality, `b = a`), eliminating a symbol with coefficient one. The eliminated symbol's own range is
+    forgotten, so an answer under the substitution is sound, if sometimes weaker."""
+    for index, fact in enumerate(facts):
+        if not isinstance(fact, sympy.core.relational.Relational) or fact.rel_op == "!=":
+            continue
+        gap = sympy.expand(fact.lhs - fact.rhs if fact.rel_op in (">=", ">") else fact.rhs - fact.lhs)  # >= 0
+        lowest = {">=": 0, "<=": 0, ">": 1, "<": 1, "==": 0}[fact.rel_op]
+        for sym in sorted(gap.free_symbols, key=str):
+            coefficient = gap.coeff(sym, 1)
+            if coefficient not in (1, -1) or sym in (gap - coefficient * sym).free_symbols or sym not in ranges:
+                continue
+            slack = sympy.Integer(0) if fact.rel_op == "==" else symbol(f"kiln_slack{index}")
+            # gap = coefficient*sym + rest = slack  =>  sym = (slack - rest) / coefficient
+            solved = sympy.expand((slack - (gap - coefficient * sym)) / coefficient)
+            yield {sym: solved}, ({} if fact.rel_op == "==" else {slack: ValueRange(lowest, INF)})
 
 
 def _to_relational(condition: sympy.Basic | bool) -> sympy.Basic:

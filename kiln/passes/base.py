@@ -249,9 +249,8 @@ def clone_program(program: ExportedProgram) -> ExportedProgram:
     signature = ExportGraphSignature([dataclasses.replace(s) for s in program.graph_signature.input_specs],
                                      [dataclasses.replace(s) for s in program.graph_signature.output_specs])
     copy = ExportedProgram(program.graph_module.clone(), signature, program.state_dict,
-                           program.range_constraints, program.constants, program.in_spec, program.out_spec)
-    copy.input_constants = dict(program.input_constants)
-    copy.example_inputs = program.example_inputs
+                           program.range_constraints, program.constants)
+    copy.copy_annotations_from(program)
     return copy
 
 

@@ -66,7 +66,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": array.nbytes,
                         "dtype": buf.dtype.name, "shape": list(array.shape)})
         blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-    source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints))
+    source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints, program.runtime_asserts))
     runtime = runtime_memory(plan)
     capability = get_cpu_capability()
     library = build_library(source, capability)

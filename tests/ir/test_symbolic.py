@@ -57,6 +57,27 @@ def test_slice_clamping_min_max_is_decided_by_cases():
     assert env.guards == [] and unbounded.guards == []
 
 
+def test_facts_decide_what_ranges_leave_open():
+    """torch's runtime assertion `u0 <= s` (from `torch._check(k <= x.shape[0])`) is what makes `x[:k] + x[-k:]`
+    broadcast: the two slice lengths are equal only under it."""
+    env = ShapeEnv()
+    s = env.create_symbol(8, name="s", min=2, max=64)
+    u = env.create_unbacked_symbol(min=2, max=64)
+    same_length = sympy.Eq(sympy.Min(s, u), s - sympy.Min(s, sympy.Max(0, s - u)))
+    assert env.statically_known(same_length) is None
+    assert env.assume(sympy.Le(u, s)) is True
+    assert env.statically_known(same_length) is True
+    assert env.statically_known(sympy.Gt(u, s)) is False and env.statically_known(sympy.Le(u, s + 3)) is True
+    assert env.statically_known(sympy.Lt(u, s)) is None  # u == s is allowed
+    assert env.assume(sympy.Ge(u, 2)) is False  # implied by the range: nothing to check at run time
+    assert env.assume(sympy.Le(u, 10)) is True and env.symbols[u].range == ValueRange(2, 10)  # narrows the range
+    equal = ShapeEnv()
+    a, b = equal.create_symbol(4, name="a"), equal.create_symbol(4, name="b")
+    equal.assume(sympy.Eq(a, b + 1))
+    assert equal.statically_known(sympy.Eq(sympy.Max(a, b), a)) is True
+    assert env.guards == [] and equal.guards == []
+
+
 def test_evaluate_records_guard_and_refines_range():
     env = ShapeEnv()
     s0 = env.create_symbol(7, min=2, max=100, source="x.size()[0]")

@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 
 from kiln.ir import dtypes
 from kiln.ir.control_flow import CondOp, MapOp, YieldOp
-from kiln.ir.errors import KilnError, UnknownOpError
+from kiln.ir.errors import GuardError, KilnError, UnknownOpError
 from kiln.ir.program import (
     ExportedProgram, GraphBuilder, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind, OutputSpec,
     value_names,
@@ -29,7 +29,7 @@ from kiln.ir.serde.errors import SerdeError, UnsafeArchiveError
 from kiln.ir.serde.safe_json import load_json
 from kiln.ir.serde.symexpr import parse_srepr
 from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
-from kiln.ir.symbolic import INF, ShapeEnv, ValueRange
+from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
 from kiln.ir.types import SymIntType, TensorType
 
 MAX_TENSOR_ELEMENTS = 1 << 40
@@ -38,7 +38,7 @@ _SYM_OPERATORS = {
     "_operator.floordiv": lambda a, b: sympy.floor(sympy.sympify(a) / b), "_operator.mod": sympy.Mod,
     "_operator.neg": lambda a: -a, "torch.sym_max": sympy.Max, "torch.sym_min": sympy.Min,
     "_operator.pow": lambda a, b: a ** b,
-    # SymBools: torch asserts them (`_assert_scalar`, which kiln skips) or branches on them (`cond`)
+    # SymBools: torch asserts them (`_assert_scalar`: runtime assertions) or branches on them (`cond`)
     "_operator.ge": sympy.Ge, "_operator.gt": sympy.Gt, "_operator.le": sympy.Le, "_operator.lt": sympy.Lt,
     "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
     "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not,
@@ -52,7 +52,8 @@ _MATERIALIZE = {sympy.Add: "add", sympy.Mul: "mul", sympy.Mod: "mod"}
 _SYM_SIZE_OPS = {"torch.ops.aten.sym_size.int", "torch.ops.aten.sym_numel.default",
                  "torch.ops.aten.sym_stride.int", "torch.ops.aten.sym_storage_offset.default"}
 _BATCH_NORM_TRAINING = {"aten.batch_norm.default", "aten._native_batch_norm_legit_functional.default"}
-_IGNORED_OPS = {"torch.ops.aten._assert_scalar.default", "torch.ops.aten.sym_constrain_range_for_size.default",
+_ASSERT_SCALAR = "torch.ops.aten._assert_scalar.default"
+_IGNORED_OPS = {_ASSERT_SCALAR, "torch.ops.aten.sym_constrain_range_for_size.default",
                 "torch.ops.aten._assert_tensor_metadata.default", "torch.ops.aten.sym_constrain_range.default",
                 "torch.ops.aten._assert_async.msg", "torch.ops.higher_order._assert_async"}
 
@@ -102,6 +103,7 @@ class _ProgramReader:
             self.shape_env.create_symbol(hint, name=str(key), min=value_range.lower, max=value_range.upper)
         self.unknown: Counter[str] = Counter()
         self.origin: dict[SSAValue, SSAValue] = {}  # latest value of a mutated input -> the input
+        self.asserts: list[Guard] = []  # torch's runtime assertions the ranges do not imply
 
     # -- values
     def dim(self, data: Any, what: str) -> Any:
@@ -203,6 +205,9 @@ class _ProgramReader:
         target = _field(node, "target", str, "a node")
         inputs = _field(node, "inputs", list, f"node {target}")
         outputs = _field(node, "outputs", list, f"node {target}")
+        if target == _ASSERT_SCALAR and not self.unknown:
+            self.assert_node(node, env)
+            return
         if target in _IGNORED_OPS:
             return
         if self.unknown:  # after the first unknown op only the census continues
@@ -242,8 +247,13 @@ class _ProgramReader:
             return
         positional = [value for _, value, kind in arguments if kind != 2]
         keywords = {str(key): value for key, value, kind in arguments if kind == 2}
-        with builder:
-            result = _call(opdef, positional, keywords)
+        opdef = _overload_for(opdef, positional, keywords)
+        try:
+            with builder:
+                result = call_op(opdef, tuple(positional), keywords)
+        except GuardError:
+            # torch proved what kiln's meta rule cannot: take torch's recorded types; runners check them
+            result = self.emit_with_recorded_types(opdef, positional, keywords, outputs, builder)
         if inplace_target is not None:
             if mutated is None or not isinstance(inplace_target, SSAValue):
                 raise SerdeError(f"in-place {name} inside a cond branch is not supported")
@@ -255,6 +265,21 @@ class _ProgramReader:
                 mutated[original] = result
                 self.origin[result] = original
         self.bind_outputs(outputs, result, env, name)
+
+    def emit_with_recorded_types(self, opdef: OpDef, positional: list[Any], keywords: dict[str, Any],
+                                 outputs: list[Any], builder: GraphBuilder) -> Any:
+        types = []
+        for output in outputs:
+            kind, data = _union(output, opdef.name)
+            entries = [data] if kind == "as_tensor" else data if kind == "as_tensors" else None
+            if entries is None:
+                raise SerdeError(f"{opdef.name}: kiln cannot derive its result and torch recorded no tensor type")
+            for entry in entries:
+                name = _field(entry, "name", str, opdef.name)
+                if name not in self.tensor_values:
+                    raise SerdeError(f"malformed program: {opdef.name}'s result {name!r} has no recorded type")
+                types.append(self.tensor_type(self.tensor_values[name], f"{opdef.name}'s result {name!r}"))
+        return builder.emit_assumed(opdef, opdef.schema.bind(tuple(positional), keywords), types)
 
     def batch_norm_training(self, name: str, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
                             env: dict[str, Any], mutated: dict[SSAValue, SSAValue]) -> bool:
@@ -322,6 +347,23 @@ class _ProgramReader:
         if value is None:
             raise SerdeError(f"{target} without a recorded value is not supported")
         env[name] = value
+
+    def assert_node(self, node: dict[str, Any], env: dict[str, Any]) -> None:
+        """torch's runtime assertion on SymInts (`u0 <= s0`, from `torch._check`): a fact the meta rules of the
+        nodes after it may use, and a check the program keeps for run time, unless the ranges already imply it."""
+        inputs = _field(node, "inputs", list, "an _assert_scalar node")
+        if not inputs:
+            raise SerdeError("malformed program: an _assert_scalar node has no condition")
+        condition = self.argument(_field(inputs[0], "arg", dict, "an _assert_scalar condition"), env,
+                                  "an _assert_scalar condition")
+        if isinstance(condition, bool):
+            if not condition:
+                raise SerdeError("the program asserts a condition that is false for every input")
+            return
+        if not isinstance(condition, sympy.Basic):
+            raise SerdeError(f"malformed program: _assert_scalar's condition is a {type(condition).__name__}")
+        if self.shape_env.assume(condition):
+            self.asserts.append(Guard(condition, _node_source(node)))
 
     def symbolic_result(self, name: str, value: Any) -> Any:
         """An op's SymInt result (`item`): consumers take its expression, as kiln keeps SymInts in properties;
@@ -492,6 +534,16 @@ class _ProgramReader:
                                  fix=decompose_in_torch_hint(self.unknown))
 
 
+def _node_source(node: dict[str, Any]) -> str:
+    """The user's line a node came from, from torch's stack trace: `"model.py", line 12, in forward`."""
+    metadata = node.get("metadata")
+    trace = metadata.get("stack_trace") if isinstance(metadata, dict) else None
+    if not isinstance(trace, str):
+        return ""
+    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    return frames[-1][len("File "):] if frames else ""
+
+
 def decompose_in_torch_hint(names: Any) -> str:
     """A fix that works for ops kiln lacks: decompose just those in torch (a full run_decompositions() may fail
     inside torch on real models), or convert with kiln.from_torch, which does that."""
@@ -537,17 +589,17 @@ def _tensor_slots_hold_values(opdef: OpDef, positional: list[Any], keywords: dic
     return True
 
 
-def _call(opdef: OpDef, positional: list[Any], keywords: dict[str, Any]) -> Any:
-    """Call the overload torch named; torch passes Python scalars where the overload says Tensor
-    (`add.Tensor(x, 1)`), so those go to an overload that takes a scalar there (`add.Scalar`)."""
+def _overload_for(opdef: OpDef, positional: list[Any], keywords: dict[str, Any]) -> OpDef:
+    """The overload torch named, unless torch passes Python scalars where it says Tensor (`add.Tensor(x, 1)`):
+    then the overload that takes a scalar there (`add.Scalar`)."""
     if _tensor_slots_hold_values(opdef, positional, keywords):
-        return call_op(opdef, tuple(positional), keywords)
+        return opdef
     prefix = f"aten.{opdef.schema.name}."
     candidates = sorted((d for key, d in REGISTRY.items() if key.startswith(prefix)),
                         key=lambda d: (d.schema.overload != "Scalar", d.schema.overload))
     for candidate in candidates:
         if _tensor_slots_hold_values(candidate, positional, keywords):
-            return call_op(candidate, tuple(positional), keywords)
+            return candidate
     raise SerdeError(f"{opdef.name} is called with a scalar where kiln's overloads need a tensor, and no "
                      "overload of it takes a scalar there")
 
@@ -652,6 +704,9 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     program.range_constraints.update({sym: info.range for sym, info in reader.shape_env.symbols.items()
                                       if info.unbacked and sym in used})
     program.input_constants = baked
+    # torch's assertions, then what kiln's meta rules decided from hints where they could not prove what torch
+    # did: the program checks both at run time rather than assume them.
+    program.runtime_asserts = reader.asserts + reader.shape_env.guards
     _check_weights(program, state_dict, constants, tensor_values)
     _read_call_specs(program, module)
     return program

@@ -33,10 +33,29 @@ _FUNCTIONS: dict[str, Callable[..., sympy.Expr]] = {
     "Mod": sympy.Mod, "PythonMod": sympy.Mod, "Max": sympy.Max, "Min": sympy.Min,
     "Rational": lambda p, q: sympy.Rational(p, q),
 }
+# Conditions, written for the SymBools of runtime assertions (kiln reads those back from their `_operator` nodes)
+_CONDITIONS = {sympy.Eq: "Equality", sympy.Ne: "Unequality", sympy.Le: "LessThan", sympy.Lt: "StrictLessThan",
+               sympy.Ge: "GreaterThan", sympy.Gt: "StrictGreaterThan", sympy.And: "And", sympy.Or: "Or",
+               sympy.Not: "Not"}
 
 
 def parse_srepr(text: str, rename: dict[str, str] | None = None) -> SymInt:
     """Parse torch's `srepr` form of a size expression into a kiln dim; `rename` maps symbol names."""
+    value = _parse(text, rename or {}, conditions=False)
+    if not isinstance(value, (int, sympy.Expr)):
+        raise SerdeError(f"symbolic expression {text[:200]!r} is not a number or an expression")
+    return as_dim(sympy.sympify(value) if isinstance(value, int) else value)
+
+
+def parse_srepr_condition(text: str, rename: dict[str, str] | None = None) -> sympy.Basic:
+    """Parse a condition on sizes (`LessThan(Symbol('u0'), Symbol('s0'))`), as `print_srepr` writes them."""
+    value = _parse(text, rename or {}, conditions=True)
+    if not isinstance(value, sympy.logic.boolalg.Boolean):
+        raise SerdeError(f"symbolic condition {text[:200]!r} is not a condition")
+    return value
+
+
+def _parse(text: str, rename: dict[str, str], conditions: bool) -> object:
     if len(text) > MAX_EXPR_CHARS:
         raise SerdeError(f"symbolic expression of {len(text)} characters is too long")
     tokens: list[tuple[str, str]] = []
@@ -48,18 +67,19 @@ def parse_srepr(text: str, rename: dict[str, str] | None = None) -> SymInt:
         kind = ("int", "name", "string", "punct")[match.lastindex - 1]  # type: ignore[operator]
         tokens.append((kind, match.group(match.lastindex or 0)))
         position = match.end()
-    parser = _Parser(tokens, text, rename or {})
+    parser = _Parser(tokens, text, rename, {**_FUNCTIONS, **({v: k for k, v in _CONDITIONS.items()} if conditions
+                                                             else {})})
     value = parser.value(0)
     if parser.index != len(tokens):
         raise SerdeError(f"unexpected text after symbolic expression {text[:200]!r}")
-    if not isinstance(value, (int, sympy.Expr)):
-        raise SerdeError(f"symbolic expression {text[:200]!r} is not a number or an expression")
-    return as_dim(sympy.sympify(value) if isinstance(value, int) else value)
+    return value
 
 
 class _Parser:
-    def __init__(self, tokens: list[tuple[str, str]], text: str, rename: dict[str, str]):
+    def __init__(self, tokens: list[tuple[str, str]], text: str, rename: dict[str, str],
+                 functions: dict[str, Callable[..., sympy.Basic]]):
         self.tokens, self.text, self.rename, self.index = tokens, text, rename, 0
+        self.functions = functions
 
     def take(self, expected: str | None = None) -> tuple[str, str]:
         if self.index >= len(self.tokens):
@@ -108,11 +128,11 @@ class _Parser:
             if len(args) != 1 or not isinstance(args[0], int):
                 raise SerdeError(f"malformed Integer in symbolic expression {self.text[:200]!r}")
             return sympy.Integer(args[0])
-        function = _FUNCTIONS.get(name)
+        function = self.functions.get(name)
         if function is None:
             raise SerdeError(f"unsupported function {name!r} in symbolic expression {self.text[:200]!r}",
                              fix="kiln reads Add, Mul, Pow, FloorDiv, Mod, Max, Min, floor and ceiling")
-        if any(not isinstance(a, (int, sympy.Expr)) for a in args):
+        if any(not isinstance(a, (int, sympy.Expr, sympy.logic.boolalg.Boolean)) for a in args):
             raise SerdeError(f"malformed arguments to {name} in symbolic expression {self.text[:200]!r}")
         try:
             return function(*[sympy.Integer(a) if isinstance(a, int) else a for a in args])
@@ -133,7 +153,7 @@ def print_srepr(expr: SymInt, rename: dict[sympy.Symbol, str]) -> str:
         numerator, denominator = expr.args[0].as_numer_denom()
         return f"CeilToInt(IntTrueDiv({print_srepr(numerator, rename)}, {print_srepr(denominator, rename)}))"
     names = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Pow: "Pow", sympy.Mod: "Mod", sympy.Max: "Max",
-             sympy.Min: "Min"}
+             sympy.Min: "Min", **_CONDITIONS}
     name = names.get(type(expr))
     if name is None or (isinstance(expr, sympy.Expr) and expr.is_Rational and not expr.is_Integer):
         raise SerdeError(f"cannot write symbolic expression {expr} for torch", fix="simplify the program's shapes")

@@ -60,7 +60,13 @@ class _Symbols:
         for sym in self.names:
             value_range = self.ranges.get(sym)
             lower, upper = (value_range.lower, value_range.upper) if value_range else (2, INF)
-            self.hints[sym] = int(min(max(lower, 2), upper)) if upper != INF or lower != -INF else 2
+            invented = int(min(max(lower, 2), upper)) if upper != INF or lower != -INF else 2
+            self.hints[sym] = program.hints.get(sym, invented)
+
+    def torch_spelling(self, expr: sympy.Basic) -> sympy.Basic:
+        """expr with the symbols named as in the file (kiln's `s_batch` is torch's `s0` there)."""
+        return expr.xreplace({s: sympy.Symbol(self.names[s], integer=True) for s in expr.free_symbols
+                              if s in self.names})
 
     def hint(self, expr: Any) -> int | None:
         if isinstance(expr, int):
@@ -130,6 +136,8 @@ class _GraphWriter:
         self.sym_float_values: dict[str, Any] = {}
         self.sym_nodes: dict[Any, str] = {}  # expression -> the node computing it in this graph
         self.defined: list[SSAValue] = []
+        self.sym_bool_values: dict[str, Any] = {}
+        self.pending_asserts: list[Any] = []  # runtime assertions, written once their symbols are defined
 
     # -- names
     def name(self, value: SSAValue) -> str:
@@ -163,7 +171,7 @@ class _GraphWriter:
     def _operator_node(self, operator: str, left: Any, right: Any, expr: Any) -> str:
         name = self.fresh(f"sym_{operator}")
         self.nodes.append({
-            "target": f"_operator.{operator}",
+            "target": f"torch.sym_{operator}" if operator in ("min", "max") else f"_operator.{operator}",
             "inputs": [{"name": "a", "arg": {"as_sym_int": self.sym_argument(left)}, "kind": 1},
                        {"name": "b", "arg": {"as_sym_int": self.sym_argument(right)}, "kind": 1}],
             "outputs": [{"as_sym_int": {"as_name": name}}], "metadata": {}, "is_hop_single_tensor_return": None,
@@ -193,11 +201,58 @@ class _GraphWriter:
             name = self._operator_node("floordiv", numerator, denominator, expr)
         elif isinstance(expr, sympy.Mod):
             name = self._operator_node("mod", expr.args[0], expr.args[1], expr)
+        elif isinstance(expr, (sympy.Min, sympy.Max)):  # torch.sym_min/sym_max take two
+            first, *rest = sorted(expr.args, key=str)
+            second = rest[0] if len(rest) == 1 else expr.func(*rest)
+            name = self._operator_node("min" if isinstance(expr, sympy.Min) else "max", first, second, expr)
         else:
             raise SerdeError(f"cannot write the symbolic value {expr} as torch SymInt arithmetic",
                              fix="simplify the program's shapes")
         self.sym_nodes[expr] = name
         return name
+
+    def _condition_node(self, condition: sympy.Basic) -> str:
+        """A SymBool node computing `condition` (`u0 <= s0`) from SymInt nodes."""
+        relations = {"==": "eq", "!=": "ne", "<=": "le", "<": "lt", ">=": "ge", ">": "gt"}
+        if isinstance(condition, sympy.core.relational.Relational) and condition.rel_op in relations:
+            operator, operands = relations[condition.rel_op], [{"as_sym_int": self.sym_argument(side)}
+                                                               for side in (condition.lhs, condition.rhs)]
+        elif isinstance(condition, (sympy.And, sympy.Or)) and len(condition.args) == 2:
+            operator = "and_" if isinstance(condition, sympy.And) else "or_"
+            operands = [{"as_sym_bool": {"as_name": self._condition_node(arg)}} for arg in condition.args]
+        elif isinstance(condition, (sympy.And, sympy.Or)):  # n-ary: fold pairwise
+            first, *rest = condition.args
+            return self._condition_node(condition.func(first, condition.func(*rest)))
+        elif isinstance(condition, sympy.Not):
+            operator, operands = "not_", [{"as_sym_bool": {"as_name": self._condition_node(condition.args[0])}}]
+        else:
+            raise SerdeError(f"cannot write the runtime assertion {condition} as torch SymBool arithmetic")
+        name = self.fresh(f"sym_{operator.rstrip('_')}")
+        self.nodes.append({
+            "target": f"_operator.{operator}",
+            "inputs": [{"name": key, "arg": arg, "kind": 1} for key, arg in zip("ab", operands)],
+            "outputs": [{"as_sym_bool": {"as_name": name}}], "metadata": {}, "is_hop_single_tensor_return": None,
+            "name": name})
+        self.sym_bool_values[name] = {"as_expr": {"expr_str": print_srepr(condition, self.symbols.names)}}
+        return name
+
+    def write_ready_asserts(self) -> None:
+        """torch's `_assert_scalar` nodes for the runtime assertions whose symbols are now defined."""
+        def defined(sym: sympy.Symbol) -> bool:
+            return sym in self.sym_nodes or any(isinstance(v.type, TensorType) and sym in v.type.shape
+                                                for v in self.defined)
+        for guard in [g for g in self.pending_asserts if all(defined(s) for s in g.expr.free_symbols)]:
+            self.pending_asserts.remove(guard)
+            condition = self._condition_node(guard.expr)
+            name = self.fresh("_assert_scalar")
+            self.nodes.append({
+                "target": "torch.ops.aten._assert_scalar.default",
+                "inputs": [{"name": "self", "arg": {"as_sym_bool": {"as_name": condition}}, "kind": 1},
+                           {"name": "assert_msg", "arg": {"as_string": "Runtime assertion failed for expression "
+                                                                       f"{self.symbols.torch_spelling(guard.expr)}"},
+                            "kind": 1}],
+                "outputs": [], "metadata": {"stack_trace": f"File {guard.source}"} if guard.source else {},
+                "is_hop_single_tensor_return": None, "name": name})
 
     def _size_node(self, sym: sympy.Symbol) -> str:
         for value in self.defined:
@@ -276,6 +331,7 @@ class _GraphWriter:
         inputs = [self._value_argument(arg) for arg in self.block.args]
         outputs: list[dict[str, Any]] = []
         for op in self.block.ops:
+            self.write_ready_asserts()
             if isinstance(op, (func.ReturnOp, YieldOp)):
                 outputs = [self._value_argument(v) for v in op.operands]
             elif isinstance(op, CondOp):
@@ -284,6 +340,9 @@ class _GraphWriter:
                 self._map(op)
             else:
                 self._aten(op)
+        if self.pending_asserts:
+            raise SerdeError(f"the runtime assertion {self.pending_asserts[0].expr} uses a symbol no value of the "
+                             "program defines", fix="drop the assertion from program.runtime_asserts")
         return inputs, outputs
 
     def _value_argument(self, value: SSAValue) -> dict[str, Any]:
@@ -352,7 +411,8 @@ class _GraphWriter:
 
     def graph(self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"inputs": inputs, "outputs": outputs, "nodes": self.nodes, "tensor_values": self.tensor_values,
-                "sym_int_values": self.sym_int_values, "sym_bool_values": {}, "is_single_tensor_return": False,
+                "sym_int_values": self.sym_int_values, "sym_bool_values": self.sym_bool_values,
+                "is_single_tensor_return": False,
                 "custom_obj_values": {}, "sym_float_values": self.sym_float_values}
 
 
@@ -419,6 +479,7 @@ def program_to_json(program: ExportedProgram) -> dict[str, Any]:
     parameters = {names[arg] for arg, spec in zip(body.args, program.graph_signature.input_specs)
                   if spec.kind is InputKind.PARAMETER}
     writer = _GraphWriter(body, names, symbols, set(names.values()), parameters)
+    writer.pending_asserts = list(program.runtime_asserts)
     inputs, outputs = writer.write()
     returned = list(body.last_op.operands) if body.last_op is not None else []
     input_specs = [_input_spec(spec, names[arg]) for spec, arg in zip(program.graph_signature.input_specs, body.args)]
