@@ -210,7 +210,8 @@ def test_kiln_ops_lists_the_onnx_lowerings(capsys):
     assert main(["ops", "--json"]) == 0
     rows = {row["op"]: row["lowered_by"] for row in json.loads(capsys.readouterr().out)}
     assert "onnx" in rows["aten.add.Tensor"] and "onnx" in rows["aten.convolution.default"]
-    assert "onnx" not in rows["aten.linear.default"]  # composites reach ONNX through their decomposition
+    assert "onnx" in rows["aten.linear.default"]  # composites with an exact ONNX op lower directly (Gemm)
+    assert "onnx" not in rows["aten.silu.default"]  # the others reach ONNX through their decomposition
 
 
 class _KeyedOutputs(kiln.nn.Module):

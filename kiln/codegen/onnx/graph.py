@@ -152,6 +152,13 @@ class OnnxGraph:
     def ints(self, values: Sequence[int]) -> str:
         return self.const(np.asarray(list(values), dtype=np.int64))
 
+    def memo(self, key: Any, build: Any) -> str:
+        """The value `build()` makes, made once per key in this graph (e.g. what several layers derive from one
+        attention mask)."""
+        if key not in self._dim_cache:
+            self._dim_cache[key] = build()
+        return self._dim_cache[key]
+
     def cast(self, name: str, source: DType, target: DType) -> str:
         if source is target:
             return name

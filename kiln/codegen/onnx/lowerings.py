@@ -486,8 +486,13 @@ def _relu(ctx: LoweringContext, x: Value) -> str:
 @lowers("aten.leaky_relu.default")
 def _leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> str:
     compute = _compute_dtype(x.dtype)
-    return ctx.graph.cast(ctx.node("LeakyRelu", [ctx.as_dtype(x, compute)], alpha=float(negative_slope)),
-                          compute, x.dtype)
+    value = ctx.as_dtype(x, compute)
+    if compute is dtypes.float64 and ctx.opset >= 16:  # onnxruntime has float64 LeakyRelu only up to opset 15
+        result = ctx.node("Where", [ctx.node("Greater", [value, ctx.const(0, compute)]), value,
+                                    ctx.node("Mul", [value, ctx.const(negative_slope, compute)])])
+    else:
+        result = ctx.node("LeakyRelu", [value], alpha=float(negative_slope))
+    return ctx.graph.cast(result, compute, x.dtype)
 
 
 @lowers("aten.elu.default")
@@ -504,6 +509,8 @@ def _elu(ctx: LoweringContext, x: Value, alpha: float = 1, scale: float = 1, inp
 def _gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> str:
     t = _compute_dtype(x.dtype)
     value = ctx.as_dtype(x, t)
+    if ctx.opset >= 20 and t is dtypes.float32:
+        return ctx.graph.cast(ctx.node("Gelu", [value], approximate=approximate), t, x.dtype)
     if approximate == "tanh":
         cube = ctx.node("Mul", [ctx.node("Mul", [value, value]), value])
         inner = ctx.node("Mul", [ctx.const(math.sqrt(2 / math.pi), t),
@@ -827,6 +834,8 @@ LOWERING_TABLE["aten._log_softmax.default"] = _softmax_like("LogSoftmax")
 
 def _reshape_to_result(ctx: LoweringContext, x: str) -> str:
     shape = list(ctx.out.shape)
+    if shape == list(ctx.op.operands[0].type.shape):  # already that shape (the graph cleanup drops the Identity)
+        return ctx.node("Identity", [x])
     allow_zero = int(any(isinstance(d, int) and d == 0 for d in shape))
     return ctx.node("Reshape", [x, ctx.dims(shape)], allowzero=allow_zero)
 
@@ -1283,6 +1292,10 @@ def _addmm(ctx: LoweringContext, bias: Value, a: Value, b: Value, *, beta: Any =
     if alpha == 0:  # ATen skips the product (NaN in it does not propagate)
         offset = ctx.node("Mul", [ctx.as_dtype(bias, t), ctx.as_dtype(beta, t)])
         return ctx.graph.cast(ctx.node("Expand", [offset, ctx.dims(ctx.out.shape)]), t, ctx.out_dtype)
+    if beta != 0 and t in (dtypes.float32, dtypes.float64) and a.rank == 2 and b.rank == 2 and bias.rank <= 2:
+        # one Gemm: alpha * a @ b + beta * bias (bias broadcast to the product, as addmm's is)
+        inputs = [ctx.as_dtype(a, t), ctx.as_dtype(b, t), ctx.as_dtype(bias, t)]
+        return ctx.graph.cast(ctx.node("Gemm", inputs, alpha=float(alpha), beta=float(beta)), t, ctx.out_dtype)
     product = ctx.node("MatMul", [ctx.as_dtype(a, t), ctx.as_dtype(b, t)])
     if alpha != 1:
         product = ctx.node("Mul", [product, ctx.as_dtype(alpha, t)])
@@ -1495,15 +1508,33 @@ def _rounding_toward_zero(ctx: LoweringContext, value: str, t: dtypes.DType) -> 
     return ctx.node("Where", [negative, ctx.node("Ceil", [value]), ctx.node("Floor", [value])])
 
 
-@lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
-def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int] = (), padding: Any = 0,
-              dilation: Any = 1, ceil_mode: bool = False) -> list[str]:
+def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int], padding: Any,
+                   dilation: Any, ceil_mode: bool, spatial: int) -> tuple[str, dtypes.DType, bool, dict[str, Any]]:
+    """What MaxPool takes: the input batched and in a dtype onnxruntime pools, that dtype, whether the batch dim
+    was added, and the node's attributes."""
     t = _compute_dtype(x.dtype) if x.dtype.is_floating_point else dtypes.float64  # no integer MaxPool kernels
-    spatial = 2 if "2d" in ctx.op.name else 3
     attributes = _pool_attributes(kernel_size, list(stride), padding, spatial)
     dilations = _repeat_to(list(dilation) if isinstance(dilation, (list, tuple)) else [dilation], spatial)
     value, unbatched = _batched(ctx, x, spatial, t)
     attributes.update(dilations=dilations, ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode, dilations))
+    return value, t, unbatched, attributes
+
+
+def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) -> str:
+    """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool may skip a NaN that
+    ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
+    value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
+    return ctx.graph.cast(_unbatch(ctx, ctx.node("MaxPool", [value], **attributes), unbatched), t, x.dtype)
+
+
+@lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int] = (), padding: Any = 0,
+              dilation: Any = 1, ceil_mode: bool = False) -> list[str]:
+    spatial = 2 if "2d" in ctx.op.name else 3
+    pool = (kernel_size, stride, padding, dilation, ceil_mode)
+    if not ctx.op.results[1].uses:
+        return [max_pool_values(ctx, x, *pool, spatial=spatial), ctx.const(0, dtypes.int64)]  # unused: dropped
+    value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
     values, indices = ctx.node("MaxPool", [value], outputs=2, **attributes)
     # ONNX indices count over the whole tensor; ATen's count within each (batch, channel) plane.
     plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
@@ -1634,9 +1665,13 @@ def _layer_norm(ctx: LoweringContext, x: Value, normalized_shape: list[Any], wei
     axis = x.rank - len(normalized_shape)
     if t is dtypes.float64:  # onnxruntime's LayerNormalization has no float64 statistics
         return _layer_norm64(ctx, x, axis, weight, bias, eps)
+    statistics = len(ctx.result_types) > 1 and any(result.uses for result in ctx.op.results[1:])
     scale = (ctx.as_dtype(weight, t) if weight is not None
              else ctx.node("Expand", [ctx.const(1, t), ctx.dims(normalized_shape)]))
     inputs = [ctx.as_dtype(x, t), scale] + ([ctx.as_dtype(bias, t)] if bias is not None else [])
+    if not statistics:  # layer_norm, or the mean and rstd unused: the one-output form
+        out = ctx.node("LayerNormalization", inputs, axis=axis, epsilon=float(eps), stash_type=onnx_dtype(t))
+        return [ctx.graph.cast(out, t, x.dtype)] + [ctx.const(0, dtypes.float32)] * (len(ctx.result_types) - 1)
     out, mean, rstd = ctx.node("LayerNormalization", inputs, outputs=3, axis=axis, epsilon=float(eps),
                                stash_type=onnx_dtype(t))
     return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(mean, t, ctx.result_types[1].dtype),
@@ -1657,8 +1692,8 @@ def _layer_norm64(ctx: LoweringContext, x: Value, axis: int, weight: Value | Non
         out = ctx.node("Mul", [out, ctx.as_dtype(weight, t)])
     if bias is not None:
         out = ctx.node("Add", [out, ctx.as_dtype(bias, t)])
-    return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(mean, t, ctx.result_types[1].dtype),
-            ctx.graph.cast(rstd, t, ctx.result_types[2].dtype)]
+    statistics = [ctx.graph.cast(value, t, result.dtype) for value, result in zip((mean, rstd), ctx.result_types[1:])]
+    return [ctx.graph.cast(out, t, x.dtype)] + statistics
 
 
 @lowers("aten.native_group_norm.default")
