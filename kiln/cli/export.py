@@ -374,7 +374,7 @@ def _write_pt2(request: ExportRequest, output: Path, options: argparse.Namespace
 
 
 EXPORT_FORMATS: dict[str, ExportFormat] = {
-    "onnx": ExportFormat(".onnx", _write_onnx, "ONNX model for onnxruntime (opset 18 by default)"),
+    "onnx": ExportFormat(".onnx", _write_onnx, "ONNX model for onnxruntime (opset 20 by default, as torch.onnx)"),
     "pt2": ExportFormat(".pt2", _write_pt2, "torch.export archive (torch.export.load and kiln.load read it)"),
 }
 

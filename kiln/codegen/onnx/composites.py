@@ -177,17 +177,25 @@ def _attention(ctx: LoweringContext, query: Value, key: Value, value: Value, att
         allowed = ctx.node("LessOrEqual", [ctx.node("Unsqueeze", [cols, ctx.ints([0])]),
                                            ctx.node("Unsqueeze", [rows, ctx.ints([1])])])
         scores = ctx.node("Where", [allowed, scores, ctx.const(-math.inf, t)])
-    elif mask is not None:
-        scores = ctx.node("Where", [mask, scores, ctx.const(-math.inf, t)]) if attn_mask.dtype.is_bool \
-            else ctx.node("Add", [scores, mask])
+    elif mask is not None:  # a bool mask as ATen's math attention applies it: made additive (0 / -inf), once
+        additive = ctx.graph.memo(("additive_mask", mask, t), lambda: ctx.node(
+            "Where", [mask, ctx.const(0, t), ctx.const(-math.inf, t)])) if attn_mask.dtype.is_bool else mask
+        scores = ctx.node("Add", [scores, additive])
     weights = ctx.node("Softmax", [scores], axis=-1)
-    if hidden is not None:  # a fully hidden row's softmax is NaN; torch gives it zero weights
+    # A fully hidden row's softmax is NaN; torch gives it zero weights, so a zero output row. Zero whichever of the
+    # two is smaller: the weights [.., L, S] or the output [.., L, Ev].
+    zero_output = hidden is not None and not (isinstance(key.shape[-2], int) and isinstance(value.shape[-1], int)
+                                              and key.shape[-2] < value.shape[-1])
+    if hidden is not None and not zero_output:
         weights = ctx.node("Where", [hidden, ctx.const(0, t), weights])
     if dropout_p > 0:  # training: onnxruntime's Dropout draws the mask (a random op, as in ATen)
         weights = ctx.node("Dropout", [weights, ctx.const(np.asarray(min(dropout_p, 1.0), dtype=t.numpy)),
                                        ctx.const(np.asarray(True))]) if dropout_p < 1 else \
             ctx.node("Mul", [weights, ctx.const(0, t)])
-    return ctx.graph.cast(ctx.node("MatMul", [weights, v]), t, ctx.out_dtype)
+    result = ctx.node("MatMul", [weights, v])
+    if zero_output:
+        result = ctx.node("Where", [hidden, ctx.const(0, t), result])
+    return ctx.graph.cast(result, t, ctx.out_dtype)
 
 
 def _hidden_rows(ctx: LoweringContext, attn_mask: Value, mask: str, t: dtypes.DType) -> str:

@@ -241,6 +241,8 @@ def _logical_not(ctx: LoweringContext, x: Value) -> str:
 def _truthy(ctx: LoweringContext, x: Value) -> str:
     if x.dtype.is_bool:
         return x.name
+    if not x.dtype.is_floating_point and not x.dtype.is_complex:  # Cast is `!= 0` there; for floats NaN needs care
+        return ctx.node("Cast", [x.name], to=onnx_dtype(dtypes.bool_))
     return ctx.node("Not", [ctx.node("Equal", [x.name, ctx.const(0, x.dtype)])])
 
 

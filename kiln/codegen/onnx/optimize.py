@@ -18,7 +18,15 @@ from onnx import helper
 # A weight is folded through a Transpose/Cast/Reshape only if nothing else reads it (else the file would hold
 # both forms: tied embeddings stay one array), or if it is small.
 _SMALL_BYTES = 4096
+# A folded constant may grow (Expand, Tile) up to this size, or up to its inputs' size.
+_FOLDED_BYTES = 1 << 20
 _RESHAPES = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
+# Ops folded when every input is a constant: data movement (exact in any dtype), and integer/bool arithmetic and
+# logic (exact). Float arithmetic stays for onnxruntime to compute, with its own rounding.
+_MOVES = {"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Tile", "Gather", "GatherElements",
+          "GatherND", "Concat", "Slice", "Identity", "Shape", "Size", "ConstantOfShape", "Cast", "Where", "Split"}
+_EXACT_ON_INTEGERS = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Max", "Min", "Range", "Equal", "Less",
+                      "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "ReduceProd", "ReduceSum"}
 
 
 def clean_graph(nodes: list[onnx.NodeProto], initializers: list[tuple[str, np.ndarray]],
@@ -95,27 +103,34 @@ class _Cleaner:
         return changed
 
     def fold_constants(self) -> bool:
-        """A Transpose, Cast, Reshape, Unsqueeze or Squeeze of a constant is the constant it computes. Nodes that
-        compute the same from the same constant (a weight shared by repeated layers) share one folded constant."""
+        """A node whose inputs are all constants is the constants it computes (data movement, or integer and bool
+        arithmetic). Nodes that compute the same from the same constants (a weight shared by repeated layers, each
+        transposing it) share one folded constant; a large weight read elsewhere as it is stays one copy."""
         changed = False
         uses = self.uses()
         same: dict[tuple[Any, ...], list[onnx.NodeProto]] = {}
         for node in self.nodes:
-            if node.op_type in ("Transpose", "Cast", *_RESHAPES) and node.input and node.input[0] in self.constants \
-                    and node.output[0] not in self.outputs:
+            inputs = [name for name in node.input if name]
+            if inputs and all(name in self.constants for name in inputs) and _foldable(node, self.constants) \
+                    and not set(node.output) & self.outputs:
                 key = (node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
                 same.setdefault(key, []).append(node)
         for group in same.values():
-            array = self.constants[group[0].input[0]]
-            if uses.get(group[0].input[0], 0) > len(group) and array.nbytes > _SMALL_BYTES:
+            first = group[0]
+            arrays = [self.constants[name] if name else None for name in first.input]
+            size = sum(a.nbytes for a in arrays if a is not None)
+            if any(uses.get(name, 0) > len(group) for name in first.input if name) and size > _SMALL_BYTES:
                 continue  # the weight is read elsewhere as it is: one copy of it, transposed where read
-            folded = _evaluate(group[0], array, [self.constant(name) for name in group[0].input[1:]])
-            if folded is None:
+            folded = _evaluate(first, arrays)
+            if folded is None or sum(a.nbytes for a in folded) > max(_FOLDED_BYTES, size):
                 continue
-            name = self.new_constant(folded, group[0].input[0])
+            names = [self.new_constant(array, first.input[0] if first.op_type in ("Transpose", "Cast", *_RESHAPES)
+                                       else first.output[index]) for index, array in enumerate(folded)]
             for node in group:
                 self.nodes.remove(node)
-                self.replace_uses(node.output[0], name)
+                for output, name in zip(node.output, names):
+                    if output:
+                        self.replace_uses(output, name)
             changed = True
         return changed
 
@@ -224,32 +239,29 @@ def _set_ints(node: onnx.NodeProto, name: str, values: list[int]) -> None:
     node.attribute.append(helper.make_attribute(name, values))
 
 
-def _evaluate(node: onnx.NodeProto, array: np.ndarray, rest: list[np.ndarray | None]) -> np.ndarray | None:
-    """What the node computes from constant inputs, or None where this cannot tell."""
-    if any(value is None for value in rest):
+def _foldable(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> bool:
+    if any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute):
+        return False
+    dtypes = [constants[name].dtype for name in node.input if name]
+    if any(d.kind not in "biuf?" or d.itemsize == 2 and d.kind == "f" and d != np.float16 for d in dtypes):
+        return False  # bfloat16 and float8 (ml_dtypes): leave them to onnxruntime
+    if node.op_type in _MOVES:
+        target = _attribute(node, "to", None) if node.op_type == "Cast" else None
+        if target is not None:
+            to = helper.tensor_dtype_to_np_dtype(target)
+            if to.kind not in "biuf" or (dtypes[0].kind == "f" and to.kind != "f") or (to.kind == "f" and to.itemsize
+                                                                                          not in (2, 4, 8)):
+                return False  # float-to-integer and exotic float casts: onnxruntime's rules
+        return True
+    return node.op_type in _EXACT_ON_INTEGERS and all(d.kind in "biu?" for d in dtypes)
+
+
+def _evaluate(node: onnx.NodeProto, arrays: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    """What the node computes from constant inputs (ONNX's reference implementation), or None if it cannot."""
+    from onnx.reference import ReferenceEvaluator
+    feeds = {name: array for name, array in zip(node.input, arrays) if name}
+    try:
+        results = ReferenceEvaluator(node).run(None, feeds)
+    except Exception:  # noqa: BLE001  (an op the reference lacks, or inputs it refuses: keep the node)
         return None
-    if node.op_type == "Transpose":
-        perm = _attribute(node, "perm", None)
-        return np.ascontiguousarray(np.transpose(array, perm))
-    if node.op_type == "Cast":
-        target = helper.tensor_dtype_to_np_dtype(_attribute(node, "to", 0))
-        if array.dtype.kind == "f" and target.kind in "iub" or target.kind == "V" or array.dtype.kind == "V":
-            return None  # float-to-int and bfloat16 casts: leave them to onnxruntime's own rules
-        return array.astype(target)
-    if node.op_type == "Reshape":
-        shape = [int(d) for d in rest[0].tolist()]
-        if 0 in shape and not _attribute(node, "allowzero", 0):
-            shape = [array.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-        return array.reshape(shape)
-    if node.op_type == "Unsqueeze":
-        result = array
-        for axis in sorted(int(a) % (array.ndim + len(rest[0])) for a in rest[0].tolist()):
-            result = np.expand_dims(result, axis)
-        return result
-    if node.op_type == "Squeeze":
-        axes = tuple(int(a) % array.ndim for a in rest[0].tolist()) if rest else None
-        return np.squeeze(array, axis=axes)
-    if node.op_type == "Flatten":
-        axis = _attribute(node, "axis", 1) % max(array.ndim, 1)
-        return array.reshape(int(np.prod(array.shape[:axis])), -1)
-    return None
+    return [np.asarray(result, order="C") for result in results]  # (ascontiguousarray makes 0-d arrays 1-d)
