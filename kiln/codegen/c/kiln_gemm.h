@@ -1,6 +1,7 @@
 /* kiln_gemm.h: packed single-precision GEMM micro-kernels, pasted into every generated model.c.
  *
- * C[M x N] = A[M x K] * B[K x N], computed in register tiles of KILN_MR rows x KILN_NR columns (12 x 32). B is read from
+ * C[M x N] = A[M x K] * B[K x N], computed in register tiles of KILN_MR rows x KILN_NR columns (12 x 32 with AVX-512,
+ * 6 x 16 with AVX2 + FMA, 12 x 32 portable C the compiler vectorizes otherwise). B is read from
  * a "panel": KILN_NR consecutive columns stored k-major ([K][KILN_NR], zero-padded past N), so the kernel streams
  * it with aligned vector loads; constant B (weights) is packed once when the model is created, anything else is
  * packed per panel by the thread that uses it. A is read in place through (row, k) strides and broadcast. Tiles
@@ -14,12 +15,21 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
+#if defined(__AVX512F__)
 #define KILN_NR 32
 #define KILN_MR 12  /* 24 zmm accumulators + 2 B vectors + 1 broadcast: 27 of 32 registers */
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KILN_AVX2_GEMM 1
+#define KILN_NR 16
+#define KILN_MR 6   /* Haswell-class tile (BLIS, OpenBLAS): 12 ymm accumulators + 2 B vectors + 1 broadcast of 16 */
+#else
+#define KILN_NR 32
+#define KILN_MR 12
+#endif
 
 static inline int64_t kiln_panels(int64_t n) { return (n + KILN_NR - 1) / KILN_NR; }
 
@@ -78,6 +88,29 @@ static void kiln_pack_b(int64_t K, int64_t N, const float* b, int64_t sk, int64_
             _mm512_store_ps(tile + r * KILN_NR + 16, hi[r]);                                                      \
         }                                                                                                         \
     }
+#elif defined(KILN_AVX2_GEMM)
+/* tile[r][0..16) = sum_k a[r * sm + k * sk] * panel[k][.] for r < MR: 2 * MR ymm accumulators (MR <= 6). */
+#define KILN_DEFINE_UKERNEL(MR)                                                                                   \
+    static inline void kiln_ukernel_##MR(int64_t K, const float* a, int64_t sm, int64_t sk,                      \
+                                         const float* restrict panel, const float* ahead, float* restrict tile)  \
+    {                                                                                                             \
+        __m256 lo[MR], hi[MR];                                                                                    \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_ps(); hi[r] = lo[r]; }     \
+        for (int64_t k = 0; k < K; ++k) {                                                                         \
+            if (MR > 1) __builtin_prefetch(ahead + k * KILN_NR, 0, 2);                                            \
+            const __m256 b0 = _mm256_load_ps(panel + k * KILN_NR);                                                \
+            const __m256 b1 = _mm256_load_ps(panel + k * KILN_NR + 8);                                            \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                const __m256 x = _mm256_broadcast_ss(a + r * sm + k * sk);                                        \
+                lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);                                                            \
+                hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);                                                            \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
+            _mm256_store_ps(tile + r * KILN_NR, lo[r]);                                                           \
+            _mm256_store_ps(tile + r * KILN_NR + 8, hi[r]);                                                       \
+        }                                                                                                         \
+    }
 #else
 /* Portable kernel: the compiler vectorizes the KILN_NR-wide inner loop for whatever ISA -march selects. */
 #define KILN_DEFINE_UKERNEL(MR)                                                                                   \
@@ -102,12 +135,14 @@ KILN_DEFINE_UKERNEL(3)
 KILN_DEFINE_UKERNEL(4)
 KILN_DEFINE_UKERNEL(5)
 KILN_DEFINE_UKERNEL(6)
+#if KILN_MR > 6
 KILN_DEFINE_UKERNEL(7)
 KILN_DEFINE_UKERNEL(8)
 KILN_DEFINE_UKERNEL(9)
 KILN_DEFINE_UKERNEL(10)
 KILN_DEFINE_UKERNEL(11)
 KILN_DEFINE_UKERNEL(12)
+#endif
 
 /* One register tile of `rows` (1..KILN_MR) rows into tile[KILN_MR][KILN_NR]. While it runs, the panel the caller
  * uses next (`ahead`; prefetching is a hint, so any address is safe) streams into L2: a single thread otherwise
@@ -121,6 +156,7 @@ static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm,
     case 3: kiln_ukernel_3(K, a, sm, sk, panel, ahead, tile); break;
     case 4: kiln_ukernel_4(K, a, sm, sk, panel, ahead, tile); break;
     case 5: kiln_ukernel_5(K, a, sm, sk, panel, ahead, tile); break;
+#if KILN_MR > 6
     case 6: kiln_ukernel_6(K, a, sm, sk, panel, ahead, tile); break;
     case 7: kiln_ukernel_7(K, a, sm, sk, panel, ahead, tile); break;
     case 8: kiln_ukernel_8(K, a, sm, sk, panel, ahead, tile); break;
@@ -128,6 +164,9 @@ static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm,
     case 10: kiln_ukernel_10(K, a, sm, sk, panel, ahead, tile); break;
     case 11: kiln_ukernel_11(K, a, sm, sk, panel, ahead, tile); break;
     default: kiln_ukernel_12(K, a, sm, sk, panel, ahead, tile); break;
+#else
+    default: kiln_ukernel_6(K, a, sm, sk, panel, ahead, tile); break;
+#endif
     }
 }
 
@@ -139,6 +178,12 @@ static inline void kiln_gather_row(const float* plane, const int32_t* restrict s
         const __m512i offsets = _mm512_loadu_si512((const void*)(source + c));
         const __mmask16 valid = _mm512_cmpge_epi32_mask(offsets, _mm512_setzero_si512());
         _mm512_storeu_ps(dst + c, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, offsets, plane, 4));
+    }
+#elif defined(KILN_AVX2_GEMM)
+    for (int c = 0; c < KILN_NR; c += 8) {
+        const __m256i offsets = _mm256_loadu_si256((const __m256i*)(source + c));
+        const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(offsets, _mm256_set1_epi32(-1)));
+        _mm256_storeu_ps(dst + c, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), plane, offsets, valid, 4));
     }
 #else
     for (int c = 0; c < KILN_NR; ++c) dst[c] = source[c] >= 0 ? plane[source[c]] : 0.0f;

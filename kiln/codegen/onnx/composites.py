@@ -198,10 +198,16 @@ def _attention(ctx: LoweringContext, query: Value, key: Value, value: Value, att
     return ctx.graph.cast(result, t, ctx.out_dtype)
 
 
-def _hidden_rows(ctx: LoweringContext, attn_mask: Value, mask: str, t: dtypes.DType) -> str:
+def _hidden_rows(ctx: LoweringContext, attn_mask: Value, mask: str, t: dtypes.DType) -> str | None:
     """Where the mask hides every key of a query row (torch's _safe_softmax gives those rows zero weights), computed
-    once per mask for all the layers that share it. With finite scores this is exactly where the masked scores are
-    all -inf."""
+    once per mask for all the layers that share it; None when the mask is a constant that hides no row. With finite
+    scores this is exactly where the masked scores are all -inf."""
+    constant = ctx.graph.model.constant(mask)
+    if constant is not None:
+        hidden = ~constant.any(axis=-1, keepdims=True) if constant.dtype == np.bool_ else \
+            (constant.max(axis=-1, keepdims=True, initial=-np.inf) == -np.inf)
+        return ctx.const(hidden) if hidden.any() else None
+
     def build() -> str:
         if attn_mask.dtype.is_bool:
             visible = ctx.node("ReduceMax", [ctx.graph.cast(mask, dtypes.bool_, dtypes.int32), ctx.ints([-1])],

@@ -103,6 +103,10 @@ class Model:
         self._keep_alive.append(original)  # ids stay unique while we hold the arrays
         return name
 
+    def constant(self, name: str) -> np.ndarray | None:
+        """The array of initializer `name`, or None if `name` is computed by the graph."""
+        return next((array for other, array in self.initializers if other == name), None)
+
     def write_initializers(self, graph: onnx.GraphProto) -> None:
         for name, array in self.initializers:
             tensor = graph.initializer.add()

@@ -1,0 +1,165 @@
+"""kiln's C backend at realistic sizes, on torch modules, against onnxruntime, torch eager and torch.compile.
+
+Usage: python benchmarks/c_realistic.py [--rows mlp,cnn_b1,...] [--threads T] [--repeat R] [--no-torch-compile]
+
+Each row is one torch module. kiln: `kiln.from_torch` then `kiln.compile` (compile time reported). onnxruntime:
+`torch.onnx.export(dynamo=True)`, default graph optimizations. All peers run with T threads (default 2), side by
+side in one process, medians of interleaved rounds. Columns: latency per peer (ms), kiln / onnxruntime, kiln's
+GFLOP/s (matmul and convolution FLOPs of the program) and its % of this machine's fp32 GEMM peak (numpy's 2048^3
+matmul, measured at start-up), compile seconds, and kiln's max abs difference from torch eager. Run it also with
+`KILN_CPU_CAPABILITY=AVX2` to measure the AVX2 code on an AVX-512 machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.models.hf_zoo
+
+from c_backend import count_flops, gemm_peak_gflops  # noqa: E402  (benchmarks/c_backend.py)
+from onnx_quality import ROWS as ONNX_ROWS  # noqa: E402  (the same torch modules as the ONNX comparison)
+
+
+def _resnet18(torch: Any) -> tuple[Any, tuple, dict]:
+    """ResNet-18's shape (torchvision's layout, written out: the PyPI torchvision wheel's C ops do not load here)."""
+    nn = torch.nn
+
+    class Basic(nn.Module):
+        def __init__(self, inputs: int, width: int, stride: int):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inputs, width, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(width)
+            self.down = None if stride == 1 and inputs == width else nn.Sequential(
+                nn.Conv2d(inputs, width, 1, stride, bias=False), nn.BatchNorm2d(width))
+
+        def forward(self, x: Any) -> Any:
+            out = torch.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return torch.relu(out + (x if self.down is None else self.down(x)))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    inputs = 64
+    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Basic(inputs, width, stride), Basic(width, width, 1)]
+        inputs = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    return nn.Sequential(*layers), (torch.randn(1, 3, 224, 224),), {}
+
+
+def _gpt2_small(torch: Any) -> tuple[Any, tuple, dict]:
+    import transformers
+    from onnx_quality import _Positional
+    config = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    return _Positional(model, ["input_ids"]), (torch.randint(0, 50257, (1, 128)),), {}
+
+
+ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
+    "mlp": ONNX_ROWS["mlp"], "cnn_b1": ONNX_ROWS["cnn_b1"], "cnn_b16": ONNX_ROWS["cnn_b16"],
+    "transformer": ONNX_ROWS["transformer"], "gpt2_small": _gpt2_small, "resnet18": _resnet18,
+}
+
+
+def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[[], Any]:
+    import onnxruntime as ort
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        exported = torch.onnx.export(model, args, dynamo=True, verbose=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(exported.model_proto.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    return lambda: session.run(None, feeds)[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--no-torch-compile", action="store_true")
+    options = parser.parse_args()
+    logging.disable(logging.WARNING)
+    import torch
+
+    import kiln
+    from kiln.codegen.c import get_cpu_capability
+    torch.set_num_threads(options.threads)
+    os.environ["OMP_NUM_THREADS"] = str(options.threads)
+    peak = gemm_peak_gflops()
+    print(f"capability {get_cpu_capability()}, {options.threads} threads, numpy fp32 GEMM peak proxy "
+          f"{peak:.0f} GFLOP/s")
+    peers = ["onnxruntime", "kiln C", "torch eager"] + ([] if options.no_torch_compile else ["torch.compile"])
+    print(f"{'row':<12} " + " ".join(f"{p + ' ms':>15}" for p in peers) +
+          f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9}")
+    for name in options.rows.split(","):
+        torch.manual_seed(0)
+        model, args, _ = ROWS[name](torch)
+        model = model.eval()
+        with torch.no_grad():
+            expected = model(*args)
+        expected = (expected[0] if isinstance(expected, (tuple, list)) else expected).numpy()
+        numpy_args = [a.numpy() for a in args]
+        program = kiln.from_torch(model, args)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as folder:
+            compiled = kiln.compile(program, output=Path(folder) / "model", num_threads=options.threads)
+            compile_seconds = time.perf_counter() - start
+            runners: dict[str, Callable[[], Any]] = {
+                "onnxruntime": _onnxruntime(torch, model, args, options.threads),
+                "kiln C": lambda: compiled(*numpy_args),
+            }
+
+            def eager() -> Any:
+                with torch.inference_mode():
+                    return model(*args)
+            runners["torch eager"] = eager
+            if not options.no_torch_compile:
+                compiled_torch = torch.compile(model)
+
+                def torch_compiled() -> Any:
+                    with torch.inference_mode():
+                        return compiled_torch(*args)
+                runners["torch.compile"] = torch_compiled
+            for run in runners.values():  # warm up (torch.compile compiles here)
+                run()
+            got = np.asarray(compiled(*numpy_args))
+            got = got[0] if got.ndim > expected.ndim else got
+            difference = float(np.max(np.abs(got.astype(np.float64) - expected)))
+            times: dict[str, list[float]] = {peer: [] for peer in runners}
+            start = time.perf_counter()
+            runners["kiln C"]()
+            batch = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))
+            order = list(runners)
+            for round_index in range(options.repeat):
+                for peer in order if round_index % 2 == 0 else order[::-1]:
+                    start = time.perf_counter()
+                    for _ in range(batch):
+                        runners[peer]()
+                    times[peer].append((time.perf_counter() - start) / batch)
+        medians = {peer: statistics.median(t) * 1e3 for peer, t in times.items()}
+        gflops = count_flops(program.run_decompositions(), numpy_args) / (medians["kiln C"] / 1e3) / 1e9
+        print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +
+              f" {medians['kiln C'] / medians['onnxruntime']:>9.2f} {gflops:>8.1f} {100 * gflops / peak:>6.0f}%"
+              f" {compile_seconds:>10.2f} {difference:>9.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
