@@ -146,9 +146,11 @@ KILN_DEFINE_UKERNEL(12)
 
 /* One register tile of `rows` (1..KILN_MR) rows into tile[KILN_MR][KILN_NR]. While it runs, the panel the caller
  * uses next (`ahead`; prefetching is a hint, so any address is safe) streams into L2: a single thread otherwise
- * waits on memory once the weights outgrow the last-level cache (M = 32, 32 MB of weights: 66 -> 130 GFLOP/s). */
-static inline void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm, int64_t sk, const float* panel,
-                                const float* ahead, float* tile)
+ * waits on memory once the weights outgrow the last-level cache (M = 32, 32 MB of weights: 66 -> 130 GFLOP/s).
+ * Not inlined: every GEMM and convolution kernel calls this one copy (inlining its unrolled tiles into each of them
+ * doubled a 6-layer encoder's build time and measured no faster). */
+__attribute__((noinline)) static void kiln_ukernel(int rows, int64_t K, const float* a, int64_t sm, int64_t sk,
+                                                   const float* panel, const float* ahead, float* tile)
 {
     switch (rows) {
     case 1: kiln_ukernel_1(K, a, sm, sk, panel, ahead, tile); break;

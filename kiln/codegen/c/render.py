@@ -1238,19 +1238,42 @@ static inline int64_t kiln_index_wrap(int64_t i, int64_t n, int dim, const char*
 """
 
 
-def _kernel_function(number: int, kernel: Kernel, schedule: Schedule, state: RenderState) -> list[str]:
-    name = f"kernel_{number}_{identifier(kernel.name)}"
-    lines = [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
-             f"static void {name}(const kiln_ctx* ctx)", "{"]
-    for index, symbol in enumerate(schedule.symbols):
-        lines.append(f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};")
-    for buf in schedule.buffers:
-        qualifier = "const " if buf.kind in ("input", "weight") else ""
-        lines.append(f"    {qualifier}{c_type(buf.dtype)}* restrict {buffer_name(buf)} = "
-                     f"({qualifier}{c_type(buf.dtype)}*)ctx->buf[{buf.index}]; (void){buffer_name(buf)};")
-    lines += KERNEL_RENDERERS[kernel.kind](kernel, state)
-    lines.append("}")
-    return lines
+class KernelBodies:
+    """Kernels that differ only in which buffers and packed panels they use (the same layer repeated N times)
+    share one C function; each kernel becomes a one-line wrapper passing its own. The C compiler then compiles
+    each distinct body once, which is most of a large model's build time."""
+
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
+        self.types = {buffer_name(buf): ("const " if buf.kind in ("input", "weight") else "") + c_type(buf.dtype)
+                      for buf in schedule.buffers}
+        self.slots = {buffer_name(buf): f"ctx->buf[{buf.index}]" for buf in schedule.buffers}
+        self.pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(self.types, key=len, reverse=True)))
+                                  + r")\b|ctx->packed\[\d+\]") if self.types else re.compile(r"ctx->packed\[\d+\]")
+        self.shared: dict[str, str] = {}  # canonical body -> the shared function's name
+        self.definitions: list[list[str]] = []
+
+    def kernel_function(self, number: int, kernel: Kernel, state: RenderState) -> list[str]:
+        name = f"kernel_{number}_{identifier(kernel.name)}"
+        body = KERNEL_RENDERERS[kernel.kind](kernel, state)
+        parameters: dict[str, str] = {}  # what the body uses (buffer or packed panel) -> its parameter name
+
+        def canonical(match: re.Match) -> str:
+            return parameters.setdefault(match.group(0), f"buf_arg{len(parameters)}")
+        text = self.pattern.sub(canonical, "\n".join(body))
+        shared = self.shared.get(text)
+        if shared is None:
+            shared = self.shared[text] = f"kernel_body_{len(self.shared)}"
+            declared = [f"const float* restrict {p}" if used.startswith("ctx->packed") else
+                        f"{self.types[used]}* restrict {p}" for used, p in parameters.items()]
+            prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
+                        for index, symbol in enumerate(self.schedule.symbols)]
+            self.definitions.append([f"static void {shared}({', '.join(['const kiln_ctx* ctx', *declared])})", "{",
+                                     *prologue, text, "}", ""])
+        arguments = [used if used.startswith("ctx->packed") else f"({self.types[used]}*){self.slots[used]}"
+                     for used in parameters]
+        return [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
+                f"static void {name}(const kiln_ctx* ctx) {{ {shared}({', '.join(['ctx', *arguments])}); }}"]
 
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
@@ -1346,11 +1369,14 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels
                      if (need := _scratch_bytes(kernel, state.packed)) is not None]
-    names = []
+    names, wrappers = [], []
+    bodies = KernelBodies(schedule)
     for number, kernel in enumerate(schedule.kernels):
-        out += _kernel_function(number, kernel, schedule, state)
-        out.append("")
+        wrappers += bodies.kernel_function(number, kernel, state)
         names.append(f"kernel_{number}_{identifier(kernel.name)}")
+    for definition in bodies.definitions:
+        out += definition
+    out += wrappers + [""]
     nin, nout, nsym = len(schedule.inputs), len(schedule.outputs), len(schedule.symbols)
     npacked = len(state.packed)
     nkernels = len(schedule.kernels)
