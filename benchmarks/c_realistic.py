@@ -6,7 +6,8 @@ Each row is one torch module. kiln: `kiln.from_torch` then `kiln.compile` (compi
 `torch.onnx.export(dynamo=True)`, default graph optimizations. All peers run with T threads (default 2), side by
 side in one process, medians of interleaved rounds. Columns: latency per peer (ms), kiln / onnxruntime, kiln's
 GFLOP/s (matmul and convolution FLOPs of the program) and its % of this machine's fp32 GEMM peak (numpy's 2048^3
-matmul, measured at start-up), compile seconds, and kiln's max abs difference from torch eager. Run it also with
+matmul, measured at start-up), compile seconds, kiln's max abs difference from torch eager, and one forward on
+kiln's reference interpreter (median of 3). Run it also with
 `KILN_CPU_CAPABILITY=AVX2` to measure the AVX2 code on an AVX-512 machine.
 """
 
@@ -89,6 +90,12 @@ def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[
     return lambda: session.run(None, feeds)[0]
 
 
+def _seconds(run: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(ROWS))
@@ -108,7 +115,7 @@ def main() -> None:
           f"{peak:.0f} GFLOP/s")
     peers = ["onnxruntime", "kiln C", "torch eager"] + ([] if options.no_torch_compile else ["torch.compile"])
     print(f"{'row':<12} " + " ".join(f"{p + ' ms':>15}" for p in peers) +
-          f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9}")
+          f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9} {'interpreter ms':>15}")
     for name in options.rows.split(","):
         torch.manual_seed(0)
         model, args, _ = ROWS[name](torch)
@@ -155,10 +162,11 @@ def main() -> None:
                         runners[peer]()
                     times[peer].append((time.perf_counter() - start) / batch)
         medians = {peer: statistics.median(t) * 1e3 for peer, t in times.items()}
+        interpreter = statistics.median(_seconds(lambda: program(*numpy_args)) for _ in range(3)) * 1e3
         gflops = count_flops(program.run_decompositions(), numpy_args) / (medians["kiln C"] / 1e3) / 1e9
         print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +
               f" {medians['kiln C'] / medians['onnxruntime']:>9.2f} {gflops:>8.1f} {100 * gflops / peak:>6.0f}%"
-              f" {compile_seconds:>10.2f} {difference:>9.1e}", flush=True)
+              f" {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}", flush=True)
 
 
 if __name__ == "__main__":

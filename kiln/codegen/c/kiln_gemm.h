@@ -56,6 +56,19 @@ static void kiln_pack_b_panel(int64_t K, int64_t N, int64_t n0, const float* b, 
     }
 }
 
+/* A [M x K] (element (m, k) at a[m * sm + k * sk]) in blocks of KILN_MR rows, each stored k-major ([K][KILN_MR],
+ * zero rows past M): block b at dst + b * K * KILN_MR, read by the micro-kernel with row stride 1 and k stride
+ * KILN_MR, one contiguous stream instead of KILN_MR strided ones (constant A: convolution weights). */
+static void kiln_pack_a(int64_t M, int64_t K, const float* a, int64_t sm, int64_t sk, float* restrict dst)
+{
+    for (int64_t block = 0; block * KILN_MR < M; ++block)
+        for (int64_t k = 0; k < K; ++k)
+            for (int r = 0; r < KILN_MR; ++r) {
+                const int64_t m = block * KILN_MR + r;
+                dst[(block * K + k) * KILN_MR + r] = m < M ? a[m * sm + k * sk] : 0.0f;
+            }
+}
+
 /* All panels of B, panel j at dst + j * K * KILN_NR. */
 static void kiln_pack_b(int64_t K, int64_t N, const float* b, int64_t sk, int64_t sn, float* restrict dst)
 {

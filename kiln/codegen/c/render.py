@@ -658,10 +658,16 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         indices = ["const int64_t i0 = bi, i1 = g * M + row + r;",
                    *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(n)]]
         target, epilogue = f"{buffer_name(out)}[{_flat(kernel.shape)}]", exprs.render(kernel.expr)
-    lines += _tile_loop("kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);", indices, target, value,
-                        epilogue, out)
-    lines.insert(lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;") + 1,
-                 "    const float* panel = pack;")
+    if kernel in state.packed:  # weights packed at create: KILN_MR-row blocks, read as one stream
+        a_line = (f"    const float* a = ctx->packed[{state.packed[kernel]}] "
+                  "+ g * ((M + KILN_MR - 1) / KILN_MR) * KILN_MR * K;")
+        ukernel = "kiln_ukernel(rows, K, a + row * K, 1, KILN_MR, panel, panel, tile);"
+    else:
+        a_line = f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"
+        ukernel = "kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);"
+    lines[lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;")] = a_line
+    lines += _tile_loop(ukernel, indices, target, value, epilogue, out)
+    lines.insert(lines.index(a_line) + 1, "    const float* panel = pack;")
     lines.append("}")
     return ["    " + line for line in lines]
 
@@ -1320,15 +1326,36 @@ def runtime_memory(schedule: Schedule) -> dict[str, Any]:
     return {"scratch_bytes_per_thread": sorted(needs, key=str), "packed_weight_bytes": panel_bytes}
 
 
+_MAX_MR = 12  # the largest KILN_MR of kiln_gemm.h (AVX-512): packed A blocks are sized for it
+
+
+def _conv_weight_shape(kernel: Kernel) -> tuple[int, int, int]:
+    """(groups, rows per group, K) of a convolution's weight matrix [C_out/g, C_in/g * taps] per group."""
+    weight = kernel.detail["weight"]
+    groups = int(kernel.detail["groups"])
+    return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
+
+
 def _packed_bytes(kernel: Kernel) -> int:
-    """Bytes of a static B operand packed into zero-padded KILN_NR-wide panels."""
+    """Bytes of a static operand packed at create: a GEMM's B in zero-padded KILN_NR-wide panels, or a
+    convolution's weights in zero-padded KILN_MR-row blocks per group."""
+    if kernel.kind == "conv":
+        groups, rows, k = _conv_weight_shape(kernel)
+        return groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
 def _prepacked(schedule: Schedule) -> dict:
-    """float32 GEMMs whose B operand is a static weight: packed into panels once, when the model is created."""
+    """Static weights packed once, when the model is created: float32 GEMMs' B operands (into panels) and float32
+    convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
+        if kernel.kind == "conv" and _conv_as_gemm(kernel):
+            weight = kernel.detail["weight"]
+            if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
+                                                      [*weight.shape, weight.offset]):
+                packed[kernel] = len(packed)
+            continue
         if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel):
             continue
         b_buf, b_strides, b_offset = kernel.detail["b"]
@@ -1341,6 +1368,18 @@ def _prepacked(schedule: Schedule) -> dict:
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     lines = []
     for kernel, slot in packed.items():
+        if kernel.kind == "conv":
+            weight = kernel.detail["weight"]
+            groups, rows, k = _conv_weight_shape(kernel)
+            source = f"(const float*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
+            lines += [f"    /* {kernel.name}: weights [{groups} x {rows} x {k}] of "
+                      f"{identifier(weight.buffer.weight_key)} in KILN_MR-row blocks */",
+                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){_packed_bytes(kernel)});",
+                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      f"    for (int64_t g = 0; g < {groups}; ++g)",
+                      f"        kiln_pack_a({rows}, {k}, {source} + g * {rows * k}, {k}, 1, "
+                      f"m->packed[{slot}] + g * (({rows} + KILN_MR - 1) / KILN_MR) * KILN_MR * {k});"]
+            continue
         b_buf, b_strides, b_offset = kernel.detail["b"]
         k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
         source = f"(const float*)(m->weights + {weight_offsets[b_buf.weight_key]}) + {int(b_offset)}"

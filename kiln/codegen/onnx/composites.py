@@ -16,12 +16,14 @@ import numpy as np
 import sympy
 
 from kiln.ir import dtypes
+from kiln.ir.errors import UnsupportedError
 
 from kiln.codegen.onnx.context import LoweringContext, normalize_axis
 from kiln.codegen.onnx.graph import Value, onnx_dtype
 from kiln.codegen.onnx.lowerings import (
     LOWERING_TABLE, _compute_dtype, _layer_norm, _matmul_dtype, _softmax_like, lowers, max_pool_values,
 )
+from kiln.codegen.onnx.lowerings import _batch_norm as batch_norm_formula
 
 
 def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
@@ -66,7 +68,6 @@ def _batch_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Valu
                 cudnn_enabled: bool = True) -> str:
     """Inference batch norm is BatchNormalization, which onnxruntime folds into a preceding Conv (kiln's export
     folds it into the weights first where it can); batch statistics are computed in the graph."""
-    from kiln.codegen.onnx.lowerings import _batch_norm as batch_norm_formula
     t = _compute_dtype(ctx.out_dtype)
     if training or running_mean is None or running_var is None or x.rank < 2:
         ctx.result_types = ctx.result_types * 3
@@ -151,7 +152,6 @@ def _attention(ctx: LoweringContext, query: Value, key: Value, value: Value, att
     head_dim = query.shape[-1]
     if scale is None:
         if not isinstance(head_dim, int):
-            from kiln.ir.errors import UnsupportedError
             raise UnsupportedError("the default attention scale needs a static head dim", fix="pass scale=")
         scale = 1 / math.sqrt(head_dim)
     if enable_gqa and query.rank >= 3 and key.rank >= 3 and key.shape[-3] != query.shape[-3]:

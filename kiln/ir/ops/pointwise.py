@@ -406,6 +406,10 @@ def _power(base: Any, exponent: Any) -> np.ndarray:
         if common.is_floating_point and not isinstance(exponent, np.ndarray) and exponent in (0.5, -0.5):
             root = np.sqrt(_compute(base, common))  # ATen: sqrt / rsqrt, so (-inf) ** 0.5 is NaN, not inf
             return root if exponent == 0.5 else 1 / root
+        if common in (dtypes.float32, dtypes.float64) and not isinstance(exponent, np.ndarray) and exponent in (2, 3):
+            # ATen's pow_tensor_scalar multiplies in the tensor's dtype: x * x, and x * x * x (gelu's tanh form)
+            value = _cast(base, common)
+            return value * value if exponent == 2 else value * value * value
         if common.is_floating_point:
             return np.power(_compute(base, common), _compute(exponent, common))
         return _integer_power(_cast(base, common), _cast(exponent, common))
