@@ -389,19 +389,21 @@ def test_recompiling_into_a_loaded_package_keeps_the_loaded_model_working(tmp_pa
 
 
 def test_manifest_reports_packed_panels_and_scratch(tmp_path, capsys):
-    """MLP 32->64->64->10: every B is a weight, packed into 32-wide zero-padded panels, so no GEMM scratch."""
+    """MLP 32->64->64->10: every B is a weight, packed into 32-wide zero-padded panels at create; the per-thread
+    scratch holds A (the activations) in 12-row blocks, for K = 32 and K = 64, capped at 4 MB."""
     from kiln.cli.main import main
     entry = kiln.models.get("mlp")
     compile_c(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), output=tmp_path / "mlp")
     memory = kiln.runtime.load(tmp_path / "mlp").manifest["memory"]
     assert memory["packed_weight_bytes"] == (32 * 64 + 64 * 64 + 64 * 32) * 4  # 10 outputs pad to one panel
-    assert memory["scratch_bytes_per_thread"] == []
+    assert memory["scratch_bytes_per_thread"] == [f"4*Min(1048576, {12 * k}*ceiling(batch/12))" for k in (32, 64)]
     entry = kiln.models.get("gpt")  # attention's bmm packs activations: K = head dim (16) and K = seq
     compile_c(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), output=tmp_path / "gpt")
-    assert kiln.runtime.load(tmp_path / "gpt").manifest["memory"]["scratch_bytes_per_thread"] == ["128*seq", "2048"]
+    scratch = kiln.runtime.load(tmp_path / "gpt").manifest["memory"]["scratch_bytes_per_thread"]
+    assert scratch[:2] == ["128*seq", "2048"] and all(s.startswith("4*Min(1048576, ") for s in scratch[2:])
     assert main(["inspect", str(tmp_path / "gpt")]) == 0
     out = capsys.readouterr().out
-    assert "per-thread GEMM scratch: max(128*seq, 2048) bytes" in out and "packed weight panels" in out
+    assert "per-thread GEMM scratch: max(128*seq, 2048, 4*Min(1048576, " in out and "packed weight panels" in out
 
 
 class _MaskedSoftmax(kiln.nn.Module):

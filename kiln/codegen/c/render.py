@@ -286,6 +286,18 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     slot = state.packed.get(kernel)
     if slot is None:
         lines.append("float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);")
+    a_sm, a_sk = dim_expr(a_strides[1]), dim_expr(a_strides[2])
+    ukernel = f"kiln_ukernel(rows, K, a + row * {a_sm}, {a_sm}, {a_sk}, panel, ahead, tile);"
+    if _packs_a(kernel, state.packed):
+        # Each thread copies A (the activations) into micro-kernel row blocks once, then every B panel it takes
+        # reads them as one contiguous stream instead of KILN_MR strided rows.
+        lines += ["float* apack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+                  f"const int pack_a = panels >= 2 * (int64_t)omp_get_num_threads() && "
+                  f"row_blocks * KILN_MR * K <= {_PACKED_A_LIMIT};",
+                  f"if (pack_a) kiln_pack_a(M, K, {buffer_name(a_buf)} + "
+                  f"{exprs.index(a_strides, a_offset, ['0'] * 3)}, {a_sm}, {a_sk}, apack);"]
+        ukernel = (f"if (pack_a) kiln_ukernel(rows, K, apack + row * K, 1, KILN_MR, panel, ahead, tile); "
+                   f"else {ukernel}")
     lines += ["#pragma omp for collapse(3) schedule(static)",
               "for (int64_t bi = 0; bi < BATCH; ++bi)",
               "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
@@ -303,12 +315,21 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     if "bias" in detail:
         bias = exprs.render(detail["bias"])
         value = f"{literal(detail['beta'])} * (double){bias} + {literal(detail['alpha'])} * {value}"
-    lines += _tile_loop(f"kiln_ukernel(rows, K, a + row * {dim_expr(a_strides[1])}, {dim_expr(a_strides[1])}, "
-                        f"{dim_expr(a_strides[2])}, panel, ahead, tile);",
-                        [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
+    lines += _tile_loop(ukernel, [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
                         f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
     lines.append("}")
     return ["    " + line for line in lines]
+
+
+_MAX_MR = 12  # the largest KILN_MR of kiln_gemm.h (AVX-512): packed A blocks are sized for it
+_PACKED_A_LIMIT = 1 << 20  # floats of A a thread packs at most (4 MB of per-thread scratch)
+
+
+def _packs_a(kernel: Kernel, packed: dict) -> bool:
+    """A 2-D float32 GEMM on prepacked weights with enough rows for packing A to pay (at least two register tiles):
+    its A is packed per thread at run time."""
+    return kernel.kind == "matmul" and kernel in packed and len(kernel.shape) == 2 and \
+        not (sympy.sympify(kernel.shape[0]).is_Integer and int(kernel.shape[0]) < 2 * _MAX_MR)
 
 
 def _chunking(units: str) -> list[str]:
@@ -1286,6 +1307,9 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
     if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed:
         return sympy.sympify(kernel.detail["k"]) * 32 * 4
+    if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
+        rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
+        return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "conv" and _conv_as_gemm(kernel):
         return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
@@ -1324,9 +1348,6 @@ def runtime_memory(schedule: Schedule) -> dict[str, Any]:
     needs = {_scratch_bytes(kernel, packed) for kernel in schedule.kernels} - {None}
     panel_bytes = sum(_packed_bytes(kernel) for kernel in packed)
     return {"scratch_bytes_per_thread": sorted(needs, key=str), "packed_weight_bytes": panel_bytes}
-
-
-_MAX_MR = 12  # the largest KILN_MR of kiln_gemm.h (AVX-512): packed A blocks are sized for it
 
 
 def _conv_weight_shape(kernel: Kernel) -> tuple[int, int, int]:
