@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from c_backend import count_flops, gemm_peak_gflops  # noqa: E402  (benchmarks/c_backend.py)
 from onnx_quality import ROWS as ONNX_ROWS  # noqa: E402  (the same torch modules as the ONNX comparison)
+from timing import interleaved_medians  # noqa: E402
 
 
 def _resnet18(torch: Any) -> tuple[Any, tuple, dict]:
@@ -129,9 +130,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             compiled = kiln.compile(program, output=Path(folder) / "model", num_threads=options.threads)
             compile_seconds = time.perf_counter() - start
-            runners: dict[str, Callable[[], Any]] = {
-                "onnxruntime": _onnxruntime(torch, model, args, options.threads),
+            runners: dict[str, Callable[[], Any]] = {  # kiln first: the timed batches are sized on it
                 "kiln C": lambda: compiled(*numpy_args),
+                "onnxruntime": _onnxruntime(torch, model, args, options.threads),
             }
 
             def eager() -> Any:
@@ -145,23 +146,11 @@ def main() -> None:
                     with torch.inference_mode():
                         return compiled_torch(*args)
                 runners["torch.compile"] = torch_compiled
-            for run in runners.values():  # warm up (torch.compile compiles here)
-                run()
             got = np.asarray(compiled(*numpy_args))
             got = got[0] if got.ndim > expected.ndim else got
             difference = float(np.max(np.abs(got.astype(np.float64) - expected)))
-            times: dict[str, list[float]] = {peer: [] for peer in runners}
-            start = time.perf_counter()
-            runners["kiln C"]()
-            batch = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))
-            order = list(runners)
-            for round_index in range(options.repeat):
-                for peer in order if round_index % 2 == 0 else order[::-1]:
-                    start = time.perf_counter()
-                    for _ in range(batch):
-                        runners[peer]()
-                    times[peer].append((time.perf_counter() - start) / batch)
-        medians = {peer: statistics.median(t) * 1e3 for peer, t in times.items()}
+            medians = {peer: seconds * 1e3 for peer, seconds in
+                       interleaved_medians(runners, options.repeat, round_seconds=0.05).items()}
         interpreter = statistics.median(_seconds(lambda: program(*numpy_args)) for _ in range(3)) * 1e3
         gflops = count_flops(program.run_decompositions(), numpy_args) / (medians["kiln C"] / 1e3) / 1e9
         print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import io
 import logging
-import statistics
 import sys
 import time
 import warnings
@@ -25,6 +24,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.models.hf_zoo
+
+from timing import interleaved_medians  # noqa: E402  (benchmarks/timing.py)
 
 
 def _mlp(torch: Any) -> tuple[Any, tuple, dict]:
@@ -177,24 +178,9 @@ def main() -> None:
         for who, session in sessions.items():
             got = session.run(None, _feeds(session, args))[0]
             diffs[who] = float(np.max(np.abs(got.astype(np.float64) - expected)))
-        times: dict[str, list[float]] = {"torch": [], "kiln": []}
         feeds = {who: _feeds(session, args) for who, session in sessions.items()}
-        for _ in range(3):  # warm up both
-            for who, session in sessions.items():
-                session.run(None, feeds[who])
-        order = list(sessions)
-        # Interleaved rounds, so drift on the noisy machine hits both alike; each round times a batch of runs long
-        # enough to measure (sub-millisecond models), and the two go first in turn.
-        start = time.perf_counter()
-        sessions["kiln"].run(None, feeds["kiln"])
-        batch = max(1, int(0.02 / max(time.perf_counter() - start, 1e-6)))
-        for round_index in range(options.repeat):
-            for who in order if round_index % 2 == 0 else order[::-1]:
-                start = time.perf_counter()
-                for _ in range(batch):
-                    sessions[who].run(None, feeds[who])
-                times[who].append((time.perf_counter() - start) / batch)
-        medians = {who: statistics.median(t) * 1e3 for who, t in times.items()}
+        runners = {who: (lambda s=session, f=feeds[who]: s.run(None, f)) for who, session in sessions.items()}
+        medians = {who: seconds * 1e3 for who, seconds in interleaved_medians(runners, options.repeat).items()}
         print(f"{name:<16} {_node_count(files['torch']):>4}/{_node_count(files['kiln']):<5} "
               f"{len(files['torch']) / 1e6:>5.1f}/{len(files['kiln']) / 1e6:<6.1f} "
               f"{export_times['torch']:>6.1f}/{export_times['kiln']:<7.2f} {medians['torch']:>13.3f} "

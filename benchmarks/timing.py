@@ -19,3 +19,23 @@ def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
     return median_time(fn, repeat)[0]
+
+
+def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, round_seconds: float = 0.02
+                        ) -> dict[str, float]:
+    """Median seconds per call of each runner, timed in interleaved rounds so drift on the noisy machine hits every
+    peer alike: each round times a batch of calls long enough to measure (sub-millisecond models, sized on the
+    first runner), and the peers go first in turn. Every runner is called once untimed first."""
+    for run in runners.values():
+        run()
+    start = time.perf_counter()
+    next(iter(runners.values()))()
+    batch = max(1, int(round_seconds / max(time.perf_counter() - start, 1e-6)))
+    order, times = list(runners), {name: [] for name in runners}
+    for round_index in range(rounds):
+        for name in order if round_index % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            for _ in range(batch):
+                runners[name]()
+            times[name].append((time.perf_counter() - start) / batch)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -1362,7 +1362,7 @@ def _packed_bytes(kernel: Kernel) -> int:
     convolution's weights in zero-padded KILN_MR-row blocks per group."""
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
-        return groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4
+        return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
