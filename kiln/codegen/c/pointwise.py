@@ -10,6 +10,8 @@ Like tinygrad's cstyle renderer: adding an op is one line here plus its name in 
 
 from __future__ import annotations
 
+import re
+
 from typing import Callable
 
 # Pointwise rules: op name -> (operand cast, rule). "result": operands cast to the result's compute type;
@@ -144,3 +146,18 @@ FLOAT32_RULES.update({name: _float32_operands(POINTWISE_RULES[name][1]) for name
     "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.pow.Scalar", "aten.pow.Tensor_Scalar",
     "aten.pow.Tensor_Tensor")})
 FLOAT32_RULES["aten.div.Tensor_mode"] = FLOAT32_RULES["aten.div.Scalar_mode"] = _float32_operands(_divide_float32)
+
+
+def _pow_scalar_float32(a: list[str]) -> str:
+    """x ** 2 and x ** 3 as ATen's pow_tensor_scalar computes them for float32: multiplications in float32 (gelu's
+    tanh form cubes every element; libm's pow there is a scalar call per element). Other exponents call pow."""
+    exponent = re.sub(r"\((?:double|float)\)", "", a[1]).strip("() ")
+    x = f"(float)({a[0]})"
+    if exponent in ("2", "2.0"):
+        return f"({x} * {x})"
+    if exponent in ("3", "3.0"):
+        return f"(({x} * {x}) * {x})"
+    return _float32_operands(POINTWISE_RULES["aten.pow.Tensor_Scalar"][1])(a)
+
+
+FLOAT32_RULES["aten.pow.Tensor_Scalar"] = _pow_scalar_float32
