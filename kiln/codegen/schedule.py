@@ -618,7 +618,9 @@ class _Scheduler:
 
     def schedule_window(self, op: Any, name: str, args: list) -> None:
         source = self.materialized(args[0])
-        outputs = [self.buffer(r) for r in op.results]
+        # max_pool's indices only when something reads them (max_pool2d decomposes to the with_indices form)
+        results = op.results[:1] if "max_pool" in name and not op.results[1].uses else op.results
+        outputs = [self.buffer(r) for r in results]
         out_shape = list(op.results[0].type.shape)
         n = 3 if "3d" in name else 2
         detail: dict[str, Any] = {"input": source, "n": n}
@@ -637,7 +639,7 @@ class _Scheduler:
             detail.update(scales=list(scales), align_corners=args[2] if "bilinear" in name else None)
         short = name.split(".")[1].lstrip("_")
         self.kernels.append(Kernel("window", f"{short}_{outputs[0].name}", [name], outputs, out_shape, None, detail))
-        for r, buf in zip(op.results, outputs):
+        for r, buf in zip(results, outputs):
             self.views[r] = _contiguous(buf)
 
     def schedule_cat(self, op: Any, name: str, args: list) -> None:

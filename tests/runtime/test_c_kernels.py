@@ -134,6 +134,19 @@ def test_avg_pool2d(config, tmp_path):
     assert "aten.avg_pool2d.default" in source
 
 
+@pytest.mark.parametrize("config", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                    dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)])
+def test_max_pool2d_values_only_keeps_the_nan_rule(config, tmp_path):
+    """Pooled values without their indices (nothing reads them) have a loop of their own; a NaN in a window still
+    wins and an all -inf window gives -inf, as in ATen."""
+    def with_specials(x, rng):
+        x[rng.random(x.shape) < 0.1] = -np.inf
+        return x
+    source = _compare(lambda x: F.max_pool2d(x, **config), (None, 3, 9, 8), tmp_path, nan_fraction=0.03,
+                      transform=with_specials)
+    assert "aten.max_pool2d_with_indices.default" in source and "best_index" not in source
+
+
 @pytest.mark.parametrize("args", [([2, 2, 2], [], [0, 0, 0], False, True, None),
                                   ([3, 2, 3], [2, 1, 2], [1, 0, 1], True, False, None),
                                   ([3, 3, 3], [2, 2, 2], [1, 1, 1], True, True, 11)])

@@ -812,7 +812,18 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     flat = _flat(kernel.shape)
     body: list[str] = []
     closing = []
-    if "max_pool" in op:
+    if "max_pool" in op and len(kernel.outputs) == 1:  # values only: ATen's rule (NaN wins) without the indices
+        real = "float" if x.buffer.dtype == dtypes.float32 else "double"
+        body.append(f"{real} best = -INFINITY;")
+        for k in range(n):
+            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+                     f"const int64_t p{k} = i{rank - n + k} * {s} - {p} + r{k} * {d};",
+                     f"if (p{k} < 0 || p{k} >= {sizes[k]}) continue;"]
+            closing.append("}")
+        body += [f"const {real} v = ({real}){load};", "best = (v > best || v != v) ? v : best;", *closing,
+                 f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})best;"]
+    elif "max_pool" in op:
         plane_start = "0"
         for k in range(n):
             s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
