@@ -14,15 +14,12 @@ kiln's reference interpreter (median of 3). Run it also with
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from c_backend import count_flops, gemm_peak_gflops  # noqa: E402  (benchmarks/c_backend.py)
 from onnx_quality import ROWS as ONNX_ROWS  # noqa: E402  (the same torch modules as the ONNX comparison)
+from onnx_quality import build_row, export_torch, ort_feeds, ort_session  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
 
 
@@ -78,16 +76,8 @@ ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
 
 
 def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[[], Any]:
-    import onnxruntime as ort
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        exported = torch.onnx.export(model, args, dynamo=True, verbose=False)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(exported.model_proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    session = ort_session(export_torch(torch, model, args, {}), threads)
+    feeds = ort_feeds(session, args)
     return lambda: session.run(None, feeds)[0]
 
 
@@ -118,12 +108,7 @@ def main() -> None:
     print(f"{'row':<12} " + " ".join(f"{p + ' ms':>15}" for p in peers) +
           f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9} {'interpreter ms':>15}")
     for name in options.rows.split(","):
-        torch.manual_seed(0)
-        model, args, _ = ROWS[name](torch)
-        model = model.eval()
-        with torch.no_grad():
-            expected = model(*args)
-        expected = (expected[0] if isinstance(expected, (tuple, list)) else expected).numpy()
+        model, args, _, expected = build_row(torch, name, ROWS)
         numpy_args = [a.numpy() for a in args]
         program = kiln.from_torch(model, args)
         start = time.perf_counter()

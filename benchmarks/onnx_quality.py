@@ -118,7 +118,7 @@ def _export_kiln(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
     return kiln.onnx.export(program).model_proto.SerializeToString()
 
 
-def _export_torch(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
+def export_torch(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
     dynamic = _dynamic_shapes(torch, args, dims)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -126,7 +126,7 @@ def _export_torch(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
     return onnx_program.model_proto.SerializeToString()
 
 
-def _session(data: bytes, threads: int) -> Any:
+def ort_session(data: bytes, threads: int) -> Any:
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -134,7 +134,7 @@ def _session(data: bytes, threads: int) -> Any:
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 
-def _feeds(session: Any, args: tuple) -> dict[str, np.ndarray]:
+def ort_feeds(session: Any, args: tuple) -> dict[str, np.ndarray]:
     return {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
 
 
@@ -142,6 +142,17 @@ def _node_count(data: bytes) -> int:
     import onnx
     model = onnx.load_from_string(data)
     return len(model.graph.node) + sum(len(f.node) for f in model.functions)
+
+
+def build_row(torch: Any, name: str, rows: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] | None = None
+              ) -> tuple[Any, tuple, dict, np.ndarray]:
+    """(model in eval mode, args, dynamic dims, torch eager's first output) of a row, seeded."""
+    torch.manual_seed(0)
+    model, args, dims = (rows or ROWS)[name](torch)
+    model = model.eval()
+    with torch.no_grad():
+        expected = model(*args)
+    return model, args, dims, (expected[0] if isinstance(expected, (tuple, list)) else expected).numpy()
 
 
 def main() -> None:
@@ -157,14 +168,9 @@ def main() -> None:
               f"{'ORT ms kiln':>12} {'kiln/torch':>11} {'maxdiff t/k':>20}")
     print(header)
     for name in options.rows.split(","):
-        torch.manual_seed(0)
-        model, args, dims = ROWS[name](torch)
-        model = model.eval()
-        with torch.no_grad():
-            expected = model(*args)
-        expected = (expected[0] if isinstance(expected, (tuple, list)) else expected).numpy()
+        model, args, dims, expected = build_row(torch, name)
         files, export_times = {}, {}
-        for who, export in (("torch", _export_torch), ("kiln", _export_kiln)):
+        for who, export in (("torch", export_torch), ("kiln", _export_kiln)):
             start = time.perf_counter()
             try:
                 files[who] = export(torch, model, args, dims)
@@ -173,12 +179,12 @@ def main() -> None:
             export_times[who] = time.perf_counter() - start
         if len(files) < 2:
             continue
-        sessions = {who: _session(data, options.threads) for who, data in files.items()}
+        sessions = {who: ort_session(data, options.threads) for who, data in files.items()}
         diffs = {}
         for who, session in sessions.items():
-            got = session.run(None, _feeds(session, args))[0]
+            got = session.run(None, ort_feeds(session, args))[0]
             diffs[who] = float(np.max(np.abs(got.astype(np.float64) - expected)))
-        feeds = {who: _feeds(session, args) for who, session in sessions.items()}
+        feeds = {who: ort_feeds(session, args) for who, session in sessions.items()}
         runners = {who: (lambda s=session, f=feeds[who]: s.run(None, f)) for who, session in sessions.items()}
         medians = {who: seconds * 1e3 for who, seconds in interleaved_medians(runners, options.repeat).items()}
         print(f"{name:<16} {_node_count(files['torch']):>4}/{_node_count(files['kiln']):<5} "

@@ -369,14 +369,15 @@ class ExportedProgram:
         self.graph_module.attributes["kiln.range_constraints"] = DictionaryAttr(
             {str(sym): StringAttr(str(r)) for sym, r in self.range_constraints.items()})
         from kiln.ir.serde.symexpr import print_srepr
-        for key, present in (("kiln.hints", self.hints), ("kiln.runtime_asserts", self.runtime_asserts)):
-            self.graph_module.attributes.pop(key, None)
-            if present:
-                self.graph_module.attributes[key] = DictionaryAttr(
-                    {str(sym): StringAttr(str(value)) for sym, value in self.hints.items()}) \
-                    if key == "kiln.hints" else ArrayAttr([ArrayAttr([StringAttr(print_srepr(g.expr, {})),
-                                                                      StringAttr(g.source)])
-                                                           for g in self.runtime_asserts])
+        attributes = self.graph_module.attributes
+        attributes.pop("kiln.hints", None)
+        attributes.pop("kiln.runtime_asserts", None)
+        if self.hints:
+            attributes["kiln.hints"] = DictionaryAttr({str(s): StringAttr(str(v)) for s, v in self.hints.items()})
+        if self.runtime_asserts:
+            attributes["kiln.runtime_asserts"] = ArrayAttr([
+                ArrayAttr([StringAttr(print_srepr(guard.expr, {})), StringAttr(guard.source)])
+                for guard in self.runtime_asserts])
 
     def __str__(self) -> str:
         from kiln.ir.printer import format_program
