@@ -220,8 +220,8 @@ def _rename_reads(graph: onnx.GraphProto, old: str, new: str) -> None:
             if attribute.type == onnx.AttributeProto.GRAPH:
                 _rename_reads(attribute.g, old, new)
     for output in graph.output:
-        if output.name == old:  # an output passing an outer value on: keep its name, read the new value
-            graph.node.append(helper.make_node("Identity", [new], [old]))
+        if output.name == old:  # an output passing an outer value on (subgraph outputs are matched by position)
+            output.name = new
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
