@@ -21,11 +21,15 @@ def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
     return median_time(fn, repeat)[0]
 
 
-def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, round_seconds: float = 0.02
-                        ) -> dict[str, float]:
+def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, round_seconds: float = 0.02,
+                        settle_seconds: float = 0.05) -> dict[str, float]:
     """Median seconds per call of each runner, timed in interleaved rounds so drift on the noisy machine hits every
     peer alike: each round times a batch of calls long enough to measure (sub-millisecond models, sized on the
-    first runner), and the peers go first in turn. Every runner is called once untimed first."""
+    first runner), and the peers go first in turn. Every runner is called once untimed first.
+
+    Each batch starts after `settle_seconds` of sleep: thread pools spin-wait after a call (onnxruntime's for
+    milliseconds), and on 2 cores the spinning threads of the previous peer halved the speed of whichever peer ran
+    next (kiln's MLP row: 2.8 ms alone, 6.5 ms right after onnxruntime, 3.1 ms after a 50 ms pause)."""
     for run in runners.values():
         run()
     start = time.perf_counter()
@@ -34,6 +38,7 @@ def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, roun
     order, times = list(runners), {name: [] for name in runners}
     for round_index in range(rounds):
         for name in order if round_index % 2 == 0 else order[::-1]:
+            time.sleep(settle_seconds)
             start = time.perf_counter()
             for _ in range(batch):
                 runners[name]()
