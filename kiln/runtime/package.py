@@ -27,7 +27,9 @@ from kiln.ir.program import ExportedProgram
 from kiln.ir.symbolic import ValueRange, format_dim, parse_dim
 from kiln.ir.types import TensorType
 
-DEFAULT_PIPELINE = "decompose,canonicalize,cse,dce"
+# A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
+# onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
+DEFAULT_PIPELINE = "remove-dropout,fold-batchnorm,decompose,canonicalize,cse,dce"
 ALIGN = 64
 
 
