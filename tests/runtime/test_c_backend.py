@@ -252,16 +252,49 @@ def test_bmm_with_strided_operands(tmp_path):
         _check(compiled(q, k, v), program(q, k, v))
 
 
+# Images of <= 128 output pixels pack their whole im2col matrix at once (render._whole_im2col); larger ones go
+# panel by panel. Every configuration runs both ways.
+_CONV_IMAGES = {"whole im2col": (9, 10), "panels": (40, 29)}
+
+
+@pytest.mark.parametrize("image", _CONV_IMAGES)
 @pytest.mark.parametrize("config", [dict(stride=1, padding=1), dict(stride=2, padding=3, dilation=2),
                                     dict(stride=1, padding=0, groups=4), dict(stride=3, padding=2, bias=False)])
-def test_conv_as_gemm(config, tmp_path):
+def test_conv_as_gemm(config, image, tmp_path):
     conv = kiln.nn.Conv2d(8, 12, 3, **config).eval()
     batch = kiln.Dim("batch", max=16)
-    program = kiln.export(conv, (kiln.randn(2, 8, 11, 13),), dynamic_shapes={"input": {0: batch}})
+    size = _CONV_IMAGES[image]
+    program = kiln.export(conv, (kiln.randn(2, 8, *size),), dynamic_shapes={"input": {0: batch}})
     compiled = compile_c(program, output=tmp_path / "conv")
+    whole = "packed_image" in (tmp_path / "conv" / "model.c").read_text()
+    assert whole == (image == "whole im2col")
     for n in (1, 2, 5):
-        x = np.random.default_rng(n).standard_normal((n, 8, 11, 13)).astype(np.float32)
+        x = np.random.default_rng(n).standard_normal((n, 8, *size)).astype(np.float32)
         _check(compiled(x), program(x))
+
+
+class _ConvTransposedResidual(kiln.nn.Module):
+    """A residual read transposed: the fused epilogue indexes it by (row, column), not by flat pixel."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = kiln.nn.Conv2d(5, 7, 3, padding=1)
+
+    def forward(self, x, residual):
+        return kiln.relu(self.conv(x) + residual.transpose(2, 3))
+
+
+@pytest.mark.parametrize("image", _CONV_IMAGES)
+def test_conv_epilogue_with_a_transposed_operand(image, tmp_path):
+    height, width = _CONV_IMAGES[image]
+    args = (kiln.randn(2, 5, height, width), kiln.randn(2, 7, width, height))
+    program = kiln.export(_ConvTransposedResidual().eval(), args)
+    compiled = compile_c(program, output=tmp_path / "conv")
+    source = (tmp_path / "conv" / "model.c").read_text()
+    assert "out1[c]" in source and ("packed_image" in source) == (image == "whole im2col")
+    rng = np.random.default_rng(0)
+    x, residual = (rng.standard_normal(a.shape).astype(np.float32) for a in args)
+    _check(compiled(x, residual), program(x, residual))
 
 
 def test_cpu_capability_is_detected_and_validated(monkeypatch):

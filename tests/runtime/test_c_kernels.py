@@ -142,11 +142,12 @@ def _max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fa
 
 @pytest.mark.parametrize("pool,shape", [(F.max_pool1d, (None, 3, 11)), (F.max_pool2d, (None, 3, 9, 8)),
                                         (_max_pool3d, (None, 2, 5, 7, 6))], ids=["1d", "2d", "3d"])
-@pytest.mark.parametrize("config", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+@pytest.mark.parametrize("config", [dict(kernel_size=2), dict(kernel_size=3, stride=2, ceil_mode=True),
+                                    dict(kernel_size=3, stride=2, padding=1),
                                     dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)])
 def test_max_pool_values_only_keeps_the_nan_rule(pool, shape, config, tmp_path):
-    """Pooled values without their indices (nothing reads them) have a loop of their own, one vectorized row
-    update per tap; a NaN in a window still wins and an all -inf window gives -inf, as in ATen."""
+    """Pooled values without their indices (nothing reads them) have loops of their own (per output without
+    padding, per row with it); a NaN in a window still wins and an all -inf window gives -inf, as in ATen."""
     def with_specials(x, rng):
         x[rng.random(x.shape) < 0.1] = -np.inf
         return x

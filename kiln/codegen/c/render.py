@@ -593,10 +593,23 @@ def _conv_as_gemm(kernel: Kernel) -> bool:
             and not detail.get("transposed"))
 
 
+_WHOLE_IM2COL_PIXELS = 128  # output pixels per image up to which a conv packs its whole im2col matrix at once
+
+
+def _whole_im2col(kernel: Kernel) -> bool:
+    """A float32 convolution with few output pixels per image (ResNet's last stages: 7x7 = 49): each thread packs the
+    image's whole im2col matrix (a few panels) once and runs every panel against one weight row block while that
+    block is in cache. Panel by panel, the weights (9 MB in ResNet-18's last stage) streamed from memory once per
+    panel: 67 GFLOP/s at one thread where the 14x14 stage got 103."""
+    pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
+    return pixels.is_Integer and int(pixels) <= _WHOLE_IM2COL_PIXELS
+
+
 def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     """float32 convolution as an implicit GEMM per (image, group): weights [Cout/g, Cin/g * taps] x im2col
     [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
-    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused."""
+    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
+    With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
     detail, out = kernel.detail, kernel.outputs[0]
     x, w, bias = detail["input"], detail["weight"], detail["bias"]
     n = len(kernel.shape) - 2
@@ -607,32 +620,23 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
     in_sizes = [dim_expr(d) for d in x.shape[2:]]
     cig = dim_expr(w.shape[1])
+    whole = _whole_im2col(kernel)
     lines = [
         f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
         f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
         f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
         *_chunking("BATCH * GROUPS * panels"),
         "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
-        "#pragma omp for collapse(4) schedule(static)",
-        "for (int64_t bi = 0; bi < BATCH; ++bi)",
-        "for (int64_t g = 0; g < GROUPS; ++g)",
-        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
-        "for (int64_t j = 0; j < panels; ++j)", "{",
-        "    /* im2col panel: pixel columns j*KILN_NR.., rows (input channel, taps...) */",
-        f"    const int64_t cin0 = g * {cig};",
-        *[f"    int64_t base{k}[KILN_NR];" for k in range(n)],
-        *[f"    int64_t out{k}[KILN_NR];" for k in range(n)],
-        "    bool inside[KILN_NR];",
-        "    /* each pixel column's output position, once per panel (the epilogue reuses it) */",
-        "    for (int c = 0; c < KILN_NR; ++c)", "    {",
-        "        int64_t p = j * KILN_NR + c;",
-        "        inside[c] = p < N;",
     ]
+    # Each pixel column's output position, once per panel (the epilogue reuses it).
+    positions = [*[f"int64_t base{k}[KILN_NR];" for k in range(n)], *[f"int64_t out{k}[KILN_NR];" for k in range(n)],
+                 "bool inside[KILN_NR];",
+                 "for (int c = 0; c < KILN_NR; ++c)", "{", "    int64_t p = j * KILN_NR + c;", "    inside[c] = p < N;"]
     for k in reversed(range(n)):
         stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
-        lines.append(f"        out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
-        lines.append(f"        base{k}[c] = out{k}[c] * {stride} - {padding};")
-    lines.append("    }")
+        positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
+        positions.append(f"    base{k}[c] = out{k}[c] * {stride} - {padding};")
+    positions.append("}")
     tap_count = math.prod(int(d) for d in w.shape[2:])
     # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
     # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
@@ -646,25 +650,24 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
                                        for d, stride in zip(x.shape[2:], x.strides[2:])))
     narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
-    lines += [f"    {'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
-    depth = "    "
+    packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
+    depth = ""
     for k in range(n):
-        lines.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
-    lines += [f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
-              *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
-                for k in range(n)],
-              f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
-              f"{depth}    }}",
-              f"    for (int64_t ci = 0; ci < {cig}; ++ci)", "    {",
-              f"        const float* plane = {buffer_name(x.buffer)} + "
-              f"{_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
-              f"        for (int t = 0; t < {tap_count}; ++t)",
-              *([f"            kiln_gather_row(plane, source[t], pack + (ci * {tap_count} + t) * KILN_NR);"]
-                if narrow else
-                [f"            for (int c = 0; c < KILN_NR; ++c) pack[(ci * {tap_count} + t) * KILN_NR + c] = "
-                 "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
-              "    }",
-              f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"]
+        packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
+    packing += [f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
+                *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
+                  for k in range(n)],
+                f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
+                f"{depth}    }}",
+                f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
+                f"    const float* plane = {buffer_name(x.buffer)} + "
+                f"{_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+                f"    for (int t = 0; t < {tap_count}; ++t)",
+                *([f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
+                  if narrow else
+                  [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
+                   "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
+                "}"]
     value = "(double)tile[r * KILN_NR + c]"
     if bias is not None:
         value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
@@ -680,16 +683,44 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                    *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(n)]]
         target, epilogue = f"{buffer_name(out)}[{_flat(kernel.shape)}]", exprs.render(kernel.expr)
     if kernel in state.packed:  # weights packed at create: KILN_MR-row blocks, read as one stream
-        a_line = (f"    const float* a = ctx->packed[{state.packed[kernel]}] "
+        a_line = (f"const float* a = ctx->packed[{state.packed[kernel]}] "
                   "+ g * ((M + KILN_MR - 1) / KILN_MR) * KILN_MR * K;")
         ukernel = "kiln_ukernel(rows, K, a + row * K, 1, KILN_MR, panel, panel, tile);"
     else:
-        a_line = f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"
+        a_line = f"const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"
         ukernel = "kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);"
-    lines[lines.index(f"    const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;")] = a_line
-    lines += _tile_loop(ukernel, indices, target, value, epilogue, out)
-    lines.insert(lines.index(a_line) + 1, "    const float* panel = pack;")
-    lines.append("}")
+    tiles = _tile_loop(ukernel, indices, target, value, epilogue, out)
+    if not whole:
+        lines += ["#pragma omp for collapse(4) schedule(static)",
+                  "for (int64_t bi = 0; bi < BATCH; ++bi)",
+                  "for (int64_t g = 0; g < GROUPS; ++g)",
+                  "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+                  "for (int64_t j = 0; j < panels; ++j)", "{",
+                  f"    const int64_t cin0 = g * {cig};",
+                  "    float* panel = pack;",
+                  *["    " + line for line in positions + packing],
+                  "    " + a_line, *tiles, "}"]
+        return ["    " + line for line in lines]
+    # Whole im2col: a unit is (image, group, row block); a thread packs an image's panels when it reaches a unit
+    # of a new image, then runs every panel against the unit's weight rows.
+    lines += ["int64_t packed_image = -1;  /* bi * GROUPS + g of the im2col in `pack` */",
+              "#pragma omp for collapse(3) schedule(static)",
+              "for (int64_t bi = 0; bi < BATCH; ++bi)",
+              "for (int64_t g = 0; g < GROUPS; ++g)",
+              "for (int64_t chunk = 0; chunk < row_blocks; ++chunk)", "{",
+              "    const int64_t cin0 = g * " + cig + ", chunk_rows = KILN_MR;",
+              "    (void)chunk_rows;",
+              "    if (packed_image != bi * GROUPS + g)", "    {",
+              "        packed_image = bi * GROUPS + g;",
+              "        for (int64_t j = 0; j < panels; ++j)", "        {",
+              "            float* panel = pack + j * K * KILN_NR;",
+              *["            " + line for line in positions + packing],
+              "        }", "    }",
+              "    " + a_line,
+              "    for (int64_t j = 0; j < panels; ++j)", "    {",
+              "        const float* panel = pack + j * K * KILN_NR;",
+              *(["        " + line for line in positions] if flat_epilogue is None else []),
+              *["    " + line for line in tiles], "    }", "}"]
     return ["    " + line for line in lines]
 
 
@@ -871,10 +902,13 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 def _max_pool_values(kernel: Kernel) -> list[str]:
-    """max_pool whose indices nothing reads: each output row starts at -inf and takes the max with the window's
-    taps one shifted (strided) input row at a time, ATen's order and NaN rule (`v > best || v != v`). Over the
-    columns whose tap is inside the input the update is one vectorized loop: a per-output window loop with
-    padding checks ran 7x slower (ResNet-18's stem max_pool: 5.1 ms at one thread)."""
+    """max_pool whose indices nothing reads, ATen's tap order and NaN rule (`v > best || v != v`).
+
+    Without padding, one output at a time: the compiler proves every tap inside the input and vectorizes the
+    window across outputs. With padding, those per-tap checks keep it scalar (ResNet-18's stem max_pool: 5.1 ms at
+    one thread), so each output row starts at -inf and takes the max with the taps one shifted (strided) input row
+    at a time, one vectorized loop over the columns whose tap is inside the input (1.1 ms). Rows cost more than
+    single outputs on short rows without padding (2x2 pools over 32 columns: 13 -> 61 us)."""
     detail, out = kernel.detail, kernel.outputs[0]
     x, n = detail["input"], detail["n"]
     rank = len(kernel.shape)
@@ -882,6 +916,17 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     sizes = [dim_expr(d) for d in x.shape[rank - n:]]
     stride, padding, dilation = ([int(detail[key][k]) for k in range(n)] for key in ("stride", "padding", "dilation"))
     real = c_type(out.dtype)
+    if not any(padding):
+        body, closing = [f"{real} best = -INFINITY;"], []
+        for k in range(n):
+            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+                     f"const int64_t p{k} = i{rank - n + k} * {stride[k]} + r{k} * {dilation[k]};",
+                     f"if (p{k} >= {sizes[k]}) continue;  /* ceil_mode's last window */"]
+            closing.append("}")
+        load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + [f'p{k}' for k in range(n)])}]"
+        body += [f"const {real} v = {load};", "best = (v > best || v != v) ? v : best;", *closing,
+                 f"{buffer_name(out)}[{_flat(kernel.shape)}] = best;"]
+        return _loops(kernel.shape, body)
     last, columns = n - 1, dim_expr(kernel.shape[-1])
     row_start = _Exprs(rank).index(contiguous_strides(kernel.shape), 0, lead + ["0"])
     body = [f"{real}* restrict row = {buffer_name(out)} + {row_start};",
@@ -1348,8 +1393,10 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
         rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
-    if kernel.kind == "conv" and _conv_as_gemm(kernel):
-        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4
+    if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
+        panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
+            if _whole_im2col(kernel) else 1
+        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4 * panels
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
         return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
     if kernel.kind == "scatter" and kernel.detail["reduce"] == "mean":  # an int64 count per element of a line
