@@ -1,14 +1,17 @@
 """kiln's C backend at realistic sizes, on torch modules, against onnxruntime, torch eager and torch.compile.
 
 Usage: python benchmarks/c_realistic.py [--rows mlp,cnn_b1,...] [--threads T] [--repeat R] [--no-torch-compile]
+                                       [--plot PATH]
 
 Each row is one torch module. kiln: `kiln.from_torch` then `kiln.compile` (compile time reported). onnxruntime:
 `torch.onnx.export(dynamo=True)`, default graph optimizations. All peers run with T threads (default 2), side by
 side in one process, medians of interleaved rounds. Columns: latency per peer (ms), kiln / onnxruntime, kiln's
 GFLOP/s (matmul and convolution FLOPs of the program) and its % of this machine's fp32 GEMM peak (numpy's 2048^3
-matmul, measured at start-up), compile seconds, kiln's max abs difference from torch eager, and one forward on
-kiln's reference interpreter (median of 3). Run it also with
-`KILN_CPU_CAPABILITY=AVX2` to measure the AVX2 code on an AVX-512 machine.
+matmul with T BLAS threads, the best of several, re-measured before every row: the highest so far is the peak),
+compile seconds, kiln's max abs difference from torch eager, and one forward on
+kiln's reference interpreter (median of 3). Then a log-scale bar chart of the latencies (default
+benchmarks/results/c_realistic_<capability>_<T>t.png). Run it also with `KILN_CPU_CAPABILITY=AVX2` to measure the
+AVX2 code on an AVX-512 machine, and with --threads 1.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.models.hf_zoo
 
-from c_backend import count_flops, gemm_peak_gflops  # noqa: E402  (benchmarks/c_backend.py)
+from c_backend import count_flops, gemm_peak_gflops, plot_latencies  # noqa: E402  (benchmarks/c_backend.py)
 from onnx_quality import ROWS as ONNX_ROWS  # noqa: E402  (the same torch modules as the ONNX comparison)
 from onnx_quality import build_row, export_torch, ort_feeds, ort_session  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
@@ -81,6 +84,16 @@ def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[
     return lambda: session.run(None, feeds)[0]
 
 
+def _cpu_name() -> str:
+    """The CPU's model name, as lscpu prints it (every figure is quoted beside the CPU it was measured on)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+        return platform.processor() or "unknown CPU"
+
+
 def _seconds(run: Callable[[], Any]) -> float:
     start = time.perf_counter()
     run()
@@ -93,6 +106,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG path for the bar chart")
     options = parser.parse_args()
     logging.disable(logging.WARNING)
     import torch
@@ -101,13 +115,15 @@ def main() -> None:
     from kiln.codegen.c import get_cpu_capability
     torch.set_num_threads(options.threads)
     os.environ["OMP_NUM_THREADS"] = str(options.threads)
-    peak = gemm_peak_gflops()
-    print(f"capability {get_cpu_capability()}, {options.threads} threads, numpy fp32 GEMM peak proxy "
-          f"{peak:.0f} GFLOP/s")
+    peak = gemm_peak_gflops(options.threads)
+    print(f"{_cpu_name()}, capability {get_cpu_capability()}, {options.threads} threads, numpy fp32 GEMM peak "
+          f"proxy {peak:.0f} GFLOP/s at start")
     peers = ["onnxruntime", "kiln C", "torch eager"] + ([] if options.no_torch_compile else ["torch.compile"])
     print(f"{'row':<12} " + " ".join(f"{p + ' ms':>15}" for p in peers) +
           f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9} {'interpreter ms':>15}")
+    names, latencies, ratios = [], [], []
     for name in options.rows.split(","):
+        peak = max(peak, gemm_peak_gflops(options.threads))
         model, args, _, expected = build_row(torch, name, ROWS)
         numpy_args = [a.numpy() for a in args]
         program = kiln.from_torch(model, args)
@@ -141,6 +157,14 @@ def main() -> None:
         print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +
               f" {medians['kiln C'] / medians['onnxruntime']:>9.2f} {gflops:>8.1f} {100 * gflops / peak:>6.0f}%"
               f" {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}", flush=True)
+        names.append(name)
+        latencies.append({peer: medians[peer] / 1e3 for peer in peers})
+        ratios.append(medians["kiln C"] / medians["onnxruntime"])
+    print(f"peak proxy at the end: {peak:.0f} GFLOP/s")
+    plot_path = options.plot or (Path(__file__).resolve().parent / "results" /
+                                 f"c_realistic_{get_cpu_capability()}_{options.threads}t.png")
+    plot_latencies(names, latencies, ratios, f"{_cpu_name()}, {get_cpu_capability()}, {options.threads} "
+                   f"thread{'s' if options.threads != 1 else ''}: latency per peer", plot_path)
 
 
 if __name__ == "__main__":
