@@ -205,4 +205,40 @@ static inline void kiln_gather_row(const float* plane, const int32_t* restrict s
 #endif
 }
 
+/* Whether a tap row's valid columns read consecutive input elements, source[c] = start + c (stride 1 along the
+ * pixels; in a "same" convolution even across output rows, since pixel p then reads p + a per-tap offset). If so,
+ * `start` and the valid-column bits let kiln_masked_row copy it with masked vector loads instead of a gather. */
+static inline int kiln_affine_row(const int32_t* source, int32_t* start, uint32_t* valid)
+{
+    int32_t first = 0;
+    uint32_t bits = 0;
+    for (int c = 0; c < KILN_NR; ++c) {
+        if (source[c] < 0) continue;
+        if (!bits) first = source[c] - c;
+        else if (source[c] - c != first) return 0;
+        bits |= 1u << c;
+    }
+    *start = first;
+    *valid = bits;
+    return 1;
+}
+
+/* dst[c] = plane[start + c] for the valid columns, 0 elsewhere. Masked-off lanes are never read (AVX-512 and AVX2
+ * masked loads suppress faults), so the addresses before or after the plane they would name are safe. */
+static inline void kiln_masked_row(const float* plane, int32_t start, uint32_t valid, float* restrict dst)
+{
+#if defined(__AVX512F__)
+    for (int c = 0; c < KILN_NR; c += 16)
+        _mm512_storeu_ps(dst + c, _mm512_maskz_loadu_ps((__mmask16)(valid >> c), plane + start + c));
+#elif defined(KILN_AVX2_GEMM)
+    const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (int c = 0; c < KILN_NR; c += 8) {
+        const __m256i chosen = _mm256_and_si256(_mm256_set1_epi32((int)(valid >> c)), lane_bits);
+        _mm256_storeu_ps(dst + c, _mm256_maskload_ps(plane + start + c, _mm256_cmpeq_epi32(chosen, lane_bits)));
+    }
+#else
+    for (int c = 0; c < KILN_NR; ++c) dst[c] = (valid >> c) & 1u ? plane[start + c] : 0.0f;
+#endif
+}
+
 #endif /* KILN_GEMM_H */

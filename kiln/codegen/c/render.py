@@ -650,20 +650,31 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
                                        for d, stride in zip(x.shape[2:], x.strides[2:])))
     narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
+    # Masked loads for consecutive tap rows pay once a panel's check is shared by enough input channels (with 3,
+    # an RGB stem, the check cost more than the gathers it saved).
+    masked_rows = narrow and sympy.sympify(w.shape[1]).is_Integer and int(w.shape[1]) >= 8
     packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
     depth = ""
     for k in range(n):
         packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
-    packing += [f"{depth}    for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
+    packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
                 *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
                   for k in range(n)],
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
+                *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int affine[{tap_count}];",
+                   f"for (int t = 0; t < {tap_count}; ++t) affine[t] = kiln_affine_row(source[t], &start[t], "
+                   "&valid[t]);"] if masked_rows else []),
                 f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
                 f"    const float* plane = {buffer_name(x.buffer)} + "
                 f"{_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
                 f"    for (int t = 0; t < {tap_count}; ++t)",
-                *([f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
+                # Rows of consecutive elements (stride 1) are masked vector loads; the others gather.
+                *([f"        if (affine[t]) kiln_masked_row(plane, start[t], valid[t], "
+                   f"panel + (ci * {tap_count} + t) * KILN_NR);",
+                   f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
+                  if masked_rows else
+                  [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
                   if narrow else
                   [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
                    "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
