@@ -8,8 +8,9 @@ Each row is one torch module. kiln: `kiln.from_torch` then `kiln.compile` (compi
 side in one process, medians of interleaved rounds. Columns: latency per peer (ms), kiln / onnxruntime, kiln's
 GFLOP/s (matmul and convolution FLOPs of the program) and its % of this machine's fp32 GEMM peak (numpy's 2048^3
 matmul with T BLAS threads, the best of several, re-measured before every row: the highest so far is the peak),
-compile seconds, kiln's max abs difference from torch eager, and one forward on
-kiln's reference interpreter (median of 3). Then a log-scale bar chart of the latencies (default
+onnxruntime's % of the same peak (where that passes 80% on a GEMM-bound row, kiln/ORT <= 0.8 would need kiln
+above the peak), compile seconds, kiln's max abs difference from torch eager, and one forward on kiln's reference
+interpreter (median of 3). Then a log-scale bar chart of the latencies (default
 benchmarks/results/c_realistic_<capability>_<T>t.png). Run it also with `KILN_CPU_CAPABILITY=AVX2` to measure the
 AVX2 code on an AVX-512 machine, and with --threads 1.
 """
@@ -120,7 +121,8 @@ def main() -> None:
           f"proxy {peak:.0f} GFLOP/s at start")
     peers = ["onnxruntime", "kiln C", "torch eager"] + ([] if options.no_torch_compile else ["torch.compile"])
     print(f"{'row':<12} " + " ".join(f"{p + ' ms':>15}" for p in peers) +
-          f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'compile s':>10} {'max diff':>9} {'interpreter ms':>15}")
+          f" {'kiln/ORT':>9} {'GFLOP/s':>8} {'% peak':>7} {'ORT % peak':>11} {'compile s':>10} {'max diff':>9}"
+          f" {'interpreter ms':>15}")
     names, latencies, ratios = [], [], []
     for name in options.rows.split(","):
         peak = max(peak, gemm_peak_gflops(options.threads))
@@ -153,10 +155,11 @@ def main() -> None:
             medians = {peer: seconds * 1e3 for peer, seconds in
                        interleaved_medians(runners, options.repeat, round_seconds=0.05).items()}
         interpreter = statistics.median(_seconds(lambda: program(*numpy_args)) for _ in range(3)) * 1e3
-        gflops = count_flops(program.run_decompositions(), numpy_args) / (medians["kiln C"] / 1e3) / 1e9
+        flops = count_flops(program.run_decompositions(), numpy_args)
+        gflops, ort_gflops = (flops / (medians[p] / 1e3) / 1e9 for p in ("kiln C", "onnxruntime"))
         print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +
               f" {medians['kiln C'] / medians['onnxruntime']:>9.2f} {gflops:>8.1f} {100 * gflops / peak:>6.0f}%"
-              f" {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}", flush=True)
+              f" {100 * ort_gflops / peak:>10.0f}% {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}", flush=True)
         names.append(name)
         latencies.append({peer: medians[peer] / 1e3 for peer in peers})
         ratios.append(medians["kiln C"] / medians["onnxruntime"])
