@@ -127,8 +127,8 @@ def gemm_peak_gflops(threads: int | None = None, size: int = 2048, repeat: int =
     import sys
     code = ("import time, numpy as np; rng = np.random.default_rng(0); "
             f"a, b = (rng.standard_normal(({size}, {size})).astype(np.float32) for _ in range(2)); a @ b; "
-            f"best = min((lambda s: (a @ b, time.perf_counter() - s)[1])(time.perf_counter()) for _ in range({repeat}));"
-            f" print(2 * {size}**3 / best / 1e9)")
+            "best = min((lambda s: (a @ b, time.perf_counter() - s)[1])(time.perf_counter()) "
+            f"for _ in range({repeat})); print(2 * {size}**3 / best / 1e9)")
     env = dict(os.environ)
     if threads is not None:
         for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -159,7 +159,8 @@ def main() -> None:
         gflops, ort_gflops = (flops / (medians[p] / 1e3) / 1e9 for p in ("kiln C", "onnxruntime"))
         print(f"{name:<12} " + " ".join(f"{medians[p]:>15.3f}" for p in peers) +
               f" {medians['kiln C'] / medians['onnxruntime']:>9.2f} {gflops:>8.1f} {100 * gflops / peak:>6.0f}%"
-              f" {100 * ort_gflops / peak:>10.0f}% {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}", flush=True)
+              f" {100 * ort_gflops / peak:>10.0f}% {compile_seconds:>10.2f} {difference:>9.1e} {interpreter:>15.1f}",
+              flush=True)
         names.append(name)
         latencies.append({peer: medians[peer] / 1e3 for peer in peers})
         ratios.append(medians["kiln C"] / medians["onnxruntime"])

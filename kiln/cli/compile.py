@@ -49,8 +49,8 @@ def register(commands: Any) -> None:
     parser.add_argument("--target", default="c", choices=TARGETS, help="code generator (default: c)")
     parser.add_argument("-o", "--output", required=True, help="package directory to write")
     parser.add_argument("-p", "--pipeline", default=None,
-                        help="pass pipeline run before scheduling (default: kiln.compile's, remove-dropout,fold-batchnorm,"
-                             "decompose,canonicalize,cse,dce)")
+                        help="pass pipeline run before scheduling (default: kiln.compile's, "
+                             "remove-dropout,fold-batchnorm,decompose,canonicalize,cse,dce)")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
                         help="an input of forward (as in `kiln export`); not with a .pt2")
     parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
