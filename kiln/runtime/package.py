@@ -41,6 +41,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
     loaded model's threads (default: OpenMP's)."""
     from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory, stamp_build_id
+    from kiln.codegen.c.attention import fuse_attention
     from kiln.codegen.c.legalize import legalize
     from kiln.codegen.memory import format_bytes, plan_memory
     from kiln.codegen.schedule import schedule
@@ -55,7 +56,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
             raise KilnError("compiling a module needs example_args to export it", fix="pass example_args=(x,)")
         program = kiln.export(program, tuple(example_args), dynamic_shapes=dynamic_shapes)
     program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE))
-    plan = schedule(program)
+    plan = fuse_attention(schedule(program))
     memory = plan_memory(plan, program.range_constraints)
     weights, offsets, blob = [], {}, bytearray()
     for buf in plan.buffers:

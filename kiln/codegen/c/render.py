@@ -321,6 +321,89 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines]
 
 
+def _attention(kernel: Kernel, state: RenderState) -> list[str]:
+    """Fused attention (kiln/codegen/c/attention.py): the team shares (batch, block of KILN_MR queries) units. A
+    thread packs Kᵀ and V of each batch entry it reaches into panels once, computes its block's score rows (the
+    scores GEMM's epilogue applied: scale, mask) into `scores`, takes each row's float32 softmax there as the rows
+    kernel does (torch's safe softmax: a row that is all -inf gives zeros), and multiplies by V with the output
+    GEMM's epilogue. Scratch per thread: the panels and one block of score rows (render._scratch_bytes)."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    exprs = _Exprs(3)
+    q_buf, q_strides, q_offset = detail["q"]
+    k_buf, k_strides, k_offset = detail["k"]
+    v_buf, v_strides, v_offset = detail["v"]
+    base = ["bi", "0", "0"]
+    lines = [
+        f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, M = {dim_expr(kernel.shape[1])}, "
+        f"L = {dim_expr(detail['keys'])}, D = {dim_expr(detail['dim'])}, DV = {dim_expr(kernel.shape[2])};",
+        "const int64_t key_panels = kiln_panels(L), value_panels = kiln_panels(DV), padded = key_panels * KILN_NR;",
+        "const int64_t row_blocks = (M + KILN_MR - 1) / KILN_MR;",
+        "float tile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
+        "float* keys = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        "float* values = keys + key_panels * D * KILN_NR;",
+        "float* scores = values + value_panels * L * KILN_NR;",
+        "int64_t packed_batch = -1;  /* the batch entry whose K and V are in `keys` and `values` */",
+        "#pragma omp for collapse(2) schedule(static)",
+        "for (int64_t bi = 0; bi < BATCH; ++bi)",
+        "for (int64_t block = 0; block < row_blocks; ++block)", "{",
+        "    if (packed_batch != bi)", "    {",
+        f"        kiln_pack_b(D, L, {buffer_name(k_buf)} + {exprs.index(k_strides, k_offset, base)}, "
+        f"{dim_expr(k_strides[1])}, {dim_expr(k_strides[2])}, keys);",
+        f"        kiln_pack_b(L, DV, {buffer_name(v_buf)} + {exprs.index(v_strides, v_offset, base)}, "
+        f"{dim_expr(v_strides[1])}, {dim_expr(v_strides[2])}, values);",
+        "        packed_batch = bi;", "    }",
+        "    const int64_t row = block * KILN_MR;",
+        "    const int rows = (int)(M - row < KILN_MR ? M - row : KILN_MR);",
+        f"    const float* a = {buffer_name(q_buf)} + {exprs.index(q_strides, q_offset, base)} + "
+        f"row * {dim_expr(q_strides[1])};",
+        "    for (int64_t j = 0; j < key_panels; ++j)", "    {",
+        f"        kiln_ukernel(rows, D, a, {dim_expr(q_strides[1])}, {dim_expr(q_strides[2])}, keys + j * D * KILN_NR, "
+        "keys + j * D * KILN_NR, tile);",
+        "        const int64_t width = L - j * KILN_NR < KILN_NR ? L - j * KILN_NR : KILN_NR;",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        "                const int64_t i0 = bi, i1 = row + r, i2 = j * KILN_NR + c;",
+        "                const float acc_value = tile[r * KILN_NR + c];",
+        f"                scores[r * padded + i2] = {exprs.render(detail['scores'])};",
+        "            }", "    }",
+        "    for (int r = 0; r < rows; ++r)", "    {",
+        "        float* x = scores + r * padded;",
+        "        float m = -INFINITY; int nan = 0;",
+        "        _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") for (int64_t k = 0; k < L; ++k) "
+        "{ nan |= x[k] != x[k]; m = x[k] > m ? x[k] : m; }",
+    ]
+    if detail["safe"]:  # amax(row) == -inf (no NaN in the row): where(..., 0, softmax) gives zeros
+        lines.append("        if (m == -INFINITY && !nan) { for (int64_t k = 0; k < L; ++k) x[k] = 0.0f; continue; }")
+    lines += [
+        "        (void)nan;",
+        "        double s = 0.0;",
+        "        _Pragma(\"omp simd reduction(+:s)\") for (int64_t k = 0; k < L; ++k) "
+        "{ const float e = kiln_expf(x[k] - m); x[k] = e; s += e; }",
+        "        const float inv = (float)(1.0 / s);",
+        "        _Pragma(\"omp simd\") for (int64_t k = 0; k < L; ++k) x[k] *= inv;",
+        "    }",
+        "    for (int64_t j = 0; j < value_panels; ++j)", "    {",
+        "        const float* panel = values + j * L * KILN_NR;",
+        "        kiln_ukernel(rows, L, scores, padded, 1, panel, panel, tile);",
+        "        const int64_t width = DV - j * KILN_NR < KILN_NR ? DV - j * KILN_NR : KILN_NR;",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        "                const int64_t i0 = bi, i1 = row + r, i2 = j * KILN_NR + c;",
+        "                const float acc_value = tile[r * KILN_NR + c];",
+        f"                {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
+        "            }", "    }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
+def _attention_scratch(kernel: Kernel) -> Any:
+    """Bytes of `_attention`'s per-thread scratch, sized for the widest panels and tallest tiles of any ISA."""
+    def padded(n: Any) -> Any:
+        return -32 * sympy.floor(-sympy.sympify(n) / 32)
+    keys, dim, value_dim = kernel.detail["keys"], sympy.sympify(kernel.detail["dim"]), kernel.shape[2]
+    return 4 * (padded(keys) * dim + padded(value_dim) * sympy.sympify(keys) + _MAX_MR * padded(keys))
+
+
 _MAX_MR = 12  # the largest KILN_MR of kiln_gemm.h (AVX-512): packed A blocks are sized for it
 _PACKED_A_LIMIT = 1 << 20  # floats of A a thread packs at most (4 MB of per-thread scratch)
 
@@ -719,8 +802,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
               "for (int64_t bi = 0; bi < BATCH; ++bi)",
               "for (int64_t g = 0; g < GROUPS; ++g)",
               "for (int64_t chunk = 0; chunk < row_blocks; ++chunk)", "{",
-              "    const int64_t cin0 = g * " + cig + ", chunk_rows = KILN_MR;",
-              "    (void)chunk_rows;",
+              "    const int64_t cin0 = g * " + cig + ", chunk_rows = KILN_MR;  /* a chunk is one row block */",
               "    if (packed_image != bi * GROUPS + g)", "    {",
               "        packed_image = bi * GROUPS + g;",
               "        for (int64_t j = 0; j < panels; ++j)", "        {",
@@ -845,6 +927,8 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     if op == "aten.grid_sampler_2d.default":
         return _grid_sample(kernel)
     x, n = detail["input"], detail["n"]
+    if "max_pool" in op and len(kernel.outputs) == 1 and x.buffer.dtype in (dtypes.float32, dtypes.float64):
+        return _max_pool_values(kernel)
     rank = len(kernel.shape)
     lead = [f"i{k}" for k in range(rank - n)]
     sizes = [dim_expr(d) for d in x.shape[rank - n:]]
@@ -854,9 +938,7 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     flat = _flat(kernel.shape)
     body: list[str] = []
     closing = []
-    if "max_pool" in op and len(kernel.outputs) == 1 and x.buffer.dtype in (dtypes.float32, dtypes.float64):
-        return _max_pool_values(kernel)
-    elif "max_pool" in op:
+    if "max_pool" in op:
         plane_start = "0"
         for k in range(n):
             s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
@@ -1301,7 +1383,8 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
-    "pointwise": _pointwise, "matmul": _matmul, "rows": _rows, "conv": _conv, "window": _window, "cat": _cat,
+    "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
+    "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
 }
 
@@ -1406,6 +1489,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
         rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
+    if kernel.kind == "attention":
+        return _attention_scratch(kernel)
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
@@ -1425,6 +1510,9 @@ def kernel_work(kernel: Kernel) -> Any:
     out = size(kernel.shape)
     if kernel.kind == "matmul":
         return 2 * out * sympy.sympify(kernel.detail["k"])
+    if kernel.kind == "attention":  # two GEMMs and a softmax over the batch x queries x keys scores
+        scores = sympy.sympify(kernel.shape[0]) * sympy.sympify(kernel.shape[1]) * sympy.sympify(kernel.detail["keys"])
+        return scores * (2 * sympy.sympify(kernel.detail["dim"]) + 2 * sympy.sympify(kernel.shape[2]) + 4)
     if kernel.kind == "conv":
         return 2 * out * size(kernel.detail["weight"].shape[1:])
     if kernel.kind == "rows":
