@@ -9,8 +9,7 @@ The pattern, on float32 kernels whose intermediates nothing else reads:
 
 becomes one "attention" kernel (rendered by render._attention): a thread takes (batch, block of KILN_MR queries),
 computes the block's score rows against every key into a cache-resident buffer, applies the softmax there and
-multiplies by V, so the seq x seq scores never reach memory. benchmarks/attention_fusion.py measured the fused
-kernel at 0.38-0.98x the separate kernels' time for seq 128-1024 (docs/c-backend.md).
+multiplies by V, so the seq x seq scores never reach memory (benchmarks/attention_fusion.py, docs/c-backend.md).
 """
 
 from __future__ import annotations
@@ -52,6 +51,16 @@ def _is_f32_bmm(kernel: Kernel | None) -> bool:
     if kernel is None or kernel.kind != "matmul" or len(kernel.shape) != 3 or "bias" in kernel.detail:
         return False
     return kernel.detail["a"][0].dtype == kernel.detail["b"][0].dtype == kernel.outputs[0].dtype == dtypes.float32
+
+
+def _reads_rows(load: Any, shape: list, row_values: bool) -> bool:
+    """`load` walks a contiguous tensor of `shape` from its start; with `row_values`, one value per row of the
+    last dim (a keepdim reduction's result: the last stride 0, the others a [..., 1] tensor's)."""
+    if not isinstance(load, Load) or not _same(load.offset, 0):
+        return False
+    strides = contiguous_strides(list(shape[:-1]) + [1]) if row_values else contiguous_strides(shape)
+    expected = strides[:-1] + [0] if row_values else strides
+    return len(load.strides) == len(expected) and all(_same(s, e) for s, e in zip(load.strides, expected))
 
 
 def _whole(view: Any, buf: Buffer) -> bool:
@@ -112,21 +121,20 @@ class _Graph:
         if not (isinstance(expr, Apply) and expr.op == "aten.where.self" and len(expr.args) == 3):
             return None
         condition, zero, value = expr.args
-        if not (isinstance(condition, Load) and isinstance(zero, Constant) and zero.value == 0
-                and isinstance(value, Load) and _same(value.offset, 0)
-                and all(_same(s, c) for s, c in zip(value.strides, contiguous_strides(where.shape)))):
+        if not (_reads_rows(condition, where.shape, row_values=True) and isinstance(zero, Constant)
+                and zero.value == 0 and _reads_rows(value, where.shape, row_values=False)):
             return None
         eq, softmax = self.writer.get(id(condition.buffer)), self.writer.get(id(value.buffer))
         if eq is None or softmax is None or eq.kind != "pointwise" or softmax.kind != "rows":
             return None
         test = eq.expr
-        if not (isinstance(test, Apply) and test.op == "aten.eq.Scalar" and isinstance(test.args[0], Load)
-                and test.args[1] == -math.inf):
+        if not (isinstance(test, Apply) and test.op == "aten.eq.Scalar" and test.args[1] == -math.inf
+                and _reads_rows(test.args[0], eq.shape, row_values=False)):
             return None
         amax = self.writer.get(id(test.args[0].buffer))
         scores = softmax.detail.get("input")
         if amax is None or amax.kind != "rows" or amax.ops != ["aten.amax.default"] or scores is None \
-                or amax.detail.get("input") is None or amax.detail["input"].buffer is not scores.buffer \
+                or not _whole(amax.detail.get("input"), scores.buffer) \
                 or amax.detail["dim"] != len(scores.shape) - 1:
             return None
         if not (self.read_only_by(value.buffer, where) and self.read_only_by(condition.buffer, where)

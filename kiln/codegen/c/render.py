@@ -1009,13 +1009,20 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     sizes = [dim_expr(d) for d in x.shape[rank - n:]]
     stride, padding, dilation = ([int(detail[key][k]) for k in range(n)] for key in ("stride", "padding", "dilation"))
     real = c_type(out.dtype)
+
+    def taps(dims: range) -> tuple[list[str], list[str]]:
+        """Loops over the window taps of `dims`, skipping the ones outside the input (padding, ceil_mode)."""
+        lines = []
+        for k in dims:
+            outside = f"p{k} >= {sizes[k]}" if not padding[k] else f"p{k} < 0 || p{k} >= {sizes[k]}"
+            lines += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+                      f"const int64_t p{k} = i{rank - n + k} * {stride[k]} - {padding[k]} + r{k} * {dilation[k]};",
+                      f"if ({outside}) continue;"]
+        return lines, ["}"] * len(dims)
+
     if not any(padding):
-        body, closing = [f"{real} best = -INFINITY;"], []
-        for k in range(n):
-            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
-                     f"const int64_t p{k} = i{rank - n + k} * {stride[k]} + r{k} * {dilation[k]};",
-                     f"if (p{k} >= {sizes[k]}) continue;  /* ceil_mode's last window */"]
-            closing.append("}")
+        loops, closing = taps(range(n))
+        body = [f"{real} best = -INFINITY;", *loops]
         load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + [f'p{k}' for k in range(n)])}]"
         body += [f"const {real} v = {load};", "best = (v > best || v != v) ? v : best;", *closing,
                  f"{buffer_name(out)}[{_flat(kernel.shape)}] = best;"]
@@ -1024,14 +1031,9 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
         return _loops(kernel.shape, body, simd=True)
     last, columns = n - 1, dim_expr(kernel.shape[-1])
     row_start = _Exprs(rank).index(contiguous_strides(kernel.shape), 0, lead + ["0"])
+    loops, closing = taps(range(last))
     body = [f"{real}* restrict row = {buffer_name(out)} + {row_start};",
-            f"for (int64_t c = 0; c < {columns}; ++c) row[c] = -INFINITY;"]
-    closing = []
-    for k in range(last):
-        body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
-                 f"const int64_t p{k} = i{rank - n + k} * {stride[k]} - {padding[k]} + r{k} * {dilation[k]};",
-                 f"if (p{k} < 0 || p{k} >= {sizes[k]}) continue;"]
-        closing.append("}")
+            f"for (int64_t c = 0; c < {columns}; ++c) row[c] = -INFINITY;", *loops]
     tap = f"c * {stride[last]} - {padding[last]} + r{last} * {dilation[last]}"
     positions = [f"p{k}" for k in range(last)] + [f"({tap})"]
     body += [f"for (int64_t r{last} = 0; r{last} < {int(detail['kernel'][last])}; ++r{last})", "{",
