@@ -366,21 +366,18 @@ def _attention(kernel: Kernel, state: RenderState) -> list[str]:
         "                const float acc_value = tile[r * KILN_NR + c];",
         f"                scores[r * padded + i2] = {exprs.render(detail['scores'])};",
         "            }", "    }",
-        "    for (int r = 0; r < rows; ++r)", "    {",
+        "    for (int r = 0; r < rows; ++r)  /* each score row's softmax, in place: the rows kernel's body */", "    {",
         "        float* x = scores + r * padded;",
-        "        float m = -INFINITY; int nan = 0;",
-        "        _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") for (int64_t k = 0; k < L; ++k) "
-        "{ nan |= x[k] != x[k]; m = x[k] > m ? x[k] : m; }",
     ]
     if detail["safe"]:  # amax(row) == -inf (no NaN in the row): where(..., 0, softmax) gives zeros
-        lines.append("        if (m == -INFINITY && !nan) { for (int64_t k = 0; k < L; ++k) x[k] = 0.0f; continue; }")
+        lines += ["        float m = -INFINITY; int nan = 0;",
+                  "        _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") for (int64_t k = 0; k < L; ++k) "
+                  "{ nan |= x[k] != x[k]; m = x[k] > m ? x[k] : m; }",
+                  "        if (m == -INFINITY && !nan) { for (int64_t k = 0; k < L; ++k) x[k] = 0.0f; continue; }"]
     lines += [
-        "        (void)nan;",
-        "        double s = 0.0;",
-        "        _Pragma(\"omp simd reduction(+:s)\") for (int64_t k = 0; k < L; ++k) "
-        "{ const float e = kiln_expf(x[k] - m); x[k] = e; s += e; }",
-        "        const float inv = (float)(1.0 / s);",
-        "        _Pragma(\"omp simd\") for (int64_t k = 0; k < L; ++k) x[k] *= inv;",
+        "#define X(k) x[k]", "#define Y0 x", "#define YS 1",
+        "        { " + ROW_BODIES_F32["aten._softmax.default"] + " }",
+        "#undef X", "#undef Y0", "#undef YS",
         "    }",
         "    for (int64_t j = 0; j < value_panels; ++j)", "    {",
         "        const float* panel = values + j * L * KILN_NR;",
