@@ -126,7 +126,7 @@ class View:
     @property
     def is_contiguous(self) -> bool:
         expected = contiguous_strides(self.shape)
-        return all(_same(d, 1) or _same(s, e) for d, s, e in zip(self.shape, self.strides, expected))
+        return all(same_dim(d, 1) or same_dim(s, e) for d, s, e in zip(self.shape, self.strides, expected))
 
 
 @dataclass(eq=False)
@@ -236,7 +236,8 @@ def _dim(d: Any) -> Any:
     return sympy.Integer(d) if isinstance(d, int) else d
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_dim(a: Any, b: Any) -> bool:
+    """Two dims (ints or sympy expressions) provably equal."""
     return sympy.expand(_dim(a) - _dim(b)) == 0
 
 
@@ -258,7 +259,7 @@ def _load(view: View, out_shape: list) -> Load:
     lead = len(out_shape) - len(view.shape)
     strides = [sympy.Integer(0)] * lead
     for d, s, o in zip(view.shape, view.strides, out_shape[lead:]):
-        strides.append(sympy.Integer(0) if _same(d, 1) and not _same(o, 1) else s)
+        strides.append(sympy.Integer(0) if same_dim(d, 1) and not same_dim(o, 1) else s)
     return Load(view.buffer, strides, view.offset)
 
 
@@ -282,7 +283,7 @@ def _broadcast(shapes: list[list]) -> list:
     result = [sympy.Integer(1)] * rank
     for shape in shapes:
         for k, d in enumerate(shape, rank - len(shape)):
-            if not _same(d, 1):
+            if not same_dim(d, 1):
                 result[k] = _dim(d)
     return result
 
@@ -354,8 +355,8 @@ class _Scheduler:
         for index, value in enumerate(returned):
             view = self.materialized(value)
             buf = view.buffer
-            if (buf.kind == "temp" and buf not in claimed and view.is_contiguous and _same(view.offset, 0)
-                    and _same(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
+            if (buf.kind == "temp" and buf not in claimed and view.is_contiguous and same_dim(view.offset, 0)
+                    and same_dim(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
                 buf.kind = "output"
             else:
                 buf = self.copy(view, value)
@@ -444,7 +445,7 @@ class _Scheduler:
         if name not in FUSING_OPS or (name in CHANNEL_OPS and user.operands[0] is not value):
             return False
         out = user.results[0].type
-        return len(out.shape) == len(value.type.shape) and all(map(_same, out.shape, value.type.shape))
+        return len(out.shape) == len(value.type.shape) and all(map(same_dim, out.shape, value.type.shape))
 
     def emit_pointwise(self, value: Any, expr: Any, matmul: Any, space: list | None = None) -> None:
         """Write `expr` into a new contiguous buffer for `value`; the loop runs over `space` (a reshape of the
@@ -552,8 +553,8 @@ class _Scheduler:
             lead = len(out_shape) - len(source.shape)
             strides, sizes = [sympy.Integer(0)] * lead, [None] * lead
             for d, s, o in zip(source.shape, source.strides, out_shape[lead:]):
-                strides.append(sympy.Integer(0) if _same(d, 1) else s)
-                sizes.append(None if _same(d, 1) or _same(d, o) else d)
+                strides.append(sympy.Integer(0) if same_dim(d, 1) else s)
+                sizes.append(None if same_dim(d, 1) or same_dim(d, o) else d)
             expr = Tile(source.buffer, strides, source.offset, sizes)
         elif name == "aten.index.Tensor":  # the broadcast index dims replace the indexed dims (see _advanced)
             source = self.materialized(args[0])
@@ -802,14 +803,14 @@ class _Scheduler:
         elif name == "aten.expand.default":
             lead = len(out_shape) - rank
             strides = [sympy.Integer(0)] * lead + [
-                sympy.Integer(0) if _same(d, 1) and not _same(o, 1) else s
+                sympy.Integer(0) if same_dim(d, 1) and not same_dim(o, 1) else s
                 for d, s, o in zip(source.shape, source.strides, out_shape[lead:])]
         elif name == "aten.unsqueeze.default":
             dim = _norm_dim(args[1], rank + 1)
             strides.insert(dim, sympy.Integer(0))
         elif name in ("aten.squeeze.dim", "aten.squeeze.dims"):
             dims = [args[1]] if name == "aten.squeeze.dim" else list(args[1])
-            drop = {_norm_dim(d, rank) for d in dims if rank and _same(source.shape[_norm_dim(d, rank)], 1)}
+            drop = {_norm_dim(d, rank) for d in dims if rank and same_dim(source.shape[_norm_dim(d, rank)], 1)}
             strides = [s for i, s in enumerate(strides) if i not in drop]
         elif name == "aten.slice.Tensor":
             dim = _norm_dim(args[1], rank)
@@ -877,7 +878,7 @@ class _Scheduler:
         input_expr = None
         shape = list(args[0].type.shape)
         reduced = _reduced_dims(name, args, len(shape)) if name in REDUCTION_OPS else None
-        one_row_dim = reduced is None or len([d for d in reduced if not _same(shape[d], 1)]) == 1
+        one_row_dim = reduced is None or len([d for d in reduced if not same_dim(shape[d], 1)]) == 1
         if (pending is not None and pending[1] is None and _same_shape(pending[2], args[0].type.shape)
                 and name != "aten.native_group_norm.default"
                 and _cheap_to_recompute(pending[0]) and one_row_dim):
@@ -908,7 +909,7 @@ class _Scheduler:
                           source.offset)
             dim = 2
         elif input_expr is not None:
-            dim = next(d for d in reduced if not _same(shape[d], 1))
+            dim = next(d for d in reduced if not same_dim(shape[d], 1))
         else:
             merged = _row_view(source, reduced)
             if merged is None:  # the reduced dims do not form one strided run: copy them last, contiguously
@@ -983,11 +984,11 @@ def _reduced_dims(name: str, args: list, rank: int) -> list[int]:
 def _row_view(view: View, dims: list[int]) -> tuple[View, int] | None:
     """`view` with the reduced `dims` merged into one row dim (and that dim's position), or None when their
     strides do not form one run. Size-1 dims stay as (trivial) outer dims; no dim to reduce gives a row of one."""
-    dims = [d for d in dims if not _same(view.shape[d], 1)]
+    dims = [d for d in dims if not same_dim(view.shape[d], 1)]
     if not dims:
         return View(view.buffer, [*view.shape, 1], [*view.strides, sympy.Integer(0)], view.offset), len(view.shape)
     for a, b in zip(dims, dims[1:]):
-        if not _same(view.strides[a], sympy.expand(view.strides[b] * _dim(view.shape[b]))):
+        if not same_dim(view.strides[a], sympy.expand(view.strides[b] * _dim(view.shape[b]))):
             return None
     shape, strides = [], []
     for k, (size, stride) in enumerate(zip(view.shape, view.strides)):
@@ -1001,7 +1002,7 @@ def _row_view(view: View, dims: list[int]) -> tuple[View, int] | None:
 
 
 def _same_shape(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(map(_same, a, b))
+    return len(a) == len(b) and all(map(same_dim, a, b))
 
 
 def _divides(a: Any, b: Any) -> bool:
@@ -1019,7 +1020,7 @@ def _reshape_groups(a: list, b: list) -> list[tuple[list[int], list[int]]] | Non
             ga, pa, i = [i], _dim(a[i]), i + 1
         if j < len(b):
             gb, pb, j = [j], _dim(b[j]), j + 1
-        while not _same(pa, pb):
+        while not same_dim(pa, pb):
             if _divides(pa, pb) and i < len(a):
                 ga, pa, i = ga + [i], pa * _dim(a[i]), i + 1
             elif _divides(pb, pa) and j < len(b):
@@ -1050,11 +1051,11 @@ def _respace(expr: Any, shape: list, space: list) -> Any:
             return None  # accumulators, gathers and iotas are tied to their own index space
         strides: list = []
         for space_dims, shape_dims in groups:
-            used = [(shape[k], node.strides[k]) for k in shape_dims if not _same(shape[k], 1)]
-            if all(_same(stride, 0) for _, stride in used):
+            used = [(shape[k], node.strides[k]) for k in shape_dims if not same_dim(shape[k], 1)]
+            if all(same_dim(stride, 0) for _, stride in used):
                 strides += [sympy.Integer(0)] * len(space_dims)
                 continue
-            if any(not _same(outer, inner * _dim(size)) for (_, outer), (size, inner) in zip(used, used[1:])):
+            if any(not same_dim(outer, inner * _dim(size)) for (_, outer), (size, inner) in zip(used, used[1:])):
                 return None  # not one contiguous run within the group
             running, group = _dim(used[-1][1]), []
             for k in reversed(space_dims):
@@ -1117,7 +1118,7 @@ def _unsupported_arguments(op: Any) -> str | None:
         return "only layer norm over the last dim is supported"
     if name == "aten.native_group_norm.default":
         shape = op.operands[0].type.shape
-        if not isinstance(shape[1], int) or any(_same(d, 0) for d in shape[1:]):
+        if not isinstance(shape[1], int) or any(same_dim(d, 0) for d in shape[1:]):
             return "only group norm with a static channel count and non-empty channels and spatial dims is supported"
         if any(_is_tensor(a) and a.type.dtype not in (dtypes.float32, dtypes.float64) for a in args[:3]):
             return "only floating inputs are supported"
@@ -1150,7 +1151,7 @@ def _mask_put_fits(op: Any, args: list) -> bool:
     shape, position, width = op.operands[0].type.shape, given[0][0], len(given[0][1].type.shape)
     values = list(args[2].type.shape)
     aligned = position - (len(shape) - width + 1 - len(values))  # the values dim lined up with the count
-    return len(values) <= len(shape) - width + 1 and (aligned < 0 or _same(values[aligned], 1))
+    return len(values) <= len(shape) - width + 1 and (aligned < 0 or same_dim(values[aligned], 1))
 
 
 def schedule(program: ExportedProgram) -> Schedule:

@@ -20,7 +20,9 @@ from typing import Any
 import sympy
 
 from kiln.codegen.memory import kernel_reads
-from kiln.codegen.schedule import Apply, Buffer, Constant, Kernel, Load, Schedule, View, contiguous_strides
+from kiln.codegen.schedule import (
+    Apply, Buffer, Constant, Kernel, Load, Schedule, View, contiguous_strides, same_dim as _same,
+)
 from kiln.ir import dtypes
 
 
@@ -41,10 +43,6 @@ def fuse_attention(schedule: Schedule) -> Schedule:
         for kernel in replaced:
             schedule.kernels.remove(kernel)
     return schedule
-
-
-def _same(a: Any, b: Any) -> bool:
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 
 def _is_f32_bmm(kernel: Kernel | None) -> bool:
