@@ -11,6 +11,7 @@ from kiln.ir import dtypes
 
 try:
     import torch  # type: ignore[no-redef]
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines torch.ops.quantized_decomposed)
 except ImportError:  # pragma: no cover - CI installs torch
     torch = None
 

@@ -1,4 +1,5 @@
-"""The `aten` xDSL dialect, generated from the op registry: one IRDL operation per ATen overload.
+"""The op dialects (`aten`, `quantized_decomposed`, ...), generated from the op registry: one IRDL operation per
+overload.
 
 Tensor arguments become operands (optional and list arguments become optional/variadic operands);
 every other argument becomes a property, encoded from its Python value by its schema type. Each
@@ -141,21 +142,25 @@ def _verify_with_meta(op: IRDLOperation) -> None:
     check_op_types(op)
 
 
-_DIALECT: Dialect | None = None
+_DIALECTS: dict[str, Dialect] = {}
 _OPS_BUILT = 0
 
 
-def aten_dialect() -> Dialect:
-    """The dialect with one op class per registered op (built once, rebuilt if ops were added)."""
-    global _DIALECT, _OPS_BUILT
+def op_dialects() -> list[Dialect]:
+    """One dialect per op namespace (`aten`, `quantized_decomposed`, ...), each with one op class per registered
+    overload (built once, rebuilt if ops were added)."""
+    global _OPS_BUILT
     import kiln.ir.ops  # noqa: F401  (registers every op)
-    if _DIALECT is None or _OPS_BUILT != len(REGISTRY):
+    if not _DIALECTS or _OPS_BUILT != len(REGISTRY):
+        by_namespace: dict[str, list[type]] = {}
         for opdef in REGISTRY.values():
             if opdef.op_class is None:
                 opdef.op_class = _make_op_class(opdef)
-        _DIALECT = Dialect("aten", [o.op_class for o in REGISTRY.values()], [])
+            by_namespace.setdefault(opdef.schema.namespace, []).append(opdef.op_class)
+        _DIALECTS.clear()
+        _DIALECTS.update({name: Dialect(name, classes, []) for name, classes in by_namespace.items()})
         _OPS_BUILT = len(REGISTRY)
-    return _DIALECT
+    return list(_DIALECTS.values())
 
 
 def kiln_dialect() -> Dialect:
@@ -165,7 +170,7 @@ def kiln_dialect() -> Dialect:
 
 def op_class(opdef: OpDef) -> type[IRDLOperation]:
     if opdef.op_class is None:
-        aten_dialect()
+        op_dialects()
     assert opdef.op_class is not None
     return opdef.op_class
 
@@ -176,7 +181,8 @@ def context() -> Context:
     ctx.load_dialect(builtin.Builtin)
     ctx.load_dialect(func.Func)
     ctx.load_dialect(kiln_dialect())
-    ctx.load_dialect(aten_dialect())
+    for dialect in op_dialects():
+        ctx.load_dialect(dialect)
     return ctx
 
 

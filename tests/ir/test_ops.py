@@ -135,8 +135,8 @@ def _flatten(value):
 
 
 def _torch_op(name: str):
-    _, op_name, overload = name.split(".")
-    return getattr(getattr(torch.ops.aten, op_name), overload)
+    namespace, op_name, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
 
 
 @requires_torch

@@ -12,4 +12,5 @@ from kiln.ir.ops import (  # noqa: F401  (imported for registration)
     backward,
     misc,
     symbolic,
+    quant,
 )

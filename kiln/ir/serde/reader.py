@@ -230,7 +230,7 @@ class _ProgramReader:
         if target == "torch.ops.higher_order.wrap_with_set_grad_enabled":
             self.inline_node(arguments, outputs, builder, env, mutated)
             return
-        if not target.startswith("torch.ops.aten."):
+        if not target.startswith("torch.ops."):
             self.unknown[target] += 1
             return
         name = _ALIASES.get(target[len("torch.ops."):], target[len("torch.ops."):])
@@ -239,11 +239,12 @@ class _ProgramReader:
                 return
         opdef = REGISTRY.get(name)
         inplace_target = None
-        if opdef is None and name.split(".")[1].endswith("_") and _known(name.replace("_.", ".", 1)):
+        if opdef is None and name.startswith("aten.") and name.split(".")[1].endswith("_") and \
+                _known(name.replace("_.", ".", 1)):
             opdef = REGISTRY[name.replace("_.", ".", 1)]  # functionalize `x.add_(1)` on buffers and inputs
             inplace_target = arguments[0][1]
         if opdef is None:
-            self.unknown[name] += 1
+            self.unknown[name if name.startswith("aten.") else target] += 1
             return
         positional = [value for _, value, kind in arguments if kind != 2]
         keywords = {str(key): value for key, value, kind in arguments if kind == 2}
@@ -594,7 +595,7 @@ def _overload_for(opdef: OpDef, positional: list[Any], keywords: dict[str, Any])
     then the overload that takes a scalar there (`add.Scalar`)."""
     if _tensor_slots_hold_values(opdef, positional, keywords):
         return opdef
-    prefix = f"aten.{opdef.schema.name}."
+    prefix = f"{opdef.schema.namespace}.{opdef.schema.name}."
     candidates = sorted((d for key, d in REGISTRY.items() if key.startswith(prefix)),
                         key=lambda d: (d.schema.overload != "Scalar", d.schema.overload))
     for candidate in candidates:

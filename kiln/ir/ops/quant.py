@@ -1,0 +1,373 @@
+"""Quantize/dequantize ops in torch's `quantized_decomposed` namespace: the reference quantized representation.
+
+PT2E quantization (kiln/passes/quant) writes programs with these ops around float ops, and backends match
+`dequantize → op → quantize` into integer kernels. Each reference kernel repeats torch's implementation
+(torch/ao/quantization/fx/_decomposed.py) expression by expression with `aten` ops, so dtype promotion and
+rounding are torch's: `x * (1 / scale)` rounds differently from `x / scale`, and the qparams must agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from kiln.ir import dtypes
+from kiln.ir.dtypes import DType
+from kiln.ir.meta import dtype_of, like, numel, require_arg, require_dtype, shape_of, tensor
+from kiln.ir.registry import defop, ops
+from kiln.ir.symbolic import sym_eq
+
+aten = ops.aten
+NAMESPACE = "quantized_decomposed"
+
+# The integer ranges quantized values may take, per storage dtype (torch's _DTYPE_TO_QVALUE_BOUNDS).
+QVALUE_BOUNDS: dict[DType, tuple[int, int]] = {
+    dt: (int(np.iinfo(dt.numpy).min), int(np.iinfo(dt.numpy).max))
+    for dt in (dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32)
+}
+
+
+def _define(schema: str, meta, kernel) -> None:
+    defop(f"{NAMESPACE}::{schema}", meta, kernel, tags=("quantize",))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by the meta rules
+
+def _op() -> str:
+    from kiln.ir.meta import current_op
+    return current_op()
+
+
+def _check_bounds(quant_min: int, quant_max: int, dtype: DType) -> None:
+    dtype = dtypes.dtype(dtype)
+    require_arg(dtype in QVALUE_BOUNDS, _op(), f"quantized dtype {dtype.name} is not supported",
+                fix="use one of " + ", ".join(d.name for d in QVALUE_BOUNDS))
+    low, high = QVALUE_BOUNDS[dtype]
+    require_arg(quant_min >= low, _op(), f"quant_min {quant_min} is below {dtype.name}'s minimum {low}")
+    require_arg(quant_max <= high, _op(), f"quant_max {quant_max} is above {dtype.name}'s maximum {high}")
+
+
+def _float_input(input) -> None:
+    dtype = dtype_of(input)
+    require_dtype(dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16), _op(),
+                  f"expects a float32 (or float16/bfloat16) input, got {dtype.name}",
+                  fix="convert the input with .float() first")
+
+
+def _one_element(value, what: str) -> None:
+    count = numel(shape_of(value))
+    require_arg(sym_eq(count, 1), _op(), f"expects a one-element {what} tensor, got {count} elements")
+
+
+def _axis_in_range(input, axis: int) -> None:
+    rank = len(shape_of(input))
+    require_arg(axis < rank, _op(), f"axis {axis} is out of range for a rank-{rank} input")
+
+
+def _quantized_input(input, dtype: DType) -> None:
+    require_dtype(dtype_of(input) is dtypes.dtype(dtype), _op(),
+                  f"expects an input of dtype {dtypes.dtype(dtype).name}, got {dtype_of(input).name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-tensor
+
+def _as_float32(input):
+    return aten._to_copy.default(input, dtype=dtypes.float32) if input.dtype != np.float32 else input
+
+
+def _quantize(input, inverse_scale, zero_point, quant_min: int, quant_max: int, dtype: DType):
+    """clamp(round(input * inverse_scale) + zero_point, quant_min, quant_max).to(dtype), with tensor or scalar
+    qparams, as every torch quantize op writes it."""
+    mul = aten.mul.Tensor if isinstance(inverse_scale, np.ndarray) else aten.mul.Scalar
+    add = aten.add.Tensor if isinstance(zero_point, np.ndarray) else aten.add.Scalar
+    rounded = add(aten.round.default(mul(input, inverse_scale)), zero_point)
+    return aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
+
+
+def quantize_per_tensor_meta(input, scale, zero_point, quant_min, quant_max, dtype):
+    _float_input(input)
+    _check_bounds(quant_min, quant_max, dtype)
+    return like(input, dtype=dtypes.dtype(dtype))
+
+
+def quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    return _quantize(_as_float32(input), 1.0 / scale, zero_point, quant_min, quant_max, dtype)
+
+
+def quantize_per_tensor_tensor_meta(input, scale, zero_point, quant_min, quant_max, dtype):
+    _one_element(scale, "scale")
+    _one_element(zero_point, "zero_point")
+    return quantize_per_tensor_meta(input, 1.0, 0, quant_min, quant_max, dtype)
+
+
+def quantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    return quantize_per_tensor(input, scale.item(), int(zero_point.item()), quant_min, quant_max, dtype)
+
+
+def quantize_per_tensor_tensor2_meta(input, scale, zero_point, quant_min, quant_max, dtype):
+    _one_element(quant_min, "quant_min")
+    _one_element(quant_max, "quant_max")
+    low, high = QVALUE_BOUNDS.get(dtypes.dtype(dtype), (0, 0))  # the bounds are values: checked when it runs
+    return quantize_per_tensor_tensor_meta(input, scale, zero_point, low, high, dtype)
+
+
+def quantize_per_tensor_tensor2(input, scale, zero_point, quant_min, quant_max, dtype):
+    return quantize_per_tensor(input, scale.item(), int(zero_point.item()), int(quant_min.item()),
+                               int(quant_max.item()), dtype)
+
+
+def dequantize_per_tensor_meta(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    _quantized_input(input, dtype)
+    _check_bounds(quant_min, quant_max, dtype)
+    return like(input, dtype=dtypes.dtype(out_dtype or dtypes.float32))
+
+
+def dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    floats = aten._to_copy.default(input, dtype=dtypes.dtype(out_dtype or dtypes.float32))
+    return aten.mul.Scalar(aten.sub.Scalar(floats, zero_point), scale)
+
+
+def dequantize_per_tensor_tensor_meta(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    _one_element(scale, "scale")
+    _one_element(zero_point, "zero_point")
+    return dequantize_per_tensor_meta(input, 1.0, 0, quant_min, quant_max, dtype, out_dtype=out_dtype)
+
+
+def dequantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    return dequantize_per_tensor(input, scale.item(), int(zero_point.item()), quant_min, quant_max, dtype,
+                                 out_dtype=out_dtype)
+
+
+def dequantize_per_tensor_tensor2_meta(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    _one_element(quant_min, "quant_min")
+    _one_element(quant_max, "quant_max")
+    low, high = QVALUE_BOUNDS.get(dtypes.dtype(dtype), (0, 0))  # the bounds are values: checked when it runs
+    return dequantize_per_tensor_tensor_meta(input, scale, zero_point, low, high, dtype, out_dtype=out_dtype)
+
+
+def dequantize_per_tensor_tensor2(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    return dequantize_per_tensor(input, scale.item(), int(zero_point.item()), int(quant_min.item()),
+                                 int(quant_max.item()), dtype, out_dtype=out_dtype)
+
+
+_define("quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype) -> Tensor", quantize_per_tensor_meta, quantize_per_tensor)
+_define("quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype) -> Tensor", quantize_per_tensor_tensor_meta, quantize_per_tensor_tensor)
+_define("quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype) -> Tensor", quantize_per_tensor_tensor2_meta,
+        quantize_per_tensor_tensor2)
+_define("dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor", dequantize_per_tensor_meta,
+        dequantize_per_tensor)
+_define("dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        dequantize_per_tensor_tensor_meta, dequantize_per_tensor_tensor)
+_define("dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        dequantize_per_tensor_tensor2_meta, dequantize_per_tensor_tensor2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing qparams at run time (dynamic quantization)
+
+def affine_qparams(min_val: np.ndarray, max_val: np.ndarray, quant_min: int, quant_max: int, dtype: DType,
+                   eps: float, symmetric: bool, customized_range: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """torch.ao.quantization.utils.determine_qparams: scale (float64) and zero point (int64) from float32 ranges,
+    per tensor (0-d min/max) or per channel. Observers and choose_qparams share it."""
+    min_val = np.asarray(min_val, np.float32)
+    max_val = np.asarray(max_val, np.float32)
+    if min_val.size == 0 or (min_val.ndim == 0 and min_val == np.inf and max_val == -np.inf):
+        return np.array([1.0]), np.array([0], np.int64)  # an observer that saw nothing
+    eps32 = np.float32(eps)
+    min_neg = np.minimum(min_val, np.float32(0))
+    max_pos = np.maximum(max_val, np.float32(0))
+    if symmetric:
+        max_pos = np.maximum(-min_neg, max_pos)
+        scale = np.maximum(max_pos / np.float32((quant_max - quant_min) / 2), eps32)
+        if dtypes.dtype(dtype) is dtypes.uint8:
+            zero_point = np.full(scale.shape, (quant_min + quant_max) // 2 if customized_range else 128, np.int64)
+        else:
+            zero_point = np.zeros(scale.shape, np.int64)
+    else:
+        scale = np.maximum((max_pos - min_neg) / np.float32(quant_max - quant_min), eps32)
+        zero_point = quant_min - np.round(min_neg / scale).astype(np.int32)
+        zero_point = np.clip(zero_point, quant_min, quant_max).astype(np.int64)
+    return np.atleast_1d(scale.astype(np.float64)), np.atleast_1d(zero_point)
+
+
+def choose_qparams_meta(input, quant_min, quant_max, eps, dtype):
+    _float_input(input)
+    require_arg(quant_min < quant_max, _op(), f"quant_min {quant_min} must be below quant_max {quant_max}")
+    return tensor([1], dtypes.float64), tensor([1], dtypes.int64)
+
+
+def _choose_qparams(symmetric: bool):
+    def kernel(input, quant_min, quant_max, eps, dtype):
+        values = input.astype(np.float32)
+        if values.size == 0:
+            raise ValueError("choose_qparams of an empty tensor")  # torch.aminmax refuses it too
+        return affine_qparams(values.min(), values.max(), quant_min, quant_max, dtype, eps, symmetric)
+    return kernel
+
+
+_define("choose_qparams.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> "
+        "(Tensor, Tensor)", choose_qparams_meta, _choose_qparams(symmetric=False))
+_define("choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_max, float eps, "
+        "ScalarType dtype) -> (Tensor, Tensor)", choose_qparams_meta, _choose_qparams(symmetric=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-channel
+
+def _channel_view(values, axis: int, rank: int):
+    """A per-channel vector shaped to broadcast along `axis` of a rank-`rank` tensor."""
+    shape = [1] * rank
+    shape[axis] = values.shape[0]
+    return values.reshape(shape)
+
+
+def quantize_per_channel_meta(input, scales, zero_points, axis, quant_min, quant_max, dtype):
+    _float_input(input)
+    _axis_in_range(input, axis)
+    _check_bounds(quant_min, quant_max, dtype)
+    return like(input, dtype=dtypes.dtype(dtype))
+
+
+def quantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype):
+    input = _as_float32(input)
+    scales = _channel_view(scales, axis, input.ndim)
+    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales)  # torch: input * (1.0 / scales)
+    return _quantize(input, inverse, _channel_view(zero_points, axis, input.ndim), quant_min, quant_max, dtype)
+
+
+def dequantize_per_channel_meta(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
+    _quantized_input(input, dtype)
+    _axis_in_range(input, axis)
+    _check_bounds(quant_min, quant_max, dtype)
+    return like(input, dtype=dtypes.dtype(out_dtype or dtypes.float32))
+
+
+def dequantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
+    scales = _channel_view(scales, axis, input.ndim)
+    if zero_points is not None:
+        input = aten.sub.Tensor(input, _channel_view(zero_points, axis, input.ndim))
+    result = aten.mul.Tensor(input, scales)
+    return aten._to_copy.default(result, dtype=dtypes.dtype(out_dtype or dtypes.float32))
+
+
+_define("quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype) -> Tensor", quantize_per_channel_meta, quantize_per_channel)
+_define("dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor", dequantize_per_channel_meta,
+        dequantize_per_channel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-token (one scale per row of the last dim) and per-group (int4 weight-only)
+
+def choose_qparams_per_token_asymmetric_meta(input, dtype):
+    _float_input(input)
+    shape = list(shape_of(input)[:-1]) + [1]
+    return tensor(shape, dtypes.float64), tensor(shape, dtypes.int64)
+
+
+def choose_qparams_per_token_asymmetric(input, dtype):
+    """XNNPACK's asymmetric int8 per-token qparams: scale from the row's range including 0, the zero point from
+    whichever end loses less."""
+    quant_min, quant_max = -128, 127
+    min_neg = aten.minimum.default(aten.amin.default(input, [-1], True), np.zeros((), input.dtype))
+    max_pos = aten.maximum.default(aten.amax.default(input, [-1], True), np.zeros((), input.dtype))
+    scale = aten.div.Scalar(aten.sub.Tensor(max_pos, min_neg), float(quant_max - quant_min))
+    scale = aten.clamp.default(scale, float(np.finfo(np.float32).eps))
+    descaled_min = aten.div.Tensor(min_neg, scale)
+    descaled_max = aten.div.Tensor(max_pos, scale)
+    from_min_error = aten.add.Scalar(descaled_min, quant_min)
+    from_max_error = aten.add.Scalar(descaled_max, quant_max)
+    zero_point = aten.where.self(aten.gt.Scalar(aten.add.Tensor(from_min_error, from_max_error), 0),
+                                 aten.rsub.Scalar(descaled_min, quant_min), aten.rsub.Scalar(descaled_max, quant_max))
+    zero_point = aten.round.default(aten.clamp.default(zero_point, quant_min, quant_max))
+    return (aten._to_copy.default(scale, dtype=dtypes.float64), aten._to_copy.default(zero_point, dtype=dtypes.int64))
+
+
+def quantize_per_token_meta(input, scales, zero_points, quant_min, quant_max, dtype):
+    _check_bounds(quant_min, quant_max, dtype)
+    tokens = numel(shape_of(input)[:-1])
+    require_arg(sym_eq(numel(shape_of(scales)), tokens) and sym_eq(numel(shape_of(zero_points)), tokens), _op(),
+                f"expects one scale and zero point per token ({tokens}), got {numel(shape_of(scales))}")
+    return like(input, dtype=dtypes.dtype(dtype))
+
+
+def quantize_per_token(input, scales, zero_points, quant_min, quant_max, dtype):
+    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales)
+    rounded = aten.round.default(aten.add.Tensor(aten.mul.Tensor(input, inverse), zero_points))
+    return aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
+
+
+def dequantize_per_token_meta(input, scales, zero_points, quant_min, quant_max, dtype, output_dtype):
+    _check_bounds(quant_min, quant_max, dtype)
+    return like(input, dtype=dtypes.dtype(output_dtype))
+
+
+def dequantize_per_token(input, scales, zero_points, quant_min, quant_max, dtype, output_dtype):
+    shifted = aten.sub.Tensor(input, zero_points)
+    return aten._to_copy.default(aten.mul.Tensor(shifted, scales), dtype=dtypes.dtype(output_dtype))
+
+
+_define("choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)",
+        choose_qparams_per_token_asymmetric_meta, choose_qparams_per_token_asymmetric)
+_define("quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype) -> Tensor", quantize_per_token_meta, quantize_per_token)
+_define("dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype, ScalarType output_dtype) -> Tensor", dequantize_per_token_meta, dequantize_per_token)
+
+
+def _group_size(input_shape, scales_shape, group_size: int) -> int:
+    require_arg(group_size > 1, _op(), f"group_size must be > 1, got {group_size}")
+    require_arg(len(input_shape) == 2, _op(), f"expects a 2-d weight, got rank {len(input_shape)}")
+    columns = input_shape[-1]
+    if isinstance(columns, int) and group_size > columns and scales_shape and scales_shape[-1] == 1:
+        group_size = columns  # torch's rule for GPTQ's single-column groups
+    require_arg(sym_eq(sympy.Mod(columns, group_size), 0), _op(),
+                f"the last dim ({columns}) must be divisible by group_size {group_size}")
+    return group_size
+
+
+def quantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant_max, dtype, group_size=128):
+    _group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
+    return like(input, dtype=dtypes.dtype(dtype))
+
+
+def quantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size=128):
+    group_size = _group_size(list(input.shape), list(scales.shape), group_size)
+    if np.isnan(input).any():
+        raise ValueError("quantize_per_channel_group: the weight contains NaN")
+    groups = input.reshape(-1, group_size)
+    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales.reshape(-1, 1))
+    rounded = aten.round.default(aten.add.Tensor(aten.mul.Tensor(groups, inverse), zero_points.reshape(-1, 1)))
+    quantized = aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
+    return quantized.reshape(input.shape)
+
+
+def dequantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant_max, dtype, group_size,
+                                      output_dtype):
+    _group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
+    return like(input, dtype=dtypes.dtype(output_dtype))
+
+
+def dequantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size, output_dtype):
+    group_size = _group_size(list(input.shape), list(scales.shape), group_size)
+    groups = input.reshape(-1, group_size)
+    zero = zero_points.reshape(-1, 1) if zero_points is not None else np.zeros((), np.int32)
+    dequantized = aten.mul.Tensor(aten.sub.Tensor(groups, zero), scales.reshape(-1, 1)).reshape(input.shape)
+    return aten._to_copy.default(dequantized, dtype=dtypes.dtype(output_dtype))
+
+
+_define("quantize_per_channel_group(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size) -> Tensor", quantize_per_channel_group_meta,
+        quantize_per_channel_group)
+_define("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor",
+        dequantize_per_channel_group_meta, dequantize_per_channel_group)

@@ -1,0 +1,147 @@
+"""Samples for kiln/ir/ops/quant.py (torch's quantized_decomposed ops)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.ir import dtypes
+from tests.ir.samples import Sample, rand, samples
+
+Q = "quantized_decomposed"
+
+
+def _ties(scale: float) -> np.ndarray:
+    """Values that land exactly halfway between quantization steps: round-half-to-even decides them."""
+    return (np.arange(-6, 6, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)
+
+
+@samples(f"{Q}.quantize_per_tensor.default")
+def quantize_per_tensor(rng):
+    yield Sample((rand(rng, 3, 5), 0.0237, 131, 0, 255, dtypes.uint8), note="uint8 affine")
+    yield Sample((rand(rng, 2, 3, 4) * 10, 0.05, 0, -128, 127, dtypes.int8), note="int8, saturating")
+    yield Sample((_ties(0.5), 0.5, 0, -128, 127, dtypes.int8), note="ties round to even")
+    yield Sample((rand(rng, 4), 0.1, 2, 0, 127, dtypes.uint8), note="reduce_range 7-bit")
+    yield Sample((rand(rng, 6, dtype="bfloat16"), 0.03, 10, 0, 255, dtypes.uint8), note="bfloat16 input")
+    yield Sample((rand(rng, 6, dtype="float16"), 0.03, -3, -128, 127, dtypes.int8), note="float16 input")
+    yield Sample((rand(rng, 5) * 100, 0.7, 5, -32768, 32767, dtypes.int16), note="int16")
+
+
+@samples(f"{Q}.quantize_per_tensor.tensor")
+def quantize_per_tensor_tensor(rng):
+    yield Sample((rand(rng, 3, 5), np.array([0.0237]), np.array([131]), 0, 255, dtypes.uint8), note="float64 scale")
+    yield Sample((rand(rng, 4, 2), np.array(0.011, np.float32), np.array(-7, np.int64), -128, 127, dtypes.int8),
+                 note="0-d float32 scale")
+
+
+@samples(f"{Q}.quantize_per_tensor.tensor2")
+def quantize_per_tensor_tensor2(rng):
+    yield Sample((rand(rng, 3, 5), np.array([0.0237]), np.array([131]), np.array(0), np.array(255), dtypes.uint8))
+
+
+def _quantized(rng, shape, dtype=dtypes.uint8):
+    low, high = np.iinfo(dtype.numpy).min, np.iinfo(dtype.numpy).max
+    return rng.integers(low, high + 1, size=shape).astype(dtype.numpy)
+
+
+@samples(f"{Q}.dequantize_per_tensor.default")
+def dequantize_per_tensor(rng):
+    yield Sample((_quantized(rng, (3, 5)), 0.0237, 131, 0, 255, dtypes.uint8), note="uint8")
+    yield Sample((_quantized(rng, (2, 4), dtypes.int8), 0.05, -3, -128, 127, dtypes.int8), note="int8")
+    yield Sample((_quantized(rng, (6,), dtypes.int8), 0.05, 4, -128, 127, dtypes.int8),
+                 dict(out_dtype=dtypes.bfloat16), note="bfloat16 result")
+    yield Sample((_quantized(rng, (6,), dtypes.int8), 0.0123, 4, -128, 127, dtypes.int8),
+                 dict(out_dtype=dtypes.float16), note="float16 result")
+
+
+@samples(f"{Q}.dequantize_per_tensor.tensor")
+def dequantize_per_tensor_tensor(rng):
+    yield Sample((_quantized(rng, (3, 5)), np.array([0.0237]), np.array([131]), 0, 255, dtypes.uint8))
+    yield Sample((_quantized(rng, (4,), dtypes.int8), np.array(0.3, np.float32), np.array(1, np.int32), -128, 127,
+                  dtypes.int8), note="0-d float32 scale, int32 zero point")
+
+
+@samples(f"{Q}.dequantize_per_tensor.tensor2")
+def dequantize_per_tensor_tensor2(rng):
+    yield Sample((_quantized(rng, (3, 5)), np.array([0.0237]), np.array([131]), np.array(0), np.array(255),
+                  dtypes.uint8))
+
+
+@samples(f"{Q}.choose_qparams.tensor", f"{Q}.choose_qparams_symmetric.tensor")
+def choose_qparams(rng):
+    yield Sample((rand(rng, 4, 8), 0, 255, 2.0 ** -12, dtypes.uint8), note="uint8, mixed signs")
+    yield Sample((rand(rng, 16, low=0.5, high=2), -128, 127, 1e-5, dtypes.int8), note="all positive")
+    yield Sample((rand(rng, 16, low=-2, high=-0.5), 0, 127, 1e-5, dtypes.uint8), note="all negative, 7-bit")
+    yield Sample((np.zeros(5, np.float32), 0, 255, 2.0 ** -12, dtypes.uint8), note="all zero: eps decides the scale")
+
+
+def _per_channel_qparams(rng, channels: int, scale_dtype=np.float32, zero_dtype=np.int64, symmetric=True):
+    scales = rng.uniform(0.005, 0.05, channels).astype(scale_dtype)
+    zero_points = np.zeros(channels, zero_dtype) if symmetric else rng.integers(-5, 5, channels).astype(zero_dtype)
+    return scales, zero_points
+
+
+@samples(f"{Q}.quantize_per_channel.default")
+def quantize_per_channel(rng):
+    scales, zeros = _per_channel_qparams(rng, 4)
+    yield Sample((rand(rng, 4, 3, 2, 2) / 5, scales, zeros, 0, -128, 127, dtypes.int8), note="conv weight, axis 0")
+    scales, zeros = _per_channel_qparams(rng, 5, np.float64, np.int64, symmetric=False)
+    yield Sample((rand(rng, 3, 5) / 5, scales, zeros, 1, -128, 127, dtypes.int8), note="float64 scales, axis 1")
+    scales, zeros = _per_channel_qparams(rng, 3, np.float32, np.int32, symmetric=False)
+    yield Sample((rand(rng, 3, 4), scales, zeros, 0, 0, 255, dtypes.uint8), note="int32 zero points, saturating")
+
+
+@samples(f"{Q}.dequantize_per_channel.default")
+def dequantize_per_channel(rng):
+    scales, zeros = _per_channel_qparams(rng, 4)
+    yield Sample((_quantized(rng, (4, 3, 2, 2), dtypes.int8), scales, zeros, 0, -128, 127, dtypes.int8))
+    scales, zeros = _per_channel_qparams(rng, 5, np.float64, np.int64, symmetric=False)
+    yield Sample((_quantized(rng, (3, 5), dtypes.int8), scales, zeros, 1, -128, 127, dtypes.int8), note="axis 1")
+    yield Sample((_quantized(rng, (3, 5), dtypes.int8), scales, None, 1, -128, 127, dtypes.int8),
+                 dict(out_dtype=dtypes.float16), note="no zero points, float16 result")
+
+
+@samples(f"{Q}.choose_qparams_per_token_asymmetric.default")
+def choose_qparams_per_token_asymmetric(rng):
+    yield Sample((rand(rng, 4, 8), dtypes.int8))
+    yield Sample((rand(rng, 2, 3, 8, low=0.1, high=2), dtypes.int8), note="all positive rows, rank 3")
+
+
+@samples(f"{Q}.quantize_per_token.default")
+def quantize_per_token(rng):
+    scales = rng.uniform(0.01, 0.05, (4, 1))
+    zeros = rng.integers(-10, 10, (4, 1))
+    yield Sample((rand(rng, 4, 8), scales, zeros, -128, 127, dtypes.int8), note="float64 scales, int64 zeros")
+    yield Sample((rand(rng, 2, 3, 8), scales.reshape(2, 2, 1)[:, :1].repeat(3, 1).astype(np.float32)[:2],
+                  np.zeros((2, 3, 1), np.int64), -128, 127, dtypes.int8), note="rank 3, float32 scales")
+
+
+@samples(f"{Q}.dequantize_per_token.default")
+def dequantize_per_token(rng):
+    scales = rng.uniform(0.01, 0.05, (4, 1))
+    zeros = rng.integers(-10, 10, (4, 1))
+    yield Sample((_quantized(rng, (4, 8), dtypes.int8), scales, zeros, -128, 127, dtypes.int8, dtypes.float32))
+    yield Sample((_quantized(rng, (4, 8), dtypes.int8), scales.astype(np.float32), zeros, -128, 127, dtypes.int8,
+                  dtypes.float16), note="float32 scales, float16 result")
+
+
+def _group_qparams(rng, rows: int, columns: int, group_size: int):
+    groups = rows * columns // group_size
+    return (rng.uniform(0.01, 0.2, groups).astype(np.float32),
+            rng.integers(-2, 2, groups).astype(np.int32))
+
+
+@samples(f"{Q}.quantize_per_channel_group.default")
+def quantize_per_channel_group(rng):
+    scales, zeros = _group_qparams(rng, 4, 64, 32)
+    yield Sample((rand(rng, 4, 64), scales, zeros, -8, 7, dtypes.int8, 32), note="int4 range, group 32")
+    scales, zeros = _group_qparams(rng, 2, 256, 128)
+    yield Sample((rand(rng, 2, 256), scales.reshape(2, 2), zeros.reshape(2, 2), -128, 127, dtypes.int8, 128),
+                 note="int8, group 128, 2-d qparams")
+
+
+@samples(f"{Q}.dequantize_per_channel_group.default")
+def dequantize_per_channel_group(rng):
+    scales, zeros = _group_qparams(rng, 4, 64, 32)
+    quantized = rng.integers(-8, 8, (4, 64)).astype(np.int8)
+    yield Sample((quantized, scales, zeros, -8, 7, dtypes.int8, 32, dtypes.float32), note="int4 range, group 32")
+    yield Sample((quantized, scales, None, -8, 7, dtypes.int8, 32, dtypes.float32), note="no zero points")
