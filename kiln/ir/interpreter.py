@@ -7,7 +7,9 @@ bad input is refused with the input, dimension, symbol and allowed range named.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import sympy
@@ -108,6 +110,22 @@ def _concrete_type(value_type: Any, bindings: dict[sympy.Symbol, int]) -> Any:
     return value_type
 
 
+# Called with (SSA value, array) for every forward argument and op result the interpreter computes: calibration's
+# observers and debugging tools watch values through it.
+ValueHook = Callable[[Any, Any], None]
+_VALUE_HOOK: contextvars.ContextVar[ValueHook | None] = contextvars.ContextVar("kiln_value_hook", default=None)
+
+
+@contextlib.contextmanager
+def watching(hook: ValueHook) -> Iterator[None]:
+    """Run `hook` on each value of the programs interpreted inside the block."""
+    token = _VALUE_HOOK.set(hook)
+    try:
+        yield
+    finally:
+        _VALUE_HOOK.reset(token)
+
+
 def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
     """Run forward; return every output in signature order (mutations included)."""
     from kiln.ir.program import InputKind
@@ -165,10 +183,17 @@ def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol
     from kiln.ir.control_flow import YieldOp
 
     values: dict[Any, Any] = dict(zip(block.args, inputs))
+    hook = _VALUE_HOOK.get()
+    if hook is not None:
+        for arg, value in zip(block.args, inputs):
+            hook(arg, value)
     for op in block.ops:
         if isinstance(op, (func.ReturnOp, YieldOp)):
             return [values[v] for v in op.operands]
         run_op(op, values, bindings)
+        if hook is not None:
+            for result in op.results:
+                hook(result, values[result])
     raise KilnError("block has no terminator")
 
 

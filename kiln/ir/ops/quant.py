@@ -175,12 +175,13 @@ _define("dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_p
 
 def affine_qparams(min_val: np.ndarray, max_val: np.ndarray, quant_min: int, quant_max: int, dtype: DType,
                    eps: float, symmetric: bool, customized_range: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """torch.ao.quantization.utils.determine_qparams: scale (float64) and zero point (int64) from float32 ranges,
-    per tensor (0-d min/max) or per channel. Observers and choose_qparams share it."""
+    """torch's qparam math (observers' `_calculate_qparams`, `determine_qparams`): scale and zero point from float32
+    ranges, per tensor (0-d min/max) or per channel, with torch's result dtypes (float32 scale; int64 zero point,
+    int32 for affine). Observers and choose_qparams share it."""
     min_val = np.asarray(min_val, np.float32)
     max_val = np.asarray(max_val, np.float32)
     if min_val.size == 0 or (min_val.ndim == 0 and min_val == np.inf and max_val == -np.inf):
-        return np.array([1.0]), np.array([0], np.int64)  # an observer that saw nothing
+        return np.array([1.0], np.float32), np.array([0], np.int64)  # an observer that saw nothing
     eps32 = np.float32(eps)
     min_neg = np.minimum(min_val, np.float32(0))
     max_pos = np.maximum(max_val, np.float32(0))
@@ -193,9 +194,9 @@ def affine_qparams(min_val: np.ndarray, max_val: np.ndarray, quant_min: int, qua
             zero_point = np.zeros(scale.shape, np.int64)
     else:
         scale = np.maximum((max_pos - min_neg) / np.float32(quant_max - quant_min), eps32)
-        zero_point = quant_min - np.round(min_neg / scale).astype(np.int32)
-        zero_point = np.clip(zero_point, quant_min, quant_max).astype(np.int64)
-    return np.atleast_1d(scale.astype(np.float64)), np.atleast_1d(zero_point)
+        zero_point = np.clip(quant_min - np.round(min_neg / scale).astype(np.int32), quant_min, quant_max)
+        zero_point = zero_point.astype(np.int32)
+    return np.atleast_1d(scale), np.atleast_1d(zero_point)
 
 
 def choose_qparams_meta(input, quant_min, quant_max, eps, dtype):
@@ -209,7 +210,8 @@ def _choose_qparams(symmetric: bool):
         values = input.astype(np.float32)
         if values.size == 0:
             raise ValueError("choose_qparams of an empty tensor")  # torch.aminmax refuses it too
-        return affine_qparams(values.min(), values.max(), quant_min, quant_max, dtype, eps, symmetric)
+        scale, zero_point = affine_qparams(values.min(), values.max(), quant_min, quant_max, dtype, eps, symmetric)
+        return scale.astype(np.float64), zero_point.astype(np.int64)  # determine_qparams's result dtypes
     return kernel
 
 

@@ -1,0 +1,139 @@
+"""convert_pt2e: a calibrated PreparedProgram becomes the reference quantized program.
+
+Every observed activation gets `quantize → dequantize` with its observer's qparams (or, for dynamic specs,
+`choose_qparams` at run time); every observed weight is quantized now and stored as an integer constant read
+through `dequantize`. The float ops stay: backends match `dequantize → op → quantize` into integer kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from kiln.ir.errors import KilnError
+from kiln.ir.program import ExportedProgram, GraphBuilder
+from kiln.ir.registry import ops
+from kiln.passes.base import add_constant, finish_pass, weight_value
+from kiln.passes.quant.observer import FLOAT32_EPS
+from kiln.passes.quant.prepare import PreparedProgram
+from kiln.passes.quant.quantizer import ANNOTATIONS_KEY
+
+qd = ops.quantized_decomposed
+
+
+class _InsertAt(GraphBuilder):
+    """Records `kiln.ops` calls on IR values at a fixed point of an existing block."""
+
+    def __init__(self, program: ExportedProgram, point: InsertPoint):
+        super().__init__(program.shape_env())
+        self.point = point
+        self.inserted: list[Operation] = []
+
+    def insert(self, op: Operation) -> None:
+        Rewriter.insert_op(op, self.point)
+        self.inserted.append(op)
+
+
+def _insert_point_after(value: SSAValue) -> InsertPoint:
+    owner = value.owner
+    if isinstance(owner, Operation):
+        return InsertPoint.after(owner)
+    return InsertPoint.at_start(owner)  # a forward argument: at the top
+
+
+def convert_pt2e(prepared: PreparedProgram) -> ExportedProgram:
+    """Replace observers by quantize/dequantize ops with the qparams they chose (torch.ao's convert_pt2e)."""
+    if not isinstance(prepared, PreparedProgram):
+        raise KilnError(f"convert_pt2e takes the result of prepare_pt2e, got {type(prepared).__name__}")
+    if prepared.converted:
+        raise KilnError("this prepared program was already converted", fix="prepare the float program again")
+    program = prepared.program
+    converted = _Converter(prepared)
+    for edge_or_node in prepared.groups:  # outputs first: their users read the dequantized value
+        if not isinstance(edge_or_node, tuple):
+            converted.quantize_output(edge_or_node)
+    for edge_or_node in prepared.groups:
+        if isinstance(edge_or_node, tuple):
+            converted.quantize_edge(*edge_or_node)
+    prepared.converted = True
+    program.metadata.pop(ANNOTATIONS_KEY, None)
+    finish_pass(program)
+    program.verify()
+    return program
+
+
+class _Converter:
+    def __init__(self, prepared: PreparedProgram):
+        self.prepared = prepared
+        self.program = prepared.program
+        self.output_group: dict[SSAValue, int] = {}
+        self.done: dict[tuple[SSAValue, int], SSAValue] = {}  # (value, group) -> its dequantized replacement
+
+    def quantize_output(self, value: SSAValue) -> None:
+        group = self.prepared.groups[value]
+        dequantized, inserted = self._quantized(value, group, _insert_point_after(value))
+        value.replace_uses_with_if(dequantized, lambda use: use.operation not in inserted)
+        self.output_group[value] = group
+
+    def quantize_edge(self, value: SSAValue, user: Operation) -> None:
+        group = self.prepared.groups[(value, user)]
+        if self.output_group.get(value) == group:
+            return  # the output's quantize/dequantize already serves this edge
+        current = self.done.get((value, self.output_group.get(value, -1)))
+        source = current if current is not None else value
+        key = (source, group)
+        replacement = self.done.get(key)
+        if replacement is None:
+            replacement, _ = self._quantized(source, group, _insert_point_after(source))
+        user.operands = [replacement if operand is source else operand for operand in user.operands]
+
+    def _quantized(self, value: SSAValue, group: int, point: InsertPoint) -> tuple[SSAValue, set[Operation]]:
+        """`value` quantized and dequantized with the group's qparams, and the ops that compute it."""
+        observer = self.prepared.observers[group]
+        spec = self.prepared.specs[next(k for k, g in self.prepared.groups.items() if g == group)]
+        weight = weight_value(self.program, value)
+        builder = _InsertAt(self.program, point)
+        with builder:
+            if weight is not None and not spec.is_dynamic:
+                result = self._dequantized_weight(weight, observer, builder)
+            elif spec.is_dynamic:
+                result = self._dynamic(value, observer)
+            else:
+                result = self._static(value, observer)
+        self.done[(value, group)] = result
+        return result, set(builder.inserted)
+
+    def _static(self, value: SSAValue, observer: Any) -> SSAValue:
+        scale, zero_point = observer.calculate_qparams()
+        if getattr(observer, "qscheme", None) is not None and observer.qscheme.is_per_channel:
+            raise KilnError("per-channel activation quantization is not supported",
+                            fix="use a per-tensor spec for activations")
+        arguments = (float(scale[0]), int(zero_point[0]), observer.quant_min, observer.quant_max, observer.dtype)
+        return qd.dequantize_per_tensor.default(qd.quantize_per_tensor.default(value, *arguments), *arguments)
+
+    def _dynamic(self, value: SSAValue, observer: Any) -> SSAValue:
+        quant_min, quant_max = observer.quant_min, observer.quant_max
+        eps = observer.eps if observer.eps is not None else FLOAT32_EPS
+        scale, zero_point = qd.choose_qparams.tensor(value, quant_min, quant_max, eps, observer.dtype)
+        quantized = qd.quantize_per_tensor.tensor(value, scale, zero_point, quant_min, quant_max, observer.dtype)
+        return qd.dequantize_per_tensor.tensor(quantized, scale, zero_point, quant_min, quant_max, observer.dtype)
+
+    def _dequantized_weight(self, weight: np.ndarray, observer: Any, builder: GraphBuilder) -> SSAValue:
+        if not self.prepared.saw(observer):  # not calibrated (e.g. weight-only): the weight is known now
+            observer(weight)
+        scale, zero_point = observer.calculate_qparams()
+        low, high, dtype = observer.quant_min, observer.quant_max, observer.dtype
+        if observer.qscheme.is_per_channel:
+            axis = observer.ch_axis
+            quantized = qd.quantize_per_channel.default(weight, scale, zero_point, axis, low, high, dtype)
+            stored = add_constant(self.program, quantized, "quantized_weight")
+            scales = add_constant(self.program, scale, "weight_scale")
+            zero_points = add_constant(self.program, zero_point, "weight_zero_point")
+            return qd.dequantize_per_channel.default(stored, scales, zero_points, axis, low, high, dtype)
+        arguments = (float(scale[0]), int(zero_point[0]), low, high, dtype)
+        stored = add_constant(self.program, qd.quantize_per_tensor.default(weight, *arguments), "quantized_weight")
+        return qd.dequantize_per_tensor.default(stored, *arguments)
+

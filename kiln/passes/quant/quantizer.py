@@ -1,0 +1,118 @@
+"""The quantizer API of PT2E: specs that say how a value is quantized, and annotations that attach them to ops.
+
+A `Quantizer` walks a program and records, per op, a `QuantizationAnnotation`: a spec for each input edge it wants
+quantized and optionally one for its output. prepare_pt2e turns the annotations into observers (edges that share a
+spec share an observer), and convert_pt2e into quantize/dequantize ops.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from xdsl.ir import Operation, SSAValue
+
+from kiln.ir.dtypes import DType
+from kiln.ir.errors import KilnError
+from kiln.ir.program import ExportedProgram
+from kiln.passes.quant.observer import PartialConstructor, QScheme
+
+# An input edge (the value, the op that reads it) or a node (an op's result, standing for its output).
+EdgeOrNode = Union[tuple[SSAValue, Operation], SSAValue]
+
+
+@dataclass(eq=True, frozen=True)
+class QuantizationSpec:
+    """How to quantize a value: storage dtype, range, scheme, and the observer that chooses its qparams."""
+
+    dtype: DType
+    observer_or_fake_quant_ctr: Any  # an observer class or `Observer.with_args(...)`
+    quant_min: int | None = None
+    quant_max: int | None = None
+    qscheme: QScheme | None = None
+    ch_axis: int | None = None
+    is_dynamic: bool = False
+
+    def make_observer(self) -> Any:
+        """A fresh observer configured by this spec (its arguments override the constructor's bound ones)."""
+        kwargs: dict[str, Any] = {"dtype": self.dtype, "is_dynamic": self.is_dynamic}
+        if self.quant_min is not None and self.quant_max is not None:
+            kwargs.update(quant_min=self.quant_min, quant_max=self.quant_max)
+        if self.qscheme is not None:
+            kwargs["qscheme"] = self.qscheme
+        if self.ch_axis is not None:
+            kwargs["ch_axis"] = self.ch_axis
+        constructor = self.observer_or_fake_quant_ctr
+        if not isinstance(constructor, PartialConstructor):
+            constructor = PartialConstructor(constructor)
+        return constructor(**kwargs)
+
+
+@dataclass(eq=True, frozen=True)
+class SharedQuantizationSpec:
+    """Quantize like another edge or node, with the same observer (e.g. max_pool's output like its input)."""
+
+    edge_or_node: Any
+
+
+@dataclass
+class QuantizationAnnotation:
+    """Which inputs of an op are quantized and how (`input_qspec_map`: value -> spec), and its output's spec."""
+
+    input_qspec_map: dict[SSAValue, Any] = field(default_factory=dict)
+    output_qspec: Any = None
+    # The input edges of one value share an observer with each other and with the value's output spec when their
+    # specs agree (torch's implicit sharing): one quantize/dequantize pair serves them all.
+    allow_implicit_sharing: bool = True
+    _annotated: bool = False
+    # X86InductorQuantizer's marker: the op ends a pattern whose output can stay int8 (propagation reads it).
+    _is_output_of_quantized_pattern: bool = False
+
+
+@dataclass(frozen=True)
+class QuantizationConfig:
+    """The specs a quantizer applies to a pattern: activations in and out, weight, bias."""
+
+    input_activation: QuantizationSpec | None
+    output_activation: QuantizationSpec | None
+    weight: QuantizationSpec | None
+    bias: QuantizationSpec | None
+    is_qat: bool = False
+
+
+ANNOTATIONS_KEY = "quantization_annotation"
+
+
+def annotations(program: ExportedProgram) -> dict[Operation, QuantizationAnnotation]:
+    """The program's annotations by op (torch keeps them in `node.meta["quantization_annotation"]`)."""
+    return program.metadata.setdefault(ANNOTATIONS_KEY, {})
+
+
+def annotate(program: ExportedProgram, op: Operation, annotation: QuantizationAnnotation) -> None:
+    """Attach `annotation` to `op`; its input_qspec_map keys must be operands of `op`."""
+    for value in annotation.input_qspec_map:
+        if value not in op.operands:
+            raise KilnError(f"the annotation of {op.name} names a value that is not one of its operands",
+                            fix="key input_qspec_map by the op's own operands (op.operands[i])")
+    annotation._annotated = True
+    annotations(program)[op] = annotation
+
+
+def annotation_of(program: ExportedProgram, op: Operation) -> QuantizationAnnotation | None:
+    return annotations(program).get(op)
+
+
+class Quantizer(ABC):
+    """Decides what to quantize: `annotate` marks ops of a program with QuantizationAnnotations."""
+
+    def transform_for_annotation(self, program: ExportedProgram) -> ExportedProgram:
+        """Rewrite the program before annotation (e.g. decompose an op the quantizer matches in pieces)."""
+        return program
+
+    @abstractmethod
+    def annotate(self, program: ExportedProgram) -> ExportedProgram:
+        ...
+
+    def validate(self, program: ExportedProgram) -> None:
+        """Raise a KilnError if the annotations cannot be honoured."""

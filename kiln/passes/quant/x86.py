@@ -1,0 +1,195 @@
+"""X86InductorQuantizer: torchao's recipe for x86 CPUs (uint8 affine activations, int8 per-channel weights).
+
+It annotates conv/linear (alone or followed by an activation) on their activation input and weight, then
+propagates quantization through ops that run in int8 (max_pool2d, avg pools, cat, flatten) when their inputs are
+quantized, and gives those ops' outputs their input's qparams. Static, dynamic and reduce-range configurations
+match `get_default_x86_inductor_quantization_config`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from xdsl.ir import Operation, SSAValue
+
+from kiln.ir import dtypes
+from kiln.ir.program import ExportedProgram
+from kiln.passes.quant.observer import (
+    HistogramObserver, PerChannelMinMaxObserver, PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
+)
+from kiln.passes.quant.quantizer import (
+    QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec, annotate,
+    annotation_of,
+)
+
+Filter = Callable[[Sequence[Operation]], bool]
+
+CONV_OPS = ("aten.conv1d.default", "aten.conv2d.default")
+LINEAR = "aten.linear.default"
+CONV_UNARY_OPS = ("aten.relu.default", "aten.hardtanh.default", "aten.hardswish.default", "aten.silu.default")
+LINEAR_UNARY_OPS = ("aten.relu.default", "aten.leaky_relu.default", "aten.tanh.default", "aten.gelu.default")
+# Ops that run in int8 when their input is int8, so quantization propagates through them.
+INT8_IN_INT8_OUT_OPS = ("aten.max_pool2d.default", "aten.cat.default", "aten.avg_pool2d.default",
+                        "aten.adaptive_avg_pool2d.default", "aten.flatten.using_ints")
+QUANTIZABLE_OPS = INT8_IN_INT8_OUT_OPS + CONV_OPS + (LINEAR, "aten.mul.Tensor", "aten.matmul.default")
+
+
+def get_default_x86_inductor_quantization_config(is_qat: bool = False, is_dynamic: bool = False,
+                                                 reduce_range: bool = False) -> QuantizationConfig:
+    """uint8 per-tensor affine activations (HistogramObserver; chosen at run time when dynamic) and int8
+    per-channel symmetric weights. reduce_range keeps activations to 7 bits for CPUs without VNNI."""
+    if is_qat:
+        raise NotImplementedError("QAT configurations come with prepare_qat_pt2e (the QAT issue)")
+    eps = 2.0 ** -12
+    observer = PlaceholderObserver if is_dynamic else HistogramObserver
+    activation = QuantizationSpec(dtypes.uint8, observer.with_args(eps=eps), quant_min=0,
+                                  quant_max=127 if reduce_range else 255, qscheme=per_tensor_affine,
+                                  is_dynamic=is_dynamic)
+    weight = QuantizationSpec(dtypes.int8, PerChannelMinMaxObserver.with_args(eps=eps), quant_min=-128,
+                              quant_max=127, qscheme=per_channel_symmetric, ch_axis=0)
+    return QuantizationConfig(activation, activation, weight, None, is_qat)
+
+
+def _module_stack(op: Operation) -> list[tuple[str, str]]:
+    stack = op.attributes.get("kiln.nn_module_stack")
+    if stack is None:
+        return []
+    return [tuple(entry.data.rsplit(":", 1)) for entry in stack.data]  # type: ignore[union-attr, misc]
+
+
+def module_name_filter(module_name: str) -> Filter:
+    """True when every op of the pattern was recorded inside the submodule `module_name` (e.g. `encoder.fc1`)."""
+    return lambda ops: all(any(path == module_name for path, _ in _module_stack(op)) for op in ops)
+
+
+def operator_type_filter(op_name: str) -> Filter:
+    """True when exactly one op of the pattern is `op_name` (the pattern's anchor, e.g. the linear)."""
+    return lambda ops: sum(op.name == op_name for op in ops) == 1
+
+
+def _global_filter(ops: Sequence[Operation]) -> bool:
+    return True
+
+
+# Module classes that set_module_type_qconfig maps to the op they export as (torch's own mapping).
+_MODULE_OPS = {"Linear": LINEAR, "Conv2d": "aten.conv2d.default", "Conv1d": "aten.conv1d.default"}
+
+
+class X86InductorQuantizer(Quantizer):
+    def __init__(self) -> None:
+        self.global_config: QuantizationConfig | None = None
+        self.operator_type_qconfig: dict[str, QuantizationConfig | None] = {}
+        self.module_name_qconfig: dict[str, QuantizationConfig | None] = {}
+
+    def set_global(self, quantization_config: QuantizationConfig) -> "X86InductorQuantizer":
+        self.global_config = quantization_config
+        return self
+
+    def set_module_type_qconfig(self, module_type: type, quantization_config: QuantizationConfig | None
+                                ) -> "X86InductorQuantizer":
+        """Quantize ops from modules of this class (kiln.nn or torch.nn Linear/Conv1d/Conv2d) with this config;
+        None keeps them in float."""
+        name = getattr(module_type, "__name__", str(module_type))
+        if name not in _MODULE_OPS:
+            from kiln.ir.errors import KilnError
+            raise KilnError(f"set_module_type_qconfig supports {', '.join(_MODULE_OPS)}, got {name}",
+                            fix="use set_module_name_qconfig for other modules")
+        self.operator_type_qconfig[_MODULE_OPS[name]] = quantization_config
+        return self
+
+    def set_module_name_qconfig(self, module_name: str, quantization_config: QuantizationConfig | None
+                                ) -> "X86InductorQuantizer":
+        """Quantize ops recorded inside the submodule `module_name` with this config; None keeps them in float."""
+        self.module_name_qconfig[module_name] = quantization_config
+        return self
+
+    # -- annotation
+    def annotate(self, program: ExportedProgram) -> ExportedProgram:
+        for name, config in self.module_name_qconfig.items():
+            self._annotate_with_config(program, config, module_name_filter(name))
+        for op_name, config in self.operator_type_qconfig.items():
+            self._annotate_with_config(program, config, operator_type_filter(op_name))
+        if self.global_config is not None:
+            self._annotate_with_config(program, self.global_config, _global_filter)
+        for op in program.nodes():
+            self._annotate_output_for_int8_in_int8_out(program, op)
+        return program
+
+    def _annotate_with_config(self, program: ExportedProgram, config: QuantizationConfig | None,
+                              keep: Filter) -> None:
+        ops = list(program.nodes())
+        for unary_ops, anchors in ((CONV_UNARY_OPS, CONV_OPS), (LINEAR_UNARY_OPS, (LINEAR,))):
+            for op in ops:
+                if op.name in anchors:
+                    unary = _single_user(op)
+                    if unary is not None and unary.name in unary_ops and not self._skip(program, [unary, op], keep):
+                        self._annotate_anchor(program, op, config, output_quantized=False)
+                        self._mark(program, unary, config, QuantizationAnnotation(_is_output_of_quantized_pattern=True))
+        for op in ops:
+            if op.name in ("aten.conv2d.default", LINEAR) and not self._skip(program, [op], keep):
+                self._annotate_anchor(program, op, config, output_quantized=True)
+        for op in ops:
+            self._propagate(program, op, config, keep)
+
+    @staticmethod
+    def _skip(program: ExportedProgram, ops: Sequence[Operation], keep: Filter) -> bool:
+        return any(annotation_of(program, op) is not None for op in ops) or not keep(ops)
+
+    @staticmethod
+    def _mark(program: ExportedProgram, op: Operation, config: QuantizationConfig | None,
+              annotation: QuantizationAnnotation) -> None:
+        annotate(program, op, annotation if config is not None else QuantizationAnnotation())
+
+    def _annotate_anchor(self, program: ExportedProgram, op: Operation, config: QuantizationConfig | None,
+                         output_quantized: bool) -> None:
+        if config is None:
+            annotate(program, op, QuantizationAnnotation())
+            return
+        inputs = {op.operands[0]: config.input_activation, op.operands[1]: config.weight}
+        if len(op.operands) > 2 and config.bias is not None:
+            inputs[op.operands[2]] = config.bias
+        annotate(program, op, QuantizationAnnotation(inputs, _is_output_of_quantized_pattern=output_quantized))
+
+    def _propagate(self, program: ExportedProgram, op: Operation, config: QuantizationConfig | None,
+                   keep: Filter) -> None:
+        if op.name not in INT8_IN_INT8_OUT_OPS or annotation_of(program, op) is not None or not keep([op]):
+            return
+        if config is None:
+            annotate(program, op, QuantizationAnnotation())
+            return
+        if op.name == "aten.cat.default":
+            if not all(_is_quantized_output(program, v) for v in op.operands):
+                return
+            first = op.operands[0]
+            shared = SharedQuantizationSpec((first, op))
+            inputs = {first: config.input_activation}
+            inputs.update({v: shared for v in op.operands[1:] if v not in inputs})
+            annotate(program, op, QuantizationAnnotation(inputs, _is_output_of_quantized_pattern=True))
+            return
+        if op.name == "aten.flatten.using_ints" and op.results[0].uses and not any(
+                use.operation.name in QUANTIZABLE_OPS for use in op.results[0].uses):
+            return
+        source = op.operands[0]
+        if not _is_quantized_output(program, source):
+            return
+        annotate(program, op, QuantizationAnnotation({source: config.input_activation},
+                                                     _is_output_of_quantized_pattern=True))
+
+    @staticmethod
+    def _annotate_output_for_int8_in_int8_out(program: ExportedProgram, op: Operation) -> None:
+        annotation = annotation_of(program, op)
+        if op.name in INT8_IN_INT8_OUT_OPS and annotation is not None and annotation._is_output_of_quantized_pattern:
+            annotation.output_qspec = SharedQuantizationSpec((op.operands[0], op))
+
+
+def _single_user(op: Operation) -> Operation | None:
+    uses = list(op.results[0].uses)
+    return uses[0].operation if len(uses) == 1 else None
+
+
+def _is_quantized_output(program: ExportedProgram, value: SSAValue) -> bool:
+    owner = value.owner
+    if not isinstance(owner, Operation):
+        return False
+    annotation = annotation_of(program, owner)
+    return annotation is not None and annotation._is_output_of_quantized_pattern
