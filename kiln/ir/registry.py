@@ -53,7 +53,7 @@ REGISTRY: dict[str, OpDef] = {}
 
 def defop(schema: str, meta: MetaRule, kernel: Kernel | None = None, *, tags: tuple[str, ...] = (),
           doc: str = "") -> OpDef:
-    """Register an op from its ATen schema string. Tags: core, composite, view, random, backward."""
+    """Register an op from its schema string. Tags: core, composite, view, random, backward, quantize."""
     parsed = parse_schema(schema)
     if parsed.qualified_name in REGISTRY:
         raise KilnError(f"op {parsed.qualified_name} is registered twice")

@@ -179,8 +179,10 @@ def _replay_region(block: Any, arg_types: list[Any], builder: GraphBuilder, mapp
     return inner_builder.block, yielded
 
 
-def default_decompositions() -> dict[OpOverload, Callable[..., Any]]:
-    """Every registered decomposition, keyed by op handle: lowers programs to Core ATen."""
+def default_decompositions(namespaces: tuple[str, ...] = ("aten",)) -> dict[OpOverload, Callable[..., Any]]:
+    """Every registered decomposition of a non-core op in `namespaces`, keyed by op handle: lowers programs to Core
+    ATen. Other namespaces stay, as torch keeps `quantized_decomposed` ops: backends match them; pass
+    ("aten", "quantized_decomposed") to compute them in float instead."""
     from kiln.ir.registry import REGISTRY
     return {OpOverload(opdef): opdef.decomposition for opdef in REGISTRY.values()
-            if opdef.decomposition is not None and not opdef.is_core}
+            if opdef.decomposition is not None and not opdef.is_core and opdef.schema.namespace in namespaces}

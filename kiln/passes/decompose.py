@@ -20,6 +20,8 @@ class Decompose(Pass):
 
     keep: tuple[str, ...] = option((), "ops to leave alone (backend-legal): gelu (every overload), "
                                        "aten.layer_norm.default or layer_norm.default (one overload)")
+    namespaces: tuple[str, ...] = option(("aten",), "op namespaces to decompose (add quantized_decomposed to "
+                                                     "compute quantize/dequantize in float)")
     table: Mapping[OpOverload, Callable[..., Any]] | None = field(
         default=None, metadata={"help": "decomposition table keyed by kiln.ops handles (default: the registry's)"})
 
@@ -27,7 +29,7 @@ class Decompose(Pass):
         kept_op_names(self.keep)  # unknown op names fail when the pipeline is parsed, not halfway through it
 
     def decomposition_table(self) -> dict[OpOverload, Callable[..., Any]]:
-        table = dict(default_decompositions() if self.table is None else self.table)
+        table = dict(default_decompositions(self.namespaces) if self.table is None else self.table)
         kept = kept_op_names(self.keep)
         return {handle: fn for handle, fn in table.items() if handle.name not in kept}
 

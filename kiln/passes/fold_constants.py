@@ -1,5 +1,6 @@
 """Constant folding: ops whose inputs are all known are evaluated with the reference kernels; values that the
-rest of the program still reads become CONSTANT_TENSOR inputs. With `freeze`, parameters and buffers count as
+rest of the program still reads become CONSTANT_TENSOR inputs. Quantize/dequantize ops stay, so integer weights
+stay integers. With `freeze`, parameters and buffers count as
 known too (weights are then baked in, and the parameters they came from leave the signature)."""
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def _constant_name(op: Operation) -> str:
 def _foldable(op: Operation, known: dict[SSAValue, Any]) -> bool:
     opdef = getattr(op, "opdef", None)
     if opdef is None or opdef.kernel is None or "random" in opdef.tags or op.regions:
+        return False
+    if "quantize" in opdef.tags:  # dequantize(int8 weight) is the quantized representation itself, as in torch
         return False
     if not all(isinstance(r.type, TensorType) and r.type.is_static for r in op.results):
         return False

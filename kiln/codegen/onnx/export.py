@@ -25,6 +25,7 @@ from kiln.codegen.onnx.graph import Model, OnnxGraph, Value, value_info
 from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
 from kiln.codegen.onnx.optimize import clean_graph
 import kiln.codegen.onnx.composites  # noqa: F401,E402  (adds the composite ops' lowerings to the table)
+import kiln.codegen.onnx.quantized  # noqa: F401,E402  (adds the quantize/dequantize lowerings)
 
 # Opset 20 is the default, as in torch.onnx 2.13 (torch.onnx._constants.ONNX_DEFAULT_OPSET): it has Gelu, which
 # onnxruntime runs as one kernel. Opset 18 is the oldest the table targets (Col2Im, BitwiseAnd, reductions with

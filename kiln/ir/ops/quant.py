@@ -14,7 +14,7 @@ import sympy
 from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.meta import dtype_of, like, numel, require_arg, require_dtype, shape_of, tensor
-from kiln.ir.registry import defop, ops
+from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.symbolic import sym_eq
 
 aten = ops.aten
@@ -74,14 +74,14 @@ def _quantized_input(input, dtype: DType) -> None:
 # Per-tensor
 
 def _as_float32(input):
-    return aten._to_copy.default(input, dtype=dtypes.float32) if input.dtype != np.float32 else input
+    return input if dtype_of(input) is dtypes.float32 else aten._to_copy.default(input, dtype=dtypes.float32)
 
 
 def _quantize(input, inverse_scale, zero_point, quant_min: int, quant_max: int, dtype: DType):
     """clamp(round(input * inverse_scale) + zero_point, quant_min, quant_max).to(dtype), with tensor or scalar
     qparams, as every torch quantize op writes it."""
-    mul = aten.mul.Tensor if isinstance(inverse_scale, np.ndarray) else aten.mul.Scalar
-    add = aten.add.Tensor if isinstance(zero_point, np.ndarray) else aten.add.Scalar
+    mul = aten.mul.Scalar if isinstance(inverse_scale, (int, float)) else aten.mul.Tensor
+    add = aten.add.Scalar if isinstance(zero_point, (int, float)) else aten.add.Tensor
     rounded = add(aten.round.default(mul(input, inverse_scale)), zero_point)
     return aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
 
@@ -227,8 +227,8 @@ _define("choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_
 def _channel_view(values, axis: int, rank: int):
     """A per-channel vector shaped to broadcast along `axis` of a rank-`rank` tensor."""
     shape = [1] * rank
-    shape[axis] = values.shape[0]
-    return values.reshape(shape)
+    shape[axis] = shape_of(values)[0]
+    return aten.view.default(values, shape)
 
 
 def quantize_per_channel_meta(input, scales, zero_points, axis, quant_min, quant_max, dtype):
@@ -240,9 +240,9 @@ def quantize_per_channel_meta(input, scales, zero_points, axis, quant_min, quant
 
 def quantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype):
     input = _as_float32(input)
-    scales = _channel_view(scales, axis, input.ndim)
-    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales)  # torch: input * (1.0 / scales)
-    return _quantize(input, inverse, _channel_view(zero_points, axis, input.ndim), quant_min, quant_max, dtype)
+    rank = len(shape_of(input))
+    inverse = aten.reciprocal.default(_channel_view(scales, axis, rank))  # torch: input * (1.0 / scales)
+    return _quantize(input, inverse, _channel_view(zero_points, axis, rank), quant_min, quant_max, dtype)
 
 
 def dequantize_per_channel_meta(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
@@ -253,9 +253,10 @@ def dequantize_per_channel_meta(input, scales, zero_points, axis, quant_min, qua
 
 
 def dequantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
-    scales = _channel_view(scales, axis, input.ndim)
+    rank = len(shape_of(input))
+    scales = _channel_view(scales, axis, rank)
     if zero_points is not None:
-        input = aten.sub.Tensor(input, _channel_view(zero_points, axis, input.ndim))
+        input = aten.sub.Tensor(input, _channel_view(zero_points, axis, rank))
     result = aten.mul.Tensor(input, scales)
     return aten._to_copy.default(result, dtype=dtypes.dtype(out_dtype or dtypes.float32))
 
@@ -280,8 +281,8 @@ def choose_qparams_per_token_asymmetric(input, dtype):
     """XNNPACK's asymmetric int8 per-token qparams: scale from the row's range including 0, the zero point from
     whichever end loses less."""
     quant_min, quant_max = -128, 127
-    min_neg = aten.minimum.default(aten.amin.default(input, [-1], True), np.zeros((), input.dtype))
-    max_pos = aten.maximum.default(aten.amax.default(input, [-1], True), np.zeros((), input.dtype))
+    min_neg = aten.clamp.default(aten.amin.default(input, [-1], True), None, 0.0)  # torch.min(x, zeros_like)
+    max_pos = aten.clamp.default(aten.amax.default(input, [-1], True), 0.0)
     scale = aten.div.Scalar(aten.sub.Tensor(max_pos, min_neg), float(quant_max - quant_min))
     scale = aten.clamp.default(scale, float(np.finfo(np.float32).eps))
     descaled_min = aten.div.Tensor(min_neg, scale)
@@ -303,7 +304,7 @@ def quantize_per_token_meta(input, scales, zero_points, quant_min, quant_max, dt
 
 
 def quantize_per_token(input, scales, zero_points, quant_min, quant_max, dtype):
-    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales)
+    inverse = aten.reciprocal.default(scales)  # torch: input.mul(1.0 / scales)
     rounded = aten.round.default(aten.add.Tensor(aten.mul.Tensor(input, inverse), zero_points))
     return aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
 
@@ -343,14 +344,13 @@ def quantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant
 
 
 def quantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size=128):
-    group_size = _group_size(list(input.shape), list(scales.shape), group_size)
-    if np.isnan(input).any():
-        raise ValueError("quantize_per_channel_group: the weight contains NaN")
-    groups = input.reshape(-1, group_size)
-    inverse = aten.div.Tensor(np.ones((), scales.dtype), scales.reshape(-1, 1))
-    rounded = aten.round.default(aten.add.Tensor(aten.mul.Tensor(groups, inverse), zero_points.reshape(-1, 1)))
-    quantized = aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
-    return quantized.reshape(input.shape)
+    shape = list(shape_of(input))
+    group_size = _group_size(shape, list(shape_of(scales)), group_size)
+    groups = aten.view.default(input, [-1, group_size])
+    inverse = aten.reciprocal.default(aten.view.default(scales, [-1, 1]))  # torch: mul(1.0 / scales)
+    shifted = aten.add.Tensor(aten.mul.Tensor(groups, inverse), aten.view.default(zero_points, [-1, 1]))
+    rounded = aten.clamp.default(aten.round.default(shifted), quant_min, quant_max)
+    return aten.view.default(aten._to_copy.default(rounded, dtype=dtypes.dtype(dtype)), shape)
 
 
 def dequantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant_max, dtype, group_size,
@@ -360,10 +360,12 @@ def dequantize_per_channel_group_meta(input, scales, zero_points, quant_min, qua
 
 
 def dequantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size, output_dtype):
-    group_size = _group_size(list(input.shape), list(scales.shape), group_size)
-    groups = input.reshape(-1, group_size)
-    zero = zero_points.reshape(-1, 1) if zero_points is not None else np.zeros((), np.int32)
-    dequantized = aten.mul.Tensor(aten.sub.Tensor(groups, zero), scales.reshape(-1, 1)).reshape(input.shape)
+    shape = list(shape_of(input))
+    group_size = _group_size(shape, list(shape_of(scales)), group_size)
+    groups = aten.view.default(input, [-1, group_size])
+    if zero_points is not None:  # (torch subtracts a 0-d int32 zero otherwise: the weight's dtype and values stay)
+        groups = aten.sub.Tensor(groups, aten.view.default(zero_points, [-1, 1]))
+    dequantized = aten.view.default(aten.mul.Tensor(groups, aten.view.default(scales, [-1, 1])), shape)
     return aten._to_copy.default(dequantized, dtype=dtypes.dtype(output_dtype))
 
 
@@ -373,3 +375,81 @@ _define("quantize_per_channel_group(Tensor input, Tensor scales, Tensor zero_poi
 _define("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, "
         "int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor",
         dequantize_per_channel_group_meta, dequantize_per_channel_group)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decompositions into aten ops: backends without integer kernels for a pattern run these in float, exactly as
+# the reference kernels compute (the per-tensor and per-channel kernels above are written with aten ops only and
+# serve as their own decompositions).
+
+def _scalar(value, dtype: DType | None = None):
+    """A one-element qparam tensor as a 0-d tensor (optionally converted), so it broadcasts like the scalar torch
+    reads with .item()."""
+    value = aten.view.default(value, [])
+    return value if dtype is None else aten._to_copy.default(value, dtype=dtype)
+
+
+def quantize_per_tensor_tensor_decomposition(input, scale, zero_point, quant_min, quant_max, dtype):
+    # torch: 1.0 / scale.item() in double, rounded to float32 where it multiplies the input
+    inverse = aten.reciprocal.default(_scalar(scale, dtypes.float64))
+    return _quantize(_as_float32(input), inverse, _scalar(zero_point), quant_min, quant_max, dtype)
+
+
+def dequantize_per_tensor_tensor_decomposition(input, scale, zero_point, quant_min, quant_max, dtype,
+                                               out_dtype=None):
+    floats = aten._to_copy.default(input, dtype=dtypes.dtype(out_dtype or dtypes.float32))
+    return aten.mul.Tensor(aten.sub.Tensor(floats, _scalar(zero_point)), _scalar(scale))
+
+
+def quantize_per_tensor_tensor2_decomposition(input, scale, zero_point, quant_min, quant_max, dtype):
+    inverse = aten.reciprocal.default(_scalar(scale, dtypes.float64))
+    rounded = aten.add.Tensor(aten.round.default(aten.mul.Tensor(_as_float32(input), inverse)), _scalar(zero_point))
+    clamped = aten.clamp.Tensor(rounded, _scalar(quant_min), _scalar(quant_max))
+    return aten._to_copy.default(clamped, dtype=dtypes.dtype(dtype))
+
+
+def dequantize_per_tensor_tensor2_decomposition(input, scale, zero_point, quant_min, quant_max, dtype,
+                                                out_dtype=None):
+    return dequantize_per_tensor_tensor_decomposition(input, scale, zero_point, 0, 0, dtype, out_dtype)
+
+
+def choose_qparams_decomposition(symmetric: bool):
+    def decomposition(input, quant_min, quant_max, eps, dtype):
+        values = _as_float32(input)
+        min_neg = aten.clamp.default(aten.amin.default(values, []), None, 0.0)
+        max_pos = aten.clamp.default(aten.amax.default(values, []), 0.0)
+        if symmetric:
+            max_pos = aten.maximum.default(aten.neg.default(min_neg), max_pos)
+            scale = aten.div.Scalar(max_pos, float(quant_max - quant_min) / 2)
+        else:
+            scale = aten.div.Scalar(aten.sub.Tensor(max_pos, min_neg), float(quant_max - quant_min))
+        scale = aten.clamp.default(scale, float(np.float32(eps)))
+        if symmetric:
+            zero = 128 if dtypes.dtype(dtype) is dtypes.uint8 else 0
+            zero_point = aten.full.default([1], zero, dtype=dtypes.int64)
+        else:
+            shift = aten._to_copy.default(aten.round.default(aten.div.Tensor(min_neg, scale)), dtype=dtypes.int32)
+            zero_point = aten.clamp.default(aten.rsub.Scalar(shift, quant_min), quant_min, quant_max)
+            zero_point = aten._to_copy.default(aten.view.default(zero_point, [1]), dtype=dtypes.int64)
+        return aten._to_copy.default(aten.view.default(scale, [1]), dtype=dtypes.float64), zero_point
+    return decomposition
+
+
+for _name, _fn in [
+    ("quantize_per_tensor.default", quantize_per_tensor),
+    ("dequantize_per_tensor.default", dequantize_per_tensor),
+    ("quantize_per_channel.default", quantize_per_channel),
+    ("dequantize_per_channel.default", dequantize_per_channel),
+    ("quantize_per_tensor.tensor", quantize_per_tensor_tensor_decomposition),
+    ("dequantize_per_tensor.tensor", dequantize_per_tensor_tensor_decomposition),
+    ("choose_qparams.tensor", choose_qparams_decomposition(symmetric=False)),
+    ("choose_qparams_symmetric.tensor", choose_qparams_decomposition(symmetric=True)),
+    ("quantize_per_tensor.tensor2", quantize_per_tensor_tensor2_decomposition),
+    ("dequantize_per_tensor.tensor2", dequantize_per_tensor_tensor2_decomposition),
+    ("choose_qparams_per_token_asymmetric.default", choose_qparams_per_token_asymmetric),
+    ("quantize_per_token.default", quantize_per_token),
+    ("dequantize_per_token.default", dequantize_per_token),
+    ("quantize_per_channel_group.default", quantize_per_channel_group),
+    ("dequantize_per_channel_group.default", dequantize_per_channel_group),
+]:
+    register_decomposition(f"{NAMESPACE}.{_name}")(_fn)

@@ -1,0 +1,139 @@
+"""ONNX lowerings of the quantized_decomposed ops: the QDQ format (QuantizeLinear / DequantizeLinear, per tensor
+or per axis) that onnxruntime fuses with the float op between them into its int8 kernels.
+
+QuantizeLinear divides by the scale where torch multiplies by its reciprocal, so a value within an ulp of a
+rounding tie can land one step apart; everything else (saturation, round-half-to-even, dequantization) is torch's
+arithmetic. Ops with float64 or int16 qparams, and the per-token and per-group ops, are decomposed instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln.ir import dtypes
+
+from kiln.codegen.onnx.context import LoweringContext
+from kiln.codegen.onnx.graph import Value
+from kiln.codegen.onnx.lowerings import lowers
+
+Q = "quantized_decomposed"
+
+
+def _saturated(ctx: LoweringContext, quantized: str, dtype: dtypes.DType, quant_min: int, quant_max: int) -> str:
+    """QuantizeLinear saturates to the storage type's range; a narrower one (reduce_range's 0..127) adds a Clip,
+    which onnxruntime's QDQ fusion does not look through."""
+    info = np.iinfo(dtype.numpy)
+    if (quant_min, quant_max) == (int(info.min), int(info.max)):
+        return quantized
+    return ctx.node("Clip", [quantized, ctx.const(np.asarray(quant_min, dtype.numpy)),
+                             ctx.const(np.asarray(quant_max, dtype.numpy))])
+
+
+def _scale_and_zero(ctx: LoweringContext, scale: Any, zero_point: Any, dtype: dtypes.DType) -> tuple[str, str]:
+    if isinstance(scale, Value):  # a one-element tensor (dynamic qparams): scalars, as QuantizeLinear wants
+        scale_name = ctx.node("Reshape", [ctx.as_dtype(scale, dtypes.float32), ctx.ints([])])
+        zero_name = ctx.node("Reshape", [ctx.graph.cast(zero_point.name, zero_point.dtype, dtype), ctx.ints([])])
+        return scale_name, zero_name
+    return ctx.const(np.float32(scale)), ctx.const(np.asarray(zero_point, dtype.numpy))
+
+
+def _qdq_ready(ctx: LoweringContext, dtype: dtypes.DType, scales: Any = None, zero_points: Any = None) -> bool:
+    """Whether QuantizeLinear/DequantizeLinear express the op exactly as torch computes it: 8-bit storage,
+    float32 scales, zero points known and inside the storage range (torch adds them as floats, so a uint8
+    program may use a negative one); otherwise the lowering writes torch's arithmetic out."""
+    if dtype not in (dtypes.uint8, dtypes.int8):
+        return False
+    if isinstance(scales, Value) and scales.dtype is not dtypes.float32:
+        return False
+    if isinstance(zero_points, Value):
+        zero_points = ctx.graph.model.constant(zero_points.name)
+        if zero_points is None:
+            return False
+    info = np.iinfo(dtype.numpy)
+    return zero_points is None or bool(np.all((np.asarray(zero_points) >= info.min) &
+                                              (np.asarray(zero_points) <= info.max)))
+
+
+def _explicit_quantize(ctx: LoweringContext, x: Value, inverse: str, zero_point: str, compute: dtypes.DType,
+                       quant_min: int, quant_max: int, dtype: dtypes.DType) -> str:
+    """torch's clamp(round(x * inverse) + zero_point, quant_min, quant_max).to(dtype), in `compute`."""
+    rounded = ctx.node("Round", [ctx.node("Mul", [ctx.as_dtype(x, compute), inverse])])
+    clipped = ctx.node("Clip", [ctx.node("Add", [rounded, zero_point]), ctx.const(quant_min, compute),
+                                ctx.const(quant_max, compute)])
+    return ctx.graph.cast(clipped, compute, dtype)
+
+
+@lowers(f"{Q}.quantize_per_tensor.default", f"{Q}.quantize_per_tensor.tensor")
+def _quantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_point: Any, quant_min: int,
+                         quant_max: int, dtype: dtypes.DType) -> str:
+    dtype = dtypes.dtype(dtype)
+    dynamic = isinstance(scale, Value)  # choose_qparams's zero point is clamped into the range
+    if not dynamic and not _qdq_ready(ctx, dtype, zero_points=zero_point):
+        inverse = ctx.const(np.float32(1.0 / scale))
+        return _explicit_quantize(ctx, x, inverse, ctx.const(np.float32(zero_point)), dtypes.float32, quant_min,
+                                  quant_max, dtype)
+    scale_name, zero_name = _scale_and_zero(ctx, scale, zero_point, dtype)
+    quantized = ctx.node("QuantizeLinear", [ctx.as_dtype(x, dtypes.float32), scale_name, zero_name])
+    return _saturated(ctx, quantized, dtype, quant_min, quant_max)
+
+
+@lowers(f"{Q}.dequantize_per_tensor.default", f"{Q}.dequantize_per_tensor.tensor")
+def _dequantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_point: Any, quant_min: int,
+                           quant_max: int, dtype: dtypes.DType, out_dtype: Any = None) -> str:
+    dtype = dtypes.dtype(dtype)
+    if not isinstance(scale, Value) and not _qdq_ready(ctx, dtype, zero_points=zero_point):
+        shifted = ctx.node("Sub", [ctx.as_dtype(x, dtypes.float32), ctx.const(np.float32(zero_point))])
+        result = ctx.node("Mul", [shifted, ctx.const(np.float32(scale))])
+    else:
+        scale_name, zero_name = _scale_and_zero(ctx, scale, zero_point, dtype)
+        result = ctx.node("DequantizeLinear", [x.name, scale_name, zero_name])
+    return ctx.graph.cast(result, dtypes.float32, ctx.out_dtype)
+
+
+def _axis_qparams(ctx: LoweringContext, scales: Value, zero_points: Value | None, dtype: dtypes.DType,
+                  size: Any) -> tuple[str, str]:
+    scale_name = ctx.as_dtype(scales, dtypes.float32)
+    if zero_points is None:
+        return scale_name, ctx.const(np.zeros(int(size), dtype.numpy))
+    return scale_name, ctx.graph.cast(zero_points.name, zero_points.dtype, dtype)
+
+
+def _along(ctx: LoweringContext, vector: Value, axis: int, rank: int, dtype: dtypes.DType) -> str:
+    """A per-channel vector as `dtype`, shaped to broadcast along `axis`."""
+    shape = [1] * rank
+    shape[axis] = -1
+    return ctx.node("Reshape", [ctx.as_dtype(vector, dtype), ctx.ints(shape)])
+
+
+@lowers(f"{Q}.quantize_per_channel.default")
+def _quantize_per_channel(ctx: LoweringContext, x: Value, scales: Value, zero_points: Value, axis: int,
+                          quant_min: int, quant_max: int, dtype: dtypes.DType) -> str:
+    dtype = dtypes.dtype(dtype)
+    if not _qdq_ready(ctx, dtype, scales, zero_points):  # e.g. float64 scales: torch computes in float64
+        rank = len(x.shape)
+        compute = dtypes.promote_types(dtypes.float32, scales.dtype)
+        inverse = ctx.node("Reciprocal", [_along(ctx, scales, axis, rank, compute)])
+        return _explicit_quantize(ctx, x, inverse, _along(ctx, zero_points, axis, rank, compute), compute,
+                                  quant_min, quant_max, dtype)
+    scale_name, zero_name = _axis_qparams(ctx, scales, zero_points, dtype, scales.shape[0])
+    quantized = ctx.node("QuantizeLinear", [ctx.as_dtype(x, dtypes.float32), scale_name, zero_name], axis=axis)
+    return _saturated(ctx, quantized, dtype, quant_min, quant_max)
+
+
+@lowers(f"{Q}.dequantize_per_channel.default")
+def _dequantize_per_channel(ctx: LoweringContext, x: Value, scales: Value, zero_points: Value | None, axis: int,
+                            quant_min: int, quant_max: int, dtype: dtypes.DType, out_dtype: Any = None) -> str:
+    if not _qdq_ready(ctx, dtypes.dtype(dtype), scales, zero_points):  # torch: (x - zero_points) * scales
+        rank = len(x.shape)
+        shifted = ctx.as_dtype(x, dtypes.int64)
+        if zero_points is not None:
+            shifted = ctx.node("Sub", [shifted, _along(ctx, zero_points, axis, rank, dtypes.int64)])
+        compute = dtypes.promote_types(dtypes.float32, scales.dtype)
+        scaled = ctx.node("Mul", [ctx.graph.cast(shifted, dtypes.int64, compute),
+                                  _along(ctx, scales, axis, rank, compute)])
+        return ctx.graph.cast(scaled, compute, ctx.out_dtype)
+    scale_name, zero_name = _axis_qparams(ctx, scales, zero_points, dtypes.dtype(dtype), scales.shape[0])
+    result = ctx.node("DequantizeLinear", [x.name, scale_name, zero_name], axis=axis)
+    return ctx.graph.cast(result, dtypes.float32, ctx.out_dtype)

@@ -1,0 +1,84 @@
+"""Quantized programs as ONNX QDQ: onnx.checker accepts them, onnxruntime fuses the static ones into its int8
+kernels, and its results agree with kiln's reference quantized program."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import kiln
+import kiln.nn as nn
+from kiln import quantization as kq
+from tests.quantization.test_pt2e import assert_quantized_close
+
+
+def _quantized_cnn(dynamic: bool, reduce_range: bool = False):
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 4 * 4, 16),
+                          nn.ReLU(), nn.Linear(16, 4)).eval()
+    program = kiln.export(model, (kiln.randn(16, 3, 10, 10),))
+    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic, reduce_range=reduce_range)
+    prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        prepared(rng.standard_normal((16, 3, 10, 10)).astype(np.float32))
+    return kq.convert_pt2e(prepared)
+
+
+def _session(model_proto, optimized_path=None):
+    options = ort.SessionOptions()
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
+    return ort.InferenceSession(model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("dynamic,reduce_range", [(False, False), (False, True), (True, False)],
+                         ids=["static", "static-reduce_range", "dynamic"])
+def test_qdq_model_runs_in_onnxruntime_like_kiln(dynamic, reduce_range, tmp_path):
+    program = _quantized_cnn(dynamic, reduce_range)
+    x = np.random.default_rng(1).standard_normal((16, 3, 10, 10)).astype(np.float32)
+    model_proto = kiln.onnx.export(program, (x,)).model_proto
+    onnx.checker.check_model(model_proto, full_check=True)
+    kinds = [node.op_type for node in model_proto.graph.node]
+    histogram = program.op_histogram()
+    assert kinds.count("QuantizeLinear") == histogram.get("quantized_decomposed.quantize_per_tensor.default", 0) + \
+        histogram.get("quantized_decomposed.quantize_per_tensor.tensor", 0)
+    assert kinds.count("DequantizeLinear") == sum(count for name, count in histogram.items() if "dequantize" in name)
+    session = _session(model_proto, tmp_path / "optimized.onnx")
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    assert_quantized_close(got, program(x))
+    if not dynamic and not reduce_range:  # the QDQ pairs around conv and linear become int8 kernels
+        fused = {node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node}
+        assert {"QLinearConv", "QGemm"} <= fused, fused
+
+
+def test_quantize_ops_lower_to_quantizelinear_with_per_axis_scales():
+    """A per-channel quantize/dequantize pair of a weight lowers to QuantizeLinear/DequantizeLinear with axis."""
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.types import TensorType
+    qd = kiln.ops.quantized_decomposed
+    rng = np.random.default_rng(2)
+    scales = rng.uniform(0.01, 0.05, 6).astype(np.float32)
+    zeros = np.zeros(6, np.int64)
+    builder = GraphBuilder()
+    w = builder.add_input("w", TensorType.of([6, 5], "f32"))
+    with builder:
+        from kiln.passes import constant  # noqa: F401  (the builder records constants as inputs below)
+    program_inputs = [rng.standard_normal((6, 5)).astype(np.float32)]
+    s = builder.add_input("scales", TensorType.of([6], "f32"), kiln.InputKind.CONSTANT_TENSOR, "scales")
+    z = builder.add_input("zeros", TensorType.of([6], "i64"), kiln.InputKind.CONSTANT_TENSOR, "zeros")
+    with builder:
+        quantized = qd.quantize_per_channel.default(w, s, z, 0, -128, 127, kiln.int8)
+        out = qd.dequantize_per_channel.default(quantized, s, z, 0, -128, 127, kiln.int8)
+    program = builder.build([out], constants={"scales": scales, "zeros": zeros})
+    model_proto = kiln.onnx.export(program, tuple(program_inputs)).model_proto
+    nodes = {node.op_type: node for node in model_proto.graph.node}
+    assert "QuantizeLinear" in nodes and "DequantizeLinear" in nodes
+    assert any(a.name == "axis" and a.i == 0 for a in nodes["QuantizeLinear"].attribute)
+    session = _session(model_proto)
+    (got,) = session.run(None, {session.get_inputs()[0].name: program_inputs[0]})
+    expected = program(*program_inputs)
+    steps = np.abs(np.round((got - expected) / scales[:, None]))
+    assert steps.max() <= 1  # QuantizeLinear divides where torch multiplies by the reciprocal: ties may differ
