@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 
 # Every public subpackage is an attribute of `kiln`, as torch.export and torch.onnx are of torch; these import on
 # first use, so `import kiln` pays only for the IR and the frontend.
-_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "runtime", "testing")
+_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "quantization", "runtime", "testing")
 _LAZY_ATTRIBUTES = {"compile": ("kiln.runtime", "compile")}  # kiln.compile: build a C package and load it
 
 

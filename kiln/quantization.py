@@ -9,13 +9,16 @@
 from kiln.passes.quant.convert import convert_pt2e
 from kiln.passes.quant.observer import (
     HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, PerChannelMinMaxObserver,
-    PlaceholderObserver, QScheme, UniformQuantizationObserverBase, per_channel_affine, per_channel_symmetric,
-    per_tensor_affine, per_tensor_symmetric,
+    PerGroupMinMaxObserver, PlaceholderObserver, QScheme, UniformQuantizationObserverBase, per_channel_affine,
+    per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
 )
 from kiln.passes.quant.prepare import PreparedProgram, prepare_pt2e
 from kiln.passes.quant.quantizer import (
     QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec, annotate,
     annotation_of,
+)
+from kiln.passes.quant.simple import (
+    WeightOnlyQuantizer, XNNPACKQuantizer, get_symmetric_quantization_config,
 )
 from kiln.passes.quant.x86 import X86InductorQuantizer, get_default_x86_inductor_quantization_config
 
@@ -25,5 +28,6 @@ __all__ = [
     "UniformQuantizationObserverBase", "per_channel_affine", "per_channel_symmetric", "per_tensor_affine",
     "per_tensor_symmetric", "QuantizationAnnotation", "QuantizationConfig", "QuantizationSpec", "Quantizer",
     "SharedQuantizationSpec", "annotate", "annotation_of", "X86InductorQuantizer",
-    "get_default_x86_inductor_quantization_config",
+    "get_default_x86_inductor_quantization_config", "PerGroupMinMaxObserver", "WeightOnlyQuantizer",
+    "XNNPACKQuantizer", "get_symmetric_quantization_config",
 ]

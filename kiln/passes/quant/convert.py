@@ -13,11 +13,12 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, GraphBuilder
 from kiln.ir.registry import ops
 from kiln.passes.base import add_constant, finish_pass, weight_value
-from kiln.passes.quant.observer import FLOAT32_EPS
+from kiln.passes.quant.observer import FLOAT32_EPS, PerGroupMinMaxObserver
 from kiln.passes.quant.prepare import PreparedProgram
 from kiln.passes.quant.quantizer import ANNOTATIONS_KEY
 
@@ -126,6 +127,14 @@ class _Converter:
             observer(weight)
         scale, zero_point = observer.calculate_qparams()
         low, high, dtype = observer.quant_min, observer.quant_max, observer.dtype
+        if isinstance(observer, PerGroupMinMaxObserver):  # int4 values in int8 storage, one scale per group
+            size = observer.group_size
+            quantized = qd.quantize_per_channel_group.default(weight, scale, zero_point, low, high, dtype, size)
+            stored = add_constant(self.program, quantized, "quantized_weight")
+            scales = add_constant(self.program, scale, "weight_scale")
+            zero_points = add_constant(self.program, zero_point, "weight_zero_point")
+            return qd.dequantize_per_channel_group.default(stored, scales, zero_points, low, high, dtype, size,
+                                                           dtypes.float32)
         if observer.qscheme.is_per_channel:
             axis = observer.ch_axis
             quantized = qd.quantize_per_channel.default(weight, scale, zero_point, axis, low, high, dtype)

@@ -192,6 +192,32 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         return self._calculate_qparams(self.min_val, self.max_val)
 
 
+class PerGroupMinMaxObserver(UniformQuantizationObserverBase):
+    """Symmetric qparams per group of `group_size` consecutive elements of each row of a 2-d weight (int4
+    weight-only quantization): one scale per group, as quantize_per_channel_group takes them."""
+
+    def __init__(self, group_size: int = 32, dtype: DType = dtypes.int8, qscheme: QScheme = per_channel_symmetric,
+                 quant_min: int | None = -8, quant_max: int | None = 7, **kwargs: Any):
+        super().__init__(dtype, qscheme, quant_min=quant_min, quant_max=quant_max, **kwargs)
+        self.group_size = group_size
+        self.min_val = np.zeros(0, F32)
+        self.max_val = np.zeros(0, F32)
+
+    def forward(self, x: np.ndarray) -> None:
+        if x.ndim != 2 or x.shape[1] % self.group_size:
+            raise KilnError(f"group-wise quantization needs a 2-d weight whose columns ({list(x.shape)}) divide "
+                            f"into groups of {self.group_size}", fix="choose a group size that divides the columns")
+        groups = x.astype(F32, copy=False).reshape(-1, self.group_size)
+        low, high = groups.min(axis=1), groups.max(axis=1)
+        if self.min_val.size:
+            low, high = np.minimum(low, self.min_val), np.maximum(high, self.max_val)
+        self.min_val, self.max_val = low, high
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        scale, zero_point = self._calculate_qparams(self.min_val, self.max_val)
+        return scale, zero_point.astype(np.int32)
+
+
 class PlaceholderObserver(ObserverBase):
     """Records nothing: for dynamic quantization, where the program chooses qparams at run time."""
 
