@@ -17,6 +17,7 @@ from kiln.passes.quant.quantizer import (
     QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec, annotate,
     annotation_of,
 )
+from kiln.passes.quant.report import LayerError, QuantizationReport, report
 from kiln.passes.quant.simple import (
     WeightOnlyQuantizer, XNNPACKQuantizer, get_symmetric_quantization_config,
 )
@@ -29,5 +30,5 @@ __all__ = [
     "per_tensor_symmetric", "QuantizationAnnotation", "QuantizationConfig", "QuantizationSpec", "Quantizer",
     "SharedQuantizationSpec", "annotate", "annotation_of", "X86InductorQuantizer",
     "get_default_x86_inductor_quantization_config", "PerGroupMinMaxObserver", "WeightOnlyQuantizer",
-    "XNNPACKQuantizer", "get_symmetric_quantization_config",
+    "XNNPACKQuantizer", "get_symmetric_quantization_config", "LayerError", "QuantizationReport", "report",
 ]

@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
-from kiln.cli import compile, export, inspect, opt
+from kiln.cli import compile, export, inspect, opt, quantize
 from kiln.ir.errors import KilnError
 
 
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.register(commands)
     inspect.register(commands)
     compile.register(commands)
+    quantize.register(commands)
     return parser
 
 

@@ -409,7 +409,13 @@ class _Scheduler:
             # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
             # do not take are better run elsewhere.
             lowerable = [n for n, why in problems.items() if why == "no C lowering" and n in REGISTRY]
-            decomposable = any(REGISTRY[n].decomposition is not None for n in lowerable if n in REGISTRY)
+            if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
+                raise UnsupportedError(
+                    f"the C backend has no int8 kernels yet for this quantized program: {listed}",
+                    fix="export it to ONNX (onnxruntime runs the QDQ form with its int8 kernels), or run it on "
+                        "kiln's interpreter")
+            decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
+                               for n in lowerable)
             fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
                 "add a C lowering (kiln/codegen/c) or a decomposition (kiln.ir.registry.register_decomposition), "
                 "or export to ONNX" if lowerable else

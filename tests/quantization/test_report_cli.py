@@ -1,0 +1,150 @@
+"""The per-layer report (against SQNR computed by hand) and `kiln quantize`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import kiln
+import kiln.nn as nn
+from kiln import quantization as kq
+from kiln.cli.main import main
+
+
+def _sqnr(reference: np.ndarray, actual: np.ndarray) -> float:
+    reference, actual = reference.astype(np.float64), actual.astype(np.float64)
+    return 10 * math.log10(np.sum(reference ** 2) / np.sum((actual - reference) ** 2))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    program = kiln.export(model, (kiln.randn(16, 32),))
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal((16, 32)).astype(np.float32) for _ in range(4)]
+    return program, data
+
+
+def _static(program, data, quantizer=None):
+    quantizer = quantizer or kq.X86InductorQuantizer().set_global(kq.get_default_x86_inductor_quantization_config())
+    prepared = kq.prepare_pt2e(program, quantizer)
+    for batch in data:
+        prepared(batch)
+    return kq.convert_pt2e(prepared)
+
+
+def test_report_sqnr_matches_hand_computation(mlp):
+    program, data = mlp
+    quantized = _static(program, data)
+    result = kq.report(program, quantized, [(batch,) for batch in data])
+    assert [layer.name for layer in result.layers] == ["0", "2", "4"]
+    expected = np.concatenate([program(batch) for batch in data])
+    actual = np.concatenate([quantized(batch) for batch in data])
+    assert result.output_sqnr_db == pytest.approx(_sqnr(expected, actual), rel=1e-9)
+    assert result.layers[-1].sqnr_db == pytest.approx(result.output_sqnr_db, rel=1e-9)  # the last linear is the output
+    assert result.layers[-1].max_error == pytest.approx(float(np.abs(actual - expected).max()), rel=1e-6)
+    assert "output SQNR" in str(result)
+
+
+def test_keeping_the_suggested_layer_in_float_recovers_sqnr(mlp):
+    program, data = mlp
+    result = kq.report(program, _static(program, data), [(batch,) for batch in data])
+    assert result.suggestions, str(result)
+    config = kq.get_default_x86_inductor_quantization_config()
+    quantizer = kq.X86InductorQuantizer().set_global(config).set_module_name_qconfig(result.suggestions[0], None)
+    mixed = _static(program, data, quantizer)
+    better = kq.report(program, mixed, [(batch,) for batch in data])
+    assert better.output_sqnr_db > result.output_sqnr_db
+
+
+def test_report_refuses_unrelated_programs(mlp):
+    program, data = mlp
+    other = kiln.export(nn.Sequential(nn.Linear(32, 8)).eval(), (kiln.randn(16, 32),))
+    with pytest.raises(kiln.KilnError, match="pair up"):
+        kq.report(program, other, [(data[0],)])
+
+
+@pytest.fixture
+def calibration(tmp_path):
+    entry = kiln.models.get("mlp")
+    shape = entry.args[0].shape
+    batches = np.random.default_rng(0).standard_normal((4, *shape)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=batches)
+    return tmp_path / "calib.npz", batches
+
+
+def test_cli_static_writes_the_same_program_as_python(tmp_path, calibration, capsys):
+    path, batches = calibration
+    out = tmp_path / "mlp_int8.pt2"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "static", "--calibration", str(path), "-o", str(out),
+                 "--report"]) == 0
+    assert "output SQNR" in capsys.readouterr().out
+    loaded = kiln.load(out)
+    assert loaded.op_histogram()["quantized_decomposed.quantize_per_tensor.default"] >= 2
+    entry = kiln.models.get("mlp")
+    expected = _static(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), list(batches))
+    x = np.random.default_rng(1).standard_normal(batches.shape[1:]).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x), expected(x))
+
+
+def test_cli_dynamic_onnx_runs_in_onnxruntime(tmp_path):
+    out = tmp_path / "mlp_dynamic.onnx"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "dynamic", "-o", str(out), "-q"]) == 0
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    entry = kiln.models.get("mlp")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    reference = kq.convert_pt2e(kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(
+        kq.get_default_x86_inductor_quantization_config(is_dynamic=True))))
+    x = np.random.default_rng(2).standard_normal((5, entry.args[0].shape[1])).astype(np.float32)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    from tests.quantization.test_pt2e import assert_quantized_close
+    assert_quantized_close(got, reference(x))
+
+
+def test_cli_weight_only_int4(tmp_path):
+    out = tmp_path / "mlp_w4.pt2"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "weight-only-int4", "--group-size", "32",
+                 "-o", str(out), "-q"]) == 0
+    assert "quantized_decomposed.dequantize_per_channel_group.default" in kiln.load(out).op_histogram()
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (["--scheme", "static"], "needs calibration data"),
+    (["--scheme", "static", "--calibration", "missing.npz"], "does not exist"),
+    (["--scheme", "dynamic", "--report"], "--report compares outputs on data"),
+    (["--scheme", "weight-only-int4", "--group-size", "48"], "group size 48"),
+])
+def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys, arguments, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["quantize", "kiln.models:mlp", *arguments, "-o", "out.pt2", "-q"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out.pt2").exists()
+
+
+def test_cli_refuses_misnamed_calibration_arrays(tmp_path, capsys):
+    entry = kiln.models.get("mlp")
+    np.savez(tmp_path / "bad.npz", a=np.zeros((2, *entry.args[0].shape), np.float32),
+             b=np.zeros((2, 3), np.float32))
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "static", "--calibration", str(tmp_path / "bad.npz"),
+                 "-o", str(tmp_path / "out.pt2"), "-q"]) == 2
+    assert "no array for input" in capsys.readouterr().err
+    assert not (tmp_path / "out.pt2").exists()
+
+
+def test_cli_refuses_unknown_output_format(tmp_path, capsys):
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "dynamic", "-o", str(tmp_path / "out.bin")]) == 2
+    assert "OUT.pt2 or OUT.onnx" in capsys.readouterr().err
+
+
+def test_compiling_a_quantized_program_to_c_says_what_to_do(mlp, tmp_path):
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    program, data = mlp
+    with pytest.raises(kiln.KilnError, match="no int8 kernels") as raised:
+        kiln.compile(_static(program, data), output=tmp_path / "pkg")
+    assert "ONNX" in raised.value.fix and not (tmp_path / "pkg").exists()
