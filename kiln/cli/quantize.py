@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from kiln.cli.export import _progress, load_export_request
-from kiln.ir.errors import KilnError
+from kiln.ir.errors import KilnError, UnsupportedError
 
 SCHEMES = {
     "static": "int8: uint8 activations calibrated per tensor, int8 per-channel weights (X86InductorQuantizer)",
@@ -50,6 +50,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--reduce-range", action="store_true",
                         help="7-bit activations, for x86 CPUs without VNNI (static and dynamic)")
     parser.add_argument("--group-size", type=int, default=32, help="int4 group size: 32, 64, 128 or 256")
+    parser.add_argument("--calibrate-with", choices=("c", "interpreter"), default="c",
+                        help="run calibration batches compiled to C (default; falls back to the interpreter for "
+                             "programs the C backend cannot build) or on the reference interpreter")
     parser.add_argument("--report", action="store_true",
                         help="print each quantized layer's SQNR and max error against the float model")
     parser.add_argument("-o", "--output", required=True, help="OUT.pt2 or OUT.onnx")
@@ -138,10 +141,17 @@ def run_quantize(options: argparse.Namespace) -> int:
     batches = load_calibration(options.calibration, request.program) if options.calibration else []
     quantizer = quantizer_for(options.scheme, options.reduce_range, options.group_size)
     prepared = kq.prepare_pt2e(request.program, quantizer)
-    if options.scheme in ("static", "dynamic"):
-        for index, batch in enumerate(batches):
-            prepared(*batch)
-            _progress_bar(index + 1, len(batches), options.quiet)
+    if options.scheme == "static":
+        backend = options.calibrate_with
+        if backend == "c":
+            from kiln.codegen.c.build import compiler
+            backend = "c" if compiler() is not None else "interpreter"
+        bar = lambda done: _progress_bar(done, len(batches), options.quiet)  # noqa: E731
+        try:
+            kq.calibrate(prepared, batches, backend=backend, progress=bar)
+        except UnsupportedError as error:
+            progress(f"the C backend cannot build this program ({error.cause}); calibrating on the interpreter")
+            kq.calibrate(prepared, batches, backend="interpreter", progress=bar)
     quantized = kq.convert_pt2e(prepared)
     if options.report:
         progress("comparing with the float model")

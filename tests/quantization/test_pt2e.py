@@ -194,3 +194,29 @@ def test_convert_twice_is_refused():
     kq.convert_pt2e(prepared)
     with pytest.raises(kiln.KilnError, match="already converted"):
         kq.convert_pt2e(prepared)
+
+
+def test_calibrating_in_c_matches_the_interpreter():
+    """backend="c" compiles the program once with the observed values as extra outputs: the same placement, and
+    qparams within float32 rounding of the interpreter's (the C kernels round differently in the last bits)."""
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    torch.manual_seed(0)
+    module = _cnn().eval()
+    data = [batch.numpy() for batch in _calibration((32, 3, 10, 10))]
+    program = kiln.from_torch(module, (torch.from_numpy(data[0]),))
+    before = program.to_mlir()
+    config = kq.get_default_x86_inductor_quantization_config()
+    results = {}
+    for backend in kq.CALIBRATION_BACKENDS:
+        prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
+        seen = []
+        kq.calibrate(prepared, [(batch,) for batch in data], backend=backend, progress=seen.append)
+        assert seen == [1, 2, 3]
+        results[backend] = _kiln_quantize_args(kq.convert_pt2e(prepared))
+        assert prepared.program.body.last_op.operands.__len__() == 1  # the extra outputs were for the build only
+    _assert_same_quantize_args(results["c"], results["interpreter"])
+    assert program.to_mlir() == before
+    with pytest.raises(kiln.KilnError, match="unknown calibration backend"):
+        kq.calibrate(prepared, [], backend="gpu")

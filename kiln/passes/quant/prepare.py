@@ -41,12 +41,18 @@ class PreparedProgram:
         if self.converted:
             raise KilnError("this prepared program was already converted", fix="prepare the float program again")
 
-        def observe(value: SSAValue, array: Any) -> None:
-            for observer in self._watchers.get(value, ()):
-                observer(array)
-                self._seen.add(id(observer))
-        with watching(observe):
+        with watching(self.observe):
             return self.program(*args, **kwargs)
+
+    def observe(self, value: SSAValue, array: Any) -> None:
+        """Feed `array`, the value of `value` in a run, to the observers watching it."""
+        for observer in self._watchers.get(value, ()):
+            observer(array)
+            self._seen.add(id(observer))
+
+    def watched_values(self) -> list[SSAValue]:
+        """The values some observer watches, in program order of first appearance."""
+        return list(self._watchers)
 
     def saw(self, observer: Any) -> bool:
         """Whether calibration fed `observer` any data."""

@@ -85,6 +85,10 @@ def report(float_program: ExportedProgram, quantized_program: ExportedProgram, d
     """SQNR and max error of each quantized layer's output against the float program, over `data` (an iterable of
     argument tuples), and up to `suggest` layers to keep in float."""
     float_ops, quantized_ops = _compute_ops(float_program), _compute_ops(quantized_program)
+    if [op.name for op in float_ops] != [op.name for op in quantized_ops]:  # the quantizers' layer rewrites
+        from kiln.passes.pipeline import run
+        float_program = run(float_program, "addmm-to-linear")
+        float_ops = _compute_ops(float_program)
     if [op.name for op in float_ops] != [op.name for op in quantized_ops]:
         raise KilnError("the quantized program's ops do not pair up with the float program's",
                         fix="pass the float program that was prepared and converted into this one")

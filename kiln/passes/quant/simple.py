@@ -68,6 +68,9 @@ class WeightOnlyQuantizer(Quantizer):
         return QuantizationSpec(dtypes.int8, PerGroupMinMaxObserver.with_args(group_size=self.group_size),
                                 quant_min=-8, quant_max=7, qscheme=per_channel_symmetric)
 
+    def transform_for_annotation(self, program: ExportedProgram) -> ExportedProgram:
+        return X86InductorQuantizer().transform_for_annotation(program)  # GPT-2's Conv1D layers count as linear
+
     def annotate(self, program: ExportedProgram) -> ExportedProgram:
         spec = self.weight_spec()
         for op in program.nodes():

@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from kiln.ir import dtypes
 from kiln.ir.program import ExportedProgram
+from kiln.passes.quant import transforms  # noqa: F401  (registers addmm-to-linear)
 from kiln.passes.quant.observer import (
     HistogramObserver, PerChannelMinMaxObserver, PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
 )
@@ -102,6 +103,12 @@ class X86InductorQuantizer(Quantizer):
         """Quantize ops recorded inside the submodule `module_name` with this config; None keeps them in float."""
         self.module_name_qconfig[module_name] = quantization_config
         return self
+
+    def transform_for_annotation(self, program: ExportedProgram) -> ExportedProgram:
+        """GPT-2's Conv1D layers (addmm with an [in, out] weight) become linear layers, so they are quantized too
+        (torchao's recipe leaves them float)."""
+        from kiln.passes.pipeline import run
+        return run(program, "addmm-to-linear")
 
     # -- annotation
     def annotate(self, program: ExportedProgram) -> ExportedProgram:
