@@ -137,6 +137,11 @@ class OnnxGraph:
         self.nodes: list[onnx.NodeProto] = []
         # Cached dim computations; a branch starts from its parent's (outer names are visible inside it).
         self._dim_cache: dict[Any, str] = dict(parent._dim_cache) if parent is not None else {}
+        # choose_qparams lowered with a DynamicQuantizeLinear: its scale (the kiln value) -> (its input, the kiln
+        # value; the quantized, scale and zero point ONNX names), which the quantize and dequantize of that input
+        # reuse (the pattern onnxruntime fuses)
+        self.dynamic_quantized: dict[Any, tuple[Any, str, str, str]] = (
+            dict(parent.dynamic_quantized) if parent is not None else {})
         self.hint = "v"
         # names of float32 copies of float16/bfloat16 values, with their IR dtype
         self.widened: dict[str, DType] = dict(parent.widened) if parent is not None else {}

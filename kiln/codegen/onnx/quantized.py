@@ -65,11 +65,38 @@ def _explicit_quantize(ctx: LoweringContext, x: Value, inverse: str, zero_point:
     return ctx.graph.cast(clipped, compute, dtype)
 
 
+@lowers(f"{Q}.choose_qparams.tensor")
+def _choose_qparams(ctx: LoweringContext, x: Value, quant_min: int, quant_max: int, eps: float,
+                    dtype: dtypes.DType) -> list[str]:
+    """The qparams as torch computes them. For uint8 over [0, 255] also a DynamicQuantizeLinear, whose outputs the
+    quantize and dequantize that use these qparams take instead (the pattern onnxruntime fuses into its int8
+    kernels); it matches torch except that torch floors the scale at eps, so for an activation whose whole range is
+    below 255 * eps (0.06 with the X86 config's eps) onnxruntime quantizes more finely."""
+    values = ctx.as_dtype(x, dtypes.float32)
+    zero = ctx.const(np.float32(0))
+    min_neg = ctx.node("Min", [ctx.node("ReduceMin", [values], keepdims=0), zero])
+    max_pos = ctx.node("Max", [ctx.node("ReduceMax", [values], keepdims=0), zero])
+    scale = ctx.node("Div", [ctx.node("Sub", [max_pos, min_neg]), ctx.const(np.float32(quant_max - quant_min))])
+    scale = ctx.node("Max", [scale, ctx.const(np.float32(eps))])
+    shift = ctx.node("Round", [ctx.node("Div", [min_neg, scale])])
+    zero_point = ctx.node("Clip", [ctx.node("Sub", [ctx.const(np.float32(quant_min)), shift]),
+                                   ctx.const(np.float32(quant_min)), ctx.const(np.float32(quant_max))])
+    scale_out = ctx.graph.cast(ctx.node("Reshape", [scale, ctx.ints([1])]), dtypes.float32, dtypes.float64)
+    zero_out = ctx.graph.cast(ctx.node("Reshape", [zero_point, ctx.ints([1])]), dtypes.float32, dtypes.int64)
+    if (quant_min, quant_max, dtypes.dtype(dtype)) == (0, 255, dtypes.uint8):
+        quantized, dynamic_scale, dynamic_zero = ctx.node("DynamicQuantizeLinear", [values], outputs=3)
+        ctx.graph.dynamic_quantized[ctx.op.results[0]] = (ctx.op.operands[0], quantized, dynamic_scale, dynamic_zero)
+    return [scale_out, zero_out]
+
+
 @lowers(f"{Q}.quantize_per_tensor.default", f"{Q}.quantize_per_tensor.tensor")
 def _quantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_point: Any, quant_min: int,
                          quant_max: int, dtype: dtypes.DType) -> str:
     dtype = dtypes.dtype(dtype)
     dynamic = isinstance(scale, Value)  # choose_qparams's zero point is clamped into the range
+    found = ctx.graph.dynamic_quantized.get(ctx.op.operands[1]) if dynamic else None
+    if found is not None and found[0] is ctx.op.operands[0] and (quant_min, quant_max, dtype) == (0, 255, dtypes.uint8):
+        return found[1]  # DynamicQuantizeLinear already quantized x
     if not dynamic and not _qdq_ready(ctx, dtype, zero_points=zero_point):
         inverse = ctx.const(np.float32(1.0 / scale))
         return _explicit_quantize(ctx, x, inverse, ctx.const(np.float32(zero_point)), dtypes.float32, quant_min,
@@ -83,7 +110,10 @@ def _quantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_point:
 def _dequantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_point: Any, quant_min: int,
                            quant_max: int, dtype: dtypes.DType, out_dtype: Any = None) -> str:
     dtype = dtypes.dtype(dtype)
-    if not isinstance(scale, Value) and not _qdq_ready(ctx, dtype, zero_points=zero_point):
+    found = ctx.graph.dynamic_quantized.get(ctx.op.operands[1]) if isinstance(scale, Value) else None
+    if found is not None:  # DequantizeLinear straight on DynamicQuantizeLinear's outputs: what onnxruntime fuses
+        result = ctx.node("DequantizeLinear", [x.name, found[2], found[3]])
+    elif not isinstance(scale, Value) and not _qdq_ready(ctx, dtype, zero_points=zero_point):
         shifted = ctx.node("Sub", [ctx.as_dtype(x, dtypes.float32), ctx.const(np.float32(zero_point))])
         result = ctx.node("Mul", [shifted, ctx.const(np.float32(scale))])
     else:

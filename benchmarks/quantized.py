@@ -1,0 +1,184 @@
+"""Quantized inference side by side: onnxruntime int8 (kiln's QDQ ONNX) against fp32 peers, and GPT-2's accuracy.
+
+Usage: python benchmarks/quantized.py [--rows mlp,cnn] [--threads T] [--rounds R] [--gpt2]
+
+Rows (torch modules, random weights, calibrated on 8 random batches):
+  mlp  Linear 1024→4096, GELU, Linear 4096→1024 at batch 32
+  cnn  3×(conv3x3-ReLU-maxpool) 3→32→64→128, global average pool, Linear 128→10, 16×3×64×64
+Peers, one process, T threads each (default 2), medians of interleaved rounds: onnxruntime fp32 (kiln's ONNX),
+onnxruntime int8 static (kiln's QDQ ONNX of the X86 static program: onnxruntime fuses QLinearConv/QGemm),
+onnxruntime int8 dynamic (kiln's ONNX of the dynamic program, whose qparams are written as explicit math, and
+onnxruntime's own quantize_dynamic of the fp32 model, which uses DynamicQuantizeLinear), torch eager fp32, torch
+dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C. kiln has no int8 C kernels
+yet. Each quantized peer's SQNR against the fp32 model is printed beside its time.
+
+--gpt2 adds GPT-2 small (transformers, random weights, batch 1, seq 128): the time to prepare, calibrate in C on
+32 batches and convert, and the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
+held-out batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from c_realistic import _cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
+from onnx_quality import ort_session  # noqa: E402
+from timing import interleaved_medians  # noqa: E402
+
+
+def _sqnr(reference: np.ndarray, actual: np.ndarray) -> float:
+    reference, actual = np.asarray(reference, np.float64), np.asarray(actual, np.float64)
+    noise = np.sum((actual - reference) ** 2)
+    return math.inf if noise == 0 else 10 * math.log10(np.sum(reference ** 2) / noise)
+
+
+def _mlp(torch: Any) -> tuple[Any, tuple]:
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)), (32, 1024)
+
+
+def _cnn(torch: Any) -> tuple[Any, tuple]:
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(128, 10)), (16, 3, 64, 64)
+
+
+ROWS: dict[str, Callable[[Any], tuple[Any, tuple]]] = {"mlp": _mlp, "cnn": _cnn}
+
+
+def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray]) -> Any:
+    from kiln import quantization as kq
+    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
+    prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
+    if not dynamic:
+        kq.calibrate(prepared, [(batch,) for batch in batches], backend="c")
+    return kq.convert_pt2e(prepared)
+
+
+def _ort(kiln: Any, program: Any, x: np.ndarray, threads: int) -> Callable[[], Any]:
+    session = ort_session(kiln.onnx.export(program, (x,)).model_proto.SerializeToString(), threads)
+    feeds = {session.get_inputs()[0].name: x}
+    return lambda: session.run(None, feeds)[0]
+
+
+def _ort_own_dynamic(kiln: Any, program: Any, x: np.ndarray, threads: int, folder: Path) -> Callable[[], Any]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    float_path, int8_path = folder / "fp32.onnx", folder / "int8_dynamic.onnx"
+    kiln.onnx.export(program, (x,)).save(float_path)
+    quantize_dynamic(str(float_path), str(int8_path), weight_type=QuantType.QInt8)
+    session = ort_session(int8_path.read_bytes(), threads)
+    feeds = {session.get_inputs()[0].name: x}
+    return lambda: session.run(None, feeds)[0]
+
+
+def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
+    import torch
+
+    import kiln
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    module, shape = ROWS[name](torch)
+    module.eval()
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal(shape).astype(np.float32) for _ in range(8)]
+    x = rng.standard_normal(shape).astype(np.float32)
+    tx = torch.from_numpy(x)
+    program = kiln.from_torch(module, (torch.from_numpy(batches[0]),))
+    static, dynamic = _quantized(kiln, program, False, batches), _quantized(kiln, program, True, batches)
+    package = kiln.compile(program, num_threads=threads)
+    runners: dict[str, Callable[[], Any]] = {
+        "onnxruntime fp32": _ort(kiln, program, x, threads),
+        "onnxruntime int8 static (kiln QDQ)": _ort(kiln, static, x, threads),
+        "onnxruntime int8 dynamic (kiln)": _ort(kiln, dynamic, x, threads),
+        "onnxruntime int8 dynamic (ORT's quantizer)": _ort_own_dynamic(kiln, program, x, threads, folder),
+        "torch eager fp32": lambda: module(tx),
+        "kiln C fp32": lambda: package(x),
+    }
+    if name == "mlp":
+        dynamic_torch = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
+        runners["torch dynamic int8 Linear"] = lambda: dynamic_torch(tx)
+    with torch.no_grad():
+        reference = module(tx).numpy()
+        medians = interleaved_medians(runners, rounds)
+        outputs = {peer: np.asarray(run().detach() if hasattr(run(), "detach") else run())
+                   for peer, run in runners.items()}
+    base = medians["onnxruntime fp32"]
+    print(f"\n{name}: {shape}, {threads} thread(s), {_cpu_name()}")
+    print(f"{'peer':<44} {'ms':>9} {'/ ORT fp32':>11} {'SQNR dB':>9}")
+    for peer, seconds in medians.items():
+        print(f"{peer:<44} {seconds * 1e3:9.3f} {seconds / base:11.2f} {_sqnr(reference, outputs[peer]):9.1f}")
+    print(f"{'kiln C int8':<44} {'—':>9} {'':>11} {'':>9}  (no int8 C kernels yet)")
+    print(f"kiln reference programs' SQNR: static {_sqnr(reference, static(x)):.1f} dB, "
+          f"dynamic {_sqnr(reference, dynamic(x)):.1f} dB")
+
+
+def run_gpt2() -> None:
+    import torch
+    import transformers
+
+    import kiln
+    from kiln import quantization as kq
+    config = transformers.GPT2Config(use_cache=False)
+    torch.manual_seed(0)
+    module = transformers.GPT2LMHeadModel(config).eval()
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, config.vocab_size, (1, 128)).astype(np.int64),) for _ in range(34)]
+    program = kiln.from_torch(module, (torch.from_numpy(batches[0][0]),))
+    print(f"\nGPT-2 small (124M, random weights), batch 1, seq 128, {_cpu_name()}")
+    schemes = {
+        "static": kq.X86InductorQuantizer().set_global(kq.get_default_x86_inductor_quantization_config()),
+        "dynamic": kq.X86InductorQuantizer().set_global(
+            kq.get_default_x86_inductor_quantization_config(is_dynamic=True)),
+        "weight-only int8": kq.WeightOnlyQuantizer("int8"),
+        "weight-only int4 (group 32)": kq.WeightOnlyQuantizer("int4", group_size=32),
+    }
+    held_out = batches[32:]
+    expected = [program(*batch) for batch in held_out]
+    for name, quantizer in schemes.items():
+        start = time.perf_counter()
+        prepared = kq.prepare_pt2e(program, quantizer)
+        prepared_at = time.perf_counter()
+        if name == "static":
+            kq.calibrate(prepared, batches[:32], backend="c")
+        calibrated_at = time.perf_counter()
+        quantized = kq.convert_pt2e(prepared)
+        done = time.perf_counter()
+        sqnr = _sqnr(np.concatenate([np.asarray(e) for e in expected]),
+                     np.concatenate([np.asarray(quantized(*batch)) for batch in held_out]))
+        print(f"{name:<28} prepare {prepared_at - start:5.1f} s, calibrate {calibrated_at - prepared_at:5.1f} s, "
+              f"convert {done - calibrated_at:5.1f} s (total {done - start:5.1f} s); logits SQNR {sqnr:5.1f} dB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--gpt2", action="store_true")
+    options = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(options.threads))
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        for name in filter(None, options.rows.split(",")):
+            run_row(name, options.threads, options.rounds, Path(folder))
+    if options.gpt2:
+        run_gpt2()
+
+
+if __name__ == "__main__":
+    main()
