@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kiln.cli.export import _progress, load_export_request
+from kiln.cli.export import _progress, add_model_arguments, load_export_request
 from kiln.ir.errors import KilnError
 from kiln.ir.files import atomic_write
 
@@ -51,11 +51,7 @@ def register(commands: Any) -> None:
     parser.add_argument("-p", "--pipeline", default=None,
                         help="pass pipeline run before scheduling (default: kiln.compile's, "
                              "remove-dropout,fold-batchnorm,decompose,canonicalize,cse,dce)")
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
-                        help="an input of forward (as in `kiln export`); not with a .pt2")
-    parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
-                        help="range of a dynamic dim (as in `kiln export`); not with a .pt2")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    add_model_arguments(parser)
     parser.set_defaults(handler=run_compile)
 
     runner = commands.add_parser(

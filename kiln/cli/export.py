@@ -389,6 +389,15 @@ def _progress(options: argparse.Namespace) -> Callable[[str], None]:
     return report
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--input, --dynamic and -q for the commands that load MODEL like `kiln export` (compile, quantize)."""
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
+                        help="an input of forward (as in `kiln export`); not with a .pt2")
+    parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
+                        help="range of a dynamic dim (as in `kiln export`); not with a .pt2")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
 def register(commands: Any) -> None:
     """Add the `export` subcommand to the `kiln` parser's subcommands."""
     formats = "\n".join(f"  {name:<6} {fmt.help}" for name, fmt in EXPORT_FORMATS.items())
@@ -435,6 +444,7 @@ def run_export(options: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EXPORT_FORMATS", "TORCH_INSTALL", "ExportFormat", "ExportRequest", "InputDecl", "example_inputs",
+__all__ = ["EXPORT_FORMATS", "TORCH_INSTALL", "ExportFormat", "ExportRequest", "InputDecl", "add_model_arguments",
+           "example_inputs",
            "is_torch_module", "load_export_request", "load_model", "parse_input", "parse_dynamic", "register",
            "run_export"]

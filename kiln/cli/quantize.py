@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.cli.export import _progress, load_export_request
+from kiln.cli.export import _progress, add_model_arguments, load_export_request
 from kiln.ir.errors import KilnError, UnsupportedError
 
 SCHEMES = {
@@ -56,11 +56,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--report", action="store_true",
                         help="print each quantized layer's SQNR and max error against the float model")
     parser.add_argument("-o", "--output", required=True, help="OUT.pt2 or OUT.onnx")
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",
-                        help="an input of forward (as in `kiln export`); not with a .pt2")
-    parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
-                        help="range of a dynamic dim (as in `kiln export`); not with a .pt2")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    add_model_arguments(parser)
     parser.set_defaults(handler=run_quantize)
 
 

@@ -21,11 +21,12 @@ from kiln.passes.fold_batchnorm import FoldBatchNorm
 from kiln.passes.remove_dropout import RemoveDropout
 from kiln.passes.fuse_activations import FUSE_ATTRIBUTE, FuseActivations
 from kiln.passes.prepack import LAYOUTS, Prepack, register_layout
+from kiln.passes.quant.transforms import AddmmToLinear
 
 __all__ = [
     "PASSES", "Pass", "PassError", "PipelineError", "add_constant", "clone_program", "lookup_pass", "option",
     "register_pass", "Match", "RewritePass", "constant", "current_op", "pattern", "producer", "users", "value_of",
     "DEFAULT_PIPELINE", "PassManager", "load_plugin", "parse_pipeline", "run", "Decompose", "Canonicalize",
     "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "RemoveDropout",
-    "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout",
+    "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
 ]
