@@ -6,7 +6,9 @@ Rows (torch modules, random weights, calibrated on 8 random batches):
   mlp  Linear 1024→4096, GELU, Linear 4096→1024 at batch 32
   cnn  3×(conv3x3-ReLU-maxpool) 3→32→64→128, global average pool, Linear 128→10, 16×3×64×64
 Peers, one process, T threads each (default 2), medians of interleaved rounds: onnxruntime fp32 (kiln's ONNX),
-onnxruntime int8 static (kiln's QDQ ONNX of the X86 static program: onnxruntime fuses QLinearConv/QGemm),
+onnxruntime int8 static (kiln's QDQ ONNX of the X86 static program, with float biases as torch's recipe keeps them
+and with int32 biases as `kiln quantize -o x.onnx` writes them: onnxruntime fuses QLinearConv, and QGemm only with
+int32 biases),
 onnxruntime int8 dynamic (kiln's ONNX of the dynamic program, whose qparams are written as explicit math, and
 onnxruntime's own quantize_dynamic of the fp32 model, which uses DynamicQuantizeLinear), torch eager fp32, torch
 dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C. kiln has no int8 C kernels
@@ -59,9 +61,9 @@ def _cnn(torch: Any) -> tuple[Any, tuple]:
 ROWS: dict[str, Callable[[Any], tuple[Any, tuple]]] = {"mlp": _mlp, "cnn": _cnn}
 
 
-def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray]) -> Any:
+def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray], int32_bias: bool = False) -> Any:
     from kiln import quantization as kq
-    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
+    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic, int32_bias=int32_bias)
     prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
     if not dynamic:
         kq.calibrate(prepared, [(batch,) for batch in batches], backend="c")
@@ -98,10 +100,12 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
     tx = torch.from_numpy(x)
     program = kiln.from_torch(module, (torch.from_numpy(batches[0]),))
     static, dynamic = _quantized(kiln, program, False, batches), _quantized(kiln, program, True, batches)
+    static_int32_bias = _quantized(kiln, program, False, batches, int32_bias=True)
     package = kiln.compile(program, num_threads=threads)
     runners: dict[str, Callable[[], Any]] = {
         "onnxruntime fp32": _ort(kiln, program, x, threads),
         "onnxruntime int8 static (kiln QDQ)": _ort(kiln, static, x, threads),
+        "onnxruntime int8 static (kiln QDQ, int32 bias)": _ort(kiln, static_int32_bias, x, threads),
         "onnxruntime int8 dynamic (kiln)": _ort(kiln, dynamic, x, threads),
         "onnxruntime int8 dynamic (ORT's quantizer)": _ort_own_dynamic(kiln, program, x, threads, folder),
         "torch eager fp32": lambda: module(tx),
@@ -117,10 +121,10 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
                    for peer, run in runners.items()}
     base = medians["onnxruntime fp32"]
     print(f"\n{name}: {shape}, {threads} thread(s), {_cpu_name()}")
-    print(f"{'peer':<44} {'ms':>9} {'/ ORT fp32':>11} {'SQNR dB':>9}")
+    print(f"{'peer':<48} {'ms':>9} {'/ ORT fp32':>11} {'SQNR dB':>9}")
     for peer, seconds in medians.items():
-        print(f"{peer:<44} {seconds * 1e3:9.3f} {seconds / base:11.2f} {_sqnr(reference, outputs[peer]):9.1f}")
-    print(f"{'kiln C int8':<44} {'—':>9} {'':>11} {'':>9}  (no int8 C kernels yet)")
+        print(f"{peer:<48} {seconds * 1e3:9.3f} {seconds / base:11.2f} {_sqnr(reference, outputs[peer]):9.1f}")
+    print(f"{'kiln C int8':<48} {'—':>9} {'':>11} {'':>9}  (no int8 C kernels yet)")
     print(f"kiln reference programs' SQNR: static {_sqnr(reference, static(x)):.1f} dB, "
           f"dynamic {_sqnr(reference, dynamic(x)):.1f} dB")
 

@@ -18,8 +18,8 @@ from kiln.passes.quant.observer import (
 )
 from kiln.passes.quant.prepare import PreparedProgram, prepare_pt2e
 from kiln.passes.quant.quantizer import (
-    QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec, annotate,
-    annotation_of,
+    DerivedQuantizationSpec, Int32Bias, QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer,
+    SharedQuantizationSpec, annotate, annotation_of,
 )
 from kiln.passes.quant.report import LayerError, QuantizationReport, report
 from kiln.passes.quant.simple import (
@@ -35,7 +35,7 @@ __all__ = [
     "SharedQuantizationSpec", "annotate", "annotation_of", "X86InductorQuantizer",
     "get_default_x86_inductor_quantization_config", "PerGroupMinMaxObserver", "WeightOnlyQuantizer",
     "XNNPACKQuantizer", "get_symmetric_quantization_config", "LayerError", "QuantizationReport", "report",
-    "calibrate", "CALIBRATION_BACKENDS",
+    "calibrate", "CALIBRATION_BACKENDS", "DerivedQuantizationSpec", "Int32Bias",
 ]
 
 

@@ -60,11 +60,12 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run_quantize)
 
 
-def quantizer_for(scheme: str, reduce_range: bool = False, group_size: int = 32) -> Any:
+def quantizer_for(scheme: str, reduce_range: bool = False, group_size: int = 32, for_onnx: bool = False) -> Any:
+    """The quantizer of a scheme; for ONNX, static biases are int32 (the form onnxruntime fuses into QGemm)."""
     from kiln import quantization as kq
     if scheme in ("static", "dynamic"):
         config = kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "dynamic",
-                                                                 reduce_range=reduce_range)
+                                                                 reduce_range=reduce_range, int32_bias=for_onnx)
         return kq.X86InductorQuantizer().set_global(config)
     return kq.WeightOnlyQuantizer(scheme.removeprefix("weight-only-"), group_size=group_size)
 
@@ -135,7 +136,7 @@ def run_quantize(options: argparse.Namespace) -> int:
     progress = _progress(options)
     request = load_export_request(options.model, options.input, options.dynamic, progress)
     batches = load_calibration(options.calibration, request.program) if options.calibration else []
-    quantizer = quantizer_for(options.scheme, options.reduce_range, options.group_size)
+    quantizer = quantizer_for(options.scheme, options.reduce_range, options.group_size, output.suffix == ".onnx")
     prepared = kq.prepare_pt2e(request.program, quantizer)
     if options.scheme == "static":
         backend = options.calibrate_with

@@ -84,3 +84,41 @@ def test_quantize_ops_lower_to_quantizelinear_with_per_axis_scales():
     expected = program(*program_inputs)
     steps = np.abs(np.round((got - expected) / scales[:, None]))
     assert steps.max() <= 1  # QuantizeLinear divides where torch multiplies by the reciprocal: ties may differ
+
+
+def test_int32_bias_lets_onnxruntime_fuse_linear_layers(tmp_path):
+    """With int32 biases (on the input scale × weight scale grid) onnxruntime fuses each dequantize → linear into
+    QGemm; kiln's reference program with int32 biases stays within float32 tolerance of onnxruntime."""
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 16)).eval()
+    program = kiln.export(model, (kiln.randn(8, 64),))
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((8, 64)).astype(np.float32) for _ in range(3)]
+    results = {}
+    for int32_bias in (False, True):
+        config = kq.get_default_x86_inductor_quantization_config(int32_bias=int32_bias)
+        prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
+        for batch in batches:
+            prepared(batch)
+        results[int32_bias] = kq.convert_pt2e(prepared)
+    quantized = results[True]
+    assert quantized.op_histogram()["quantized_decomposed.dequantize_per_channel.default"] == 4  # 2 weights, 2 biases
+    x = batches[0]
+    # the int32 grid moves each bias by at most half a step of input scale × weight scale
+    assert_quantized_close(quantized(x), results[False](x))
+    model_proto = kiln.onnx.export(quantized, (x,)).model_proto
+    onnx.checker.check_model(model_proto, full_check=True)
+    session = _session(model_proto, tmp_path / "optimized.onnx")
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    fused = [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    assert fused.count("QGemm") == 2, fused
+    assert_quantized_close(got, quantized(x))
+
+
+def test_int32_bias_needs_calibration():
+    kiln.manual_seed(0)
+    program = kiln.export(nn.Sequential(nn.Linear(8, 4)).eval(), (kiln.randn(2, 8),))
+    config = kq.get_default_x86_inductor_quantization_config(int32_bias=True)
+    prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
+    with pytest.raises(kiln.KilnError, match="calibrate"):
+        kq.convert_pt2e(prepared)

@@ -148,3 +148,25 @@ def test_compiling_a_quantized_program_to_c_says_what_to_do(mlp, tmp_path):
     with pytest.raises(kiln.KilnError, match="no int8 kernels") as raised:
         kiln.compile(_static(program, data), output=tmp_path / "pkg")
     assert "ONNX" in raised.value.fix and not (tmp_path / "pkg").exists()
+
+
+def test_cli_static_onnx_fuses_into_qgemm(tmp_path, calibration):
+    """For ONNX the CLI stores static biases as int32, so onnxruntime runs every linear layer as QGemm."""
+    import onnx
+    path, batches = calibration
+    out = tmp_path / "mlp_int8.onnx"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "static", "--calibration", str(path), "-o", str(out),
+                 "-q", "--calibrate-with", "interpreter"]) == 0
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    fused = [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    entry = kiln.models.get("mlp")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    assert fused.count("QGemm") == program.op_histogram()["aten.linear.default"], fused
+    config = kq.get_default_x86_inductor_quantization_config(int32_bias=True)
+    expected = _static(program, list(batches), kq.X86InductorQuantizer().set_global(config))
+    x = batches[0]
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    from tests.quantization.test_pt2e import assert_quantized_close
+    assert_quantized_close(got, expected(x))

@@ -39,12 +39,13 @@ def _scale_and_zero(ctx: LoweringContext, scale: Any, zero_point: Any, dtype: dt
     return ctx.const(np.float32(scale)), ctx.const(np.asarray(zero_point, dtype.numpy))
 
 
-def _qdq_ready(ctx: LoweringContext, dtype: dtypes.DType, scales: Any = None, zero_points: Any = None) -> bool:
+def _qdq_ready(ctx: LoweringContext, dtype: dtypes.DType, scales: Any = None, zero_points: Any = None,
+               dequantize: bool = False) -> bool:
     """Whether QuantizeLinear/DequantizeLinear express the op exactly as torch computes it: 8-bit storage,
     float32 scales, zero points known and inside the storage range (torch adds them as floats, so a uint8
     program may use a negative one); otherwise the lowering writes torch's arithmetic out."""
-    if dtype not in (dtypes.uint8, dtypes.int8):
-        return False
+    if dtype not in (dtypes.uint8, dtypes.int8) and not (dequantize and dtype is dtypes.int32):
+        return False  # (int32: a bias on the accumulator's grid, which only DequantizeLinear takes)
     if isinstance(scales, Value) and scales.dtype is not dtypes.float32:
         return False
     if isinstance(zero_points, Value):
@@ -52,6 +53,8 @@ def _qdq_ready(ctx: LoweringContext, dtype: dtypes.DType, scales: Any = None, ze
         if zero_points is None:
             return False
     info = np.iinfo(dtype.numpy)
+    if dtype is dtypes.int32:  # DequantizeLinear takes int32 only with a zero point of 0
+        return zero_points is None or not np.any(np.asarray(zero_points))
     return zero_points is None or bool(np.all((np.asarray(zero_points) >= info.min) &
                                               (np.asarray(zero_points) <= info.max)))
 
@@ -113,7 +116,7 @@ def _dequantize_per_tensor(ctx: LoweringContext, x: Value, scale: Any, zero_poin
     found = ctx.graph.dynamic_quantized.get(ctx.op.operands[1]) if isinstance(scale, Value) else None
     if found is not None:  # DequantizeLinear straight on DynamicQuantizeLinear's outputs: what onnxruntime fuses
         result = ctx.node("DequantizeLinear", [x.name, found[2], found[3]])
-    elif not isinstance(scale, Value) and not _qdq_ready(ctx, dtype, zero_points=zero_point):
+    elif not isinstance(scale, Value) and not _qdq_ready(ctx, dtype, zero_points=zero_point, dequantize=True):
         shifted = ctx.node("Sub", [ctx.as_dtype(x, dtypes.float32), ctx.const(np.float32(zero_point))])
         result = ctx.node("Mul", [shifted, ctx.const(np.float32(scale))])
     else:
@@ -155,7 +158,7 @@ def _quantize_per_channel(ctx: LoweringContext, x: Value, scales: Value, zero_po
 @lowers(f"{Q}.dequantize_per_channel.default")
 def _dequantize_per_channel(ctx: LoweringContext, x: Value, scales: Value, zero_points: Value | None, axis: int,
                             quant_min: int, quant_max: int, dtype: dtypes.DType, out_dtype: Any = None) -> str:
-    if not _qdq_ready(ctx, dtypes.dtype(dtype), scales, zero_points):  # torch: (x - zero_points) * scales
+    if not _qdq_ready(ctx, dtypes.dtype(dtype), scales, zero_points, dequantize=True):  # else torch's arithmetic
         rank = len(x.shape)
         shifted = ctx.as_dtype(x, dtypes.int64)
         if zero_points is not None:

@@ -20,7 +20,7 @@ from kiln.ir.registry import ops
 from kiln.passes.base import add_constant, finish_pass, weight_value
 from kiln.passes.quant.observer import FLOAT32_EPS, PerGroupMinMaxObserver
 from kiln.passes.quant.prepare import PreparedProgram
-from kiln.passes.quant.quantizer import ANNOTATIONS_KEY
+from kiln.passes.quant.quantizer import ANNOTATIONS_KEY, DerivedQuantizationSpec
 
 qd = ops.quantized_decomposed
 
@@ -98,7 +98,9 @@ class _Converter:
         weight = weight_value(self.program, value)
         builder = _InsertAt(self.program, point)
         with builder:
-            if weight is not None and not spec.is_dynamic:
+            if isinstance(spec, DerivedQuantizationSpec):
+                result = self._derived(value, weight, spec)
+            elif weight is not None and not spec.is_dynamic:
                 result = self._dequantized_weight(weight, observer, builder)
             elif spec.is_dynamic:
                 result = self._dynamic(value, observer)
@@ -106,6 +108,24 @@ class _Converter:
                 result = self._static(value, observer)
         self.done[(value, group)] = result
         return result, set(builder.inserted)
+
+    def _derived(self, value: SSAValue, weight: np.ndarray | None, spec: DerivedQuantizationSpec) -> SSAValue:
+        """A value whose qparams follow from other edges' (an int32 bias): quantized now, read through dequantize."""
+        if weight is None:
+            raise KilnError("a DerivedQuantizationSpec annotates a value that is not a weight or constant",
+                            fix="derive qparams only for weights and biases")
+        observers = [self.prepared.observer_of(edge) for edge in spec.derived_from]
+        for observer, edge in zip(observers, spec.derived_from):
+            if observer is None or not self.prepared.saw(observer):
+                raise KilnError(f"the qparams of a derived spec need calibrated observers on {edge!r}",
+                                fix="calibrate the prepared program before convert_pt2e")
+        scale, zero_point = spec.derive_qparams_fn(observers)
+        low, high, axis = spec.quant_min, spec.quant_max, spec.ch_axis or 0
+        quantized = qd.quantize_per_channel.default(weight, scale, zero_point, axis, low, high, spec.dtype)
+        stored = add_constant(self.program, quantized, "quantized_bias")
+        scales = add_constant(self.program, scale, "bias_scale")
+        zero_points = add_constant(self.program, zero_point, "bias_zero_point")
+        return qd.dequantize_per_channel.default(stored, scales, zero_points, axis, low, high, spec.dtype)
 
     def _static(self, value: SSAValue, observer: Any) -> SSAValue:
         scale, zero_point = observer.calculate_qparams()

@@ -16,7 +16,9 @@ from kiln.ir.errors import KilnError
 from kiln.ir.interpreter import watching
 from kiln.ir.program import ExportedProgram
 from kiln.passes.base import clone_program
-from kiln.passes.quant.quantizer import EdgeOrNode, Quantizer, SharedQuantizationSpec, annotations
+from kiln.passes.quant.quantizer import (
+    DerivedQuantizationSpec, EdgeOrNode, Quantizer, SharedQuantizationSpec, annotations,
+)
 
 
 class PreparedProgram:
@@ -32,6 +34,8 @@ class PreparedProgram:
         self._seen: set[int] = set()  # observers that received data
         self._watchers: dict[SSAValue, list[Any]] = {}
         for edge_or_node, group in groups.items():
+            if observers[group] is None:
+                continue
             value = edge_or_node[0] if isinstance(edge_or_node, tuple) else edge_or_node
             watchers = self._watchers.setdefault(value, [])
             if observers[group] not in watchers:
@@ -79,8 +83,9 @@ def prepare_pt2e(program: ExportedProgram, quantizer: Quantizer) -> PreparedProg
     roots = {edge_or_node: _root_spec(specs[edge_or_node], specs) for edge_or_node in specs}
     observers: dict[int, Any] = {}
     for edge_or_node, group in groups.items():
-        if group not in observers:
-            observers[group] = roots[edge_or_node].make_observer()
+        if group not in observers:  # a derived spec observes nothing: convert computes its qparams from others'
+            root = roots[edge_or_node]
+            observers[group] = None if isinstance(root, DerivedQuantizationSpec) else root.make_observer()
     return PreparedProgram(prepared, groups, roots, observers)
 
 

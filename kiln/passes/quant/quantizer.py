@@ -56,6 +56,42 @@ class SharedQuantizationSpec:
     edge_or_node: Any
 
 
+@dataclass(eq=True, frozen=True)
+class DerivedQuantizationSpec:
+    """Qparams computed from other edges' observers instead of observed, e.g. an int32 bias whose scale is the
+    input's scale times the weight's (`derive_qparams_fn(observers) -> (scale, zero_point)`)."""
+
+    derived_from: tuple[Any, ...]  # edges or nodes
+    derive_qparams_fn: Any
+    dtype: DType
+    quant_min: int | None = None
+    quant_max: int | None = None
+    qscheme: QScheme | None = None
+    ch_axis: int | None = None
+    is_dynamic: bool = False
+
+
+def _bias_qparams(observers: list[Any]) -> tuple[Any, Any]:
+    """scale = input scale × weight scale (per output channel), zero point 0: the int32 accumulator's grid."""
+    import numpy as np
+    input_scale, _ = observers[0].calculate_qparams()
+    weight_scale, _ = observers[1].calculate_qparams()
+    scale = (np.float32(input_scale[0]) * weight_scale.astype(np.float32)).astype(np.float32)
+    return scale, np.zeros(scale.shape, np.int64)
+
+
+@dataclass(eq=True, frozen=True)
+class Int32Bias:
+    """A config's bias entry meaning "int32, on the accumulator's grid of the op's input and weight scales", as
+    onnxruntime's quantizer stores biases; its QDQ fusion into QGemm needs that form."""
+
+    def for_op(self, input_edge: Any, weight_edge: Any) -> DerivedQuantizationSpec:
+        from kiln.ir import dtypes
+        from kiln.passes.quant.observer import per_channel_symmetric
+        return DerivedQuantizationSpec((input_edge, weight_edge), _bias_qparams, dtypes.int32, -2 ** 31,
+                                       2 ** 31 - 1, per_channel_symmetric, 0)
+
+
 @dataclass
 class QuantizationAnnotation:
     """Which inputs of an op are quantized and how (`input_qspec_map`: value -> spec), and its output's spec."""
@@ -77,7 +113,7 @@ class QuantizationConfig:
     input_activation: QuantizationSpec | None
     output_activation: QuantizationSpec | None
     weight: QuantizationSpec | None
-    bias: QuantizationSpec | None
+    bias: QuantizationSpec | Int32Bias | None
     is_qat: bool = False
 
 

@@ -19,8 +19,8 @@ from kiln.passes.quant.observer import (
     HistogramObserver, PerChannelMinMaxObserver, PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
 )
 from kiln.passes.quant.quantizer import (
-    QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec, annotate,
-    annotation_of,
+    Int32Bias, QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec,
+    annotate, annotation_of,
 )
 
 Filter = Callable[[Sequence[Operation]], bool]
@@ -36,9 +36,12 @@ QUANTIZABLE_OPS = INT8_IN_INT8_OUT_OPS + CONV_OPS + (LINEAR, "aten.mul.Tensor", 
 
 
 def get_default_x86_inductor_quantization_config(is_qat: bool = False, is_dynamic: bool = False,
-                                                 reduce_range: bool = False) -> QuantizationConfig:
+                                                 reduce_range: bool = False,
+                                                 int32_bias: bool = False) -> QuantizationConfig:
     """uint8 per-tensor affine activations (HistogramObserver; chosen at run time when dynamic) and int8
-    per-channel symmetric weights. reduce_range keeps activations to 7 bits for CPUs without VNNI."""
+    per-channel symmetric weights. reduce_range keeps activations to 7 bits for CPUs without VNNI. int32_bias
+    (kiln's addition) stores static conv/linear biases as int32 on the input scale × weight scale grid, the form
+    onnxruntime fuses into QGemm; torch's recipe keeps them float."""
     if is_qat:
         raise NotImplementedError("QAT configurations come with prepare_qat_pt2e (the QAT issue)")
     eps = 2.0 ** -12
@@ -48,7 +51,7 @@ def get_default_x86_inductor_quantization_config(is_qat: bool = False, is_dynami
                                   is_dynamic=is_dynamic)
     weight = QuantizationSpec(dtypes.int8, PerChannelMinMaxObserver.with_args(eps=eps), quant_min=-128,
                               quant_max=127, qscheme=per_channel_symmetric, ch_axis=0)
-    return QuantizationConfig(activation, activation, weight, None, is_qat)
+    return QuantizationConfig(activation, activation, weight, Int32Bias() if int32_bias else None, is_qat)
 
 
 def _module_stack(op: Operation) -> list[tuple[str, str]]:
@@ -153,7 +156,10 @@ class X86InductorQuantizer(Quantizer):
             annotate(program, op, QuantizationAnnotation())
             return
         inputs = {op.operands[0]: config.input_activation, op.operands[1]: config.weight}
-        if len(op.operands) > 2 and config.bias is not None:
+        if len(op.operands) > 2 and isinstance(config.bias, Int32Bias):
+            if not config.input_activation.is_dynamic:  # a dynamic input's scale is known only at run time
+                inputs[op.operands[2]] = config.bias.for_op((op.operands[0], op), (op.operands[1], op))
+        elif len(op.operands) > 2 and config.bias is not None:
             inputs[op.operands[2]] = config.bias
         annotate(program, op, QuantizationAnnotation(inputs, _is_output_of_quantized_pattern=output_quantized))
 
