@@ -72,6 +72,9 @@ class _Converter:
         self.program = prepared.program
         self.output_group: dict[SSAValue, int] = {}
         self.done: dict[tuple[SSAValue, int], SSAValue] = {}  # (value, group) -> its dequantized replacement
+        self.group_specs: dict[int, Any] = {}
+        for edge_or_node, group in prepared.groups.items():
+            self.group_specs.setdefault(group, prepared.specs[edge_or_node])
 
     def quantize_output(self, value: SSAValue) -> None:
         group = self.prepared.groups[value]
@@ -94,14 +97,14 @@ class _Converter:
     def _quantized(self, value: SSAValue, group: int, point: InsertPoint) -> tuple[SSAValue, set[Operation]]:
         """`value` quantized and dequantized with the group's qparams, and the ops that compute it."""
         observer = self.prepared.observers[group]
-        spec = self.prepared.specs[next(k for k, g in self.prepared.groups.items() if g == group)]
+        spec = self.group_specs[group]
         weight = weight_value(self.program, value)
         builder = _InsertAt(self.program, point)
         with builder:
             if isinstance(spec, DerivedQuantizationSpec):
                 result = self._derived(value, weight, spec)
             elif weight is not None and not spec.is_dynamic:
-                result = self._dequantized_weight(weight, observer, builder)
+                result = self._dequantized_weight(weight, observer)
             elif spec.is_dynamic:
                 result = self._dynamic(value, observer)
             else:
@@ -142,7 +145,7 @@ class _Converter:
         quantized = qd.quantize_per_tensor.tensor(value, scale, zero_point, quant_min, quant_max, observer.dtype)
         return qd.dequantize_per_tensor.tensor(quantized, scale, zero_point, quant_min, quant_max, observer.dtype)
 
-    def _dequantized_weight(self, weight: np.ndarray, observer: Any, builder: GraphBuilder) -> SSAValue:
+    def _dequantized_weight(self, weight: np.ndarray, observer: Any) -> SSAValue:
         if not self.prepared.saw(observer):  # not calibrated (e.g. weight-only): the weight is known now
             observer(weight)
         scale, zero_point = observer.calculate_qparams()
