@@ -25,6 +25,7 @@ SCHEMES = {
     "dynamic": "int8: activation qparams chosen at run time, int8 per-channel weights",
     "weight-only-int8": "int8 per-channel weights of linear layers, float activations",
     "weight-only-int4": "int4 weights of linear layers in groups (--group-size), float activations",
+    "fp16": "float16 weights of linear layers, float32 activations",
 }
 FORMATS = (".pt2", ".onnx")
 
@@ -67,7 +68,7 @@ def quantizer_for(scheme: str, reduce_range: bool = False, group_size: int = 32,
         config = kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "dynamic",
                                                                  reduce_range=reduce_range, int32_bias=for_onnx)
         return kq.X86InductorQuantizer().set_global(config)
-    return kq.WeightOnlyQuantizer(scheme.removeprefix("weight-only-"), group_size=group_size)
+    return kq.WeightOnlyQuantizer(scheme.removeprefix("weight-only-"), group_size=group_size)  # int8, int4, fp16
 
 
 def load_calibration(path: str, program: Any) -> list[tuple[np.ndarray, ...]]:

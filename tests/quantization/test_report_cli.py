@@ -170,3 +170,19 @@ def test_cli_static_onnx_fuses_into_qgemm(tmp_path, calibration):
     (got,) = session.run(None, {session.get_inputs()[0].name: x})
     from tests.quantization.test_pt2e import assert_quantized_close
     assert_quantized_close(got, expected(x))
+
+
+def test_cli_fp16_weights_round_trip_through_torch(tmp_path):
+    """fp16 weight-only: weights stored as float16 (read through convert_element_type.no_fuse, which torch has
+    too), so torch runs the saved program and agrees with kiln."""
+    import torch
+    out = tmp_path / "mlp_fp16.pt2"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "fp16", "-o", str(out), "-q"]) == 0
+    program = kiln.load(out)
+    assert all(array.dtype == np.float16 for key, array in program.constants.items() if key.startswith("weight"))
+    assert program.op_histogram()["quantized_decomposed.convert_element_type.no_fuse"] >= 2
+    x = np.random.default_rng(3).standard_normal((4, kiln.models.get("mlp").args[0].shape[1])).astype(np.float32)
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (torch's quantized_decomposed ops)
+    loaded = torch.export.load(out)
+    np.testing.assert_allclose(loaded.module()(torch.from_numpy(x)).detach().numpy(), program(x),
+                               rtol=1.3e-6, atol=1e-5)

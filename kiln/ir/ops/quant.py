@@ -378,6 +378,21 @@ _define("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_
 
 
 # ---------------------------------------------------------------------------------------------
+# fp16 weight-only: a dtype conversion that constant folding leaves alone, so the weight stays stored in float16
+
+def convert_element_type_meta(input, dtype):
+    return like(input, dtype=dtypes.dtype(dtype))
+
+
+def convert_element_type(input, dtype):
+    return aten._to_copy.default(input, dtype=dtypes.dtype(dtype))
+
+
+_define("convert_element_type.no_fuse(Tensor input, ScalarType dtype) -> Tensor", convert_element_type_meta,
+        convert_element_type)
+
+
+# ---------------------------------------------------------------------------------------------
 # Decompositions into aten ops: backends without integer kernels for a pattern run these in float, exactly as
 # the reference kernels compute (the per-tensor and per-channel kernels above are written with aten ops only and
 # serve as their own decompositions).
@@ -451,5 +466,6 @@ for _name, _fn in [
     ("dequantize_per_token.default", dequantize_per_token),
     ("quantize_per_channel_group.default", quantize_per_channel_group),
     ("dequantize_per_channel_group.default", dequantize_per_channel_group),
+    ("convert_element_type.no_fuse", convert_element_type),
 ]:
     register_decomposition(f"{NAMESPACE}.{_name}")(_fn)

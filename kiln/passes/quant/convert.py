@@ -146,6 +146,9 @@ class _Converter:
         return qd.dequantize_per_tensor.tensor(quantized, scale, zero_point, quant_min, quant_max, observer.dtype)
 
     def _dequantized_weight(self, weight: np.ndarray, observer: Any) -> SSAValue:
+        if observer.dtype.is_floating_point:  # fp16 weight-only: stored in the narrow float, read as float32
+            stored = add_constant(self.program, weight.astype(observer.dtype.numpy), "weight")
+            return qd.convert_element_type.no_fuse(stored, dtypes.dtype(weight.dtype))
         if not self.prepared.saw(observer):  # not calibrated (e.g. weight-only): the weight is known now
             observer(weight)
         scale, zero_point = observer.calculate_qparams()

@@ -45,13 +45,13 @@ class XNNPACKQuantizer(X86InductorQuantizer):
         return self
 
 
-WEIGHT_ONLY_SCHEMES = ("int8", "int4")
+WEIGHT_ONLY_SCHEMES = ("int8", "int4", "fp16")
 
 
 class WeightOnlyQuantizer(Quantizer):
     """Quantize the weights of linear layers only; activations stay float, so no calibration is needed:
-    `int8` (symmetric, per output channel) or `int4` (symmetric, per group of `group_size` input columns,
-    values in [-8, 7] held in int8)."""
+    `int8` (symmetric, per output channel), `int4` (symmetric, per group of `group_size` input columns, values in
+    [-8, 7] held in int8) or `fp16` (stored as float16, read through convert_element_type.no_fuse)."""
 
     def __init__(self, scheme: str = "int8", group_size: int = 32):
         if scheme not in WEIGHT_ONLY_SCHEMES:
@@ -62,6 +62,8 @@ class WeightOnlyQuantizer(Quantizer):
         self.scheme, self.group_size = scheme, group_size
 
     def weight_spec(self) -> QuantizationSpec:
+        if self.scheme == "fp16":
+            return QuantizationSpec(dtypes.float16, PlaceholderObserver)
         if self.scheme == "int8":
             return QuantizationSpec(dtypes.int8, PerChannelMinMaxObserver, quant_min=-127, quant_max=127,
                                     qscheme=per_channel_symmetric, ch_axis=0)

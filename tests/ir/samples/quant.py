@@ -145,3 +145,9 @@ def dequantize_per_channel_group(rng):
     quantized = rng.integers(-8, 8, (4, 64)).astype(np.int8)
     yield Sample((quantized, scales, zeros, -8, 7, dtypes.int8, 32, dtypes.float32), note="int4 range, group 32")
     yield Sample((quantized, scales, None, -8, 7, dtypes.int8, 32, dtypes.float32), note="no zero points")
+
+
+@samples(f"{Q}.convert_element_type.no_fuse")
+def convert_element_type(rng):
+    yield Sample((rand(rng, 4, 6).astype(np.float16), dtypes.float32), note="an fp16 weight read as float32")
+    yield Sample((rand(rng, 3, 5), dtypes.float16), note="float32 to float16 rounds")
