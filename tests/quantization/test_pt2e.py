@@ -31,7 +31,29 @@ def _mlp():
     return nn.Sequential(nn.Linear(24, 64), nn.GELU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
 
 
-MODELS = {"cnn": (_cnn, (32, 3, 10, 10)), "mlp": (_mlp, (32, 24))}
+def _residual():
+    nn = torch.nn
+
+    class Residual(nn.Module):
+        """ResNet's blocks in small: conv → add → relu and conv → add, the X86 recipe's binary patterns."""
+
+        def __init__(self):
+            super().__init__()
+            self.stem, self.relu0 = nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()
+            self.conv1, self.relu1 = nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+            self.conv2, self.relu2 = nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+            self.conv3 = nn.Conv2d(8, 8, 3, padding=1)
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = self.relu0(self.stem(x))
+            x = self.relu2(self.conv2(self.relu1(self.conv1(x))) + x)
+            x = self.conv3(x) + x
+            return self.fc(torch.flatten(self.pool(x), 1))
+    return Residual()
+
+
+MODELS = {"cnn": (_cnn, (32, 3, 10, 10)), "mlp": (_mlp, (32, 24)), "residual": (_residual, (32, 3, 12, 12))}
 
 
 def assert_quantized_close(actual, expected):

@@ -1,6 +1,7 @@
 """X86InductorQuantizer: torchao's recipe for x86 CPUs (uint8 affine activations, int8 per-channel weights).
 
-It annotates conv/linear (alone or followed by an activation) on their activation input and weight, then
+It annotates conv/linear (alone, followed by an activation, or conv2d into a residual add and relu) on their
+activation input and weight, then
 propagates quantization through ops that run in int8 (max_pool2d, avg pools, cat, flatten) when their inputs are
 quantized, and gives those ops' outputs their input's qparams. Static, dynamic and reduce-range configurations
 match `get_default_x86_inductor_quantization_config`.
@@ -128,6 +129,9 @@ class X86InductorQuantizer(Quantizer):
     def _annotate_with_config(self, program: ExportedProgram, config: QuantizationConfig | None,
                               keep: Filter) -> None:
         ops = list(program.nodes())
+        for op in ops:  # conv2d + add (+ relu): the residual add runs in the int8 conv's epilogue
+            if op.name == "aten.conv2d.default":
+                self._annotate_conv_binary(program, op, config, keep)
         for unary_ops, anchors in ((CONV_UNARY_OPS, CONV_OPS), (LINEAR_UNARY_OPS, (LINEAR,))):
             for op in ops:
                 if op.name in anchors:
@@ -140,6 +144,31 @@ class X86InductorQuantizer(Quantizer):
                 self._annotate_anchor(program, op, config, output_quantized=True)
         for op in ops:
             self._propagate(program, op, config, keep)
+
+    def _annotate_conv_binary(self, program: ExportedProgram, conv: Operation, config: QuantizationConfig | None,
+                              keep: Filter) -> None:
+        """conv2d → add(conv, other) [→ relu]: the conv's input and weight and the add's other input are quantized;
+        the add (or the relu after it) ends the pattern."""
+        add = _single_user(conv)
+        if add is None or add.name != "aten.add.Tensor" or _alpha(add) != 1:
+            return
+        other = add.operands[1] if add.operands[0] is conv.results[0] else add.operands[0]
+        if other is conv.results[0]:
+            return
+        relu = _single_user(add)
+        pattern = [relu, add, conv] if relu is not None and relu.name == "aten.relu.default" else [add, conv]
+        if self._skip(program, pattern, keep):
+            return
+        if config is None:
+            for op in pattern:
+                annotate(program, op, QuantizationAnnotation())
+            return
+        self._annotate_anchor(program, conv, config, output_quantized=False)
+        ends_here = len(pattern) == 2
+        annotate(program, add, QuantizationAnnotation({other: config.input_activation},
+                                                      _is_output_of_quantized_pattern=ends_here))
+        if not ends_here:
+            annotate(program, relu, QuantizationAnnotation(_is_output_of_quantized_pattern=True))
 
     @staticmethod
     def _skip(program: ExportedProgram, ops: Sequence[Operation], keep: Filter) -> bool:
@@ -193,6 +222,11 @@ class X86InductorQuantizer(Quantizer):
         annotation = annotation_of(program, op)
         if op.name in INT8_IN_INT8_OUT_OPS and annotation is not None and annotation._is_output_of_quantized_pattern:
             annotation.output_qspec = SharedQuantizationSpec((op.operands[0], op))
+
+
+def _alpha(op: Operation) -> float:
+    from kiln.ir.dialect import bound_arguments
+    return bound_arguments(op)[2]
 
 
 def _single_user(op: Operation) -> Operation | None:
