@@ -9,8 +9,9 @@ Peers, one process, T threads each (default 2), medians of interleaved rounds: o
 onnxruntime int8 static (kiln's QDQ ONNX of the X86 static program, with float biases as torch's recipe keeps them
 and with int32 biases as `kiln quantize -o x.onnx` writes them: onnxruntime fuses QLinearConv, and QGemm only with
 int32 biases),
-onnxruntime int8 dynamic (kiln's ONNX of the dynamic program, whose qparams are written as explicit math, and
-onnxruntime's own quantize_dynamic of the fp32 model, which uses DynamicQuantizeLinear), torch eager fp32, torch
+onnxruntime int8 dynamic (kiln's ONNX of the dynamic program: DynamicQuantizeLinear, linear layers as MatMulInteger,
+which onnxruntime fuses into DynamicQuantizeMatMul; and onnxruntime's own quantize_dynamic of the fp32 model),
+torch eager fp32, torch
 dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C. kiln has no int8 C kernels
 yet. Each quantized peer's SQNR against the fp32 model is printed beside its time.
 

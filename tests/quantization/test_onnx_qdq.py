@@ -47,13 +47,20 @@ def test_qdq_model_runs_in_onnxruntime_like_kiln(dynamic, reduce_range, tmp_path
     quantizer = "DynamicQuantizeLinear" if dynamic else "QuantizeLinear"
     assert kinds.count(quantizer) == histogram.get("quantized_decomposed.quantize_per_tensor.default", 0) + \
         histogram.get("quantized_decomposed.quantize_per_tensor.tensor", 0)
-    assert kinds.count("DequantizeLinear") == sum(count for name, count in histogram.items() if "dequantize" in name)
+    dequantizes = sum(count for name, count in histogram.items() if "dequantize" in name)
+    linear_layers = histogram["aten.linear.default"]
+    if dynamic:  # a dynamic linear layer is MatMulInteger on its two integer inputs: no DequantizeLinear
+        assert kinds.count("MatMulInteger") == linear_layers
+        dequantizes -= 2 * linear_layers
+    assert kinds.count("DequantizeLinear") == dequantizes
     session = _session(model_proto, tmp_path / "optimized.onnx")
     (got,) = session.run(None, {session.get_inputs()[0].name: x})
     assert_quantized_close(got, program(x))
-    if not dynamic and not reduce_range:  # the QDQ pairs around conv and linear become int8 kernels
-        fused = {node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node}
-        assert {"QLinearConv", "QGemm"} <= fused, fused
+    fused = [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    if dynamic:  # onnxruntime's integer kernels: DynamicQuantizeLinear + MatMulInteger + scaling in one
+        assert fused.count("DynamicQuantizeMatMul") == linear_layers, fused
+    elif not reduce_range:  # the QDQ pairs around conv and linear become int8 kernels
+        assert {"QLinearConv", "QGemm"} <= set(fused), fused
 
 
 def test_quantize_ops_lower_to_quantizelinear_with_per_axis_scales():

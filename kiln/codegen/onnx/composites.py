@@ -36,6 +36,10 @@ def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
 def _linear(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None = None) -> str:
     """Gemm (transB) for a 2-D input, as onnxruntime runs it best; MatMul with the transposed weight plus Add
     otherwise (onnxruntime fuses that Transpose into its MatMul kernel, and an initializer's is folded)."""
+    from kiln.codegen.onnx.quantized import dynamic_linear
+    integer = dynamic_linear(ctx, bias) if ctx.out_dtype is dtypes.float32 else None
+    if integer is not None:
+        return integer
     t = _matmul_dtype(ctx.out_dtype)
     value, matrix = ctx.as_dtype(x, t), ctx.as_dtype(weight, t)
     if x.rank == 2 and weight.rank == 2 and t in (dtypes.float32, dtypes.float64):

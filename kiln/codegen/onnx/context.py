@@ -26,6 +26,7 @@ class LoweringContext:
         self.result_types: list[Any] = [r.type for r in op.results]
         # The IR's result types; `result_types` may be widened (float16/bfloat16 compute in float32).
         self.declared_types: list[Any] = list(self.result_types)
+        self.values: dict[Any, Value] = {}  # kiln value -> its ONNX Value, for lowerings that look at producers
 
     @property
     def out(self) -> TensorType:

@@ -207,6 +207,7 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
         hint = names.get(op.results[0], "v") if op.results else "v"
         graph.hint = hint
         context = LoweringContext(graph, op, opset)
+        context.values = values  # what the kiln values computed so far are in the graph (for pattern lowerings)
         arguments = [_widen(graph, a) for a in bound_arguments(op, values.__getitem__)]
         narrow_results = [t.dtype if isinstance(t, TensorType) and t.dtype in _LOW_PRECISION else None
                           for t in context.result_types]

@@ -170,3 +170,34 @@ def _dequantize_per_channel(ctx: LoweringContext, x: Value, scales: Value, zero_
     scale_name, zero_name = _axis_qparams(ctx, scales, zero_points, dtypes.dtype(dtype), scales.shape[0])
     result = ctx.node("DequantizeLinear", [x.name, scale_name, zero_name], axis=axis)
     return ctx.graph.cast(result, dtypes.float32, ctx.out_dtype)
+
+
+def dynamic_linear(ctx: LoweringContext, bias: Value | None) -> str | None:
+    """linear(dequantize(dynamically quantized x), dequantize_per_channel(int8 weight)) as onnxruntime's integer
+    form: MatMulInteger on DynamicQuantizeLinear's output and the transposed int8 weight, then one float multiply by
+    input scale × weight scale (and the bias). onnxruntime fuses it into DynamicQuantizeMatMul; the QDQ form of the
+    same program it runs in float. None when the linear is not that pattern."""
+    x_dq, w_dq = (operand.owner for operand in ctx.op.operands[:2])
+    if getattr(x_dq, "name", "") != f"{Q}.dequantize_per_tensor.tensor" or \
+            getattr(w_dq, "name", "") != f"{Q}.dequantize_per_channel.default":
+        return None
+    found = ctx.graph.dynamic_quantized.get(x_dq.operands[1])
+    weight = ctx.values.get(w_dq.operands[0])
+    scales = ctx.values.get(w_dq.operands[1])
+    zero_points = ctx.values.get(w_dq.operands[2]) if len(w_dq.operands) > 2 else None
+    if found is None or weight is None or scales is None or scales.dtype is not dtypes.float32:
+        return None
+    from kiln.ir.dialect import bound_arguments
+    axis, dtype = bound_arguments(w_dq)[3], dtypes.dtype(bound_arguments(w_dq)[6])
+    stored = ctx.graph.model.constant(weight.name)
+    zeros = ctx.graph.model.constant(zero_points.name) if zero_points is not None else np.zeros(1)
+    if axis != 0 or dtype is not dtypes.int8 or stored is None or stored.ndim != 2 or zeros is None or np.any(zeros):
+        return None
+    _, quantized, input_scale, input_zero = found
+    product = ctx.node("MatMulInteger", [quantized, ctx.const(np.ascontiguousarray(stored.T)), input_zero,
+                                         ctx.const(np.int8(0))])
+    result = ctx.node("Mul", [ctx.graph.cast(product, dtypes.int32, dtypes.float32),
+                              ctx.node("Mul", [input_scale, ctx.as_dtype(scales, dtypes.float32)])])
+    if bias is not None:
+        result = ctx.node("Add", [result, ctx.as_dtype(bias, dtypes.float32)])
+    return ctx.graph.cast(result, dtypes.float32, ctx.out_dtype)
