@@ -237,7 +237,7 @@ def test_calibrating_in_c_matches_the_interpreter():
         kq.calibrate(prepared, [(batch,) for batch in data], backend=backend, progress=seen.append)
         assert seen == [1, 2, 3]
         results[backend] = _kiln_quantize_args(kq.convert_pt2e(prepared))
-        assert prepared.program.body.last_op.operands.__len__() == 1  # the extra outputs were for the build only
+        assert len(prepared.program.body.last_op.operands) == 1  # the extra outputs were for the build only
     _assert_same_quantize_args(results["c"], results["interpreter"])
     assert program.to_mlir() == before
     with pytest.raises(kiln.KilnError, match="unknown calibration backend"):

@@ -7,15 +7,14 @@ older one. A package records its capability, and loading it on a CPU without tha
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import pathlib
-import platform
 import shutil
 import subprocess
 import tempfile
 
+from kiln.ir.cpu import cpu_flags
 from kiln.ir.errors import KilnError
 
 # -fno-trapping-math and -fno-math-errno change no value (NaN and inf are kept; kiln reads neither FP exception
@@ -35,23 +34,9 @@ CAPABILITIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-@functools.lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return frozenset()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def supported_capabilities() -> list[str]:
     """The capabilities this CPU runs, weakest first."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return [name for name, (needs, _) in CAPABILITIES.items() if all(f in flags for f in needs)]
 
 

@@ -24,6 +24,7 @@ from kiln.codegen.onnx.lowerings import (
     LOWERING_TABLE, _compute_dtype, _layer_norm, _matmul_dtype, _softmax_like, lowers, max_pool_values,
 )
 from kiln.codegen.onnx.lowerings import _batch_norm as batch_norm_formula
+from kiln.codegen.onnx.quantized import dynamic_linear
 
 
 def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
@@ -36,7 +37,6 @@ def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
 def _linear(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None = None) -> str:
     """Gemm (transB) for a 2-D input, as onnxruntime runs it best; MatMul with the transposed weight plus Add
     otherwise (onnxruntime fuses that Transpose into its MatMul kernel, and an initializer's is folded)."""
-    from kiln.codegen.onnx.quantized import dynamic_linear
     integer = dynamic_linear(ctx, bias) if ctx.out_dtype is dtypes.float32 else None
     if integer is not None:
         return integer

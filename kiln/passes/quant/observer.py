@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kiln.ir import dtypes
+from kiln.ir.cpu import cpu_flags
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
 from kiln.ir.ops.quant import affine_qparams
@@ -241,12 +242,7 @@ class PlaceholderObserver(ObserverBase):
 
 def _cpu_vector_lanes() -> int:
     """float32 lanes of torch's CPU kernels here: 16 with AVX-512, else 8 (AVX2)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        return 8
-    return 16 if " avx512f" in flags else 8
+    return 16 if "avx512f" in cpu_flags() else 8
 
 
 def _linspace(start: np.float32, end: np.float32, steps: int, lanes: int = 1, threads: int = 1) -> np.ndarray:

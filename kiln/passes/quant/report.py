@@ -86,8 +86,8 @@ def report(float_program: ExportedProgram, quantized_program: ExportedProgram, d
     argument tuples), and up to `suggest` layers to keep in float."""
     float_ops, quantized_ops = _compute_ops(float_program), _compute_ops(quantized_program)
     if [op.name for op in float_ops] != [op.name for op in quantized_ops]:  # the quantizers' layer rewrites
-        from kiln.passes.pipeline import run
-        float_program = run(float_program, "addmm-to-linear")
+        from kiln.passes.quant.transforms import linear_layers
+        float_program = linear_layers(float_program)
         float_ops = _compute_ops(float_program)
     if [op.name for op in float_ops] != [op.name for op in quantized_ops]:
         raise KilnError("the quantized program's ops do not pair up with the float program's",

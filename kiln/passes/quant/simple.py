@@ -13,6 +13,7 @@ from kiln.passes.quant.observer import (
 from kiln.passes.quant.quantizer import (
     QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, annotate,
 )
+from kiln.passes.quant.transforms import linear_layers
 from kiln.passes.quant.x86 import X86InductorQuantizer
 
 
@@ -71,7 +72,7 @@ class WeightOnlyQuantizer(Quantizer):
                                 quant_min=-8, quant_max=7, qscheme=per_channel_symmetric)
 
     def transform_for_annotation(self, program: ExportedProgram) -> ExportedProgram:
-        return X86InductorQuantizer().transform_for_annotation(program)  # GPT-2's Conv1D layers count as linear
+        return linear_layers(program)  # GPT-2's Conv1D layers count as linear
 
     def annotate(self, program: ExportedProgram) -> ExportedProgram:
         spec = self.weight_spec()

@@ -24,3 +24,10 @@ class AddmmToLinear(RewritePass):
         if array is None or beta != 1 or alpha != 1 or array.ndim != 2 or len(bias.type.shape) != 1:
             return None
         return aten.linear.default(x, constant(np.ascontiguousarray(array.T), "linear_weight"), bias)
+
+
+def linear_layers(program):
+    """`program` with GPT-2-style Conv1D layers (addmm with a constant weight) as linear layers: what quantizers
+    match."""
+    from kiln.passes.pipeline import run
+    return run(program, AddmmToLinear.name)

@@ -111,8 +111,7 @@ class X86InductorQuantizer(Quantizer):
     def transform_for_annotation(self, program: ExportedProgram) -> ExportedProgram:
         """GPT-2's Conv1D layers (addmm with an [in, out] weight) become linear layers, so they are quantized too
         (torchao's recipe leaves them float)."""
-        from kiln.passes.pipeline import run
-        return run(program, "addmm-to-linear")
+        return transforms.linear_layers(program)
 
     # -- annotation
     def annotate(self, program: ExportedProgram) -> ExportedProgram:
