@@ -23,7 +23,7 @@ from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
 
-SUPPORTED_DTYPES = {dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.bool_}
+SUPPORTED_DTYPES = {dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.bool_}
 
 # Ops fused into pointwise kernels; the renderer supplies one rule per name.
 POINTWISE_OPS = {
@@ -90,8 +90,10 @@ VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.defa
             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.slice.Tensor",
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
+# Quantized linear layers (kiln/passes/quant/lower.py): an integer GEMM on the prepacked int8 weight, requantized.
+QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,9 +413,9 @@ class _Scheduler:
             lowerable = [n for n, why in problems.items() if why == "no C lowering" and n in REGISTRY]
             if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
                 raise UnsupportedError(
-                    f"the C backend has no int8 kernels yet for this quantized program: {listed}",
-                    fix="export it to ONNX (onnxruntime runs the QDQ form with its int8 kernels), or run it on "
-                        "kiln's interpreter")
+                    f"the C backend computes these quantize ops only through integer lowering or decomposition: "
+                    f"{listed}", fix="start the pipeline with 'lower-quantized,decompose{namespaces=aten,"
+                                     "quantized_decomposed}' (kiln.compile's default does)")
             decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
                                for n in lowerable)
             fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
@@ -533,7 +535,8 @@ class _Scheduler:
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
                               (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
-                              (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags)):
+                              (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags),
+                              (QLINEAR_OPS, self.schedule_qlinear)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -873,6 +876,29 @@ class _Scheduler:
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
+    def schedule_qlinear(self, op: Any, name: str, args: list) -> None:
+        """quant.qlinear_pointwise: the activations as contiguous [M, K] rows, the int8 weight [N, K] (packed when
+        the model is created), its scales and bias per output column, the activation and output qparams."""
+        (x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point, quant_min, quant_max,
+         output_dtype, post_op) = args
+        result = op.results[0]
+        rows = self.materialized(x)
+        if not rows.is_contiguous:
+            rows = _contiguous(self.copy(rows, x))
+
+        def scalar(value: Any) -> Any:  # the .tensor overload's one-element qparams: a read of their buffer
+            return _load(self.materialized(value), []) if _is_tensor(value) else value
+        detail = {"x": rows, "weight": self.materialized(weight), "weight_scale": self.materialized(weight_scale),
+                  "bias": self.materialized(bias) if bias is not None else None, "x_scale": scalar(x_scale),
+                  "x_zero_point": scalar(x_zero_point), "output_scale": output_scale,
+                  "output_zero_point": output_zero_point, "quant_min": quant_min, "quant_max": quant_max,
+                  "post_op": post_op, "m": sympy.Mul(*map(_dim, x.type.shape[:-1])), "k": _dim(x.type.shape[-1]),
+                  "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8}
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
+                                   detail))
+        self.views[result] = _contiguous(buf)
 
     def row_users_left(self, value: Any) -> int:
         """Row kernels still to be scheduled that read `value` (a producer they each recompute)."""

@@ -15,7 +15,7 @@ from kiln.ir.program import GraphBuilder
 from kiln.ir.registry import REGISTRY, OpOverload, run_eager, split_bound
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 from kiln.ir.verifier import flatten_meta
-from tests.ir.samples import SAMPLES, TORCH_SKIPS
+from tests.ir.samples import SAMPLES, TORCH_EQUIVALENTS, TORCH_SKIPS
 from tests.torch_oracle import assert_close_to_torch, requires_torch, to_numpy, to_torch, torch
 
 import kiln.ir.ops  # noqa: F401
@@ -135,6 +135,8 @@ def _flatten(value):
 
 
 def _torch_op(name: str):
+    if name in TORCH_EQUIVALENTS:
+        return TORCH_EQUIVALENTS[name](torch)
     namespace, op_name, overload = name.split(".")
     return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
 

@@ -29,9 +29,11 @@ ABI_VERSION = 3
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
                             for name in ("kiln_math.h", "kiln_gemm.h"))
+# The integer GEMM, pasted only into models with quantized linear layers.
+QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
-           dtypes.bool_: "bool"}
+           dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
 
 
 def c_type(dtype: dtypes.DType) -> str:
@@ -412,18 +414,77 @@ def _packs_a(kernel: Kernel, packed: dict) -> bool:
         not (sympy.sympify(kernel.shape[0]).is_Integer and int(kernel.shape[0]) < 2 * _MAX_MR)
 
 
-def _chunking(units: str) -> list[str]:
+def _chunking(units: str, integer: bool = False) -> list[str]:
     """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
-    defines M, N and what a unit is)."""
+    defines M, N and what a unit is). `integer`: the int8 GEMM's tiles (kiln_qgemm.h) instead of float32's."""
+    mr, panels, tile = ("KILN_QMR", "kiln_qpanels", "int32_t tile[KILN_QMR * KILN_QNR]") if integer else \
+        ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]")
     return [
-        "const int64_t panels = kiln_panels(N), row_blocks = (M + KILN_MR - 1) / KILN_MR;",
+        f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
         f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
         "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
-        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * KILN_MR;",
-        "float tile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
+        f"const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
+        f"{tile} __attribute__((aligned(64)));",
     ]
+
+
+def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units; each int32 tile is
+    corrected for the activations' zero point (zero point x the weight column sums packed with the panels),
+    scaled by x_scale x the column's weight scale, biased, and stored as float or requantized
+    (round half to even, then the zero point and the clamp, as quantize_per_tensor does)."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rows, weight_scale, bias = detail["x"], detail["weight_scale"], detail["bias"]
+    scalars = _Exprs(0)
+
+    def qparam(value: Any) -> str:
+        return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
+
+    def column(view: Any) -> str:  # a [N] operand at column n
+        return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
+    value = f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[n]) * (x_scale * {column(weight_scale)})"
+    if bias is not None:
+        value += f" + {column(bias)}"
+    store = [f"float y = {value};"]
+    if detail["post_op"] == "relu":
+        store.append("y = y > 0.0f ? y : 0.0f;")
+    target = f"{buffer_name(out)}[(row + r) * N + n]"
+    if out.dtype == dtypes.float32:
+        store.append(f"{target} = y;")
+    else:
+        low, high = detail["quant_min"], detail["quant_max"]
+        store += [f"float q = nearbyintf(y * output_inverse_scale) + {float(detail['output_zero_point'])!r}f;",
+                  f"{target} = ({c_type(out.dtype)})(q < {float(low)!r}f ? {float(low)!r}f : "
+                  f"q > {float(high)!r}f ? {float(high)!r}f : q);"]
+    lines = [
+        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        *_chunking("panels", integer=True),
+        f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];",
+        "const int32_t* colsum = (const int32_t*)((const char*)packed + kiln_qpanel_bytes(K, N));",
+        f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
+        f"const float x_scale = (float)({qparam(detail['x_scale'])});",
+        # int8 activations are read as uint8 with the sign bit flipped (x + 128): the zero point moves with them
+        f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])}) + {128 if detail['signed'] else 0};",
+        f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});",
+        "(void)output_inverse_scale;",
+        "#pragma omp for collapse(2) schedule(static)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+        "for (int64_t j = 0; j < panels; ++j)", "{",
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
+        f"        kiln_qukernel(rows, K, x + row * K, K, {'0x80u' if detail['signed'] else '0u'}, "
+        "packed + j * kiln_qgroups(K) * KILN_QNR * KILN_QK, tile);",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        "                const int64_t n = j * KILN_QNR + c;",
+        *[f"                {line}" for line in store],
+        "            }", "    }", "}",
+    ]
+    return ["    " + line for line in lines]
 
 
 def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, out: Buffer) -> list[str]:
@@ -1384,7 +1445,7 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
-    "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
+    "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
 }
 
 PRELUDE = """\
@@ -1507,7 +1568,7 @@ def kernel_work(kernel: Kernel) -> Any:
     def size(shape: list) -> Any:
         return sympy.Mul(*[sympy.sympify(d) for d in shape])
     out = size(kernel.shape)
-    if kernel.kind == "matmul":
+    if kernel.kind in ("matmul", "qlinear"):
         return 2 * out * sympy.sympify(kernel.detail["k"])
     if kernel.kind == "attention":  # two GEMMs and a softmax over the batch x queries x keys scores
         scores = sympy.sympify(kernel.shape[0]) * sympy.sympify(kernel.shape[1]) * sympy.sympify(kernel.detail["keys"])
@@ -1548,6 +1609,9 @@ def _packed_bytes(kernel: Kernel) -> int:
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
         return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
+    if kernel.kind == "qlinear":  # int16 pairs (the largest layout kiln_qgemm.h packs) and the column sums
+        n = -(-int(kernel.detail["n"]) // 32) * 32
+        return n * -(-int(kernel.detail["k"]) // 2) * 4 + n * 4
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
@@ -1556,6 +1620,9 @@ def _prepacked(schedule: Schedule) -> dict:
     convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
+        if kernel.kind == "qlinear":  # its weight is always a constant (kiln/passes/quant/lower.py)
+            packed[kernel] = len(packed)
+            continue
         if kernel.kind == "conv" and _conv_as_gemm(kernel):
             weight = kernel.detail["weight"]
             if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
@@ -1574,6 +1641,15 @@ def _prepacked(schedule: Schedule) -> dict:
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     lines = []
     for kernel, slot in packed.items():
+        if kernel.kind == "qlinear":
+            weight = kernel.detail["weight"]
+            k, n = int(kernel.detail["k"]), int(kernel.detail["n"])
+            source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
+            lines += [f"    /* {kernel.name}: int8 W [{n} x {k}] of {identifier(weight.buffer.weight_key)} */",
+                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, kiln_qpacked_bytes({k}, {n}));",
+                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      f"    kiln_qpack_b({k}, {n}, {source}, (kiln_qb_t*)m->packed[{slot}]);"]
+            continue
         if kernel.kind == "conv":
             weight = kernel.detail["weight"]
             groups, rows, k = _conv_weight_shape(kernel)
@@ -1611,6 +1687,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
+    if any(kernel.kind == "qlinear" for kernel in schedule.kernels):
+        out.append(QGEMM_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels
                      if (need := _scratch_bytes(kernel, state.packed)) is not None]

@@ -469,3 +469,68 @@ for _name, _fn in [
     ("convert_element_type.no_fuse", convert_element_type),
 ]:
     register_decomposition(f"{NAMESPACE}.{_name}")(_fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer-kernel ops (kiln's `quant` namespace): one op per `dequantize → linear → [relu] → [quantize]` pattern,
+# which kiln/passes/quant/lower.py writes for backends with integer kernels (torch's inductor matches the same
+# pattern into `onednn.qlinear_pointwise`, whose weight is an opaque prepacked tensor; here it stays int8 [N, K]).
+# The reference kernel is the pattern itself, so a lowered program computes exactly what the Q/DQ program did.
+
+KERNEL_NAMESPACE = "quant"
+QLINEAR_POST_OPS = ("none", "relu")
+
+
+def qlinear_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
+                           output_quant_min, output_quant_max, output_dtype, post_op):
+    require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
+                  f"expects a uint8 or int8 input, got {dtype_of(x).name}")
+    require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
+    x_shape, w_shape = list(shape_of(x)), list(shape_of(weight))
+    require_arg(len(x_shape) >= 1 and len(w_shape) == 2, _op(),
+                f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
+    require_arg(sym_eq(x_shape[-1], w_shape[1]), _op(),
+                f"the input's last dim {x_shape[-1]} does not match the weight's K {w_shape[1]}")
+    require_arg(list(shape_of(weight_scale)) == w_shape[:1] and dtype_of(weight_scale) is dtypes.float32, _op(),
+                f"expects float32 weight scales [{w_shape[0]}], got {dtype_of(weight_scale).name}"
+                f"{list(shape_of(weight_scale))}")
+    if bias is not None:
+        require_arg(list(shape_of(bias)) == w_shape[:1] and dtype_of(bias) is dtypes.float32, _op(),
+                    f"expects a float32 bias [{w_shape[0]}], got {dtype_of(bias).name}{list(shape_of(bias))}")
+    require_arg(post_op in QLINEAR_POST_OPS, _op(), f"unknown post_op {post_op!r}",
+                fix=f"use one of {', '.join(QLINEAR_POST_OPS)}")
+    output_dtype = dtypes.dtype(output_dtype)
+    if output_dtype is not dtypes.float32:
+        _check_bounds(output_quant_min, output_quant_max, output_dtype)
+    if not isinstance(x_scale, (int, float)):
+        _one_element(x_scale, "x_scale")
+        _one_element(x_zero_point, "x_zero_point")
+    return tensor([*x_shape[:-1], w_shape[0]], output_dtype)
+
+
+def _qlinear_pointwise(dequantize):
+    def kernel(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
+               output_quant_min, output_quant_max, output_dtype, post_op):
+        low, high = QVALUE_BOUNDS[dtype_of(x)]
+        floats = dequantize(x, x_scale, x_zero_point, low, high, dtype_of(x))
+        weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
+        result = aten.linear.default(floats, weights, bias)
+        if post_op == "relu":
+            result = aten.relu.default(result)
+        if dtypes.dtype(output_dtype) is dtypes.float32:
+            return result
+        return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
+                                                     output_quant_max, output_dtype)
+    return kernel
+
+
+quantized = ops.quantized_decomposed
+_QLINEAR_TAIL = ("Tensor weight, Tensor weight_scale, Tensor? bias, float output_scale, int output_zero_point, "
+                 "int output_quant_min, int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor")
+for _overload, _scale_type, _dequantize in (
+        ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
+        (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
+    _kernel = _qlinear_pointwise(_dequantize)
+    defop(f"{KERNEL_NAMESPACE}::qlinear_pointwise{_overload}(Tensor x, {_scale_type}, {_QLINEAR_TAIL}",
+          qlinear_pointwise_meta, _kernel, tags=("quantize",))
+    register_decomposition(f"{KERNEL_NAMESPACE}.qlinear_pointwise{_overload or '.default'}")(_kernel)

@@ -43,6 +43,9 @@ SampleGenerator = Callable[[np.random.Generator], Iterable[Sample]]
 SAMPLES: dict[str, SampleGenerator] = {}
 # Ops whose torch counterpart cannot be compared on CPU with these samples, with the reason.
 TORCH_SKIPS: dict[str, str] = {}
+# kiln ops that torch computes as a composition of its ops (kiln's fused integer-kernel ops): name -> a function of
+# the torch module that returns the composition, called like the op.
+TORCH_EQUIVALENTS: dict[str, Callable[[Any], Callable[..., Any]]] = {}
 
 
 def samples(*names: str) -> Callable[[SampleGenerator], SampleGenerator]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir import dtypes
-from tests.ir.samples import Sample, rand, samples
+from tests.ir.samples import TORCH_EQUIVALENTS, Sample, rand, samples
 
 Q = "quantized_decomposed"
 
@@ -151,3 +151,55 @@ def dequantize_per_channel_group(rng):
 def convert_element_type(rng):
     yield Sample((rand(rng, 4, 6).astype(np.float16), dtypes.float32), note="an fp16 weight read as float32")
     yield Sample((rand(rng, 3, 5), dtypes.float16), note="float32 to float16 rounds")
+
+
+# -- kiln's integer-kernel ops: torch computes each as its Q/DQ pattern
+
+def _torch_qlinear(dequantize: str):
+    def equivalent(torch):
+        quantized = torch.ops.quantized_decomposed
+
+        def qlinear(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
+                    output_quant_min, output_quant_max, output_dtype, post_op):
+            info = torch.iinfo(x.dtype)
+            floats = getattr(quantized.dequantize_per_tensor, dequantize)(x, x_scale, x_zero_point, info.min,
+                                                                           info.max, x.dtype)
+            weights = quantized.dequantize_per_channel(weight, weight_scale, None, 0, -128, 127, torch.int8)
+            result = torch.nn.functional.linear(floats, weights, bias)
+            if post_op == "relu":
+                result = torch.relu(result)
+            if output_dtype == torch.float32:
+                return result
+            return quantized.quantize_per_tensor(result, output_scale, output_zero_point, output_quant_min,
+                                                 output_quant_max, output_dtype)
+        return qlinear
+    return equivalent
+
+
+TORCH_EQUIVALENTS["quant.qlinear_pointwise.default"] = _torch_qlinear("default")
+TORCH_EQUIVALENTS["quant.qlinear_pointwise.tensor"] = _torch_qlinear("tensor")
+
+
+def _qlinear_operands(rng, rows: tuple, k: int, n: int, x_dtype: str = "uint8"):
+    low, high = (0, 256) if x_dtype == "uint8" else (-128, 128)
+    x = rng.integers(low, high, (*rows, k)).astype(x_dtype)
+    weight = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    scales = rng.uniform(0.002, 0.02, n).astype(np.float32)
+    return x, weight, scales, rng.standard_normal(n).astype(np.float32)
+
+
+@samples("quant.qlinear_pointwise.default")
+def qlinear_pointwise(rng):
+    x, w, s, b = _qlinear_operands(rng, (5,), 24, 7)
+    yield Sample((x, 0.031, 131, w, s, b, 0.07, 3, 0, 255, dtypes.uint8, "relu"), note="uint8 out, relu")
+    x, w, s, b = _qlinear_operands(rng, (2, 3), 13, 9, "int8")
+    yield Sample((x, 0.02, -4, w, s, None, 1.0, 0, 0, 0, dtypes.float32, "none"), note="int8 in, float out")
+    x, w, s, b = _qlinear_operands(rng, (4,), 16, 6)
+    yield Sample((x, 0.05, 64, w, s, b, 0.09, -5, -128, 127, dtypes.int8, "none"), note="int8 out")
+
+
+@samples("quant.qlinear_pointwise.tensor")
+def qlinear_pointwise_tensor(rng):
+    x, w, s, b = _qlinear_operands(rng, (3,), 10, 5)
+    yield Sample((x, np.array([0.013]), np.array([120]), w, s, b, 1.0, 0, 0, 0, dtypes.float32, "none"),
+                 note="dynamic: float64 scale from choose_qparams")

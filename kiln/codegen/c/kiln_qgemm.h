@@ -1,0 +1,227 @@
+/* kiln_qgemm.h: uint8 x int8 -> int32 GEMM micro-kernels for quantized linear layers, pasted into a generated
+ * model.c that has one.
+ *
+ * C[M x N] (int32) = A[M x K] (uint8, the quantized activations, rows in place) * B[K x N] (int8, W^T of a linear
+ * layer's [N x K] weight). Products accumulate exactly in int32, whatever the ISA:
+ *   - AVX-512 VNNI: vpdpbusd sums four u8 x s8 products per int32 lane; B is packed in k-quads, [K/4][NR][4] int8;
+ *   - AVX-512 and AVX2: vpmaddwd sums two s16 x s16 products per lane; B is packed widened, [K/2][NR][2] int16.
+ *     (vpmaddubsw would be twice as fast but saturates its int16 pair sums: 2 x 255 x 127 > 32767. That is why
+ *     torch's x86 recipe offers reduce_range, 7-bit activations, for CPUs without VNNI. Widening keeps every
+ *     activation exact.)
+ *   - otherwise portable C over k-quads, which the compiler vectorizes for what -march selects.
+ * int8 activations read as uint8 with their sign bit flipped (x + 128), the caller adding 128 to the zero point.
+ * B panels are packed once, when the model is created, with each column's sum of weights after them: the caller
+ * subtracts zero_point x column sum from the tile, so sum_k (a - zero_point) * b needs no per-element offset.
+ */
+#ifndef KILN_QGEMM_H
+#define KILN_QGEMM_H
+
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define KILN_QK 4   /* k values per packed group */
+#define KILN_QNR 32 /* columns per panel: two zmm of int32 */
+#define KILN_QMR 12
+typedef int8_t kiln_qb_t;
+#elif defined(__AVX512BW__)
+#define KILN_QK 2
+#define KILN_QNR 32
+#define KILN_QMR 12
+typedef int16_t kiln_qb_t;
+#elif defined(__AVX2__)
+#define KILN_QK 2
+#define KILN_QNR 16 /* two ymm of int32 */
+#define KILN_QMR 6
+typedef int16_t kiln_qb_t;
+#else
+#define KILN_QK 4
+#define KILN_QNR 16
+#define KILN_QMR 4
+typedef int8_t kiln_qb_t;
+#endif
+
+static inline int64_t kiln_qgroups(int64_t K) { return (K + KILN_QK - 1) / KILN_QK; }
+static inline int64_t kiln_qpanels(int64_t N) { return (N + KILN_QNR - 1) / KILN_QNR; }
+
+/* Bytes of the packed panels; the int32 column sums follow them (a multiple of 64 bytes: QNR * QK * sizeof >= 64). */
+static inline size_t kiln_qpanel_bytes(int64_t K, int64_t N)
+{
+    return (size_t)kiln_qpanels(N) * (size_t)kiln_qgroups(K) * KILN_QNR * KILN_QK * sizeof(kiln_qb_t);
+}
+
+static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N)
+{
+    return kiln_qpanel_bytes(K, N) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
+}
+
+/* Pack W [N x K] (row-major int8) into zero-padded panels (panel j at dst + j * groups * QNR * QK) followed by the
+ * column sums sum_k W[n][k]. */
+static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, kiln_qb_t* restrict dst)
+{
+    const int64_t groups = kiln_qgroups(K);
+    int32_t* colsum = (int32_t*)((char*)dst + kiln_qpanel_bytes(K, N));
+    for (int64_t j = 0; j < kiln_qpanels(N); ++j)
+        for (int64_t c = 0; c < KILN_QNR; ++c) {
+            const int64_t n = j * KILN_QNR + c;
+            int32_t sum = 0;
+            for (int64_t g = 0; g < groups; ++g)
+                for (int t = 0; t < KILN_QK; ++t) {
+                    const int64_t k = g * KILN_QK + t;
+                    const int8_t v = n < N && k < K ? w[n * K + k] : 0;
+                    dst[((j * groups + g) * KILN_QNR + c) * KILN_QK + t] = v;
+                    sum += v;
+                }
+            colsum[n] = sum;
+        }
+}
+
+/* KILN_QK consecutive activations of a row from k on (zeros past K; the packed weights there are zero too) as one
+ * 32-bit lane: four bytes, or two 16-bit values. `flip` (0x80 per byte) turns int8 into the uint8 x + 128. */
+static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint32_t flip)
+{
+    uint8_t bytes[4] = {0, 0, 0, 0};
+    if (k + KILN_QK <= K) memcpy(bytes, row + k, KILN_QK);
+    else for (int64_t t = k; t < K; ++t) bytes[t - k] = row[t];
+    for (int t = 0; t < KILN_QK; ++t) if (k + t < K) bytes[t] ^= (uint8_t)flip;
+#if KILN_QK == 4
+    uint32_t lane;
+    memcpy(&lane, bytes, 4);
+    return (int32_t)lane;
+#else
+    return (int32_t)((uint32_t)bytes[0] | (uint32_t)bytes[1] << 16);
+#endif
+}
+
+#if defined(__AVX512BW__)
+/* tile[r][0..32) = sum_k a[r][k] * B[k][.] for r < MR: 2 * MR zmm accumulators. */
+#define KILN_DEFINE_QUKERNEL(MR)                                                                                  \
+    static inline void kiln_qukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,               \
+                                          const kiln_qb_t* restrict panel, int32_t* restrict tile)               \
+    {                                                                                                             \
+        __m512i lo[MR], hi[MR];                                                                                   \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) { lo[r] = _mm512_setzero_si512(); hi[r] = lo[r]; } \
+        const int64_t groups = kiln_qgroups(K), full = K / KILN_QK;                                               \
+        const int32_t flips = KILN_QK == 4 ? (int32_t)(flip * 0x01010101u) : (int32_t)(flip * 0x00010001u);    \
+        for (int64_t g = 0; g < groups; ++g) {                                                                    \
+            const __m512i b0 = _mm512_load_si512((const void*)(panel + g * KILN_QNR * KILN_QK));                 \
+            const __m512i b1 = _mm512_load_si512((const void*)(panel + g * KILN_QNR * KILN_QK + 16 * KILN_QK));  \
+            _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                               \
+                int32_t lane;                                                                                     \
+                if (g < full) {                                                                                   \
+                    if (KILN_QK == 4) { memcpy(&lane, a + r * lda + g * 4, 4); lane ^= flips; }                   \
+                    else lane = (int32_t)((uint32_t)(a[r * lda + g * 2] ^ flip)                                   \
+                                          | (uint32_t)(a[r * lda + g * 2 + 1] ^ flip) << 16);                     \
+                } else lane = kiln_qgroup(a + r * lda, g * KILN_QK, K, flip);                                     \
+                const __m512i x = _mm512_set1_epi32(lane);                                                        \
+                KILN_QMAC(lo[r], x, b0);                                                                          \
+                KILN_QMAC(hi[r], x, b1);                                                                          \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                                   \
+            _mm512_store_si512((void*)(tile + r * KILN_QNR), lo[r]);                                              \
+            _mm512_store_si512((void*)(tile + r * KILN_QNR + 16), hi[r]);                                         \
+        }                                                                                                         \
+    }
+#if KILN_QK == 4
+#define KILN_QMAC(acc, x, b) (acc) = _mm512_dpbusd_epi32((acc), (x), (b))
+#else
+#define KILN_QMAC(acc, x, b) (acc) = _mm512_add_epi32((acc), _mm512_madd_epi16((x), (b)))
+#endif
+#elif defined(__AVX2__)
+/* tile[r][0..16) = sum_k a[r][k] * B[k][.] for r < MR: 2 * MR ymm accumulators (MR <= 6). */
+#define KILN_DEFINE_QUKERNEL(MR)                                                                                  \
+    static inline void kiln_qukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,               \
+                                          const kiln_qb_t* restrict panel, int32_t* restrict tile)               \
+    {                                                                                                             \
+        __m256i lo[MR], hi[MR];                                                                                   \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
+        const int64_t groups = kiln_qgroups(K), full = K / 2;                                                     \
+        for (int64_t g = 0; g < groups; ++g) {                                                                    \
+            const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2));                     \
+            const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2 + 16));                \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                const int32_t lane = g < full ? (int32_t)((uint32_t)(a[r * lda + g * 2] ^ flip)                   \
+                                                          | (uint32_t)(a[r * lda + g * 2 + 1] ^ flip) << 16)      \
+                                              : kiln_qgroup(a + r * lda, g * 2, K, flip);                         \
+                const __m256i x = _mm256_set1_epi32(lane);                                                        \
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(x, b0));                                        \
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(x, b1));                                        \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
+            _mm256_store_si256((__m256i*)(tile + r * KILN_QNR), lo[r]);                                           \
+            _mm256_store_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);                                       \
+        }                                                                                                         \
+    }
+#else
+#define KILN_DEFINE_QUKERNEL(MR)                                                                                  \
+    static inline void kiln_qukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,               \
+                                          const kiln_qb_t* restrict panel, int32_t* restrict tile)               \
+    {                                                                                                             \
+        int32_t acc[MR][KILN_QNR];                                                                                \
+        memset(acc, 0, sizeof acc);                                                                               \
+        for (int64_t g = 0; g < kiln_qgroups(K); ++g)                                                             \
+            for (int r = 0; r < MR; ++r) {                                                                        \
+                int32_t x[KILN_QK];                                                                               \
+                for (int t = 0; t < KILN_QK; ++t)                                                                 \
+                    x[t] = g * KILN_QK + t < K ? (int32_t)(uint8_t)(a[r * lda + g * KILN_QK + t] ^ flip) : 0;     \
+                for (int c = 0; c < KILN_QNR; ++c) {                                                              \
+                    int32_t sum = 0;                                                                              \
+                    for (int t = 0; t < KILN_QK; ++t) sum += x[t] * panel[(g * KILN_QNR + c) * KILN_QK + t];      \
+                    acc[r][c] += sum;                                                                             \
+                }                                                                                                 \
+            }                                                                                                     \
+        memcpy(tile, acc, sizeof acc);                                                                            \
+    }
+#endif
+
+KILN_DEFINE_QUKERNEL(1)
+KILN_DEFINE_QUKERNEL(2)
+KILN_DEFINE_QUKERNEL(3)
+KILN_DEFINE_QUKERNEL(4)
+#if KILN_QMR > 4
+KILN_DEFINE_QUKERNEL(5)
+KILN_DEFINE_QUKERNEL(6)
+#endif
+#if KILN_QMR > 6
+KILN_DEFINE_QUKERNEL(7)
+KILN_DEFINE_QUKERNEL(8)
+KILN_DEFINE_QUKERNEL(9)
+KILN_DEFINE_QUKERNEL(10)
+KILN_DEFINE_QUKERNEL(11)
+KILN_DEFINE_QUKERNEL(12)
+#endif
+
+/* One register tile of `rows` (1..KILN_QMR) rows of A (row stride lda) against one packed panel. */
+__attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,
+                                                    const kiln_qb_t* panel, int32_t* tile)
+{
+    switch (rows) {
+    case 1: kiln_qukernel_1(K, a, lda, flip, panel, tile); break;
+    case 2: kiln_qukernel_2(K, a, lda, flip, panel, tile); break;
+    case 3: kiln_qukernel_3(K, a, lda, flip, panel, tile); break;
+#if KILN_QMR == 4
+    default: kiln_qukernel_4(K, a, lda, flip, panel, tile); break;
+#else
+    case 4: kiln_qukernel_4(K, a, lda, flip, panel, tile); break;
+    case 5: kiln_qukernel_5(K, a, lda, flip, panel, tile); break;
+#if KILN_QMR == 6
+    default: kiln_qukernel_6(K, a, lda, flip, panel, tile); break;
+#else
+    case 6: kiln_qukernel_6(K, a, lda, flip, panel, tile); break;
+    case 7: kiln_qukernel_7(K, a, lda, flip, panel, tile); break;
+    case 8: kiln_qukernel_8(K, a, lda, flip, panel, tile); break;
+    case 9: kiln_qukernel_9(K, a, lda, flip, panel, tile); break;
+    case 10: kiln_qukernel_10(K, a, lda, flip, panel, tile); break;
+    case 11: kiln_qukernel_11(K, a, lda, flip, panel, tile); break;
+    default: kiln_qukernel_12(K, a, lda, flip, panel, tile); break;
+#endif
+#endif
+    }
+}
+
+#endif /* KILN_QGEMM_H */

@@ -1,0 +1,198 @@
+"""The C backend's int8 kernels against the reference Q/DQ program, at every CPU capability this machine runs.
+
+Where the math is integer (power-of-two scales: every dequantized value, product, sum and requantization is exact in
+float32) the compiled program equals the interpreter's bit for bit. With realistic scales, requantized outputs
+differ from the reference by at most one quantization step, and float outputs equal the float64 evaluation of the
+same integers within float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import quantization as kq
+from kiln.codegen.c.build import CAPABILITIES
+from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.interpreter import watching
+from kiln.ir.program import GraphBuilder, InputKind
+from kiln.ir.types import TensorType
+from kiln.passes import run
+from kiln.testing import assert_close
+
+quantized = kiln.ops.quantized_decomposed
+
+
+def _capability(capability: str, monkeypatch) -> None:
+    from kiln.codegen.c import supported_capabilities
+    if capability not in supported_capabilities():
+        pytest.skip(f"this CPU does not run {capability}")
+    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
+
+
+# (rows, K, N, activation dtype, post-op, output dtype, dynamic): tails in K (not a multiple of 4), N (not of the
+# panel width) and M (not of the register tile), batched rows, int8 activations, every output form.
+CASES = [
+    ((5,), 7, 3, dtypes.uint8, "relu", dtypes.uint8, False),
+    ((13,), 67, 33, dtypes.int8, "none", dtypes.int8, False),
+    ((32,), 64, 70, dtypes.uint8, "none", dtypes.float32, False),
+    ((2, 3), 12, 17, dtypes.uint8, "relu", dtypes.uint8, False),
+    ((1,), 130, 40, dtypes.int8, "relu", dtypes.uint8, False),
+    ((9,), 30, 20, dtypes.uint8, "none", dtypes.float32, True),
+]
+
+
+def _program(rng: np.random.Generator, dyadic: bool):
+    """One program with a quantized linear layer per case (each with its own input); returns it, the inputs and
+    each case's qparams."""
+    builder = GraphBuilder()
+    constants: dict[str, np.ndarray] = {}
+    inputs, outputs, params = [], [], []
+
+    def constant(name: str, array: np.ndarray):
+        constants[name] = array
+        return builder.add_input(name, TensorType.of(array.shape, dtypes.dtype(array.dtype)),
+                                 InputKind.CONSTANT_TENSOR, target=name)
+
+    for index, (rows, k, n, x_dtype, post_op, out_dtype, dynamic) in enumerate(CASES):
+        if dynamic and dyadic:
+            continue
+        low, high = (0, 255) if x_dtype is dtypes.uint8 else (-128, 127)
+        if dyadic:
+            x_scale, zero_point = 2.0 ** -4, (low + high + 1) // 2 - 3
+            weight_scales = (2.0 ** -rng.integers(5, 9, n)).astype(np.float32)
+            bias = (rng.integers(-64, 64, n) * 2.0 ** -8).astype(np.float32)
+            out_scale = 2.0 ** -2
+            # multiples of the scale: quantizing them is exact and never a tie
+            x = ((rng.integers(low, high + 1, (*rows, k)) - zero_point) * x_scale).astype(np.float32)
+        else:
+            x_scale, zero_point = float(rng.uniform(0.01, 0.03)), int(rng.integers(low + 20, high - 20))
+            weight_scales = rng.uniform(0.002, 0.02, n).astype(np.float32)
+            bias = rng.standard_normal(n).astype(np.float32)
+            out_scale = float(rng.uniform(0.05, 0.2))
+            x = rng.uniform((low - zero_point) * x_scale, (high - zero_point) * x_scale, (*rows, k)).astype(np.float32)
+        out_zero_point = 10 if out_dtype is dtypes.uint8 else -3
+        weight = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        inputs.append(x)
+        value = builder.add_input(f"x{index}", TensorType.of(x.shape, dtypes.float32))
+        w, ws, b = (constant(f"w{index}", weight), constant(f"ws{index}", weight_scales),
+                    constant(f"b{index}", bias))
+        with builder:
+            if dynamic:
+                scale, zp = quantized.choose_qparams.tensor(value, low, high, 2.0 ** -12, x_dtype)
+                q = quantized.quantize_per_tensor.tensor(value, scale, zp, low, high, x_dtype)
+                floats = quantized.dequantize_per_tensor.tensor(q, scale, zp, low, high, x_dtype)
+            else:
+                q = quantized.quantize_per_tensor.default(value, x_scale, zero_point, low, high, x_dtype)
+                floats = quantized.dequantize_per_tensor.default(q, x_scale, zero_point, low, high, x_dtype)
+            y = kiln.ops.aten.linear.default(
+                floats, quantized.dequantize_per_channel.default(w, ws, None, 0, -128, 127, dtypes.int8), b)
+            if post_op == "relu":
+                y = kiln.ops.aten.relu.default(y)
+            if out_dtype is not dtypes.float32:
+                qlow, qhigh = (0, 255) if out_dtype is dtypes.uint8 else (-128, 127)
+                y = quantized.quantize_per_tensor.default(y, out_scale, out_zero_point, qlow, qhigh, out_dtype)
+        outputs.append(y)
+        params.append((x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic))
+    return builder.build(outputs, constants=constants), inputs, params
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_integer_math_is_exact(capability, monkeypatch, tmp_path):
+    _capability(capability, monkeypatch)
+    program, inputs, _ = _program(np.random.default_rng(0), dyadic=True)
+    lowered = run(program, "lower-quantized")
+    assert lowered.op_histogram()["quant.qlinear_pointwise.default"] == len(inputs)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    assert compiled.manifest["cpu_capability"] == capability
+    for got, expected in zip(compiled(*inputs), program(*inputs)):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
+    _capability(capability, monkeypatch)
+    program, inputs, params = _program(np.random.default_rng(1), dyadic=False)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for x, got, expected, (x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic) in zip(
+            inputs, compiled(*inputs), program(*inputs), params):
+        assert got.dtype == expected.dtype
+        if out_dtype is not dtypes.float32:
+            steps = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+            assert steps.max() <= 1, f"{steps.max()} quantization steps off"
+            continue
+        # float output: the float64 value of the integer math the reference describes
+        if dynamic:
+            low, high = 0, 255
+            scale, zp = (np.asarray(v) for v in quantized.choose_qparams.tensor(x, low, high, 2.0 ** -12,
+                                                                                dtypes.uint8))
+            x_scale, zero_point = float(scale.item()), int(zp.item())
+            q = quantized.quantize_per_tensor.tensor(x, scale, zp, low, high, dtypes.uint8)
+        else:
+            q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, 0, 255, dtypes.uint8)
+        floats = (np.asarray(q, np.float64) - zero_point) * np.float32(x_scale)
+        expected64 = floats @ (weight.astype(np.float64) * weight_scales[:, None]).T + bias
+        if post_op == "relu":
+            expected64 = np.maximum(expected64, 0)
+        assert_close(got, expected64.astype(np.float32))
+
+
+def _calibrated(model, quantizer, batches):
+    program = kiln.export(model, (kiln.tensor(batches[0]),))
+    prepared = kq.prepare_pt2e(program, quantizer)
+    for batch in batches:
+        prepared(batch)
+    return kq.convert_pt2e(prepared)
+
+
+@pytest.mark.parametrize("scheme", ["x86-static", "x86-dynamic", "xnnpack"])
+def test_quantized_mlp_compiles_to_int8_kernels(scheme, tmp_path):
+    """A PT2E-quantized MLP: every linear layer becomes an int8 kernel; the output stays within what one
+    quantization step of each hidden activation can move it."""
+    nn = kiln.nn
+    rng = np.random.default_rng(2)
+    model = nn.Sequential(nn.Linear(48, 96), nn.ReLU(), nn.Linear(96, 10)).eval()
+    if scheme == "xnnpack":
+        quantizer = kq.XNNPACKQuantizer().set_global(kq.get_symmetric_quantization_config())
+    else:
+        quantizer = kq.X86InductorQuantizer().set_global(
+            kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "x86-dynamic"))
+    batches = [rng.standard_normal((16, 48)).astype(np.float32) for _ in range(4)]
+    reference = _calibrated(model, quantizer, batches)
+    lowered = run(reference, "lower-quantized").op_histogram()
+    assert sum(count for name, count in lowered.items() if name.startswith("quant.qlinear_pointwise")) == 2
+    assert "aten.linear.default" not in lowered
+    compiled = kiln.compile(reference, output=tmp_path / "pkg")
+    assert "kiln_qukernel(" in (tmp_path / "pkg" / "model.c").read_text()
+    x = rng.standard_normal((16, 48)).astype(np.float32)
+    got, expected = compiled(x), reference(x)
+    # One step of the hidden activations' scale in each of an output's 96 inputs moves it by at most
+    # hidden_scale * sum_k |W2[n, k]| (dequantized); float32 rounding of the output adds the default atol.
+    weight = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())
+                  if k.startswith("quantized_weight") and np.shape(v) == (10, 96))
+    scales = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())
+                  if k.startswith("weight_scale") and np.shape(v) == (10,))
+    bound = _hidden_scale(reference, x) * np.abs(weight * scales[:, None]).sum(axis=1).max()
+    assert np.abs(got - expected).max() <= bound * (1 + 1e-6) + 1e-5
+
+
+def _hidden_scale(program, x) -> float:
+    """The scale the [16, 96] hidden activations are quantized with: a constant, or what choose_qparams picks at
+    run time (the dynamic scheme)."""
+    chosen = []
+
+    def watch(value, array):
+        op = value.owner
+        if (getattr(op, "name", "") == "quantized_decomposed.choose_qparams.tensor" and value is op.results[0]
+                and list(op.operands[0].type.shape) == [16, 96]):
+            chosen.append(float(np.asarray(array).item()))
+    with watching(watch):
+        program(x)
+    if chosen:
+        return chosen[0]
+    dequantize = next(op for op in program.nodes() if op.name.startswith("quantized_decomposed.dequantize_per_tensor")
+                      and list(op.operands[0].type.shape) == [16, 96])
+    return float(bound_arguments(dequantize)[1])
