@@ -883,13 +883,15 @@ class _Scheduler:
         (x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point, quant_min, quant_max,
          output_dtype, post_op) = args
         result = op.results[0]
-        rows = self.materialized(x)
+        rows, weights = self.materialized(x), self.materialized(weight)
         if not rows.is_contiguous:
             rows = _contiguous(self.copy(rows, x))
+        if not weights.is_contiguous:
+            weights = _contiguous(self.copy(weights, weight))
 
         def scalar(value: Any) -> Any:  # the .tensor overload's one-element qparams: a read of their buffer
             return _load(self.materialized(value), []) if _is_tensor(value) else value
-        detail = {"x": rows, "weight": self.materialized(weight), "weight_scale": self.materialized(weight_scale),
+        detail = {"x": rows, "weight": weights, "weight_scale": self.materialized(weight_scale),
                   "bias": self.materialized(bias) if bias is not None else None, "x_scale": scalar(x_scale),
                   "x_zero_point": scalar(x_zero_point), "output_scale": output_scale,
                   "output_zero_point": output_zero_point, "quant_min": quant_min, "quant_max": quant_max,

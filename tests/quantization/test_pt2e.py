@@ -170,7 +170,8 @@ def test_module_type_config_keeps_other_layers_float():
 
 
 def test_torchao_program_loads_and_runs_in_kiln_without_torch(tmp_path):
-    """torchao → torch.export.save → kiln.load runs it with torch blocked, equal to torch's own run."""
+    """torchao → torch.export.save → kiln.load runs it with torch blocked, equal to torch's own run, and compiles it
+    to C with its linear layers as int8 kernels."""
     torch.manual_seed(0)
     module = _cnn().eval()
     data = _calibration((32, 3, 10, 10))
@@ -183,10 +184,17 @@ def test_torchao_program_loads_and_runs_in_kiln_without_torch(tmp_path):
         import numpy as np, kiln
         program = kiln.load({str(path)!r})
         assert program.op_histogram()["quantized_decomposed.quantize_per_tensor.default"] >= 3
-        np.save({str(tmp_path / 'out.npy')!r}, program(np.load({str(tmp_path / 'x.npy')!r})))
+        lowered = kiln.passes.run(program, "lower-quantized").op_histogram()
+        assert lowered["quant.qlinear_pointwise.default"] == 2 and "aten.linear.default" not in lowered
+        x = np.load({str(tmp_path / 'x.npy')!r})
+        np.save({str(tmp_path / 'out.npy')!r}, program(x))
+        compiled = kiln.compile(program, output={str(tmp_path / 'pkg')!r})
+        np.save({str(tmp_path / 'compiled.npy')!r}, compiled(x))
     """)
     subprocess.run([sys.executable, "-c", script], check=True)
     assert_quantized_close(np.load(tmp_path / "out.npy"), converted(x).detach().numpy())
+    assert "kiln_qukernel(" in (tmp_path / "pkg" / "model.c").read_text()
+    assert_quantized_close(np.load(tmp_path / "compiled.npy"), np.load(tmp_path / "out.npy"))
 
 
 def test_kiln_quantized_program_saves_for_torch(tmp_path):

@@ -140,14 +140,23 @@ def test_cli_refuses_unknown_output_format(tmp_path, capsys):
     assert "OUT.pt2 or OUT.onnx" in capsys.readouterr().err
 
 
-def test_compiling_a_quantized_program_to_c_says_what_to_do(mlp, tmp_path):
+def test_cli_compiles_a_quantized_program_to_int8_c(tmp_path, calibration):
+    """`kiln quantize` then `kiln compile`: the package runs the linear layers as int8 kernels, and its outputs stay
+    within one quantization step of the hidden activations of the reference program's (see test_c_int8.py)."""
     import shutil
     if shutil.which("cc") is None:
         pytest.skip("needs a C compiler")
-    program, data = mlp
-    with pytest.raises(kiln.KilnError, match="no int8 kernels") as raised:
-        kiln.compile(_static(program, data), output=tmp_path / "pkg")
-    assert "ONNX" in raised.value.fix and not (tmp_path / "pkg").exists()
+    path, batches = calibration
+    program_path, package = tmp_path / "mlp_int8.pt2", tmp_path / "pkg"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "static", "--calibration", str(path), "-o",
+                 str(program_path), "-q"]) == 0
+    assert main(["compile", str(program_path), "-o", str(package)]) == 0
+    source = (package / "model.c").read_text()
+    assert source.count("/* qlinear: quant.qlinear_pointwise.default */") == 3  # every linear layer
+    reference, compiled = kiln.load(program_path), kiln.runtime.load(package)
+    x = np.random.default_rng(1).standard_normal(batches.shape[1:]).astype(np.float32)
+    expected = reference(x)
+    assert np.abs(compiled(x) - expected).max() <= 0.05 * np.abs(expected).max()
 
 
 def test_cli_static_onnx_fuses_into_qgemm(tmp_path, calibration):

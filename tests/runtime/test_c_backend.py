@@ -23,7 +23,7 @@ import kiln.codegen.c  # noqa: F401  (registers LOWERINGS["c"])
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 RTOL, ATOL = 1.3e-6, 1e-5
-ALLOWED = {"float32", "bool", "int64"}
+ALLOWED = {"float32", "bool", "int64", "int8", "uint8"}
 
 
 def _array(value):

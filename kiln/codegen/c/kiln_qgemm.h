@@ -10,8 +10,9 @@
  *     activation exact.)
  *   - otherwise portable C over k-quads, which the compiler vectorizes for what -march selects.
  * int8 activations read as uint8 with their sign bit flipped (x + 128), the caller adding 128 to the zero point.
- * B panels are packed once, when the model is created, with each column's sum of weights after them: the caller
- * subtracts zero_point x column sum from the tile, so sum_k (a - zero_point) * b needs no per-element offset.
+ * B panels are packed once, when the model is created (or per call, panel by panel, when the weight is an input),
+ * with each column's sum of weights: the caller subtracts zero_point x column sum from the tile, so
+ * sum_k (a - zero_point) * b needs no per-element offset.
  */
 #ifndef KILN_QGEMM_H
 #define KILN_QGEMM_H
@@ -58,25 +59,32 @@ static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N)
     return kiln_qpanel_bytes(K, N) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
 }
 
-/* Pack W [N x K] (row-major int8) into zero-padded panels (panel j at dst + j * groups * QNR * QK) followed by the
- * column sums sum_k W[n][k]. */
-static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, kiln_qb_t* restrict dst)
+/* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
+ * [groups][QNR][QK], and their weight sums into colsum[0..QNR). */
+static void kiln_qpack_panel(int64_t K, int64_t N, int64_t j, const int8_t* w, kiln_qb_t* restrict panel,
+                             int32_t* restrict colsum)
 {
     const int64_t groups = kiln_qgroups(K);
+    for (int64_t c = 0; c < KILN_QNR; ++c) {
+        const int64_t n = j * KILN_QNR + c;
+        int32_t sum = 0;
+        for (int64_t g = 0; g < groups; ++g)
+            for (int t = 0; t < KILN_QK; ++t) {
+                const int64_t k = g * KILN_QK + t;
+                const int8_t v = n < N && k < K ? w[n * K + k] : 0;
+                panel[(g * KILN_QNR + c) * KILN_QK + t] = v;
+                sum += v;
+            }
+        colsum[c] = sum;
+    }
+}
+
+/* All panels (panel j at dst + j * groups * QNR * QK), then all column sums (kiln_qpanel_bytes further on). */
+static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, kiln_qb_t* restrict dst)
+{
     int32_t* colsum = (int32_t*)((char*)dst + kiln_qpanel_bytes(K, N));
     for (int64_t j = 0; j < kiln_qpanels(N); ++j)
-        for (int64_t c = 0; c < KILN_QNR; ++c) {
-            const int64_t n = j * KILN_QNR + c;
-            int32_t sum = 0;
-            for (int64_t g = 0; g < groups; ++g)
-                for (int t = 0; t < KILN_QK; ++t) {
-                    const int64_t k = g * KILN_QK + t;
-                    const int8_t v = n < N && k < K ? w[n * K + k] : 0;
-                    dst[((j * groups + g) * KILN_QNR + c) * KILN_QK + t] = v;
-                    sum += v;
-                }
-            colsum[n] = sum;
-        }
+        kiln_qpack_panel(K, N, j, w, dst + j * kiln_qgroups(K) * KILN_QNR * KILN_QK, colsum + j * KILN_QNR);
 }
 
 /* KILN_QK consecutive activations of a row from k on (zeros past K; the packed weights there are zero too) as one

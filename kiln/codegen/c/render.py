@@ -33,7 +33,8 @@ SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
 QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
-           dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
+           dtypes.int16: "int16_t", dtypes.int8: "int8_t",
+           dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
 
 
 def c_type(dtype: dtypes.DType) -> str:
@@ -444,7 +445,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
 
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
-    value = f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[n]) * (x_scale * {column(weight_scale)})"
+    value = f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[c]) * (x_scale * {column(weight_scale)})"
     if bias is not None:
         value += f" + {column(bias)}"
     store = [f"float y = {value};"]
@@ -461,8 +462,13 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
         *_chunking("panels", integer=True),
-        f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];",
-        "const int32_t* colsum = (const int32_t*)((const char*)packed + kiln_qpanel_bytes(K, N));",
+        *([f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];",
+           "const int32_t* colsum_all = (const int32_t*)((const char*)packed + kiln_qpanel_bytes(K, N));"]
+          if kernel in state.packed else  # a weight that is an input: each unit packs its panel into scratch
+          ["kiln_qb_t* pack = (kiln_qb_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+           "int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR));",
+           f"const int8_t* w = (const int8_t*){buffer_name(detail['weight'].buffer)} + "
+           f"{dim_expr(detail['weight'].offset)};"]),
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
         f"const float x_scale = (float)({qparam(detail['x_scale'])});",
         # int8 activations are read as uint8 with the sign bit flipped (x + 128): the zero point moves with them
@@ -474,10 +480,13 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "for (int64_t j = 0; j < panels; ++j)", "{",
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
+        *(["    const kiln_qb_t* panel = packed + j * kiln_qgroups(K) * KILN_QNR * KILN_QK;",
+            "    const int32_t* colsum = colsum_all + j * KILN_QNR;"] if kernel in state.packed else
+          ["    kiln_qpack_panel(K, N, j, w, pack, pack_sums);",
+           "    const kiln_qb_t* panel = pack; const int32_t* colsum = pack_sums;"]),
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
-        f"        kiln_qukernel(rows, K, x + row * K, K, {'0x80u' if detail['signed'] else '0u'}, "
-        "packed + j * kiln_qgroups(K) * KILN_QNR * KILN_QK, tile);",
+        f"        kiln_qukernel(rows, K, x + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t n = j * KILN_QNR + c;",
@@ -1469,6 +1478,9 @@ static inline double kiln_gelu_tanh(double x) {{
 static inline double kiln_where_double(bool c, double a, double b) {{ return c ? a : b; }}
 static inline int64_t kiln_where_int64(bool c, int64_t a, int64_t b) {{ return c ? a : b; }}
 static inline int32_t kiln_where_int32(bool c, int32_t a, int32_t b) {{ return c ? a : b; }}
+static inline int16_t kiln_where_int16(bool c, int16_t a, int16_t b) {{ return c ? a : b; }}
+static inline int8_t kiln_where_int8(bool c, int8_t a, int8_t b) {{ return c ? a : b; }}
+static inline uint8_t kiln_where_uint8(bool c, uint8_t a, uint8_t b) {{ return c ? a : b; }}
 static inline bool kiln_where_bool(bool c, bool a, bool b) {{ return c ? a : b; }}
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) {{
     int64_t q = a / b;
@@ -1551,6 +1563,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
+    if kernel.kind == "qlinear" and kernel not in packed:  # one panel (int16 pairs at most) and its column sums
+        return (sympy.floor((sympy.sympify(kernel.detail["k"]) + 1) / 2) * 2 * 32 * 2 + 32 * 4)
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
@@ -1620,8 +1634,10 @@ def _prepacked(schedule: Schedule) -> dict:
     convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
-        if kernel.kind == "qlinear":  # its weight is always a constant (kiln/passes/quant/lower.py)
-            packed[kernel] = len(packed)
+        if kernel.kind == "qlinear":
+            weight = kernel.detail["weight"]
+            if weight.buffer.kind == "weight" and sympy.sympify(weight.offset).is_Integer:
+                packed[kernel] = len(packed)
             continue
         if kernel.kind == "conv" and _conv_as_gemm(kernel):
             weight = kernel.detail["weight"]

@@ -203,3 +203,6 @@ def qlinear_pointwise_tensor(rng):
     x, w, s, b = _qlinear_operands(rng, (3,), 10, 5)
     yield Sample((x, np.array([0.013]), np.array([120]), w, s, b, 1.0, 0, 0, 0, dtypes.float32, "none"),
                  note="dynamic: float64 scale from choose_qparams")
+    x, w, s, b = _qlinear_operands(rng, (4, 2), 21, 11, "int8")
+    yield Sample((x, np.array(0.02, np.float32), np.array(-3), w, s, b, 0.1, 7, 0, 255, dtypes.uint8, "relu"),
+                 note="0-d float32 scale, int8 in, uint8 out")
