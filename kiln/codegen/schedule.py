@@ -92,8 +92,10 @@ VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.defa
             "aten.diagonal.default", "aten.as_strided.default"}
 # Quantized linear layers (kiln/passes/quant/lower.py): an integer GEMM on the prepacked int8 weight, requantized.
 QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor"}
+# Quantized 2-D convolutions: im2col of uint8 pixel blocks into the same integer GEMM.
+QCONV_OPS = {"quant.qconv2d_pointwise.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,7 +538,7 @@ class _Scheduler:
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
                               (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
                               (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags),
-                              (QLINEAR_OPS, self.schedule_qlinear)):
+                              (QLINEAR_OPS, self.schedule_qlinear), (QCONV_OPS, self.schedule_qconv)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -883,11 +885,7 @@ class _Scheduler:
         (x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point, quant_min, quant_max,
          output_dtype, post_op) = args
         result = op.results[0]
-        rows, weights = self.materialized(x), self.materialized(weight)
-        if not rows.is_contiguous:
-            rows = _contiguous(self.copy(rows, x))
-        if not weights.is_contiguous:
-            weights = _contiguous(self.copy(weights, weight))
+        rows, weights = self.contiguous_operand(x), self.contiguous_operand(weight)
 
         def scalar(value: Any) -> Any:  # the .tensor overload's one-element qparams: a read of their buffer
             return _load(self.materialized(value), []) if _is_tensor(value) else value
@@ -899,6 +897,30 @@ class _Scheduler:
                   "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8}
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
+                                   detail))
+        self.views[result] = _contiguous(buf)
+
+    def contiguous_operand(self, value: Any) -> View:
+        view = self.materialized(value)
+        return view if view.is_contiguous else _contiguous(self.copy(view, value))
+
+    def schedule_qconv(self, op: Any, name: str, args: list) -> None:
+        """quant.qconv2d_pointwise: contiguous NCHW activations and [C_out, C / groups, kH, kW] weights (packed
+        per group when the model is created), an optional float residual of the output's shape."""
+        (x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
+         output_scale, output_zero_point, quant_min, quant_max, output_dtype, post_op) = args
+        result = op.results[0]
+        detail = {"x": self.contiguous_operand(x), "weight": self.contiguous_operand(weight),
+                  "weight_scale": self.materialized(weight_scale),
+                  "bias": self.materialized(bias) if bias is not None else None,
+                  "other": self.contiguous_operand(other) if other is not None else None,
+                  "x_scale": x_scale, "x_zero_point": x_zero_point, "stride": _per_dim(stride, 2),
+                  "padding": _per_dim(padding, 2), "dilation": _per_dim(dilation, 2), "groups": groups,
+                  "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
+                  "quant_max": quant_max, "post_op": post_op, "signed": x.type.dtype is dtypes.int8,
+                  "k": sympy.Mul(*map(_dim, weight.type.shape[1:]))}
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("qconv", f"qconv_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
         self.views[result] = _contiguous(buf)
 

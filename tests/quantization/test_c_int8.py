@@ -99,6 +99,71 @@ def _program(rng: np.random.Generator, dyadic: bool):
     return builder.build(outputs, constants=constants), inputs, params
 
 
+# (input shape, weight shape, stride, padding, dilation, groups, activation dtype, residual, post-op, output dtype):
+# "same" and strided/dilated/grouped windows, 1x1, a residual add, K and C_out tails.
+CONV_CASES = [
+    ((2, 3, 9, 8), (8, 3, 3, 3), 1, 1, 1, 1, dtypes.uint8, False, "relu", dtypes.uint8),
+    ((1, 6, 7, 7), (10, 3, 2, 3), 2, [0, 1], [1, 2], 2, dtypes.int8, False, "none", dtypes.int8),
+    ((2, 16, 6, 6), (40, 16, 3, 3), 1, 1, 1, 1, dtypes.uint8, True, "relu", dtypes.uint8),
+    ((1, 5, 5, 5), (7, 5, 1, 1), 1, 0, 1, 1, dtypes.uint8, False, "none", dtypes.float32),
+]
+
+
+def _conv_program(rng: np.random.Generator, dyadic: bool):
+    """One program with a quantized convolution per case; returns it, the inputs and each case's parameters."""
+    builder = GraphBuilder()
+    constants: dict[str, np.ndarray] = {}
+    inputs, outputs, params = [], [], []
+
+    def constant(name: str, array: np.ndarray):
+        constants[name] = array
+        return builder.add_input(name, TensorType.of(array.shape, dtypes.dtype(array.dtype)),
+                                 InputKind.CONSTANT_TENSOR, target=name)
+
+    for index, (shape, w_shape, stride, padding, dilation, groups, x_dtype, residual, post_op, out_dtype) in \
+            enumerate(CONV_CASES):
+        low, high = (0, 255) if x_dtype is dtypes.uint8 else (-128, 127)
+        c_out = w_shape[0]
+        if dyadic:
+            x_scale, zero_point, out_scale = 2.0 ** -4, (low + high + 1) // 2 + 5, 2.0 ** -1
+            weight_scales = (2.0 ** -rng.integers(6, 10, c_out)).astype(np.float32)
+            bias = (rng.integers(-64, 64, c_out) * 2.0 ** -8).astype(np.float32)
+            x = ((rng.integers(low, high + 1, shape) - zero_point) * x_scale).astype(np.float32)
+        else:
+            x_scale, zero_point = float(rng.uniform(0.01, 0.03)), int(rng.integers(low + 20, high - 20))
+            weight_scales = rng.uniform(0.002, 0.01, c_out).astype(np.float32)
+            bias = rng.standard_normal(c_out).astype(np.float32)
+            out_scale = float(rng.uniform(0.05, 0.2))
+            x = rng.uniform((low - zero_point) * x_scale, (high - zero_point) * x_scale, shape).astype(np.float32)
+        weight = rng.integers(-128, 128, w_shape).astype(np.int8)
+        value = builder.add_input(f"x{index}", TensorType.of(x.shape, dtypes.float32))
+        inputs.append(x)
+        arguments = [value]
+        w, ws, b = (constant(f"w{index}", weight), constant(f"ws{index}", weight_scales),
+                    constant(f"b{index}", bias))
+        with builder:
+            q = quantized.quantize_per_tensor.default(value, x_scale, zero_point, low, high, x_dtype)
+            floats = quantized.dequantize_per_tensor.default(q, x_scale, zero_point, low, high, x_dtype)
+            weights = quantized.dequantize_per_channel.default(w, ws, None, 0, -128, 127, dtypes.int8)
+            y = kiln.ops.aten.conv2d.default(floats, weights, b, stride, padding, dilation, groups)
+            other = None
+            if residual:
+                other = (rng.integers(-256, 256, y.type.shape) * 2.0 ** -8).astype(np.float32)
+                other_value = builder.add_input(f"other{index}", TensorType.of(other.shape, dtypes.float32))
+                inputs.append(other)
+                arguments.append(other_value)
+                y = kiln.ops.aten.add.Tensor(y, other_value)
+            if post_op == "relu":
+                y = kiln.ops.aten.relu.default(y)
+            if out_dtype is not dtypes.float32:
+                qlow, qhigh = (0, 255) if out_dtype is dtypes.uint8 else (-128, 127)
+                y = quantized.quantize_per_tensor.default(y, out_scale, 3, qlow, qhigh, out_dtype)
+        outputs.append(y)
+        params.append((x_scale, zero_point, weight, weight_scales, bias, stride, padding, dilation, groups, post_op,
+                       out_dtype))
+    return builder.build(outputs, constants=constants), inputs, params
+
+
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_integer_math_is_exact(capability, monkeypatch, tmp_path):
     _capability(capability, monkeypatch)
@@ -138,6 +203,41 @@ def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
         if post_op == "relu":
             expected64 = np.maximum(expected64, 0)
         assert_close(got, expected64.astype(np.float32))
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_convolution_integer_math_is_exact(capability, monkeypatch, tmp_path):
+    _capability(capability, monkeypatch)
+    program, inputs, params = _conv_program(np.random.default_rng(3), dyadic=True)
+    assert run(program, "lower-quantized").op_histogram()["quant.qconv2d_pointwise.default"] == len(params)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for got, expected in zip(compiled(*inputs), program(*inputs)):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_convolution_requantized_within_one_step(capability, monkeypatch, tmp_path):
+    _capability(capability, monkeypatch)
+    program, inputs, params = _conv_program(np.random.default_rng(4), dyadic=False)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    feeds = iter(inputs)
+    for case, got, expected, (x_scale, zero_point, weight, weight_scales, bias, stride, padding, dilation, groups,
+                              post_op, out_dtype) in zip(CONV_CASES, compiled(*inputs), program(*inputs), params):
+        x = next(feeds)
+        if case[7]:
+            next(feeds)  # its residual
+        assert got.dtype == expected.dtype
+        if out_dtype is not dtypes.float32:
+            steps = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+            assert steps.max() <= 1, f"{steps.max()} quantization steps off"
+            continue
+        q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, 0, 255, dtypes.uint8)
+        floats = (np.asarray(q, np.float64) - zero_point) * np.float32(x_scale)
+        weights = weight.astype(np.float64) * weight_scales[:, None, None, None]
+        expected64 = kiln.ops.aten.conv2d.default(floats, weights, bias.astype(np.float64), stride, padding,
+                                                  dilation, groups)
+        assert_close(got, np.asarray(expected64).astype(np.float32))
 
 
 def _calibrated(model, quantizer, batches):

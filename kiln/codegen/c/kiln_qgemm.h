@@ -45,6 +45,9 @@ typedef int16_t kiln_qb_t;
 typedef int8_t kiln_qb_t;
 #endif
 
+/* Output pixels a convolution unit gathers (im2col) and runs against every panel: a few register tiles. */
+#define KILN_QPB (4 * KILN_QMR)
+
 static inline int64_t kiln_qgroups(int64_t K) { return (K + KILN_QK - 1) / KILN_QK; }
 static inline int64_t kiln_qpanels(int64_t N) { return (N + KILN_QNR - 1) / KILN_QNR; }
 
@@ -58,6 +61,9 @@ static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N)
 {
     return kiln_qpanel_bytes(K, N) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
 }
+
+/* Bytes of a convolution unit's im2col rows, [KILN_QPB][K] uint8, rounded up to a cache line. */
+static inline size_t kiln_qcols_bytes(int64_t K) { return ((size_t)KILN_QPB * (size_t)K + 63) / 64 * 64; }
 
 /* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
  * [groups][QNR][QK], and their weight sums into colsum[0..QNR). */

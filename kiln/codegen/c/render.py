@@ -431,69 +431,152 @@ def _chunking(units: str, integer: bool = False) -> list[str]:
     ]
 
 
-def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units; each int32 tile is
-    corrected for the activations' zero point (zero point x the weight column sums packed with the panels),
-    scaled by x_scale x the column's weight scale, biased, and stored as float or requantized
-    (round half to even, then the zero point and the clamp, as quantize_per_tensor does)."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    rows, weight_scale, bias = detail["x"], detail["weight_scale"], detail["bias"]
-    scalars = _Exprs(0)
-
-    def qparam(value: Any) -> str:
-        return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
-
+def _requantize(detail: dict, out: Buffer, target: str, residual: str | None = None) -> list[str]:
+    """Per tile element (r, c) of output column `n`: the int32 sum corrected for the activations' zero point (zero
+    point x the weight column sum packed with the panel), scaled by x_scale x the column's weight scale, biased,
+    the residual added, the post-op applied, and stored at `target` as float or requantized (round half to even,
+    then the zero point and the clamp, as quantize_per_tensor does)."""
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
-    value = f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[c]) * (x_scale * {column(weight_scale)})"
-    if bias is not None:
-        value += f" + {column(bias)}"
-    store = [f"float y = {value};"]
+    value = (f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[c]) * "
+             f"(x_scale * {column(detail['weight_scale'])})")
+    if detail["bias"] is not None:
+        value += f" + {column(detail['bias'])}"
+    lines = [f"float y = {value};"]
+    if residual is not None:
+        lines.append(f"y += {residual};")
     if detail["post_op"] == "relu":
-        store.append("y = y > 0.0f ? y : 0.0f;")
-    target = f"{buffer_name(out)}[(row + r) * N + n]"
+        lines.append("y = y > 0.0f ? y : 0.0f;")
     if out.dtype == dtypes.float32:
-        store.append(f"{target} = y;")
-    else:
-        low, high = detail["quant_min"], detail["quant_max"]
-        store += [f"float q = nearbyintf(y * output_inverse_scale) + {float(detail['output_zero_point'])!r}f;",
-                  f"{target} = ({c_type(out.dtype)})(q < {float(low)!r}f ? {float(low)!r}f : "
-                  f"q > {float(high)!r}f ? {float(high)!r}f : q);"]
+        return lines + [f"{target} = y;"]
+    low, high = float(detail["quant_min"]), float(detail["quant_max"])
+    return lines + [f"float q = nearbyintf(y * output_inverse_scale) + {float(detail['output_zero_point'])!r}f;",
+                    f"{target} = ({c_type(out.dtype)})(q < {low!r}f ? {low!r}f : q > {high!r}f ? {high!r}f : q);"]
+
+
+def _qparams(detail: dict) -> list[str]:
+    """x_scale, x_zero_point (int8 activations are read as uint8 with the sign bit flipped, x + 128: the zero point
+    moves with them) and the output's inverse scale, as constants of the kernel."""
+    scalars = _Exprs(0)
+
+    def qparam(value: Any) -> str:  # a number, or the .tensor overload's one-element tensor
+        return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
+    return [f"const float x_scale = (float)({qparam(detail['x_scale'])});",
+            f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])})"
+            f" + {128 if detail['signed'] else 0};",
+            f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});",
+            "(void)output_inverse_scale;"]
+
+
+def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> tuple[list[str], list[str]]:
+    """(setup lines, per-panel lines) that define `panel` and `colsum` for panel j of the [n x K] weight at `w`:
+    packed when the model is created, or (a weight that is an input) packed by the unit into its scratch."""
+    if kernel in state.packed:
+        return ([f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];"],
+                ["const kiln_qb_t* panel = packed_group + j * kiln_qgroups(K) * KILN_QNR * KILN_QK;",
+                 f"const int32_t* colsum = (const int32_t*)((const char*)packed_group + kiln_qpanel_bytes(K, {n}))"
+                 " + j * KILN_QNR;"])
+    weight = kernel.detail["weight"]
+    return ([f"kiln_qb_t* pack = (kiln_qb_t*)({scratch});",
+             "int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR));",
+             f"const int8_t* w = (const int8_t*){buffer_name(weight.buffer)} + {dim_expr(weight.offset)};"],
+            [f"kiln_qpack_panel(K, {n}, j, w_group, pack, pack_sums);",
+             "const kiln_qb_t* panel = pack; const int32_t* colsum = pack_sums;"])
+
+
+def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units, each running register
+    tiles down its rows against one weight panel."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rows = detail["x"]
+    setup, per_panel = _weight_panels(
+        kernel, state, "N", "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride")
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
-        *_chunking("panels", integer=True),
-        *([f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];",
-           "const int32_t* colsum_all = (const int32_t*)((const char*)packed + kiln_qpanel_bytes(K, N));"]
-          if kernel in state.packed else  # a weight that is an input: each unit packs its panel into scratch
-          ["kiln_qb_t* pack = (kiln_qb_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
-           "int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR));",
-           f"const int8_t* w = (const int8_t*){buffer_name(detail['weight'].buffer)} + "
-           f"{dim_expr(detail['weight'].offset)};"]),
+        *_chunking("panels", integer=True), *setup,
+        "const kiln_qb_t* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
-        f"const float x_scale = (float)({qparam(detail['x_scale'])});",
-        # int8 activations are read as uint8 with the sign bit flipped (x + 128): the zero point moves with them
-        f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])}) + {128 if detail['signed'] else 0};",
-        f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});",
-        "(void)output_inverse_scale;",
+        *_qparams(detail),
         "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
         "for (int64_t j = 0; j < panels; ++j)", "{",
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
-        *(["    const kiln_qb_t* panel = packed + j * kiln_qgroups(K) * KILN_QNR * KILN_QK;",
-            "    const int32_t* colsum = colsum_all + j * KILN_QNR;"] if kernel in state.packed else
-          ["    kiln_qpack_panel(K, N, j, w, pack, pack_sums);",
-           "    const kiln_qb_t* panel = pack; const int32_t* colsum = pack_sums;"]),
+        *[f"    {line}" for line in per_panel],
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
         f"        kiln_qukernel(rows, K, x + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t n = j * KILN_QNR + c;",
-        *[f"                {line}" for line in store],
+        *[f"                {line}" for line in _requantize(detail, out, f"{buffer_name(out)}[(row + r) * N + n]")],
         "            }", "    }", "}",
     ]
-    return ["    " + line for line in lines]
+    return ["    " + line for line in lines if line]
+
+
+def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qconv2d_pointwise: the team shares (image, group, block of KILN_QPB output pixels) units. A unit
+    gathers its pixels' receptive fields into uint8 rows (im2col; padding reads the zero point, the quantized 0.0),
+    then runs them against every weight panel of its group, storing each tile into the NCHW output."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, weight = detail["x"], detail["weight"]
+    n, channels, height, width = x.shape
+    out_channels, _, kh, kw = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
+    scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
+    setup, per_panel = _weight_panels(kernel, state, "COG", f"{scratch} + kiln_qcols_bytes(K)")
+    store = f"{buffer_name(out)}[((b * COUT + co) * P) + p]"
+    residual = None
+    if detail["other"] is not None:
+        other = detail["other"]
+        residual = f"{buffer_name(other.buffer)}[{dim_expr(other.offset)} + ((b * COUT + co) * P) + p]"
+    x_type = c_type(x.buffer.dtype)
+    lines = [
+        f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
+        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
+        f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])}, P = OH * OW;",
+        f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
+        "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
+        "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
+        f"uint8_t* cols = (uint8_t*)({scratch});",
+        *setup,
+        f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
+        *_qparams(detail),
+        f"const uint8_t pad = (uint8_t)({x_type})({literal(detail['x_zero_point'])});",
+        "#pragma omp for collapse(3) schedule(static)",
+        "for (int64_t b = 0; b < NB; ++b)",
+        "for (int64_t g = 0; g < G; ++g)",
+        "for (int64_t block = 0; block < blocks; ++block)", "{",
+        "    const int64_t p0 = block * KILN_QPB, count = P - p0 < KILN_QPB ? P - p0 : KILN_QPB;",
+        "    for (int64_t i = 0; i < count; ++i)", "    {",
+        "        const int64_t oh = (p0 + i) / OW, ow = (p0 + i) % OW;",
+        "        uint8_t* row = cols + i * K;",
+        "        for (int64_t ci = 0; ci < CG; ++ci)",
+        "            for (int64_t ki = 0; ki < KH; ++ki)", "            {",
+        f"                const int64_t ih = oh * {sh} - {ph} + ki * {dh};",
+        "                const int inside = ih >= 0 && ih < H;",
+        "                const " + x_type + "* line = x + ((b * C + g * CG + ci) * H + (inside ? ih : 0)) * W;",
+        "                for (int64_t kj = 0; kj < KW; ++kj)", "                {",
+        f"                    const int64_t iw = ow * {sw} - {pw} + kj * {dw};",
+        "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? (uint8_t)line[iw] : pad;",
+        "                }", "            }", "    }",
+        "    const kiln_qb_t* packed_group = (const kiln_qb_t*)((const char*)packed + g * kiln_qpacked_bytes(K, COG));"
+        if kernel in state.packed else "    const int8_t* w_group = w + g * COG * K;",
+        "    for (int64_t j = 0; j < panels; ++j)", "    {",
+        "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
+        *[f"        {line}" for line in per_panel],
+        "        for (int64_t row = 0; row < count; row += KILN_QMR)", "        {",
+        "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
+        f"            kiln_qukernel(rows, K, cols + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, "
+        "tile);",
+        "            for (int r = 0; r < rows; ++r)",
+        "                for (int64_t c = 0; c < width; ++c)", "                {",
+        "                    const int64_t n = g * COG + j * KILN_QNR + c, co = n, p = p0 + row + r;",
+        *[f"                    {line}" for line in _requantize(detail, out, store, residual)],
+        "                }", "        }", "    }", "}",
+    ]
+    return ["    " + line for line in lines if line]
 
 
 def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, out: Buffer) -> list[str]:
@@ -1455,6 +1538,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
+    "qconv": _qconv,
 }
 
 PRELUDE = """\
@@ -1563,8 +1647,13 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
-    if kernel.kind == "qlinear" and kernel not in packed:  # one panel (int16 pairs at most) and its column sums
-        return (sympy.floor((sympy.sympify(kernel.detail["k"]) + 1) / 2) * 2 * 32 * 2 + 32 * 4)
+    if kernel.kind in ("qlinear", "qconv"):
+        k = sympy.sympify(kernel.detail["k"])
+        # a convolution's im2col rows (KILN_QPB <= 48 of K bytes, 64-aligned); one weight panel (int16 pairs at most)
+        # and its column sums when the weight is an input
+        cols = 64 * sympy.ceiling(48 * k / 64) if kernel.kind == "qconv" else 0
+        panel = sympy.ceiling(k / 2) * 2 * 32 * 2 + 32 * 4 if kernel not in packed else 0
+        return cols + panel if cols + panel != 0 else None
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
@@ -1582,7 +1671,7 @@ def kernel_work(kernel: Kernel) -> Any:
     def size(shape: list) -> Any:
         return sympy.Mul(*[sympy.sympify(d) for d in shape])
     out = size(kernel.shape)
-    if kernel.kind in ("matmul", "qlinear"):
+    if kernel.kind in ("matmul", "qlinear", "qconv"):
         return 2 * out * sympy.sympify(kernel.detail["k"])
     if kernel.kind == "attention":  # two GEMMs and a softmax over the batch x queries x keys scores
         scores = sympy.sympify(kernel.shape[0]) * sympy.sympify(kernel.shape[1]) * sympy.sympify(kernel.detail["keys"])
@@ -1617,15 +1706,23 @@ def _conv_weight_shape(kernel: Kernel) -> tuple[int, int, int]:
     return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
 
 
+def _qweight_shape(kernel: Kernel) -> tuple[int, int, int]:
+    """(groups, output columns per group, K) of an integer kernel's int8 weight."""
+    weight = kernel.detail["weight"]
+    groups = int(kernel.detail.get("groups", 1))
+    return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
+
+
 def _packed_bytes(kernel: Kernel) -> int:
     """Bytes of a static operand packed at create: a GEMM's B in zero-padded KILN_NR-wide panels, or a
     convolution's weights in zero-padded KILN_MR-row blocks per group."""
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
         return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
-    if kernel.kind == "qlinear":  # int16 pairs (the largest layout kiln_qgemm.h packs) and the column sums
-        n = -(-int(kernel.detail["n"]) // 32) * 32
-        return n * -(-int(kernel.detail["k"]) // 2) * 4 + n * 4
+    if kernel.kind in ("qlinear", "qconv"):  # int16 pairs (the largest layout kiln_qgemm.h packs), column sums
+        groups, rows, k = _qweight_shape(kernel)
+        n = -(-rows // 32) * 32
+        return groups * (n * -(-k // 2) * 4 + n * 4)
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
@@ -1634,9 +1731,10 @@ def _prepacked(schedule: Schedule) -> dict:
     convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
-        if kernel.kind == "qlinear":
+        if kernel.kind in ("qlinear", "qconv"):
             weight = kernel.detail["weight"]
-            if weight.buffer.kind == "weight" and sympy.sympify(weight.offset).is_Integer:
+            if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
+                                                      [*weight.shape, weight.offset]):
                 packed[kernel] = len(packed)
             continue
         if kernel.kind == "conv" and _conv_as_gemm(kernel):
@@ -1657,14 +1755,16 @@ def _prepacked(schedule: Schedule) -> dict:
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     lines = []
     for kernel, slot in packed.items():
-        if kernel.kind == "qlinear":
+        if kernel.kind in ("qlinear", "qconv"):
             weight = kernel.detail["weight"]
-            k, n = int(kernel.detail["k"]), int(kernel.detail["n"])
+            groups, n, k = _qweight_shape(kernel)
             source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
-            lines += [f"    /* {kernel.name}: int8 W [{n} x {k}] of {identifier(weight.buffer.weight_key)} */",
-                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, kiln_qpacked_bytes({k}, {n}));",
+            lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of {identifier(weight.buffer.weight_key)} */",
+                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, {groups} * kiln_qpacked_bytes({k}, {n}));",
                       f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
-                      f"    kiln_qpack_b({k}, {n}, {source}, (kiln_qb_t*)m->packed[{slot}]);"]
+                      f"    for (int64_t g = 0; g < {groups}; ++g)",
+                      f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
+                      f"(kiln_qb_t*)((char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n})));"]
             continue
         if kernel.kind == "conv":
             weight = kernel.detail["weight"]
@@ -1703,7 +1803,7 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
-    if any(kernel.kind == "qlinear" for kernel in schedule.kernels):
+    if any(kernel.kind in ("qlinear", "qconv") for kernel in schedule.kernels):
         out.append(QGEMM_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels

@@ -534,3 +534,58 @@ for _overload, _scale_type, _dequantize in (
     defop(f"{KERNEL_NAMESPACE}::qlinear_pointwise{_overload}(Tensor x, {_scale_type}, {_QLINEAR_TAIL}",
           qlinear_pointwise_meta, _kernel, tags=("quantize",))
     register_decomposition(f"{KERNEL_NAMESPACE}.qlinear_pointwise{_overload or '.default'}")(_kernel)
+
+
+def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups,
+                           other, output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype,
+                           post_op):
+    from kiln.ir.ops.nn import _convolution_meta  # the convolution's shape rules and their errors
+    require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
+                  f"expects a uint8 or int8 input, got {dtype_of(x).name}")
+    require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
+    require_arg(len(shape_of(x)) == 4 and len(shape_of(weight)) == 4, _op(),
+                f"expects an input [N, C, H, W] and a weight [C_out, C / groups, kH, kW], got "
+                f"{list(shape_of(x))} and {list(shape_of(weight))}")
+    out_channels = shape_of(weight)[0]
+    for name, value in (("weight_scale", weight_scale), ("bias", bias)):
+        if value is not None:
+            require_arg(list(shape_of(value)) == [out_channels] and dtype_of(value) is dtypes.float32, _op(),
+                        f"expects a float32 {name} [{out_channels}], got {dtype_of(value).name}"
+                        f"{list(shape_of(value))}")
+    result = _convolution_meta(like(x, dtype=dtypes.float32), like(weight, dtype=dtypes.float32), None, stride,
+                               padding, dilation, False, [0, 0], groups)
+    if other is not None:
+        require_arg(dtype_of(other) is dtypes.float32 and all(map(sym_eq, shape_of(other), shape_of(result))), _op(),
+                    f"expects a float32 `other` of the output's shape {list(shape_of(result))}, got "
+                    f"{dtype_of(other).name}{list(shape_of(other))}")
+    require_arg(post_op in QLINEAR_POST_OPS, _op(), f"unknown post_op {post_op!r}",
+                fix=f"use one of {', '.join(QLINEAR_POST_OPS)}")
+    output_dtype = dtypes.dtype(output_dtype)
+    if output_dtype is not dtypes.float32:
+        _check_bounds(output_quant_min, output_quant_max, output_dtype)
+    return like(result, dtype=output_dtype)
+
+
+def qconv2d_pointwise(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
+                      output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
+    """dequantize → conv2d → [+ other] → [relu] → [quantize]: the X86 recipe's convolution patterns (other: the
+    residual of conv → add → relu, already float)."""
+    low, high = QVALUE_BOUNDS[dtype_of(x)]
+    floats = quantized.dequantize_per_tensor.default(x, x_scale, x_zero_point, low, high, dtype_of(x))
+    weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
+    result = aten.conv2d.default(floats, weights, bias, stride, padding, dilation, groups)
+    if other is not None:
+        result = aten.add.Tensor(result, other)
+    if post_op == "relu":
+        result = aten.relu.default(result)
+    if dtypes.dtype(output_dtype) is dtypes.float32:
+        return result
+    return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
+                                                 output_quant_max, output_dtype)
+
+
+defop(f"{KERNEL_NAMESPACE}::qconv2d_pointwise(Tensor x, float x_scale, int x_zero_point, Tensor weight, "
+      "Tensor weight_scale, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, int groups, Tensor? other, "
+      "float output_scale, int output_zero_point, int output_quant_min, int output_quant_max, "
+      "ScalarType output_dtype, str post_op) -> Tensor", qconv2d_pointwise_meta, qconv2d_pointwise, tags=("quantize",))
+register_decomposition(f"{KERNEL_NAMESPACE}.qconv2d_pointwise.default")(qconv2d_pointwise)

@@ -1,8 +1,9 @@
 """Integer lowering: the reference Q/DQ patterns of a converted program become kiln's fused integer-kernel ops.
 
 `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu] → quantize` becomes one
-`quant.qlinear_pointwise` (uint8/int8 out); a linear whose result stays float (the last layer, or the dynamic
-scheme's `choose_qparams → quantize → dequantize` input) becomes one with a float32 output. The ops' reference
+`quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (with the residual
+add of conv → add → relu fused too); a layer whose result stays float (the last layer, or the dynamic scheme's
+`choose_qparams → quantize → dequantize` input) becomes one with a float32 output. The ops' reference
 kernels are these patterns, so the program computes what it did; backends with integer kernels (C) run them as
 int8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero weight zero points,
 a weight that is not a constant) stay as they are, and backends compute them in float.
@@ -38,13 +39,13 @@ def _quantized_input(value: Any) -> tuple | None:
 
 
 def _quantized_weight(value: Any) -> tuple | None:
-    """(W, scales) when `value` is a per-output-channel dequantize of a constant int8 [N, K] weight with zero
-    zero points (symmetric: the kernels need no weight offset)."""
+    """(W, scales) when `value` is a per-output-channel dequantize of a constant int8 weight with zero zero points
+    (symmetric: the kernels need no weight offset)."""
     dq = producer(value, quantized.dequantize_per_channel.default)
     if dq is None:
         return None
     weight, scales, zero_points, axis = dq.args[:4]
-    if (weight.type.dtype is not dtypes.int8 or len(weight.type.shape) != 2 or axis != 0
+    if (weight.type.dtype is not dtypes.int8 or axis != 0
             or scales.type.dtype is not dtypes.float32 or dq.kwargs.get("out_dtype") not in (None, dtypes.float32)
             or value_of(weight) is None):
         return None
@@ -55,74 +56,87 @@ def _quantized_weight(value: Any) -> tuple | None:
     return weight, scales
 
 
-def _qlinear_operands(linear: Match) -> tuple | None:
-    """The operands of a qlinear_pointwise for a linear of dequantized operands, and its overload."""
-    x, weight, bias = (linear.args + [None])[:3]
+def _layer_operands(layer: Match) -> tuple | None:
+    """The integer op's operands (up to its output qparams) for a linear or conv2d of dequantized operands, and
+    the integer op to emit; None when the layer does not fit the kernels."""
+    x, weight, bias = (layer.args + [None])[:3]
     activation, weights = _quantized_input(x), _quantized_weight(weight)
-    if activation is None or weights is None or not _is_float32(bias):
+    rank = 2 if layer.name == "aten.linear.default" else 4
+    if activation is None or weights is None or not _is_float32(bias) or len(weight.type.shape) != rank:
         return None
     q, scale, zero_point, overload = activation
-    return (q, scale, zero_point, *weights, bias), overload
+    if layer.name == "aten.linear.default":
+        handle = ops.quant.qlinear_pointwise
+        return (q, scale, zero_point, *weights, bias), handle.default if overload == "default" else handle.tensor
+    stride, padding, dilation, groups = (layer.args + [None] * 7)[3:7]
+    if overload != "default" or len(x.type.shape) != 4:
+        return None
+    return (q, scale, zero_point, *weights, bias, stride or [1, 1], padding or [0, 0], dilation or [1, 1],
+            groups or 1), ops.quant.qconv2d_pointwise.default
 
 
-def _requantized(value: Any) -> tuple[Match, str] | None:
-    """The linear whose float result `value` is, directly or through a relu, when nothing else reads it, and the
-    post-op."""
-    post_op = "none"
+def _fusable_layer(value: Any) -> tuple[Match, Any, str] | None:
+    """The linear or conv2d that `value` is computed from, each step read once: the layer, then (conv2d only) a
+    residual add of a float tensor of its shape, then a relu; returns (layer, the residual or None, post-op)."""
+    post_op, other = "none", None
     relu = producer(value, aten.relu.default)
     if relu is not None and relu.has_one_use:
         value, post_op = relu.args[0], "relu"
-    linear = producer(value, aten.linear.default)
-    if linear is None or not linear.has_one_use or _qlinear_operands(linear) is None:
+    add = producer(value, aten.add.Tensor)
+    if add is not None and add.has_one_use and add.kwargs.get("alpha", 1) == 1:
+        for mine, theirs in ((0, 1), (1, 0)):
+            conv = producer(add.args[mine], aten.conv2d.default)
+            residual = add.args[theirs]
+            if (conv is not None and getattr(residual, "type", None) == conv.result.type and conv.has_one_use
+                    and _layer_operands(conv) is not None):
+                return conv, residual, post_op
         return None
-    return linear, post_op
+    layer = producer(value, aten.linear.default, aten.conv2d.default)
+    if layer is None or not layer.has_one_use or _layer_operands(layer) is None:
+        return None
+    return layer, other, post_op
 
 
-def _qlinear(overload: str, *args: Any) -> Any:
-    handle = ops.quant.qlinear_pointwise
-    return (handle.default if overload == "default" else handle.tensor)(*args)
+def _emit(layer: Match, other: Any, output_qparams: tuple, post_op: str) -> Any:
+    operands, handle = _layer_operands(layer)
+    if handle is ops.quant.qconv2d_pointwise.default:
+        operands = (*operands, other)
+    return handle(*operands, *output_qparams, post_op)
+
+
+def _requantizing_user(op: Any) -> bool:
+    """Whether a quantize downstream of `op` (through an add and a relu at most) takes `op` into its fusion."""
+    value = op.results[0]
+    for _ in range(3):
+        uses = list(value.uses)
+        if len(uses) != 1 or not uses[0].operation.results:
+            return False
+        user = producer(uses[0].operation.results[0])
+        if user is not None and user.name == "quantized_decomposed.quantize_per_tensor.default":
+            found = _fusable_layer(user.args[0]) if dtypes.dtype(user.args[5]) in QUANTIZED_ACTIVATIONS else None
+            return found is not None and found[0].op is op
+        value = uses[0].operation.results[0]
+    return False
 
 
 @register_pass
 class LowerQuantized(RewritePass):
-    """Match dequantize → linear → [relu] → [quantize] into quant.qlinear_pointwise (integer kernels)."""
+    """Match dequantize → linear/conv2d → [add] → [relu] → [quantize] into kiln's integer-kernel ops."""
 
     name = "lower-quantized"
 
     @pattern(quantized.quantize_per_tensor.default)
     def requantize(self, input, scale, zero_point, quant_min, quant_max, dtype):
-        found = _requantized(input) if dtypes.dtype(dtype) in QUANTIZED_ACTIVATIONS else None
+        found = _fusable_layer(input) if dtypes.dtype(dtype) in QUANTIZED_ACTIVATIONS else None
         if found is None:
             return None
-        linear, post_op = found
-        operands, overload = _qlinear_operands(linear)
-        return _qlinear(overload, *operands, scale, zero_point, quant_min, quant_max, dtype, post_op)
+        layer, other, post_op = found
+        return _emit(layer, other, (scale, zero_point, quant_min, quant_max, dtype), post_op)
 
-    @pattern(aten.linear.default)
-    def linear(self, input, weight, bias=None):
-        """A linear whose result stays float: a qlinear with a float32 output."""
-        result = current_op().results[0]
-        if _quantize_user(result) is not None:
+    @pattern(aten.linear.default, aten.conv2d.default)
+    def float_output(self, *args):
+        """A layer whose result stays float: the integer op with a float32 output."""
+        layer = producer(current_op().results[0])
+        if _requantizing_user(layer.op) or _layer_operands(layer) is None:
             return None  # `requantize` fuses the quantize too
-        found = _qlinear_operands(producer(result))
-        if found is None:
-            return None
-        operands, overload = found
-        return _qlinear(overload, *operands, 1.0, 0, 0, 0, dtypes.float32, "none")
-
-
-def _quantize_user(value: Any) -> Match | None:
-    """The uint8/int8 per-tensor quantize `requantize` would fuse `value`'s producer into, if any."""
-    for _ in range(2):  # the quantize, or a relu and then the quantize
-        uses = list(value.uses)
-        if len(uses) != 1 or not uses[0].operation.results:
-            return None
-        user = producer(uses[0].operation.results[0])
-        if user is not None and user.name == "aten.relu.default":
-            value = user.result
-            continue
-        if (user is None or user.name != "quantized_decomposed.quantize_per_tensor.default"
-                or dtypes.dtype(user.args[5]) not in QUANTIZED_ACTIVATIONS or _requantized(user.args[0]) is None):
-            return None
-        return user
-    return None
+        return _emit(layer, None, (1.0, 0, 0, 0, dtypes.float32), "none")

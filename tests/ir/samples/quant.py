@@ -206,3 +206,46 @@ def qlinear_pointwise_tensor(rng):
     x, w, s, b = _qlinear_operands(rng, (4, 2), 21, 11, "int8")
     yield Sample((x, np.array(0.02, np.float32), np.array(-3), w, s, b, 0.1, 7, 0, 255, dtypes.uint8, "relu"),
                  note="0-d float32 scale, int8 in, uint8 out")
+
+
+def _torch_qconv2d(torch):
+    quantized = torch.ops.quantized_decomposed
+
+    def qconv2d(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
+                output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
+        info = torch.iinfo(x.dtype)
+        floats = quantized.dequantize_per_tensor(x, x_scale, x_zero_point, info.min, info.max, x.dtype)
+        weights = quantized.dequantize_per_channel(weight, weight_scale, None, 0, -128, 127, torch.int8)
+        result = torch.nn.functional.conv2d(floats, weights, bias, stride, padding, dilation, groups)
+        if other is not None:
+            result = result + other
+        if post_op == "relu":
+            result = torch.relu(result)
+        if output_dtype == torch.float32:
+            return result
+        return quantized.quantize_per_tensor(result, output_scale, output_zero_point, output_quant_min,
+                                             output_quant_max, output_dtype)
+    return qconv2d
+
+
+TORCH_EQUIVALENTS["quant.qconv2d_pointwise.default"] = _torch_qconv2d
+
+
+@samples("quant.qconv2d_pointwise.default")
+def qconv2d_pointwise(rng):
+    x = rng.integers(0, 256, (2, 3, 7, 6)).astype(np.uint8)
+    w = rng.integers(-128, 128, (5, 3, 3, 3)).astype(np.int8)
+    s, b = rng.uniform(0.002, 0.02, 5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    yield Sample((x, 0.03, 120, w, s, b, [1, 1], [1, 1], [1, 1], 1, None, 0.08, 2, 0, 255, dtypes.uint8, "relu"),
+                 note="same padding, relu, uint8 out")
+    x = rng.integers(-128, 128, (1, 4, 9, 8)).astype(np.int8)
+    w = rng.integers(-128, 128, (6, 2, 2, 3)).astype(np.int8)
+    s = rng.uniform(0.002, 0.02, 6).astype(np.float32)
+    yield Sample((x, 0.02, -5, w, s, None, [2, 1], [0, 1], [1, 2], 2, None, 1.0, 0, 0, 0, dtypes.float32, "none"),
+                 note="int8 in, strided, dilated, grouped, float out")
+    x = rng.integers(0, 256, (1, 2, 5, 5)).astype(np.uint8)
+    w = rng.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+    s, b = rng.uniform(0.002, 0.02, 3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    other = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    yield Sample((x, 0.05, 100, w, s, b, [1, 1], [1, 1], [1, 1], 1, other, 0.1, 0, 0, 255, dtypes.uint8, "relu"),
+                 note="residual add, relu")
