@@ -1187,9 +1187,12 @@ def _unsupported_arguments(op: Any) -> str | None:
         if len(op.results[0].type.shape) < 3:
             return "only batched convolutions are supported"
     if name in CONV_OPS | WINDOW_OPS | CHANNEL_OPS:
+        # max pools also take the int8/uint8 values of quantized programs (kiln/passes/quant/lower.py)
+        allowed = (dtypes.float32, dtypes.float64) + ((dtypes.int8, dtypes.uint8) if "max_pool" in name else ())
         for value in op.operands:
-            if value.type.dtype not in (dtypes.float32, dtypes.float64):
-                return "only floating inputs are supported"
+            if value.type.dtype not in allowed:
+                return "only floating inputs are supported" + (" (and int8/uint8 for max pools)" if allowed[2:] else
+                                                               "")
     if name in CHANNEL_OPS and rank < 2:
         return "only inputs with a channel dim are supported"
     if name in MATMUL_OPS:

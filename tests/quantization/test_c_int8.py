@@ -240,6 +240,24 @@ def test_convolution_requantized_within_one_step(capability, monkeypatch, tmp_pa
         assert_close(got, np.asarray(expected64).astype(np.float32))
 
 
+@pytest.mark.parametrize("padding", [0, 1])
+def test_max_pool_runs_on_the_integers(padding, tmp_path):
+    """quantize(max_pool2d(dequantize(x))) with shared qparams becomes a uint8 max pool: the same values, exactly."""
+    builder = GraphBuilder()
+    value = builder.add_input("x", TensorType.of([2, 3, 9, 8], dtypes.float32))
+    with builder:
+        q = quantized.quantize_per_tensor.default(value, 0.02, 128, 0, 255, dtypes.uint8)
+        pooled = kiln.ops.aten.max_pool2d.default(
+            quantized.dequantize_per_tensor.default(q, 0.02, 128, 0, 255, dtypes.uint8), [3, 3], [2, 2], [padding] * 2)
+        result = quantized.quantize_per_tensor.default(pooled, 0.02, 128, 0, 255, dtypes.uint8)
+    program = builder.build([result])
+    lowered = run(program, "lower-quantized").op_histogram()
+    assert lowered["aten.max_pool2d.default"] == 1 and lowered["quantized_decomposed.quantize_per_tensor.default"] == 1
+    assert "quantized_decomposed.dequantize_per_tensor.default" not in lowered
+    x = np.random.default_rng(5).uniform(-3, 3, (2, 3, 9, 8)).astype(np.float32)
+    np.testing.assert_array_equal(kiln.compile(program, output=tmp_path / "pkg")(x), program(x))
+
+
 def _calibrated(model, quantizer, batches):
     program = kiln.export(model, (kiln.tensor(batches[0]),))
     prepared = kq.prepare_pt2e(program, quantizer)

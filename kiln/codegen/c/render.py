@@ -526,7 +526,6 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
     (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
     scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
     setup, per_panel = _weight_panels(kernel, state, "COG", f"{scratch} + kiln_qcols_bytes(K)")
-    store = f"{buffer_name(out)}[((b * COUT + co) * P) + p]"
     residual = None
     if detail["other"] is not None:
         other = detail["other"]
@@ -539,6 +538,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
         "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
+        f"{c_type(out.dtype)} staged[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
         f"uint8_t* cols = (uint8_t*)({scratch});",
         *setup,
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
@@ -551,14 +551,25 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "    const int64_t p0 = block * KILN_QPB, count = P - p0 < KILN_QPB ? P - p0 : KILN_QPB;",
         "    for (int64_t i = 0; i < count; ++i)", "    {",
         "        const int64_t oh = (p0 + i) / OW, ow = (p0 + i) % OW;",
+        f"        const int64_t top = oh * {sh} - {ph}, left = ow * {sw} - {pw};",
         "        uint8_t* row = cols + i * K;",
+        "        const " + x_type + "* image = x + (b * C + g * CG) * H * W;",
+        # Pixels whose window lies inside the image (most of them) copy without bounds checks.
+        f"        if (top >= 0 && top + (KH - 1) * {dh} < H && left >= 0 && left + (KW - 1) * {dw} < W)", "        {",
+        "            for (int64_t ci = 0; ci < CG; ++ci)",
+        "                for (int64_t ki = 0; ki < KH; ++ki)", "                {",
+        f"                    const {x_type}* line = image + (ci * H + top + ki * {dh}) * W + left;",
+        "                    uint8_t* to = row + (ci * KH + ki) * KW;",
+        f"                    for (int64_t kj = 0; kj < KW; ++kj) to[kj] = (uint8_t)line[kj * {dw}];",
+        "                }",
+        "            continue;", "        }",
         "        for (int64_t ci = 0; ci < CG; ++ci)",
         "            for (int64_t ki = 0; ki < KH; ++ki)", "            {",
-        f"                const int64_t ih = oh * {sh} - {ph} + ki * {dh};",
+        f"                const int64_t ih = top + ki * {dh};",
         "                const int inside = ih >= 0 && ih < H;",
-        "                const " + x_type + "* line = x + ((b * C + g * CG + ci) * H + (inside ? ih : 0)) * W;",
+        "                const " + x_type + "* line = image + (ci * H + (inside ? ih : 0)) * W;",
         "                for (int64_t kj = 0; kj < KW; ++kj)", "                {",
-        f"                    const int64_t iw = ow * {sw} - {pw} + kj * {dw};",
+        f"                    const int64_t iw = left + kj * {dw};",
         "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? (uint8_t)line[iw] : pad;",
         "                }", "            }", "    }",
         "    const kiln_qb_t* packed_group = (const kiln_qb_t*)((const char*)packed + g * kiln_qpacked_bytes(K, COG));"
@@ -570,11 +581,20 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
         f"            kiln_qukernel(rows, K, cols + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, "
         "tile);",
+        # The epilogue runs along the tile's columns (vectorized) into `staged`; the copy out runs along its rows,
+        # which are consecutive pixels of one channel in NCHW (storing from the first loop would write each
+        # pixel's channels P elements apart: twice as slow on the 3-channel stem of a CNN).
         "            for (int r = 0; r < rows; ++r)",
-        "                for (int64_t c = 0; c < width; ++c)", "                {",
+        "                _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "                {",
         "                    const int64_t n = g * COG + j * KILN_QNR + c, co = n, p = p0 + row + r;",
-        *[f"                    {line}" for line in _requantize(detail, out, store, residual)],
-        "                }", "        }", "    }", "}",
+        "                    (void)co; (void)p;",
+        *[f"                    {line}" for line in _requantize(detail, out, "staged[r * KILN_QNR + c]", residual)],
+        "                }",
+        "            for (int64_t c = 0; c < width; ++c)", "            {",
+        f"                {c_type(out.dtype)}* to = {buffer_name(out)} + (b * COUT + g * COG + j * KILN_QNR + c) * P"
+        " + p0 + row;",
+        "                for (int r = 0; r < rows; ++r) to[r] = staged[r * KILN_QNR + c];",
+        "            }", "        }", "    }", "}",
     ]
     return ["    " + line for line in lines if line]
 
@@ -1077,7 +1097,8 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     if op == "aten.grid_sampler_2d.default":
         return _grid_sample(kernel)
     x, n = detail["input"], detail["n"]
-    if "max_pool" in op and len(kernel.outputs) == 1 and x.buffer.dtype in (dtypes.float32, dtypes.float64):
+    if "max_pool" in op and len(kernel.outputs) == 1 and x.buffer.dtype in (dtypes.float32, dtypes.float64,
+                                                                             dtypes.uint8, dtypes.int8):
         return _max_pool_values(kernel)
     rank = len(kernel.shape)
     lead = [f"i{k}" for k in range(rank - n)]
@@ -1159,6 +1180,8 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     sizes = [dim_expr(d) for d in x.shape[rank - n:]]
     stride, padding, dilation = ([int(detail[key][k]) for k in range(n)] for key in ("stride", "padding", "dilation"))
     real = c_type(out.dtype)
+    # the identity of max: -inf, or an integer type's least value (int8/uint8 pools of quantized programs)
+    lowest = "-INFINITY" if out.dtype.is_floating_point else str(int(np.iinfo(out.dtype.numpy).min))
 
     def taps(dims: range) -> tuple[list[str], list[str]]:
         """Loops over the window taps of `dims`, skipping the ones outside the input (padding, ceil_mode)."""
@@ -1170,9 +1193,9 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
                       f"if ({outside}) continue;"]
         return lines, ["}"] * len(dims)
 
-    if not any(padding):
+    if not any(padding) and out.dtype.is_floating_point:  # integers: GCC vectorizes only the row form well
         loops, closing = taps(range(n))
-        body = [f"{real} best = -INFINITY;", *loops]
+        body = [f"{real} best = {lowest};", *loops]
         load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + [f'p{k}' for k in range(n)])}]"
         body += [f"const {real} v = {load};", "best = (v > best || v != v) ? v : best;", *closing,
                  f"{buffer_name(out)}[{_flat(kernel.shape)}] = best;"]
@@ -1183,7 +1206,7 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     row_start = _Exprs(rank).index(contiguous_strides(kernel.shape), 0, lead + ["0"])
     loops, closing = taps(range(last))
     body = [f"{real}* restrict row = {buffer_name(out)} + {row_start};",
-            f"for (int64_t c = 0; c < {columns}; ++c) row[c] = -INFINITY;", *loops]
+            f"for (int64_t c = 0; c < {columns}; ++c) row[c] = {lowest};", *loops]
     tap = f"c * {stride[last]} - {padding[last]} + r{last} * {dilation[last]}"
     positions = [f"p{k}" for k in range(last)] + [f"({tap})"]
     body += [f"for (int64_t r{last} = 0; r{last} < {int(detail['kernel'][last])}; ++r{last})", "{",

@@ -3,7 +3,8 @@
 `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu] → quantize` becomes one
 `quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (with the residual
 add of conv → add → relu fused too); a layer whose result stays float (the last layer, or the dynamic scheme's
-`choose_qparams → quantize → dequantize` input) becomes one with a float32 output. The ops' reference
+`choose_qparams → quantize → dequantize` input) becomes one with a float32 output. A max pool between a dequantize
+and a quantize with the same qparams runs on the integers. The ops' reference
 kernels are these patterns, so the program computes what it did; backends with integer kernels (C) run them as
 int8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero weight zero points,
 a weight that is not a constant) stay as they are, and backends compute them in float.
@@ -132,6 +133,17 @@ class LowerQuantized(RewritePass):
             return None
         layer, other, post_op = found
         return _emit(layer, other, (scale, zero_point, quant_min, quant_max, dtype), post_op)
+
+    @pattern(quantized.quantize_per_tensor.default)
+    def max_pool_in_integers(self, input, scale, zero_point, quant_min, quant_max, dtype):
+        """quantize(max_pool2d(dequantize(x))) with the same qparams (the X86 recipe shares them) is max_pool2d
+        of x: dequantizing is monotonic, and quantizing a dequantized value gives it back."""
+        pool = producer(input, aten.max_pool2d.default)
+        dq = producer(pool.args[0], quantized.dequantize_per_tensor.default) if pool and pool.has_one_use else None
+        if dq is None or dq.kwargs.get("out_dtype") not in (None, dtypes.float32) or \
+                list(dq.args[1:6]) != [scale, zero_point, quant_min, quant_max, dtypes.dtype(dtype)]:
+            return None
+        return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
 
     @pattern(aten.linear.default, aten.conv2d.default)
     def float_output(self, *args):
