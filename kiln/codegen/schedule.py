@@ -93,7 +93,7 @@ VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.defa
 # Quantized linear layers (kiln/passes/quant/lower.py): an integer GEMM on the prepacked int8 weight, requantized.
 QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor"}
 # Quantized 2-D convolutions: im2col of uint8 pixel blocks into the same integer GEMM.
-QCONV_OPS = {"quant.qconv2d_pointwise.default"}
+QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
                  | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS)
 
@@ -886,9 +886,7 @@ class _Scheduler:
          output_dtype, post_op) = args
         result = op.results[0]
         rows, weights = self.contiguous_operand(x), self.contiguous_operand(weight)
-
-        def scalar(value: Any) -> Any:  # the .tensor overload's one-element qparams: a read of their buffer
-            return _load(self.materialized(value), []) if _is_tensor(value) else value
+        scalar = self.scalar_operand
         detail = {"x": rows, "weight": weights, "weight_scale": self.materialized(weight_scale),
                   "bias": self.materialized(bias) if bias is not None else None, "x_scale": scalar(x_scale),
                   "x_zero_point": scalar(x_zero_point), "output_scale": output_scale,
@@ -899,6 +897,10 @@ class _Scheduler:
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
         self.views[result] = _contiguous(buf)
+
+    def scalar_operand(self, value: Any) -> Any:
+        """A number, or the .tensor overloads' one-element qparams: a read of their buffer."""
+        return _load(self.materialized(value), []) if _is_tensor(value) else value
 
     def contiguous_operand(self, value: Any) -> View:
         view = self.materialized(value)
@@ -914,7 +916,8 @@ class _Scheduler:
                   "weight_scale": self.materialized(weight_scale),
                   "bias": self.materialized(bias) if bias is not None else None,
                   "other": self.contiguous_operand(other) if other is not None else None,
-                  "x_scale": x_scale, "x_zero_point": x_zero_point, "stride": _per_dim(stride, 2),
+                  "x_scale": self.scalar_operand(x_scale), "x_zero_point": self.scalar_operand(x_zero_point),
+                  "stride": _per_dim(stride, 2),
                   "padding": _per_dim(padding, 2), "dilation": _per_dim(dilation, 2), "groups": groups,
                   "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
                   "quant_max": quant_max, "post_op": post_op, "signed": x.type.dtype is dtypes.int8,

@@ -22,7 +22,7 @@ from kiln.passes.remove_dropout import RemoveDropout
 from kiln.passes.fuse_activations import FUSE_ATTRIBUTE, FuseActivations
 from kiln.passes.prepack import LAYOUTS, Prepack, register_layout
 from kiln.passes.quant.transforms import AddmmToLinear
-from kiln.passes.quant.lower import LowerQuantized
+from kiln.passes.quant.lower import FoldDequantizedWeights, LowerQuantized
 
 __all__ = [
     "PASSES", "Pass", "PassError", "PipelineError", "add_constant", "clone_program", "lookup_pass", "option",

@@ -543,7 +543,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         *setup,
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
         *_qparams(detail),
-        f"const uint8_t pad = (uint8_t)({x_type})({literal(detail['x_zero_point'])});",
+        f"const uint8_t pad = (uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0});",
         "#pragma omp for collapse(3) schedule(static)",
         "for (int64_t b = 0; b < NB; ++b)",
         "for (int64_t g = 0; g < G; ++g)",

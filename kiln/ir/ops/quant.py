@@ -543,6 +543,9 @@ def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias,
     require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
                   f"expects a uint8 or int8 input, got {dtype_of(x).name}")
     require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
+    if not isinstance(x_scale, (int, float)):
+        _one_element(x_scale, "x_scale")
+        _one_element(x_zero_point, "x_zero_point")
     require_arg(len(shape_of(x)) == 4 and len(shape_of(weight)) == 4, _op(),
                 f"expects an input [N, C, H, W] and a weight [C_out, C / groups, kH, kW], got "
                 f"{list(shape_of(x))} and {list(shape_of(weight))}")
@@ -566,26 +569,33 @@ def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias,
     return like(result, dtype=output_dtype)
 
 
-def qconv2d_pointwise(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
-                      output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
-    """dequantize → conv2d → [+ other] → [relu] → [quantize]: the X86 recipe's convolution patterns (other: the
-    residual of conv → add → relu, already float)."""
-    low, high = QVALUE_BOUNDS[dtype_of(x)]
-    floats = quantized.dequantize_per_tensor.default(x, x_scale, x_zero_point, low, high, dtype_of(x))
-    weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
-    result = aten.conv2d.default(floats, weights, bias, stride, padding, dilation, groups)
-    if other is not None:
-        result = aten.add.Tensor(result, other)
-    if post_op == "relu":
-        result = aten.relu.default(result)
-    if dtypes.dtype(output_dtype) is dtypes.float32:
-        return result
-    return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
-                                                 output_quant_max, output_dtype)
+def _qconv2d_pointwise(dequantize):
+    def kernel(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
+               output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
+        """dequantize → conv2d → [+ other] → [relu] → [quantize]: the X86 recipe's convolution patterns (other: the
+        residual of conv → add → relu, already float)."""
+        low, high = QVALUE_BOUNDS[dtype_of(x)]
+        floats = dequantize(x, x_scale, x_zero_point, low, high, dtype_of(x))
+        weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
+        result = aten.conv2d.default(floats, weights, bias, stride, padding, dilation, groups)
+        if other is not None:
+            result = aten.add.Tensor(result, other)
+        if post_op == "relu":
+            result = aten.relu.default(result)
+        if dtypes.dtype(output_dtype) is dtypes.float32:
+            return result
+        return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
+                                                     output_quant_max, output_dtype)
+    return kernel
 
 
-defop(f"{KERNEL_NAMESPACE}::qconv2d_pointwise(Tensor x, float x_scale, int x_zero_point, Tensor weight, "
-      "Tensor weight_scale, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, int groups, Tensor? other, "
-      "float output_scale, int output_zero_point, int output_quant_min, int output_quant_max, "
-      "ScalarType output_dtype, str post_op) -> Tensor", qconv2d_pointwise_meta, qconv2d_pointwise, tags=("quantize",))
-register_decomposition(f"{KERNEL_NAMESPACE}.qconv2d_pointwise.default")(qconv2d_pointwise)
+_QCONV_TAIL = ("Tensor weight, Tensor weight_scale, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
+               "int groups, Tensor? other, float output_scale, int output_zero_point, int output_quant_min, "
+               "int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor")
+for _overload, _scale_type, _dequantize in (
+        ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
+        (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
+    _kernel = _qconv2d_pointwise(_dequantize)
+    defop(f"{KERNEL_NAMESPACE}::qconv2d_pointwise{_overload}(Tensor x, {_scale_type}, {_QCONV_TAIL}",
+          qconv2d_pointwise_meta, _kernel, tags=("quantize",))
+    register_decomposition(f"{KERNEL_NAMESPACE}.qconv2d_pointwise{_overload or '.default'}")(_kernel)

@@ -19,7 +19,7 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.registry import ops
 from kiln.passes.base import register_pass
-from kiln.passes.rewrite import Match, RewritePass, current_op, pattern, producer, value_of
+from kiln.passes.rewrite import Match, RewritePass, constant, current_op, pattern, producer, value_of
 
 aten = ops.aten
 quantized = ops.quantized_decomposed
@@ -70,10 +70,11 @@ def _layer_operands(layer: Match) -> tuple | None:
         handle = ops.quant.qlinear_pointwise
         return (q, scale, zero_point, *weights, bias), handle.default if overload == "default" else handle.tensor
     stride, padding, dilation, groups = (layer.args + [None] * 7)[3:7]
-    if overload != "default" or len(x.type.shape) != 4:
+    if len(x.type.shape) != 4:
         return None
+    handle = ops.quant.qconv2d_pointwise
     return (q, scale, zero_point, *weights, bias, stride or [1, 1], padding or [0, 0], dilation or [1, 1],
-            groups or 1), ops.quant.qconv2d_pointwise.default
+            groups or 1), handle.default if overload == "default" else handle.tensor
 
 
 def _fusable_layer(value: Any) -> tuple[Match, Any, str] | None:
@@ -100,7 +101,7 @@ def _fusable_layer(value: Any) -> tuple[Match, Any, str] | None:
 
 def _emit(layer: Match, other: Any, output_qparams: tuple, post_op: str) -> Any:
     operands, handle = _layer_operands(layer)
-    if handle is ops.quant.qconv2d_pointwise.default:
+    if handle.name.startswith("quant.qconv2d_pointwise"):
         operands = (*operands, other)
     return handle(*operands, *output_qparams, post_op)
 
@@ -152,3 +153,21 @@ class LowerQuantized(RewritePass):
         if _requantizing_user(layer.op) or _layer_operands(layer) is None:
             return None  # `requantize` fuses the quantize too
         return _emit(layer, None, (1.0, 0, 0, 0, dtypes.float32), "none")
+
+
+@register_pass
+class FoldDequantizedWeights(RewritePass):
+    """Fold the dequantize of a constant (a weight no integer kernel took) into a float constant."""
+
+    name = "fold-dequantized-weights"
+
+    @pattern(quantized.dequantize_per_channel.default, quantized.dequantize_per_tensor.default,
+             quantized.dequantize_per_channel_group.default)
+    def dequantize(self, *args, **kwargs):
+        # Backends would otherwise dequantize the weight on every call; run lower-quantized first, or this takes
+        # the weights its integer kernels read.
+        match = producer(current_op().results[0])
+        values = [value_of(a) if hasattr(a, "type") else a for a in match.args]
+        if any(v is None and hasattr(a, "type") for v, a in zip(values, match.args)):
+            return None
+        return constant(np.asarray(match.handle(*values, **match.kwargs)), "dequantized_weight")

@@ -208,13 +208,18 @@ def qlinear_pointwise_tensor(rng):
                  note="0-d float32 scale, int8 in, uint8 out")
 
 
-def _torch_qconv2d(torch):
+def _torch_qconv2d(dequantize: str):
+    return lambda torch: _torch_qconv2d_of(torch, dequantize)
+
+
+def _torch_qconv2d_of(torch, dequantize: str):
     quantized = torch.ops.quantized_decomposed
 
     def qconv2d(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
                 output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
         info = torch.iinfo(x.dtype)
-        floats = quantized.dequantize_per_tensor(x, x_scale, x_zero_point, info.min, info.max, x.dtype)
+        floats = getattr(quantized.dequantize_per_tensor, dequantize)(x, x_scale, x_zero_point, info.min, info.max,
+                                                                       x.dtype)
         weights = quantized.dequantize_per_channel(weight, weight_scale, None, 0, -128, 127, torch.int8)
         result = torch.nn.functional.conv2d(floats, weights, bias, stride, padding, dilation, groups)
         if other is not None:
@@ -228,7 +233,8 @@ def _torch_qconv2d(torch):
     return qconv2d
 
 
-TORCH_EQUIVALENTS["quant.qconv2d_pointwise.default"] = _torch_qconv2d
+TORCH_EQUIVALENTS["quant.qconv2d_pointwise.default"] = _torch_qconv2d("default")
+TORCH_EQUIVALENTS["quant.qconv2d_pointwise.tensor"] = _torch_qconv2d("tensor")
 
 
 @samples("quant.qconv2d_pointwise.default")
@@ -249,3 +255,12 @@ def qconv2d_pointwise(rng):
     other = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
     yield Sample((x, 0.05, 100, w, s, b, [1, 1], [1, 1], [1, 1], 1, other, 0.1, 0, 0, 255, dtypes.uint8, "relu"),
                  note="residual add, relu")
+
+
+@samples("quant.qconv2d_pointwise.tensor")
+def qconv2d_pointwise_tensor(rng):
+    x = rng.integers(0, 256, (2, 3, 6, 5)).astype(np.uint8)
+    w = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    s, b = rng.uniform(0.002, 0.02, 4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    yield Sample((x, np.array(0.025, np.float32), np.array(97), w, s, b, [1, 1], [1, 1], [1, 1], 1, None, 1.0, 0, 0, 0,
+                  dtypes.float32, "none"), note="dynamic activations: 0-d scale, float out")
