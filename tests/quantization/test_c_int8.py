@@ -258,6 +258,37 @@ def test_max_pool_runs_on_the_integers(padding, tmp_path):
     np.testing.assert_array_equal(kiln.compile(program, output=tmp_path / "pkg")(x), program(x))
 
 
+class _Residual(kiln.nn.Module):
+    """conv → relu → max pool → conv → add → relu → linear: every pattern lower-quantized fuses."""
+
+    def __init__(self):
+        super().__init__()
+        nn = kiln.nn
+        self.stem, self.conv, self.pool = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.MaxPool2d(2)
+        self.head = nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, x):
+        y = self.pool(kiln.nn.functional.relu(self.stem(x)))
+        y = kiln.nn.functional.relu(self.conv(y) + y)
+        return self.head(y.flatten(1))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_lowering_fuses_every_layer_and_changes_no_value(dynamic):
+    rng = np.random.default_rng(6)
+    batches = [rng.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(3)]
+    quantizer = kq.X86InductorQuantizer().set_global(
+        kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic))
+    reference = _calibrated(_Residual().eval(), quantizer, batches)
+    lowered = run(reference, "lower-quantized")
+    counts = lowered.op_histogram()
+    overload = "tensor" if dynamic else "default"
+    assert counts[f"quant.qconv2d_pointwise.{overload}"] == 2 and counts[f"quant.qlinear_pointwise.{overload}"] == 1
+    assert not {"aten.conv2d.default", "aten.linear.default", "aten.relu.default", "aten.add.Tensor"} & set(counts)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(lowered(x), reference(x))
+
+
 def _calibrated(model, quantizer, batches):
     program = kiln.export(model, (kiln.tensor(batches[0]),))
     prepared = kq.prepare_pt2e(program, quantizer)

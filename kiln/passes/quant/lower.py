@@ -77,15 +77,16 @@ def _layer_operands(layer: Match) -> tuple | None:
             groups or 1), handle.default if overload == "default" else handle.tensor
 
 
-def _fusable_layer(value: Any) -> tuple[Match, Any, str] | None:
-    """The linear or conv2d that `value` is computed from, each step read once: the layer, then (conv2d only) a
-    residual add of a float tensor of its shape, then a relu; returns (layer, the residual or None, post-op)."""
-    post_op, other = "none", None
+def _fusable_layer(value: Any, replaced: bool = False) -> tuple[Match, Any, str] | None:
+    """The linear or conv2d that `value` is computed from: the layer, then (conv2d only) a residual add of a float
+    tensor of its shape, then a relu, each read only by the next (`value` itself may have other readers when
+    `replaced`: the fused op replaces it); returns (layer, the residual or None, post-op)."""
+    post_op, other, last = "none", None, True
     relu = producer(value, aten.relu.default)
-    if relu is not None and relu.has_one_use:
-        value, post_op = relu.args[0], "relu"
+    if relu is not None and (relu.has_one_use or replaced):
+        value, post_op, last = relu.args[0], "relu", False
     add = producer(value, aten.add.Tensor)
-    if add is not None and add.has_one_use and add.kwargs.get("alpha", 1) == 1:
+    if add is not None and (add.has_one_use or (replaced and last)) and add.kwargs.get("alpha", 1) == 1:
         for mine, theirs in ((0, 1), (1, 0)):
             conv = producer(add.args[mine], aten.conv2d.default)
             residual = add.args[theirs]
@@ -94,7 +95,7 @@ def _fusable_layer(value: Any) -> tuple[Match, Any, str] | None:
                 return conv, residual, post_op
         return None
     layer = producer(value, aten.linear.default, aten.conv2d.default)
-    if layer is None or not layer.has_one_use or _layer_operands(layer) is None:
+    if layer is None or not (layer.has_one_use or (replaced and last)) or _layer_operands(layer) is None:
         return None
     return layer, other, post_op
 
@@ -106,18 +107,25 @@ def _emit(layer: Match, other: Any, output_qparams: tuple, post_op: str) -> Any:
     return handle(*operands, *output_qparams, post_op)
 
 
-def _requantizing_user(op: Any) -> bool:
-    """Whether a quantize downstream of `op` (through an add and a relu at most) takes `op` into its fusion."""
-    value = op.results[0]
+def _claimed_downstream(value: Any, layer: Any) -> bool:
+    """Whether an op after `value` (an add, a relu or a quantize, each reading the one before only) takes `layer`
+    into its fusion: the last op of the chain that can, emits it."""
     for _ in range(3):
         uses = list(value.uses)
         if len(uses) != 1 or not uses[0].operation.results:
             return False
         user = producer(uses[0].operation.results[0])
-        if user is not None and user.name == "quantized_decomposed.quantize_per_tensor.default":
+        if user is None:
+            return False
+        if user.name == "quantized_decomposed.quantize_per_tensor.default":
             found = _fusable_layer(user.args[0]) if dtypes.dtype(user.args[5]) in QUANTIZED_ACTIVATIONS else None
-            return found is not None and found[0].op is op
-        value = uses[0].operation.results[0]
+            return found is not None and found[0].op is layer
+        if user.name not in ("aten.relu.default", "aten.add.Tensor"):
+            return False
+        found = _fusable_layer(user.result, replaced=True)  # as that op's own pattern would see it
+        if found is not None and found[0].op is layer:
+            return True
+        value = user.result
     return False
 
 
@@ -146,13 +154,16 @@ class LowerQuantized(RewritePass):
             return None
         return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
 
-    @pattern(aten.linear.default, aten.conv2d.default)
-    def float_output(self, *args):
-        """A layer whose result stays float: the integer op with a float32 output."""
-        layer = producer(current_op().results[0])
-        if _requantizing_user(layer.op) or _layer_operands(layer) is None:
-            return None  # `requantize` fuses the quantize too
-        return _emit(layer, None, (1.0, 0, 0, 0, dtypes.float32), "none")
+    @pattern(aten.linear.default, aten.conv2d.default, aten.relu.default, aten.add.Tensor)
+    def float_output(self, *args, **kwargs):
+        """A layer (with its residual add and relu) whose result stays float: the integer op with a float32
+        output."""
+        result = current_op().results[0]
+        found = _fusable_layer(result, replaced=True)
+        if found is None or _claimed_downstream(result, found[0].op):
+            return None  # not a layer's result, or a quantize (or relu) after it fuses more
+        layer, other, post_op = found
+        return _emit(layer, other, (1.0, 0, 0, 0, dtypes.float32), post_op)
 
 
 @register_pass
