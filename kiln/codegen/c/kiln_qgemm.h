@@ -62,8 +62,11 @@ static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N)
     return kiln_qpanel_bytes(K, N) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
 }
 
-/* Bytes of a convolution unit's im2col rows, [KILN_QPB][K] uint8, rounded up to a cache line. */
-static inline size_t kiln_qcols_bytes(int64_t K) { return ((size_t)KILN_QPB * (size_t)K + 63) / 64 * 64; }
+/* Bytes of a convolution unit's im2col rows, [KILN_QPB][K rounded up to whole groups] uint8, to a cache line. */
+static inline size_t kiln_qcols_bytes(int64_t K)
+{
+    return ((size_t)KILN_QPB * (size_t)(kiln_qgroups(K) * KILN_QK) + 63) / 64 * 64;
+}
 
 /* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
  * [groups][QNR][QK], and their weight sums into colsum[0..QNR). */

@@ -536,6 +536,8 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
         f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])}, P = OH * OW;",
         f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
+        # im2col rows padded to whole k-groups: the micro-kernel then never takes its partial-group path
+        "const int64_t KP = kiln_qgroups(K) * KILN_QK;",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
         "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
         f"{c_type(out.dtype)} staged[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
@@ -552,7 +554,8 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "    for (int64_t i = 0; i < count; ++i)", "    {",
         "        const int64_t oh = (p0 + i) / OW, ow = (p0 + i) % OW;",
         f"        const int64_t top = oh * {sh} - {ph}, left = ow * {sw} - {pw};",
-        "        uint8_t* row = cols + i * K;",
+        "        uint8_t* row = cols + i * KP;",
+        "        for (int64_t k = K; k < KP; ++k) row[k] = 0;  /* against the packed weights' zero padding */",
         "        const " + x_type + "* image = x + (b * C + g * CG) * H * W;",
         # Pixels whose window lies inside the image (most of them) copy without bounds checks.
         f"        if (top >= 0 && top + (KH - 1) * {dh} < H && left >= 0 && left + (KW - 1) * {dw} < W)", "        {",
@@ -579,7 +582,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         *[f"        {line}" for line in per_panel],
         "        for (int64_t row = 0; row < count; row += KILN_QMR)", "        {",
         "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
-        f"            kiln_qukernel(rows, K, cols + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, "
+        f"            kiln_qukernel(rows, KP, cols + row * KP, KP, {'0x80u' if detail['signed'] else '0u'}, panel, "
         "tile);",
         # The epilogue runs along the tile's columns (vectorized) into `staged`; the copy out runs along its rows,
         # which are consecutive pixels of one channel in NCHW (storing from the first loop would write each
@@ -1674,7 +1677,7 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         k = sympy.sympify(kernel.detail["k"])
         # a convolution's im2col rows (KILN_QPB <= 48 of K bytes, 64-aligned); one weight panel (int16 pairs at most)
         # and its column sums when the weight is an input
-        cols = 64 * sympy.ceiling(48 * k / 64) if kernel.kind == "qconv" else 0
+        cols = 64 * sympy.ceiling(48 * 4 * sympy.ceiling(k / 4) / 64) if kernel.kind == "qconv" else 0
         panel = sympy.ceiling(k / 2) * 2 * 32 * 2 + 32 * 4 if kernel not in packed else 0
         return cols + panel if cols + panel != 0 else None
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
