@@ -94,8 +94,11 @@ VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.defa
 QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor"}
 # Quantized 2-D convolutions: im2col of uint8 pixel blocks into the same integer GEMM.
 QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"}
+# Weight-only linear layers: float activations against int8 / int4 weights converted in registers.
+WLINEAR_OPS = {"quant.linear_weight_only.default"}
 SUPPORTED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
-                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS)
+                 | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS
+                 | WLINEAR_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +541,8 @@ class _Scheduler:
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
                               (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
                               (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags),
-                              (QLINEAR_OPS, self.schedule_qlinear), (QCONV_OPS, self.schedule_qconv)):
+                              (QLINEAR_OPS, self.schedule_qlinear), (QCONV_OPS, self.schedule_qconv),
+                              (WLINEAR_OPS, self.schedule_wlinear)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -895,6 +899,23 @@ class _Scheduler:
                   "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8}
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
+                                   detail))
+        self.views[result] = _contiguous(buf)
+
+    def schedule_wlinear(self, op: Any, name: str, args: list) -> None:
+        """quant.linear_weight_only: float rows [M, K], the int8 weight with its scales and zero points (packed
+        together when the model is created: they must be constants), the bias."""
+        x, weight, scales, zero_points, bias, group_size, quant_min, quant_max = args
+        result = op.results[0]
+        detail = {"x": self.contiguous_operand(x), "weight": self.contiguous_operand(weight),
+                  "scales": self.contiguous_operand(scales),
+                  "zero_points": self.contiguous_operand(zero_points) if zero_points is not None else None,
+                  "bias": self.materialized(bias) if bias is not None else None, "group_size": group_size,
+                  "bits": 4 if quant_min >= -8 and quant_max <= 7 else 8,
+                  "m": sympy.Mul(*map(_dim, x.type.shape[:-1])), "k": _dim(x.type.shape[-1]),
+                  "n": _dim(weight.type.shape[0])}
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("wlinear", f"wlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
         self.views[result] = _contiguous(buf)
 

@@ -241,4 +241,224 @@ __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const u
     }
 }
 
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Weight-only linear layers: C[M x N] (float) = A[M x K] (float activations, rows in place) * W^T, W int8 or int4
+ * values with a scale and a zero point per group of `gs` consecutive k of each column (per channel: gs = K).
+ * Panels of KILN_WNR columns are packed at create: weights [K][WNR] int8, or int4 two per byte ([K/2][WNR], k even
+ * in the low nibble), then per group the columns' scales and offsets (-zero point x scale). The micro-kernel
+ * converts weights to float in registers and sums each group's products before scaling them:
+ * sum_g s_g * sum_{k in g} a_k w_k + (-zp_g s_g) * sum_{k in g} a_k.
+ */
+#if defined(__AVX512F__)
+#define KILN_WNR 32
+#define KILN_WMR 6
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KILN_WNR 16
+#define KILN_WMR 3
+#else
+#define KILN_WNR 16
+#define KILN_WMR 4
+#endif
+
+static inline int64_t kiln_wpanels(int64_t N) { return (N + KILN_WNR - 1) / KILN_WNR; }
+
+static inline size_t kiln_wpanel_bytes(int64_t K, int64_t gs, int bits)
+{
+    const size_t weights = (size_t)(bits == 4 ? (K + 1) / 2 : K) * KILN_WNR;
+    return (weights + 63) / 64 * 64 + (size_t)(K / gs) * 2 * KILN_WNR * sizeof(float);
+}
+
+/* Pack panel j of W [N x K] (int8 storage) with scales / zero points [N][K / gs] (zero_points: NULL, or int32 or
+ * int64 as zero_point_bytes says). */
+static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t j, const int8_t* w,
+                             const float* scales, const void* zero_points, int zero_point_bytes,
+                             unsigned char* restrict panel)
+{
+    const int64_t groups = K / gs;
+    float* params = (float*)(panel + ((size_t)(bits == 4 ? (K + 1) / 2 : K) * KILN_WNR + 63) / 64 * 64);
+    for (int64_t c = 0; c < KILN_WNR; ++c) {
+        const int64_t n = j * KILN_WNR + c;
+        for (int64_t k = 0; k < K; ++k) {
+            const int8_t v = n < N ? w[n * K + k] : 0;
+            if (bits == 4) {
+                unsigned char* byte = panel + (k / 2) * KILN_WNR + c;
+                *byte = k % 2 ? (unsigned char)((*byte & 0x0F) | ((v & 0x0F) << 4)) : (unsigned char)(v & 0x0F);
+            } else {
+                panel[k * KILN_WNR + c] = (unsigned char)v;
+            }
+        }
+        for (int64_t g = 0; g < groups; ++g) {
+            const float scale = n < N ? scales[n * groups + g] : 0.0f;
+            const int64_t at = n * groups + g;
+            const float zero = n >= N || !zero_points ? 0.0f : zero_point_bytes == 8
+                ? (float)((const int64_t*)zero_points)[at] : (float)((const int32_t*)zero_points)[at];
+            params[(g * 2) * KILN_WNR + c] = scale;
+            params[(g * 2 + 1) * KILN_WNR + c] = -zero * scale;
+        }
+    }
+}
+
+static void kiln_wpack(int64_t K, int64_t N, int64_t gs, int bits, const int8_t* w, const float* scales,
+                       const void* zero_points, int zero_point_bytes, unsigned char* restrict dst)
+{
+    for (int64_t j = 0; j < kiln_wpanels(N); ++j)
+        kiln_wpack_panel(K, N, gs, bits, j, w, scales, zero_points, zero_point_bytes,
+                         dst + (size_t)j * kiln_wpanel_bytes(K, gs, bits));
+}
+
+#if defined(__AVX512F__)
+/* 16 weights of one k from 16 bytes (int8), or from the low / high nibbles of 16 bytes (int4), as floats. */
+static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
+{
+    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p));
+    if (bits == 4) v = high ? _mm512_srai_epi32(v, 4) : _mm512_srai_epi32(_mm512_slli_epi32(v, 28), 28);
+    return _mm512_cvtepi32_ps(v);
+}
+#define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+                                          const unsigned char* restrict panel, const float* restrict params,     \
+                                          float* restrict tile)                                                   \
+    {                                                                                                             \
+        __m512 lo[MR], hi[MR];                                                                                    \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm512_setzero_ps(); hi[r] = lo[r]; }     \
+        for (int64_t g = 0; g < K / gs; ++g) {                                                                    \
+            __m512 plo[MR], phi[MR];                                                                              \
+            float asum[MR];                                                                                       \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                plo[r] = _mm512_setzero_ps(); phi[r] = plo[r]; asum[r] = 0.0f;                                    \
+            }                                                                                                     \
+            for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {                                                     \
+                const unsigned char* row = panel + (bits == 4 ? k / 2 : k) * KILN_WNR;                           \
+                const __m512 w0 = kiln_w16(row, bits, (int)(k & 1)), w1 = kiln_w16(row + 16, bits, (int)(k & 1));\
+                _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                            \
+                    const float v = a[r * lda + k];                                                               \
+                    const __m512 x = _mm512_set1_ps(v);                                                           \
+                    plo[r] = _mm512_fmadd_ps(x, w0, plo[r]);                                                      \
+                    phi[r] = _mm512_fmadd_ps(x, w1, phi[r]);                                                      \
+                    asum[r] += v;                                                                                 \
+                }                                                                                                 \
+            }                                                                                                     \
+            const float* p = params + g * 2 * KILN_WNR;                                                           \
+            const __m512 s0 = _mm512_loadu_ps(p), s1 = _mm512_loadu_ps(p + 16);                                   \
+            const __m512 o0 = _mm512_loadu_ps(p + KILN_WNR), o1 = _mm512_loadu_ps(p + KILN_WNR + 16);             \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                const __m512 sum = _mm512_set1_ps(asum[r]);                                                       \
+                lo[r] = _mm512_fmadd_ps(sum, o0, _mm512_fmadd_ps(plo[r], s0, lo[r]));                             \
+                hi[r] = _mm512_fmadd_ps(sum, o1, _mm512_fmadd_ps(phi[r], s1, hi[r]));                             \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
+            _mm512_storeu_ps(tile + r * KILN_WNR, lo[r]);                                                         \
+            _mm512_storeu_ps(tile + r * KILN_WNR + 16, hi[r]);                                                    \
+        }                                                                                                         \
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
+{
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p));
+    if (bits == 4) v = high ? _mm256_srai_epi32(v, 4) : _mm256_srai_epi32(_mm256_slli_epi32(v, 28), 28);
+    return _mm256_cvtepi32_ps(v);
+}
+#define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+                                          const unsigned char* restrict panel, const float* restrict params,     \
+                                          float* restrict tile)                                                   \
+    {                                                                                                             \
+        __m256 lo[MR], hi[MR];                                                                                    \
+        _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_ps(); hi[r] = lo[r]; }     \
+        for (int64_t g = 0; g < K / gs; ++g) {                                                                    \
+            __m256 plo[MR], phi[MR];                                                                              \
+            float asum[MR];                                                                                       \
+            _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) {                                                \
+                plo[r] = _mm256_setzero_ps(); phi[r] = plo[r]; asum[r] = 0.0f;                                    \
+            }                                                                                                     \
+            for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {                                                     \
+                const unsigned char* row = panel + (bits == 4 ? k / 2 : k) * KILN_WNR;                           \
+                const __m256 w0 = kiln_w8(row, bits, (int)(k & 1)), w1 = kiln_w8(row + 8, bits, (int)(k & 1));  \
+                _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) {                                            \
+                    const float v = a[r * lda + k];                                                               \
+                    const __m256 x = _mm256_set1_ps(v);                                                           \
+                    plo[r] = _mm256_fmadd_ps(x, w0, plo[r]);                                                      \
+                    phi[r] = _mm256_fmadd_ps(x, w1, phi[r]);                                                      \
+                    asum[r] += v;                                                                                 \
+                }                                                                                                 \
+            }                                                                                                     \
+            const float* p = params + g * 2 * KILN_WNR;                                                           \
+            const __m256 s0 = _mm256_loadu_ps(p), s1 = _mm256_loadu_ps(p + 8);                                    \
+            const __m256 o0 = _mm256_loadu_ps(p + KILN_WNR), o1 = _mm256_loadu_ps(p + KILN_WNR + 8);              \
+            _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) {                                                \
+                const __m256 sum = _mm256_set1_ps(asum[r]);                                                       \
+                lo[r] = _mm256_fmadd_ps(sum, o0, _mm256_fmadd_ps(plo[r], s0, lo[r]));                             \
+                hi[r] = _mm256_fmadd_ps(sum, o1, _mm256_fmadd_ps(phi[r], s1, hi[r]));                             \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) {                                                    \
+            _mm256_storeu_ps(tile + r * KILN_WNR, lo[r]);                                                         \
+            _mm256_storeu_ps(tile + r * KILN_WNR + 8, hi[r]);                                                     \
+        }                                                                                                         \
+    }
+#else
+#define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+                                          const unsigned char* restrict panel, const float* restrict params,     \
+                                          float* restrict tile)                                                   \
+    {                                                                                                             \
+        float acc[MR][KILN_WNR];                                                                                  \
+        memset(acc, 0, sizeof acc);                                                                               \
+        for (int64_t g = 0; g < K / gs; ++g) {                                                                    \
+            float part[MR][KILN_WNR], asum[MR];                                                                   \
+            memset(part, 0, sizeof part);                                                                         \
+            memset(asum, 0, sizeof asum);                                                                         \
+            for (int64_t k = g * gs; k < (g + 1) * gs; ++k)                                                       \
+                for (int r = 0; r < MR; ++r) {                                                                    \
+                    const float v = a[r * lda + k];                                                               \
+                    asum[r] += v;                                                                                 \
+                    for (int c = 0; c < KILN_WNR; ++c) {                                                          \
+                        const int8_t byte = (int8_t)panel[(bits == 4 ? k / 2 : k) * KILN_WNR + c];               \
+                        const int32_t q = bits == 4 ? (k & 1 ? byte >> 4 : (int8_t)(byte << 4) >> 4) : byte;      \
+                        part[r][c] += v * (float)q;                                                               \
+                    }                                                                                             \
+                }                                                                                                 \
+            const float* p = params + g * 2 * KILN_WNR;                                                           \
+            for (int r = 0; r < MR; ++r)                                                                          \
+                for (int c = 0; c < KILN_WNR; ++c) acc[r][c] += part[r][c] * p[c] + asum[r] * p[KILN_WNR + c];    \
+        }                                                                                                         \
+        memcpy(tile, acc, sizeof acc);                                                                            \
+    }
+#endif
+
+KILN_DEFINE_WUKERNEL(1)
+KILN_DEFINE_WUKERNEL(2)
+KILN_DEFINE_WUKERNEL(3)
+#if KILN_WMR > 3
+KILN_DEFINE_WUKERNEL(4)
+#endif
+#if KILN_WMR > 4
+KILN_DEFINE_WUKERNEL(5)
+KILN_DEFINE_WUKERNEL(6)
+#endif
+
+/* One tile of `rows` (1..KILN_WMR) activation rows against one packed weight panel. */
+__attribute__((noinline)) static void kiln_wukernel(int rows, int64_t K, int64_t gs, int bits, const float* a,
+                                                    int64_t lda, const unsigned char* panel, float* tile)
+{
+    const float* params = (const float*)(panel + ((size_t)(bits == 4 ? (K + 1) / 2 : K) * KILN_WNR + 63) / 64 * 64);
+    switch (rows) {
+    case 1: kiln_wukernel_1(K, gs, bits, a, lda, panel, params, tile); break;
+    case 2: kiln_wukernel_2(K, gs, bits, a, lda, panel, params, tile); break;
+#if KILN_WMR == 3
+    default: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
+#elif KILN_WMR == 4
+    case 3: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
+    default: kiln_wukernel_4(K, gs, bits, a, lda, panel, params, tile); break;
+#else
+    case 3: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
+    case 4: kiln_wukernel_4(K, gs, bits, a, lda, panel, params, tile); break;
+    case 5: kiln_wukernel_5(K, gs, bits, a, lda, panel, params, tile); break;
+    default: kiln_wukernel_6(K, gs, bits, a, lda, panel, params, tile); break;
+#endif
+    }
+}
+
 #endif /* KILN_QGEMM_H */

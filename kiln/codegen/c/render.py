@@ -515,6 +515,59 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines if line]
 
 
+def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.linear_weight_only (kiln_qgemm.h's weight-only micro-kernel): the team shares (row chunk, panel) units;
+    each tile of float sums gets the bias and is stored."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rows, bits, group_size = detail["x"], int(detail["bits"]), int(detail["group_size"])
+    if kernel in state.packed:
+        panel = [f"const unsigned char* panel = (const unsigned char*)ctx->packed[{state.packed[kernel]}] + "
+                 f"(size_t)j * kiln_wpanel_bytes(K, {group_size}, {bits});"]
+    else:  # weights that are inputs: each unit packs its panel into scratch
+        zero_points = detail["zero_points"]
+        panel = [f"unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
+                 "ctx->scratch_stride);",
+                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, "
+                 f"(const float*){_view_start(detail['scales'])}, "
+                 f"{_view_start(zero_points) + ', ' + str(zero_points.buffer.dtype.itemsize) if zero_points else 'NULL, 0'}"
+                 ", panel);"]
+    value = "tile[r * KILN_WNR + c]"
+    if detail["bias"] is not None:
+        bias = detail["bias"]
+        value += f" + {buffer_name(bias.buffer)}[{dim_expr(bias.offset)} + n * {dim_expr(bias.strides[0])}]"
+    lines = [
+        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        "const int64_t panels = kiln_wpanels(N), row_blocks = (M + KILN_WMR - 1) / KILN_WMR;",
+        "const int64_t units = panels, wanted = 4 * (int64_t)omp_get_num_threads();",
+        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
+        "if (chunks > row_blocks) chunks = row_blocks;",
+        "if (chunks < 1) chunks = 1;",
+        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * KILN_WMR;",
+        "float tile[KILN_WMR * KILN_WNR] __attribute__((aligned(64)));",
+        f"const float* x = {_view_start(rows)};",
+        "#pragma omp for collapse(2) schedule(static)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+        "for (int64_t j = 0; j < panels; ++j)", "{",
+        *[f"    {line}" for line in panel],
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    const int64_t width = N - j * KILN_WNR < KILN_WNR ? N - j * KILN_WNR : KILN_WNR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
+        f"        kiln_wukernel(rows, K, {group_size}, {bits}, x + row * K, K, panel, tile);",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        "                const int64_t n = j * KILN_WNR + c;",
+        f"                {buffer_name(out)}[(row + r) * N + n] = {value};",
+        "            }", "    }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
+def _view_start(view: Any) -> str:
+    """A pointer to a view's first element."""
+    return f"({buffer_name(view.buffer)} + {dim_expr(view.offset)})"
+
+
 def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
     """quant.qconv2d_pointwise: the team shares (image, group, block of KILN_QPB output pixels) units. A unit
     gathers its pixels' receptive fields into uint8 rows (im2col; padding reads the zero point, the quantized 0.0),
@@ -1564,7 +1617,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
-    "qconv": _qconv,
+    "qconv": _qconv, "wlinear": _wlinear,
 }
 
 PRELUDE = """\
@@ -1673,6 +1726,9 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
+    if kernel.kind == "wlinear":  # one panel when the weights are inputs (kiln_wpanel_bytes at 32 columns)
+        k = sympy.sympify(kernel.detail["k"])
+        return None if kernel in packed else k * 32 + 64 + (k / int(kernel.detail["group_size"])) * 2 * 32 * 4
     if kernel.kind in ("qlinear", "qconv"):
         k = sympy.sympify(kernel.detail["k"])
         # a convolution's im2col rows (KILN_QPB <= 48 of K bytes, 64-aligned); one weight panel (int16 pairs at most)
@@ -1697,7 +1753,7 @@ def kernel_work(kernel: Kernel) -> Any:
     def size(shape: list) -> Any:
         return sympy.Mul(*[sympy.sympify(d) for d in shape])
     out = size(kernel.shape)
-    if kernel.kind in ("matmul", "qlinear", "qconv"):
+    if kernel.kind in ("matmul", "qlinear", "qconv", "wlinear"):
         return 2 * out * sympy.sympify(kernel.detail["k"])
     if kernel.kind == "attention":  # two GEMMs and a softmax over the batch x queries x keys scores
         scores = sympy.sympify(kernel.shape[0]) * sympy.sympify(kernel.shape[1]) * sympy.sympify(kernel.detail["keys"])
@@ -1745,6 +1801,9 @@ def _packed_bytes(kernel: Kernel) -> int:
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
         return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
+    if kernel.kind == "wlinear":  # int8 bytes (int4 takes half), then the groups' scales and offsets, at 32 columns
+        n, k = -(-int(kernel.detail["n"]) // 32) * 32, int(kernel.detail["k"])
+        return n * k + n // 32 * 64 + n * (k // int(kernel.detail["group_size"])) * 8
     if kernel.kind in ("qlinear", "qconv"):  # int16 pairs (the largest layout kiln_qgemm.h packs), column sums
         groups, rows, k = _qweight_shape(kernel)
         n = -(-rows // 32) * 32
@@ -1757,10 +1816,10 @@ def _prepacked(schedule: Schedule) -> dict:
     convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
-        if kernel.kind in ("qlinear", "qconv"):
-            weight = kernel.detail["weight"]
-            if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
-                                                      [*weight.shape, weight.offset]):
+        if kernel.kind in ("qlinear", "qconv", "wlinear"):
+            constants = [kernel.detail[key] for key in ("weight", "scales", "zero_points") if kernel.detail.get(key)]
+            if all(view.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in [*view.shape, view.offset])
+                   for view in constants):
                 packed[kernel] = len(packed)
             continue
         if kernel.kind == "conv" and _conv_as_gemm(kernel):
@@ -1781,6 +1840,22 @@ def _prepacked(schedule: Schedule) -> dict:
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     lines = []
     for kernel, slot in packed.items():
+        if kernel.kind == "wlinear":
+            detail = kernel.detail
+            k, n, bits, group_size = int(detail["k"]), int(detail["n"]), int(detail["bits"]), int(detail["group_size"])
+
+            def start(view: Any, ctype: str) -> str:
+                return f"({ctype}*)(m->weights + {weight_offsets[view.buffer.weight_key]}) + {int(view.offset)}"
+            zero_points = detail["zero_points"]
+            zero_points = (f"{start(zero_points, 'const ' + c_type(zero_points.buffer.dtype))}, "
+                           f"{zero_points.buffer.dtype.itemsize}") if zero_points else "NULL, 0"
+            lines += [f"    /* {kernel.name}: int{bits} W [{n} x {k}], groups of {group_size} */",
+                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, kiln_wpanels({n}) * "
+                      f"kiln_wpanel_bytes({k}, {group_size}, {bits}));",
+                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail['weight'], 'const int8_t')}, "
+                      f"{start(detail['scales'], 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
+            continue
         if kernel.kind in ("qlinear", "qconv"):
             weight = kernel.detail["weight"]
             groups, n, k = _qweight_shape(kernel)
@@ -1829,7 +1904,7 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
-    if any(kernel.kind in ("qlinear", "qconv") for kernel in schedule.kernels):
+    if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in schedule.kernels):
         out.append(QGEMM_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels

@@ -599,3 +599,45 @@ for _overload, _scale_type, _dequantize in (
     defop(f"{KERNEL_NAMESPACE}::qconv2d_pointwise{_overload}(Tensor x, {_scale_type}, {_QCONV_TAIL}",
           qconv2d_pointwise_meta, _kernel, tags=("quantize",))
     register_decomposition(f"{KERNEL_NAMESPACE}.qconv2d_pointwise{_overload or '.default'}")(_kernel)
+
+
+def linear_weight_only_meta(x, weight, scales, zero_points, bias, group_size, quant_min, quant_max):
+    require_dtype(dtype_of(x) is dtypes.float32, _op(), f"expects a float32 input, got {dtype_of(x).name}")
+    require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
+    x_shape, w_shape, s_shape = list(shape_of(x)), list(shape_of(weight)), list(shape_of(scales))
+    require_arg(len(x_shape) >= 1 and len(w_shape) == 2 and sym_eq(x_shape[-1], w_shape[1]), _op(),
+                f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
+    require_arg(isinstance(group_size, int) and group_size > 0 and w_shape[1] % group_size == 0, _op(),
+                f"group_size {group_size} does not divide K = {w_shape[1]}")
+    groups = w_shape[0] * (w_shape[1] // group_size)
+    require_arg(dtype_of(scales) is dtypes.float32 and sym_eq(numel(s_shape), groups), _op(),
+                f"expects {groups} float32 scales (one per row and group of {group_size}), got "
+                f"{dtype_of(scales).name}{s_shape}")
+    if zero_points is not None:
+        require_arg(sym_eq(numel(shape_of(zero_points)), groups) and dtype_of(zero_points) in (dtypes.int32,
+                                                                                             dtypes.int64), _op(),
+                    f"expects {groups} int32/int64 zero points, got {dtype_of(zero_points).name}"
+                    f"{list(shape_of(zero_points))}")
+    if bias is not None:
+        require_arg(list(shape_of(bias)) == w_shape[:1] and dtype_of(bias) is dtypes.float32, _op(),
+                    f"expects a float32 bias [{w_shape[0]}], got {dtype_of(bias).name}{list(shape_of(bias))}")
+    _check_bounds(quant_min, quant_max, dtypes.int8)
+    return tensor([*x_shape[:-1], w_shape[0]], dtypes.float32)
+
+
+def linear_weight_only(x, weight, scales, zero_points, bias, group_size, quant_min, quant_max):
+    """dequantize_per_channel (group_size = K: scales [N]) or dequantize_per_channel_group (a scale per row and group
+    of group_size columns) of an int8 (or int4-valued) weight → linear: the weight-only schemes' pattern."""
+    if group_size == shape_of(weight)[1] and len(shape_of(scales)) == 1:
+        weights = quantized.dequantize_per_channel.default(weight, scales, zero_points, 0, quant_min, quant_max,
+                                                           dtypes.int8)
+    else:
+        weights = quantized.dequantize_per_channel_group.default(weight, scales, zero_points, quant_min, quant_max,
+                                                                 dtypes.int8, group_size, dtypes.float32)
+    return aten.linear.default(x, weights, bias)
+
+
+defop(f"{KERNEL_NAMESPACE}::linear_weight_only(Tensor x, Tensor weight, Tensor scales, Tensor? zero_points, "
+      "Tensor? bias, int group_size, int quant_min, int quant_max) -> Tensor", linear_weight_only_meta,
+      linear_weight_only, tags=("quantize",))
+register_decomposition(f"{KERNEL_NAMESPACE}.linear_weight_only.default")(linear_weight_only)

@@ -57,6 +57,30 @@ def _quantized_weight(value: Any) -> tuple | None:
     return weight, scales
 
 
+def _weight_only(value: Any) -> tuple | None:
+    """(W, scales, zero points, group size, quant_min, quant_max) when `value` is a per-channel or per-group
+    dequantize of a constant int8 [N, K] weight to float32 (zero points int32, int64 or none)."""
+    dq = producer(value, quantized.dequantize_per_channel.default, quantized.dequantize_per_channel_group.default)
+    if dq is None:
+        return None
+    if dq.name == "quantized_decomposed.dequantize_per_channel.default":
+        (weight, scales, zero_points, axis, quant_min, quant_max, dtype), output = dq.args[:7], \
+            dq.kwargs.get("out_dtype")
+        group_size = weight.type.shape[1] if len(weight.type.shape) == 2 else None
+        if axis != 0 or len(scales.type.shape) != 1:
+            return None
+    else:
+        # (one group per row reads back as per channel: (W - zero point) x scale, exactly the same values)
+        weight, scales, zero_points, quant_min, quant_max, dtype, group_size, output = dq.args[:8]
+    if (dtypes.dtype(dtype) is not dtypes.int8 or output not in (None, dtypes.float32) or len(weight.type.shape) != 2
+            or not isinstance(group_size, int) or scales.type.dtype is not dtypes.float32 or value_of(weight) is None
+            or value_of(scales) is None
+            or (zero_points is not None and (zero_points.type.dtype not in (dtypes.int32, dtypes.int64)
+                                             or value_of(zero_points) is None))):
+        return None
+    return weight, scales, zero_points, group_size, quant_min, quant_max
+
+
 def _layer_operands(layer: Match) -> tuple | None:
     """The integer op's operands (up to its output qparams) for a linear or conv2d of dequantized operands, and
     the integer op to emit; None when the layer does not fit the kernels."""
@@ -142,6 +166,14 @@ class LowerQuantized(RewritePass):
             return None
         layer, other, post_op = found
         return _emit(layer, other, (scale, zero_point, quant_min, quant_max, dtype), post_op)
+
+    @pattern(aten.linear.default)
+    def weight_only(self, input, weight, bias=None):
+        """A float linear layer of a dequantized int8 (or int4-valued) weight: quant.linear_weight_only."""
+        if input.type.dtype is not dtypes.float32 or _quantized_input(input) is not None or not _is_float32(bias):
+            return None
+        found = _weight_only(weight)
+        return None if found is None else ops.quant.linear_weight_only.default(input, *found[:3], bias, *found[3:])
 
     @pattern(quantized.quantize_per_tensor.default)
     def max_pool_in_integers(self, input, scale, zero_point, quant_min, quant_max, dtype):

@@ -264,3 +264,32 @@ def qconv2d_pointwise_tensor(rng):
     s, b = rng.uniform(0.002, 0.02, 4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     yield Sample((x, np.array(0.025, np.float32), np.array(97), w, s, b, [1, 1], [1, 1], [1, 1], 1, None, 1.0, 0, 0, 0,
                   dtypes.float32, "none"), note="dynamic activations: 0-d scale, float out")
+
+
+def _torch_linear_weight_only(torch):
+    quantized = torch.ops.quantized_decomposed
+
+    def linear_weight_only(x, weight, scales, zero_points, bias, group_size, quant_min, quant_max):
+        if scales.dim() == 1:
+            weights = quantized.dequantize_per_channel(weight, scales, zero_points, 0, quant_min, quant_max,
+                                                       torch.int8)
+        else:
+            weights = quantized.dequantize_per_channel_group(weight, scales, zero_points, quant_min, quant_max,
+                                                             torch.int8, group_size, torch.float32)
+        return torch.nn.functional.linear(x, weights, bias)
+    return linear_weight_only
+
+
+TORCH_EQUIVALENTS["quant.linear_weight_only.default"] = _torch_linear_weight_only
+
+
+@samples("quant.linear_weight_only.default")
+def linear_weight_only(rng):
+    x = rand(rng, 5, 64)
+    w = rng.integers(-127, 128, (6, 64)).astype(np.int8)
+    yield Sample((x, w, rng.uniform(0.002, 0.02, 6).astype(np.float32), None, rand(rng, 6), 64, -127, 127),
+                 note="int8 per channel, symmetric")
+    w = rng.integers(-8, 8, (9, 64)).astype(np.int8)
+    scales = rng.uniform(0.01, 0.1, (9, 2)).astype(np.float32)
+    zero_points = rng.integers(-3, 4, (9, 2)).astype(np.int64)
+    yield Sample((rand(rng, 2, 3, 64), w, scales, zero_points, None, 32, -8, 7), note="int4 values, group 32")
