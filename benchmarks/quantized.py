@@ -17,8 +17,8 @@ dynamic programs compiled: linear layers as int8 kernels; convolutions still com
 peer's SQNR against the fp32 model is printed beside its time.
 
 --gpt2 adds GPT-2 small (transformers, random weights, batch 1, seq 128): the time to prepare, calibrate in C on
-32 batches and convert, and the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
-held-out batches.
+32 batches and convert, the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
+held-out batches, and each scheme's latency compiled to C against kiln's fp32 C.
 """
 
 from __future__ import annotations
@@ -160,6 +160,7 @@ def run_gpt2() -> None:
     }
     held_out = batches[32:]
     expected = [program(*batch)["logits"] for batch in held_out]
+    runners = {"kiln C fp32": _kiln_int8(kiln, program, held_out[0][0], 2)}
     for name, quantizer in schemes.items():
         start = time.perf_counter()
         prepared = kq.prepare_pt2e(program, quantizer)
@@ -172,6 +173,12 @@ def run_gpt2() -> None:
         sqnr = _sqnr(np.concatenate(expected), np.concatenate([quantized(*batch)["logits"] for batch in held_out]))
         print(f"{name:<28} prepare {prepared_at - start:5.1f} s, calibrate {calibrated_at - prepared_at:5.1f} s, "
               f"convert {done - calibrated_at:5.1f} s (total {done - start:5.1f} s); logits SQNR {sqnr:5.1f} dB")
+        runners[f"kiln C {name}"] = _kiln_int8(kiln, quantized, held_out[0][0], 2)
+    medians = interleaved_medians(runners, 7)
+    base = medians["kiln C fp32"]
+    print(f"\nGPT-2 small in C, batch 1, seq 128, 2 threads ({_cpu_name()})")
+    for peer, seconds in medians.items():
+        print(f"{peer:<40} {seconds * 1e3:9.2f} ms {seconds / base:6.2f}x")
 
 
 def main() -> None:

@@ -258,17 +258,19 @@ def test_max_pool_runs_on_the_integers(padding, tmp_path):
     np.testing.assert_array_equal(kiln.compile(program, output=tmp_path / "pkg")(x), program(x))
 
 
+@pytest.mark.parametrize("rows", [7, 40])
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_weight_only_layers_match_the_reference(capability, monkeypatch, tmp_path):
-    """Weight-only int8 (per channel) and int4 (groups of 32 and 64, with zero points) linear layers run on the
-    weight-only kernel, which converts the weights in registers; outputs within float32 tolerance of the reference
-    (the kernel sums each group's products before scaling them, the reference scales every weight first)."""
+def test_weight_only_layers_match_the_reference(capability, rows, monkeypatch, tmp_path):
+    """Weight-only int8 (per channel) and int4 (groups of 32 and 64, with zero points) linear layers: with few rows
+    the kernel converts the weights in registers and sums each group's products before scaling them (the reference
+    scales every weight first), with many it dequantizes panels as the reference does and runs the float32 GEMM;
+    outputs within float32 tolerance of the reference."""
     _capability(capability, monkeypatch)
     nn = kiln.nn
     kiln.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 37)).eval()
-    program = kiln.export(model, (kiln.randn(7, 64),))
-    x = np.random.default_rng(7).standard_normal((7, 64)).astype(np.float32)
+    program = kiln.export(model, (kiln.randn(rows, 64),))
+    x = np.random.default_rng(7).standard_normal((rows, 64)).astype(np.float32)
     for index, quantizer in enumerate((kq.WeightOnlyQuantizer("int8"), kq.WeightOnlyQuantizer("int4", group_size=32),
                                        kq.WeightOnlyQuantizer("int4", group_size=64))):
         reference = kq.convert_pt2e(kq.prepare_pt2e(program, quantizer))

@@ -246,9 +246,10 @@ __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const u
  * Weight-only linear layers: C[M x N] (float) = A[M x K] (float activations, rows in place) * W^T, W int8 or int4
  * values with a scale and a zero point per group of `gs` consecutive k of each column (per channel: gs = K).
  * Panels of KILN_WNR columns are packed at create: weights [K][WNR] int8, or int4 two per byte ([K/2][WNR], k even
- * in the low nibble), then per group the columns' scales and offsets (-zero point x scale). The micro-kernel
+ * in the low nibble), then per group the columns' scales and zero points. For a few rows (decoding), the micro-kernel
  * converts weights to float in registers and sums each group's products before scaling them:
- * sum_g s_g * sum_{k in g} a_k w_k + (-zp_g s_g) * sum_{k in g} a_k.
+ * sum_g s_g * sum_{k in g} a_k w_k - zp_g s_g * sum_{k in g} a_k. For many rows, a unit dequantizes its panel to
+ * float once, (w - zp) x s as the reference does, and runs the float32 micro-kernel (kiln_gemm.h) on it.
  */
 #if defined(__AVX512F__)
 #define KILN_WNR 32
@@ -257,7 +258,7 @@ __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const u
 #define KILN_WNR 16
 #define KILN_WMR 3
 #else
-#define KILN_WNR 16
+#define KILN_WNR 32 /* KILN_NR: a dequantized panel feeds kiln_ukernel */
 #define KILN_WMR 4
 #endif
 
@@ -294,7 +295,7 @@ static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t
             const float zero = n >= N || !zero_points ? 0.0f : zero_point_bytes == 8
                 ? (float)((const int64_t*)zero_points)[at] : (float)((const int32_t*)zero_points)[at];
             params[(g * 2) * KILN_WNR + c] = scale;
-            params[(g * 2 + 1) * KILN_WNR + c] = -zero * scale;
+            params[(g * 2 + 1) * KILN_WNR + c] = zero;
         }
     }
 }
@@ -341,7 +342,8 @@ static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
             }                                                                                                     \
             const float* p = params + g * 2 * KILN_WNR;                                                           \
             const __m512 s0 = _mm512_loadu_ps(p), s1 = _mm512_loadu_ps(p + 16);                                   \
-            const __m512 o0 = _mm512_loadu_ps(p + KILN_WNR), o1 = _mm512_loadu_ps(p + KILN_WNR + 16);             \
+            const __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(p + KILN_WNR), _mm512_sub_ps(_mm512_setzero_ps(), s0));\
+            const __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(p + KILN_WNR + 16), _mm512_sub_ps(_mm512_setzero_ps(), s1));\
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
                 const __m512 sum = _mm512_set1_ps(asum[r]);                                                       \
                 lo[r] = _mm512_fmadd_ps(sum, o0, _mm512_fmadd_ps(plo[r], s0, lo[r]));                             \
@@ -386,7 +388,8 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
             }                                                                                                     \
             const float* p = params + g * 2 * KILN_WNR;                                                           \
             const __m256 s0 = _mm256_loadu_ps(p), s1 = _mm256_loadu_ps(p + 8);                                    \
-            const __m256 o0 = _mm256_loadu_ps(p + KILN_WNR), o1 = _mm256_loadu_ps(p + KILN_WNR + 8);              \
+            const __m256 o0 = _mm256_mul_ps(_mm256_loadu_ps(p + KILN_WNR), _mm256_sub_ps(_mm256_setzero_ps(), s0));\
+            const __m256 o1 = _mm256_mul_ps(_mm256_loadu_ps(p + KILN_WNR + 8), _mm256_sub_ps(_mm256_setzero_ps(), s1));\
             _Pragma("GCC unroll 3") for (int r = 0; r < MR; ++r) {                                                \
                 const __m256 sum = _mm256_set1_ps(asum[r]);                                                       \
                 lo[r] = _mm256_fmadd_ps(sum, o0, _mm256_fmadd_ps(plo[r], s0, lo[r]));                             \
@@ -422,7 +425,7 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
                 }                                                                                                 \
             const float* p = params + g * 2 * KILN_WNR;                                                           \
             for (int r = 0; r < MR; ++r)                                                                          \
-                for (int c = 0; c < KILN_WNR; ++c) acc[r][c] += part[r][c] * p[c] + asum[r] * p[KILN_WNR + c];    \
+                for (int c = 0; c < KILN_WNR; ++c) acc[r][c] += part[r][c] * p[c] - asum[r] * p[KILN_WNR + c] * p[c];\
         }                                                                                                         \
         memcpy(tile, acc, sizeof acc);                                                                            \
     }
@@ -438,6 +441,21 @@ KILN_DEFINE_WUKERNEL(4)
 KILN_DEFINE_WUKERNEL(5)
 KILN_DEFINE_WUKERNEL(6)
 #endif
+
+/* The panel's weights as float, dst[K][KILN_WNR] = (w - zero point) x scale: the reference's dequantized values. */
+static void kiln_wpanel_to_float(int64_t K, int64_t gs, int bits, const unsigned char* panel, float* restrict dst)
+{
+    const float* params = (const float*)(panel + ((size_t)(bits == 4 ? (K + 1) / 2 : K) * KILN_WNR + 63) / 64 * 64);
+    for (int64_t k = 0; k < K; ++k) {
+        const float* scale = params + (k / gs) * 2 * KILN_WNR;
+        const unsigned char* row = panel + (bits == 4 ? k / 2 : k) * KILN_WNR;
+        _Pragma("omp simd") for (int c = 0; c < KILN_WNR; ++c) {
+            const int8_t byte = (int8_t)row[c];
+            const int32_t q = bits == 4 ? (k & 1 ? byte >> 4 : (int8_t)(byte << 4) >> 4) : byte;
+            dst[k * KILN_WNR + c] = ((float)q - scale[KILN_WNR + c]) * scale[c];
+        }
+    }
+}
 
 /* One tile of `rows` (1..KILN_WMR) activation rows against one packed weight panel. */
 __attribute__((noinline)) static void kiln_wukernel(int rows, int64_t K, int64_t gs, int bits, const float* a,

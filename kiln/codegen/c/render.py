@@ -515,6 +515,18 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines if line]
 
 
+# Above this many rows a weight-only layer dequantizes each panel to float once and runs the float32 micro-kernel
+# (GPT-2 small at 128 tokens: converting in registers took 1.3x the float32 time, the float panels ~1x); at or below,
+# its weights convert in registers (memory-bound decoding reads a quarter / an eighth of float32's bytes).
+_WEIGHT_ONLY_FLOAT_ROWS = 16
+
+
+def _wpanel_bytes(kernel: Kernel) -> Any:
+    """An upper bound of kiln_wpanel_bytes for a weight-only kernel (int8 bytes, 32 columns), a multiple of 64."""
+    k = sympy.sympify(kernel.detail["k"])
+    return 64 * sympy.ceiling((k * 32 + 64 + k / int(kernel.detail["group_size"]) * 2 * 32 * 4) / 64)
+
+
 def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
     """quant.linear_weight_only (kiln_qgemm.h's weight-only micro-kernel): the team shares (row chunk, panel) units;
     each tile of float sums gets the bias and is stored."""
@@ -526,7 +538,7 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
     else:  # weights that are inputs: each unit packs its panel into scratch
         zero_points = detail["zero_points"]
         panel = [f"unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
-                 "ctx->scratch_stride);",
+                 "ctx->scratch_stride);  /* below the float panel */",
                  f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, "
                  f"(const float*){_view_start(detail['scales'])}, "
                  f"{_view_start(zero_points) + ', ' + str(zero_points.buffer.dtype.itemsize) if zero_points else 'NULL, 0'}"
@@ -537,13 +549,19 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         value += f" + {buffer_name(bias.buffer)}[{dim_expr(bias.offset)} + n * {dim_expr(bias.strides[0])}]"
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
-        "const int64_t panels = kiln_wpanels(N), row_blocks = (M + KILN_WMR - 1) / KILN_WMR;",
+        # Few rows (decoding) take the weights in registers; many (prefill, batches) dequantize panels to float.
+        f"const int many_rows = M > {_WEIGHT_ONLY_FLOAT_ROWS};",
+        "const int64_t mr = many_rows ? KILN_MR : KILN_WMR;",
+        "const int64_t panels = kiln_wpanels(N), row_blocks = (M + mr - 1) / mr;",
         "const int64_t units = panels, wanted = 4 * (int64_t)omp_get_num_threads();",
         "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
-        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * KILN_WMR;",
+        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * mr;",
         "float tile[KILN_WMR * KILN_WNR] __attribute__((aligned(64)));",
+        "float ftile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
+        "float* floats = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride + "
+        f"{dim_expr(_wpanel_bytes(kernel))});  /* after a panel packed per call */",
         f"const float* x = {_view_start(rows)};",
         "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
@@ -551,6 +569,18 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         *[f"    {line}" for line in panel],
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_WNR < KILN_WNR ? N - j * KILN_WNR : KILN_WNR;",
+        # Many rows: dequantize the panel once (the reference's values) and run the float32 micro-kernel on it.
+        "    if (many_rows)", "    {",
+        f"        kiln_wpanel_to_float(K, {group_size}, {bits}, panel, floats);",
+        "        for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "        {",
+        "            const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
+        "            kiln_ukernel(rows, K, x + row * K, K, 1, floats, floats, ftile);",
+        "            for (int r = 0; r < rows; ++r)",
+        "                _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "                {",
+        "                    const int64_t n = j * KILN_WNR + c;",
+        f"                    {buffer_name(out)}[(row + r) * N + n] = {value.replace('tile[r * KILN_WNR + c]', 'ftile[r * KILN_NR + c]')};",
+        "                }", "        }",
+        "        continue;", "    }",
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
         f"        kiln_wukernel(rows, K, {group_size}, {bits}, x + row * K, K, panel, tile);",
@@ -1726,9 +1756,9 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
-    if kernel.kind == "wlinear":  # one panel when the weights are inputs (kiln_wpanel_bytes at 32 columns)
+    if kernel.kind == "wlinear":  # a float panel, after a packed one (room for it whether or not it is used)
         k = sympy.sympify(kernel.detail["k"])
-        return None if kernel in packed else k * 32 + 64 + (k / int(kernel.detail["group_size"])) * 2 * 32 * 4
+        return _wpanel_bytes(kernel) + k * 32 * 4
     if kernel.kind in ("qlinear", "qconv"):
         k = sympy.sympify(kernel.detail["k"])
         # a convolution's im2col rows (KILN_QPB <= 48 of K bytes, 64-aligned); one weight panel (int16 pairs at most)
