@@ -4,6 +4,7 @@ Usage: python benchmarks/quantized.py [--rows mlp,cnn] [--threads T] [--rounds R
 
 Rows (torch modules, random weights, calibrated on 8 random batches):
   mlp  Linear 1024→4096, GELU, Linear 4096→1024 at batch 32
+  mlp1 the same at batch 1 (matrix-vector products: reading the weights bounds them)
   cnn  3×(conv3x3-ReLU-maxpool) 3→32→64→128, global average pool, Linear 128→10, 16×3×64×64
 Peers, one process, T threads each (default 2), medians of interleaved rounds: onnxruntime fp32 (kiln's ONNX),
 onnxruntime int8 static (kiln's QDQ ONNX of the X86 static program, with float biases as torch's recipe keeps them
@@ -13,8 +14,8 @@ onnxruntime int8 dynamic (kiln's ONNX of the dynamic program: DynamicQuantizeLin
 which onnxruntime fuses into DynamicQuantizeMatMul; and onnxruntime's own quantize_dynamic of the fp32 model),
 torch eager fp32, torch
 dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C, and kiln int8 C (the static and
-dynamic programs compiled: linear layers as int8 kernels; convolutions still compute in float). Each quantized
-peer's SQNR against the fp32 model is printed beside its time.
+dynamic programs compiled to int8 kernels; for the MLPs also weight-only int8 and int4). Each quantized peer's SQNR
+against the fp32 model is printed beside its time.
 
 --gpt2 adds GPT-2 small (transformers, random weights, batch 1, seq 128): the time to prepare, calibrate in C on
 32 batches and convert, the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
@@ -60,7 +61,12 @@ def _cnn(torch: Any) -> tuple[Any, tuple]:
                          nn.Linear(128, 10)), (16, 3, 64, 64)
 
 
-ROWS: dict[str, Callable[[Any], tuple[Any, tuple]]] = {"mlp": _mlp, "cnn": _cnn}
+def _mlp_one_row(torch: Any) -> tuple[Any, tuple]:
+    """The MLP on one row: matrix-vector products, bound by reading the weights (decoding's shape)."""
+    return _mlp(torch)[0], (1, 1024)
+
+
+ROWS: dict[str, Callable[[Any], tuple[Any, tuple]]] = {"mlp": _mlp, "mlp1": _mlp_one_row, "cnn": _cnn}
 
 
 def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray], int32_bias: bool = False) -> Any:
@@ -121,6 +127,12 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
         "kiln C int8 static": _kiln_int8(kiln, static, x, threads),
         "kiln C int8 dynamic": _kiln_int8(kiln, dynamic, x, threads),
     }
+    if name.startswith("mlp"):
+        from kiln import quantization as kq
+        for label, quantizer in (("int8", kq.WeightOnlyQuantizer("int8")),
+                                 ("int4 g32", kq.WeightOnlyQuantizer("int4", group_size=32))):
+            weight_only = kq.convert_pt2e(kq.prepare_pt2e(program, quantizer))
+            runners[f"kiln C weight-only {label}"] = _kiln_int8(kiln, weight_only, x, threads)
     if name == "mlp":
         dynamic_torch = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
         runners["torch dynamic int8 Linear"] = lambda: dynamic_torch(tx)

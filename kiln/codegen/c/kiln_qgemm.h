@@ -317,7 +317,7 @@ static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
     return _mm512_cvtepi32_ps(v);
 }
 #define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
-    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, int zeros, const float* a, int64_t lda,\
                                           const unsigned char* restrict panel, const float* restrict params,     \
                                           float* restrict tile)                                                   \
     {                                                                                                             \
@@ -337,7 +337,7 @@ static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
                     const __m512 x = _mm512_set1_ps(v);                                                           \
                     plo[r] = _mm512_fmadd_ps(x, w0, plo[r]);                                                      \
                     phi[r] = _mm512_fmadd_ps(x, w1, phi[r]);                                                      \
-                    asum[r] += v;                                                                                 \
+                    if (zeros) asum[r] += v; /* only zero points need each group's activation sum */        \
                 }                                                                                                 \
             }                                                                                                     \
             const float* p = params + g * 2 * KILN_WNR;                                                           \
@@ -363,7 +363,7 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
     return _mm256_cvtepi32_ps(v);
 }
 #define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
-    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, int zeros, const float* a, int64_t lda,\
                                           const unsigned char* restrict panel, const float* restrict params,     \
                                           float* restrict tile)                                                   \
     {                                                                                                             \
@@ -383,7 +383,7 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
                     const __m256 x = _mm256_set1_ps(v);                                                           \
                     plo[r] = _mm256_fmadd_ps(x, w0, plo[r]);                                                      \
                     phi[r] = _mm256_fmadd_ps(x, w1, phi[r]);                                                      \
-                    asum[r] += v;                                                                                 \
+                    if (zeros) asum[r] += v; /* only zero points need each group's activation sum */        \
                 }                                                                                                 \
             }                                                                                                     \
             const float* p = params + g * 2 * KILN_WNR;                                                           \
@@ -403,7 +403,7 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
     }
 #else
 #define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
-    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, const float* a, int64_t lda,          \
+    static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, int zeros, const float* a, int64_t lda,\
                                           const unsigned char* restrict panel, const float* restrict params,     \
                                           float* restrict tile)                                                   \
     {                                                                                                             \
@@ -416,7 +416,7 @@ static inline __m256 kiln_w8(const unsigned char* p, int bits, int high)
             for (int64_t k = g * gs; k < (g + 1) * gs; ++k)                                                       \
                 for (int r = 0; r < MR; ++r) {                                                                    \
                     const float v = a[r * lda + k];                                                               \
-                    asum[r] += v;                                                                                 \
+                    if (zeros) asum[r] += v; /* only zero points need each group's activation sum */        \
                     for (int c = 0; c < KILN_WNR; ++c) {                                                          \
                         const int8_t byte = (int8_t)panel[(bits == 4 ? k / 2 : k) * KILN_WNR + c];               \
                         const int32_t q = bits == 4 ? (k & 1 ? byte >> 4 : (int8_t)(byte << 4) >> 4) : byte;      \
@@ -458,23 +458,23 @@ static void kiln_wpanel_to_float(int64_t K, int64_t gs, int bits, const unsigned
 }
 
 /* One tile of `rows` (1..KILN_WMR) activation rows against one packed weight panel. */
-__attribute__((noinline)) static void kiln_wukernel(int rows, int64_t K, int64_t gs, int bits, const float* a,
-                                                    int64_t lda, const unsigned char* panel, float* tile)
+__attribute__((noinline)) static void kiln_wukernel(int rows, int64_t K, int64_t gs, int bits, int zeros,
+                                                    const float* a, int64_t lda, const unsigned char* panel, float* tile)
 {
     const float* params = (const float*)(panel + ((size_t)(bits == 4 ? (K + 1) / 2 : K) * KILN_WNR + 63) / 64 * 64);
     switch (rows) {
-    case 1: kiln_wukernel_1(K, gs, bits, a, lda, panel, params, tile); break;
-    case 2: kiln_wukernel_2(K, gs, bits, a, lda, panel, params, tile); break;
+    case 1: kiln_wukernel_1(K, gs, bits, zeros, a, lda, panel, params, tile); break;
+    case 2: kiln_wukernel_2(K, gs, bits, zeros, a, lda, panel, params, tile); break;
 #if KILN_WMR == 3
-    default: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
+    default: kiln_wukernel_3(K, gs, bits, zeros, a, lda, panel, params, tile); break;
 #elif KILN_WMR == 4
-    case 3: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
-    default: kiln_wukernel_4(K, gs, bits, a, lda, panel, params, tile); break;
+    case 3: kiln_wukernel_3(K, gs, bits, zeros, a, lda, panel, params, tile); break;
+    default: kiln_wukernel_4(K, gs, bits, zeros, a, lda, panel, params, tile); break;
 #else
-    case 3: kiln_wukernel_3(K, gs, bits, a, lda, panel, params, tile); break;
-    case 4: kiln_wukernel_4(K, gs, bits, a, lda, panel, params, tile); break;
-    case 5: kiln_wukernel_5(K, gs, bits, a, lda, panel, params, tile); break;
-    default: kiln_wukernel_6(K, gs, bits, a, lda, panel, params, tile); break;
+    case 3: kiln_wukernel_3(K, gs, bits, zeros, a, lda, panel, params, tile); break;
+    case 4: kiln_wukernel_4(K, gs, bits, zeros, a, lda, panel, params, tile); break;
+    case 5: kiln_wukernel_5(K, gs, bits, zeros, a, lda, panel, params, tile); break;
+    default: kiln_wukernel_6(K, gs, bits, zeros, a, lda, panel, params, tile); break;
 #endif
     }
 }

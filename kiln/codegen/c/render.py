@@ -583,7 +583,8 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "        continue;", "    }",
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
-        f"        kiln_wukernel(rows, K, {group_size}, {bits}, x + row * K, K, panel, tile);",
+        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail['zero_points'] is not None)}, x + row * K, K, "
+        "panel, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t n = j * KILN_WNR + c;",

@@ -78,6 +78,8 @@ def _weight_only(value: Any) -> tuple | None:
             or (zero_points is not None and (zero_points.type.dtype not in (dtypes.int32, dtypes.int64)
                                              or value_of(zero_points) is None))):
         return None
+    if zero_points is not None and not np.any(value_of(zero_points)):
+        zero_points = None  # symmetric: subtracting zeros changes no value, and the kernel skips the correction
     return weight, scales, zero_points, group_size, quant_min, quant_max
 
 
