@@ -15,7 +15,7 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.meta import dtype_of, like, numel, require_arg, require_dtype, shape_of, tensor
 from kiln.ir.registry import defop, ops, register_decomposition
-from kiln.ir.symbolic import sym_eq
+from kiln.ir.symbolic import guard_bool, sym_eq
 
 aten = ops.aten
 NAMESPACE = "quantized_decomposed"
@@ -607,9 +607,10 @@ def linear_weight_only_meta(x, weight, scales, zero_points, bias, group_size, qu
     x_shape, w_shape, s_shape = list(shape_of(x)), list(shape_of(weight)), list(shape_of(scales))
     require_arg(len(x_shape) >= 1 and len(w_shape) == 2 and sym_eq(x_shape[-1], w_shape[1]), _op(),
                 f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
-    require_arg(isinstance(group_size, int) and group_size > 0 and w_shape[1] % group_size == 0, _op(),
+    require_arg(isinstance(group_size, int) and group_size > 0
+                and guard_bool(sympy.Eq(sympy.Mod(w_shape[1], group_size), 0)), _op(),
                 f"group_size {group_size} does not divide K = {w_shape[1]}")
-    groups = w_shape[0] * (w_shape[1] // group_size)
+    groups = w_shape[0] * sympy.floor(sympy.sympify(w_shape[1]) / group_size)
     require_arg(dtype_of(scales) is dtypes.float32 and sym_eq(numel(s_shape), groups), _op(),
                 f"expects {groups} float32 scales (one per row and group of {group_size}), got "
                 f"{dtype_of(scales).name}{s_shape}")

@@ -1,13 +1,17 @@
 """Integer lowering: the reference Q/DQ patterns of a converted program become kiln's fused integer-kernel ops.
 
-`dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu] → quantize` becomes one
-`quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (with the residual
-add of conv → add → relu fused too); a layer whose result stays float (the last layer, or the dynamic scheme's
-`choose_qparams → quantize → dequantize` input) becomes one with a float32 output. A max pool between a dequantize
-and a quantize with the same qparams runs on the integers. The ops' reference
-kernels are these patterns, so the program computes what it did; backends with integer kernels (C) run them as
-int8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero weight zero points,
-a weight that is not a constant) stay as they are, and backends compute them in float.
+- `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu] → quantize` becomes one
+  `quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (the residual add
+  of conv → add → relu fused too); a layer whose result stays float (the last layer, or each layer of the dynamic
+  scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output.
+- A float linear of a dequantized int8 / int4-valued weight (the weight-only schemes) becomes
+  `quant.linear_weight_only`.
+- A max pool between a dequantize and a quantize with the same qparams runs on the integers.
+
+The ops' reference kernels are these patterns, so the program computes exactly what it did; backends with integer
+kernels (C) run them as uint8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero
+weight zero points under quantized activations, a weight that is not a constant) stay as they are, and backends
+compute them in float (`fold-dequantized-weights` then dequantizes their weights once, at compile time).
 """
 
 from __future__ import annotations
