@@ -282,6 +282,18 @@ def test_weight_only_layers_match_the_reference(capability, rows, monkeypatch, t
         assert_close(compiled(x), reference(x))
 
 
+def test_rows_too_long_for_int32_stay_float():
+    """A layer whose K could overflow the int32 sums (255 x 128 x K > 2^31 - 1) is left to the float path."""
+    from kiln.passes.quant.lower import MAX_INTEGER_K
+    rng = np.random.default_rng(8)
+    for k, lowered in ((MAX_INTEGER_K, True), (MAX_INTEGER_K + 1, False)):
+        batches = [rng.standard_normal((1, k)).astype(np.float32)]
+        quantizer = kq.X86InductorQuantizer().set_global(kq.get_default_x86_inductor_quantization_config())
+        counts = run(_calibrated(kiln.nn.Linear(k, 1).eval(), quantizer, batches), "lower-quantized").op_histogram()
+        assert ("quant.qlinear_pointwise.default" in counts) == lowered
+        assert ("aten.linear.default" in counts) != lowered
+
+
 class _Residual(kiln.nn.Module):
     """conv → relu → max pool → conv → add → relu → linear: every pattern lower-quantized fuses."""
 

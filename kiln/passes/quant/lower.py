@@ -28,6 +28,9 @@ from kiln.passes.rewrite import Match, RewritePass, constant, current_op, patter
 aten = ops.aten
 quantized = ops.quantized_decomposed
 QUANTIZED_ACTIVATIONS = (dtypes.uint8, dtypes.int8)
+# The int32 accumulators hold sum_k x_k * w_k for |x| <= 255, |w| <= 128 when K is at most this: longer rows stay
+# in float.
+MAX_INTEGER_K = (2 ** 31 - 1) // (255 * 128)
 
 
 def _is_float32(value: Any) -> bool:
@@ -94,6 +97,8 @@ def _layer_operands(layer: Match) -> tuple | None:
     activation, weights = _quantized_input(x), _quantized_weight(weight)
     rank = 2 if layer.name == "aten.linear.default" else 4
     if activation is None or weights is None or not _is_float32(bias) or len(weight.type.shape) != rank:
+        return None
+    if int(np.prod(weight.type.shape[1:])) > MAX_INTEGER_K:
         return None
     q, scale, zero_point, overload = activation
     if layer.name == "aten.linear.default":
