@@ -333,15 +333,16 @@ def _calibrated(model, quantizer, batches):
     return kq.convert_pt2e(prepared)
 
 
-@pytest.mark.parametrize("scheme", ["x86-static", "x86-dynamic", "xnnpack"])
+@pytest.mark.parametrize("scheme", ["x86-static", "x86-dynamic", "xnnpack", "xnnpack-dynamic"])
 def test_quantized_mlp_compiles_to_int8_kernels(scheme, tmp_path):
     """A PT2E-quantized MLP: every linear layer becomes an int8 kernel; the output stays within what one
     quantization step of each hidden activation can move it."""
     nn = kiln.nn
     rng = np.random.default_rng(2)
     model = nn.Sequential(nn.Linear(48, 96), nn.ReLU(), nn.Linear(96, 10)).eval()
-    if scheme == "xnnpack":
-        quantizer = kq.XNNPACKQuantizer().set_global(kq.get_symmetric_quantization_config())
+    if scheme.startswith("xnnpack"):  # int8 activations
+        quantizer = kq.XNNPACKQuantizer().set_global(
+            kq.get_symmetric_quantization_config(is_dynamic=scheme == "xnnpack-dynamic"))
     else:
         quantizer = kq.X86InductorQuantizer().set_global(
             kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "x86-dynamic"))
