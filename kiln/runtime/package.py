@@ -44,6 +44,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
     loaded model's threads (default: OpenMP's)."""
     from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory, stamp_build_id
+    from kiln.codegen.c.render import int4_weights
     from kiln.codegen.c.attention import fuse_attention
     from kiln.codegen.c.legalize import legalize
     from kiln.codegen.memory import format_bytes, plan_memory
@@ -62,6 +63,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     plan = fuse_attention(schedule(program))
     memory = plan_memory(plan, program.range_constraints)
     weights, offsets, blob = [], {}, bytearray()
+    nibbles = int4_weights(plan)
     for buf in plan.buffers:
         if buf.kind != "weight" or buf.weight_key in offsets:
             continue
@@ -69,9 +71,11 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
         array = np.ascontiguousarray(np.asarray(store[buf.weight_key]), dtype=buf.dtype.numpy)
         blob += b"\0" * (-len(blob) % ALIGN)
         offsets[buf.weight_key] = len(blob)
-        weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": array.nbytes,
-                        "dtype": buf.dtype.name, "shape": list(array.shape)})
-        blob += array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        data = _nibbles(array) if buf.weight_key in nibbles else \
+            array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": len(data), "dtype": buf.dtype.name,
+                        "shape": list(array.shape), "bits": 4 if buf.weight_key in nibbles else 8 * array.itemsize})
+        blob += data
     source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints, program.runtime_asserts))
     runtime = runtime_memory(plan)
     capability = get_cpu_capability()
@@ -102,6 +106,26 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     }
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return load(out, num_threads=num_threads)
+
+
+def _nibbles(array: np.ndarray) -> bytes:
+    """int4 values (int8 storage, in [-8, 7]) two per byte, element 2m in the low nibble of byte m."""
+    flat = np.ascontiguousarray(array, np.int8).ravel().view(np.uint8) & 0x0F
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def _check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
+    """Every weight the manifest lists lies inside the weights file, at the size its shape and bit width take:
+    checked before any native code reads them."""
+    for entry in manifest.get("weights", []):
+        bits = entry.get("bits", 8 * dtypes.dtype(entry["dtype"]).itemsize)
+        expected = -(-int(np.prod(entry["shape"], dtype=np.int64)) * bits // 8)
+        if entry["nbytes"] != expected or entry["offset"] < 0 or entry["offset"] + entry["nbytes"] > size:
+            raise KilnError(f"package {path}: weight {entry['name']!r} ({entry['nbytes']} bytes at offset "
+                            f"{entry['offset']}) does not fit its shape {entry['shape']} at {bits} bits or the "
+                            f"{size}-byte weights file", fix="recompile the package; its files do not belong together")
 
 
 def _bound(allowed: ValueRange | None, which: str) -> int | None:
@@ -164,6 +188,7 @@ class CompiledModel:
         self._prepare_fast_path()
         self._call_slots = threading.local()
         weights_path = self.path / self.manifest["weights_file"]
+        _check_weights(self.manifest, self.path, weights_path.stat().st_size)
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
         lib = _open_library(self.path / self.manifest["library"])
         lib.kiln_build_id.restype = ctypes.c_char_p

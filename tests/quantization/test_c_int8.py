@@ -280,6 +280,12 @@ def test_weight_only_layers_match_the_reference(capability, rows, monkeypatch, t
         compiled = kiln.compile(reference, output=tmp_path / f"pkg{index}")
         assert (tmp_path / f"pkg{index}" / "model.c").read_text().count("/* wlinear: ") == 2
         assert_close(compiled(x), reference(x))
+        # int4 weights sit in the weights file two per byte
+        quantized_weights = [w for w in compiled.manifest["weights"] if w["name"].startswith("quantized_weight")]
+        assert len(quantized_weights) == 2
+        for weight in quantized_weights:
+            assert weight["bits"] == (8 if index == 0 else 4)
+            assert weight["nbytes"] == np.prod(weight["shape"]) * weight["bits"] // 8
 
 
 def test_rows_too_long_for_int32_stay_float():

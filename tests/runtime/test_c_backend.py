@@ -214,6 +214,23 @@ def test_package_layout_and_compile_from_module(tmp_path):
     _check(kiln.runtime.load(tmp_path / "pkg")(x), model(x))
 
 
+@pytest.mark.parametrize("damage", ["truncated", "offset"])
+def test_loader_refuses_weights_the_file_does_not_hold(damage, tmp_path):
+    """A manifest whose weights overrun weights.bin is refused before any native code reads them."""
+    import json
+    entry = kiln.models.get("mlp")
+    kiln.compile(entry.model, example_args=entry.args, dynamic_shapes=entry.dynamic_shapes, output=tmp_path / "pkg")
+    blob, manifest_path = tmp_path / "pkg" / "weights.bin", tmp_path / "pkg" / "manifest.json"
+    if damage == "truncated":
+        blob.write_bytes(blob.read_bytes()[:-100])
+    else:
+        manifest = json.loads(manifest_path.read_text())
+        manifest["weights"][0]["offset"] = blob.stat().st_size
+        manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(kiln.KilnError, match="does not fit"):
+        kiln.runtime.load(tmp_path / "pkg")
+
+
 # ---------------------------------------------------------------------------------------------
 # GEMM and convolution tiling, CPU capabilities, threads
 

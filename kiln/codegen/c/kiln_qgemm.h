@@ -270,9 +270,18 @@ static inline size_t kiln_wpanel_bytes(int64_t K, int64_t gs, int bits)
     return (weights + 63) / 64 * 64 + (size_t)(K / gs) * 2 * KILN_WNR * sizeof(float);
 }
 
-/* Pack panel j of W [N x K] (int8 storage) with scales / zero points [N][K / gs] (zero_points: NULL, or int32 or
- * int64 as zero_point_bytes says). */
-static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t j, const int8_t* w,
+/* Element i of a weight stored one value per byte, or (nibbles: int4 weights in a package's weights file) two per
+ * byte, element 2m in the low nibble of byte m. */
+static inline int8_t kiln_wvalue(const int8_t* w, int64_t i, int nibbles)
+{
+    if (!nibbles) return w[i];
+    const int8_t byte = w[i >> 1];
+    return (int8_t)(i & 1 ? byte >> 4 : (int8_t)(byte << 4) >> 4);
+}
+
+/* Pack panel j of W [N x K] with scales / zero points [N][K / gs] (zero_points: NULL, or int32 or int64 as
+ * zero_point_bytes says). */
+static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t j, const int8_t* w, int nibbles,
                              const float* scales, const void* zero_points, int zero_point_bytes,
                              unsigned char* restrict panel)
 {
@@ -281,7 +290,7 @@ static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t
     for (int64_t c = 0; c < KILN_WNR; ++c) {
         const int64_t n = j * KILN_WNR + c;
         for (int64_t k = 0; k < K; ++k) {
-            const int8_t v = n < N ? w[n * K + k] : 0;
+            const int8_t v = n < N ? kiln_wvalue(w, n * K + k, nibbles) : 0;
             if (bits == 4) {
                 unsigned char* byte = panel + (k / 2) * KILN_WNR + c;
                 *byte = k % 2 ? (unsigned char)((*byte & 0x0F) | ((v & 0x0F) << 4)) : (unsigned char)(v & 0x0F);
@@ -300,11 +309,11 @@ static void kiln_wpack_panel(int64_t K, int64_t N, int64_t gs, int bits, int64_t
     }
 }
 
-static void kiln_wpack(int64_t K, int64_t N, int64_t gs, int bits, const int8_t* w, const float* scales,
+static void kiln_wpack(int64_t K, int64_t N, int64_t gs, int bits, const int8_t* w, int nibbles, const float* scales,
                        const void* zero_points, int zero_point_bytes, unsigned char* restrict dst)
 {
     for (int64_t j = 0; j < kiln_wpanels(N); ++j)
-        kiln_wpack_panel(K, N, gs, bits, j, w, scales, zero_points, zero_point_bytes,
+        kiln_wpack_panel(K, N, gs, bits, j, w, nibbles, scales, zero_points, zero_point_bytes,
                          dst + (size_t)j * kiln_wpanel_bytes(K, gs, bits));
 }
 

@@ -20,7 +20,7 @@ import sympy
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
-from kiln.codegen.memory import MemoryPlan
+from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.schedule import (
     SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
 )
@@ -539,7 +539,7 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         zero_points = detail["zero_points"]
         panel = [f"unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
                  "ctx->scratch_stride);  /* below the float panel */",
-                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, "
+                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, 0, "
                  f"(const float*){_view_start(detail['scales'])}, "
                  f"{_view_start(zero_points) + ', ' + str(zero_points.buffer.dtype.itemsize) if zero_points else 'NULL, 0'}"
                  ", panel);"]
@@ -1868,7 +1868,22 @@ def _prepacked(schedule: Schedule) -> dict:
     return packed
 
 
+def int4_weights(schedule: Schedule) -> set[str]:
+    """Weights that only int4 weight-only kernels read, whole: the weights file stores them two values per byte
+    (kiln_wvalue unpacks them when the kernels pack their panels at create)."""
+    readers: dict[str, list[Kernel]] = {}
+    for kernel in schedule.kernels:
+        for buf in kernel_reads(kernel):
+            if buf.kind == "weight":
+                readers.setdefault(buf.weight_key, []).append(kernel)
+    return {key for key, kernels in readers.items()
+            if all(kernel.kind == "wlinear" and int(kernel.detail["bits"]) == 4
+                   and kernel.detail["weight"].buffer.weight_key == key and sympy.sympify(kernel.detail["weight"].offset) == 0
+                   for kernel in kernels)}
+
+
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
+    nibbles = int4_weights(schedule)
     lines = []
     for kernel, slot in packed.items():
         if kernel.kind == "wlinear":
@@ -1885,6 +1900,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                       f"kiln_wpanel_bytes({k}, {group_size}, {bits}));",
                       f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
                       f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail['weight'], 'const int8_t')}, "
+                      f"{int(detail['weight'].buffer.weight_key in nibbles)}, "
                       f"{start(detail['scales'], 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
             continue
         if kernel.kind in ("qlinear", "qconv"):
