@@ -164,12 +164,13 @@ def _conv_program(rng: np.random.Generator, dyadic: bool):
     return builder.build(outputs, constants=constants), inputs, params
 
 
+@pytest.mark.parametrize("layers", ["linear", "conv2d"])
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_integer_math_is_exact(capability, monkeypatch, tmp_path):
+def test_integer_math_is_exact(capability, layers, monkeypatch, tmp_path):
     _capability(capability, monkeypatch)
-    program, inputs, _ = _program(np.random.default_rng(0), dyadic=True)
-    lowered = run(program, "lower-quantized")
-    assert lowered.op_histogram()["quant.qlinear_pointwise.default"] == len(inputs)
+    build, op = (_program, "qlinear_pointwise") if layers == "linear" else (_conv_program, "qconv2d_pointwise")
+    program, inputs, params = build(np.random.default_rng(0), dyadic=True)
+    assert run(program, "lower-quantized").op_histogram()[f"quant.{op}.default"] == len(params)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
     assert compiled.manifest["cpu_capability"] == capability
     for got, expected in zip(compiled(*inputs), program(*inputs)):
@@ -203,17 +204,6 @@ def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
         if post_op == "relu":
             expected64 = np.maximum(expected64, 0)
         assert_close(got, expected64.astype(np.float32))
-
-
-@pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_convolution_integer_math_is_exact(capability, monkeypatch, tmp_path):
-    _capability(capability, monkeypatch)
-    program, inputs, params = _conv_program(np.random.default_rng(3), dyadic=True)
-    assert run(program, "lower-quantized").op_histogram()["quant.qconv2d_pointwise.default"] == len(params)
-    compiled = kiln.compile(program, output=tmp_path / "pkg")
-    for got, expected in zip(compiled(*inputs), program(*inputs)):
-        assert got.dtype == expected.dtype
-        np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))

@@ -508,32 +508,49 @@ def qlinear_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias,
     return tensor([*x_shape[:-1], w_shape[0]], output_dtype)
 
 
+def _operands_in_float(x, x_scale, x_zero_point, weight, weight_scale, dequantize):
+    """The integer ops' inputs dequantized, as the reference patterns have them."""
+    low, high = QVALUE_BOUNDS[dtype_of(x)]
+    floats = dequantize(x, x_scale, x_zero_point, low, high, dtype_of(x))
+    return floats, quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
+
+
+def _output(result, post_op, output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype):
+    """The post-op, then the requantization (none for a float32 output)."""
+    if post_op == "relu":
+        result = aten.relu.default(result)
+    if dtypes.dtype(output_dtype) is dtypes.float32:
+        return result
+    return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
+                                                 output_quant_max, output_dtype)
+
+
 def _qlinear_pointwise(dequantize):
     def kernel(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
                output_quant_min, output_quant_max, output_dtype, post_op):
-        low, high = QVALUE_BOUNDS[dtype_of(x)]
-        floats = dequantize(x, x_scale, x_zero_point, low, high, dtype_of(x))
-        weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
-        result = aten.linear.default(floats, weights, bias)
-        if post_op == "relu":
-            result = aten.relu.default(result)
-        if dtypes.dtype(output_dtype) is dtypes.float32:
-            return result
-        return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
-                                                     output_quant_max, output_dtype)
+        floats, weights = _operands_in_float(x, x_scale, x_zero_point, weight, weight_scale, dequantize)
+        return _output(aten.linear.default(floats, weights, bias), post_op, output_scale, output_zero_point,
+                       output_quant_min, output_quant_max, output_dtype)
     return kernel
 
 
+def _define_static_and_dynamic(name: str, tail: str, meta, make_kernel) -> None:
+    """`name` with float / int activation qparams (static), and its `.tensor` overload with one-element tensor
+    qparams (dynamic: choose_qparams's outputs); each one's kernel (and decomposition) is its pattern."""
+    for overload, scale_type, dequantize in (
+            ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
+            (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
+        kernel = make_kernel(dequantize)
+        defop(f"{KERNEL_NAMESPACE}::{name}{overload}(Tensor x, {scale_type}, {tail}", meta, kernel,
+              tags=("quantize",))
+        register_decomposition(f"{KERNEL_NAMESPACE}.{name}{overload or '.default'}")(kernel)
+
+
 quantized = ops.quantized_decomposed
-_QLINEAR_TAIL = ("Tensor weight, Tensor weight_scale, Tensor? bias, float output_scale, int output_zero_point, "
-                 "int output_quant_min, int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor")
-for _overload, _scale_type, _dequantize in (
-        ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
-        (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
-    _kernel = _qlinear_pointwise(_dequantize)
-    defop(f"{KERNEL_NAMESPACE}::qlinear_pointwise{_overload}(Tensor x, {_scale_type}, {_QLINEAR_TAIL}",
-          qlinear_pointwise_meta, _kernel, tags=("quantize",))
-    register_decomposition(f"{KERNEL_NAMESPACE}.qlinear_pointwise{_overload or '.default'}")(_kernel)
+_define_static_and_dynamic(
+    "qlinear_pointwise", "Tensor weight, Tensor weight_scale, Tensor? bias, float output_scale, int output_zero_point, "
+    "int output_quant_min, int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor",
+    qlinear_pointwise_meta, _qlinear_pointwise)
 
 
 def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups,
@@ -574,31 +591,19 @@ def _qconv2d_pointwise(dequantize):
                output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype, post_op):
         """dequantize → conv2d → [+ other] → [relu] → [quantize]: the X86 recipe's convolution patterns (other: the
         residual of conv → add → relu, already float)."""
-        low, high = QVALUE_BOUNDS[dtype_of(x)]
-        floats = dequantize(x, x_scale, x_zero_point, low, high, dtype_of(x))
-        weights = quantized.dequantize_per_channel.default(weight, weight_scale, None, 0, -128, 127, dtypes.int8)
+        floats, weights = _operands_in_float(x, x_scale, x_zero_point, weight, weight_scale, dequantize)
         result = aten.conv2d.default(floats, weights, bias, stride, padding, dilation, groups)
         if other is not None:
             result = aten.add.Tensor(result, other)
-        if post_op == "relu":
-            result = aten.relu.default(result)
-        if dtypes.dtype(output_dtype) is dtypes.float32:
-            return result
-        return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,
-                                                     output_quant_max, output_dtype)
+        return _output(result, post_op, output_scale, output_zero_point, output_quant_min, output_quant_max,
+                       output_dtype)
     return kernel
 
 
-_QCONV_TAIL = ("Tensor weight, Tensor weight_scale, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
-               "int groups, Tensor? other, float output_scale, int output_zero_point, int output_quant_min, "
-               "int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor")
-for _overload, _scale_type, _dequantize in (
-        ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
-        (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
-    _kernel = _qconv2d_pointwise(_dequantize)
-    defop(f"{KERNEL_NAMESPACE}::qconv2d_pointwise{_overload}(Tensor x, {_scale_type}, {_QCONV_TAIL}",
-          qconv2d_pointwise_meta, _kernel, tags=("quantize",))
-    register_decomposition(f"{KERNEL_NAMESPACE}.qconv2d_pointwise{_overload or '.default'}")(_kernel)
+_define_static_and_dynamic(
+    "qconv2d_pointwise", "Tensor weight, Tensor weight_scale, Tensor? bias, int[2] stride, int[2] padding, "
+    "int[2] dilation, int groups, Tensor? other, float output_scale, int output_zero_point, int output_quant_min, "
+    "int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor", qconv2d_pointwise_meta, _qconv2d_pointwise)
 
 
 def linear_weight_only_meta(x, weight, scales, zero_points, bias, group_size, quant_min, quant_max):

@@ -155,6 +155,16 @@ def convert_element_type(rng):
 
 # -- kiln's integer-kernel ops: torch computes each as its Q/DQ pattern
 
+def _torch_output(torch, result, post_op, output_scale, output_zero_point, output_quant_min, output_quant_max,
+                  output_dtype):
+    if post_op == "relu":
+        result = torch.relu(result)
+    if output_dtype == torch.float32:
+        return result
+    return torch.ops.quantized_decomposed.quantize_per_tensor(result, output_scale, output_zero_point,
+                                                              output_quant_min, output_quant_max, output_dtype)
+
+
 def _torch_qlinear(dequantize: str):
     def equivalent(torch):
         quantized = torch.ops.quantized_decomposed
@@ -165,13 +175,8 @@ def _torch_qlinear(dequantize: str):
             floats = getattr(quantized.dequantize_per_tensor, dequantize)(x, x_scale, x_zero_point, info.min,
                                                                            info.max, x.dtype)
             weights = quantized.dequantize_per_channel(weight, weight_scale, None, 0, -128, 127, torch.int8)
-            result = torch.nn.functional.linear(floats, weights, bias)
-            if post_op == "relu":
-                result = torch.relu(result)
-            if output_dtype == torch.float32:
-                return result
-            return quantized.quantize_per_tensor(result, output_scale, output_zero_point, output_quant_min,
-                                                 output_quant_max, output_dtype)
+            return _torch_output(torch, torch.nn.functional.linear(floats, weights, bias), post_op, output_scale,
+                                 output_zero_point, output_quant_min, output_quant_max, output_dtype)
         return qlinear
     return equivalent
 
@@ -224,12 +229,8 @@ def _torch_qconv2d_of(torch, dequantize: str):
         result = torch.nn.functional.conv2d(floats, weights, bias, stride, padding, dilation, groups)
         if other is not None:
             result = result + other
-        if post_op == "relu":
-            result = torch.relu(result)
-        if output_dtype == torch.float32:
-            return result
-        return quantized.quantize_per_tensor(result, output_scale, output_zero_point, output_quant_min,
-                                             output_quant_max, output_dtype)
+        return _torch_output(torch, result, post_op, output_scale, output_zero_point, output_quant_min,
+                             output_quant_max, output_dtype)
     return qconv2d
 
 
