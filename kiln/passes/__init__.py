@@ -30,4 +30,5 @@ __all__ = [
     "DEFAULT_PIPELINE", "PassManager", "load_plugin", "parse_pipeline", "run", "Decompose", "Canonicalize",
     "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "RemoveDropout",
     "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
+    "FoldDequantizedWeights", "LowerQuantized",
 ]

@@ -537,12 +537,11 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
                  f"(size_t)j * kiln_wpanel_bytes(K, {group_size}, {bits});"]
     else:  # weights that are inputs: each unit packs its panel into scratch
         zero_points = detail["zero_points"]
-        panel = [f"unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
+        zeros = f"{_view_start(zero_points)}, {zero_points.buffer.dtype.itemsize}" if zero_points else "NULL, 0"
+        panel = ["unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
                  "ctx->scratch_stride);  /* below the float panel */",
                  f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, 0, "
-                 f"(const float*){_view_start(detail['scales'])}, "
-                 f"{_view_start(zero_points) + ', ' + str(zero_points.buffer.dtype.itemsize) if zero_points else 'NULL, 0'}"
-                 ", panel);"]
+                 f"(const float*){_view_start(detail['scales'])}, {zeros}, panel);"]
     value = "tile[r * KILN_WNR + c]"
     if detail["bias"] is not None:
         bias = detail["bias"]
@@ -578,13 +577,14 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "            for (int r = 0; r < rows; ++r)",
         "                _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "                {",
         "                    const int64_t n = j * KILN_WNR + c;",
-        f"                    {buffer_name(out)}[(row + r) * N + n] = {value.replace('tile[r * KILN_WNR + c]', 'ftile[r * KILN_NR + c]')};",
+        f"                    {buffer_name(out)}[(row + r) * N + n] = "
+        f"{value.replace('tile[r * KILN_WNR + c]', 'ftile[r * KILN_NR + c]')};",
         "                }", "        }",
         "        continue;", "    }",
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
-        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail['zero_points'] is not None)}, x + row * K, K, "
-        "panel, tile);",
+        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail['zero_points'] is not None)}, x + row * K, "
+        "K, panel, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t n = j * KILN_WNR + c;",
@@ -1878,7 +1878,8 @@ def int4_weights(schedule: Schedule) -> set[str]:
                 readers.setdefault(buf.weight_key, []).append(kernel)
     return {key for key, kernels in readers.items()
             if all(kernel.kind == "wlinear" and int(kernel.detail["bits"]) == 4
-                   and kernel.detail["weight"].buffer.weight_key == key and sympy.sympify(kernel.detail["weight"].offset) == 0
+                   and kernel.detail["weight"].buffer.weight_key == key
+                   and sympy.sympify(kernel.detail["weight"].offset) == 0
                    for kernel in kernels)}
 
 
@@ -1907,7 +1908,8 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             weight = kernel.detail["weight"]
             groups, n, k = _qweight_shape(kernel)
             source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
-            lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of {identifier(weight.buffer.weight_key)} */",
+            lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
+                      f"{identifier(weight.buffer.weight_key)} */",
                       f"    m->packed[{slot}] = (float*)aligned_alloc(64, {groups} * kiln_qpacked_bytes({k}, {n}));",
                       f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
