@@ -156,15 +156,37 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         __m256i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
-        const int64_t groups = kiln_qgroups(K), full = K / 2;                                                     \
-        for (int64_t g = 0; g < groups; ++g) {                                                                    \
+        const int64_t groups = kiln_qgroups(K);                                                                   \
+        /* Two groups per step from one 4-byte broadcast: vpshufb spreads bytes (0, 1) or (2, 3) into the int16    \
+         * pair every lane multiplies, instead of building each pair in scalar registers. */                        \
+        const __m256i pick0 = _mm256_setr_epi8(0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1,             \
+                                               0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1);            \
+        const __m256i pick1 = _mm256_setr_epi8(2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1,             \
+                                               2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1);            \
+        const __m256i flips = _mm256_set1_epi8((char)flip);                                                       \
+        int64_t g = 0;                                                                                            \
+        for (; 2 * g + 4 <= K; g += 2) {                                                                          \
+            const kiln_qb_t* p = panel + g * KILN_QNR * 2;                                                        \
+            const __m256i b00 = _mm256_load_si256((const __m256i*)p);                                             \
+            const __m256i b01 = _mm256_load_si256((const __m256i*)(p + 16));                                      \
+            const __m256i b10 = _mm256_load_si256((const __m256i*)(p + KILN_QNR * 2));                            \
+            const __m256i b11 = _mm256_load_si256((const __m256i*)(p + KILN_QNR * 2 + 16));                       \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                int32_t four;                                                                                     \
+                memcpy(&four, a + r * lda + 2 * g, 4);                                                            \
+                const __m256i v = _mm256_xor_si256(_mm256_set1_epi32(four), flips);                               \
+                const __m256i x0 = _mm256_shuffle_epi8(v, pick0), x1 = _mm256_shuffle_epi8(v, pick1);             \
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_add_epi32(_mm256_madd_epi16(x0, b00),                      \
+                                                                 _mm256_madd_epi16(x1, b10)));                    \
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_add_epi32(_mm256_madd_epi16(x0, b01),                      \
+                                                                 _mm256_madd_epi16(x1, b11)));                    \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (; g < groups; ++g) { /* the last one or two groups */                                                \
             const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2));                     \
             const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2 + 16));                \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
-                const int32_t lane = g < full ? (int32_t)((uint32_t)(a[r * lda + g * 2] ^ flip)                   \
-                                                          | (uint32_t)(a[r * lda + g * 2 + 1] ^ flip) << 16)      \
-                                              : kiln_qgroup(a + r * lda, g * 2, K, flip);                         \
-                const __m256i x = _mm256_set1_epi32(lane);                                                        \
+                const __m256i x = _mm256_set1_epi32(kiln_qgroup(a + r * lda, g * 2, K, flip));                    \
                 lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(x, b0));                                        \
                 hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(x, b1));                                        \
             }                                                                                                     \
