@@ -44,17 +44,23 @@ CASES = [
 ]
 
 
-def _program(rng: np.random.Generator, dyadic: bool):
-    """One program with a quantized linear layer per case (each with its own input); returns it, the inputs and
-    each case's qparams."""
+def _constants_builder():
+    """A GraphBuilder, the constants dict its program will hold, and `constant(name, array)`, which adds one."""
     builder = GraphBuilder()
     constants: dict[str, np.ndarray] = {}
-    inputs, outputs, params = [], [], []
 
     def constant(name: str, array: np.ndarray):
         constants[name] = array
         return builder.add_input(name, TensorType.of(array.shape, dtypes.dtype(array.dtype)),
                                  InputKind.CONSTANT_TENSOR, target=name)
+    return builder, constants, constant
+
+
+def _program(rng: np.random.Generator, dyadic: bool):
+    """One program with a quantized linear layer per case (each with its own input); returns it, the inputs and
+    each case's qparams."""
+    builder, constants, constant = _constants_builder()
+    inputs, outputs, params = [], [], []
 
     for index, (rows, k, n, x_dtype, post_op, out_dtype, dynamic) in enumerate(CASES):
         if dynamic and dyadic:
@@ -111,14 +117,8 @@ CONV_CASES = [
 
 def _conv_program(rng: np.random.Generator, dyadic: bool):
     """One program with a quantized convolution per case; returns it, the inputs and each case's parameters."""
-    builder = GraphBuilder()
-    constants: dict[str, np.ndarray] = {}
+    builder, constants, constant = _constants_builder()
     inputs, outputs, params = [], [], []
-
-    def constant(name: str, array: np.ndarray):
-        constants[name] = array
-        return builder.add_input(name, TensorType.of(array.shape, dtypes.dtype(array.dtype)),
-                                 InputKind.CONSTANT_TENSOR, target=name)
 
     for index, (shape, w_shape, stride, padding, dilation, groups, x_dtype, residual, post_op, out_dtype) in \
             enumerate(CONV_CASES):

@@ -1883,6 +1883,12 @@ def int4_weights(schedule: Schedule) -> set[str]:
                    for kernel in kernels)}
 
 
+def _allocate(slot: int, size: str) -> list[str]:
+    """Create-time lines: a 64-byte-aligned block of `size` bytes (a multiple of 64) for packed slot `slot`."""
+    return [f"    m->packed[{slot}] = (float*)aligned_alloc(64, {size});",
+            f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}"]
+
+
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     nibbles = int4_weights(schedule)
     lines = []
@@ -1897,9 +1903,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             zero_points = (f"{start(zero_points, 'const ' + c_type(zero_points.buffer.dtype))}, "
                            f"{zero_points.buffer.dtype.itemsize}") if zero_points else "NULL, 0"
             lines += [f"    /* {kernel.name}: int{bits} W [{n} x {k}], groups of {group_size} */",
-                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, kiln_wpanels({n}) * "
-                      f"kiln_wpanel_bytes({k}, {group_size}, {bits}));",
-                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      *_allocate(slot, f"kiln_wpanels({n}) * kiln_wpanel_bytes({k}, {group_size}, {bits})"),
                       f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail['weight'], 'const int8_t')}, "
                       f"{int(detail['weight'].buffer.weight_key in nibbles)}, "
                       f"{start(detail['scales'], 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
@@ -1910,8 +1914,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
             lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
                       f"{identifier(weight.buffer.weight_key)} */",
-                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, {groups} * kiln_qpacked_bytes({k}, {n}));",
-                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      *_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n})"),
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
                       f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
                       f"(kiln_qb_t*)((char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n})));"]
@@ -1922,8 +1925,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             source = f"(const float*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
             lines += [f"    /* {kernel.name}: weights [{groups} x {rows} x {k}] of "
                       f"{identifier(weight.buffer.weight_key)} in KILN_MR-row blocks */",
-                      f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){_packed_bytes(kernel)});",
-                      f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                      *_allocate(slot, f"(size_t){_packed_bytes(kernel)}"),
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
                       f"        kiln_pack_a({rows}, {k}, {source} + g * {rows * k}, {k}, 1, "
                       f"m->packed[{slot}] + g * (({rows} + KILN_MR - 1) / KILN_MR) * KILN_MR * {k});"]
@@ -1932,8 +1934,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
         k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
         source = f"(const float*)(m->weights + {weight_offsets[b_buf.weight_key]}) + {int(b_offset)}"
         lines += [f"    /* {kernel.name}: B [{k} x {n}] of {identifier(b_buf.weight_key)} */",
-                  f"    m->packed[{slot}] = (float*)aligned_alloc(64, (size_t){_packed_bytes(kernel)});",
-                  f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+                  *_allocate(slot, f"(size_t){_packed_bytes(kernel)}"),
                   f"    kiln_pack_b({k}, {n}, {source}, {int(b_strides[1])}, {int(b_strides[2])}, m->packed[{slot}]);"]
     return lines
 

@@ -481,30 +481,39 @@ KERNEL_NAMESPACE = "quant"
 QLINEAR_POST_OPS = ("none", "relu")
 
 
-def qlinear_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
-                           output_quant_min, output_quant_max, output_dtype, post_op):
+def _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min, output_quant_max,
+                         output_dtype, post_op) -> DType:
+    """The checks the integer-kernel ops share: uint8/int8 activations (one-element tensor qparams for .tensor), an
+    int8 weight with float32 scales and bias per output channel, the post-op, the output's dtype and range; returns
+    the output dtype."""
     require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
                   f"expects a uint8 or int8 input, got {dtype_of(x).name}")
     require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
-    x_shape, w_shape = list(shape_of(x)), list(shape_of(weight))
-    require_arg(len(x_shape) >= 1 and len(w_shape) == 2, _op(),
-                f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
-    require_arg(sym_eq(x_shape[-1], w_shape[1]), _op(),
-                f"the input's last dim {x_shape[-1]} does not match the weight's K {w_shape[1]}")
-    require_arg(list(shape_of(weight_scale)) == w_shape[:1] and dtype_of(weight_scale) is dtypes.float32, _op(),
-                f"expects float32 weight scales [{w_shape[0]}], got {dtype_of(weight_scale).name}"
-                f"{list(shape_of(weight_scale))}")
-    if bias is not None:
-        require_arg(list(shape_of(bias)) == w_shape[:1] and dtype_of(bias) is dtypes.float32, _op(),
-                    f"expects a float32 bias [{w_shape[0]}], got {dtype_of(bias).name}{list(shape_of(bias))}")
+    if not isinstance(x_scale, (int, float)):
+        _one_element(x_scale, "x_scale")
+        _one_element(x_zero_point, "x_zero_point")
+    channels = shape_of(weight)[0] if shape_of(weight) else None
+    for name, value in (("weight_scale", weight_scale), ("bias", bias)):
+        if value is not None:
+            require_arg(list(shape_of(value)) == [channels] and dtype_of(value) is dtypes.float32, _op(),
+                        f"expects a float32 {name} [{channels}], got {dtype_of(value).name}{list(shape_of(value))}")
     require_arg(post_op in QLINEAR_POST_OPS, _op(), f"unknown post_op {post_op!r}",
                 fix=f"use one of {', '.join(QLINEAR_POST_OPS)}")
     output_dtype = dtypes.dtype(output_dtype)
     if output_dtype is not dtypes.float32:
         _check_bounds(output_quant_min, output_quant_max, output_dtype)
-    if not isinstance(x_scale, (int, float)):
-        _one_element(x_scale, "x_scale")
-        _one_element(x_zero_point, "x_zero_point")
+    return output_dtype
+
+
+def qlinear_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
+                           output_quant_min, output_quant_max, output_dtype, post_op):
+    x_shape, w_shape = list(shape_of(x)), list(shape_of(weight))
+    require_arg(len(x_shape) >= 1 and len(w_shape) == 2, _op(),
+                f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
+    require_arg(sym_eq(x_shape[-1], w_shape[1]), _op(),
+                f"the input's last dim {x_shape[-1]} does not match the weight's K {w_shape[1]}")
+    output_dtype = _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min,
+                                        output_quant_max, output_dtype, post_op)
     return tensor([*x_shape[:-1], w_shape[0]], output_dtype)
 
 
@@ -557,32 +566,17 @@ def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias,
                            other, output_scale, output_zero_point, output_quant_min, output_quant_max, output_dtype,
                            post_op):
     from kiln.ir.ops.nn import _convolution_meta  # the convolution's shape rules and their errors
-    require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
-                  f"expects a uint8 or int8 input, got {dtype_of(x).name}")
-    require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
-    if not isinstance(x_scale, (int, float)):
-        _one_element(x_scale, "x_scale")
-        _one_element(x_zero_point, "x_zero_point")
     require_arg(len(shape_of(x)) == 4 and len(shape_of(weight)) == 4, _op(),
                 f"expects an input [N, C, H, W] and a weight [C_out, C / groups, kH, kW], got "
                 f"{list(shape_of(x))} and {list(shape_of(weight))}")
-    out_channels = shape_of(weight)[0]
-    for name, value in (("weight_scale", weight_scale), ("bias", bias)):
-        if value is not None:
-            require_arg(list(shape_of(value)) == [out_channels] and dtype_of(value) is dtypes.float32, _op(),
-                        f"expects a float32 {name} [{out_channels}], got {dtype_of(value).name}"
-                        f"{list(shape_of(value))}")
+    output_dtype = _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min,
+                                        output_quant_max, output_dtype, post_op)
     result = _convolution_meta(like(x, dtype=dtypes.float32), like(weight, dtype=dtypes.float32), None, stride,
                                padding, dilation, False, [0, 0], groups)
     if other is not None:
         require_arg(dtype_of(other) is dtypes.float32 and all(map(sym_eq, shape_of(other), shape_of(result))), _op(),
                     f"expects a float32 `other` of the output's shape {list(shape_of(result))}, got "
                     f"{dtype_of(other).name}{list(shape_of(other))}")
-    require_arg(post_op in QLINEAR_POST_OPS, _op(), f"unknown post_op {post_op!r}",
-                fix=f"use one of {', '.join(QLINEAR_POST_OPS)}")
-    output_dtype = dtypes.dtype(output_dtype)
-    if output_dtype is not dtypes.float32:
-        _check_bounds(output_quant_min, output_quant_max, output_dtype)
     return like(result, dtype=output_dtype)
 
 
