@@ -24,12 +24,17 @@ from kiln.frontend.random import manual_seed
 from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
+from kiln.frontend import autograd
+from kiln.frontend.autograd import (
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
+)
 from kiln.frontend.control_flow import cond
 from kiln.ir.serde import load, save
 from kiln.frontend.bridge import from_torch
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
-_sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init})
+_sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init,
+                     "kiln.autograd": autograd})
 
 __version__ = "0.1.0"
 
@@ -64,20 +69,6 @@ promote_types = _dtypes.promote_types
 result_type = _dtypes.result_type
 
 
-class no_grad:
-    """Accepted as a no-op context manager / decorator until kiln has autodiff."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def __call__(self, fn):  # type: ignore[no-untyped-def]
-        return fn
-
-
-inference_mode = no_grad
 
 __all__ = [
     "__version__", "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
@@ -85,6 +76,7 @@ __all__ = [
     "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
     "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
+    "autograd", "enable_grad", "set_grad_enabled", "is_grad_enabled", "is_inference_mode_enabled",
     "default_decompositions", "cond", "save", "load", "from_torch", *_LAZY_SUBMODULES, *_LAZY_ATTRIBUTES,
     *_functions,
 ]

@@ -17,6 +17,7 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import DataDependentError, OpArgumentError, ShapeError
 from kiln.ir.registry import OpOverload, ops
+from kiln.frontend import autograd
 
 aten = ops.aten
 
@@ -82,6 +83,8 @@ def dispatch(op: OpOverload, *args: Any, **kwargs: Any) -> Any:
         tracer = active_tracer() if not any(isinstance(a, Tensor) for a in args) and _is_factory(op) else None
     if tracer is not None:
         return tracer.call(op, args, kwargs)
+    if autograd.requires_grad_anywhere(args) or kwargs and autograd.requires_grad_anywhere(kwargs.values()):
+        return autograd.record(op.opdef, args, kwargs)
     return _wrap_eager(op(*[_eager(a) for a in args], **{k: _eager(v) for k, v in kwargs.items()}))
 
 
@@ -121,13 +124,77 @@ class Tensor:
         dtypes.dtype(array.dtype)  # refuses unsupported dtypes with a KilnError
         self._value: Any = array
         self._tracer: Any = None
-        self.requires_grad = False
+        self._init_autograd()
+
+    def _init_autograd(self) -> None:
+        self._requires_grad = False
+        self._grad_fn: Any = None  # (Node, output index) for a result of a recorded op; None for a leaf
+        self._grad: Tensor | None = None
+        self._hooks: list[Any] = []
+        self._saved = False  # a recorded op keeps this array: in-place updates must rebind, not overwrite
 
     @classmethod
     def _traced(cls, value: Any, tracer: Any) -> "Tensor":
         tensor = cls.__new__(cls)
-        tensor._value, tensor._tracer, tensor.requires_grad = value, tracer, False
+        tensor._value, tensor._tracer = value, tracer
+        tensor._init_autograd()
         return tensor
+
+    # -- autograd (kiln/frontend/autograd.py)
+    @property
+    def requires_grad(self) -> builtins.bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: builtins.bool) -> None:
+        value = builtins.bool(value)
+        if self._grad_fn is not None and not value:
+            raise OpArgumentError(
+                "you can only change requires_grad flags of leaf variables",
+                fix="use var.detach() to get a tensor outside the graph")
+        if value and self._tracer is None and not (self.dtype.is_floating_point or self.dtype.is_complex):
+            raise OpArgumentError(f"only Tensors of floating point and complex dtype can require gradients, "
+                                  f"this one is {self.dtype.name}", fix="convert it with .float() first")
+        self._requires_grad = value
+
+    @property
+    def grad(self) -> "Tensor | None":
+        """The gradient accumulated by backward() (leaves, and tensors that called retain_grad())."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        if value is not None and not isinstance(value, Tensor):
+            raise OpArgumentError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+        if value is not None and tuple(value.shape) != tuple(self.shape):
+            raise ShapeError(f"assigned grad has shape {list(value.shape)} but the tensor has {list(self.shape)}")
+        self._grad = value
+
+    @property
+    def grad_fn(self) -> Any:
+        return None if self._grad_fn is None else self._grad_fn[0]
+
+    @property
+    def is_leaf(self) -> builtins.bool:
+        return self._grad_fn is None
+
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: builtins.bool | None = None,
+                 create_graph: builtins.bool = False, inputs: Any = None) -> None:
+        """Accumulate the gradient of this tensor with respect to the graph's leaves into their `.grad`."""
+        from kiln.frontend import autograd
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def register_hook(self, hook: Any) -> Any:
+        from kiln.frontend import autograd
+        return autograd.register_hook(self, hook)
+
+    def retain_grad(self) -> None:
+        from kiln.frontend import autograd
+        autograd.retain_grad(self)
+
+    @property
+    def retains_grad(self) -> builtins.bool:
+        return self._grad_fn is not None and self._grad_fn[1] in self._grad_fn[0].retained
 
     def __kiln_array__(self) -> np.ndarray:
         return self._eager_array("converting to numpy")
@@ -297,6 +364,11 @@ class Tensor:
         return self
 
     def detach(self) -> "Tensor":
+        """The same values, outside the autograd graph (shares the array, as torch shares storage)."""
+        return Tensor._traced(self._value, self._tracer)
+
+    def detach_(self) -> "Tensor":
+        self._grad_fn, self._requires_grad = None, False
         return self
 
     @property
@@ -738,6 +810,16 @@ class Tensor:
             if tuple(result._value.shape) != tuple(self._value.shape):
                 raise ShapeError(f"output with shape {list(self._value.shape)} doesn't match the broadcast "
                                  f"shape {list(result._value.shape)}")
+            if self._requires_grad and self._grad_fn is None and autograd.is_grad_enabled():
+                raise autograd.AutogradError(
+                    "a leaf Variable that requires grad is being used in an in-place operation",
+                    fix="update it inside `with kiln.no_grad():`, or use the out-of-place op")
+            if result._grad_fn is not None or self._saved:
+                # The autograd graph keeps the old array (a saved input or output): give this tensor the new one.
+                self._value, self._saved = result._value, result._saved
+                if result._grad_fn is not None:
+                    self._grad_fn, self._requires_grad = result._grad_fn, True
+                return self
             np.copyto(self._value, result._value)  # numpy views of this array see the update
         else:
             self._value, self._tracer = result._value, result._tracer

@@ -35,6 +35,9 @@ class OpDef:
     tags: frozenset[str] = frozenset()
     doc: str = ""
     op_class: type | None = field(default=None, repr=False)  # the generated xDSL operation
+    # The vector-Jacobian product: `vjp(grad, out, *args, **kwargs)` -> one gradient per tensor argument (see
+    # register_vjp). Written with `kiln.ops` handles, so it runs eagerly on arrays and records ops when traced.
+    vjp: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -53,7 +56,8 @@ REGISTRY: dict[str, OpDef] = {}
 
 def defop(schema: str, meta: MetaRule, kernel: Kernel | None = None, *, tags: tuple[str, ...] = (),
           doc: str = "") -> OpDef:
-    """Register an op from its schema string. Tags: core, composite, view, random, backward, quantize."""
+    """Register an op from its schema string. Tags: core, composite, view, random, backward, quantize,
+    nondifferentiable (torch gives its floating outputs no gradient)."""
     parsed = parse_schema(schema)
     if parsed.qualified_name in REGISTRY:
         raise KilnError(f"op {parsed.qualified_name} is registered twice")
@@ -72,6 +76,32 @@ def register_decomposition(op: "OpOverload | str") -> Callable[[Callable[..., An
         opdef.decomposition = fn
         return fn
     return register
+
+
+def register_vjp(*names: "OpOverload | str") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: `fn` is the vector-Jacobian product of each named op (torch's derivatives.yaml entry).
+
+    `fn(grad, out, *args, **kwargs)` gets the gradient of the op's result (a tuple of gradients, None where
+    none flows, for ops with several results), the op's result(s), and the op's own arguments as the schema
+    binds them. It returns the gradient of each tensor argument in schema order (None where there is none; a
+    list for a Tensor[] argument), or the gradient alone when the op has one tensor argument. It calls ops
+    through `kiln.ops` handles and `kiln.ir.meta` helpers only, so it runs on arrays and records when traced.
+    """
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            opdef = lookup(name if isinstance(name, str) else name.name)
+            if opdef.vjp is not None:
+                raise KilnError(f"{opdef.name} has two VJP rules")
+            opdef.vjp = fn
+        return fn
+    return register
+
+
+def mark_nondifferentiable(*names: str) -> None:
+    """torch gives these ops' floating outputs no gradient (`grad_fn` is None), so kiln's autodiff does neither."""
+    for name in names:
+        opdef = lookup(name)
+        opdef.tags = opdef.tags | {"nondifferentiable"}
 
 
 def _core_names() -> frozenset[str]:

@@ -1388,3 +1388,30 @@ def _logit_decomposition(self, eps=None):
 
 _composite("logit(Tensor self, float? eps=None) -> Tensor", _unary("aten.logit.default", Promotion.INT_TO_FLOAT),
            _logit, _logit_decomposition)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml, written with kiln.ops handles; see register_vjp)
+
+from kiln.ir.ops._grad import sum_like  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
+
+
+@register_vjp("aten.add.Tensor")
+def _add_vjp(grad, out, self, other, *, alpha=1):
+    return sum_like(grad, self), sum_like(grad if alpha == 1 else aten.mul.Scalar(grad, alpha), other)
+
+
+@register_vjp("aten.sub.Tensor")
+def _sub_vjp(grad, out, self, other, *, alpha=1):
+    return sum_like(grad, self), sum_like(aten.mul.Scalar(grad, -alpha), other)
+
+
+@register_vjp("aten.mul.Tensor")
+def _mul_vjp(grad, out, self, other):
+    return sum_like(aten.mul.Tensor(grad, other), self), sum_like(aten.mul.Tensor(grad, self), other)
+
+
+@register_vjp("aten.exp.default")
+def _exp_vjp(grad, out, self):
+    return aten.mul.Tensor(grad, out)

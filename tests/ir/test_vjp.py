@@ -1,0 +1,249 @@
+"""Registry-driven autodiff tests: every op's VJP rule against torch.autograd, as recorded ops (the joint program's
+path) against the same rule run eagerly, and, on a subset of smooth ops, against finite differences.
+
+Samples come from tests/ir/samples. Floating tensors are promoted to float64 (torch's gradcheck dtype), so the
+comparison holds at float64's default tolerances; integer and bool tensors (indices, masks) stay as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.frontend.tensor import dispatch
+from kiln.ir import dtypes
+from kiln.ir.program import GraphBuilder
+from kiln.ir.registry import REGISTRY, OpOverload, split_bound
+from kiln.ir.types import TensorType
+from tests.ir.samples import SAMPLES
+from tests.torch_oracle import requires_torch, to_torch, torch
+
+import kiln.ir.ops  # noqa: F401
+
+# Every core op, and every other op with a rule of its own (composites without one differentiate through their
+# decomposition, which the eager-autograd tests exercise). Random ops draw new values on each call: no oracle.
+VJP_OPS = sorted(name for name, opdef in REGISTRY.items()
+                 if (opdef.is_core or opdef.vjp is not None) and "random" not in opdef.tags)
+RULE_OPS = sorted(name for name, opdef in REGISTRY.items() if opdef.vjp is not None)
+
+
+def _is_float(array) -> bool:
+    return isinstance(array, np.ndarray) and dtypes.dtype(array.dtype).is_floating_point
+
+
+def _promote(value):
+    """Floating arrays to float64, recursively; everything else unchanged."""
+    if _is_float(value):
+        return value.astype(np.float64)
+    if isinstance(value, list):
+        return [_promote(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_promote(v) for v in value)
+    return value
+
+
+def _has_complex(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "c"
+    if isinstance(value, (list, tuple)):
+        return any(_has_complex(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_complex(v) for v in value.values())
+    return False
+
+
+def _float_samples(name: str):
+    """The op's samples with floating tensors in float64; complex samples are left to a later test."""
+    for sample in SAMPLES[name](np.random.default_rng(0)):
+        if not sample.check_values or _has_complex((sample.args, sample.kwargs)):
+            continue
+        args, kwargs = _promote(copy.deepcopy(sample.args)), _promote(copy.deepcopy(sample.kwargs))
+        yield sample, args, kwargs
+
+
+def _flat(value) -> list:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flat(item)]
+    return [value]
+
+
+def _wrap(value, inputs: list, make):
+    """Floating arrays -> framework tensors that require grad (collected in `inputs`, in argument order)."""
+    if _is_float(value):
+        tensor = make(value)
+        inputs.append(tensor)
+        return tensor
+    if isinstance(value, list):
+        return [_wrap(v, inputs, make) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_wrap(v, inputs, make) for v in value)
+    if isinstance(value, np.ndarray):
+        return make(value, grad=False)
+    return value
+
+
+def _kiln_tensor(array, grad=True):
+    return kiln.tensor(array, requires_grad=grad)
+
+
+def _torch_tensor(array, grad=True):
+    return to_torch(array).requires_grad_(grad)
+
+
+def _torch_op(name: str):
+    namespace, op_name, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
+
+
+def _cotangents(outputs: list, rng) -> list[np.ndarray]:
+    return [rng.standard_normal(tuple(o.shape)).astype(np.float64) for o in outputs]
+
+
+@requires_torch
+@pytest.mark.parametrize("name", VJP_OPS)
+def test_vjp_matches_torch_autograd(name):
+    """kiln.autograd.grad through the op == torch.autograd.grad through torch's op, on every float sample."""
+    opdef = REGISTRY[name]
+    compared = 0
+    for sample, args, kwargs in _float_samples(name):
+        kiln_inputs: list = []
+        kiln_args = _wrap(args, kiln_inputs, _kiln_tensor)
+        kiln_kwargs = {k: _wrap(v, kiln_inputs, _kiln_tensor) for k, v in kwargs.items()}
+        torch_inputs: list = []
+        torch_args = _wrap(args, torch_inputs, _torch_tensor)
+        torch_kwargs = {k: _wrap(v, torch_inputs, _torch_tensor) for k, v in kwargs.items()}
+        if not kiln_inputs:
+            continue
+        where = f"{name} {sample}"
+        expected = [o for o in _flat(_torch_op(name)(*torch_args, **torch_kwargs))
+                    if isinstance(o, torch.Tensor) and o.requires_grad]
+        produced = [o for o in _flat(dispatch(OpOverload(opdef), *kiln_args, **kiln_kwargs))
+                    if isinstance(o, kiln.Tensor) and o.requires_grad]
+        assert len(produced) == len(expected), (
+            f"{where}: kiln gives {len(produced)} differentiable results, torch {len(expected)}"
+            + (" (tag the op nondifferentiable)" if not expected else ""))
+        if not expected:
+            continue
+        assert opdef.vjp is not None or opdef.decomposition is not None, f"{name} has no VJP rule"
+        cotangents = _cotangents(produced, np.random.default_rng(1))
+        kiln_grads = kiln.autograd.grad(produced, kiln_inputs, [kiln.tensor(c) for c in cotangents],
+                                        allow_unused=True)
+        torch_grads = torch.autograd.grad(expected, torch_inputs, [torch.from_numpy(c) for c in cotangents],
+                                          allow_unused=True)
+        for index, (mine, theirs) in enumerate(zip(kiln_grads, torch_grads)):
+            reference = torch.zeros_like(torch_inputs[index]) if theirs is None else theirs
+            actual = torch.zeros_like(reference) if mine is None else torch.from_numpy(np.array(mine.numpy()))
+            torch.testing.assert_close(actual, reference.detach(), equal_nan=True,
+                                       msg=lambda m, i=index: f"{where}: gradient of input {i}: {m}")
+        compared += 1
+    if opdef.vjp is not None:
+        assert compared, f"{name} has a VJP rule but no float sample exercises it"
+
+
+def _lift(builder: GraphBuilder, value, inputs: list):
+    if isinstance(value, np.ndarray):
+        inputs.append(value)
+        return builder.add_input(f"x{len(inputs) - 1}", TensorType.of(value.shape, dtypes.dtype(value.dtype)))
+    if isinstance(value, list):
+        return [_lift(builder, v, inputs) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("name", RULE_OPS)
+def test_vjp_rule_records_the_same_gradients(name):
+    """The rule run on IR values (how the joint program is built) gives, in the interpreter, what it gives eagerly."""
+    opdef = REGISTRY[name]
+    for sample, args, kwargs in list(_float_samples(name))[:3]:
+        bound = opdef.schema.bind(args, kwargs)
+        positional, keywords = split_bound(opdef, bound)
+        out = OpOverload(opdef)(*positional, **keywords)
+        flat_out = _flat(out)
+        if not any(_is_float(o) for o in flat_out):
+            continue
+        rng = np.random.default_rng(2)
+        grads = [rng.standard_normal(o.shape) if _is_float(o) else None for o in flat_out]
+        eager = _flat(_call_rule(opdef, grads, out, positional, keywords))
+
+        builder = GraphBuilder()
+        inputs: list = []
+        traced_positional = [_lift(builder, v, inputs) for v in positional]
+        traced_keywords = {k: _lift(builder, v, inputs) for k, v in keywords.items()}
+        traced_grads = [_lift(builder, g, inputs) for g in grads]
+        with builder:
+            traced_out = OpOverload(opdef)(*traced_positional, **traced_keywords)
+            traced = _flat(_call_rule(opdef, traced_grads, traced_out, traced_positional, traced_keywords))
+        kept = [i for i, g in enumerate(traced) if g is not None]
+        assert [i for i, g in enumerate(eager) if g is not None] == kept, f"{name} {sample}: different None grads"
+        if not kept:
+            continue
+        program = builder.build([traced[i] for i in kept])
+        program.verify()
+        got = program(*inputs)
+        got = [got] if len(kept) == 1 else list(got)
+        for index, value in zip(kept, got):
+            np.testing.assert_allclose(np.asarray(value, np.float64), np.asarray(eager[index], np.float64),
+                                       rtol=1e-7, atol=1e-7, err_msg=f"{name} {sample}: gradient {index}")
+
+
+def _call_rule(opdef, grads, out, positional, keywords):
+    returns = opdef.schema.returns
+    if len(returns) == 1 and not returns[0].type.is_list:
+        grad_arg = grads[0]
+    elif len(returns) == 1:
+        grad_arg = list(grads)
+    else:
+        grad_arg = tuple(grads)
+    result = opdef.vjp(grad_arg, out, *positional, **keywords)
+    if len([a for a in opdef.schema.arguments if a.type.is_tensor]) == 1:
+        result = (result,)
+    return result
+
+
+# Smooth ops (away from measure-zero kinks, which random samples miss) checked against central differences.
+FINITE_DIFFERENCE_OPS = [
+    "aten.exp.default", "aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor",
+]
+
+
+@pytest.mark.parametrize("name", [n for n in FINITE_DIFFERENCE_OPS if n in REGISTRY])
+def test_vjp_matches_finite_differences(name):
+    """<u, J v> from the rule == (<u, f(x + h v)> - <u, f(x - h v)>) / 2h, for random u and v, in float64."""
+    opdef = REGISTRY[name]
+    op = OpOverload(opdef)
+    for sample, args, kwargs in list(_float_samples(name))[:4]:
+        inputs: list = []
+        wrapped = _wrap(args, inputs, _kiln_tensor)
+        wrapped_kwargs = {k: _wrap(v, inputs, _kiln_tensor) for k, v in kwargs.items()}
+        if not inputs:
+            continue
+        outputs = [o for o in _flat(dispatch(op, *wrapped, **wrapped_kwargs)) if isinstance(o, kiln.Tensor)
+                   and o.requires_grad]
+        rng = np.random.default_rng(3)
+        cotangents = _cotangents(outputs, rng)
+        directions = [rng.standard_normal(t.shape) for t in inputs]
+        grads = kiln.autograd.grad(outputs, inputs, [kiln.tensor(c) for c in cotangents], allow_unused=True)
+        analytic = sum(float(np.sum(g.numpy() * d)) for g, d in zip(grads, directions) if g is not None)
+
+        def projected(step: float) -> float:
+            shifted = iter([t.numpy() + step * d for t, d in zip(inputs, directions)])
+            moved_args = _replace_floats(args, shifted)
+            moved_kwargs = {k: _replace_floats(v, shifted) for k, v in kwargs.items()}
+            results = [r for r in _flat(op(*moved_args, **moved_kwargs)) if _is_float(r)]
+            return sum(float(np.sum(r * c)) for r, c in zip(results, cotangents))
+
+        step = 1e-6
+        numeric = (projected(step) - projected(-step)) / (2 * step)
+        assert numeric == pytest.approx(analytic, rel=1e-5, abs=1e-6), f"{name} {sample}"
+
+
+def _replace_floats(value, replacements):
+    if _is_float(value):
+        return next(replacements)
+    if isinstance(value, list):
+        return [_replace_floats(v, replacements) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_replace_floats(v, replacements) for v in value)
+    return value
