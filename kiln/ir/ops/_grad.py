@@ -8,7 +8,6 @@ from typing import Any, Sequence
 from kiln.ir.dtypes import DType
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.registry import ops
-from kiln.ir.symbolic import sym_eq
 
 aten = ops.aten
 
@@ -18,12 +17,17 @@ def sum_to(grad: Any, shape: Sequence[Any]) -> Any:
     grad_shape = shape_of(grad)
     lead = len(grad_shape) - len(shape)
     dims = list(range(lead))
+    # Summing a dim that is already 1 changes nothing, so no guard is needed (a data-dependent size cannot answer one).
     dims += [lead + i for i, size in enumerate(shape)
-             if isinstance(size, int) and size == 1 and not sym_eq(grad_shape[lead + i], 1)]
+             if isinstance(size, int) and size == 1 and not _is_literally_one(grad_shape[lead + i])]
     if not dims:
         return grad
     summed = aten.sum.dim_IntList(grad, dims, True)
     return aten.view.default(summed, list(shape)) if lead else summed
+
+
+def _is_literally_one(size: Any) -> bool:
+    return isinstance(size, int) and size == 1 or getattr(size, "is_Integer", False) and int(size) == 1
 
 
 def sum_like(grad: Any, like: Any) -> Any:

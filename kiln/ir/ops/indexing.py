@@ -428,3 +428,160 @@ def _nonzero(self):
 
 
 defop("nonzero(Tensor self) -> Tensor", _nonzero_meta, _nonzero)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml and FunctionsManual.cpp, written with kiln.ops handles; see register_vjp).
+# A gather's transpose is a scatter-add into zeros, and a scatter's is a gather; positions that a later write
+# overwrote get no gradient.
+
+from kiln.ir.ops._grad import sum_like, zeros_like  # noqa: E402
+from kiln.ir.ops.shape import gradient_for, zeros  # noqa: E402
+from kiln.ir.registry import ops, register_vjp  # noqa: E402
+from kiln.ir.symbolic import as_dim  # noqa: E402
+
+aten = ops.aten
+
+
+def _src_window(src, index):
+    """The part of `src` that scatter reads: the index's extent from the front of every dim."""
+    src_shape, index_shape = _nonempty(shape_of(src)), _nonempty(shape_of(index))
+    if all(isinstance(a, int) and isinstance(b, int) and a == b for a, b in zip(src_shape, index_shape)):
+        return aten.view.default(src, list(shape_of(index))) if len(shape_of(src)) != len(shape_of(index)) else src
+    window = aten.view.default(src, src_shape)
+    for dim, (have, want) in enumerate(zip(src_shape, index_shape)):
+        if not (isinstance(have, int) and isinstance(want, int) and have == want):
+            window = aten.slice.Tensor(window, dim, 0, want)
+    return aten.view.default(window, list(shape_of(index)))
+
+
+def _to_src(grad_window, src):
+    """A gradient of the window back on `src`'s shape: zeros where scatter never read src (torch raises there)."""
+    src_shape, window_shape = _nonempty(shape_of(src)), _nonempty(shape_of(grad_window))
+    if all(isinstance(a, int) and isinstance(b, int) and a == b for a, b in zip(src_shape, window_shape)):
+        padded = grad_window
+    else:
+        pad = []
+        for have, want in reversed(list(zip(window_shape, src_shape))):
+            pad += [0, as_dim(want - have)]
+        padded = aten.constant_pad_nd.default(aten.view.default(grad_window, window_shape), pad)
+    if tuple(shape_of(padded)) != tuple(shape_of(src)):
+        padded = aten.view.default(padded, list(shape_of(src)))
+    return gradient_for(padded, src)
+
+
+@register_vjp("aten.gather.default")
+def _gather_vjp(grad, out, self, dim, index, *, sparse_grad=False):
+    return aten.scatter_add.default(zeros(shape_of(self), grad), dim, index, grad), None
+
+
+@register_vjp("aten.scatter.src")
+def _scatter_src_vjp(grad, out, self, dim, index, src):
+    return (aten.scatter.value(grad, dim, index, 0), None,
+            _to_src(aten.gather.default(grad, dim, index), src))
+
+
+@register_vjp("aten.scatter.value")
+def _scatter_value_vjp(grad, out, self, dim, index, value):
+    return aten.scatter.value(grad, dim, index, 0), None
+
+
+@register_vjp("aten.scatter_add.default")
+def _scatter_add_vjp(grad, out, self, dim, index, src):
+    return grad, None, _to_src(aten.gather.default(grad, dim, index), src)
+
+
+def _where_zero(condition, values, replacement):
+    """`values` with `replacement` (a number) where `condition` holds."""
+    return aten.where.self(condition, aten.full_like.default(values, replacement), values)
+
+
+@register_vjp("aten.scatter_reduce.two")
+def _scatter_reduce_vjp(grad, out, self, dim, index, src, reduce, *, include_self=True):
+    """torch's scatter_reduce_backward for sum, prod, mean and amax/amin (ties share the gradient evenly)."""
+    window = _src_window(src, index)
+    kind = dtype_of(self)
+    if reduce == "sum":
+        grad_self, grad_src = grad, aten.gather.default(grad, dim, index)
+    elif reduce == "prod":
+        # Products without the element itself, computed without dividing by a zero.
+        masked_self = _where_zero(aten.eq.Scalar(self, 0), self, 1)
+        masked_self_result = aten.scatter_reduce.two(masked_self, dim, index, window, "prod",
+                                                     include_self=include_self)
+        grad_self = aten.div.Tensor(aten.mul.Tensor(grad, masked_self_result), masked_self)
+        src_zero = aten.eq.Scalar(window, 0)
+        zero_counts = aten.gather.default(aten.scatter_add.default(
+            zeros(shape_of(self), self), dim, index, aten._to_copy.default(src_zero, dtype=kind)), dim, index)
+        single_zero = aten.logical_and.default(src_zero, aten.eq.Scalar(zero_counts, 1))
+        masked_src_result = aten.scatter_reduce.two(self, dim, index, _where_zero(single_zero, window, 1), "prod",
+                                                    include_self=include_self)
+        grad_src = aten.where.self(
+            single_zero, aten.gather.default(aten.mul.Tensor(grad, masked_src_result), dim, index),
+            aten.div.Tensor(aten.gather.default(aten.mul.Tensor(grad, out), dim, index),
+                            _where_zero(src_zero, window, 1)))
+    elif reduce == "mean":
+        counts = aten.full_like.default(grad, 1 if include_self else 0)
+        counts = aten.scatter_add.default(counts, dim, index, aten.full_like.default(window, 1))
+        counts = _where_zero(aten.eq.Scalar(counts, 0), counts, 1)
+        grad_self = aten.div.Tensor(grad, counts)
+        grad_src = aten.div.Tensor(aten.gather.default(grad, dim, index), aten.gather.default(counts, dim, index))
+    else:  # amax, amin (or their spellings max, min)
+        value = aten.gather.default(out, dim, index)
+        self_is_result = aten._to_copy.default(aten.eq.Tensor(self, out), dtype=kind)
+        src_is_result = aten._to_copy.default(aten.eq.Tensor(window, value), dtype=kind)
+        shares = aten.div.Tensor(grad, aten.scatter_add.default(self_is_result, dim, index, src_is_result))
+        grad_self = aten.mul.Tensor(self_is_result, shares)
+        grad_src = aten.mul.Tensor(src_is_result, aten.gather.default(shares, dim, index))
+    if not include_self:
+        grad_self = aten.scatter.value(grad_self, dim, index, 0)
+    return gradient_for(grad_self, self), None, _to_src(grad_src, src)
+
+
+@register_vjp("aten.index_select.default")
+def _index_select_vjp(grad, out, self, dim, index):
+    shape = shape_of(self)
+    if not shape:  # a 0-d self: the only valid index is 0
+        return aten.view.default(grad, []), None
+    d = canonical_dim("aten.index_select.default", dim, len(shape))
+    positions = aten.view.default(index, [numel(shape_of(index))]) if not shape_of(index) else index
+    return aten.index_put.default(zeros(shape, grad), [None] * d + [positions], grad, True), None
+
+
+@register_vjp("aten.index.Tensor")
+def _index_vjp(grad, out, self, indices):
+    return aten.index_put.default(zeros(shape_of(self), grad), list(indices), grad, True), None
+
+
+def _sum_to_values(grad, values):
+    """The indexed gradient summed to `values`' shape (values broadcast). Unlike sum_to, it never asks whether a dim
+    of `grad` is 1, which a mask's data-dependent count cannot answer: summing a dim of size 1 changes nothing."""
+    shape, grad_shape = shape_of(values), shape_of(grad)
+    lead = len(grad_shape) - len(shape)
+    dims = list(range(lead)) + [lead + i for i, size in enumerate(shape)
+                                if isinstance(size, int) and size == 1 and grad_shape[lead + i] != 1]
+    if dims:
+        grad = aten.view.default(aten.sum.dim_IntList(grad, dims, True), list(shape))
+    return gradient_for(grad, values)
+
+
+@register_vjp("aten.index_put.default")
+def _index_put_vjp(grad, out, self, indices, values, accumulate=False):
+    grad_self = grad if accumulate else aten.index_put.default(grad, list(indices), zeros_like(values), False)
+    return grad_self, None, _sum_to_values(aten.index.Tensor(grad, list(indices)), values)
+
+
+@register_vjp("aten.masked_scatter.default")
+def _masked_scatter_vjp(grad, out, self, mask, source):
+    """self: the gradient off the mask. source: its k-th element went to the k-th masked position (row-major),
+    so each masked position sends its gradient to cumsum(mask) - 1; the others go to a spare slot past the end,
+    which keeps every shape independent of the mask's values."""
+    grad_self = sum_like(aten.where.self(mask, zeros([], grad), grad), self)
+    count = numel(shape_of(grad))
+    source_count = numel(shape_of(source))
+    flat_mask = aten.view.default(aten.expand.default(mask, list(shape_of(grad))), [count])
+    rank = aten.sub.Scalar(aten.cumsum.default(flat_mask, 0, dtype=dtypes.int64), 1)
+    positions = aten.where.self(flat_mask, rank, aten.full.default([], source_count, dtype=dtypes.int64))
+    collected = aten.scatter_add.default(zeros([as_dim(source_count + 1)], grad), 0, positions,
+                                         aten.view.default(grad, [count]))
+    grad_source = aten.view.default(aten.slice.Tensor(collected, 0, 0, source_count), list(shape_of(source)))
+    return grad_self, None, gradient_for(grad_source, source)

@@ -1312,3 +1312,155 @@ defop("sym_stride.int(Tensor self, int dim) -> SymInt",
 defop("sym_storage_offset(Tensor self) -> SymInt",
       lambda self: SymIntType.of(0), lambda self: 0)
 
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml, written with kiln.ops handles; see register_vjp). A view's gradient is
+# its transpose: the gradient of a part is scattered into zeros, a reshape is undone, a broadcast is summed.
+
+from kiln.ir.ops._grad import cast, sum_to  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
+
+
+def zeros(shape, like):
+    """Zeros of `shape` in `like`'s dtype (torch's `grad.new_zeros(shape)`); shared with indexing.py."""
+    return aten.full.default(list(shape), 0, dtype=dtype_of(like))
+
+
+def gradient_for(grad, argument):
+    """`grad` in `argument`'s dtype, or None when the argument is not floating (torch gives it no gradient)."""
+    kind = dtype_of(argument)
+    if not (kind.is_floating_point or kind.is_complex):
+        return None
+    return cast(grad, kind)
+
+
+@register_vjp("aten.view.default")
+def _view_vjp(grad, out, self, size):
+    return aten.view.default(grad, list(shape_of(self)))
+
+
+@register_vjp("aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default")
+def _restore_shape_vjp(grad, out, self, dim):
+    return aten.view.default(grad, list(shape_of(self)))
+
+
+@register_vjp("aten.expand.default")
+def _expand_vjp(grad, out, self, size, *, implicit=False):
+    return sum_to(grad, shape_of(self))
+
+
+@register_vjp("aten.permute.default")
+def _permute_vjp(grad, out, self, dims):
+    order = _permute_dims("aten.permute.default", _rank(self), dims)
+    inverse = [0] * len(order)
+    for position, axis in enumerate(order):
+        inverse[axis] = position
+    return aten.permute.default(grad, inverse)
+
+
+@register_vjp("aten.flip.default")
+def _flip_vjp(grad, out, self, dims):
+    return aten.flip.default(grad, list(dims))
+
+
+@register_vjp("aten.repeat.default")
+def _repeat_vjp(grad, out, self, repeats):
+    """Sum the copies: the new leading dims, then each dim split into (repeat, size) (torch's repeat_backward)."""
+    shape = list(shape_of(self))
+    lead = len(repeats) - len(shape)
+    if lead:
+        grad = aten.sum.dim_IntList(grad, list(range(lead)), False)
+    split, copies = [], []
+    for size, count in zip(shape, repeats[lead:]):
+        if not (isinstance(count, int) and count == 1):
+            copies.append(len(split))
+            split.append(count)
+        split.append(size)
+    if not copies:
+        return grad
+    return aten.sum.dim_IntList(aten.view.default(grad, split), copies, False)
+
+
+@register_vjp("aten.select.int")
+def _select_vjp(grad, out, self, dim, index):
+    return aten.select_scatter.default(zeros(shape_of(self), grad), grad, dim, index)
+
+
+@register_vjp("aten.slice.Tensor")
+def _slice_vjp(grad, out, self, dim=0, start=None, end=None, step=1):
+    return aten.slice_scatter.default(zeros(shape_of(self), grad), grad, dim, start, end, step)
+
+
+@register_vjp("aten.select_scatter.default")
+def _select_scatter_vjp(grad, out, self, src, dim, index):
+    return (aten.select_scatter.default(grad, zeros(shape_of(src), grad), dim, index),
+            gradient_for(aten.select.int(grad, dim, index), src))
+
+
+@register_vjp("aten.slice_scatter.default")
+def _slice_scatter_vjp(grad, out, self, src, dim=0, start=None, end=None, step=1):
+    return (aten.slice_scatter.default(grad, zeros(shape_of(src), grad), dim, start, end, step),
+            gradient_for(aten.slice.Tensor(grad, dim, start, end, step), src))
+
+
+@register_vjp("aten.diagonal.default")
+def _diagonal_vjp(grad, out, self, offset=0, dim1=0, dim2=1):
+    """Put the diagonal back into zeros (torch's diagonal_scatter): with dim1 and dim2 moved last, the diagonal's
+    positions are two adjacent index tensors, so index_put lines them up with the gradient's last dim."""
+    op = "aten.diagonal.default"
+    shape = list(shape_of(self))
+    rank = len(shape)
+    d1, d2 = canonical_dim(op, dim1, rank), canonical_dim(op, dim2, rank)
+    length = shape_of(grad)[-1]
+    order = [d for d in range(rank) if d not in (d1, d2)] + [d1, d2]
+    rows = aten.arange.start_step(max(-offset, 0), as_dim(length + max(-offset, 0)), 1, dtype=dtypes.int64)
+    columns = aten.arange.start_step(max(offset, 0), as_dim(length + max(offset, 0)), 1, dtype=dtypes.int64)
+    moved = aten.index_put.default(zeros([shape[d] for d in order], grad), [None] * (rank - 2) + [rows, columns],
+                                   grad)
+    inverse = [order.index(d) for d in range(rank)]
+    return aten.permute.default(moved, inverse)
+
+
+@register_vjp("aten.as_strided.default")
+def _as_strided_vjp(grad, out, self, size, stride, storage_offset=None):
+    """Every kiln input is contiguous, with a storage of exactly its elements: the window reads storage positions
+    that the same as_strided of an arange names, and the gradient adds back into them (overlapping windows
+    included, like torch's as_strided_backward for a contiguous input)."""
+    count = numel(shape_of(self))
+    storage = aten.view.default(aten.arange.start_step(0, count, 1, dtype=dtypes.int64), list(shape_of(self)))
+    positions = aten.as_strided.default(storage, list(size), list(stride), storage_offset)
+    flat = numel(shape_of(grad))
+    summed = aten.index_put.default(zeros([count], grad), [aten.view.default(positions, [flat])],
+                                    aten.view.default(grad, [flat]), True)
+    return aten.view.default(summed, list(shape_of(self)))
+
+
+@register_vjp("aten.cat.default")
+def _cat_vjp(grad, out, tensors, dim=0):
+    d, _ = _cat_shape("aten.cat.default", [shape_of(t) for t in tensors], dim)
+    grads, offset = [], 0
+    for piece in tensors:
+        shape = shape_of(piece)
+        if d is None or _cat_skipped(shape):  # ATen's legacy [0]-shaped input: it took no part
+            grads.append(gradient_for(zeros(shape, grad), piece))
+            continue
+        end = as_dim(offset + shape[d])
+        grads.append(gradient_for(aten.slice.Tensor(grad, d, offset, end), piece))
+        offset = end
+    return grads
+
+
+@register_vjp("aten.split_with_sizes.default")
+def _split_with_sizes_vjp(grads, out, self, split_sizes, dim=0):
+    shape = list(shape_of(self))
+    d = canonical_dim("aten.split_with_sizes.default", dim, len(shape))
+    like_grad = next(g for g in grads if g is not None)
+    pieces = [g if g is not None else zeros(shape[:d] + [size] + shape[d + 1:], like_grad)
+              for g, size in zip(grads, split_sizes)]
+    return aten.cat.default(pieces, d)
+
+
+@register_vjp("aten.constant_pad_nd.default")
+def _constant_pad_nd_vjp(grad, out, self, pad, value=0):
+    """Padding's transpose is the opposite padding: what was added is cropped, what was cropped is zero."""
+    return aten.constant_pad_nd.default(grad, [as_dim(-p) for p in pad])

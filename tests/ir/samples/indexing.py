@@ -47,11 +47,15 @@ def _gather(rng):
 
 @samples("aten.scatter.src")
 def _scatter_src(rng):
-    yield Sample((rand(rng, 3, 5), 1, _scatter_index(rng, (3, 2), 1, 5), rand(rng, 3, 4)), note="src larger than index")
+    # A src larger than the index is int here: torch's backward refuses it (its src gradient has the index's shape).
+    yield Sample((rand(rng, 3, 5, dtype="int16"), 1, _scatter_index(rng, (3, 2), 1, 5), rand(rng, 3, 4, dtype="int16")),
+                 note="src larger than index")
+    yield Sample((rand(rng, 3, 5), 1, _scatter_index(rng, (3, 2), 1, 5), rand(rng, 3, 2)),
+                 note="src of the index's shape")
     yield Sample((rand(rng, 4, 3, dtype="int64"), 0, _scatter_index(rng, (2, 3), 0, 4, "int32"),
                   rand(rng, 2, 3, dtype="int64")), note="int32 index")
     yield Sample((rand(rng, 2, 3, 4, dtype="float16"), -1, _scatter_index(rng, (2, 2, 3), 2, 4),
-                  rand(rng, 2, 3, 3, dtype="float16")), note="negative dim, index smaller off dim")
+                  rand(rng, 2, 2, 3, dtype="float16")), note="negative dim, index smaller off dim")
     yield Sample((rand(rng, 4, dtype="bool"), 0, _index([3, 0]), rand(rng, 2, dtype="bool")), note="bool")
     yield Sample((np.array(1.5, np.float32), 0, _index(0), np.array(-2.0, np.float32)), note="0-d")
     yield Sample((rand(rng, 3, 4), 1, np.zeros((3, 0), np.int64), rand(rng, 3, 1)), note="empty index")
@@ -75,7 +79,7 @@ def _scatter_add(rng):
     yield Sample((rand(rng, 4, 3, dtype="int64"), 0, rng.integers(0, 4, (5, 3)).astype(np.int32),
                   rand(rng, 6, 3, dtype="int64")), note="int32 index, src larger")
     yield Sample((rand(rng, 2, 3, 4, dtype="float64"), -2, rng.integers(0, 3, (2, 4, 4)),
-                  rand(rng, 2, 5, 4, dtype="float64")), note="negative dim")
+                  rand(rng, 2, 4, 4, dtype="float64")), note="negative dim")
     yield Sample((rand(rng, 4, dtype="bool"), 0, _index([3, 3, 0]), rand(rng, 3, dtype="bool")), note="bool or")
     yield Sample((np.array(1.5, np.float32), 0, _index([0, 0]), np.array([1.0, 2.0], np.float32)),
                  note="0-d self")
@@ -91,7 +95,10 @@ def _reduce_samples(rng, reduce: str, include_self: bool):
                   rand(rng, 6, 3, dtype="int32", low=-9, high=9), reduce), kwargs,
                  note=f"{note}, int32 index, some positions untouched")
     # Floats: max/min are exact in any order; sum/prod/mean use few duplicates, well inside tolerance.
-    yield Sample((rand(rng, 2, 6, dtype="float32"), -1, rng.integers(0, 6, (2, 4)), rand(rng, 2, 5), reduce), kwargs,
+    yield Sample((rand(rng, 3, 5, dtype="int64", low=-9, high=9), 1, rng.integers(0, 5, (3, 4)),
+                  rand(rng, 3, 6, dtype="int64", low=-9, high=9), reduce), kwargs,
+                 note=f"{note}, src larger than index (int: torch's backward refuses it)")
+    yield Sample((rand(rng, 2, 6, dtype="float32"), -1, rng.integers(0, 6, (2, 4)), rand(rng, 2, 4), reduce), kwargs,
                  note=f"{note}, float32 negative dim")
     yield Sample((rand(rng, 6, dtype="float64"), 0, _index([1, 1, 4, 0]), rand(rng, 4, dtype="float64"), reduce),
                  kwargs, note=f"{note}, float64")
@@ -109,6 +116,17 @@ def _reduce_samples(rng, reduce: str, include_self: bool):
 
 @samples("aten.scatter_reduce.two")
 def _scatter_reduce(rng):
+    # First, the gradients' hard cases (torch's scatter_reduce_backward): zeros in prod, ties in amax/amin.
+    yield Sample((np.array([2.0, 0.0, 3.0, 1.5, -1.0], np.float32), 0, _index([0, 0, 1, 2, 2, 3]),
+                  np.array([0.0, 2.0, 1.5, 0.0, 0.0, 4.0], np.float32), "prod"),
+                 note="prod: one zero, a zero in self, two zeros, none")
+    yield Sample((np.array([1.0, 2.0, 5.0, 0.5], np.float32), 0, _index([0, 0, 1, 1, 2, 3]),
+                  np.array([2.0, 2.0, 2.0, 1.0, 4.0, 0.5], np.float32), "amax"), note="amax: ties share the gradient")
+    yield Sample((np.array([[1.0, 2.0], [5.0, 0.5]], np.float32), 1, _index([[0, 0, 1], [1, 1, 0]]),
+                  np.array([[1.0, 0.0, 2.0], [0.5, 0.5, 7.0]], np.float32), "amin"), {"include_self": False},
+                 note="amin without self: ties share the gradient, self gets none")
+    yield Sample((np.array([1.0, 0.0, 2.0], np.float32), 0, _index([1, 1, 0]), np.array([0.0, 3.0, 5.0], np.float32),
+                  "prod"), {"include_self": False}, note="prod without self: a zero in self is skipped")
     for reduce in ("sum", "prod", "mean", "amax", "amin"):
         for include_self in (True, False):
             yield from _reduce_samples(rng, reduce, include_self)
@@ -125,6 +143,7 @@ def _index_select(rng):
     yield Sample((np.array(1.5, np.float32), 0, _index([0])), note="0-d self")
     yield Sample((rand(rng, 3, 4, dtype="int64"), 1, np.zeros(0, np.int64)), note="empty index")
     yield Sample((rand(rng, 0, 4), 1, _index([1, 1])), note="empty self")
+    yield Sample((rand(rng, 4), 0, _index(2)), note="0-d index, float")
 
 
 @samples("aten.index.Tensor")
@@ -143,6 +162,8 @@ def _index_tensor(rng):
     yield Sample((rand(rng, 3, 4, dtype="bfloat16"), [_index([], "int64").reshape(0)]), note="empty index")
     yield Sample((rand(rng, 0, 4, dtype="bool"), [None, _index([3, 3])]), note="empty self")
     yield Sample((rand(rng, 5, dtype="float16"), [np.zeros(5, bool)]), note="all-false mask")
+    yield Sample((rand(rng, 3, 4), [_index(1), None]), note="0-d index, float")
+    yield Sample((rand(rng, 3, 4), [_index([[0, 2], [2, 2]]), _index([3, 3])]), note="duplicates add up, float")
 
 
 @samples("aten.index_put.default")
@@ -164,6 +185,10 @@ def _index_put(rng):
     yield Sample((rand(rng, 3, 2, dtype="bfloat16"), [rand(rng, 3, dtype="bool")], rand(rng, 1, 2, dtype="bfloat16")),
                  {"accumulate": True}, note="mask, accumulate")
     yield Sample((rand(rng, 3, 4), [_index([], "int64")], rand(rng, 4)), note="empty index")
+    yield Sample((rand(rng, 6), [_index([1, 1, 4, 1])], rand(rng, 4)), {"accumulate": True},
+                 note="accumulate duplicates, float")
+    yield Sample((rand(rng, 3, 4), [rand(rng, 3, 4, dtype="bool")], rand(rng, 1)), {"accumulate": True},
+                 note="mask, accumulate a broadcast value")
 
 
 @samples("aten.masked_scatter.default")
@@ -177,6 +202,9 @@ def _masked_scatter(rng):
                  note="bool")
     yield Sample((np.array(1.0, np.float32), np.array(True), np.array([5.0], np.float32)), note="0-d")
     yield Sample((rand(rng, 0, 3), rand(rng, 3, dtype="bool"), rand(rng, 0)), note="empty")
+    yield Sample((rand(rng, 4), rand(rng, 2, 4, dtype="bool"), rand(rng, 3, 5)),
+                 note="mask broadcasts self, 2-d source, float")
+    yield Sample((rand(rng, 3), np.zeros(3, bool), rand(rng, 2)), note="nothing selected")
 
 
 @samples("aten.nonzero.default")

@@ -84,6 +84,7 @@ def _permute(rng):
     yield Sample((rand(rng, 2, 3, dtype="float16"), [0, 1]), note="identity")
     yield Sample((rand(rng), []), note="0-d")
     yield Sample((rand(rng, 0, 3, dtype="bool"), [1, 0]), note="empty")
+    yield Sample((rand(rng, 2, 3, 4), [-1, 0, -2]), note="negative dims, float")
 
 
 @samples("aten.transpose.int", "aten.swapaxes.default")
@@ -128,6 +129,7 @@ def _expand(rng):
     yield Sample((rand(rng, 2, 3), [2, 3]), note="same size")
     yield Sample((rand(rng, 0, 1), [4, 0, 3]), note="empty")
     yield Sample((rand(rng, 1, dtype="float16"), [3, 1]), {"implicit": True}, note="implicit flag")
+    yield Sample((rand(rng, 1, 3, 1), [2, 4, -1, 5]), note="new leading dim and two stretched dims, float")
 
 
 @samples("aten.broadcast_to.default")
@@ -152,6 +154,7 @@ def _repeat(rng):
     yield Sample((rand(rng, 3, dtype="bool"), [0, 2]), note="zero repeat")
     yield Sample((rand(rng, 0, 2), [2, 2]), note="empty")
     yield Sample((rand(rng, 2), [1]), note="identity")
+    yield Sample((rand(rng, 2, 3), [2, 1, 3]), note="extra leading dim and a repeat of 1, float")
 
 
 @samples("aten.repeat_interleave.self_int")
@@ -173,6 +176,7 @@ def _squeeze_dim(rng):
     yield Sample((rand(rng), 0), note="0-d")
     yield Sample((rand(rng), -1), note="0-d, dim -1")
     yield Sample((rand(rng, 1, 0, dtype="bool"), 0), note="empty")
+    yield Sample((rand(rng, 3, 1, 4), -2), note="negative dim, float")
 
 
 @samples("aten.squeeze.dims")
@@ -182,6 +186,7 @@ def _squeeze_dims(rng):
     yield Sample((rand(rng, 1, 3, 1), []), note="no dims: unchanged")
     yield Sample((rand(rng, dtype="float16"), [0]), note="0-d")
     yield Sample((rand(rng, 1, 0, 1), [0, 1, 2]), note="empty")
+    yield Sample((rand(rng, 1, 3, 1), [-1, 1]), note="negative dims, one not 1, float")
 
 
 @samples("aten.squeeze.default")
@@ -218,6 +223,7 @@ def _select(rng):
     yield Sample((rand(rng, 3, 4, dtype="float16"), -1, -4), note="negative dim, index -size")
     yield Sample((rand(rng, 5, dtype="bool"), 0, 4), note="1-d to 0-d")
     yield Sample((rand(rng, 2, 0), 0, 1), note="empty")
+    yield Sample((rand(rng, 3, 4), 1, -1), note="negative index, float")
 
 
 @samples("aten.select_scatter.default")
@@ -227,6 +233,7 @@ def _select_scatter(rng):
     yield Sample((rand(rng, 5, dtype="bfloat16"), rand(rng, dtype="bfloat16"), 0, 2), note="0-d src")
     yield Sample((rand(rng, 3, 4), rand(rng, 4, dtype="int32"), 0, 2), note="src of another dtype is cast")
     yield Sample((rand(rng, 2, 0, dtype="bool"), rand(rng, 0, dtype="bool"), 0, 1), note="empty")
+    yield Sample((rand(rng, 3, 4), rand(rng, 3), -1, -1), note="negative dim/index, float")
 
 
 @samples("aten.slice.Tensor")
@@ -254,6 +261,8 @@ def _slice_scatter(rng):
     yield Sample((rand(rng, 5, dtype="float16"), rand(rng, 5, dtype="float16")), note="whole tensor")
     yield Sample((rand(rng, 5), rand(rng, 0), 0, 4, 2), note="empty slice")
     yield Sample((rand(rng, 6, 2), rand(rng, 2, 2, dtype="int32"), 0, -100, 100, 3), note="clamped, cast src")
+    yield Sample((rand(rng, 7, 3), rand(rng, 7, 1), -1, -1), note="negative dim/start, float")
+    yield Sample((rand(rng, 6, 2), rand(rng, 2, 2), 0, -100, 100, 3), note="clamped, float")
 
 
 @samples("aten.diff.default")
@@ -288,6 +297,9 @@ def _diagonal(rng):
     yield Sample((rand(rng, 2, 3), 5), note="offset past the end: empty")
     yield Sample((rand(rng, 2, 3), -5), note="negative offset past the end: empty")
     yield Sample((rand(rng, 0, 3), 1), note="empty")
+    yield Sample((rand(rng, 3, 4), 1), note="above, float")
+    yield Sample((rand(rng, 2, 3, 4), 1, 2, 0), note="offset across dims, float")
+    yield Sample((rand(rng, 3, 4, 2), -1, 1, 0), note="below, dims reversed, float")
 
 
 @samples("aten.flip.default")
@@ -297,6 +309,7 @@ def _flip(rng):
     yield Sample((rand(rng, 3, dtype="bfloat16"), []), note="no dims")
     yield Sample((rand(rng), [0]), note="0-d")
     yield Sample((rand(rng, 0, 2, dtype="bool"), [0, 1]), note="empty")
+    yield Sample((rand(rng, 2, 3, 4), [-1, 0]), note="several, negative, float")
 
 
 @samples("aten.cat.default")
@@ -329,6 +342,8 @@ def _split_with_sizes(rng):
     yield Sample((rand(rng, 2, 5, dtype="int64"), [2, 0, 3], -1), note="a 0-size piece")
     yield Sample((rand(rng, 4, dtype="bfloat16"), [4]), note="one piece")
     yield Sample((rand(rng, 0, 2, dtype="bool"), [0, 0]), note="empty")
+    yield Sample((rand(rng, 2, 5), [2, 0, 3], -1), note="a 0-size piece, float")
+    yield Sample((rand(rng, 5), [0, 2, 3]), note="1-d with a 0-size piece, float")
 
 
 @samples("aten.split.Tensor")
@@ -386,6 +401,7 @@ def _constant_pad_nd(rng):
     yield Sample((rand(rng, 3, dtype="float16"), [-3, 0]), note="crop to empty")
     yield Sample((rand(rng), []), note="0-d, no padding")
     yield Sample((rand(rng, 0, 2), [1, 1, 1, 1]), note="empty input")
+    yield Sample((rand(rng, 3, 5), [-1, 2, 1, -2]), note="negative pads crop, float")
 
 
 @samples("aten.pad.default")
