@@ -120,8 +120,13 @@ def test_vjp_matches_torch_autograd(name):
         if not kiln_inputs:
             continue
         where = f"{name} {sample}"
-        expected = [o for o in _flat(_torch_op(name)(*torch_args, **torch_kwargs))
-                    if isinstance(o, torch.Tensor) and o.requires_grad]
+        try:
+            expected = [o for o in _flat(_torch_op(name)(*torch_args, **torch_kwargs))
+                        if isinstance(o, torch.Tensor) and o.requires_grad]
+        except RuntimeError as error:  # a float input reduced to an integer dtype: torch refuses, kiln records nothing
+            if "Autograd not support dtype" not in str(error):
+                raise
+            expected = []
         produced = [o for o in _flat(dispatch(OpOverload(opdef), *kiln_args, **kiln_kwargs))
                     if isinstance(o, kiln.Tensor) and o.requires_grad]
         assert len(produced) == len(expected), (
@@ -220,6 +225,10 @@ FINITE_DIFFERENCE_OPS = [
     "aten.cat.default", "aten.split_with_sizes.default", "aten.constant_pad_nd.default", "aten.gather.default",
     "aten.scatter.src", "aten.scatter_add.default", "aten.index_select.default", "aten.index.Tensor",
     "aten.index_put.default", "aten.masked_scatter.default",
+    # reductions and linear algebra
+    "aten._softmax.default", "aten._log_softmax.default", "aten.mean.default", "aten.mean.dim",
+    "aten.sum.dim_IntList", "aten.cumsum.default", "aten.prod.dim_int", "aten.prod.default", "aten.mm.default",
+    "aten.bmm.default", "aten.addmm.default",
 ]
 
 

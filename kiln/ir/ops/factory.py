@@ -615,3 +615,13 @@ defop("lift_fresh_copy(Tensor self) -> Tensor", lambda self: tensor(shape_of(sel
 def _lift_fresh_copy_decomposition(self):
     return aten.clone.default(self)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules: torch gives factory results no gradient, even full_like's, whose input only lends its shape and dtype.
+
+from kiln.ir.registry import mark_nondifferentiable  # noqa: E402
+
+mark_nondifferentiable("aten.arange.start_step", "aten.empty.memory_format", "aten.empty_strided.default",
+                       "aten.full.default", "aten.full_like.default", "aten.rand.default", "aten.randn.default",
+                       "aten.randperm.default", "aten.scalar_tensor.default")

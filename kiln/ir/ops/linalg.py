@@ -653,3 +653,113 @@ def _einsum_decomposition(equation, tensors, path=None):
     if [str(d) for d in shape_of(result.value)] != [str(d) for d in full]:
         return ops.aten.expand.default(result.value, full)
     return result.value
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml, FunctionsManual.cpp and the CPU distance kernels, written with kiln.ops
+# handles; see register_vjp)
+
+from kiln.ir.ops._grad import cast, sum_like  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
+
+aten = ops.aten
+
+
+def _transposed(x):
+    """The last two dims swapped (a matrix's or a batch of matrices' transpose)."""
+    rank = len(shape_of(x))
+    return aten.permute.default(x, [*range(rank - 2), rank - 1, rank - 2])
+
+
+def _times(x, factor):
+    """torch's maybe_multiply: x * factor, or x itself when the factor is 1."""
+    return x if factor == 1 else aten.mul.Scalar(x, factor)
+
+
+@register_vjp("aten.mm.default")
+def _mm_vjp(grad, out, self, mat2):
+    return aten.mm.default(grad, _transposed(mat2)), aten.mm.default(_transposed(self), grad)
+
+
+@register_vjp("aten.bmm.default")
+def _bmm_vjp(grad, out, self, mat2):
+    return aten.bmm.default(grad, _transposed(mat2)), aten.bmm.default(_transposed(self), grad)
+
+
+@register_vjp("aten.addmm.default")
+def _addmm_vjp(grad, out, self, mat1, mat2, *, beta=1, alpha=1):
+    return (sum_like(_times(grad, beta), self), _times(aten.mm.default(grad, _transposed(mat2)), alpha),
+            _times(aten.mm.default(_transposed(mat1), grad), alpha))
+
+
+def _vector_sign(x):
+    """The sign ATen's distance kernels compute (clamped ceil plus clamped floor): NaN stays NaN, unlike sign()."""
+    return aten.where.self(aten.isnan.default(x), x, aten.sign.default(x))
+
+
+def _zero_where(condition, x):
+    return aten.where.self(condition, aten.full_like.default(x, 0), x)
+
+
+def _distance_gradient_terms(diff, grad, dist, p: float):
+    """d(dist)/d(x_i) * grad for each coordinate of diff = x_i - y_j, as ATen's CPU distance kernels compute it
+    (DistanceOpsKernel.cpp: the p = 1, p < 2, p = 2, inf and general branches; p = 0 has no gradient).
+    `grad` and `dist` are broadcast along the coordinate dim."""
+    def where_dist_is_zero_then_zero(terms):
+        return _zero_where(aten.eq.Scalar(dist, 0), terms)
+
+    if p == 0:
+        return aten.full_like.default(diff, 0)
+    if p == 1:
+        return aten.mul.Tensor(_vector_sign(diff), grad)
+    if p == 2:
+        return where_dist_is_zero_then_zero(aten.div.Tensor(aten.mul.Tensor(diff, grad), dist))
+    magnitude = aten.abs.default(diff)
+    if math.isinf(p):
+        # 1 - min(1, ceil(| |diff| - dist |)): 1 where |diff| is the maximum, NaN where anything is NaN.
+        gap = aten.ceil.default(aten.abs.default(aten.sub.Tensor(magnitude, dist)))
+        picked = aten.add.Scalar(aten.neg.default(aten.clamp.default(gap, None, 1)), 1)
+        return aten.mul.Tensor(aten.mul.Tensor(_vector_sign(diff), grad), picked)
+    dist_power = aten.pow.Tensor_Scalar(dist, p - 1)
+    if p < 2:
+        scaled = aten.mul.Tensor(_vector_sign(diff), aten.pow.Tensor_Scalar(magnitude, p - 1))
+        terms = where_dist_is_zero_then_zero(aten.div.Tensor(aten.mul.Tensor(scaled, grad), dist_power))
+        return _zero_where(aten.eq.Scalar(diff, 0), terms) if p < 1 else terms
+    scaled = aten.mul.Tensor(diff, aten.pow.Tensor_Scalar(magnitude, p - 2))
+    return where_dist_is_zero_then_zero(aten.div.Tensor(aten.mul.Tensor(scaled, grad), dist_power))
+
+
+@register_vjp("aten._cdist_forward.default")
+def _cdist_vjp(grad, out, x1, x2, p, compute_mode):
+    """torch's _cdist_backward for both inputs (x2's is x1's with the roles swapped, i.e. the negated terms summed
+    over x1's rows); the same kernel formula whichever way the forward computed the distances."""
+    diff = aten.sub.Tensor(aten.unsqueeze.default(x1, -2), aten.unsqueeze.default(x2, -3))
+    terms = _distance_gradient_terms(diff, aten.unsqueeze.default(grad, -1), aten.unsqueeze.default(out, -1), p)
+    grad_x1 = aten.sum.dim_IntList(terms, [-2], False)
+    grad_x2 = aten.neg.default(aten.sum.dim_IntList(terms, [-3], False))
+    return cast(sum_like(grad_x1, x1), dtype_of(x1)), cast(sum_like(grad_x2, x2), dtype_of(x2))
+
+
+def _pair_matrix(values, index, padding: float):
+    """The pdist-ordered `values` (one per pair i < j) laid out as an [n, n] matrix; `padding` elsewhere."""
+    padded = aten.cat.default([aten.full.default([1], padding, dtype=dtype_of(values)), values], 0)
+    return aten.index.Tensor(padded, [index])
+
+
+@register_vjp("aten._pdist_forward.default")
+def _pdist_vjp(grad, out, self, p=2.0):
+    """torch's _pdist_backward: the pair (i, j) adds its kernel term to row i and subtracts it from row j. The
+    pairs are laid out as an [n, n] upper triangle (pair k sits at its rank among the i < j cells, row-major)."""
+    n = shape_of(self)[0]
+    position = aten.cumsum.default(aten.full_like.default(aten.sum.dim_IntList(self, [1], True), 1,
+                                                          dtype=dtypes.int64), 0)
+    upper = aten.lt.Tensor(position, aten.permute.default(position, [1, 0]))
+    rank = aten.view.default(aten.cumsum.default(aten.view.default(upper, [n * n]), 0), [n, n])
+    index = aten.where.self(upper, rank, aten.full_like.default(rank, 0))
+    pair_grad = aten.unsqueeze.default(_pair_matrix(grad, index, 0.0), -1)
+    pair_dist = aten.unsqueeze.default(_pair_matrix(out, index, 1.0), -1)
+    diff = aten.sub.Tensor(aten.unsqueeze.default(self, 1), aten.unsqueeze.default(self, 0))
+    terms = _distance_gradient_terms(diff, pair_grad, pair_dist, p)
+    terms = aten.where.self(aten.unsqueeze.default(upper, -1), terms, aten.full_like.default(terms, 0))
+    return cast(aten.sub.Tensor(aten.sum.dim_IntList(terms, [1], False), aten.sum.dim_IntList(terms, [0], False)),
+                dtype_of(self))

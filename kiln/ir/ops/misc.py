@@ -43,3 +43,11 @@ def _local_scalar_dense(self):
 
 
 defop("_local_scalar_dense(Tensor self) -> Scalar", _local_scalar_dense_meta, _local_scalar_dense)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules: `.item()` leaves autograd (its result is a Python number, not a tensor).
+
+from kiln.ir.registry import mark_nondifferentiable  # noqa: E402
+
+mark_nondifferentiable("aten._local_scalar_dense.default")

@@ -853,3 +853,202 @@ def _norm_decomposition(self, ord=2, dim=None, keepdim=False, dtype=None):
         return _cast(aten.sqrt.default(aten.sum.dim_IntList(squares, dims, keepdim)), result_dtype)
     powers = aten.pow.Tensor_Scalar(values, ord)
     return _cast(aten.pow.Tensor_Scalar(aten.sum.dim_IntList(powers, dims, keepdim), 1.0 / ord), result_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml and FunctionsManual.cpp, written with kiln.ops handles; see register_vjp)
+
+from kiln.ir.meta import numel  # noqa: E402
+from kiln.ir.ops._grad import cast  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
+from kiln.ir.symbolic import sym_eq, sym_le  # noqa: E402
+
+aten = ops.aten
+
+
+def _unsqueeze_dims(grad, dims, rank: int, keepdim: bool):
+    """A reduction's gradient with its reduced dims back as size-1 dims (torch's unsqueeze_multiple)."""
+    if keepdim or rank == 0:
+        return grad
+    for d in sorted(dims):
+        grad = aten.unsqueeze.default(grad, d)
+    return grad
+
+
+def _broadcast_back(grad, self, dims, keepdim: bool):
+    """torch's sum_backward: the reduced gradient expanded to the input's shape."""
+    shape = shape_of(self)
+    return aten.expand.default(_unsqueeze_dims(grad, dims, len(shape), keepdim), list(shape))
+
+
+def _in_result_dtype(grad, out):
+    """The incoming gradient in the result's dtype: torch's engine casts each gradient to the dtype of what it
+    belongs to, so a `dtype=` reduction differentiates at that precision."""
+    return cast(grad, dtype_of(out))
+
+
+@register_vjp("aten.sum.dim_IntList")
+def _sum_vjp(grad, out, self, dim, keepdim=False, *, dtype=None):
+    dims = canonical_dims("aten.sum.dim_IntList", dim, len(shape_of(self)))
+    return cast(_broadcast_back(_in_result_dtype(grad, out), self, dims, keepdim), dtype_of(self))
+
+
+@register_vjp("aten.mean.dim")
+def _mean_dim_vjp(grad, out, self, dim, keepdim=False, *, dtype=None):
+    shape = shape_of(self)
+    dims = canonical_dims("aten.mean.dim", dim, len(shape))
+    count = numel([shape[d] for d in dims]) if shape else 1
+    spread = _broadcast_back(_in_result_dtype(grad, out), self, dims, keepdim)
+    return cast(aten.div.Scalar(spread, count), dtype_of(self))
+
+
+@register_vjp("aten.mean.default")
+def _mean_vjp(grad, out, self, *, dtype=None):
+    spread = aten.expand.default(_in_result_dtype(grad, out), list(shape_of(self)))
+    return cast(aten.div.Scalar(spread, numel(shape_of(self))), dtype_of(self))
+
+
+def _exclusive_products(self, dim: int):
+    """The product of every other element along `dim`, for each element; safe with zeros (torch's
+    prod_safe_zeros_backward: an exclusive cumprod from the front times one from the back)."""
+    size = shape_of(self)[dim]
+    ones = aten.full_like.default(aten.slice.Tensor(self, dim, 0, 1), 1)
+    before = aten.cumprod.default(aten.cat.default([ones, aten.slice.Tensor(self, dim, 0, size - 1)], dim), dim)
+    after_reversed = aten.cat.default([ones, aten.flip.default(aten.slice.Tensor(self, dim, 1, size), [dim])], dim)
+    after = aten.flip.default(aten.cumprod.default(after_reversed, dim), [dim])
+    return aten.mul.Tensor(before, after)
+
+
+def _prod_gradient(grad, self, dim: int):
+    """grad * prod(others) along `dim`, grad already shaped to broadcast along it. torch divides the result by
+    the input when no element is zero and takes this path otherwise; this path is the same value either way
+    (up to rounding) and needs no data-dependent branch."""
+    size = shape_of(self)[dim]
+    if sym_eq(size, 0) or sym_eq(size, 1):  # nothing else to multiply
+        return aten.expand.default(grad, list(shape_of(self)))
+    return aten.mul.Tensor(grad, _exclusive_products(self, dim))
+
+
+@register_vjp("aten.prod.dim_int")
+def _prod_dim_vjp(grad, out, self, dim, keepdim=False, *, dtype=None):
+    grad = _in_result_dtype(grad, out)
+    shape = shape_of(self)
+    if not shape:
+        return cast(grad, dtype_of(self))
+    dim = canonical_dim("aten.prod.dim_int", dim, len(shape))
+    values = cast(self, dtype_of(grad))
+    return cast(_prod_gradient(_unsqueeze_dims(grad, [dim], len(shape), keepdim), values, dim), dtype_of(self))
+
+
+@register_vjp("aten.prod.default")
+def _prod_vjp(grad, out, self, *, dtype=None):
+    grad = _in_result_dtype(grad, out)
+    shape = shape_of(self)
+    if not shape:
+        return cast(grad, dtype_of(self))
+    flat = aten.view.default(cast(self, dtype_of(grad)), [numel(shape)])
+    gradient = _prod_gradient(aten.view.default(grad, [1]), flat, 0)
+    return cast(aten.view.default(gradient, list(shape)), dtype_of(self))
+
+
+def _variance_gradient(grad, self, dim, correction, keepdim):
+    """torch's var_backward: 2 / (N - correction) * grad * (x - mean). With a dim list, N is the product of the
+    listed sizes, so `dim=[]` (which reduces every dim) takes N = 1 as torch does: a gradient N times too large
+    (torch's gradcheck fails there), kept so that kiln's gradients agree with torch's."""
+    correction = 1 if correction is None else correction
+    shape = shape_of(self)
+    if not shape or dim is None:
+        dof = numel(shape) - correction
+        mean = aten.mean.default(self)
+        if sym_le(dof, 0):  # 2 / 0: nan where x == mean (inf * 0), inf elsewhere
+            scale = aten.where.self(aten.eq.Tensor(self, mean), aten.full_like.default(self, math.nan),
+                                    aten.full_like.default(self, math.inf))
+            return aten.mul.Tensor(grad, scale)
+        return aten.mul.Tensor(_scaled(grad, 2.0, dof), aten.sub.Tensor(self, mean))
+    dims = [canonical_dim("aten.var.correction", d, len(shape)) for d in _dim_list(dim)]
+    grad = _unsqueeze_dims(grad, dims, len(shape), keepdim or len(shape) == 1)
+    dof = numel([shape[d] for d in dims]) - correction
+    centered = aten.sub.Tensor(self, aten.mean.dim(self, dims, True))
+    return aten.mul.Tensor(_scaled(grad, 2.0, dof), centered)
+
+
+def _scaled(grad, numerator: float, denominator):
+    """grad * (numerator / denominator), where a zero denominator gives an infinite factor like C++'s 2.0 / 0."""
+    if isinstance(denominator, (int, float)):
+        factor = math.copysign(math.inf, numerator) if denominator == 0 else numerator / denominator
+        return aten.mul.Scalar(grad, factor)
+    return aten.div.Scalar(aten.mul.Scalar(grad, numerator), denominator)
+
+
+@register_vjp("aten.var.correction")
+def _var_correction_vjp(grad, out, self, dim=None, *, correction=None, keepdim=False):
+    return _variance_gradient(grad, self, dim, correction, keepdim)
+
+
+@register_vjp("aten.var.dim")
+def _var_dim_vjp(grad, out, self, dim, unbiased=True, keepdim=False):
+    return _variance_gradient(grad, self, dim, int(unbiased), keepdim)
+
+
+@register_vjp("aten.amax.default", "aten.amin.default")
+def _extremum_vjp(grad, out, self, dim=(), keepdim=False):
+    """The gradient is split evenly among the elements equal to the extremum (torch's scale_grad_by_count)."""
+    rank = len(shape_of(self))
+    dims = canonical_dims("aten.amax.default", dim, rank) if rank else []
+    grad = _unsqueeze_dims(grad, dims, rank, keepdim)
+    chosen = aten.eq.Tensor(_unsqueeze_dims(out, dims, rank, keepdim), self)
+    count = aten.sum.dim_IntList(chosen, dims, True)
+    return aten.mul.Tensor(aten.div.Tensor(grad, count), chosen)
+
+
+def _selected_values_gradient(grad, self, dim, indices, keepdim: bool):
+    """torch's value_selecting_reduction_backward: the gradient goes to the positions `indices` picked."""
+    shape = shape_of(self)
+    if not shape:
+        return cast(grad, dtype_of(self))
+    dim = canonical_dim("value_selecting_reduction_backward", dim, len(shape))
+    if not keepdim:
+        grad, indices = aten.unsqueeze.default(grad, dim), aten.unsqueeze.default(indices, dim)
+    zeros = aten.full.default(list(shape), 0, dtype=dtype_of(grad))
+    return cast(aten.scatter.src(zeros, dim, indices, grad), dtype_of(self))
+
+
+@register_vjp("aten.max.dim", "aten.min.dim")
+def _max_dim_vjp(grad, out, self, dim, keepdim=False):
+    values_grad, _ = grad
+    return _selected_values_gradient(values_grad, self, dim, out[1], keepdim)
+
+
+@register_vjp("aten.sort.default")
+def _sort_vjp(grad, out, self, dim=-1, descending=False):
+    return _selected_values_gradient(grad[0], self, dim, out[1], True)
+
+
+@register_vjp("aten.topk.default")
+def _topk_vjp(grad, out, self, k, dim=-1, largest=True, sorted=True):
+    return _selected_values_gradient(grad[0], self, dim, out[1], True)
+
+
+@register_vjp("aten.cumsum.default")
+def _cumsum_vjp(grad, out, self, dim, *, dtype=None):
+    """A cumulative sum from the back (torch's reversed_cumsum), in the input's dtype."""
+    grad = cast(_in_result_dtype(grad, out), dtype_of(self))
+    if not shape_of(self):
+        return grad
+    dim = canonical_dim("aten.cumsum.default", dim, len(shape_of(self)))
+    return aten.flip.default(aten.cumsum.default(aten.flip.default(grad, [dim]), dim), [dim])
+
+
+@register_vjp("aten._softmax.default")
+def _softmax_vjp(grad, out, self, dim, half_to_float):
+    """torch's _softmax_backward_data: out * grad - out * sum(out * grad)."""
+    weighted = aten.mul.Tensor(grad, out)
+    total = aten.sum.dim_IntList(weighted, [dim], True)
+    return cast(aten.sub.Tensor(weighted, aten.mul.Tensor(out, total)), dtype_of(self))
+
+
+@register_vjp("aten._log_softmax.default")
+def _log_softmax_vjp(grad, out, self, dim, half_to_float):
+    """torch's _log_softmax_backward_data: grad - exp(out) * sum(grad)."""
+    total = aten.sum.dim_IntList(grad, [dim], True)
+    return cast(aten.sub.Tensor(grad, aten.mul.Tensor(aten.exp.default(out), total)), dtype_of(self))

@@ -62,6 +62,10 @@ def _distinct_points(rng, *shape, dtype="float32"):
     return (rng.integers(-4, 5, size=shape) + rng.uniform(-0.2, 0.2, size=shape)).astype(dtype)
 
 
+# Points that repeat (zero distances) or share coordinates (zero differences), and a tie for the inf-norm.
+_SHARED_POINTS = np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0], [1.0, 0.0, 3.0], [2.0, 3.0, 1.0]], np.float32)
+
+
 @samples("aten._cdist_forward.default")
 def _cdist(rng):
     for p in (2.0, 1.0, 0.0, 3.0, 0.5, INF):
@@ -79,6 +83,9 @@ def _cdist(rng):
     for p in (0.0, 1.0, 2.0, INF):
         yield Sample((nan_rows, nan_rows[::-1].copy(), p, 2), note=f"nan/inf, p={p} (inf-norm ignores NaN)")
     yield Sample((nan_rows, nan_rows[::-1].copy(), 2.0, 1), note="nan/inf through the matrix-product formula")
+    for p in (2.0, 1.0, 0.5, 1.5, 3.0, INF):
+        yield Sample((_SHARED_POINTS[:2], _SHARED_POINTS[1:], p, None),
+                     note=f"p={p}: a zero distance and equal coordinates (the gradient's special cases)")
 
 
 @samples("aten._pdist_forward.default")
@@ -91,6 +98,9 @@ def _pdist(rng):
     nan_rows = np.array([[NAN, 1.0, 5.0], [0.0, 3.0, 1.0], [1.0, 1.0, 1.0], [INF, 0.0, 2.0]], np.float32)
     for p in (0.0, 2.0, INF):
         yield Sample((nan_rows, p), note=f"nan/inf, p={p} (inf-norm propagates NaN here)")
+    repeated = np.concatenate([_SHARED_POINTS, _SHARED_POINTS[1:2]])
+    for p in (2.0, 1.0, 0.5, 1.5, 3.0, INF):
+        yield Sample((repeated, p), note=f"p={p}: a repeated row and equal coordinates")
 
 
 @samples("aten.matmul.default")

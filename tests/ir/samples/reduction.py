@@ -69,6 +69,10 @@ def _small_factors(rng, *shape, dtype="float32"):
     return magnitude.astype(np.float32).astype(dtypes.dtype(dtype).numpy)
 
 
+# Rows with one zero, two zeros and none: the gradient of a product is the product of the others.
+_WITH_ZEROS = np.array([[2.0, 0.0, 3.0, 0.5], [0.0, 4.0, 0.0, 1.5], [1.0, 2.0, -3.0, 4.0]], np.float32)
+
+
 @samples("aten.prod.dim_int")
 def _prod_dim(rng):
     yield Sample((_small_factors(rng, 3, 4, 5), 1))
@@ -84,6 +88,8 @@ def _prod_dim(rng):
     yield Sample((rand(rng), 0), note="0-d")
     yield Sample((rand(rng), -1, True), note="0-d keepdim")
     yield Sample((rand(rng, 0, 3), 0), note="empty dim gives 1")
+    yield Sample((_WITH_ZEROS, 1), note="one zero, two zeros and none in a row: the gradient's zero cases")
+    yield Sample((_WITH_ZEROS, 0, True), note="zeros along dim 0, keepdim")
 
 
 @samples("aten.prod.default")
@@ -95,6 +101,9 @@ def _prod(rng):
     yield Sample((_small_factors(rng, 3, 4),), {"dtype": dtypes.float64}, note="dtype")
     yield Sample((rand(rng),), note="0-d")
     yield Sample((rand(rng, 0),), note="empty")
+    yield Sample((_WITH_ZEROS[2:],), note="no zero")
+    yield Sample((_WITH_ZEROS[:1],), note="one zero")
+    yield Sample((_WITH_ZEROS[1:2],), note="two zeros")
 
 
 @samples("aten.mean.dim")
@@ -171,6 +180,11 @@ def _var_dim(rng):
     yield Sample((rand(rng, 3, 4), [1], False, True), note="positional unbiased=False, keepdim")
 
 
+# Float rows with tied maxima and minima: amax/amin split the gradient among them, max.dim/min.dim give it to
+# the first.
+_TIES = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 1.0, 2.0], [-1.0, 5.0, -1.0, 5.0]], np.float32)
+
+
 def _extremum_samples(rng):
     yield Sample((rand(rng, 3, 4, 5), [1]), note="one dim")
     yield Sample((rand(rng, 3, 4, 5), [-1, 0], True), note="negative dims, keepdim")
@@ -184,6 +198,8 @@ def _extremum_samples(rng):
     yield Sample((np.array([[1.0, NAN, 3.0], [-INF, 2.0, INF], [NAN, NAN, 0.0]], np.float32), [1]),
                  note="NaN wins, inf")
     yield Sample((np.array([0.0, -0.0], np.float32), [0]), note="signed zeros")
+    yield Sample((_TIES, [1]), note="ties share the gradient evenly")
+    yield Sample((_TIES,), note="ties over all dims")
     yield Sample((rand(rng), [0]), note="0-d")
     yield Sample((rand(rng), [], True), note="0-d, all dims, keepdim")
     yield Sample((rand(rng, 0, 3), [1]), note="empty non-reduced dim")
@@ -235,6 +251,8 @@ def _max_dim(rng):
     yield Sample((rand(rng, 4, 5, dtype="bool"), 1), note="bool")
     yield Sample((np.array([[1.0, NAN, 3.0, NAN], [-INF, 2.0, INF, 0.0]], np.float32), 1), note="first NaN wins")
     yield Sample((np.array([[0.0, -0.0], [-0.0, 0.0]], np.float32), 1), note="signed zeros tie")
+    yield Sample((_TIES, 1), note="float ties: the first index gets the gradient")
+    yield Sample((_TIES, 0, True), note="float ties along dim 0, keepdim")
     yield Sample((rand(rng), 0), note="0-d")
     yield Sample((rand(rng), -1, True), note="0-d keepdim")
     yield Sample((rand(rng, 0, 3), 1), note="empty non-reduced dim")
