@@ -263,7 +263,8 @@ def test_every_exported_layer_is_in_the_table():
     covered = set()
     for case in CASES:
         covered.update(type(m).__name__ for m in case.build(knn).modules())
-    uncovered = {name for name in knn.layers.__all__ if name not in covered} - {"ModuleList", "ModuleDict"}
+    losses = {name for name in knn.layers.__all__ if name.endswith("Loss")}  # two inputs: tests/frontend/test_losses.py
+    uncovered = {name for name in knn.layers.__all__ if name not in covered} - {"ModuleList", "ModuleDict"} - losses
     assert not uncovered
 
 

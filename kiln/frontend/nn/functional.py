@@ -24,7 +24,8 @@ __all__ = [
     "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm", "rms_norm", "embedding", "dropout", "relu",
     "relu_", "relu6", "leaky_relu", "elu", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish", "hardsigmoid",
     "hardtanh", "softplus", "softmax", "log_softmax", "normalize", "cosine_similarity", "pad", "interpolate",
-    "upsample", "scaled_dot_product_attention", "one_hot", "mse_loss", "cross_entropy",
+    "upsample", "scaled_dot_product_attention", "one_hot", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy",
 ]
 
 
@@ -273,10 +274,12 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         return dispatch(aten.batch_norm.default, input, weight, bias, running_mean, running_var, training,
                         op_momentum, eps, True)
     # kiln's ops are functional: normalize with the batch statistics, then move the running statistics
-    # with in-place tensor methods, which export records as BUFFER_MUTATION outputs.
+    # with in-place tensor methods, which export records as BUFFER_MUTATION outputs. The statistics come from
+    # the detached input: torch updates the buffers outside autograd, so they never join the graph.
     output = dispatch(aten.batch_norm.default, input, weight, bias, None, None, True, op_momentum, eps, True)
     reduce_dims = [0, *range(2, input.dim())]
-    batch_var, batch_mean = dispatch(aten.var_mean.correction, input, reduce_dims, correction=1, keepdim=False)
+    batch_var, batch_mean = dispatch(aten.var_mean.correction, input.detach(), reduce_dims, correction=1,
+                                     keepdim=False)
     keep = 1 - momentum
     running_mean.mul_(keep).add_(batch_mean.to(running_mean.dtype) * momentum)
     running_var.mul_(keep).add_(batch_var.to(running_var.dtype) * momentum)
@@ -548,7 +551,7 @@ def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: st
 
 
 # ---------------------------------------------------------------------------------------------
-# Attention, encodings, losses
+# Attention and encodings
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
@@ -583,67 +586,283 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return tensor.unsqueeze(-1).eq(arange(num_classes)).to(dtypes.int64)
 
 
+# ---------------------------------------------------------------------------------------------
+# Losses: each is ATen's formula (aten/src/ATen/native/Loss.cpp, LossNLL.cpp) written with core ops, so its
+# gradient comes from the ops' VJP rules and it traces like any other code.
+
+
+class TargetIndexError(KilnError, IndexError):
+    """A class-index target outside [0, C) that is not ignore_index (torch raises IndexError)."""
+
+
 def _reduce(loss: Tensor, reduction: int) -> Tensor:
     return loss if reduction == 0 else loss.mean() if reduction == 1 else loss.sum()
 
 
-def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
-             weight: Tensor | None = None) -> Tensor:
-    """Mean (or summed, or elementwise) squared error."""
-    if weight is not None:
-        raise UnsupportedError("mse_loss(weight=...) is not supported", fix="multiply the squared error yourself")
-    mode = _reduction_enum(reduction, size_average, reduce)
+def _warn_if_broadcast(input: Tensor, target: Tensor) -> None:
     if tuple(target.shape) != tuple(input.shape):
         warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
                       "This will likely lead to incorrect results due to broadcasting. Please ensure they have "
-                      "the same size.", stacklevel=2)
-    op = _registered("mse_loss")
-    if op is not None:
-        return dispatch(op, input, target, mode)
-    return _reduce((input - target).pow(2), mode)
+                      "the same size.", stacklevel=3)
+
+
+def _weighted_reduce(loss: Tensor, weight: Tensor | None, input: Tensor, reduction: int,
+                     mean_over_weights: bool) -> Tensor:
+    """torch's optional elementwise `weight` (the input's shape) of mse/l1/huber: 'mean' divides by the sum of
+    the weights for mse and l1, by the element count for huber."""
+    if weight is None:
+        return _reduce(loss, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise FunctionalArgumentError("Weights and input must have the same size.")
+    weighted = loss * weight
+    if reduction == 1 and mean_over_weights:
+        return weighted.sum() / weight.sum()
+    return _reduce(weighted, reduction)
+
+
+def _where(condition: Tensor, input: Any, other: Any) -> Tensor:
+    from kiln.frontend.functions import where
+    return where(condition, input, other)
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+             weight: Tensor | None = None) -> Tensor:
+    """(input - target)², reduced; an elementwise `weight` makes 'mean' a weighted mean."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    _warn_if_broadcast(input, target)
+    return _weighted_reduce((input - target).pow(2), weight, input, mode, mean_over_weights=True)
+
+
+def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+            weight: Tensor | None = None) -> Tensor:
+    """|input - target|, reduced; an elementwise `weight` makes 'mean' a weighted mean."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    _warn_if_broadcast(input, target)
+    return _weighted_reduce((input - target).abs(), weight, input, mode, mean_over_weights=True)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """0.5 z² / beta where z = |input - target| < beta, else z - 0.5 beta; beta=0 is the L1 loss."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    _warn_if_broadcast(input, target)
+    if beta < 0:
+        raise FunctionalArgumentError("smooth_l1_loss does not support negative values for beta.")
+    error = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(error, mode)
+    return _reduce(_where(error < beta, error.pow(2) * (0.5 / beta), error - 0.5 * beta), mode)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
+               weight: Tensor | None = None) -> Tensor:
+    """0.5 z² where z = |input - target| < delta, else delta (z - 0.5 delta): smooth_l1_loss times delta."""
+    mode = _reduction_enum(reduction)
+    _warn_if_broadcast(input, target)
+    if delta <= 0:
+        raise FunctionalArgumentError("huber_loss does not support non-positive values for delta.")
+    error = (input - target).abs()
+    loss = _where(error < delta, error.pow(2) * 0.5, (error - 0.5 * delta) * delta)
+    return _weighted_reduce(loss, weight, input, mode, mean_over_weights=False)
+
+
+def _require_unit_interval(value: Tensor, name: str) -> None:
+    """torch's data check of binary_cross_entropy's probabilities (eager only: a traced value is unknown)."""
+    if value.is_traced or value.numel() == 0:
+        return
+    if not value.ge(0).logical_and(value.le(1)).all().item():
+        raise FunctionalArgumentError(f"all elements of {name} should be between 0 and 1")
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Tensor:
+    """-weight (target log(input) + (1 - target) log(1 - input)) for probabilities `input`; each log is clamped
+    to >= -100 like torch, so confident mistakes cost 100 rather than infinity."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    if tuple(target.shape) != tuple(input.shape):
+        raise FunctionalArgumentError(f"Using a target size ({target.shape}) that is different to the input size "
+                                      f"({input.shape}) is deprecated. Please ensure they have the same size.")
+    _require_unit_interval(input, "input")
+    _require_unit_interval(target, "target")
+    # An input of exactly 0 (or 1) takes the log of a stand-in and the floor directly, so the gradient through
+    # the floor is 0 there rather than 0 / 0 = NaN (torch's hand-written gradient is finite there too).
+    zero, one = input.eq(0), input.eq(1)
+    log_input = input.masked_fill(zero, 1.0).log().masked_fill(zero, -100.0).clamp_min(-100)
+    log_complement = input.masked_fill(one, 0.0).neg().log1p().masked_fill(one, -100.0).clamp_min(-100)
+    loss = (target - 1) * log_complement - target * log_input
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, mode)
+
+
+def _log_sigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x (ATen's log_sigmoid_forward). minimum
+    splits the gradient at x = 0 as torch's log_sigmoid_backward does (0.5)."""
+    zero = dispatch(aten.full_like.default, input, 0.0)
+    return input.minimum(zero) - input.abs().neg().exp().log1p()
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:
+    """binary_cross_entropy(sigmoid(input), target) in the stable form (1 - t) x - log_sigmoid(x), with
+    `pos_weight` scaling the positive term: (1 - t) x - (1 + (pos_weight - 1) t) log_sigmoid(x)."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    if tuple(target.shape) != tuple(input.shape):
+        raise FunctionalArgumentError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
+    log_sigmoid = _log_sigmoid(input)
+    if pos_weight is not None:
+        log_sigmoid = log_sigmoid * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input - log_sigmoid
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, mode)
+
+
+def _xlogx(value: Tensor) -> Tensor:
+    """xlogy(x, x): x log(x), 0 where x == 0 (NaN stays NaN)."""
+    return _where(value.eq(0), 0.0, value * value.log())
+
+
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+           log_target: bool = False) -> Tensor:
+    """KL(target || exp(input)) pointwise for log-probabilities `input`: target (log(target) - input), or with
+    log_target exp(target) (target - input). 'batchmean' sums and divides by the batch size (dim 0)."""
+    batchmean = False
+    if size_average is not None or reduce is not None:
+        mode = _reduction_enum(reduction, size_average, reduce)
+    else:
+        if reduction == "mean":
+            warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                          "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                          "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                          stacklevel=2)
+        batchmean = reduction == "batchmean"
+        mode = _REDUCTIONS["sum"] if batchmean else _reduction_enum(reduction)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        loss = _xlogx(target) - target * input
+    reduced = _reduce(loss, mode)
+    if batchmean and input.dim() != 0:
+        reduced = reduced / input.shape[0]
+    return reduced
+
+
+def _known_and_different(a: Any, b: Any) -> bool:
+    """Two sizes that are both plain ints and differ (symbolic sizes are left to the ops' meta rules)."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def _check_class_index_target(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                              op: str) -> Tensor:
+    """torch's checks of (N, C, d1, ...) / (C,) scores against class-index targets (N, d1, ...) / ();
+    returns the target as int64."""
+    if input.dim() < 1:
+        raise ShapeError(f"Expected 1 or more dimensions (got {input.dim()})")
+    if target.dtype not in (dtypes.int64, dtypes.uint8):
+        raise OpArgumentError(f"expected target dtype to be Long or Byte, but got {target.dtype.name}",
+                              fix="pass class indices as int64 (or class probabilities shaped like the input)")
+    input_shape, target_shape = list(input.shape), list(target.shape)
+    if input.dim() == 1:
+        if target.dim() != 0:
+            raise ShapeError(f"expected a 0-D target for an unbatched (C,) input, got shape {target_shape}")
+    else:
+        if target.dim() == 0 or _known_and_different(input_shape[0], target_shape[0]):
+            raise ShapeError(f"Expected input batch_size ({input_shape[0]}) to match target batch_size "
+                             f"({target_shape[0] if target_shape else 0}).")
+        expected = [input_shape[0], *input_shape[2:]]
+        if len(target_shape) != len(expected) or any(map(_known_and_different, expected, target_shape)):
+            raise ShapeError(f"Expected target size {expected}, got {target_shape}")
+    classes = input_shape[1 if input.dim() >= 2 else 0]
+    if weight is not None and (weight.dim() != 1 or _known_and_different(weight.shape[0], classes)):
+        raise ShapeError(f"{op}: weight tensor should be defined either for all {classes} classes or no classes but "
+                         f"got weight tensor of shape: {list(weight.shape)}")
+    target = target.long()
+    if not target.is_traced and isinstance(classes, int) and target.numel() > 0:
+        out_of_range = target.ne(ignore_index).logical_and(target.lt(0).logical_or(target.ge(classes)))
+        if out_of_range.any().item():
+            bad = target.masked_fill(out_of_range.logical_not(), 0).abs().argmax()  # an offending position
+            raise TargetIndexError(f"Target {target.flatten()[bad].item()} is out of bounds.",
+                                   fix=f"class indices must be in [0, {classes}) or equal ignore_index")
+    return target
+
+
+def _class_index_losses(log_probs: Tensor, target: Tensor, weight: Tensor | None,
+                        ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-position -weight[t] * log_probs[t] (0 where t == ignore_index), the summed weight of the counted
+    targets ('mean' divides by it), and the ignored mask."""
+    class_dim = 1 if log_probs.dim() >= 2 else 0
+    ignored = target.eq(ignore_index)
+    safe_target = target.masked_fill(ignored, 0)  # gather needs in-range indices; ignored terms are zeroed
+    picked = log_probs.gather(class_dim, safe_target.unsqueeze(class_dim)).squeeze(class_dim)
+    picked = picked.masked_fill(ignored, 0.0)
+    if weight is None:
+        return picked.neg(), ignored.logical_not().sum(), ignored
+    target_weight = weight.index_select(0, safe_target.flatten()).view(list(target.shape)).masked_fill(ignored, 0.0)
+    return picked.neg() * target_weight, target_weight.sum(), ignored
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+             ignore_index: int = -100, reduce: Any = None, reduction: str = "mean") -> Tensor:
+    """The negative log-likelihood of class indices `target` (N, d1, ...) under log-probabilities `input`
+    (N, C, d1, ...), or of a 0-D target under (C,): -weight[t] input[t], skipping ignore_index; 'mean' divides
+    by the summed weights of the counted targets (NaN when none counts, like torch)."""
+    mode = _reduction_enum(reduction, size_average, reduce)
+    target = _check_class_index_target(input, target, weight, ignore_index, "nll_loss")
+    losses, total_weight, _ = _class_index_losses(input, target, weight, ignore_index)
+    return losses.sum() / total_weight if mode == 1 else _reduce(losses, mode)
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
                   ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
     """log_softmax over dim 1 (dim 0 unbatched) followed by the negative log-likelihood of `target`: class
-    indices (with ignore_index and per-class weights) or class probabilities, optionally label-smoothed."""
+    indices (with ignore_index and per-class weights) or, when shaped like the input, class probabilities;
+    optionally label-smoothed towards the uniform distribution."""
     mode = _reduction_enum(reduction, size_average, reduce)
     if not 0.0 <= label_smoothing <= 1.0:
         raise FunctionalArgumentError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
-    op = _registered("cross_entropy_loss")
-    if op is not None:
-        return dispatch(op, input, target, weight, mode, ignore_index, label_smoothing)
+    if input.dim() < 1:
+        raise ShapeError(f"Expected 1 or more dimensions (got {input.dim()})")
     class_dim = 1 if input.dim() >= 2 else 0
     classes = input.shape[class_dim]
+    if target.dim() == input.dim():  # torch: a target shaped like the input holds class probabilities
+        return _cross_entropy_probabilities(input, target, weight, ignore_index, mode, label_smoothing)
+    target = _check_class_index_target(input, target, weight, ignore_index, "cross_entropy")
     log_probs = log_softmax(input, class_dim)
-    # Per-class weights broadcast along the class dim of (N, C, d1, ...).
-    class_weight = None if weight is None else weight.view([classes] + [1] * (input.dim() - class_dim - 1))
-    if target.dtype.is_floating_point:
-        if label_smoothing > 0:
-            target = target * (1 - label_smoothing) + label_smoothing / classes
-        weighted = log_probs * target if class_weight is None else log_probs * target * class_weight
-        return _reduce(-weighted.sum(class_dim), mode)
-    if target.dtype is not dtypes.int64:
-        raise OpArgumentError(f"expected class-index targets of dtype int64 (or float probabilities), got "
-                              f"{target.dtype.name}")
-    ignored = target.eq(ignore_index)
-    safe_target = target.masked_fill(ignored, 0)  # gather needs in-range indices; ignored terms get weight 0
-    picked = log_probs.gather(class_dim, safe_target.unsqueeze(class_dim)).squeeze(class_dim)
-    if weight is None:
-        target_weight = dispatch(aten.full_like.default, picked, 1.0)
-    else:
-        target_weight = weight.index_select(0, safe_target.flatten()).view(list(target.shape))
-    target_weight = target_weight.masked_fill(ignored, 0.0)
-    nll = -(picked * target_weight)
-    nll = nll.sum() / target_weight.sum() if mode == 1 else _reduce(nll, mode)
+    losses, total_weight, ignored = _class_index_losses(log_probs, target, weight, ignore_index)
+    nll = losses.sum() / total_weight if mode == 1 else _reduce(losses, mode)
     if label_smoothing == 0:
         return nll
-    smooth = -(log_probs if class_weight is None else log_probs * class_weight).sum(class_dim)
+    # The smoothing term: the (weighted) sum of -log_probs over classes, with nll's ignore mask and denominator.
+    class_weight = None if weight is None else weight.view([classes] + [1] * (input.dim() - class_dim - 1))
+    smooth = (log_probs if class_weight is None else log_probs * class_weight).sum(class_dim).neg()
     smooth = smooth.masked_fill(ignored, 0.0)
-    if mode == 1:
-        denominator = target_weight.sum() if weight is not None else ignored.logical_not().sum()
-        smooth = smooth.sum() / denominator
-    else:
-        smooth = _reduce(smooth, mode)
+    smooth = smooth.sum() / total_weight if mode == 1 else _reduce(smooth, mode)
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+
+
+def _cross_entropy_probabilities(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                                 reduction: int, label_smoothing: float) -> Tensor:
+    """-sum_c weight[c] target[c] log_softmax(input)[c]; 'mean' averages over positions (N * d1 * ...)."""
+    if not target.dtype.is_floating_point:
+        raise OpArgumentError(f"Expected floating point type for target with class probabilities, got "
+                              f"{target.dtype.name}", fix="pass int64 class indices of shape (N, d1, ...) instead")
+    if ignore_index >= 0:
+        raise FunctionalArgumentError("ignore_index is not supported for floating point target")
+    if any(map(_known_and_different, input.shape, target.shape)):
+        raise ShapeError(f"expected class probabilities shaped like the input {list(input.shape)}, got "
+                         f"{list(target.shape)}")
+    class_dim = 1 if input.dim() >= 2 else 0
+    classes = input.shape[class_dim]
+    if weight is not None and (weight.dim() != 1 or _known_and_different(weight.shape[0], classes)):
+        raise ShapeError(f"cross_entropy: weight tensor should be defined either for all {classes} classes or no "
+                         f"classes but got weight tensor of shape: {list(weight.shape)}")
+    log_probs = log_softmax(input, class_dim)
+    if label_smoothing > 0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    weighted = log_probs * target
+    if weight is not None:
+        weighted = weighted * weight.view([classes] + [1] * (input.dim() - class_dim - 1))
+    return _reduce(weighted.sum(class_dim).neg(), reduction)

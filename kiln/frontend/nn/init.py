@@ -12,6 +12,7 @@ import math
 import warnings
 from typing import Any
 
+from kiln.frontend.autograd import no_grad
 from kiln.frontend.tensor import Tensor
 from kiln.ir.errors import KilnError
 
@@ -281,6 +282,12 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Any =
         zero_rows = randperm(rows)[:num_zeros]
         tensor[zero_rows, column] = 0
     return tensor
+
+
+# torch's initializers fill parameters under no_grad: initialization is not part of any autograd graph.
+for _name in ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+              "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_"):
+    globals()[_name] = no_grad()(globals()[_name])
 
 
 def _deprecated(method: Any) -> Any:
