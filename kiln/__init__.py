@@ -24,6 +24,7 @@ from kiln.frontend.random import manual_seed
 from kiln.frontend.dims import Dim, ShapesCollection, dims
 from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fixes
 from kiln.frontend import nn
+from kiln.frontend import optim
 from kiln.frontend import autograd
 from kiln.frontend.autograd import (
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
@@ -34,13 +35,13 @@ from kiln.frontend.bridge import from_torch
 
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init,
-                     "kiln.autograd": autograd})
+                     "kiln.autograd": autograd, "kiln.optim": optim, "kiln.optim.lr_scheduler": optim.lr_scheduler})
 
 __version__ = "0.1.0"
 
 # Every public subpackage is an attribute of `kiln`, as torch.export and torch.onnx are of torch; these import on
 # first use, so `import kiln` pays only for the IR and the frontend.
-_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "quantization", "runtime", "testing")
+_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "quantization", "runtime", "testing", "training")
 _LAZY_ATTRIBUTES = {"compile": ("kiln.runtime", "compile")}  # kiln.compile: build a C package and load it
 
 
@@ -75,7 +76,7 @@ __all__ = [
     "float64", "complex64", "complex128", "KilnError", "ExportedProgram", "ExportGraphSignature", "InputKind",
     "InputSpec", "OutputKind", "OutputSpec", "ops", "promote_types", "result_type", "register_dataclass",
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
-    "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "no_grad", "inference_mode",
+    "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "optim", "no_grad", "inference_mode",
     "autograd", "enable_grad", "set_grad_enabled", "is_grad_enabled", "is_inference_mode_enabled",
     "default_decompositions", "cond", "save", "load", "from_torch", *_LAZY_SUBMODULES, *_LAZY_ATTRIBUTES,
     *_functions,

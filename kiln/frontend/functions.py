@@ -56,7 +56,10 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 def full(size: Sequence[Any], fill_value: Any, *, dtype: Any = None, device: Any = None,
          requires_grad: bool = False) -> Tensor:
-    return dispatch(aten.full.default, list(size), fill_value, dtype=None if dtype is None else _as_dtype(dtype))
+    result = dispatch(aten.full.default, list(size), fill_value, dtype=None if dtype is None else _as_dtype(dtype))
+    if requires_grad:
+        result.requires_grad = True
+    return result
 
 
 def _default_float(dtype: Any) -> dtypes.DType:
@@ -64,15 +67,15 @@ def _default_float(dtype: Any) -> dtypes.DType:
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return full(_sizes(size), 0, dtype=_default_float(dtype))
+    return full(_sizes(size), 0, dtype=_default_float(dtype), requires_grad=requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return full(_sizes(size), 1, dtype=_default_float(dtype))
+    return full(_sizes(size), 1, dtype=_default_float(dtype), requires_grad=requires_grad)
 
 
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return zeros(*size, dtype=dtype)
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
 
 
 def full_like(input: Tensor, fill_value: Any, *, dtype: Any = None) -> Tensor:

@@ -580,7 +580,15 @@ class Tensor:
         return where(condition, self, other)
 
     def lerp(self, end: "Tensor", weight: Any) -> "Tensor":
-        return self + (end - self) * weight
+        if isinstance(weight, Tensor):
+            return dispatch(aten.lerp.Tensor, self, end, weight)
+        return dispatch(aten.lerp.Scalar, self, end, weight)
+
+    def addcmul(self, tensor1: "Tensor", tensor2: "Tensor", *, value: Any = 1) -> "Tensor":
+        return dispatch(aten.addcmul.default, self, tensor1, tensor2, value=value)
+
+    def addcdiv(self, tensor1: "Tensor", tensor2: "Tensor", *, value: Any = 1) -> "Tensor":
+        return dispatch(aten.addcdiv.default, self, tensor1, tensor2, value=value)
 
     # -- shape
     def view(self, *shape: Any) -> "Tensor":
@@ -844,6 +852,15 @@ class Tensor:
         return self._assign(self.clamp(min, max))
 
     clip_ = clamp_
+
+    def lerp_(self, end: "Tensor", weight: Any) -> "Tensor":
+        return self._assign(self.lerp(end, weight))
+
+    def addcmul_(self, tensor1: "Tensor", tensor2: "Tensor", *, value: Any = 1) -> "Tensor":
+        return self._assign(self.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv_(self, tensor1: "Tensor", tensor2: "Tensor", *, value: Any = 1) -> "Tensor":
+        return self._assign(self.addcdiv(tensor1, tensor2, value=value))
 
     def masked_fill_(self, mask: "Tensor", value: Any) -> "Tensor":
         return self._assign(self.masked_fill(mask, value))

@@ -82,7 +82,7 @@ def _wrap(value, inputs: list, make):
         return tuple(_wrap(v, inputs, make) for v in value)
     if isinstance(value, np.ndarray):
         return make(value, grad=False)
-    if make is _torch_tensor:
+    if make in (_torch_tensor, _torch_constant):
         return to_torch(value)  # kiln dtypes -> torch dtypes
     return value
 
@@ -95,7 +95,28 @@ def _torch_tensor(array, grad=True):
     return to_torch(array).requires_grad_(grad)
 
 
+def _kiln_constant(array, grad=False):
+    return _kiln_tensor(array, grad=False)
+
+
+def _torch_constant(array, grad=False):
+    return _torch_tensor(array, grad=False)
+
+
+# Ops whose gradient torch cannot give directly, with a torch expression computing the same thing that it can
+# differentiate: the functional copy has no derivative in torch (its in-place copy_ has), out= overloads refuse
+# autograd, and atan2's backward negates a bool self instead of promoting it first.
+TORCH_GRAD_EQUIVALENTS = {
+    "aten.copy.default": lambda t: lambda self, src, non_blocking=False: self.clone().copy_(src),
+    "aten.atan2.out": lambda t: lambda self, other, *, out: t.atan2(self, other).to(out.dtype),
+    "aten.atan2.default": lambda t: lambda self, other: t.atan2(self.double() if self.dtype == t.bool else self,
+                                                                 other),
+}
+
+
 def _torch_op(name: str):
+    if name in TORCH_GRAD_EQUIVALENTS:
+        return TORCH_GRAD_EQUIVALENTS[name](torch)
     namespace, op_name, overload = name.split(".")
     return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
 
@@ -113,10 +134,13 @@ def test_vjp_matches_torch_autograd(name):
     for sample, args, kwargs in _float_samples(name):
         kiln_inputs: list = []
         kiln_args = _wrap(args, kiln_inputs, _kiln_tensor)
-        kiln_kwargs = {k: _wrap(v, kiln_inputs, _kiln_tensor) for k, v in kwargs.items()}
+        # An out= argument is written, never differentiated (torch refuses out= tensors that require grad).
+        kiln_kwargs = {k: _wrap(v, kiln_inputs, _kiln_tensor) if k != "out" else _wrap(v, [], _kiln_constant)
+                       for k, v in kwargs.items()}
         torch_inputs: list = []
         torch_args = _wrap(args, torch_inputs, _torch_tensor)
-        torch_kwargs = {k: _wrap(v, torch_inputs, _torch_tensor) for k, v in kwargs.items()}
+        torch_kwargs = {k: _wrap(v, torch_inputs, _torch_tensor) if k != "out" else _wrap(v, [], _torch_constant)
+                        for k, v in kwargs.items()}
         if not kiln_inputs:
             continue
         where = f"{name} {sample}"
@@ -229,6 +253,14 @@ FINITE_DIFFERENCE_OPS = [
     "aten._softmax.default", "aten._log_softmax.default", "aten.mean.default", "aten.mean.dim",
     "aten.sum.dim_IntList", "aten.cumsum.default", "aten.prod.dim_int", "aten.prod.default", "aten.mm.default",
     "aten.bmm.default", "aten.addmm.default",
+    # pointwise
+    "aten.sin.default", "aten.cos.default", "aten.tan.default", "aten.tanh.default", "aten.sigmoid.default",
+    "aten.expm1.default", "aten.log.default", "aten.log1p.default", "aten.log2.default", "aten.log10.default",
+    "aten.sqrt.default", "aten.rsqrt.default", "aten.reciprocal.default", "aten.asin.default", "aten.acos.default",
+    "aten.atan.default", "aten.asinh.default", "aten.acosh.default", "aten.atanh.default", "aten.sinh.default",
+    "aten.cosh.default", "aten.erf.default", "aten.neg.default", "aten.clone.default", "aten.alias.default",
+    "aten.gelu.default", "aten.div.Tensor", "aten.div.Scalar", "aten.atan2.default", "aten.pow.Tensor_Tensor",
+    "aten.mul.Scalar", "aten.add.Scalar", "aten.sub.Scalar", "aten.where.self",
 ]
 
 

@@ -227,7 +227,17 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Accepted for API compatibility: kiln has no autograd state yet."""
+        """Set every parameter's `.grad` to None, or with `set_to_none=False` zero it in place (torch's semantics)."""
+        for param in self.parameters():
+            if param.grad is not None:
+                if set_to_none:
+                    param.grad = None
+                else:
+                    if param.grad.grad_fn is not None:
+                        param.grad.detach_()
+                    else:
+                        param.grad.requires_grad_(False)
+                    param.grad.zero_()
 
     def apply(self, fn: Callable[["Module"], None]) -> "Module":
         for child in self.children():

@@ -5,7 +5,8 @@ the category). Kernels follow ATen's CPU kernels: float16/bfloat16 compute in fl
 operand is cast to the common dtype the way its wrapped-number tensor is (int8 + 1000 wraps to int8 - 24),
 except that mul/div on float16/bfloat16 read a one-element second operand at its original precision.
 Scalar *parameters* (alpha, clamp bounds, fill values) go through c10's checked conversion instead and
-are refused when they overflow the dtype. Composite ops at the end decompose into the core ops above.
+are refused when they overflow the dtype. Composite ops near the end decompose into the core ops above;
+the VJP rules close the module.
 """
 
 from __future__ import annotations
@@ -1391,27 +1392,335 @@ _composite("logit(Tensor self, float? eps=None) -> Tensor", _unary("aten.logit.d
 
 
 # ---------------------------------------------------------------------------------------------
-# VJP rules (torch's derivatives.yaml, written with kiln.ops handles; see register_vjp)
+# VJP rules (torch's derivatives.yaml and FunctionsManual.cpp, written with kiln.ops handles; see register_vjp).
+# A gradient is computed in the result's dtype and broadcast shape, then summed and cast to its argument
+# (`sum_like`); integer and bool arguments get none. At a kink each rule takes torch's side (relu's 0 at 0,
+# clamp's bounds pass the gradient, hardtanh's do not, ties of maximum/minimum split it evenly). Where ATen's CPU
+# kernel treats a NaN input differently in its vector loop and in its scalar tail (elu, hardtanh), the rule follows
+# the vector loop, which is what torch computes for all but the last few elements of a tensor.
 
-from kiln.ir.ops._grad import sum_like  # noqa: E402
+from kiln.ir.ops._grad import cast, sum_like, zeros_like  # noqa: E402
 from kiln.ir.registry import register_vjp  # noqa: E402
+
+
+def _differentiable(value: Any) -> bool:
+    """A floating (or complex) tensor argument; torch gives integer and bool tensors no gradient."""
+    if value is None or not is_tensor(value):
+        return False
+    kind = dtype_of(value)
+    return kind.is_floating_point or kind.is_complex
+
+
+def _gradient(argument: Any, compute: Callable[[], Any]) -> Any:
+    """`compute()` summed and cast to `argument`'s shape and dtype, or None (without computing it) when the
+    argument takes no gradient."""
+    return sum_like(compute(), argument) if _differentiable(argument) else None
+
+
+def _masked(keep: Any, value: Any) -> Any:
+    """`value` where `keep` holds, else 0 (torch's `where(keep, value, 0)`)."""
+    return aten.where.self(keep, value, zeros_like(value))
+
+
+def _zeroed(condition: Any, value: Any) -> Any:
+    """0 where `condition` holds, else `value` (torch's `value.masked_fill(condition, 0)`)."""
+    return aten.where.self(condition, zeros_like(value), value)
 
 
 @register_vjp("aten.add.Tensor")
 def _add_vjp(grad, out, self, other, *, alpha=1):
-    return sum_like(grad, self), sum_like(grad if alpha == 1 else aten.mul.Scalar(grad, alpha), other)
+    return (_gradient(self, lambda: grad),
+            _gradient(other, lambda: grad if alpha == 1 else aten.mul.Scalar(grad, alpha)))
 
 
 @register_vjp("aten.sub.Tensor")
 def _sub_vjp(grad, out, self, other, *, alpha=1):
-    return sum_like(grad, self), sum_like(aten.mul.Scalar(grad, -alpha), other)
+    return _gradient(self, lambda: grad), _gradient(other, lambda: aten.mul.Scalar(grad, -alpha))
 
 
 @register_vjp("aten.mul.Tensor")
 def _mul_vjp(grad, out, self, other):
-    return sum_like(aten.mul.Tensor(grad, other), self), sum_like(aten.mul.Tensor(grad, self), other)
+    return _gradient(self, lambda: aten.mul.Tensor(grad, other)), _gradient(other, lambda: aten.mul.Tensor(grad, self))
 
 
-@register_vjp("aten.exp.default")
-def _exp_vjp(grad, out, self):
-    return aten.mul.Tensor(grad, out)
+@register_vjp("aten.div.Tensor", "aten.div.Tensor_mode")
+def _div_vjp(grad, out, self, other, *, rounding_mode=None):
+    if rounding_mode is not None:  # a rounded quotient is piecewise constant: torch gives zeros
+        return _gradient(self, lambda: zeros_like(self)), _gradient(other, lambda: zeros_like(other))
+    return (_gradient(self, lambda: aten.div.Tensor(grad, other)),
+            _gradient(other, lambda: aten.mul.Tensor(aten.neg.default(grad),
+                                                     aten.div.Tensor(aten.div.Tensor(self, other), other))))
+
+
+@register_vjp("aten.div.Scalar", "aten.div.Scalar_mode")
+def _div_scalar_vjp(grad, out, self, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        return _gradient(self, lambda: zeros_like(self))
+    return _gradient(self, lambda: aten.div.Scalar(grad, other))
+
+
+@register_vjp("aten.mul.Scalar")
+def _mul_scalar_vjp(grad, out, self, other):
+    return _gradient(self, lambda: aten.mul.Scalar(grad, other))
+
+
+# d/dself of self + c, self - c, fmod(self, c), remainder(self, c) and of copies is 1
+@register_vjp("aten.add.Scalar", "aten.sub.Scalar", "aten.fmod.Scalar", "aten.remainder.Scalar",
+              "aten.clone.default", "aten.alias.default")
+def _pass_through_vjp(grad, out, self, *args, **kwargs):
+    return _gradient(self, lambda: grad)
+
+
+def _in_result_dtype(grad: Any, result: Any) -> Any:
+    """`grad` rounded to the result's dtype first, as torch's engine does with every gradient it is given (kiln's
+    leaves a cotangent passed to backward()/grad() in its own dtype, which matters where the result's dtype is
+    narrower than the argument's)."""
+    return cast(grad, dtype_of(result))
+
+
+@register_vjp("aten._to_copy.default")
+def _to_copy_vjp(grad, out, self, **kwargs):
+    return _gradient(self, lambda: _in_result_dtype(grad, out))  # then back to self's dtype
+
+
+# Piecewise constant: torch gives zeros (not None), so the gradient is defined even at the jumps
+@register_vjp("aten.ceil.default", "aten.floor.default", "aten.round.default", "aten.trunc.default",
+              "aten.sign.default", "aten.fill.Scalar")
+def _zero_vjp(grad, out, self, *args):
+    return _gradient(self, lambda: zeros_like(self))
+
+
+@register_vjp("aten.copy.default")
+def _copy_vjp(grad, out, self, src, non_blocking=False):
+    """torch's CopyBackwards: self is overwritten (zeros), src's gradient is summed over the broadcast."""
+    return _gradient(self, lambda: zeros_like(self)), _gradient(src, lambda: grad)
+
+
+def _remainder_vjp(rounding_mode: str) -> Callable[..., Any]:
+    """fmod / remainder: self - other * div(self, other, rounding_mode), the quotient being constant."""
+    def rule(grad, out, self, other):
+        def other_gradient():
+            quotient = aten.div.Tensor_mode(self, other, rounding_mode=rounding_mode)
+            return aten.mul.Tensor(aten.neg.default(grad), quotient)
+        return _gradient(self, lambda: grad), _gradient(other, other_gradient)
+    return rule
+
+
+register_vjp("aten.fmod.Tensor")(_remainder_vjp("trunc"))
+register_vjp("aten.remainder.Tensor")(_remainder_vjp("floor"))
+
+
+@register_vjp("aten.pow.Tensor_Scalar")
+def _pow_tensor_scalar_vjp(grad, out, self, exponent):
+    if exponent == 0 and not isinstance(exponent, bool):  # c10's Scalar::equal(0.0) is false for a bool
+        return _gradient(self, lambda: zeros_like(self))
+    power = float(exponent) if _is_number(exponent) else exponent  # torch reads the exponent as a double
+    return _gradient(self, lambda: aten.mul.Tensor(
+        grad, aten.mul.Scalar(aten.pow.Tensor_Scalar(self, power - 1), power)))
+
+
+@register_vjp("aten.pow.Tensor_Tensor")
+def _pow_vjp(grad, out, self, exponent):
+    def self_gradient():
+        power = aten.pow.Tensor_Tensor(self, aten.sub.Scalar(exponent, 1))
+        return _zeroed(aten.eq.Scalar(exponent, 0), aten.mul.Tensor(grad, aten.mul.Tensor(exponent, power)))
+    return _gradient(self, self_gradient), _pow_exponent_gradient(grad, out, self, exponent)
+
+
+def _pow_exponent_gradient(grad: Any, out: Any, self: Any, exponent: Any) -> Any:
+    """torch's pow_backward_exponent: grad * out * log(self), 0 where self == 0 and exponent >= 0."""
+    def compute():
+        log_base = aten.log.default(cast(self, _common_dtype(self, exponent)))
+        at_zero = aten.logical_and.default(aten.eq.Scalar(self, 0), aten.ge.Scalar(exponent, 0))
+        return aten.mul.Tensor(grad, _zeroed(at_zero, aten.mul.Tensor(out, log_base)))
+    return _gradient(exponent, compute)
+
+
+def _scalar_log(value: Any) -> float:
+    """c10's Scalar::log, std::log on a double: -inf at 0 and NaN below, where Python's math.log raises."""
+    value = float(value)
+    if value > 0 or math.isnan(value):
+        return math.log(value)
+    return -math.inf if value == 0 else math.nan
+
+
+@register_vjp("aten.pow.Scalar")
+def _pow_scalar_vjp(grad, out, self, exponent):
+    def compute():
+        log_term = aten.mul.Scalar(out, _scalar_log(self))
+        if self == 0 and not isinstance(self, bool):  # 0 ** exponent is flat (0) for exponent >= 0
+            log_term = _zeroed(aten.ge.Scalar(exponent, 0), log_term)
+        return aten.mul.Tensor(grad, log_term)
+    return _gradient(exponent, compute)
+
+
+def _atan2_gradients(grad: Any, self: Any, other: Any) -> tuple[Any, Any]:
+    """(other, -self) / (self² + other²); torch gives 0 where the denominator is 0 (at the origin, or underflowed)."""
+    denominator = aten.add.Tensor(aten.mul.Tensor(self, self), aten.mul.Tensor(other, other))
+    reciprocal = _zeroed(aten.eq.Scalar(denominator, 0), aten.reciprocal.default(denominator))
+    return (_gradient(self, lambda: aten.mul.Tensor(aten.mul.Tensor(grad, other), reciprocal)),
+            _gradient(other, lambda: aten.mul.Tensor(aten.mul.Tensor(aten.neg.default(grad), self), reciprocal)))
+
+
+@register_vjp("aten.atan2.default")
+def _atan2_vjp(grad, out, self, other):
+    return _atan2_gradients(grad, self, other)
+
+
+@register_vjp("aten.atan2.out")
+def _atan2_out_vjp(grad, result, self, other, *, out):
+    return (*_atan2_gradients(_in_result_dtype(grad, result), self, other), None)  # `out` is only written to
+
+
+def _extremum_vjp(self_loses: Any, other_loses: Any) -> Callable[..., Any]:
+    """maximum / minimum: the gradient goes to the winner, and is split evenly on ties (NaN gives it to both)."""
+    def rule(grad, out, self, other):
+        split = aten.where.self(aten.eq.Tensor(self, other), aten.div.Scalar(grad, 2), grad)
+        return (_gradient(self, lambda: _zeroed(self_loses(self, other), split)),
+                _gradient(other, lambda: _zeroed(other_loses(self, other), split)))
+    return rule
+
+
+register_vjp("aten.maximum.default")(_extremum_vjp(aten.lt.Tensor, aten.gt.Tensor))
+register_vjp("aten.minimum.default")(_extremum_vjp(aten.gt.Tensor, aten.lt.Tensor))
+
+
+def _within(self: Any, lower: Any, upper: Any, at_least: Any, at_most: Any) -> Any:
+    """lower <= self <= upper, either bound optional (None when both are); the bounds themselves count."""
+    if lower is None:
+        return None if upper is None else at_most(self, upper)
+    if upper is None:
+        return at_least(self, lower)
+    return aten.logical_and.default(at_least(self, lower), at_most(self, upper))
+
+
+@register_vjp("aten.clamp.default")
+def _clamp_vjp(grad, out, self, min=None, max=None):
+    inside = _within(self, min, max, aten.ge.Scalar, aten.le.Scalar)
+    return _gradient(self, lambda: grad if inside is None else _masked(inside, grad))
+
+
+@register_vjp("aten.clamp.Tensor")
+def _clamp_tensor_vjp(grad, out, self, min=None, max=None):
+    """torch's clamp_backward and clamp_backward_min_max: a bound gets the gradient where it is the result,
+    max winning where min > max."""
+    def self_gradient():
+        inside = _within(self, min, max, aten.ge.Tensor, aten.le.Tensor)
+        return grad if inside is None else _masked(inside, grad)
+
+    def min_gradient():
+        below = aten.lt.Tensor(self, min)
+        if max is not None:
+            below = aten.logical_and.default(below, aten.lt.Tensor(min, max))
+        return _masked(below, grad)
+
+    def max_gradient():
+        above = aten.gt.Tensor(self, max)
+        if min is not None:
+            above = aten.logical_or.default(above, aten.lt.Tensor(max, min))
+        return _masked(above, grad)
+
+    return _gradient(self, self_gradient), _gradient(min, min_gradient), _gradient(max, max_gradient)
+
+
+@register_vjp("aten.hardtanh.default")
+def _hardtanh_vjp(grad, out, self, min_val=-1, max_val=1):
+    """hardtanh_backward: only the open interval passes the gradient (clamp's bounds do pass it); 0 at NaN, as in
+    ATen's vector loop (its scalar tail passes the gradient there)."""
+    return _gradient(self, lambda: _masked(
+        aten.logical_and.default(aten.gt.Scalar(self, min_val), aten.lt.Scalar(self, max_val)), grad))
+
+
+@register_vjp("aten.where.self")
+def _where_vjp(grad, out, condition, self, other):
+    return (None, _gradient(self, lambda: _masked(condition, grad)),
+            _gradient(other, lambda: _zeroed(condition, grad)))
+
+
+@register_vjp("aten.leaky_relu.default")
+def _leaky_relu_vjp(grad, out, self, negative_slope=0.01):
+    return _gradient(self, lambda: aten.where.self(aten.gt.Scalar(self, 0), grad,
+                                                   aten.mul.Scalar(grad, negative_slope)))
+
+
+@register_vjp("aten.elu.default")
+def _elu_vjp(grad, out, self, alpha=1, scale=1, input_scale=1):
+    """elu_backward: a NaN input takes the negative branch (NaN), as in ATen's vector loop (its scalar tail gives
+    grad * scale there)."""
+    def compute():
+        negative = aten.mul.Tensor(aten.mul.Scalar(aten.mul.Scalar(grad, input_scale), alpha * scale),
+                                   aten.exp.default(aten.mul.Scalar(self, input_scale)))
+        return aten.where.self(aten.gt.Scalar(self, 0), aten.mul.Scalar(grad, scale), negative)
+    return _gradient(self, compute)
+
+
+@register_vjp("aten.gelu.default")
+def _gelu_vjp(grad, out, self, *, approximate="none"):
+    """ATen's GeluBackwardKernelImpl, step by step."""
+    def exact():
+        cdf = aten.mul.Scalar(aten.add.Scalar(aten.erf.default(aten.mul.Scalar(self, math.sqrt(0.5))), 1), 0.5)
+        pdf_scale = 2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5  # 1 / sqrt(2 pi)
+        pdf = aten.mul.Scalar(aten.exp.default(aten.mul.Scalar(aten.mul.Tensor(self, self), -0.5)), pdf_scale)
+        return aten.mul.Tensor(grad, aten.add.Tensor(cdf, aten.mul.Tensor(self, pdf)))
+
+    def tanh_form():
+        square = aten.mul.Tensor(self, self)
+        inner = aten.mul.Scalar(aten.add.Tensor(self, aten.mul.Scalar(aten.mul.Tensor(square, self), _GELU_TANH_KAPPA)),
+                                _GELU_TANH_BETA)
+        tanh_inner = aten.tanh.default(inner)
+        left_derivative = aten.mul.Scalar(aten.add.Scalar(tanh_inner, 1), 0.5)
+        tanh_derivative = aten.add.Scalar(aten.neg.default(aten.mul.Tensor(tanh_inner, tanh_inner)), 1)
+        inner_derivative = aten.mul.Scalar(aten.add.Scalar(aten.mul.Scalar(square, 3 * _GELU_TANH_KAPPA), 1),
+                                           _GELU_TANH_BETA)
+        right_derivative = aten.mul.Tensor(aten.mul.Tensor(aten.mul.Scalar(self, 0.5), tanh_derivative),
+                                           inner_derivative)
+        return aten.mul.Tensor(grad, aten.add.Tensor(left_derivative, right_derivative))
+
+    return _gradient(self, tanh_form if approximate == "tanh" else exact)
+
+
+def _one_minus(value: Any) -> Any:
+    return aten.add.Scalar(aten.neg.default(value), 1)
+
+
+# Unary ops: d(op)/dself as a function of (grad, out, self), in the result's dtype, as derivatives.yaml writes it
+_UNARY_DERIVATIVES: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "abs": lambda grad, out, x: aten.mul.Tensor(grad, aten.sign.default(x)),
+    "acos": lambda grad, out, x: aten.mul.Tensor(
+        grad, aten.neg.default(aten.rsqrt.default(_one_minus(aten.mul.Tensor(x, x))))),
+    "acosh": lambda grad, out, x: aten.mul.Tensor(grad, aten.rsqrt.default(aten.sub.Scalar(aten.mul.Tensor(x, x), 1))),
+    "asin": lambda grad, out, x: aten.mul.Tensor(grad, aten.rsqrt.default(_one_minus(aten.mul.Tensor(x, x)))),
+    "asinh": lambda grad, out, x: aten.mul.Tensor(
+        grad, aten.rsqrt.default(aten.add.Scalar(aten.pow.Tensor_Scalar(x, 2), 1))),
+    "atan": lambda grad, out, x: aten.div.Tensor(grad, aten.add.Scalar(aten.mul.Tensor(x, x), 1)),
+    "atanh": lambda grad, out, x: aten.div.Tensor(grad, _one_minus(aten.pow.Tensor_Scalar(x, 2))),
+    "cos": lambda grad, out, x: aten.mul.Tensor(grad, aten.neg.default(aten.sin.default(x))),
+    "cosh": lambda grad, out, x: aten.mul.Tensor(grad, aten.sinh.default(x)),
+    "erf": lambda grad, out, x: aten.mul.Tensor(
+        aten.mul.Scalar(aten.exp.default(aten.neg.default(aten.pow.Tensor_Scalar(x, 2))), 2 / math.sqrt(math.pi)),
+        grad),
+    "exp": lambda grad, out, x: aten.mul.Tensor(grad, out),
+    "expm1": lambda grad, out, x: aten.mul.Tensor(grad, aten.add.Scalar(out, 1)),
+    "log": lambda grad, out, x: aten.div.Tensor(grad, x),
+    "log10": lambda grad, out, x: aten.div.Tensor(grad, aten.mul.Scalar(x, 2.3025850929940456)),
+    "log1p": lambda grad, out, x: aten.div.Tensor(grad, aten.add.Scalar(x, 1)),
+    "log2": lambda grad, out, x: aten.div.Tensor(grad, aten.mul.Scalar(x, 0.6931471805599453)),
+    "neg": lambda grad, out, x: aten.neg.default(grad),
+    "reciprocal": lambda grad, out, x: aten.mul.Tensor(aten.neg.default(grad), aten.mul.Tensor(out, out)),
+    "relu": lambda grad, out, x: _zeroed(aten.le.Scalar(out, 0), grad),  # threshold_backward: NaN passes grad
+    "rsqrt": lambda grad, out, x: aten.mul.Tensor(aten.mul.Scalar(grad, -0.5), aten.pow.Tensor_Scalar(out, 3)),
+    "sigmoid": lambda grad, out, x: aten.mul.Tensor(aten.mul.Tensor(grad, _one_minus(out)), out),
+    "sin": lambda grad, out, x: aten.mul.Tensor(grad, aten.cos.default(x)),
+    "sinh": lambda grad, out, x: aten.mul.Tensor(grad, aten.cosh.default(x)),
+    "sqrt": lambda grad, out, x: aten.div.Tensor(grad, aten.mul.Scalar(out, 2)),
+    "tan": lambda grad, out, x: aten.mul.Tensor(grad, aten.add.Scalar(aten.pow.Tensor_Scalar(out, 2), 1)),
+    "tanh": lambda grad, out, x: aten.mul.Tensor(grad, _one_minus(aten.mul.Tensor(out, out))),
+}
+
+
+def _unary_vjp(derivative: Callable[[Any, Any, Any], Any]) -> Callable[..., Any]:
+    return lambda grad, out, self: _gradient(self, lambda: derivative(grad, out, self))
+
+
+for _name, _derivative in _UNARY_DERIVATIVES.items():
+    register_vjp(f"aten.{_name}.default")(_unary_vjp(_derivative))
