@@ -18,18 +18,19 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from kiln.ir.autodiff import NoDerivativeError, call_vjp, replace_slots, tensor_slots
 from kiln.ir.errors import KilnError
 from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
 
 __all__ = [
     "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
-    "is_inference_mode_enabled", "Node",
+    "is_inference_mode_enabled", "Node", "AutogradError", "NoDerivativeError",
 ]
 
 
 class AutogradError(KilnError):
     """Misuse of autograd: backward of a non-scalar without a gradient, a second backward through freed state,
-    an in-place update of a leaf that requires grad, or an op whose derivative kiln lacks."""
+    an in-place update of a leaf that requires grad. (An op without a derivative raises NoDerivativeError.)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,10 +141,12 @@ class Node:
     (no gradient wanted), a leaf Tensor (gradient accumulates in `.grad`), or `(node, output_index)`.
     """
 
-    __slots__ = ("opdef", "bound", "outputs", "edges", "sequence", "hooks", "retained", "freed", "__weakref__")
+    __slots__ = ("opdef", "bound", "outputs", "output_count", "edges", "sequence", "hooks", "retained", "freed",
+                 "__weakref__")
 
     def __init__(self, opdef: OpDef, bound: list[Any], outputs: list[np.ndarray], edges: list[Any]):
         self.opdef, self.bound, self.outputs, self.edges = opdef, bound, outputs, edges
+        self.output_count = len(outputs)
         self.sequence = next(_SEQUENCE)
         self.hooks: dict[int, list[Callable[[Any], Any]]] = {}
         self.retained: dict[int, Any] = {}  # output index -> weakref of a tensor that called retain_grad()
@@ -158,32 +161,6 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
-
-
-def _tensor_slots(opdef: OpDef, bound: list[Any]) -> list[Any]:
-    """The op's tensor arguments, flattened: one slot per Tensor argument, one per element of a Tensor[]."""
-    slots: list[Any] = []
-    for argument, value in zip(opdef.schema.arguments, bound):
-        if argument.type.is_tensor:
-            if argument.type.is_list:
-                slots.extend(value if value is not None else [])
-            else:
-                slots.append(value)
-    return slots
-
-
-def _replace_slots(opdef: OpDef, bound: list[Any], values: Iterable[Any]) -> list[Any]:
-    """`bound` with its tensor slots replaced, in `_tensor_slots` order."""
-    source = iter(values)
-    result = []
-    for argument, value in zip(opdef.schema.arguments, bound):
-        if argument.type.is_tensor:
-            if argument.type.is_list:
-                value = None if value is None else [next(source) for _ in value]
-            else:
-                value = next(source)
-        result.append(value)
-    return result
 
 
 def _is_differentiable_dtype(array: Any) -> bool:
@@ -241,7 +218,7 @@ def record(opdef: OpDef, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
             return opdef.decomposition(*positional, **keywords)
 
     bound = opdef.schema.bind(tuple(args), dict(kwargs))
-    slots = _tensor_slots(opdef, bound)
+    slots = tensor_slots(opdef, bound)
     edges = [_edge_of(value) for value in slots]
     arrays = [_eager(value) for value in bound]
     positional, keywords = split_bound(opdef, arrays)
@@ -254,7 +231,7 @@ def record(opdef: OpDef, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     for value in slots:
         if isinstance(value, Tensor):
             value._saved = True  # an in-place update must not overwrite the array this node keeps
-    node = Node(opdef, _replace_slots(opdef, arrays, (_eager(v) for v in slots)), flat, edges)
+    node = Node(opdef, replace_slots(opdef, arrays, (_eager(v) for v in slots)), flat, edges)
     wrapped = []
     for index, array in enumerate(flat):
         if isinstance(array, np.ndarray):
@@ -278,46 +255,16 @@ def _call_rule(node: Node, output_grads: list[Any], create_graph: bool) -> list[
     """The gradient of each tensor slot of `node`'s op, given the gradients of its outputs."""
     from kiln.frontend.tensor import Tensor
 
-    opdef = node.opdef
-    if opdef.vjp is None:
-        raise AutogradError(f"the derivative of {opdef.name} is not implemented in kiln",
-                            fix="detach the input of this op (tensor.detach()) or file an issue for its VJP rule")
-    slots = _tensor_slots(opdef, node.bound)
-    outputs: list[Any] = list(node.outputs)
-    if create_graph:
-        # Rebuild Tensors connected to the graph, so the ops the rule runs are recorded in turn.
-        slots = [_reconnect(array, edge) for array, edge in zip(slots, node.edges)]
-        outputs = [_reconnect(array, (node, i) if _is_differentiable_dtype(array) else None)
-                   for i, array in enumerate(outputs)]
-        output_grads = [g if g is None or isinstance(g, Tensor) else Tensor(g) for g in output_grads]
-    bound = _replace_slots(opdef, node.bound, slots)
-    positional, keywords = split_bound(opdef, bound)
-    returns = opdef.schema.returns
-    if len(returns) == 1 and not returns[0].type.is_list:
-        grad_arg, out_arg = output_grads[0], outputs[0]
-    elif len(returns) == 1:
-        grad_arg, out_arg = list(output_grads), outputs
-    else:
-        grad_arg, out_arg = tuple(output_grads), tuple(outputs)
-    if create_graph:
-        with emitting(_TENSOR_EMITTER):
-            result = opdef.vjp(grad_arg, out_arg, *positional, **keywords)
-    else:
-        result = opdef.vjp(grad_arg, out_arg, *positional, **keywords)
-    tensor_arguments = [a for a in opdef.schema.arguments if a.type.is_tensor]
-    if len(tensor_arguments) == 1:
-        result = (result,)
-    if len(result) != len(tensor_arguments):
-        raise KilnError(f"the VJP rule of {opdef.name} returned {len(result)} gradients for "
-                        f"{len(tensor_arguments)} tensor arguments")
-    flat: list[Any] = []
-    for argument, value in zip(tensor_arguments, result):
-        if argument.type.is_list:
-            count = len(next(v for a, v in zip(opdef.schema.arguments, node.bound) if a is argument) or [])
-            flat.extend(value if value is not None else [None] * count)
-        else:
-            flat.append(value)
-    return flat
+    bound, outputs = node.bound, list(node.outputs)
+    if not create_graph:
+        return call_vjp(node.opdef, output_grads, outputs, bound)
+    # Rebuild Tensors connected to the graph, so the ops the rule runs are recorded in turn.
+    slots = [_reconnect(array, edge) for array, edge in zip(tensor_slots(node.opdef, bound), node.edges)]
+    outputs = [_reconnect(array, (node, i) if _is_differentiable_dtype(array) else None)
+               for i, array in enumerate(outputs)]
+    output_grads = [g if g is None or isinstance(g, Tensor) else Tensor(g) for g in output_grads]
+    with emitting(_TENSOR_EMITTER):
+        return call_vjp(node.opdef, output_grads, outputs, replace_slots(node.opdef, bound, slots))
 
 
 def _reconnect(array: Any, edge: Any) -> Any:
@@ -373,7 +320,7 @@ def run_backward(roots: Sequence[Any], root_grads: Sequence[Any], *, retain_grap
             return
         node, index = edge
         if node not in pending:
-            pending[node] = [None] * len(node.outputs)
+            pending[node] = [None] * node.output_count
             heapq.heappush(heap, (-node.sequence, id(node), node))
         pending[node][index] = _add(pending[node][index], gradient)
 
@@ -403,7 +350,7 @@ def run_backward(roots: Sequence[Any], root_grads: Sequence[Any], *, retain_grap
         if all(g is None for g in grads):
             continue
         input_grads = _call_rule(node, grads, create_graph)
-        slots = _tensor_slots(node.opdef, node.bound)
+        slots = tensor_slots(node.opdef, node.bound)
         for slot, (edge, gradient) in enumerate(zip(node.edges, input_grads)):
             if edge is not None and gradient is not None:
                 send(edge, _check_gradient(node, slot, gradient, slots[slot]))
@@ -470,7 +417,7 @@ def _root_grads(tensors: Sequence[Any], grad_tensors: Sequence[Any] | None, crea
                                     fix="pass gradient= (a tensor of the output's shape) to backward()")
             gradient = np.ones_like(tensor._value)
         elif isinstance(gradient, Tensor):
-            gradient = gradient if create_graph else gradient._value
+            gradient = gradient.to(tensor.dtype) if create_graph else gradient._value.astype(tensor._value.dtype)
         else:
             gradient = np.asarray(gradient, dtype=tensor._value.dtype)
         if tuple(gradient.shape) != tuple(tensor._value.shape):

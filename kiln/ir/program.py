@@ -286,7 +286,7 @@ class ExportedProgram:
         outputs = run_program(self, flat)
         _write_back_input_mutations(self, flat, outputs)
         user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
-                if spec.kind is OutputKind.USER_OUTPUT]
+                if spec.kind in _RETURNED_KINDS]
         wrapper = next((getattr(a, "output_class", type(a)) for a in flat if hasattr(a, "__kiln_array__")), None)
         if wrapper is not None:  # called with kiln Tensors: answer with kiln Tensors
             user = [wrapper(u) if isinstance(u, np.ndarray) else u for u in user]
@@ -385,6 +385,11 @@ class ExportedProgram:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+# What calling a program returns: its user outputs, and a joint program's loss and gradients (in signature order).
+_RETURNED_KINDS = (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER,
+                   OutputKind.GRADIENT_TO_USER_INPUT)
 
 
 def _write_back_input_mutations(program: ExportedProgram, flat: list[Any], outputs: list[Any]) -> None:

@@ -52,7 +52,7 @@ def retrace(program: ExportedProgram, table: DecompositionTable | None = None,
     for arg, spec in zip(program.body.args, program.graph_signature.input_specs):
         arg_type = _substitute_type(arg.type, substitutions)
         mapping[arg] = builder.add_input(spec.name, arg_type, spec.kind, spec.target, spec.persistent)
-    outputs = _replay(program.body, builder, mapping, table or {}, substitutions)
+    outputs = replay(program.body, builder, mapping, table or {}, substitutions)
     specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
     ranges = {k: v for k, v in program.range_constraints.items() if k not in substitutions}
     ranges.update({new: builder.shape_env.symbols[new].range for old, new in substitutions.items()
@@ -86,12 +86,12 @@ def _substitute_type(value_type: Any, substitutions: dict[Any, Any] | None) -> A
     return value_type
 
 
-def _replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable,
+def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable | None = None,
             substitutions: dict[Any, Any] | None = None) -> list[Any]:
     """Re-issue `block`'s ops into `builder`; return the new values its terminator passes on."""
     from kiln.ir.control_flow import CondOp, MapOp, YieldOp
 
-    emitter = DecomposingEmitter(builder, table)
+    emitter = DecomposingEmitter(builder, table or {})
     for op in block.ops:
         if isinstance(op, (func.ReturnOp, YieldOp)):
             return [mapping[v] for v in op.operands]
@@ -174,7 +174,7 @@ def _replay_region(block: Any, arg_types: list[Any], builder: GraphBuilder, mapp
     inner = dict(mapping)
     for old_arg, arg_type in zip(block.args, arg_types):
         inner[old_arg] = inner_builder.add_input(old_arg.name_hint or "arg", arg_type)
-    yielded = _replay(block, inner_builder, inner, table, substitutions)
+    yielded = replay(block, inner_builder, inner, table, substitutions)
     inner_builder.block.add_op(YieldOp(yielded))
     return inner_builder.block, yielded
 

@@ -798,7 +798,8 @@ def _class_index_losses(log_probs: Tensor, target: Tensor, weight: Tensor | None
     picked = log_probs.gather(class_dim, safe_target.unsqueeze(class_dim)).squeeze(class_dim)
     picked = picked.masked_fill(ignored, 0.0)
     if weight is None:
-        return picked.neg(), ignored.logical_not().sum(), ignored
+        # the count of targets, as a float like ATen's total_weight (and so every backend can sum it)
+        return picked.neg(), ignored.logical_not().to(picked.dtype).sum(), ignored
     target_weight = weight.index_select(0, safe_target.flatten()).view(list(target.shape)).masked_fill(ignored, 0.0)
     return picked.neg() * target_weight, target_weight.sum(), ignored
 

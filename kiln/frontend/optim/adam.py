@@ -74,6 +74,14 @@ class Adam(Optimizer):
             for param in group["params"]:
                 step_as_tensor(self.state.get(param, {}))
 
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> None:
+        state = self.state[param]
+        state["step"] = new_step()
+        state["exp_avg"] = zeros_like(param)
+        state["exp_avg_sq"] = zeros_like(param)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = zeros_like(param)
+
     @step_without_grad
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Adam update of every parameter that has a `.grad`."""
@@ -90,11 +98,7 @@ class Adam(Optimizer):
                 grads.append(param.grad)
                 state = self.state[param]
                 if len(state) == 0:  # lazy state initialization, as torch's
-                    state["step"] = new_step()
-                    state["exp_avg"] = zeros_like(param)
-                    state["exp_avg_sq"] = zeros_like(param)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = zeros_like(param)
+                    self._init_state(param, group)
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
                 if group["amsgrad"]:
@@ -144,6 +148,20 @@ def adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 
+        if step_t.is_traced:
+            # A traced training step reads the step count as a tensor: torch's capturable formula.
+            bias_correction1 = 1 - beta1**step_t
+            bias_correction2 = 1 - beta2**step_t
+            step_size_neg = (lr / bias_correction1).neg()
+            bias_correction2_sqrt = bias_correction2.sqrt()
+            if amsgrad:
+                max_exp_avg_sqs[i].copy_(max_exp_avg_sqs[i].maximum(exp_avg_sq))
+                second_moment = max_exp_avg_sqs[i]
+            else:
+                second_moment = exp_avg_sq
+            denom = (second_moment.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
+            param.addcdiv_(exp_avg, denom)
+            continue
         step = step_t.item()
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step

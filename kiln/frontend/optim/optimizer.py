@@ -123,6 +123,10 @@ class Optimizer:
         """Update the parameters from their `.grad` once; `closure` re-evaluates the model and returns the loss."""
         raise NotImplementedError
 
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> None:
+        """Create `param`'s state as the first step would (kiln.training calls it before tracing a step)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its state starts")
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every parameter's `.grad` to None, or with `set_to_none=False` zero it in place."""
         for group in self.param_groups:

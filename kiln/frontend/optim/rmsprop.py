@@ -57,6 +57,15 @@ class RMSprop(Optimizer):
             for param in group["params"]:
                 step_as_tensor(self.state.get(param, {}))
 
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> None:
+        state = self.state[param]
+        state["step"] = new_step()
+        state["square_avg"] = zeros_like(param)
+        if group["momentum"] > 0:
+            state["momentum_buffer"] = zeros_like(param)
+        if group["centered"]:
+            state["grad_avg"] = zeros_like(param)
+
     @step_without_grad
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One RMSprop update of every parameter that has a `.grad`."""
@@ -73,12 +82,7 @@ class RMSprop(Optimizer):
                 grads.append(param.grad)
                 state = self.state[param]
                 if len(state) == 0:  # lazy state initialization, as torch's
-                    state["step"] = new_step()
-                    state["square_avg"] = zeros_like(param)
-                    if group["momentum"] > 0:
-                        state["momentum_buffer"] = zeros_like(param)
-                    if group["centered"]:
-                        state["grad_avg"] = zeros_like(param)
+                    self._init_state(param, group)
                 square_avgs.append(state["square_avg"])
                 state_steps.append(state["step"])
                 if group["momentum"] > 0:

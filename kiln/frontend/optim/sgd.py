@@ -10,7 +10,9 @@ from typing import Any, Callable
 from kiln.frontend.optim.optimizer import (
     Optimizer, OptimizerArgumentError, check_single_implementation, evaluate_closure, step_without_grad, to_scalar,
 )
+from kiln.frontend.functions import zeros_like
 from kiln.frontend.tensor import Tensor
+from kiln.ir.errors import UnsupportedError
 
 __all__ = ["SGD", "sgd"]
 
@@ -45,6 +47,16 @@ class SGD(Optimizer):
             group.setdefault("foreach", None)
             group.setdefault("differentiable", False)
             group.setdefault("fused", False)
+
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> None:
+        """The state a first step would create, made up front (for a traced step): a momentum buffer of zeros takes
+        the first step exactly as torch's copy of the gradient does when there is no dampening."""
+        if group["momentum"] == 0:
+            return
+        if group["dampening"] != 0:
+            raise UnsupportedError("SGD with dampening creates its momentum buffer on the first step",
+                                   fix="take one optimizer step eagerly before exporting the training step")
+        self.state[param]["momentum_buffer"] = zeros_like(param)
 
     @step_without_grad
     def step(self, closure: Callable[[], Any] | None = None) -> Any:

@@ -614,7 +614,9 @@ _INPUT_TARGETS = {"parameter": "parameter_name", "buffer": "buffer_name", "tenso
 _OUTPUT_KINDS = {"user_output": (OutputKind.USER_OUTPUT, None), "buffer_mutation": (OutputKind.BUFFER_MUTATION,
                                                                                      "buffer_name"),
                  "user_input_mutation": (OutputKind.USER_INPUT_MUTATION, "user_input_name"),
-                 "loss_output": (OutputKind.LOSS_OUTPUT, None)}
+                 "loss_output": (OutputKind.LOSS_OUTPUT, None),
+                 "gradient_to_parameter": (OutputKind.GRADIENT_TO_PARAMETER, "parameter_name"),
+                 "gradient_to_user_input": (OutputKind.GRADIENT_TO_USER_INPUT, "user_input_name")}
 
 
 def check_schema_version(document: Any) -> None:

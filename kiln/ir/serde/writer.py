@@ -468,6 +468,10 @@ def _output_spec(spec: Any, name: str, value_type: Any = None) -> dict[str, Any]
         return {"user_input_mutation": {"arg": {"name": name}, "user_input_name": spec.target}}
     if kind is OutputKind.LOSS_OUTPUT:
         return {"loss_output": {"arg": {"name": name}}}
+    if kind is OutputKind.GRADIENT_TO_PARAMETER:
+        return {"gradient_to_parameter": {"arg": {"name": name}, "parameter_name": spec.target}}
+    if kind is OutputKind.GRADIENT_TO_USER_INPUT:
+        return {"gradient_to_user_input": {"arg": {"name": name}, "user_input_name": spec.target}}
     raise SerdeError(f"{kind.value} outputs have no kiln .pt2 encoding yet")
 
 
