@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from kiln.ir.autodiff import NoDerivativeError, call_vjp, replace_slots, tensor_slots
+from kiln.ir.autodiff import NoDerivativeError, call_vjp, replace_slots, slot_names, tensor_slots
 from kiln.ir.errors import KilnError
 from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
 
@@ -219,13 +219,15 @@ def record(opdef: OpDef, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
 
     bound = opdef.schema.bind(tuple(args), dict(kwargs))
     slots = tensor_slots(opdef, bound)
-    edges = [_edge_of(value) for value in slots]
+    frozen = opdef.nondifferentiable_arguments
+    edges = [None if name in frozen else _edge_of(value) for name, value in zip(slot_names(opdef, bound), slots)]
     arrays = [_eager(value) for value in bound]
     positional, keywords = split_bound(opdef, arrays)
     result = OpOverload(opdef)(*positional, **keywords)
     flat = list(result) if isinstance(result, (list, tuple)) else [result]
     differentiable = "nondifferentiable" not in opdef.tags and any(e is not None for e in edges)
-    if not differentiable or not any(_is_differentiable_dtype(r) for r in flat):
+    if not differentiable or not any(_is_differentiable_dtype(r) and i not in opdef.nondifferentiable_outputs
+                                     for i, r in enumerate(flat)):
         return _wrap_eager(result)
 
     for value in slots:
@@ -236,7 +238,7 @@ def record(opdef: OpDef, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     for index, array in enumerate(flat):
         if isinstance(array, np.ndarray):
             tensor = Tensor(array)
-            if _is_differentiable_dtype(array):
+            if _is_differentiable_dtype(array) and index not in opdef.nondifferentiable_outputs:
                 tensor._requires_grad, tensor._grad_fn, tensor._saved = True, (node, index), True
             wrapped.append(tensor)
         else:
@@ -260,7 +262,8 @@ def _call_rule(node: Node, output_grads: list[Any], create_graph: bool) -> list[
         return call_vjp(node.opdef, output_grads, outputs, bound)
     # Rebuild Tensors connected to the graph, so the ops the rule runs are recorded in turn.
     slots = [_reconnect(array, edge) for array, edge in zip(tensor_slots(node.opdef, bound), node.edges)]
-    outputs = [_reconnect(array, (node, i) if _is_differentiable_dtype(array) else None)
+    outputs = [_reconnect(array, (node, i) if _is_differentiable_dtype(array)
+                          and i not in node.opdef.nondifferentiable_outputs else None)
                for i, array in enumerate(outputs)]
     output_grads = [g if g is None or isinstance(g, Tensor) else Tensor(g) for g in output_grads]
     with emitting(_TENSOR_EMITTER):

@@ -29,6 +29,15 @@ def tensor_slots(opdef: OpDef, bound: Sequence[Any]) -> list[Any]:
     return slots
 
 
+def slot_names(opdef: OpDef, bound: Sequence[Any]) -> list[str]:
+    """The argument name of each tensor slot, in `tensor_slots` order."""
+    names: list[str] = []
+    for argument, value in zip(opdef.schema.arguments, bound):
+        if argument.type.is_tensor:
+            names.extend([argument.name] * (len(value or []) if argument.type.is_list else 1))
+    return names
+
+
 def replace_slots(opdef: OpDef, bound: Sequence[Any], values: Iterable[Any]) -> list[Any]:
     """`bound` with its tensor slots replaced, in `tensor_slots` order."""
     source = iter(values)

@@ -38,6 +38,9 @@ class OpDef:
     # The vector-Jacobian product: `vjp(grad, out, *args, **kwargs)` -> one gradient per tensor argument (see
     # register_vjp). Written with `kiln.ops` handles, so it runs eagerly on arrays and records ops when traced.
     vjp: Callable[..., Any] | None = field(default=None, repr=False)
+    # Results torch gives no gradient (by index) and arguments it refuses to differentiate (by name).
+    nondifferentiable_outputs: frozenset[int] = frozenset()
+    nondifferentiable_arguments: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -97,11 +100,16 @@ def register_vjp(*names: "OpOverload | str") -> Callable[[Callable[..., Any]], C
     return register
 
 
-def mark_nondifferentiable(*names: str) -> None:
-    """torch gives these ops' floating outputs no gradient (`grad_fn` is None), so kiln's autodiff does neither."""
+def mark_nondifferentiable(*names: str, outputs: tuple[int, ...] = (), arguments: tuple[str, ...] = ()) -> None:
+    """torch gives these ops' floating outputs no gradient (`grad_fn` is None), so kiln's autodiff does neither.
+    With `outputs` (result indices) or `arguments` (names), only those: torch's output_differentiability, and the
+    arguments it refuses to differentiate (batch norm's running statistics)."""
     for name in names:
         opdef = lookup(name)
-        opdef.tags = opdef.tags | {"nondifferentiable"}
+        if not outputs and not arguments:
+            opdef.tags = opdef.tags | {"nondifferentiable"}
+        opdef.nondifferentiable_outputs = opdef.nondifferentiable_outputs | frozenset(outputs)
+        opdef.nondifferentiable_arguments = opdef.nondifferentiable_arguments | frozenset(arguments)
 
 
 def _core_names() -> frozenset[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from xdsl.dialects import func
 
-from kiln.ir.autodiff import call_vjp, tensor_slots
+from kiln.ir.autodiff import call_vjp, slot_names, tensor_slots
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError
 from kiln.ir.meta import dtype_of, numel, shape_of
@@ -62,21 +62,23 @@ def joint_program(program: ExportedProgram, joint_loss_index: int = 0, *,
         for op in reversed(list(program.body.ops)):
             if isinstance(op, func.ReturnOp):
                 continue
-            output_grads = [gradients.get(result) for result in op.results]
+            opdef = getattr(op, "opdef", None)
+            frozen = opdef.nondifferentiable_outputs if opdef is not None else frozenset()
+            output_grads = [None if i in frozen else gradients.get(result) for i, result in enumerate(op.results)]
             if all(g is None for g in output_grads):
                 continue
             source = op.attributes.get("kiln.source")
             where = source.data if source is not None else None  # type: ignore[union-attr]
             if isinstance(op, (CondOp, MapOp)):
                 raise JointProgramError(f"differentiating through {op.name} is not supported yet", source=where)
-            opdef = op.opdef  # type: ignore[attr-defined]
             if "nondifferentiable" in opdef.tags:
                 continue
             builder.source = where
             slot_grads = call_vjp(opdef, output_grads, [mapping[r] for r in op.results],
                                   bound_arguments(op, mapping.__getitem__), source=where)
-            for old, gradient in zip(tensor_slots(opdef, bound_arguments(op)), slot_grads):
-                if old is None or gradient is None:
+            arguments = bound_arguments(op)
+            for old, name, gradient in zip(tensor_slots(opdef, arguments), slot_names(opdef, arguments), slot_grads):
+                if old is None or gradient is None or name in opdef.nondifferentiable_arguments:
                     continue
                 gradients[old] = gradient if old not in gradients else aten.add.Tensor(gradients[old], gradient)
 

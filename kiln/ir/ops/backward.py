@@ -44,6 +44,16 @@ def _require_same_dtype(op: str, **named) -> None:
         require_dtype(dt is first, op, f"{name} has dtype {dt.name} but {first_name} has {first.name}")
 
 
+def _require_parameters(op: str, input, **named) -> None:
+    """Affine parameters have the input's dtype, or all float32 for a float16/bfloat16 input (ATen's CPU mixed
+    precision, as in the forward ops)."""
+    given = [t for t in named.values() if t is not None]
+    if dtype_of(input) in (dtypes.float16, dtypes.bfloat16) and any(dtype_of(t) is dtypes.float32 for t in given):
+        _require_same_dtype(op, **{name: t for name, t in named.items() if t is not None})
+    else:
+        _require_same_dtype(op, input=input, **named)
+
+
 def _require_floating(op: str, name: str, value) -> None:
     dtype = dtype_of(value)
     require_dtype(dtype.is_floating_point, op, f"{name} must be a floating tensor, got {dtype.name}")
@@ -134,9 +144,11 @@ def _divide(numerator: np.ndarray, divisor: np.ndarray) -> np.ndarray:
 def _window_backward(grad_delta: np.ndarray, self_shape, inside_h: np.ndarray, inside_w: np.ndarray) -> np.ndarray:
     """Add each output's grad_delta[..., o, p] to every input of its window (inside_h[o] x inside_w[p]), in
     ATen's order: outputs in raster order, each addition rounded to the dtype."""
+    planes = int(np.prod(self_shape[:-2]))
+    if planes == 0:  # an empty batch
+        return np.zeros(self_shape, grad_delta.dtype)
     out_h, in_h = np.nonzero(inside_h)  # sorted by output, so contributions arrive in raster order
     out_w, in_w = np.nonzero(inside_w)
-    planes = int(np.prod(self_shape[:-2]))
     values = grad_delta.reshape(planes, *grad_delta.shape[-2:])[:, out_h[:, None], out_w[None, :]]
     targets = in_h[:, None] * self_shape[-1] + in_w[None, :]
     result = _ordered_scatter_add(self_shape[-2] * self_shape[-1], targets.reshape(-1), values.reshape(planes, -1),
@@ -236,6 +248,8 @@ def _max_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, d
 def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     plane = self.shape[-2] * self.shape[-1]
     planes = int(np.prod(self.shape[:-2]))
+    if planes == 0:  # an empty batch
+        return np.zeros(self.shape, self.dtype)
     indices = indices.reshape(planes, -1)
     if indices.size and (indices.min() < -1 or indices.max() >= plane):
         raise ShapeError(f"aten.max_pool2d_with_indices_backward.default: indices must lie in [0, {plane}) "
@@ -381,6 +395,10 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
     kernel = weight.shape[2:]
     x, w, dy = _f64(input), _f64(weight), _f64(grad_output)
     batch, groups = x.shape[0], int(groups)
+    dtype = grad_output.dtype
+    if x.size == 0 or w.size == 0 or dy.size == 0:  # an empty batch (or channels): nothing to sum
+        grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
+        return np.zeros(x.shape, dtype), np.zeros(w.shape, dtype), grad_bias.astype(dtype)
     O, K = "xyz"[:spatial], "ijk"[:spatial]  # einsum letters of the spatial and kernel dims
     if transposed:
         cols = _windows(dy, kernel, stride, padding, dilation, x.shape[2:])
@@ -406,7 +424,6 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
         grad_input = padded[(slice(None), slice(None))
                             + tuple(slice(p, p + size) for p, size in zip(padding, x.shape[2:]))]
     grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
-    dtype = grad_output.dtype
     return grad_input.astype(dtype), grad_weight.astype(dtype), grad_bias.astype(dtype)
 
 
@@ -429,7 +446,8 @@ def _normalized_input_grad(dy_weighted, x_hat, rstd, axis):
 
 def _layer_norm_backward_meta(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     op = "aten.native_layer_norm_backward.default"
-    _require_same_dtype(op, input=input, grad_out=grad_out, weight=weight, bias=bias)
+    _require_same_dtype(op, input=input, grad_out=grad_out)
+    _require_parameters(op, input, weight=weight, bias=bias)
     _require_floating(op, "input", input)
     shape, normalized = shape_of(input), list(normalized_shape)
     axis = len(shape) - len(normalized)
@@ -471,7 +489,8 @@ defop("native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normal
 
 def _group_norm_backward_meta(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: N803
     op = "aten.native_group_norm_backward.default"
-    _require_same_dtype(op, input=input, grad_out=grad_out, weight=weight)
+    _require_same_dtype(op, input=input, grad_out=grad_out)
+    _require_parameters(op, input, weight=weight)
     _require_floating(op, "input", input)
     shape = shape_of(input)
     require(len(shape) >= 2 and sym_eq(shape[0], N) and sym_eq(shape[1], C), op,
@@ -507,3 +526,185 @@ def _group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, 
 defop("native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
       "SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
       _group_norm_backward_meta, _group_norm_backward, tags=_TAGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules: double backward (torch's derivatives.yaml). The pooling and embedding backwards are linear in
+# grad_output, so their VJP is the forward op again; `self` only lends its shape and gets no gradient.
+
+from kiln.ir.ops._grad import cast  # noqa: E402
+from kiln.ir.registry import ops, register_vjp  # noqa: E402
+
+aten = ops.aten
+
+
+@register_vjp("aten.avg_pool2d_backward.default")
+def _avg_pool2d_backward_vjp(grad, out, grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                             divisor_override):
+    return aten.avg_pool2d.default(grad, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                   divisor_override), None
+
+
+@register_vjp("aten._adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool2d_backward_vjp(grad, out, grad_output, self):
+    return aten._adaptive_avg_pool2d.default(grad, list(shape_of(grad_output)[-2:])), None
+
+
+@register_vjp("aten.max_pool2d_with_indices_backward.default")
+def _max_pool2d_backward_vjp(grad, out, grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                             indices):
+    """torch's max_pool_double_backward: each output reads the gradient at the input its index names."""
+    lead = list(shape_of(self)[:-2])
+    flat_grad = aten.view.default(grad, [*lead, numel(shape_of(self)[-2:])])
+    flat_indices = aten.view.default(indices, [*lead, numel(shape_of(indices)[-2:])])
+    picked = aten.gather.default(flat_grad, len(lead), flat_indices)
+    return aten.view.default(picked, list(shape_of(indices))), None, None
+
+
+@register_vjp("aten.embedding_dense_backward.default")
+def _embedding_dense_backward_vjp(grad, out, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """torch's embedding_dense_double_backward: the rows the indices name, zero at padding_idx. Like torch, it does
+    not scale by frequency (its comment: "the first backward takes care of scaling by frequency")."""
+    flat = aten.view.default(indices, [numel(shape_of(indices))])
+    rows = aten.index_select.default(grad, 0, flat)
+    if padding_idx >= 0:
+        keep = aten.unsqueeze.default(aten.ne.Scalar(flat, padding_idx), 1)
+        rows = aten.where.self(keep, rows, aten.full.default([], 0, dtype=dtype_of(rows)))
+    return aten.view.default(rows, list(shape_of(grad_output))), None
+
+
+@register_vjp("aten.convolution_backward.default")
+def _convolution_backward_vjp(grad, out, grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                              output_padding, groups, output_mask):
+    """torch's _convolution_double_backward. With y = conv(x, w): dx = dx(dy, w) and dw = dw(x, dy) are bilinear,
+    so the cotangents (ggx, ggw, ggb) of (dx, dw, db) give d(dy) = conv(ggx, w) + conv(x, ggw) + ggb,
+    d(x) = dx(dy, ggw) and d(w) = dw(ggx, dy)."""
+    grad_grad_input, grad_grad_weight, grad_grad_bias = grad
+
+    def conv(x, w):
+        return aten.convolution.default(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+
+    def conv_backward(dy, x, w, mask):
+        return aten.convolution_backward.default(dy, x, w, None, stride, padding, dilation, transposed,
+                                                 output_padding, groups, mask)
+    terms = []
+    if grad_grad_input is not None:
+        terms.append(conv(grad_grad_input, weight))
+    if grad_grad_weight is not None:
+        terms.append(conv(input, grad_grad_weight))
+    if grad_grad_bias is not None:
+        rank = len(shape_of(grad_output))
+        channels = aten.view.default(grad_grad_bias, [1, shape_of(grad_grad_bias)[0], *[1] * (rank - 2)])
+        terms.append(aten.expand.default(channels, list(shape_of(grad_output))))
+    grad_grad_output = None
+    for term in terms:
+        grad_grad_output = term if grad_grad_output is None else aten.add.Tensor(grad_grad_output, term)
+    if grad_grad_output is not None:
+        grad_grad_output = cast(grad_grad_output, dtype_of(grad_output))
+    grad_input = None if grad_grad_weight is None else conv_backward(
+        grad_output, input, grad_grad_weight, [True, False, False])[0]
+    grad_weight = None if grad_grad_input is None else conv_backward(
+        grad_output, grad_grad_input, weight, [False, True, False])[1]
+    return grad_grad_output, grad_input, grad_weight
+
+
+def _normalized_projection(value, x_hat, dims):
+    """P(v) = v - mean(v) - x̂ * mean(v * x̂) over each normalized group: the normalization's input gradient
+    before the rstd factor (P is self-adjoint)."""
+    centered = aten.sub.Tensor(value, aten.mean.dim(value, dims, True))
+    return aten.sub.Tensor(centered, aten.mul.Tensor(x_hat, aten.mean.dim(aten.mul.Tensor(value, x_hat), dims, True)))
+
+
+def _normalization_double_backward(grad, grad_out, input, mean, rstd, weight, dims, weight_dims, count):
+    """The VJP of dx = rstd * P(dy * weight), dweight = sum(dy * x̂), dbias = sum(dy), where mean and rstd are
+    the statistics of `input` over `dims` (count elements per group), so the gradient of input includes what
+    flows through them (torch's layer_norm_double_backward). All tensors come laid out to broadcast against
+    input; weight (None: ones) and the weight and bias cotangents in the layout of the affine parameters,
+    whose gradient sums over `weight_dims`. With x̂ = (x - mean) * rstd, g = dy * weight, a the cotangent of
+    dx and b, c those of dweight, dbias (· sums over a group):
+      d(dy)     = weight * rstd * P(a) + b * x̂ + c
+      d(weight) = sum of dy * rstd * P(a)
+      d(x)      = rstd * P(b * dy) - rstd^2 / M * [(a·x̂) P(g) + (g·x̂) P(a) + (a·g - M mean(a) mean(g)
+                  - (g·x̂)(a·x̂) / M) x̂]."""
+    grad_grad_input, grad_grad_weight, grad_grad_bias = grad
+    x_hat = aten.mul.Tensor(aten.sub.Tensor(input, mean), rstd)
+    weighted = grad_out if weight is None else aten.mul.Tensor(grad_out, weight)
+    terms_dy, terms_x = [], []
+    grad_weight = None
+    if grad_grad_input is not None:
+        a = grad_grad_input
+        projected_a = aten.mul.Tensor(rstd, _normalized_projection(a, x_hat, dims))
+        terms_dy.append(projected_a if weight is None else aten.mul.Tensor(projected_a, weight))
+        if weight is not None:
+            grad_weight = aten.sum.dim_IntList(aten.mul.Tensor(grad_out, projected_a), weight_dims, True)
+        a_dot_xhat = aten.sum.dim_IntList(aten.mul.Tensor(a, x_hat), dims, True)
+        g_dot_xhat = aten.sum.dim_IntList(aten.mul.Tensor(weighted, x_hat), dims, True)
+        a_dot_g = aten.sub.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a, weighted), dims, True), aten.mul.Scalar(
+            aten.mul.Tensor(aten.mean.dim(a, dims, True), aten.mean.dim(weighted, dims, True)), count))
+        inner = aten.add.Tensor(aten.mul.Tensor(a_dot_xhat, _normalized_projection(weighted, x_hat, dims)),
+                                aten.mul.Tensor(g_dot_xhat, _normalized_projection(a, x_hat, dims)))
+        along_xhat = aten.sub.Tensor(a_dot_g, aten.div.Scalar(aten.mul.Tensor(g_dot_xhat, a_dot_xhat), count))
+        inner = aten.add.Tensor(inner, aten.mul.Tensor(along_xhat, x_hat))
+        terms_x.append(aten.neg.default(aten.mul.Tensor(aten.div.Scalar(aten.mul.Tensor(rstd, rstd), count), inner)))
+    if grad_grad_weight is not None:
+        terms_dy.append(aten.mul.Tensor(grad_grad_weight, x_hat))
+        terms_x.append(aten.mul.Tensor(rstd, _normalized_projection(aten.mul.Tensor(grad_grad_weight, grad_out),
+                                                                    x_hat, dims)))
+    if grad_grad_bias is not None:
+        terms_dy.append(aten.expand.default(grad_grad_bias, list(shape_of(input))))
+    return _summed(terms_dy), _summed(terms_x), grad_weight
+
+
+def _summed(terms):
+    total = None
+    for term in terms:
+        total = term if total is None else aten.add.Tensor(total, term)
+    return total
+
+
+def _reshaped(value, shape, dtype=None):
+    if value is None:
+        return None
+    value = aten.view.default(value, list(shape))
+    return value if dtype is None else cast(value, dtype)
+
+
+@register_vjp("aten.native_layer_norm_backward.default")
+def _native_layer_norm_backward_vjp(grad, out, grad_out, input, normalized_shape, mean, rstd, weight, bias,
+                                    output_mask):
+    """torch's layer_norm_double_backward (see _normalization_double_backward). torch implements no gradient for
+    mean and rstd, nor for bias, which the backward does not read."""
+    shape = shape_of(input)
+    axis = len(shape) - len(normalized_shape)
+    stats = [*shape[:axis], *[1] * len(normalized_shape)]  # one value per normalized group
+    grad_dy, grad_x, grad_weight = _normalization_double_backward(
+        grad, grad_out, input, aten.view.default(mean, stats), aten.view.default(rstd, stats), weight,
+        list(range(axis, len(shape))), list(range(axis)), numel(shape[axis:]))
+    dtype = dtype_of(input)
+    return (_reshaped(grad_dy, shape, dtype), _reshaped(grad_x, shape, dtype), None, None,
+            _reshaped(grad_weight, shape_of(weight), dtype_of(weight)) if weight is not None else None, None)
+
+
+@register_vjp("aten.native_group_norm_backward.default")
+def _native_group_norm_backward_vjp(grad, out, grad_out, input, mean, rstd, weight, N, C, HxW, group,  # noqa: N803
+                                    output_mask):
+    """The double backward of group norm, as layer norm's over [N, group, C / group, HxW] with a weight per channel.
+    torch implements none (its double backward raises), so this one is checked against finite differences."""
+    per_group = _floordiv(C, group)
+    grouped = [N, group, per_group, HxW]
+    channels = [1, group, per_group, 1]
+    stats = [N, group, 1, 1]
+    grad_grad_input, grad_grad_weight, grad_grad_bias = grad
+    grad_dy, grad_x, grad_weight = _normalization_double_backward(
+        (_reshaped(grad_grad_input, grouped), _reshaped(grad_grad_weight, channels),
+         _reshaped(grad_grad_bias, channels)),
+        aten.view.default(grad_out, grouped), aten.view.default(input, grouped), aten.view.default(mean, stats),
+        aten.view.default(rstd, stats), _reshaped(weight, channels), [2, 3], [0, 3], as_dim(per_group * HxW))
+    dtype, shape = dtype_of(input), shape_of(input)
+    return (_reshaped(grad_dy, shape, dtype), _reshaped(grad_x, shape, dtype), None, None,
+            _reshaped(grad_weight, [C], dtype_of(weight)) if weight is not None else None)
+
+
+from kiln.ir.registry import mark_nondifferentiable  # noqa: E402
+
+mark_nondifferentiable("aten.native_layer_norm_backward.default", arguments=("mean", "rstd"))

@@ -664,9 +664,6 @@ defop("native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, S
 # ---------------------------------------------------------------------------------------------
 # Dropout
 
-_RANDOM = np.random.default_rng()
-
-
 def _native_dropout_meta(input, p, train):
     op = "aten.native_dropout.default"
     require_arg(0 <= p <= 1, op, f"dropout probability has to be between 0 and 1, got {p}")
@@ -676,7 +673,9 @@ def _native_dropout_meta(input, p, train):
 def _native_dropout_kernel(input, p, train):
     if train is False:
         return input.copy(), np.ones(input.shape, np.bool_)
-    keep = _RANDOM.random(input.shape) >= p  # kept with probability 1 - p, like bernoulli_(1 - p)
+    from kiln.ir.ops.factory import generator  # the generator kiln.manual_seed reseeds
+
+    keep = generator().random(input.shape) >= p  # kept with probability 1 - p, like bernoulli_(1 - p)
     scale = 0.0 if p == 1 else 1 / (1 - p)
     with np.errstate(all="ignore"):
         out = (input * keep.astype(input.dtype)).astype(_opmath(input.dtype)) * scale
@@ -2459,3 +2458,656 @@ def _weight_norm_decomposition(v, g, dim=0):
         norm = aten.linalg_vector_norm.default(v, 2, dims, dims is not None)
     return aten.mul.Tensor(v, aten.div.Tensor(g, norm))
 
+
+# =============================================================================================
+# VJP rules (torch's derivatives.yaml, written with kiln.ops handles; see register_vjp). Ops with a backward op
+# (kiln/ir/ops/backward.py) call it; the others scatter their gradient back with index_put / scatter_add, or
+# reuse a 2-D backward op along pairs of axes (the 3-D pools are separable per axis).
+
+from kiln.ir.ops._grad import cast, zeros_like  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
+
+aten = ops.aten
+
+
+def _ints(values, n: int) -> list:
+    """An int[n] argument as n values (ATen accepts one value for all dims)."""
+    values = list(values) if isinstance(values, (list, tuple)) else [values]
+    return values * n if len(values) == 1 else values
+
+
+def _zeros(shape, dtype: dtypes.DType):
+    return aten.full.default(list(shape), 0, dtype=dtype)
+
+
+def _zero_where_not(keep, value):
+    """`value` where `keep` holds, else 0 (also where `value` is NaN or inf, unlike a multiplication by the mask)."""
+    return aten.where.self(keep, value, aten.full.default([], 0, dtype=dtype_of(value)))
+
+
+def _column(vector):
+    return aten.unsqueeze.default(vector, 1)
+
+
+# --- convolution
+
+@register_vjp("aten.convolution.default")
+def _convolution_vjp(grad, out, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    bias_sizes = None if bias is None else list(shape_of(bias))
+    grad_input, grad_weight, grad_bias = aten.convolution_backward.default(
+        grad, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+        [True, True, bias is not None])
+    return grad_input, grad_weight, None if bias is None else cast(grad_bias, dtype_of(bias))
+
+
+# --- pooling
+
+def _pool_arguments_2d(kernel_size, stride, padding, n: int):
+    kernel = _ints(kernel_size, n)
+    return kernel, _ints(stride, n) if stride else kernel, _ints(padding, n)
+
+
+@register_vjp("aten.max_pool2d_with_indices.default")
+def _max_pool2d_vjp(grad, out, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if grad[0] is None:
+        return None
+    kernel, stride, padding = _pool_arguments_2d(kernel_size, stride, padding, 2)
+    return aten.max_pool2d_with_indices_backward.default(grad[0], self, kernel, stride, padding, _ints(dilation, 2),
+                                                         ceil_mode, out[1])
+
+
+@register_vjp("aten.max_pool3d_with_indices.default")
+def _max_pool3d_vjp(grad, out, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Each output's gradient goes to the input its index names (a flat position in its D*H*W volume)."""
+    if grad[0] is None:
+        return None
+    shape = shape_of(self)
+    lead = list(shape[:-3])
+    volume, pooled = numel(shape[-3:]), numel(shape_of(grad[0])[-3:])
+    flat = aten.view.default(zeros_like(self), [*lead, volume])
+    flat = aten.scatter_add.default(flat, len(lead), aten.view.default(out[1], [*lead, pooled]),
+                                    aten.view.default(grad[0], [*lead, pooled]))
+    return aten.view.default(flat, list(shape))
+
+
+@register_vjp("aten.avg_pool2d.default")
+def _avg_pool2d_vjp(grad, out, self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                    divisor_override=None):
+    kernel, stride, padding = _pool_arguments_2d(kernel_size, stride, padding, 2)
+    return aten.avg_pool2d_backward.default(grad, self, kernel, stride, padding, ceil_mode, count_include_pad,
+                                            divisor_override)
+
+
+def _shape_carrier(shape, dtype: dtypes.DType):
+    """A tensor of `shape` for a backward op that reads only its argument's shape and dtype (a broadcast zero)."""
+    return aten.expand.default(aten.full.default([], 0, dtype=dtype), list(shape))
+
+
+def _separable_3d_backward(grad, self, backward_2d):
+    """The VJP of a 3-D pool that factors over its axes (windows and divisors are per-axis products): the 2-D
+    backward over (H, W) on [batch * D_out, H_out, W_out], then over D on [batch, D_out, H * W] with a
+    window of one along the flattened H * W. `backward_2d(grad, carrier, axes)` runs the 2-D backward op."""
+    shape, pooled = shape_of(self), shape_of(grad)
+    batch = numel(shape[:-3])
+    depth, height, width = shape[-3:]
+    out_depth, out_height, out_width = pooled[-3:]
+    dtype = dtype_of(grad)
+    planes = as_dim(batch * out_depth)
+    result = backward_2d(aten.view.default(grad, [planes, out_height, out_width]),
+                         _shape_carrier([planes, height, width], dtype), (1, 2))
+    plane = as_dim(height * width)
+    result = backward_2d(aten.view.default(result, [batch, out_depth, plane]),
+                         _shape_carrier([batch, depth, plane], dtype), (0,))
+    return aten.view.default(result, list(shape))
+
+
+@register_vjp("aten.avg_pool3d.default")
+def _avg_pool3d_vjp(grad, out, self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                    divisor_override=None):
+    kernel, stride, padding = _pool_arguments_2d(kernel_size, stride, padding, 3)
+    # With divisor_override each axis only sums (divisor 1); the override divides once at the end.
+    per_axis_divisor = None if divisor_override is None else 1
+
+    def backward_2d(grad_2d, carrier, axes):
+        if axes == (0,):
+            k, s, p = [kernel[0], 1], [stride[0], 1], [padding[0], 0]
+        else:
+            k, s, p = kernel[1:], stride[1:], padding[1:]
+        return aten.avg_pool2d_backward.default(grad_2d, carrier, k, s, p, ceil_mode, count_include_pad,
+                                                per_axis_divisor)
+    result = _separable_3d_backward(grad, self, backward_2d)
+    return result if divisor_override is None else aten.div.Scalar(result, divisor_override)
+
+
+@register_vjp("aten._adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d_vjp(grad, out, self, output_size):
+    return aten._adaptive_avg_pool2d_backward.default(grad, self)
+
+
+@register_vjp("aten._adaptive_avg_pool3d.default")
+def _adaptive_avg_pool3d_vjp(grad, out, self, output_size):
+    return _separable_3d_backward(grad, self, lambda g, carrier, axes: aten._adaptive_avg_pool2d_backward.default(
+        g, carrier))
+
+
+# --- normalization
+
+def _channel_view(vector, rank: int):
+    """[C] -> [1, C, 1, ...], to broadcast against an [N, C, *] input."""
+    return aten.view.default(vector, [1, shape_of(vector)[0], *[1] * (rank - 2)])
+
+
+def _batch_norm_vjp(grad, input, weight, bias, mean, invstd, training: bool):
+    """torch's native_batch_norm_backward. Training: the statistics are the batch's own, so
+    dx = (dy - mean(dy) - (x - mean) * mean(dy * (x - mean)) * invstd^2) * invstd * weight; otherwise they are
+    constants and dx = dy * invstd * weight. dweight = sum(dy * (x - mean)) * invstd, dbias = sum(dy)."""
+    if grad is None:
+        return None, None, None
+    rank = len(shape_of(input))
+    dims = [0, *range(2, rank)]
+    centered = aten.sub.Tensor(input, _channel_view(mean, rank))
+    product = aten.mul.Tensor(grad, centered)
+    scale = invstd if weight is None else aten.mul.Tensor(invstd, weight)
+    if training:
+        projection = aten.mul.Tensor(centered, aten.mul.Tensor(aten.mean.dim(product, dims, True),
+                                                               _channel_view(aten.mul.Tensor(invstd, invstd), rank)))
+        grad_input = aten.sub.Tensor(aten.sub.Tensor(grad, aten.mean.dim(grad, dims, True)), projection)
+        grad_input = aten.mul.Tensor(grad_input, _channel_view(scale, rank))
+    else:
+        grad_input = aten.mul.Tensor(grad, _channel_view(scale, rank))
+    grad_weight = grad_bias = None
+    if weight is not None:
+        grad_weight = cast(aten.mul.Tensor(aten.sum.dim_IntList(product, dims), invstd), dtype_of(weight))
+    if bias is not None:
+        grad_bias = cast(aten.sum.dim_IntList(grad, dims), dtype_of(bias))
+    return cast(grad_input, dtype_of(input)), grad_weight, grad_bias
+
+
+def _running_invstd(running_var, eps):
+    return aten.rsqrt.default(aten.add.Scalar(running_var, eps))
+
+
+@register_vjp("aten._native_batch_norm_legit.default")
+def _native_batch_norm_legit_vjp(grad, out, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training:
+        grads = _batch_norm_vjp(grad[0], input, weight, bias, out[1], out[2], True)
+    else:
+        grads = _batch_norm_vjp(grad[0], input, weight, bias, running_mean, _running_invstd(running_var, eps), False)
+    return (*grads, None, None)  # the running statistics are buffers: no gradient (torch refuses to make one)
+
+
+@register_vjp("aten._native_batch_norm_legit.no_stats")
+def _native_batch_norm_legit_no_stats_vjp(grad, out, input, weight, bias, training, momentum, eps):
+    return _batch_norm_vjp(grad[0], input, weight, bias, out[1], out[2], True)
+
+
+@register_vjp("aten._native_batch_norm_legit_no_training.default")
+def _native_batch_norm_legit_no_training_vjp(grad, out, input, weight, bias, running_mean, running_var, momentum,
+                                             eps):
+    grads = _batch_norm_vjp(grad[0], input, weight, bias, running_mean, _running_invstd(running_var, eps), False)
+    return (*grads, None, None)
+
+
+@register_vjp("aten.native_layer_norm.default")
+def _native_layer_norm_vjp(grad, out, input, normalized_shape, weight, bias, eps):
+    """torch's rule reads only the output's gradient: mean and rstd are not differentiable outputs in torch."""
+    if grad[0] is None:
+        return None, None, None
+    grad_input, grad_weight, grad_bias = aten.native_layer_norm_backward.default(
+        grad[0], input, normalized_shape, out[1], out[2], weight, bias, [True, weight is not None, bias is not None])
+    return grad_input, None if weight is None else grad_weight, None if bias is None else grad_bias
+
+
+@register_vjp("aten.native_group_norm.default")
+def _native_group_norm_vjp(grad, out, input, weight, bias, N, C, HxW, group, eps):  # noqa: N803
+    """native_group_norm_backward for the output's gradient, plus (torch's infinitely differentiable form) what
+    flows through the mean and rstd outputs: d mean / dx = 1 / M, d rstd / dx = -rstd^3 (x - mean) / M over each
+    group of M = C / group * HxW elements."""
+    grad_out, grad_mean, grad_rstd = grad
+    grad_input = grad_weight = grad_bias = None
+    if grad_out is not None:
+        grad_input, grad_weight, grad_bias = aten.native_group_norm_backward.default(
+            grad_out, input, out[1], out[2], weight, N, C, HxW, group, [True, weight is not None, bias is not None])
+    if grad_mean is not None or grad_rstd is not None:
+        count = as_dim(_floordiv(C, group) * HxW)
+        grouped = aten.view.default(input, [N, group, count])
+        through_stats = None
+        if grad_rstd is not None:
+            rstd, mean = _column3(out[2]), _column3(out[1])
+            through_stats = aten.mul.Tensor(aten.sub.Tensor(grouped, mean),
+                                            aten.mul.Tensor(_column3(grad_rstd), aten.pow.Tensor_Scalar(rstd, 3)))
+            through_stats = aten.neg.default(through_stats)
+        if grad_mean is not None:
+            through_stats = (aten.expand.default(_column3(grad_mean), [N, group, count]) if through_stats is None
+                             else aten.add.Tensor(through_stats, _column3(grad_mean)))
+        through_stats = aten.view.default(aten.div.Scalar(through_stats, count), list(shape_of(input)))
+        through_stats = cast(through_stats, dtype_of(input))
+        grad_input = through_stats if grad_input is None else aten.add.Tensor(grad_input, through_stats)
+    return grad_input, None if weight is None else grad_weight, None if bias is None else grad_bias
+
+
+def _column3(statistic):
+    """[N, group] -> [N, group, 1]."""
+    return aten.unsqueeze.default(statistic, 2)
+
+
+# --- dropout
+
+@register_vjp("aten.native_dropout.default")
+def _native_dropout_vjp(grad, out, input, p, train):
+    """grad * mask * scale. torch scales by 1 / (1 - p) only for train=True: train=None trains in the forward
+    pass but its gradient is not rescaled (derivatives.yaml's `!train.has_value() ? 1`); kiln does the same."""
+    if grad[0] is None:
+        return None
+    masked = aten.mul.Tensor(grad[0], out[1])
+    scale = (0.0 if p == 1 else 1.0 / (1.0 - p)) if train else 1.0
+    return masked if scale == 1.0 else aten.mul.Scalar(masked, scale)
+
+
+# --- embeddings
+
+@register_vjp("aten.embedding.default")
+def _embedding_vjp(grad, out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return aten.embedding_dense_backward.default(grad, indices, shape_of(weight)[0], padding_idx,
+                                                 scale_grad_by_freq), None
+
+
+def _bag_of_each_index(indices, offsets, include_last_offset: bool):
+    """offset2bag computed from the offsets (the fused sum path leaves it empty): index i belongs to the number
+    of bag starts after the first that are <= i."""
+    count = shape_of(indices)[0]
+    bags = shape_of(offsets)[0] - (1 if include_last_offset else 0)
+    starts = aten.slice.Tensor(offsets, 0, 1, bags)
+    marks = aten.index_put.default(_zeros([as_dim(count + 1)], dtypes.int64), [starts],
+                                   aten.full_like.default(starts, 1, dtype=dtypes.int64), True)
+    return aten.slice.Tensor(aten.cumsum.default(marks, 0), 0, 0, count)
+
+
+@register_vjp("aten._embedding_bag.default")
+def _embedding_bag_vjp(grad, out, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                       per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """ATen's _embedding_bag_dense_backward and _embedding_bag_per_sample_weights_backward: sum and mean send each
+    bag's gradient to its rows (divided by the bag size for mean, times the sample weight), max to the row that
+    won each column of a non-empty bag; padding_idx rows get nothing."""
+    if grad[0] is None:
+        return None, None, None, None
+    grad_out, (_, _, bag_size, max_indices) = grad[0], out
+    rows, dtype = shape_of(weight)[0], dtype_of(grad_out)
+    if mode == _MODE_MAX:
+        kept = _zero_where_not(_column(aten.gt.Scalar(bag_size, 0)), grad_out)
+        grad_weight = aten.scatter_add.default(_zeros([rows, shape_of(weight)[1]], dtype), 0,
+                                               cast(max_indices, dtypes.int64), kept)
+        return grad_weight, None, None, None
+    bag_of = _bag_of_each_index(indices, offsets, include_last_offset)
+    bag_grad = aten.index_select.default(grad_out, 0, bag_of)
+    per_index = bag_grad
+    if mode == _MODE_MEAN:
+        sizes = cast(aten.index_select.default(bag_size, 0, bag_of), dtype)
+        per_index = aten.div.Tensor(per_index, _column(sizes))
+    if per_sample_weights is not None:
+        per_index = aten.mul.Tensor(per_index, _column(per_sample_weights))
+    if scale_grad_by_freq:
+        counts = aten.index_put.default(_zeros([rows], dtype), [indices],
+                                        aten.full_like.default(indices, 1, dtype=dtype), True)
+        per_index = aten.div.Tensor(per_index, _column(aten.index_select.default(counts, 0, indices)))
+    kept = aten.ne.Scalar(indices, padding_idx) if padding_idx >= 0 else None
+    if kept is not None:
+        per_index = _zero_where_not(_column(kept), per_index)
+    grad_weight = aten.index_put.default(zeros_like(weight), [indices], cast(per_index, dtype_of(weight)), True)
+    grad_sample_weights = None
+    if per_sample_weights is not None:
+        rows_used = aten.index_select.default(weight, 0, indices)
+        grad_sample_weights = aten.sum.dim_IntList(aten.mul.Tensor(bag_grad, rows_used), [1])
+        if kept is not None:
+            grad_sample_weights = _zero_where_not(kept, grad_sample_weights)
+        grad_sample_weights = cast(grad_sample_weights, dtype_of(per_sample_weights))
+    return grad_weight, None, None, grad_sample_weights
+
+
+# --- padding
+
+def _padding_source(kind: str, size, out, before):
+    """The input position each output position reads along one axis, as int64 [out]."""
+    position = aten.arange.start_step(-before, as_dim(out - before), 1, dtype=dtypes.int64)
+    last = as_dim(size - 1)
+    if kind == "replication":
+        return aten.clamp.default(position, 0, last)
+    # Mirror about both edges: last - |last - |i||.
+    mirrored = aten.abs.default(aten.sub.Scalar(aten.abs.default(position), last))
+    return aten.add.Scalar(aten.neg.default(mirrored), last)
+
+
+def _axis_indices(per_axis: list) -> list:
+    """Index tensors of the last len(per_axis) dims, shaped to broadcast against each other."""
+    n = len(per_axis)
+    return [aten.view.default(index, [shape_of(index)[0], *[1] * (n - 1 - k)]) for k, index in enumerate(per_axis)]
+
+
+def _pad_vjp(kind: str, n: int):
+    def vjp(grad, out, self, padding):
+        """Every output position adds its gradient to the input position it copies."""
+        shape, padded = shape_of(self), shape_of(grad)
+        sources = [_padding_source(kind, shape[len(shape) - n + k], padded[len(shape) - n + k],
+                                   padding[2 * (n - 1 - k)]) for k in range(n)]
+        return aten.index_put.default(zeros_like(self), [None] * (len(shape) - n) + _axis_indices(sources), grad,
+                                      True)
+    return vjp
+
+
+for _kind, _dims in (("reflection", (1, 2, 3)), ("replication", (2, 3))):
+    for _n in _dims:
+        register_vjp(f"aten.{_kind}_pad{_n}d.default")(_pad_vjp(_kind, _n))
+
+
+# --- upsampling
+
+def _resampled_positions(resample, input, axis: int, output_size, scale_factors, dtype: dtypes.DType):
+    """Where each output row (axis 2) or column (axis 3) reads the input: the op itself run on the positions
+    0..size-1 laid out along that axis (the other spatial axis has size 1, which the op copies), so the rule
+    repeats the kernel's own index arithmetic. Bilinear gives the fractional source position."""
+    size = shape_of(input)[axis]
+    first = axis == 2
+    carrier = aten.view.default(aten.arange.start_step(0, size, 1, dtype=dtype), [1, 1, size, 1] if first
+                                else [1, 1, 1, size])
+    sizes = None if output_size is None else ([output_size[0], 1] if first else [1, output_size[1]])
+    scales = None if scale_factors is None else ([scale_factors[0], 1.0] if first else [1.0, scale_factors[1]])
+    positions = resample(carrier, sizes, scales)
+    return aten.view.default(positions, [shape_of(positions)[axis]])
+
+
+@register_vjp("aten.upsample_nearest2d.vec")
+def _upsample_nearest2d_vjp(grad, out, input, output_size, scale_factors):
+    rows, columns = (cast(_resampled_positions(aten.upsample_nearest2d.vec, input, axis, output_size, scale_factors,
+                                               dtypes.float32), dtypes.int64) for axis in (2, 3))
+    return aten.index_put.default(zeros_like(input), [None, None, *_axis_indices([rows, columns])], grad, True)
+
+
+@register_vjp("aten.upsample_bilinear2d.vec")
+def _upsample_bilinear2d_vjp(grad, out, input, output_size, align_corners, scale_factors):
+    """Each output pixel adds its gradient, times the bilinear weights, to its four source pixels."""
+    float64 = dtype_of(input) is dtypes.float64
+    dtype = dtypes.float64 if float64 else dtypes.float32  # ATen's opmath: the weights' precision
+
+    def resample(carrier, sizes, scales):
+        return aten.upsample_bilinear2d.vec(carrier, sizes, align_corners, scales)
+
+    taps = []  # per axis: (low, high, weight of low, weight of high)
+    for axis in (2, 3):
+        position = _resampled_positions(resample, input, axis, output_size, scale_factors, dtype)
+        low = aten.floor.default(position)
+        weight_high = aten.sub.Tensor(position, low)
+        low = cast(low, dtypes.int64)
+        high = aten.clamp.default(aten.add.Scalar(low, 1), None, as_dim(shape_of(input)[axis] - 1))
+        taps.append((low, high, aten.add.Scalar(aten.neg.default(weight_high), 1), weight_high))
+    (top, bottom, w_top, w_bottom), (left, right, w_left, w_right) = taps
+    result = zeros_like(input)
+    for rows, w_rows in ((top, w_top), (bottom, w_bottom)):
+        for columns, w_columns in ((left, w_left), (right, w_right)):
+            weights = aten.mul.Tensor(_column(w_rows), aten.unsqueeze.default(w_columns, 0))
+            values = cast(aten.mul.Tensor(grad, weights), dtype_of(input))
+            result = aten.index_put.default(result, [None, None, *_axis_indices([rows, columns])], values, True)
+    return result
+
+
+# --- col2im
+
+@register_vjp("aten.col2im.default")
+def _col2im_vjp(grad, out, self, output_size, kernel_size, dilation, padding, stride):
+    return aten.im2col.default(grad, kernel_size, dilation, padding, stride)
+
+
+# --- grid_sampler_2d (ATen's GridSamplerKernel backward, written with gathers and scatter_add over the flattened
+# H * W plane)
+
+def _grid_source(coordinate, size, align_corners: bool, padding_mode: int, *, pad_point: bool = True):
+    """Grid coordinates of one axis -> (source positions, slope): d position / d coordinate is
+    slope[0] / 2 * slope[1] (a count, and a tensor or None for 1), or 0 where the slope is None. The padding
+    derivative is ATen's: border and reflection clip with gradient 0 at and beyond the edges
+    (`clip_coordinates_set_grad`), and reflection flips its sign on every mirror image. Scales are applied as
+    integer multiples and halvings, so symbolic sizes stay exact."""
+    extent = as_dim(size - 1) if align_corners else size  # unnormalize: (coordinate + 1) * extent / 2 (- 0.5)
+    position = aten.div.Scalar(aten.mul.Scalar(aten.add.Scalar(coordinate, 1), extent), 2)
+    if not align_corners:
+        position = aten.sub.Scalar(position, 0.5)
+    if not pad_point or padding_mode == _ZEROS:
+        return position, (extent, None)
+    sign = None
+    if padding_mode == _REFLECTION:
+        position, sign = _reflected(position, size, align_corners)
+        if sign is None:  # nothing to mirror over (one pixel, align_corners): position 0, gradient 0
+            return position, None
+    last = as_dim(size - 1)
+    inside = cast(aten.logical_and.default(aten.gt.Scalar(position, 0), aten.lt.Scalar(position, last)),
+                  dtype_of(position))
+    return aten.clamp.default(position, 0, last), (extent, inside if sign is None else aten.mul.Tensor(inside, sign))
+
+
+def _reflected(position, size, align_corners: bool):
+    """Mirror into [low, low + span] (the forward's _GridAxis.reflect); the sign of d reflected / d position."""
+    low = 0.0 if align_corners else -0.5
+    twice_span = 2 * (size - 1) if align_corners else 2 * size
+    if isinstance(twice_span, int) and twice_span == 0:
+        return aten.mul.Scalar(position, 0), None
+    shifted = aten.sub.Scalar(position, low)
+    distance = aten.abs.default(shifted)
+    extra = aten.sub.Tensor(distance, aten.mul.Scalar(aten.trunc.default(aten.div.Scalar(distance, twice_span)),
+                                                      twice_span))
+    flipped = aten.gt.Scalar(extra, twice_span / 2)
+    mirrored = aten.where.self(flipped, aten.add.Scalar(aten.neg.default(extra), twice_span), extra)
+    negative = aten.logical_xor.default(flipped, aten.lt.Scalar(shifted, 0))
+    one = aten.full.default([], 1, dtype=dtype_of(position))
+    sign = aten.where.self(negative, aten.neg.default(one), one)
+    return aten.add.Scalar(mirrored, low), sign
+
+
+class _GridTaps:
+    """Gathers from and scatters into an [N, C, H, W] input flattened to [N, C, H * W], at integer positions
+    [N, Ho, Wo]; positions outside the input read 0 and receive nothing."""
+
+    def __init__(self, input, grad):
+        self.shape = shape_of(input)
+        batch, channels, self.height, self.width = self.shape
+        self.sampled = list(shape_of(grad)[2:])  # [Ho, Wo]
+        self.points = numel(self.sampled)
+        self.flat_input = aten.view.default(input, [batch, channels, as_dim(self.height * self.width)])
+        self.flat_grad = aten.view.default(grad, [batch, channels, self.points])
+        self.grad_input = zeros_like(self.flat_input)
+
+    def _where(self, rows, columns):
+        batch, channels = self.shape[:2]
+        inside = aten.logical_and.default(
+            aten.logical_and.default(aten.ge.Scalar(rows, 0), aten.lt.Scalar(rows, self.height)),
+            aten.logical_and.default(aten.ge.Scalar(columns, 0), aten.lt.Scalar(columns, self.width)))
+        flat = aten.add.Tensor(aten.mul.Scalar(aten.clamp.default(rows, 0, as_dim(self.height - 1)), self.width),
+                               aten.clamp.default(columns, 0, as_dim(self.width - 1)))
+        index = aten.expand.default(aten.view.default(flat, [batch, 1, self.points]), [batch, channels, self.points])
+        return index, aten.view.default(inside, [batch, 1, self.points])
+
+    def tap(self, rows, columns, weight):
+        """Add grad * weight ([N, Ho, Wo]) at the tap; return the input values there ([N, C, Ho * Wo])."""
+        index, inside = self._where(rows, columns)
+        weight = aten.view.default(weight, [self.shape[0], 1, self.points])
+        spread = _zero_where_not(inside, aten.mul.Tensor(self.flat_grad, weight))
+        self.grad_input = aten.scatter_add.default(self.grad_input, 2, index, cast(spread, dtype_of(self.grad_input)))
+        return _zero_where_not(inside, aten.gather.default(self.flat_input, 2, index))
+
+    def grid_term(self, values):
+        """sum over channels of grad * values, as [N, Ho, Wo]."""
+        summed = aten.sum.dim_IntList(aten.mul.Tensor(self.flat_grad, values), [1])
+        return aten.view.default(summed, [self.shape[0], *self.sampled])
+
+
+def _cubic_weights_and_slopes(t):
+    """ATen's cubic convolution weights (A = -0.75) of the four taps around fractional offset t, and their
+    derivatives with respect to t."""
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return aten.add.Scalar(aten.mul.Tensor(aten.mul.Tensor(aten.add.Scalar(aten.mul.Scalar(x, a + 2), -(a + 3)),
+                                                               x), x), 1)
+
+    def far(x):  # 1 < |x| < 2
+        inner = aten.add.Scalar(aten.mul.Tensor(aten.add.Scalar(aten.mul.Scalar(x, a), -5 * a), x), 8 * a)
+        return aten.add.Scalar(aten.mul.Tensor(inner, x), -4 * a)
+
+    def near_slope(x):
+        return aten.mul.Tensor(aten.add.Scalar(aten.mul.Scalar(x, 3 * (a + 2)), -2 * (a + 3)), x)
+
+    def far_slope(x):
+        return aten.add.Scalar(aten.mul.Tensor(aten.add.Scalar(aten.mul.Scalar(x, 3 * a), -10 * a), x), 8 * a)
+
+    plus_one, one_minus = aten.add.Scalar(t, 1), aten.add.Scalar(aten.neg.default(t), 1)
+    two_minus = aten.add.Scalar(aten.neg.default(t), 2)
+    weights = [far(plus_one), near(t), near(one_minus), far(two_minus)]
+    slopes = [far_slope(plus_one), near_slope(t), aten.neg.default(near_slope(one_minus)),
+              aten.neg.default(far_slope(two_minus))]
+    return weights, slopes
+
+
+@register_vjp("aten.grid_sampler_2d.default")
+def _grid_sampler_2d_vjp(grad, out, input, grid, interpolation_mode, padding_mode, align_corners):
+    """Bilinear: each output adds grad * weight to its four corners, and moves with the grid by the difference of
+    its corners' values; nearest: grad to the nearest pixel, no grid gradient (zeros, like torch); bicubic: 16
+    taps at padded integer positions, the grid gradient through the cubic weights only. Computed in opmath."""
+    dtype = dtypes.float64 if dtype_of(input) is dtypes.float64 else dtypes.float32
+    height, width = shape_of(input)[2:]
+    taps = _GridTaps(cast(input, dtype), cast(grad, dtype))
+    coordinates = [cast(aten.select.int(grid, 3, axis), dtype) for axis in (0, 1)]
+    to_index = lambda position: cast(position, dtypes.int64)  # noqa: E731 (positions are integral here)
+    grid_grads = [None, None]
+    if interpolation_mode == _NEAREST:
+        (x, _), (y, _) = (_grid_source(c, size, align_corners, padding_mode)
+                          for c, size in zip(coordinates, (width, height)))
+        rows, columns = (to_index(aten.round.default(p)) for p in (y, x))
+        taps.tap(rows, columns, aten.full_like.default(x, 1))
+    elif interpolation_mode == _BILINEAR:
+        (x, x_slope), (y, y_slope) = (_grid_source(c, size, align_corners, padding_mode)
+                                      for c, size in zip(coordinates, (width, height)))
+        west, north = aten.floor.default(x), aten.floor.default(y)
+        w, n = aten.sub.Tensor(x, west), aten.sub.Tensor(y, north)
+        e, s = aten.add.Scalar(aten.neg.default(w), 1), aten.add.Scalar(aten.neg.default(n), 1)
+        west, north = to_index(west), to_index(north)
+        east, south = aten.add.Scalar(west, 1), aten.add.Scalar(north, 1)
+        nw = taps.tap(north, west, aten.mul.Tensor(s, e))
+        ne = taps.tap(north, east, aten.mul.Tensor(s, w))
+        sw = taps.tap(south, west, aten.mul.Tensor(n, e))
+        se = taps.tap(south, east, aten.mul.Tensor(n, w))
+        along_x = aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(ne, nw), _points(s, taps)),
+                                  aten.mul.Tensor(aten.sub.Tensor(se, sw), _points(n, taps)))
+        along_y = aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(sw, nw), _points(e, taps)),
+                                  aten.mul.Tensor(aten.sub.Tensor(se, ne), _points(w, taps)))
+        grid_grads = [_scaled(taps.grid_term(along_x), x_slope), _scaled(taps.grid_term(along_y), y_slope)]
+    else:
+        (x, x_slope), (y, y_slope) = (_grid_source(c, size, align_corners, padding_mode, pad_point=False)
+                                      for c, size in zip(coordinates, (width, height)))
+        west, north = aten.floor.default(x), aten.floor.default(y)
+        (x_weights, x_slopes), (y_weights, y_slopes) = (_cubic_weights_and_slopes(aten.sub.Tensor(x, west)),
+                                                        _cubic_weights_and_slopes(aten.sub.Tensor(y, north)))
+        along_x = along_y = None
+        for i in range(4):
+            rows = to_index(_grid_source_pad(aten.add.Scalar(north, i - 1), height, align_corners, padding_mode))
+            for j in range(4):
+                columns = to_index(_grid_source_pad(aten.add.Scalar(west, j - 1), width, align_corners,
+                                                    padding_mode))
+                values = taps.tap(rows, columns, aten.mul.Tensor(x_weights[j], y_weights[i]))
+                dx = aten.mul.Tensor(values, _points(aten.mul.Tensor(x_slopes[j], y_weights[i]), taps))
+                dy = aten.mul.Tensor(values, _points(aten.mul.Tensor(x_weights[j], y_slopes[i]), taps))
+                along_x = dx if along_x is None else aten.add.Tensor(along_x, dx)
+                along_y = dy if along_y is None else aten.add.Tensor(along_y, dy)
+        grid_grads = [_scaled(taps.grid_term(along_x), x_slope), _scaled(taps.grid_term(along_y), y_slope)]
+    grad_input = cast(aten.view.default(taps.grad_input, list(shape_of(input))), dtype_of(input))
+    if grid_grads[0] is None:
+        return grad_input, zeros_like(grid)
+    grad_grid = aten.cat.default([aten.unsqueeze.default(g, 3) for g in grid_grads], 3)
+    return grad_input, cast(grad_grid, dtype_of(grid))
+
+
+def _points(weight, taps: _GridTaps):
+    """[N, Ho, Wo] -> [N, 1, Ho * Wo], to broadcast over the channels of gathered values."""
+    return aten.view.default(weight, [taps.shape[0], 1, taps.points])
+
+
+def _scaled(term, slope):
+    """The grid gradient of one axis: its term times d position / d coordinate (see _grid_source)."""
+    if slope is None:
+        return aten.mul.Scalar(term, 0)
+    extent, factor = slope
+    term = aten.div.Scalar(aten.mul.Scalar(term, extent), 2)
+    return term if factor is None else aten.mul.Tensor(term, factor)
+
+
+def _grid_source_pad(position, size, align_corners: bool, padding_mode: int):
+    """A bicubic tap's integer position after the padding mode (no gradient flows through taps)."""
+    if padding_mode == _ZEROS:
+        return position
+    if padding_mode == _REFLECTION:
+        position = _reflected(position, size, align_corners)[0]
+    return aten.clamp.default(position, 0, as_dim(size - 1))
+
+
+# --- FFT (torch's fft_r2c_backward / fft_c2r_backward)
+
+def _along(vector, dim: int, rank: int):
+    """A 1-D tensor laid out along `dim` of a rank-`rank` tensor."""
+    return aten.view.default(vector, [*[1] * dim, shape_of(vector)[0], *[1] * (rank - 1 - dim)])
+
+
+def _bin_weights(bins, doubled_up_to, inside: float, dtype: dtypes.DType):
+    """[bins] of 1, except `inside` at positions 1..doubled_up_to."""
+    position = aten.arange.start_step(0, bins, 1, dtype=dtypes.int64)
+    chosen = aten.logical_and.default(aten.ge.Scalar(position, 1), aten.le.Scalar(position, doubled_up_to))
+    return aten.where.self(chosen, aten.full.default([], inside, dtype=dtype), aten.full.default([], 1, dtype=dtype))
+
+
+def _real_part(value):
+    return aten._to_copy.default(value, dtype=dtypes.complex_to_real(dtype_of(value)))
+
+
+@register_vjp("aten._fft_r2c.default")
+def _fft_r2c_vjp(grad, out, self, dim, normalization, onesided):
+    """The real part of the inverse c2c transform of the gradient (zero-padded to the full length when one-sided),
+    written with c2r: c2r(h) is the inverse transform of h's Hermitian extension, so h must be the Hermitian part of
+    the padded gradient, (G[k] + conj(G[-k])) / 2. One-sided, that is the gradient with its bins 1..(n-1)/2 halved;
+    two-sided, with conj(z) = 2 re(z) - z and c2r real-linear, it is c2r(G / 2) - c2r(G[-k] / 2) + c2r(re(G[-k]))."""
+    rank = len(shape_of(self))
+    dims = [canonical_dim("aten._fft_r2c.default", d, rank) for d in dim]
+    last = dims[-1]
+    length = shape_of(self)[last]
+    real = dtypes.complex_to_real(dtype_of(grad))
+    if onesided:
+        weights = _bin_weights(shape_of(grad)[last], _floordiv(length - 1, 2), 0.5, real)
+        hermitian = aten.mul.Tensor(grad, _along(weights, last, rank))
+    else:
+        mirrored = grad
+        for d in dims:  # G[-k]: bin 0 stays, the others reverse
+            size = shape_of(grad)[d]
+            mirrored = aten.cat.default([aten.unsqueeze.default(aten.select.int(mirrored, d, 0), d),
+                                         aten.flip.default(aten.slice.Tensor(mirrored, d, 1, size), [d])], d)
+        half = as_dim(_floordiv(length, 2) + 1)
+
+        def transform(spectrum):
+            return aten._fft_c2r.default(aten.slice.Tensor(spectrum, last, 0, half), dims, normalization, length)
+        result = aten.sub.Tensor(transform(aten.mul.Scalar(grad, 0.5)), transform(aten.mul.Scalar(mirrored, 0.5)))
+        return aten.add.Tensor(result, transform(cast(_real_part(mirrored), dtype_of(grad))))
+    return aten._fft_c2r.default(hermitian, dims, normalization, length)
+
+
+@register_vjp("aten._fft_c2r.default")
+def _fft_c2r_vjp(grad, out, self, dim, normalization, last_dim_size):
+    """The one-sided r2c of the gradient, with the bins whose mirror images c2r fills in (1..n - (n/2 + 1))
+    counted twice."""
+    rank = len(shape_of(self))
+    dims = [canonical_dim("aten._fft_c2r.default", d, rank) for d in dim]
+    spectrum = aten._fft_r2c.default(grad, dims, normalization, True)
+    bins = shape_of(spectrum)[dims[-1]]
+    weights = _bin_weights(bins, as_dim(last_dim_size - bins), 2.0, dtype_of(grad))
+    return cast(aten.mul.Tensor(spectrum, _along(weights, dims[-1], rank)), dtype_of(self))
+
+
+from kiln.ir.registry import mark_nondifferentiable  # noqa: E402
+
+mark_nondifferentiable("aten.native_layer_norm.default", "aten._native_batch_norm_legit.default",
+                       "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
+                       outputs=(1, 2))
+mark_nondifferentiable("aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit_no_training.default",
+                       arguments=("running_mean", "running_var"))

@@ -495,7 +495,9 @@ def program_to_json(program: ExportedProgram) -> dict[str, Any]:
     }
     user_inputs = [names[arg] for spec, arg in zip(program.graph_signature.input_specs, body.args)
                    if spec.kind is InputKind.USER_INPUT]
-    user_outputs = sum(1 for spec in program.graph_signature.output_specs if spec.kind is OutputKind.USER_OUTPUT)
+    # What torch's module() returns: every output but the in-place updates (a joint program's loss and gradients too).
+    user_outputs = sum(1 for spec in program.graph_signature.output_specs
+                       if spec.kind not in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION))
     from kiln.ir.pytree import TreeSpec
     in_spec = program.in_spec or TreeSpec("tuple", None, (
         TreeSpec("tuple", None, tuple(TreeSpec("leaf") for _ in user_inputs)), TreeSpec("dict", (), ())))
