@@ -136,3 +136,17 @@ def test_joint_program_errors():
         joint_program(program)
     with pytest.raises(JointProgramError, match="out of range"):
         joint_program(program, joint_loss_index=3)
+
+
+@requires_torch
+def test_torch_loads_the_joint_program_and_returns_loss_and_gradients(tmp_path):
+    model = _cnn()
+    images, labels = _batch()
+    joint = joint_program(kiln.export(WithLoss(model), (images, labels)))
+    kiln.save(joint, tmp_path / "joint.pt2")
+    loaded = torch.export.load(str(tmp_path / "joint.pt2"))
+    kinds = [type(spec.kind).__name__ + "." + spec.kind.name for spec in loaded.graph_signature.output_specs]
+    assert kinds[0] == "OutputKind.LOSS_OUTPUT" and set(kinds[1:]) == {"OutputKind.GRADIENT_TO_PARAMETER"}
+    produced = loaded.module()(torch.from_numpy(images.numpy()), torch.from_numpy(labels.numpy()))
+    for mine, theirs in zip(joint(images.numpy(), labels.numpy()), produced):
+        _close(mine, theirs.detach().numpy())
