@@ -1679,7 +1679,7 @@ def _gelu_vjp(grad, out, self, *, approximate="none"):
     return _gradient(self, tanh_form if approximate == "tanh" else exact)
 
 
-def _one_minus(value: Any) -> Any:
+def _one_minus_tensor(value: Any) -> Any:
     return aten.add.Scalar(aten.neg.default(value), 1)
 
 
@@ -1687,13 +1687,13 @@ def _one_minus(value: Any) -> Any:
 _UNARY_DERIVATIVES: dict[str, Callable[[Any, Any, Any], Any]] = {
     "abs": lambda grad, out, x: aten.mul.Tensor(grad, aten.sign.default(x)),
     "acos": lambda grad, out, x: aten.mul.Tensor(
-        grad, aten.neg.default(aten.rsqrt.default(_one_minus(aten.mul.Tensor(x, x))))),
+        grad, aten.neg.default(aten.rsqrt.default(_one_minus_tensor(aten.mul.Tensor(x, x))))),
     "acosh": lambda grad, out, x: aten.mul.Tensor(grad, aten.rsqrt.default(aten.sub.Scalar(aten.mul.Tensor(x, x), 1))),
-    "asin": lambda grad, out, x: aten.mul.Tensor(grad, aten.rsqrt.default(_one_minus(aten.mul.Tensor(x, x)))),
+    "asin": lambda grad, out, x: aten.mul.Tensor(grad, aten.rsqrt.default(_one_minus_tensor(aten.mul.Tensor(x, x)))),
     "asinh": lambda grad, out, x: aten.mul.Tensor(
         grad, aten.rsqrt.default(aten.add.Scalar(aten.pow.Tensor_Scalar(x, 2), 1))),
     "atan": lambda grad, out, x: aten.div.Tensor(grad, aten.add.Scalar(aten.mul.Tensor(x, x), 1)),
-    "atanh": lambda grad, out, x: aten.div.Tensor(grad, _one_minus(aten.pow.Tensor_Scalar(x, 2))),
+    "atanh": lambda grad, out, x: aten.div.Tensor(grad, _one_minus_tensor(aten.pow.Tensor_Scalar(x, 2))),
     "cos": lambda grad, out, x: aten.mul.Tensor(grad, aten.neg.default(aten.sin.default(x))),
     "cosh": lambda grad, out, x: aten.mul.Tensor(grad, aten.sinh.default(x)),
     "erf": lambda grad, out, x: aten.mul.Tensor(
@@ -1709,12 +1709,12 @@ _UNARY_DERIVATIVES: dict[str, Callable[[Any, Any, Any], Any]] = {
     "reciprocal": lambda grad, out, x: aten.mul.Tensor(aten.neg.default(grad), aten.mul.Tensor(out, out)),
     "relu": lambda grad, out, x: _zeroed(aten.le.Scalar(out, 0), grad),  # threshold_backward: NaN passes grad
     "rsqrt": lambda grad, out, x: aten.mul.Tensor(aten.mul.Scalar(grad, -0.5), aten.pow.Tensor_Scalar(out, 3)),
-    "sigmoid": lambda grad, out, x: aten.mul.Tensor(aten.mul.Tensor(grad, _one_minus(out)), out),
+    "sigmoid": lambda grad, out, x: aten.mul.Tensor(aten.mul.Tensor(grad, _one_minus_tensor(out)), out),
     "sin": lambda grad, out, x: aten.mul.Tensor(grad, aten.cos.default(x)),
     "sinh": lambda grad, out, x: aten.mul.Tensor(grad, aten.cosh.default(x)),
     "sqrt": lambda grad, out, x: aten.div.Tensor(grad, aten.mul.Scalar(out, 2)),
     "tan": lambda grad, out, x: aten.mul.Tensor(grad, aten.add.Scalar(aten.pow.Tensor_Scalar(out, 2), 1)),
-    "tanh": lambda grad, out, x: aten.mul.Tensor(grad, _one_minus(aten.mul.Tensor(out, out))),
+    "tanh": lambda grad, out, x: aten.mul.Tensor(grad, _one_minus_tensor(aten.mul.Tensor(out, out))),
 }
 
 
