@@ -9,6 +9,7 @@ import pytest
 import kiln
 import kiln.nn as nn
 import kiln.nn.functional as F
+import kiln.models
 from kiln.ir.program import OutputKind
 from kiln.passes import joint_program
 from kiln.passes.autodiff import JointProgramError
@@ -150,3 +151,35 @@ def test_torch_loads_the_joint_program_and_returns_loss_and_gradients(tmp_path):
     produced = loaded.module()(torch.from_numpy(images.numpy()), torch.from_numpy(labels.numpy()))
     for mine, theirs in zip(joint(images.numpy(), labels.numpy()), produced):
         _close(mine, theirs.detach().numpy())
+
+
+@pytest.mark.parametrize("name", sorted(kiln.models.MODELS))
+def test_joint_program_of_every_zoo_model_matches_eager_autograd(name):
+    """The mean square of each zoo model's outputs as the loss: the joint program's gradients == eager autograd's."""
+    import inspect
+
+    class SquaredOutputs(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            outputs = self.model(*args)
+            outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
+            total = None
+            for output in outputs:
+                term = (output * output).mean()
+                total = term if total is None else total + term
+            return total
+
+    entry = kiln.models.get(name)
+    names = list(inspect.signature(entry.model.forward).parameters)
+    dynamic = tuple((entry.dynamic_shapes or {}).get(n) for n in names[:len(entry.args)])
+    wrapped = SquaredOutputs(entry.model)
+    joint = joint_program(kiln.export(wrapped, entry.args, dynamic_shapes=dynamic))
+    loss, *gradients = joint(*[a.numpy() for a in entry.args])
+    entry.model.zero_grad()
+    wrapped(*entry.args).backward()
+    for (parameter_name, parameter), gradient in zip(entry.model.named_parameters(), gradients):
+        expected = np.zeros_like(parameter.numpy()) if parameter.grad is None else parameter.grad.numpy()
+        np.testing.assert_allclose(gradient, expected, rtol=1.3e-6, atol=1e-5, err_msg=f"{name}: {parameter_name}")

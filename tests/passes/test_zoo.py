@@ -13,7 +13,9 @@ from kiln.passes.base import check_signature
 
 from tests.passes.support import assert_same_outputs, outputs, zoo
 
-PIPELINES = sorted(kiln.passes.PASSES) + [
+# joint-backward adds the backward of a scalar loss rather than preserving outputs: tests/passes/test_autodiff.py runs
+# it over the zoo.
+PIPELINES = sorted(set(kiln.passes.PASSES) - {"joint-backward"}) + [
     "fold-constants{freeze=true}",
     "decompose,prepack,fuse-activations",
     kiln.passes.DEFAULT_PIPELINE,
