@@ -622,7 +622,8 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         n = len(out_shape) - 2
         detail: dict[str, Any] = {
-            "input": self.materialized(args[0]), "weight": self.materialized(args[1]),
+            # A strided weight (a backward pass's flipped kernel) is copied once, so the GEMM path takes it.
+            "input": self.materialized(args[0]), "weight": self.contiguous_operand(args[1]),
             "bias": self.materialized(args[2]) if args[2] is not None else None,
             "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
             "groups": args[8], "transposed": bool(args[6])}

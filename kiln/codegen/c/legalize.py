@@ -1,15 +1,19 @@
 """Core ATen ops the C backend computes through other core ops it has kernels for, applied by `kiln.compile`
-before scheduling (like a backend's legalization table; the ops stay core everywhere else)."""
+before scheduling (like a backend's legalization table; the ops stay core everywhere else): the rewrites of
+C_LEGALIZATIONS, and the registered decomposition of every core op without a C kernel (the backward ops of a
+training program)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
+from kiln.codegen.schedule import SUPPORTED_OPS
 from kiln.ir.meta import shape_of
 from kiln.ir.program import ExportedProgram
-from kiln.ir.registry import OpOverload, handle, ops
+from kiln.ir.registry import REGISTRY, OpOverload, handle, ops
 from kiln.ir.retrace import default_decompositions, retrace
+from kiln.passes import run as run_passes
 
 aten = ops.aten
 
@@ -32,10 +36,23 @@ C_LEGALIZATIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+def c_decompositions() -> dict[OpOverload, Callable[..., Any]]:
+    """What `legalize` rewrites, by op: C_LEGALIZATIONS, then every core aten op the C backend has no kernel for but
+    the registry can decompose. Ops of other namespaces stay, so their own error can say how to lower them."""
+    table: dict[OpOverload, Callable[..., Any]] = {handle(name): fn for name, fn in C_LEGALIZATIONS.items()}
+    for opdef in REGISTRY.values():
+        if (opdef.is_core and opdef.decomposition is not None and opdef.name not in SUPPORTED_OPS
+                and opdef.name not in C_LEGALIZATIONS and opdef.schema.namespace == "aten"):
+            table[OpOverload(opdef)] = opdef.decomposition
+    return table
+
+
 def legalize(program: ExportedProgram) -> ExportedProgram:
-    """`program` with the ops of C_LEGALIZATIONS rewritten (unchanged when it has none)."""
-    present = {op.name for op in program.nodes()} & set(C_LEGALIZATIONS)
+    """`program` with the ops of `c_decompositions()` rewritten (unchanged when it has none)."""
+    table = c_decompositions()
+    present = {op.name for op in program.nodes()} & {op.name for op in table}
     if not present:
         return program
-    table: dict[OpOverload, Callable[..., Any]] = {handle(name): C_LEGALIZATIONS[name] for name in present}
-    return retrace(program, {**default_decompositions(), **table})  # what they emit is decomposed too
+    # What they emit is decomposed too. A decomposition computes every result, as the op's kernel does; dce drops
+    # those the program never reads (the input gradient of a network's first convolution).
+    return run_passes(retrace(program, {**default_decompositions(), **table}), "cse,dce")

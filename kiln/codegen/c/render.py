@@ -62,6 +62,8 @@ def literal(value: Any) -> str:
         if math.isinf(value):
             return "INFINITY" if value > 0 else "(-INFINITY)"
         return repr(value)
+    if isinstance(value, sympy.Expr) and value.is_integer:  # a size (every kernel binds the symbols)
+        return dim_expr(value)
     raise UnsupportedError(f"cannot render the scalar {value!r} in C")
 
 
@@ -930,7 +932,8 @@ def _conv_as_gemm(kernel: Kernel) -> bool:
     detail, out = kernel.detail, kernel.outputs[0]
     x, w = detail["input"], detail["weight"]
     return (x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
-            and not detail.get("transposed"))
+            and not detail.get("transposed")
+            and all(sympy.sympify(d).is_Integer for d in w.shape[2:]))  # im2col unrolls the taps
 
 
 _WHOLE_IM2COL_PIXELS = 128  # output pixels per image up to which a conv packs its whole im2col matrix at once

@@ -9,6 +9,10 @@ Ops with an `output_mask` (convolution_backward, native_layer_norm_backward, nat
 return None in torch for the outputs the mask turns off. A meta rule has to give every result a type,
 so kiln always produces all three gradients; the masked ones are computed like the others (for a
 missing weight, against an implicit weight of ones) and a well-formed program simply never reads them.
+
+Each op also decomposes into core ops, for backends without its kernel (kiln/codegen/c/legalize.py): the scatter-style
+ones into scatter_add / index_put in the same order (bit for bit), convolution's into convolutions, normalization's
+into its formula in opmath.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from kiln.ir import dtypes
 from kiln.ir.errors import ShapeError
 from kiln.ir.meta import dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor
-from kiln.ir.registry import defop
+from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.symbolic import as_dim, guard_bool, sym_eq
 
 _TAGS = ("backward",)
+aten = ops.aten
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +72,14 @@ def _require_shape(op: str, name: str, value, expected) -> None:
 
 def _f64(array):
     return np.asarray(array, dtype=np.float64)
+
+
+def _cropped(value, dim: int, size):
+    """`value` cut to `size` along `dim`: unchanged when it has that size for every value of the symbols, else a slice
+    (asking whether the sizes agree for the example's values would make the program hold only where they do)."""
+    if sympy.sympify(shape_of(value)[dim] - size) == 0:
+        return value
+    return aten.slice.Tensor(value, dim, 0, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +169,42 @@ def _window_backward(grad_delta: np.ndarray, self_shape, inside_h: np.ndarray, i
     return result.reshape(self_shape)
 
 
+def _zero(dtype):
+    return aten.full.default([], 0, dtype=dtype)
+
+
+def _window_taps(starts, lengths, longest):
+    """One axis of a pool's windows (each one's first input and length): the input position of each of a window's
+    `longest` taps, [windows, longest], and whether the tap lies inside the window."""
+    offsets = aten.arange.start_step(0, longest, dtype=dtypes.int64)
+    positions = aten.add.Tensor(aten.unsqueeze.default(starts, 1), offsets)
+    return positions, aten.lt.Tensor(offsets, aten.unsqueeze.default(lengths, 1))
+
+
+def _scatter_over_windows(grad_delta, self, rows, columns):
+    """_window_backward in ops: one scatter_add per plane, whose index walks (output row, output column, window row,
+    window column), so each input gets its contributions in ATen's order, rounded to the dtype after each addition
+    (taps outside a window add a zero). `rows`, `columns`: (first input, length, longest length) of the windows."""
+    shape, (out_h, out_w) = shape_of(self), shape_of(grad_delta)[-2:]
+    (row_at, row_in), (column_at, column_in) = _window_taps(*rows), _window_taps(*columns)
+
+    def by_row(value):
+        return aten.view.default(value, [out_h, 1, rows[2], 1])
+
+    def by_column(value):
+        return aten.view.default(value, [1, out_w, 1, columns[2]])
+    inside = aten.logical_and.default(by_row(row_in), by_column(column_in))
+    target = aten.add.Tensor(aten.mul.Scalar(by_row(row_at), shape[-1]), by_column(column_at))
+    target = aten.where.self(inside, target, _zero(dtypes.int64))
+    planes, span = numel(shape[:-2]), numel([out_h, out_w, rows[2], columns[2]])
+    index = aten.expand.default(aten.view.default(target, [1, span]), [planes, span])  # the same for every plane
+    dtype = dtype_of(grad_delta)
+    values = aten.where.self(inside, aten.view.default(grad_delta, [planes, out_h, out_w, 1, 1]), _zero(dtype))
+    zeros = aten.full.default([planes, numel(shape[-2:])], 0, dtype=dtype)
+    return aten.view.default(aten.scatter_add.default(zeros, 1, index, aten.view.default(values, [planes, span])),
+                             list(shape))
+
+
 # -- avg_pool2d_backward
 
 def _avg_pool_windows(input_size: int, output_size: int, kernel: int, stride: int, pad: int):
@@ -198,6 +247,29 @@ defop("avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, 
       _avg_pool2d_backward_meta, _avg_pool2d_backward, tags=_TAGS)
 
 
+def _pool_windows(size, out: int, kernel: int, stride: int, pad: int):
+    """Per axis: each output's window start (negative in the padding) and its end clipped to the padded input."""
+    starts = aten.sub.Scalar(aten.mul.Scalar(aten.arange.start_step(0, out, dtype=dtypes.int64), stride), pad)
+    return starts, aten.clamp.default(aten.add.Scalar(starts, kernel), None, size + pad)
+
+
+@register_decomposition("aten.avg_pool2d_backward.default")
+def _avg_pool2d_backward_decomposition(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                       divisor_override):
+    stride = list(stride) if stride else list(kernel_size)
+    windows = [_pool_windows(size, out, k, s, p) for size, out, k, s, p in
+               zip(shape_of(self)[-2:], shape_of(grad_output)[-2:], kernel_size, stride, padding)]
+    clipped = [(aten.clamp.default(starts, 0, None), aten.clamp.default(ends, None, size))
+               for (starts, ends), size in zip(windows, shape_of(self)[-2:])]
+    if divisor_override is not None:
+        grad_delta = aten.div.Scalar(grad_output, divisor_override)
+    else:
+        height, width = (aten.sub.Tensor(ends, starts) for starts, ends in (windows if count_include_pad else clipped))
+        grad_delta = aten.div.Tensor(grad_output, aten.mul.Tensor(aten.unsqueeze.default(height, 1), width))
+    rows, columns = ((starts, aten.sub.Tensor(ends, starts), k) for (starts, ends), k in zip(clipped, kernel_size))
+    return _scatter_over_windows(grad_delta, self, rows, columns)
+
+
 # -- _adaptive_avg_pool2d_backward
 
 def _adaptive_windows(input_size: int, output_size: int):
@@ -232,6 +304,28 @@ defop("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor"
       _adaptive_avg_pool2d_backward_meta, _adaptive_avg_pool2d_backward, tags=_TAGS)
 
 
+def _adaptive_windows_of(size, out):
+    """Per axis: each output's window [floor(o*size/out), ceil((o+1)*size/out)) as (starts, lengths, longest)."""
+    outputs = aten.arange.start_step(0, out, dtype=dtypes.int64)
+    starts = aten.div.Scalar_mode(aten.mul.Scalar(outputs, size), out, rounding_mode="floor")
+    ends = aten.div.Scalar_mode(aten.add.Scalar(aten.mul.Scalar(outputs, size), size + out - 1), out,
+                                rounding_mode="floor")
+    if isinstance(size, int) and isinstance(out, int):
+        longest = max(-(-(o + 1) * size // out) - o * size // out for o in range(out)) if out else 1
+    else:
+        longest = as_dim(_floordiv(size + out - 1, out) + 1)
+    return starts, aten.sub.Tensor(ends, starts), longest
+
+
+@register_decomposition("aten._adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool2d_backward_decomposition(grad_output, self):
+    rows, columns = (_adaptive_windows_of(size, out) for size, out in zip(shape_of(self)[-2:],
+                                                                          shape_of(grad_output)[-2:]))
+    # ATen divides twice, rounding each time: grad / kh / kw.
+    grad_delta = aten.div.Tensor(aten.div.Tensor(grad_output, aten.unsqueeze.default(rows[1], 1)), columns[1])
+    return _scatter_over_windows(grad_delta, self, rows, columns)
+
+
 # -- max_pool2d_with_indices_backward: each output's gradient goes to the input its index names.
 
 def _max_pool2d_backward_meta(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
@@ -264,6 +358,19 @@ def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilati
 defop("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, "
       "int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
       _max_pool2d_backward_meta, _max_pool2d_backward, tags=_TAGS)
+
+
+@register_decomposition("aten.max_pool2d_with_indices_backward.default")
+def _max_pool2d_backward_decomposition(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """A scatter_add of each plane's gradients to the flat positions its indices name (-1 adds nothing)."""
+    shape = shape_of(self)
+    planes, outputs = numel(shape[:-2]), numel(shape_of(indices)[-2:])
+    indices = aten.view.default(indices, [planes, outputs])
+    named = aten.ne.Scalar(indices, -1)
+    indices = aten.where.self(named, indices, _zero(dtypes.int64))
+    grads = aten.where.self(named, aten.view.default(grad_output, [planes, outputs]), _zero(dtype_of(grad_output)))
+    zeros = aten.full.default([planes, numel(shape[-2:])], 0, dtype=dtype_of(grad_output))
+    return aten.view.default(aten.scatter_add.default(zeros, 1, indices, grads), list(shape))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +411,27 @@ def _embedding_backward(grad_output, indices, num_weights, padding_idx, scale_gr
 
 defop("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "
       "bool scale_grad_by_freq) -> Tensor", _embedding_backward_meta, _embedding_backward, tags=_TAGS)
+
+
+@register_decomposition("aten.embedding_dense_backward.default")
+def _embedding_dense_backward_decomposition(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """index_put with accumulate: rows added in index order, in the dtype, as ATen does; padding_idx's rows add zero.
+    Scaling multiplies each row by 1 / (its index's count), a double rounded to the dtype first."""
+    count = numel(shape_of(indices))
+    flat = aten.view.default(indices, [count])
+    grads = aten.view.default(grad_output, [count, shape_of(grad_output)[-1]])
+    dtype = dtype_of(grad_output)
+    if padding_idx >= 0:  # a negative padding_idx matches no index
+        kept = aten.unsqueeze.default(aten.ne.Scalar(flat, padding_idx), 1)
+        grads = aten.where.self(kept, grads, _zero(dtype))
+    if scale_grad_by_freq:
+        counts = aten.index_put.default(aten.full.default([num_weights], 0, dtype=dtypes.int64), [flat],
+                                        aten.full.default([count], 1, dtype=dtypes.int64), True)
+        scale = aten.reciprocal.default(aten._to_copy.default(aten.index_select.default(counts, 0, flat),
+                                                              dtype=dtypes.float64))
+        grads = aten.mul.Tensor(grads, aten.unsqueeze.default(aten._to_copy.default(scale, dtype=dtype), 1))
+    zeros = aten.full.default([num_weights, shape_of(grad_output)[-1]], 0, dtype=dtype)
+    return aten.index_put.default(zeros, [flat], grads, True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +560,78 @@ defop("convolution_backward(Tensor grad_output, Tensor input, Tensor weight, Sym
       "bool[3] output_mask) -> (Tensor, Tensor, Tensor)", _conv_backward_meta, _conv_backward, tags=_TAGS)
 
 
+def _convolution_weight_grad(x, dy, kernel, stride, padding, dilation, groups):
+    """The weight gradient of a convolution of x with output gradient dy: a convolution of x, channels as the batch and
+    the batch as channels, with dy as the kernel (stride and dilation trade places), cropped to the kernel size.
+    Grouping x's channels as [C / groups, groups * N] and dy's as [out channels, N] makes it one grouped convolution,
+    so a depthwise layer costs no more than its forward pass. Returns [out channels, C / groups, *kernel]."""
+    batch, channels, *spatial = shape_of(x)
+    out_channels, out_spatial = shape_of(dy)[1], shape_of(dy)[2:]
+    rank, per_group, out_per_group = len(spatial), _floordiv(channels, groups), _floordiv(out_channels, groups)
+    trailing = list(range(3, 3 + rank))
+    x = aten.view.default(aten.permute.default(aten.view.default(x, [batch, groups, per_group, *spatial]),
+                                               [2, 1, 0, *trailing]), [per_group, as_dim(groups * batch), *spatial])
+    dy = aten.view.default(aten.permute.default(aten.view.default(dy, [batch, groups, out_per_group, *out_spatial]),
+                                                [1, 2, 0, *trailing]), [out_channels, batch, *out_spatial])
+    grad = aten.convolution.default(x, dy, None, dilation, padding, stride, False, [0] * rank, groups)
+    for dim, size in enumerate(kernel, start=2):
+        grad = _cropped(grad, dim, size)
+    return aten.permute.default(grad, [1, 0, *range(2, 2 + rank)])
+
+
+def _convolution_input_grad(dy, weight, spatial, stride, padding, dilation, groups):
+    """The input gradient of a regular convolution: the transposed convolution of dy with its weight, as a regular
+    convolution (which backends run fastest, as a GEMM): dy with stride - 1 zeros after each element, convolved with
+    the weight flipped and its channels swapped within each group, padded by dilation * (kernel - 1) - padding, and
+    cropped to the input size."""
+    kernel, rank = shape_of(weight)[2:], len(spatial)
+    reach = [d * (k - 1) - p for k, p, d in zip(kernel, padding, dilation)]
+    if not all(isinstance(r, int) and r >= 0 for r in reach):  # padding wider than the kernel: crop instead
+        restored = [as_dim(size - ((out - 1) * s - 2 * p + d * (k - 1) + 1)) for size, out, s, p, d, k in
+                    zip(spatial, shape_of(dy)[2:], stride, padding, dilation, kernel)]
+        return aten.convolution.default(dy, weight, None, stride, padding, dilation, True, restored, groups)
+    if any(s > 1 for s in stride):
+        batch, channels, *out = shape_of(dy)
+        spread = aten.view.default(dy, [batch, channels, *[d for o in out for d in (o, 1)]])
+        trailing = [pad for s in reversed(stride) for pad in (0, s - 1, 0, 0)]
+        spread = aten.constant_pad_nd.default(spread, trailing)
+        dy = aten.view.default(spread, [batch, channels, *[as_dim(o * s) for o, s in zip(out, stride)]])
+    out_channels, per_group = shape_of(weight)[:2]
+    out_per_group = _floordiv(out_channels, groups)
+    swapped = aten.permute.default(aten.view.default(weight, [groups, out_per_group, per_group, *kernel]),
+                                   [0, 2, 1, *range(3, 3 + rank)])
+    swapped = aten.view.default(swapped, [as_dim(groups * per_group), out_per_group, *kernel])
+    flipped = aten.flip.default(swapped, list(range(2, 2 + rank)))
+    grad = aten.convolution.default(dy, flipped, None, [1] * rank, reach, dilation, False, [0] * rank, groups)
+    for dim, size in enumerate(spatial, start=2):  # the zeros after dy's last element reach past the input
+        grad = _cropped(grad, dim, size)
+    return grad
+
+
+@register_decomposition("aten.convolution_backward.default")
+def _convolution_backward_decomposition(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                                        output_padding, groups, output_mask):
+    """A transposed convolution's input gradient is the regular convolution of grad_output with the same weight, and its
+    weight gradient swaps the roles of input and grad_output. All three gradients are computed, as the kernel does."""
+    spatial = shape_of(input)[2:]
+    rank = len(spatial)
+    op = "aten.convolution_backward.default"
+    stride, padding, dilation = (_expand_param(op, name, values, rank) for name, values in
+                                 (("stride", stride), ("padding", padding), ("dilation", dilation)))
+    kernel = shape_of(weight)[2:]
+    if transposed:
+        grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, False,
+                                              [0] * rank, groups)
+        for dim, size in enumerate(spatial, start=2):  # output_padding past the last stride reads nothing back
+            grad_input = _cropped(grad_input, dim, size)
+        grad_weight = _convolution_weight_grad(grad_output, input, kernel, stride, padding, dilation, groups)
+    else:
+        grad_input = _convolution_input_grad(grad_output, weight, spatial, stride, padding, dilation, groups)
+        grad_weight = _convolution_weight_grad(input, grad_output, kernel, stride, padding, dilation, groups)
+    grad_bias = aten.sum.dim_IntList(grad_output, [0, *range(2, 2 + rank)])
+    return grad_input, grad_weight, grad_bias
+
+
 # ---------------------------------------------------------------------------------------------
 # Normalization backward. With x̂ = (x - mean) * rstd and g = dy * weight, per normalized group:
 #   dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)),  dweight = Σ dy * x̂,  dbias = Σ dy  (over the batch).
@@ -487,6 +687,35 @@ defop("native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normal
       _layer_norm_backward_meta, _layer_norm_backward, tags=_TAGS)
 
 
+def _normalization_backward(grad_out, input, mean, rstd, weight, dims, weight_dims):
+    """The formula above in opmath (float32 for float16/bfloat16), all tensors laid out to broadcast against input,
+    weight (None: ones) in the layout of the affine parameters, whose gradients sum over `weight_dims`: (dx, dweight,
+    dbias) in opmath, the parameter gradients still in that layout. (`cast` and `_normalized_projection` are the
+    helpers of the double-backward rules below.)"""
+    compute = dtypes.opmath_dtype(dtype_of(input))
+    grad_out, input, mean, rstd = (cast(value, compute) for value in (grad_out, input, mean, rstd))
+    x_hat = aten.mul.Tensor(aten.sub.Tensor(input, mean), rstd)
+    weighted = grad_out if weight is None else aten.mul.Tensor(grad_out, cast(weight, compute))
+    grad_input = aten.mul.Tensor(rstd, _normalized_projection(weighted, x_hat, dims))
+    grad_weight, grad_bias = aten.mul.Tensor(grad_out, x_hat), grad_out
+    if weight_dims:  # summing over no dims would sum over all of them
+        grad_weight, grad_bias = (aten.sum.dim_IntList(value, weight_dims) for value in (grad_weight, grad_bias))
+    return grad_input, grad_weight, grad_bias
+
+
+@register_decomposition("aten.native_layer_norm_backward.default")
+def _native_layer_norm_backward_decomposition(grad_out, input, normalized_shape, mean, rstd, weight, bias,
+                                              output_mask):
+    shape = shape_of(input)
+    axis = len(shape) - len(normalized_shape)
+    stats = [*shape[:axis], *[1] * len(normalized_shape)]  # one value per normalized row
+    grad_input, grad_weight, grad_bias = _normalization_backward(
+        grad_out, input, aten.view.default(mean, stats), aten.view.default(rstd, stats), weight,
+        list(range(axis, len(shape))), list(range(axis)))
+    return (cast(grad_input, dtype_of(input)), cast(grad_weight, dtype_of(weight if weight is not None else input)),
+            cast(grad_bias, dtype_of(bias if bias is not None else input)))
+
+
 def _group_norm_backward_meta(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: N803
     op = "aten.native_group_norm_backward.default"
     _require_same_dtype(op, input=input, grad_out=grad_out)
@@ -526,6 +755,22 @@ def _group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, 
 defop("native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
       "SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
       _group_norm_backward_meta, _group_norm_backward, tags=_TAGS)
+
+
+@register_decomposition("aten.native_group_norm_backward.default")
+def _native_group_norm_backward_decomposition(grad_out, input, mean, rstd, weight, N, C, HxW, group,  # noqa: N803
+                                              output_mask):
+    """Layer norm's backward over [N, group, C / group, HxW], with one weight per channel."""
+    per_group = _floordiv(C, group)
+    grouped, stats = [N, group, per_group, HxW], [N, group, 1, 1]
+    grad_input, grad_weight, grad_bias = _normalization_backward(
+        aten.view.default(grad_out, grouped), aten.view.default(input, grouped), aten.view.default(mean, stats),
+        aten.view.default(rstd, stats), None if weight is None else aten.view.default(weight, [1, group, per_group, 1]),
+        [2, 3], [0, 3])
+    parameter_dtype = dtype_of(weight if weight is not None else input)
+    return (cast(aten.view.default(grad_input, list(shape_of(input))), dtype_of(input)),
+            cast(aten.view.default(grad_weight, [C]), parameter_dtype),
+            cast(aten.view.default(grad_bias, [C]), parameter_dtype))
 
 
 # ---------------------------------------------------------------------------------------------
