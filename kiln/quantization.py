@@ -4,17 +4,31 @@
     for batch in calibration_data:
         prepared(batch)                 # or: calibrate(prepared, batches, backend="c"), compiled once
     quantized = convert_pt2e(prepared)  # quantize/dequantize ops around float ops
+
+Quantization-aware training uses the fake-quantize modules (FakeQuantize, FusedMovingAvgObsFakeQuantize,
+_LearnableFakeQuantize, ...), which compute and differentiate as torch.ao.quantization's do.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
+from kiln.frontend.nn.module import Module
+from kiln.frontend.tensor import Parameter, Tensor, dispatch
+from kiln.ir import dtypes
+from kiln.ir.dtypes import DType
+from kiln.ir.errors import KilnError
+from kiln.ir.registry import ops as _ops
 from kiln.passes.quant.convert import convert_pt2e
 from kiln.passes.quant.observer import (
-    HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, PerChannelMinMaxObserver,
-    PerGroupMinMaxObserver, PlaceholderObserver, QScheme, UniformQuantizationObserverBase, per_channel_affine,
-    per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
+    FixedQParamsObserver, HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver, ObserverBase, PartialConstructor, PerChannelMinMaxObserver,
+    PerGroupMinMaxObserver, PlaceholderObserver, QScheme, UniformQuantizationObserverBase, fbgemm_qparams,
+    per_channel_affine, per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
 )
 from kiln.passes.quant.prepare import PreparedProgram, prepare_pt2e
 from kiln.passes.quant.quantizer import (
@@ -106,3 +120,369 @@ def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
         for value, array in zip(user_inputs, args):
             prepared.observe(value, array)
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization-aware training: the fake-quantize modules of torch.ao.quantization.fake_quantize and
+# _learnable_fake_quantize. Each keeps a numpy observer as `activation_post_process` and fake-quantizes through the
+# aten ops (kiln.ops.aten.fake_quantize_*), so kiln's autograd records them like any op: the gradient passes straight
+# through where the value was in range, and the learnable module's scale and zero point get torch's gradients.
+
+_aten = _ops.aten
+_F32 = np.float32
+
+
+def _bound_keywords(constructor: Any) -> dict[str, Any]:
+    """The keywords `with_args` bound on an observer constructor (torch reads `observer.p.keywords`)."""
+    factory = constructor.factory if isinstance(constructor, PartialConstructor) else constructor
+    return dict(factory.keywords) if isinstance(factory, functools.partial) else {}
+
+
+def _check_quant_range(quant_min: int, quant_max: int, dtype: Any) -> None:
+    info = np.iinfo(dtypes.dtype(dtype).numpy)
+    if quant_min < info.min or quant_max > info.max:
+        raise KilnError(f"quant range [{quant_min}, {quant_max}] is out of bounds for {dtypes.dtype(dtype).name} "
+                        f"[{info.min}, {info.max}]", fix="choose quant_min/quant_max within the dtype's range")
+
+
+def _enabled(flag: Tensor) -> bool:
+    return bool(flag.numpy()[0])
+
+
+def _overwrite(buffer: Tensor, values: Any) -> None:
+    """`buffer.resize_(values.shape).copy_(values)`: the new values in the buffer's own dtype, in place."""
+    buffer.data = Tensor(np.array(np.asarray(values), dtype=buffer.numpy().dtype))
+
+
+def _as_tensor(x: Any) -> tuple[Tensor, bool]:
+    """Observer-style callers pass numpy arrays: they get a numpy array back."""
+    return (x, False) if isinstance(x, Tensor) else (Tensor(np.asarray(x)), True)
+
+
+class FakeQuantizeBase(Module):
+    """Base of the fake-quantize modules: the `fake_quant_enabled` and `observer_enabled` flags (uint8 buffers,
+    as torch's) and their switches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("fake_quant_enabled", Tensor(np.array([1], np.uint8)))
+        self.register_buffer("observer_enabled", Tensor(np.array([1], np.uint8)))
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def enable_fake_quant(self, enabled: bool = True) -> None:
+        self.fake_quant_enabled[0] = 1 if enabled else 0
+
+    def disable_fake_quant(self) -> None:
+        self.enable_fake_quant(False)
+
+    def enable_observer(self, enabled: bool = True) -> None:
+        self.observer_enabled[0] = 1 if enabled else 0
+
+    def disable_observer(self) -> None:
+        self.enable_observer(False)
+
+    @classmethod
+    def with_args(cls, **kwargs: Any) -> PartialConstructor:
+        """A constructor with `kwargs` bound; QuantizationSpec.make_observer adds dtype, range, qscheme, ch_axis."""
+        return PartialConstructor(functools.partial(cls, **kwargs))
+
+
+class FakeQuantize(FakeQuantizeBase):
+    """`x_out = (clamp(round(x / scale + zero_point), quant_min, quant_max) - zero_point) * scale`, with scale and
+    zero point from `activation_post_process` (an observer built from `observer` and the keyword arguments) while
+    the observer is enabled. `calculate_qparams()` returns the observer's (numpy) qparams, so convert reads a
+    FakeQuantize like an observer."""
+
+    def __init__(self, observer: Any = MovingAverageMinMaxObserver, quant_min: int | None = None,
+                 quant_max: int | None = None, is_dynamic: bool = False, **observer_kwargs: Any):
+        super().__init__()
+        if quant_min is not None and quant_max is not None:
+            if quant_min > quant_max:
+                raise KilnError(f"quant_min {quant_min} must be less than or equal to quant_max {quant_max}")
+            dtype = _bound_keywords(observer).get("dtype", observer_kwargs.get("dtype", dtypes.uint8))
+            _check_quant_range(quant_min, quant_max, dtype)
+            observer_kwargs.update(quant_min=quant_min, quant_max=quant_max)
+        observer_kwargs["is_dynamic"] = is_dynamic
+        self.activation_post_process = observer(**observer_kwargs)
+        self.quant_min = self.activation_post_process.quant_min
+        self.quant_max = self.activation_post_process.quant_max
+        self.is_dynamic = self.activation_post_process.is_dynamic
+        self.register_buffer("scale", Tensor(np.array([1.0], _F32)))
+        self.register_buffer("zero_point", Tensor(np.array([0], np.int32)))
+        self.dtype: DType = self.activation_post_process.dtype
+        self.qscheme: QScheme = self.activation_post_process.qscheme
+        self.ch_axis: int = getattr(self.activation_post_process, "ch_axis", -1)
+        self.is_per_channel = self.qscheme.is_per_channel
+
+    @property
+    def eps(self) -> float | None:
+        """The observer's eps (what convert_pt2e reads for dynamic quantization)."""
+        return getattr(self.activation_post_process, "eps", None)
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.activation_post_process.calculate_qparams()
+
+    def forward(self, X: Any) -> Any:
+        X, as_array = _as_tensor(X)
+        if _enabled(self.observer_enabled):
+            self.activation_post_process(X.detach().numpy())
+            scale, zero_point = self.calculate_qparams()
+            _overwrite(self.scale, scale)
+            _overwrite(self.zero_point, zero_point)
+        if _enabled(self.fake_quant_enabled):
+            X = self._fake_quantize(X)
+        return X.numpy() if as_array else X
+
+    def _fake_quantize(self, X: Tensor) -> Tensor:
+        low, high = self.activation_post_process.quant_min, self.activation_post_process.quant_max
+        if self.is_per_channel:
+            return dispatch(_aten.fake_quantize_per_channel_affine.default, X, self.scale, self.zero_point,
+                            self.ch_axis, low, high)
+        return dispatch(_aten.fake_quantize_per_tensor_affine.tensor_qparams, X, self.scale, self.zero_point, low,
+                        high)
+
+    def extra_repr(self) -> str:
+        return (f"fake_quant_enabled={self.fake_quant_enabled}, observer_enabled={self.observer_enabled}, "
+                f"quant_min={self.activation_post_process.quant_min}, "
+                f"quant_max={self.activation_post_process.quant_max}, dtype={self.dtype.name}, "
+                f"qscheme={self.qscheme.value}, ch_axis={self.ch_axis}, scale={self.scale}, "
+                f"zero_point={self.zero_point}")
+
+
+class FixedQParamsFakeQuantize(FakeQuantize):
+    """Fake quantization with the fixed qparams of a FixedQParamsObserver (per tensor only)."""
+
+    def __init__(self, observer: Any):
+        super().__init__(observer=observer)
+        if type(self.activation_post_process) is not FixedQParamsObserver:
+            raise KilnError(f"{type(self).__name__}'s observer must be a FixedQParamsObserver, got "
+                            f"{type(self.activation_post_process).__name__}")
+        self._observer_ctr = observer
+        _overwrite(self.scale, self.activation_post_process.scale)
+        _overwrite(self.zero_point, self.activation_post_process.zero_point)
+        if self.qscheme.is_per_channel:
+            raise KilnError("FixedQParamsFakeQuantize supports per-tensor quantization only")
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.scale.numpy(), self.zero_point.numpy()
+
+
+def _moving_average(running: Any, current: Any, averaging_constant: float) -> Any:
+    """The fused op's update in float32: the batch statistic where the running one is still infinite, else
+    `running + c * (current - running)`."""
+    running, current = np.asarray(running, _F32), np.asarray(current, _F32)
+    with np.errstate(invalid="ignore"):
+        averaged = running + _F32(averaging_constant) * (current - running)
+    return np.where(np.isinf(running), current, averaged).astype(_F32)
+
+
+class FusedMovingAvgObsFakeQuantize(FakeQuantize):
+    """FakeQuantize with a moving-average min/max observer fused in, as torch's `fused_moving_avg_obs_fake_quant`
+    computes it: the observer's running min/max are updated per batch, and the qparams come from fbgemm's
+    ChooseQuantizationParams (not the observer's formula, which `calculate_qparams()` still uses). Written in
+    Python over the fake-quantize ops (no fused op is needed for torch's bits)."""
+
+    def __init__(self, observer: Any = MovingAverageMinMaxObserver, quant_min: int = 0, quant_max: int = 255,
+                 **observer_kwargs: Any):
+        super().__init__(observer, quant_min, quant_max, **observer_kwargs)
+        if not isinstance(self.activation_post_process,
+                          (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)):
+            raise KilnError("the fused observer + fake-quantize module works only with MovingAverageMinMaxObserver "
+                            "or MovingAveragePerChannelMinMaxObserver",
+                            fix="use FakeQuantize for other observers")
+        self.register_buffer("fake_quant_enabled", Tensor(np.array([1], np.int64)))
+        self.register_buffer("observer_enabled", Tensor(np.array([1], np.int64)))
+        self.is_symmetric_quant = self.qscheme.is_symmetric
+
+    def forward(self, X: Any) -> Any:
+        X, as_array = _as_tensor(X)
+        if X.numel() == 0:
+            return X.numpy() if as_array else X
+        observer = self.activation_post_process
+        observe = _enabled(self.observer_enabled)
+        if self.is_per_channel:
+            channels = X.shape[self.ch_axis]
+            if observer.min_val.size == 0:  # the running statistics (and qparams) get one entry per channel
+                observer.min_val, observer.max_val = np.full(channels, np.inf, _F32), np.full(channels, -np.inf, _F32)
+                _overwrite(self.scale, np.ones(channels, _F32))
+                _overwrite(self.zero_point, np.zeros(channels, np.int32))
+            if observe:
+                if self.ch_axis != 0:
+                    raise KilnError("per-channel fused fake quantization observes axis 0 only, got ch_axis "
+                                    f"{self.ch_axis}", fix="use FakeQuantize with a per-channel observer")
+                rows = X.detach().numpy().astype(_F32, copy=False).reshape(channels, -1)
+                self._update(rows.min(axis=1), rows.max(axis=1))
+        elif observe:
+            values = X.detach().numpy().astype(_F32, copy=False)
+            self._update(values.min(), values.max())
+        if not _enabled(self.fake_quant_enabled):
+            return X.numpy() if as_array else X
+        low, high = observer.quant_min, observer.quant_max
+        qparams = [fbgemm_qparams(lo, hi, low, high, self.is_symmetric_quant)
+                   for lo, hi in zip(np.atleast_1d(observer.min_val), np.atleast_1d(observer.max_val))]
+        _overwrite(self.scale, np.array([s for s, _ in qparams], _F32))
+        _overwrite(self.zero_point, np.array([z for _, z in qparams], np.int32))
+        X = self._fake_quantize(X)
+        return X.numpy() if as_array else X
+
+    def _update(self, current_min: Any, current_max: Any) -> None:
+        observer = self.activation_post_process
+        low = _moving_average(observer.min_val, current_min, observer.averaging_constant)
+        high = _moving_average(observer.max_val, current_max, observer.averaging_constant)
+        if not self.is_per_channel:
+            low, high = _F32(low), _F32(high)
+        observer.min_val, observer.max_val = low, high
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", reduce_range={self.activation_post_process.reduce_range}"
+
+
+class _LearnableFakeQuantize(FakeQuantizeBase):
+    """Fake quantization whose scale and zero point are Parameters (torch.ao.quantization._learnable_fake_quantize):
+    estimated by the observer while `static_enabled`, learned by backpropagation after `enable_param_learning()`
+    (with `use_grad_scaling`, their gradients are scaled by 1 / sqrt(numel * quant_max))."""
+
+    def __init__(self, observer: Any, quant_min: int = 0, quant_max: int = 255, scale: float = 1.0,
+                 zero_point: float = 0.0, channel_len: int = -1, use_grad_scaling: bool = False,
+                 **observer_kwargs: Any):
+        super().__init__()
+        if quant_min >= quant_max:
+            raise KilnError(f"quant_min {quant_min} must be strictly less than quant_max {quant_max}")
+        self.quant_min, self.quant_max = quant_min, quant_max
+        observer_kwargs.update(quant_min=quant_min, quant_max=quant_max)
+        self.use_grad_scaling = use_grad_scaling
+        if channel_len == -1:
+            self.scale = Parameter(np.array([scale], _F32))
+            self.zero_point = Parameter(np.array([zero_point], _F32))
+        else:
+            if not (isinstance(channel_len, int) and channel_len > 0):
+                raise KilnError(f"channel_len must be a positive integer, got {channel_len!r}")
+            self.scale = Parameter(np.full(channel_len, scale, _F32))
+            self.zero_point = Parameter(np.full(channel_len, zero_point, _F32))
+        self.activation_post_process = observer(**observer_kwargs)
+        _check_quant_range(quant_min, quant_max, self.activation_post_process.dtype)
+        self.dtype: DType = self.activation_post_process.dtype
+        self.qscheme: QScheme = self.activation_post_process.qscheme
+        self.ch_axis: int = getattr(self.activation_post_process, "ch_axis", -1)
+        self.register_buffer("fake_quant_enabled", Tensor(np.array([1], np.uint8)))
+        self.register_buffer("static_enabled", Tensor(np.array([1], np.uint8)))
+        self.register_buffer("learning_enabled", Tensor(np.array([0], np.uint8)))
+        self.bitwidth = int(math.log2(quant_max - quant_min + 1))
+        self.register_buffer("eps", Tensor(np.array([np.finfo(_F32).eps], _F32)))
+
+    def enable_param_learning(self) -> "_LearnableFakeQuantize":
+        """Learn the qparams: no more observer estimates; the forward fake-quantizes."""
+        self.toggle_qparam_learning(enabled=True).toggle_fake_quant(enabled=True).toggle_observer_update(False)
+        return self
+
+    def enable_static_estimate(self) -> None:
+        """Observer estimates of the qparams, no learning; the forward fake-quantizes."""
+        self.toggle_qparam_learning(enabled=False).toggle_fake_quant(enabled=True).toggle_observer_update(True)
+
+    def enable_static_observation(self) -> None:
+        """Observe without updating the qparams' use; the forward returns its input."""
+        self.toggle_qparam_learning(enabled=False).toggle_fake_quant(enabled=False).toggle_observer_update(True)
+
+    def toggle_observer_update(self, enabled: bool = True) -> "_LearnableFakeQuantize":
+        self.static_enabled[0] = int(enabled)
+        return self
+
+    def enable_observer(self, enabled: bool = True) -> None:
+        self.toggle_observer_update(enabled)
+
+    def toggle_qparam_learning(self, enabled: bool = True) -> "_LearnableFakeQuantize":
+        self.learning_enabled[0] = int(enabled)
+        self.scale.requires_grad = enabled
+        self.zero_point.requires_grad = enabled
+        return self
+
+    def toggle_fake_quant(self, enabled: bool = True) -> "_LearnableFakeQuantize":
+        self.fake_quant_enabled[0] = int(enabled)
+        return self
+
+    def observe_quant_params(self) -> None:
+        print(f"_LearnableFakeQuantize Scale: {self.scale.detach()}")
+        print(f"_LearnableFakeQuantize Zero Point: {self.zero_point.detach()}")
+
+    def _clamp_scale(self) -> None:
+        self.scale.data = Tensor(np.maximum(self.scale.numpy(), self.eps.numpy()[0]))
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        """The scale (clamped to eps, in place) and the zero point rounded half to even into the range (int64)."""
+        self._clamp_scale()
+        zero_point = np.clip(np.round(self.zero_point.numpy()), self.quant_min, self.quant_max).astype(np.int64)
+        return self.scale.numpy().copy(), zero_point
+
+    def forward(self, X: Any) -> Any:
+        X, as_array = _as_tensor(X)
+        if _enabled(self.static_enabled):
+            self.activation_post_process(X.detach().numpy())
+            scale, zero_point = self.activation_post_process.calculate_qparams()
+            shape = tuple(self.scale.shape)
+            self.scale.data = Tensor(np.broadcast_to(np.asarray(scale, _F32), shape).copy())
+            self.zero_point.data = Tensor(np.broadcast_to(np.asarray(zero_point).astype(_F32), shape).copy())
+        else:
+            self._clamp_scale()
+        if _enabled(self.fake_quant_enabled):
+            if self.qscheme.is_symmetric:
+                self.zero_point.data = Tensor(np.zeros(tuple(self.zero_point.shape), _F32))
+            grad_factor = 1.0 / (X.numel() * self.quant_max) ** 0.5 if self.use_grad_scaling else 1.0
+            if self.qscheme.is_per_channel:
+                X = dispatch(_aten._fake_quantize_learnable_per_channel_affine.default, X, self.scale,
+                             self.zero_point, self.ch_axis, self.quant_min, self.quant_max, grad_factor)
+            else:
+                X = dispatch(_aten._fake_quantize_learnable_per_tensor_affine.default, X, self.scale,
+                             self.zero_point, self.quant_min, self.quant_max, grad_factor)
+        return X.numpy() if as_array else X
+
+
+def _switch(method: str) -> Callable[[Module], None]:
+    def switch(module: Module) -> None:
+        for submodule in module.modules():
+            if isinstance(submodule, FakeQuantizeBase):
+                getattr(submodule, method)()
+    switch.__name__ = method
+    switch.__doc__ = (f"Call `{method}()` on `module` and every fake-quantize module inside it (torch's "
+                      f"`model.apply(torch.ao.quantization.{method})`).")
+    return switch
+
+
+enable_fake_quant = _switch("enable_fake_quant")
+disable_fake_quant = _switch("disable_fake_quant")
+enable_observer = _switch("enable_observer")
+disable_observer = _switch("disable_observer")
+
+# torch's default fake-quantize constructors (torch.ao.quantization.fake_quantize)
+default_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+                                            dtype=dtypes.uint8, qscheme=per_tensor_affine, reduce_range=True)
+default_weight_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128,
+                                                   quant_max=127, dtype=dtypes.int8, qscheme=per_tensor_symmetric,
+                                                   reduce_range=False)
+default_per_channel_weight_fake_quant = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127, dtype=dtypes.int8,
+    qscheme=per_channel_symmetric, reduce_range=False, ch_axis=0)
+default_fused_act_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=dtypes.uint8)
+default_fused_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype=dtypes.int8,
+    qscheme=per_tensor_symmetric)
+default_fused_per_channel_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127, dtype=dtypes.int8,
+    qscheme=per_channel_symmetric)
+
+__all__ += [
+    "FakeQuantizeBase", "FakeQuantize", "FixedQParamsFakeQuantize", "FusedMovingAvgObsFakeQuantize",
+    "_LearnableFakeQuantize", "enable_fake_quant", "disable_fake_quant", "enable_observer", "disable_observer",
+    "MovingAveragePerChannelMinMaxObserver", "FixedQParamsObserver", "default_fake_quant",
+    "default_weight_fake_quant", "default_per_channel_weight_fake_quant", "default_fused_act_fake_quant",
+    "default_fused_wt_fake_quant", "default_fused_per_channel_wt_fake_quant",
+]
+
+# QAT quantization configs (kiln/passes/quant/x86.py) build their specs from these classes by name: the quantizer
+# layer sits below kiln.nn, so the classes register there when this module is imported.
+from kiln.passes.quant.quantizer import FAKE_QUANTIZE_CLASSES  # noqa: E402
+
+FAKE_QUANTIZE_CLASSES.update({cls.__name__: cls for cls in (
+    FakeQuantize, FusedMovingAvgObsFakeQuantize, FixedQParamsFakeQuantize, _LearnableFakeQuantize)})

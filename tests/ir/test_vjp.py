@@ -47,6 +47,23 @@ def _promote(value):
     return value
 
 
+# Ops torch only computes in float32 (its per-channel and learnable fake-quant kernels refuse float64): their samples
+# keep float32 (bfloat16/float16/float64 ones become float32) instead of moving to float64.
+FLOAT32_GRADIENT_OPS = {"aten.fake_quantize_per_channel_affine.default",
+                        "aten._fake_quantize_learnable_per_tensor_affine.default",
+                        "aten._fake_quantize_learnable_per_channel_affine.default"}
+
+
+def _promote_to_float32(value):
+    if isinstance(value, np.ndarray) and dtypes.dtype(value.dtype).is_floating_point:
+        return value.astype(np.float32)
+    if isinstance(value, list):
+        return [_promote_to_float32(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_promote_to_float32(v) for v in value)
+    return value
+
+
 def _has_complex(value) -> bool:
     if isinstance(value, np.ndarray):
         return value.dtype.kind == "c"
@@ -62,7 +79,8 @@ def _float_samples(name: str):
     for sample in SAMPLES[name](np.random.default_rng(0)):
         if not sample.check_values or _has_complex((sample.args, sample.kwargs)) and name not in COMPLEX_GRADIENT_OPS:
             continue
-        args, kwargs = _promote(copy.deepcopy(sample.args)), _promote(copy.deepcopy(sample.kwargs))
+        promote = _promote_to_float32 if name in FLOAT32_GRADIENT_OPS else _promote
+        args, kwargs = promote(copy.deepcopy(sample.args)), promote(copy.deepcopy(sample.kwargs))
         yield sample, args, kwargs
 
 

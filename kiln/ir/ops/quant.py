@@ -1,4 +1,5 @@
-"""Quantize/dequantize ops in torch's `quantized_decomposed` namespace: the reference quantized representation.
+"""Quantize/dequantize ops in torch's `quantized_decomposed` namespace (the reference quantized representation), and
+ATen's fake-quantize ops (quantization-aware training) at the end.
 
 PT2E quantization (kiln/passes/quant) writes programs with these ops around float ops, and backends match
 `dequantize → op → quantize` into integer kernels. Each reference kernel repeats torch's implementation
@@ -7,6 +8,8 @@ rounding are torch's: `x * (1 / scale)` rounds differently from `x / scale`, and
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import sympy
@@ -641,3 +644,522 @@ defop(f"{KERNEL_NAMESPACE}::linear_weight_only(Tensor x, Tensor weight, Tensor s
       "Tensor? bias, int group_size, int quant_min, int quant_max) -> Tensor", linear_weight_only_meta,
       linear_weight_only, tags=("quantize",))
 register_decomposition(f"{KERNEL_NAMESPACE}.linear_weight_only.default")(linear_weight_only)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake quantization (ATen's `fake_quantize_*` ops): quantize and dequantize in float, for quantization-aware
+# training. Each op is written with aten ops that repeat ATen's CPU kernel (QuantizedOpKernels.cpp) step by step, so
+# the function is at once the reference kernel and the decomposition: the product `x * (1.0f / scale)` in float32
+# (float64 for a float64 input), round half to even, the zero point added after rounding (the learnable ops' backward
+# adds it before), the per-tensor result `(q - zero_point) * scale` in float32 and the per-channel one in float64,
+# then stored in the input's dtype. Where the C++ compiler contracts `a * b + c` into an FMA (x86-64 builds from AVX2
+# up, aarch64), kiln rounds once too (`_fused_multiply_add`).
+
+from kiln.ir.ops._grad import cast  # noqa: E402
+
+_FAKE_QUANT_INPUTS = (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16)
+
+
+def _opmath(x):
+    """The dtype ATen's fake-quant kernels compute in: float32, or float64 for a float64 input."""
+    return x if dtype_of(x) in (dtypes.float32, dtypes.float64) else aten._to_copy.default(x, dtype=dtypes.float32)
+
+
+def _times(value, factor):
+    return aten.mul.Scalar(value, factor) if isinstance(factor, (int, float)) else aten.mul.Tensor(value, factor)
+
+
+def _plus(value, term):
+    return aten.add.Scalar(value, term) if isinstance(term, (int, float)) else aten.add.Tensor(value, term)
+
+
+def _minus(value, term):
+    return aten.sub.Scalar(value, term) if isinstance(term, (int, float)) else aten.sub.Tensor(value, term)
+
+
+def _in_range(codes, quant_min: int, quant_max: int):
+    """The straight-through estimator's mask: where the unclamped code lies in [quant_min, quant_max]."""
+    return aten.logical_and.default(aten.ge.Scalar(codes, quant_min), aten.le.Scalar(codes, quant_max))
+
+
+def _per_tensor_codes(x, inverse_scale, zero_point):
+    """`zero_point + nearbyint(x * inverse_scale)` in the kernel's opmath: the quantized value before clamping."""
+    return _plus(aten.round.default(_times(_opmath(x), inverse_scale)), zero_point)
+
+
+def _per_tensor_dequantized(x, codes, scale, zero_point, quant_min: int, quant_max: int):
+    """`(clamp(codes) - zero_point) * scale`: an integer times the float32 scale, in float32, stored in x's dtype."""
+    steps = cast(_minus(aten.clamp.default(codes, quant_min, quant_max), zero_point), dtypes.float32)
+    return cast(_times(steps, scale), dtype_of(x))
+
+
+def _per_tensor_qparams(scale, zero_point):
+    """The 1.0f / scale, scale and zero point that the per-tensor kernel reads from a float and an int."""
+    scale = float(np.float32(scale))
+    return float(np.float32(1) / np.float32(scale)), scale, zero_point
+
+
+def _tensor_qparams(scale, zero_point):
+    """Tensor qparams read like `scale.item().toFloat()` and `zero_point.item().toInt()` (a float zero point truncates),
+    as 0-d tensors that broadcast against any input."""
+    scale = _scalar(scale, dtypes.float32)
+    return aten.reciprocal.default(scale), scale, _scalar(zero_point, dtypes.int64)
+
+
+def _learnable_tensor_qparams(scale, zero_point, quant_min: int, quant_max: int):
+    """`scale[0].item<float>()`, and the zero point rounded to nearest even and clamped into the range."""
+    scale = _scalar(scale, dtypes.float32)
+    rounded = aten.clamp.default(aten.round.default(_scalar(zero_point, dtypes.float32)), quant_min, quant_max)
+    return aten.reciprocal.default(scale), scale, cast(rounded, dtypes.int64)
+
+
+def _fake_quantize_per_tensor(x, qparams, quant_min: int, quant_max: int):
+    inverse, scale, zero_point = qparams
+    codes = _per_tensor_codes(x, inverse, zero_point)
+    return _per_tensor_dequantized(x, codes, scale, zero_point, quant_min, quant_max)
+
+
+def fake_quantize_per_tensor_affine(self, scale, zero_point, quant_min, quant_max):
+    return _fake_quantize_per_tensor(self, _per_tensor_qparams(scale, zero_point), quant_min, quant_max)
+
+
+def fake_quantize_per_tensor_affine_tensor_qparams(self, scale, zero_point, quant_min, quant_max):
+    return _fake_quantize_per_tensor(self, _tensor_qparams(scale, zero_point), quant_min, quant_max)
+
+
+def _fake_quantize_learnable_per_tensor_affine(self, scale, zero_point, quant_min, quant_max, grad_factor=1.0):
+    return _fake_quantize_per_tensor(self, _learnable_tensor_qparams(scale, zero_point, quant_min, quant_max),
+                                     quant_min, quant_max)
+
+
+def _fused_multiply_add(a, b, c):
+    """`a * b + c` rounded once, as ATen's kernels compute it where the compiler contracts it into an FMA (x86-64
+    builds from AVX2 up, aarch64): for float32, exactly in float64 and then rounded to float32."""
+    if dtype_of(a) is dtypes.float32:
+        wide = [cast(value, dtypes.float64) for value in (a, b, c)]
+        return cast(aten.add.Tensor(aten.mul.Tensor(wide[0], wide[1]), wide[2]), dtypes.float32)
+    return aten.add.Tensor(aten.mul.Tensor(a, b), c)
+
+
+def _per_channel_codes(x, inverse_scale, zero_point, integer_zero_point: bool):
+    """The unclamped code per element: `zero_point + nearbyint(x * inv_scale)` for an int32 zero point, and
+    `lrintf(zero_point + x * inv_scale)` (one FMA) for a float one (the affine-float-qparams equation)."""
+    if not integer_zero_point:
+        return aten.round.default(cast(_fused_multiply_add(_opmath(x), inverse_scale, zero_point), dtypes.float32))
+    return aten.add.Tensor(aten.round.default(aten.mul.Tensor(_opmath(x), inverse_scale)), zero_point)
+
+
+def _per_channel_qparams(x, scale, zero_point, axis: int):
+    rank = len(shape_of(x))
+    scale = _channel_view(cast(scale, dtypes.float32), axis, rank)
+    return aten.reciprocal.default(scale), scale, _channel_view(zero_point, axis, rank)
+
+
+def fake_quantize_per_channel_affine(self, scale, zero_point, axis, quant_min, quant_max):
+    integer_zero_point = not dtype_of(zero_point).is_floating_point
+    return _fake_quantize_per_channel(self, scale, zero_point, axis, quant_min, quant_max, integer_zero_point)
+
+
+def _fake_quantize_per_channel(self, scale, zero_point, axis, quant_min, quant_max, integer_zero_point: bool):
+    inverse, scale, zero_point = _per_channel_qparams(self, scale, zero_point, axis)
+    codes = _per_channel_codes(self, inverse, zero_point, integer_zero_point)
+    clamped = cast(aten.clamp.default(codes, quant_min, quant_max), dtypes.float64)
+    # the kernel's fmin/fmax return double, so `(q - zero_point) * scale` is computed in double, then stored
+    steps = aten.sub.Tensor(clamped, cast(zero_point, dtypes.float64))
+    return cast(aten.mul.Tensor(steps, cast(scale, dtypes.float64)), dtype_of(self))
+
+
+def _rounded_zero_points(zero_point, quant_min: int, quant_max: int):
+    """`zero_point.round().clamp_(quant_min, quant_max)`: the learnable per-channel op's integer zero points."""
+    return aten.clamp.default(aten.round.default(zero_point), quant_min, quant_max)
+
+
+def _fake_quantize_learnable_per_channel_affine(self, scale, zero_point, axis, quant_min, quant_max,
+                                                grad_factor=1.0):
+    # torch converts the rounded zero points to int32; kiln keeps their (integral) float values, which compute the
+    # same: the C backend misreads a float32 operand that meets an int32 zero point used twice
+    zero_points = cast(_rounded_zero_points(zero_point, quant_min, quant_max), dtypes.float32)
+    return _fake_quantize_per_channel(self, scale, zero_points, axis, quant_min, quant_max, integer_zero_point=True)
+
+
+def _fake_quant_input(self) -> None:
+    require_dtype(dtype_of(self) in _FAKE_QUANT_INPUTS, _op(),
+                  f"expects a floating-point input, got {dtype_of(self).name}", fix="convert the input with .float()")
+
+
+def _fake_quant_range(quant_min: int, quant_max: int) -> None:
+    require_arg(quant_min <= quant_max, _op(), f"quant_min {quant_min} must not exceed quant_max {quant_max}")
+
+
+def fake_quantize_per_tensor_affine_meta(self, scale, zero_point, quant_min, quant_max):
+    _fake_quant_input(self)
+    _fake_quant_range(quant_min, quant_max)
+    require_arg(quant_min <= zero_point <= quant_max, _op(),
+                f"zero_point {zero_point} must be between quant_min {quant_min} and quant_max {quant_max}")
+    return like(self)
+
+
+def fake_quantize_tensor_qparams_meta(self, scale, zero_point, quant_min, quant_max, grad_factor=1.0):
+    _fake_quant_input(self)
+    _fake_quant_range(quant_min, quant_max)
+    _one_element(scale, "scale")
+    _one_element(zero_point, "zero_point")
+    return like(self)
+
+
+def fake_quantize_per_channel_meta(self, scale, zero_point, axis, quant_min, quant_max, grad_factor=None):
+    _fake_quant_input(self)
+    _fake_quant_range(quant_min, quant_max)
+    rank = len(shape_of(self))
+    require_arg(0 <= axis < rank, _op(), f"axis {axis} must be in [0, {rank}) for a rank-{rank} input")
+    require_dtype(dtype_of(scale) in (dtypes.float32, dtypes.bfloat16), _op(),
+                  f"scale must be float32 or bfloat16, got {dtype_of(scale).name}")
+    if grad_factor is None:  # the learnable op rounds its float zero points to int32 itself
+        require_dtype(dtype_of(zero_point) in (dtypes.int32, dtypes.float32, dtypes.float16), _op(),
+                      f"zero_point must be int32, float32 or float16, got {dtype_of(zero_point).name}")
+    require_arg(len(shape_of(scale)) == 1 and len(shape_of(zero_point)) == 1, _op(),
+                "scale and zero_point must be 1-d tensors")
+    channels = shape_of(self)[axis]
+    require_arg(sym_eq(shape_of(scale)[0], channels) and sym_eq(shape_of(zero_point)[0], channels), _op(),
+                f"expects {channels} scales and zero points (the input's dim {axis}), got "
+                f"{shape_of(scale)[0]} and {shape_of(zero_point)[0]}")
+    return like(self)
+
+
+def _fake_quantize_per_channel_kernel(self, scale, zero_point, axis, quant_min, quant_max):
+    if not dtype_of(zero_point).is_floating_point and zero_point.size:
+        low, high = int(zero_point.min()), int(zero_point.max())
+        require_arg(quant_min <= low and high <= quant_max, _op(),
+                    f"zero points in [{low}, {high}] must be between quant_min {quant_min} and quant_max {quant_max}")
+    return fake_quantize_per_channel_affine(self, scale, zero_point, axis, quant_min, quant_max)
+
+
+for _schema, _meta, _kernel, _decomposition in [
+    ("fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> "
+     "Tensor", fake_quantize_per_tensor_affine_meta, fake_quantize_per_tensor_affine, None),
+    ("fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, "
+     "int quant_max) -> Tensor", fake_quantize_tensor_qparams_meta, fake_quantize_per_tensor_affine_tensor_qparams,
+     None),
+    ("fake_quantize_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, "
+     "int quant_max) -> Tensor", fake_quantize_per_channel_meta, _fake_quantize_per_channel_kernel,
+     fake_quantize_per_channel_affine),
+    ("_fake_quantize_learnable_per_tensor_affine(Tensor self, Tensor scale, Tensor zero_point, int quant_min, "
+     "int quant_max, float grad_factor=1.) -> Tensor", fake_quantize_tensor_qparams_meta,
+     _fake_quantize_learnable_per_tensor_affine, None),
+    ("_fake_quantize_learnable_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, "
+     "int quant_min, int quant_max, float grad_factor=1.) -> Tensor", fake_quantize_per_channel_meta,
+     _fake_quantize_learnable_per_channel_affine, None),
+]:
+    _opdef = defop(_schema, _meta, _kernel, tags=("composite",))
+    register_decomposition(_opdef.name)(_decomposition or _kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learnable ops' backward (FakeQuantPerTensorAffine.cpp, FakeQuantPerChannelAffine.cpp), as torch registers it:
+# an op of its own giving (dx, dscale, dzero_point). Elementwise, the code is recomputed with the zero point added
+# before rounding (torch's backward does so, and rounds a per-tensor zero point half up where the forward rounds it
+# half to even, so at a tie its mask can differ from the forward's); inside [quant_min, quant_max] dx = grad,
+# dscale = grad * (x_fq - x) / scale and dzero_point = 0; outside, dx = 0, dscale = grad * (quant_min or quant_max -
+# zero_point) and dzero_point = -grad * scale; dscale and dzero_point times grad_factor, each step in float32. The
+# reference kernel then sums dscale and dzero_point in ATen's order (SumKernel.cpp's cascade sum under
+# TensorIterator, `_aten_float32_sum`): the sums cancel heavily, so only ATen's order gives torch's gradients at
+# float32 tolerances. The decomposition sums with aten.sum.
+
+_SUM_LANES = 8  # ATen's float32 sum kernel runs on 8-lane vectors (it is not built for AVX-512)
+_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: smaller reductions run on one thread
+
+
+def _torch_threads() -> int:
+    """torch's intra-op threads by default: the CPUs this process may use (as HistogramObserver assumes)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _sequential_sum(rows: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """start + rows[0] + rows[1] + ... in float32, in order (rows: [n, ...])."""
+    first = (np.zeros(rows.shape[1:], np.float32) if start is None else np.asarray(start, np.float32))[None]
+    return np.add.accumulate(np.concatenate([first, rows]), axis=0, dtype=np.float32)[-1]
+
+
+def _multi_row_sum(rows: np.ndarray) -> np.ndarray:
+    """ATen's multi_row_sum over axis 0: running sums of 16 or more rows, carried up four levels of accumulators."""
+    size = rows.shape[0]
+    power = max(4, (1 if size <= 2 else (size - 1).bit_length()) // 4)
+    step, mask = 1 << power, (1 << power) - 1
+    levels = np.zeros((4,) + rows.shape[1:], np.float32)
+    i = 0
+    while i + step <= size:
+        levels[0] = _sequential_sum(rows[i:i + step])
+        i += step
+        for level in range(1, 4):
+            levels[level] += levels[level - 1]
+            levels[level - 1] = 0
+            if i & (mask << (level * power)):
+                break
+    total = _sequential_sum(rows[i:], levels[0])
+    for level in range(1, 4):
+        total = total + levels[level]
+    return total
+
+
+def _row_sum(rows: np.ndarray) -> np.ndarray:
+    """ATen's row_sum over axis 0: four interleaved multi-row sums, the leftover rows, then the four together."""
+    interleaved = rows.shape[0] // 4
+    partial = _multi_row_sum(rows[:interleaved * 4].reshape((interleaved, 4) + rows.shape[1:]))
+    total = _sequential_sum(rows[interleaved * 4:], partial[0])
+    for k in range(1, 4):
+        total = total + partial[k]
+    return total
+
+
+def _inner_sums(rows: np.ndarray) -> np.ndarray:
+    """Each row of `rows` [R, n] summed along its contiguous elements (vectorized_inner_sum, or scalar row_sum)."""
+    count, size = rows.shape
+    if size < _SUM_LANES:
+        return _row_sum(rows.T)
+    vectors = size // _SUM_LANES
+    lanes = _row_sum(rows[:, :vectors * _SUM_LANES].reshape(count, vectors, _SUM_LANES).transpose(1, 0, 2))
+    total = _sequential_sum(rows[:, vectors * _SUM_LANES:].T)
+    for lane in range(_SUM_LANES):
+        total = total + lanes[:, lane]
+    return total
+
+
+def _outer_sums(columns: np.ndarray) -> np.ndarray:
+    """Each column of `columns` [A, C] summed down its rows (vectorized_outer_sum, or scalar_outer_sum)."""
+    count = columns.shape[1]
+    total = np.empty(count, np.float32)
+    block = 4 * _SUM_LANES if count >= _SUM_LANES else 4
+    j = 0
+    while j + block <= count:
+        total[j:j + block] = _multi_row_sum(columns[:, j:j + block])
+        j += block
+    while count >= _SUM_LANES and j + _SUM_LANES <= count:
+        total[j:j + _SUM_LANES] = _row_sum(columns[:, j:j + _SUM_LANES])
+        j += _SUM_LANES
+    if j < count:
+        total[j:] = _row_sum(columns[:, j:])
+    return total
+
+
+def _parallel_ranges(count: int, grain: int, threads: int) -> list[tuple[int, int]]:
+    """at::parallel_for's split of [0, count) (OpenMP): one chunk per thread, or the whole range serially."""
+    if not (count > grain and count > 1 and threads > 1):
+        return [(0, count)]
+    chunk = -(-count // min(threads, -(-count // grain)))
+    return [(begin, min(count, begin + chunk)) for begin in range(0, count, chunk)]
+
+
+def _aten_float32_sum(values: np.ndarray, keep_axis: int | None = None) -> np.ndarray:
+    """torch.sum of a contiguous float32 array over every dim (or every dim but `keep_axis`), bit for bit: ATen
+    puts the reduced dims innermost and dispatches on the strides (TensorIterator), sums with the cascade of
+    SumKernel.cpp, and splits large reductions over threads (TensorIteratorReduce.cpp)."""
+    values = np.ascontiguousarray(values, np.float32)
+    threads = _torch_threads()
+    if keep_axis is not None and values.ndim:
+        before, channels = int(np.prod(values.shape[:keep_axis])), values.shape[keep_axis]
+        after = int(np.prod(values.shape[keep_axis + 1:]))
+    if keep_axis is None or values.ndim == 0 or channels == 1:
+        flat = values.reshape(1, -1)
+        if flat.size < _GRAIN_SIZE or threads == 1:
+            total = _inner_sums(flat)
+        else:  # two-pass: a partial sum per thread, then the sum of those
+            partials = np.zeros((1, threads), np.float32)
+            for thread, (begin, end) in enumerate(_parallel_ranges(flat.size, _GRAIN_SIZE, threads)):
+                partials[0, thread] = _inner_sums(flat[:, begin:end])[0]
+            total = _inner_sums(partials)
+        return total.reshape(() if keep_axis is None else (1,))
+    blocks = values.reshape(before, channels, after)
+    if before == 1 and after == 1:
+        return blocks.reshape(channels) + np.float32(0)
+    if before == 1:
+        return _inner_sums(blocks[0])
+    if after > 1:  # per outer index, each channel's contiguous run summed, then added up in order
+        return _sequential_sum(_inner_sums(blocks.reshape(before * channels, after)).reshape(before, channels))
+    columns = blocks[:, :, 0]
+    if values.size < _GRAIN_SIZE or threads == 1:
+        return _outer_sums(columns)
+    total = np.empty(channels, np.float32)
+    for begin, end in _parallel_ranges(channels, 1, threads):  # threads take 128-byte-aligned column ranges
+        begin -= begin % 32
+        end -= end % 32 if end != channels else 0
+        if begin != end:
+            total[begin:end] = _outer_sums(columns[:, begin:end])
+    return total
+
+
+def _learnable_elementwise(grad, x, inverse, scale, zero_point, quant_min: int, quant_max: int, grad_factor: float):
+    """Elementwise (dx, dscale, dzero_point) of the learnable backward kernels, in their float arithmetic;
+    `zero_point` is the backward's integer-valued zero point (0-d, or shaped to broadcast per channel)."""
+    x = _opmath(x)
+    kind = dtype_of(x)
+    grad, zero_point = cast(grad, kind), cast(zero_point, kind)
+    scale, inverse = cast(scale, kind), cast(inverse, kind)
+    codes = aten.round.default(_fused_multiply_add(x, inverse, zero_point))  # nearbyint(zp + x * inv_scale)
+    inside = _in_range(codes, quant_min, quant_max)
+    dx = aten.mul.Tensor(grad, inside)
+    steps = aten.sub.Tensor(aten.clamp.default(codes, quant_min, quant_max), zero_point)
+    error = _fused_multiply_add(steps, scale, aten.neg.default(x))  # x_fq - x, with x_fq = steps * scale fused in
+    scale_inside = aten.mul.Tensor(aten.mul.Tensor(grad, error), inverse)
+    below = aten.mul.Tensor(grad, aten.rsub.Scalar(zero_point, quant_min))  # grad * (quant_min - zero_point)
+    above = aten.mul.Tensor(grad, aten.rsub.Scalar(zero_point, quant_max))
+    scale_outside = aten.where.self(aten.lt.Scalar(codes, quant_min), below, above)
+    dscale = aten.mul.Scalar(aten.where.self(inside, scale_inside, scale_outside), grad_factor)
+    zero_point_outside = aten.mul.Scalar(aten.mul.Tensor(aten.neg.default(grad), scale), grad_factor)
+    dzero_point = aten.where.self(inside, aten.full_like.default(zero_point_outside, 0), zero_point_outside)
+    return dx, dscale, dzero_point
+
+
+def _learnable_per_tensor_elementwise(grad, self, scale, zero_point, quant_min, quant_max, grad_factor):
+    scale_value = _scalar(scale, dtypes.float32)
+    # static_cast<int64_t>(clamp(zero_point + 0.5f)): half rounds up (toward zero below 0), unlike the forward
+    zero_value = aten.clamp.default(aten.add.Scalar(_scalar(zero_point, dtypes.float32), 0.5), quant_min, quant_max)
+    zero_value = cast(cast(zero_value, dtypes.int64), dtypes.float32)
+    return _learnable_elementwise(grad, self, aten.reciprocal.default(scale_value), scale_value, zero_value,
+                                  quant_min, quant_max, grad_factor)
+
+
+def _learnable_per_channel_elementwise(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor):
+    rank = len(shape_of(self))
+    scales = _channel_view(cast(scale, dtypes.float32), axis, rank)
+    zero_points = _channel_view(cast(_rounded_zero_points(zero_point, quant_min, quant_max), dtypes.float32), axis,
+                                rank)
+    return _learnable_elementwise(grad, self, aten.reciprocal.default(scales), scales, zero_points, quant_min,
+                                  quant_max, grad_factor)
+
+
+def fake_quantize_learnable_per_tensor_backward(grad, self, scale, zero_point, quant_min, quant_max,
+                                                grad_factor=1.0):
+    dx, dscale, dzero_point = _learnable_per_tensor_elementwise(grad, self, scale, zero_point, quant_min, quant_max,
+                                                                grad_factor)
+    return (dx, aten.view.default(aten.sum.dim_IntList(dscale, [], False), [1]),
+            aten.view.default(aten.sum.dim_IntList(dzero_point, [], False), [1]))
+
+
+def _fake_quantize_learnable_per_tensor_backward_kernel(grad, self, scale, zero_point, quant_min, quant_max,
+                                                        grad_factor=1.0):
+    dx, dscale, dzero_point = _learnable_per_tensor_elementwise(grad, self, scale, zero_point, quant_min, quant_max,
+                                                                grad_factor)
+    return dx, _aten_float32_sum(dscale).reshape(1), _aten_float32_sum(dzero_point).reshape(1)
+
+
+def fake_quantize_learnable_per_channel_backward(grad, self, scale, zero_point, axis, quant_min, quant_max,
+                                                 grad_factor=1.0):
+    dx, dscale, dzero_point = _learnable_per_channel_elementwise(grad, self, scale, zero_point, axis, quant_min,
+                                                                 quant_max, grad_factor)
+    others = [d for d in range(len(shape_of(self))) if d != axis]
+    if not others:
+        return dx, dscale, dzero_point
+    return dx, aten.sum.dim_IntList(dscale, others, False), aten.sum.dim_IntList(dzero_point, others, False)
+
+
+def _fake_quantize_learnable_per_channel_backward_kernel(grad, self, scale, zero_point, axis, quant_min, quant_max,
+                                                         grad_factor=1.0):
+    dx, dscale, dzero_point = _learnable_per_channel_elementwise(grad, self, scale, zero_point, axis, quant_min,
+                                                                 quant_max, grad_factor)
+    return dx, _aten_float32_sum(dscale, axis), _aten_float32_sum(dzero_point, axis)
+
+
+def _learnable_backward_checks(grad, self, scale, zero_point, quant_min, quant_max) -> None:
+    require_arg(quant_min <= 0 <= quant_max, _op(),
+                f"the quantization range [{quant_min}, {quant_max}] must include 0")
+    require_arg(all(map(sym_eq, shape_of(grad), shape_of(self))) and len(shape_of(grad)) == len(shape_of(self)),
+                _op(), f"grad {list(shape_of(grad))} and self {list(shape_of(self))} must have the same shape")
+    float_inputs = (dtypes.float32,) if dtype_of(self) is not dtypes.bfloat16 else (dtypes.bfloat16, dtypes.float32)
+    for name, value in (("grad", grad), ("self", self), ("scale", scale), ("zero_point", zero_point)):
+        require_dtype(dtype_of(value) in float_inputs, _op(),
+                      f"{name} must be float32, got {dtype_of(value).name}", fix="fake-quantize float32 tensors")
+
+
+def fake_quantize_learnable_per_tensor_backward_meta(grad, self, scale, zero_point, quant_min, quant_max,
+                                                     grad_factor=1.0):
+    require_dtype(dtype_of(self) is dtypes.float32, _op(), f"self must be float32, got {dtype_of(self).name}",
+                  fix="fake-quantize float32 tensors")
+    _learnable_backward_checks(grad, self, scale, zero_point, quant_min, quant_max)
+    _one_element(scale, "scale")
+    _one_element(zero_point, "zero_point")
+    return like(self), tensor([1], dtypes.float32), tensor([1], dtypes.float32)
+
+
+def fake_quantize_learnable_per_channel_backward_meta(grad, self, scale, zero_point, axis, quant_min, quant_max,
+                                                      grad_factor=1.0):
+    _learnable_backward_checks(grad, self, scale, zero_point, quant_min, quant_max)
+    rank = len(shape_of(self))
+    require_arg(0 <= axis < rank, _op(), f"axis {axis} must be in [0, {rank}) for a rank-{rank} input")
+    require_arg(len(shape_of(scale)) == 1 and len(shape_of(zero_point)) == 1, _op(),
+                "scale and zero_point must be 1-d tensors")
+    channels = shape_of(self)[axis]
+    require_arg(sym_eq(shape_of(scale)[0], channels) and sym_eq(shape_of(zero_point)[0], channels), _op(),
+                f"expects {channels} scales and zero points (the input's dim {axis})")
+    return like(self, dtype=dtypes.float32), tensor([channels], dtypes.float32), tensor([channels], dtypes.float32)
+
+
+for _schema, _meta, _kernel, _decomposition in [
+    ("_fake_quantize_learnable_per_tensor_affine_backward(Tensor grad, Tensor self, Tensor scale, "
+     "Tensor zero_point, int quant_min, int quant_max, float grad_factor=1.) -> (Tensor, Tensor, Tensor)",
+     fake_quantize_learnable_per_tensor_backward_meta, _fake_quantize_learnable_per_tensor_backward_kernel,
+     fake_quantize_learnable_per_tensor_backward),
+    ("_fake_quantize_learnable_per_channel_affine_backward(Tensor grad, Tensor self, Tensor scale, "
+     "Tensor zero_point, int axis, int quant_min, int quant_max, float grad_factor=1.) -> (Tensor, Tensor, Tensor)",
+     fake_quantize_learnable_per_channel_backward_meta, _fake_quantize_learnable_per_channel_backward_kernel,
+     fake_quantize_learnable_per_channel_backward),
+]:
+    _opdef = defop(_schema, _meta, _kernel, tags=("composite", "backward"))
+    register_decomposition(_opdef.name)(_decomposition)
+
+
+# ---------------------------------------------------------------------------------------------
+# VJP rules (torch's derivatives.yaml). The fixed-qparams ops pass the gradient straight through where the unclamped
+# code was in [quant_min, quant_max] (fake_quantize_*_cachemask_backward: `grad * mask`) and give their qparams none;
+# torch even refuses a scale or zero point that requires grad there. The learnable ops call their backward op.
+
+from kiln.ir.registry import mark_nondifferentiable, register_vjp  # noqa: E402
+
+
+def _straight_through(grad, codes, quant_min: int, quant_max: int):
+    return aten.mul.Tensor(grad, _in_range(codes, quant_min, quant_max))
+
+
+@register_vjp("aten.fake_quantize_per_tensor_affine.default")
+def _fake_quantize_per_tensor_vjp(grad, out, self, scale, zero_point, quant_min, quant_max):
+    inverse, _, zero_point = _per_tensor_qparams(scale, zero_point)
+    return _straight_through(grad, _per_tensor_codes(self, inverse, zero_point), quant_min, quant_max)
+
+
+@register_vjp("aten.fake_quantize_per_tensor_affine.tensor_qparams")
+def _fake_quantize_tensor_qparams_vjp(grad, out, self, scale, zero_point, quant_min, quant_max):
+    inverse, _, zero_point = _tensor_qparams(scale, zero_point)
+    return _straight_through(grad, _per_tensor_codes(self, inverse, zero_point), quant_min, quant_max), None, None
+
+
+@register_vjp("aten.fake_quantize_per_channel_affine.default")
+def _fake_quantize_per_channel_vjp(grad, out, self, scale, zero_point, axis, quant_min, quant_max):
+    inverse, _, zero_point = _per_channel_qparams(self, scale, zero_point, axis)
+    codes = _per_channel_codes(self, inverse, zero_point, not dtype_of(zero_point).is_floating_point)
+    return _straight_through(grad, codes, quant_min, quant_max), None, None
+
+
+mark_nondifferentiable("aten.fake_quantize_per_tensor_affine.tensor_qparams",
+                       "aten.fake_quantize_per_channel_affine.default", arguments=("scale", "zero_point"))
+
+
+def _gradient_of(gradient, argument):
+    """A qparam's gradient in its argument's shape and dtype (None for an integer argument)."""
+    if not dtype_of(argument).is_floating_point:
+        return None
+    return cast(aten.view.default(gradient, list(shape_of(argument))), dtype_of(argument))
+
+
+@register_vjp("aten._fake_quantize_learnable_per_tensor_affine.default")
+def _fake_quantize_learnable_per_tensor_vjp(grad, out, self, scale, zero_point, quant_min, quant_max,
+                                            grad_factor=1.0):
+    dx, dscale, dzero_point = aten._fake_quantize_learnable_per_tensor_affine_backward.default(
+        cast(grad, dtype_of(out)), self, scale, zero_point, quant_min, quant_max, grad_factor)
+    return cast(dx, dtype_of(self)), _gradient_of(dscale, scale), _gradient_of(dzero_point, zero_point)
+
+
+@register_vjp("aten._fake_quantize_learnable_per_channel_affine.default")
+def _fake_quantize_learnable_per_channel_vjp(grad, out, self, scale, zero_point, axis, quant_min, quant_max,
+                                             grad_factor=1.0):
+    dx, dscale, dzero_point = aten._fake_quantize_learnable_per_channel_affine_backward.default(
+        cast(grad, dtype_of(out)), self, scale, zero_point, axis, quant_min, quant_max, grad_factor)
+    return cast(dx, dtype_of(self)), _gradient_of(dscale, scale), _gradient_of(dzero_point, zero_point)

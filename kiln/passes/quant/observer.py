@@ -193,6 +193,34 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         return self._calculate_qparams(self.min_val, self.max_val)
 
 
+class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
+    """An exponential moving average of each channel's batch minimum and maximum (torch's default per-channel
+    weight observer for quantization-aware training)."""
+
+    def __init__(self, averaging_constant: float = 0.01, ch_axis: int = 0, dtype: DType = dtypes.uint8,
+                 qscheme: QScheme = per_channel_affine, **kwargs: Any):
+        if not QScheme(qscheme).is_per_channel:
+            raise KilnError(f"MovingAveragePerChannelMinMaxObserver supports per-channel qschemes only, got "
+                            f"{QScheme(qscheme).value}", fix="use MovingAverageMinMaxObserver for per-tensor qschemes")
+        if kwargs.get("is_dynamic"):
+            raise KilnError("MovingAveragePerChannelMinMaxObserver does not support dynamic quantization",
+                            fix="use PlaceholderObserver for dynamic quantization")
+        super().__init__(ch_axis, dtype, qscheme, **kwargs)
+        self.averaging_constant = averaging_constant
+
+    def forward(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        rows = np.moveaxis(x.astype(F32, copy=False), self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+        current_min, current_max = rows.min(axis=1), rows.max(axis=1)
+        if self.min_val.size == 0:
+            self.min_val, self.max_val = current_min, current_max
+            return
+        constant = F32(self.averaging_constant)  # torch: tensor + python float * tensor, in float32
+        self.min_val = self.min_val + constant * (current_min - self.min_val)
+        self.max_val = self.max_val + constant * (current_max - self.max_val)
+
+
 class PerGroupMinMaxObserver(UniformQuantizationObserverBase):
     """Symmetric qparams per group of `group_size` consecutive elements of each row of a 2-d weight (int4
     weight-only quantization): one scale per group, as quantize_per_channel_group takes them."""
@@ -217,6 +245,76 @@ class PerGroupMinMaxObserver(UniformQuantizationObserverBase):
     def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
         scale, zero_point = self._calculate_qparams(self.min_val, self.max_val)
         return scale, zero_point.astype(np.int32)
+
+
+class FixedQParamsObserver(ObserverBase):
+    """Fixed qparams, whatever it sees (ops with a known output range: sigmoid, tanh, hardsigmoid)."""
+
+    def __init__(self, scale: float, zero_point: int, dtype: DType = dtypes.uint8,
+                 qscheme: QScheme = per_tensor_affine, quant_min: int = 0, quant_max: int = 255,
+                 is_dynamic: bool = False, **_: Any):
+        if is_dynamic:
+            raise KilnError("FixedQParamsObserver does not support dynamic quantization",
+                            fix="use PlaceholderObserver for dynamic quantization")
+        super().__init__(dtype, is_dynamic)
+        self.qscheme = QScheme(qscheme)
+        self.quant_min, self.quant_max = quant_min, quant_max
+        self.scale = np.array([scale], F32)
+        self.zero_point = np.array([zero_point], np.int32)
+
+    def forward(self, x: np.ndarray) -> None:
+        pass
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.scale, self.zero_point
+
+
+# torch's observers for ops whose output lies in [-1, 1] (tanh) or [0, 1] (sigmoid)
+default_fixed_qparams_range_neg1to1_observer = FixedQParamsObserver.with_args(
+    scale=2.0 / 256.0, zero_point=128, dtype=dtypes.uint8, quant_min=0, quant_max=255)
+default_fixed_qparams_range_0to1_observer = FixedQParamsObserver.with_args(
+    scale=1.0 / 256.0, zero_point=0, dtype=dtypes.uint8, quant_min=0, quant_max=255)
+
+
+SMALL_SCALE_THRESHOLD = F32(6.1e-5)  # fbgemm's cut-off: no scale in float16's subnormal range
+
+
+def fbgemm_qparams(min_val: float, max_val: float, quant_min: int, quant_max: int,
+                   preserve_sparsity: bool) -> tuple[np.float32, int]:
+    """fbgemm's ChooseQuantizationParams, which torch's fused observer + fake-quantize op (and its
+    FusedMovingAvgObsFakeQuantize) uses instead of the observers' formula: the range widened to include 0 (made
+    symmetric when `preserve_sparsity`), a float32 scale of at least 6.1e-5, and the zero point from whichever end
+    adds the smaller terms, rounded half to even. Each step in C++'s float / double arithmetic."""
+    low, high = F32(min_val), F32(max_val)
+    if low > high:
+        raise KilnError(f"the observed range [{low}, {high}] is empty or NaN", fix="observe finite data")
+    if low < 0 and high > 0 and preserve_sparsity:
+        symmetric_min, symmetric_max = -((quant_max - quant_min) // 2 + 1), (quant_max - quant_min) // 2
+        largest = float(max(abs(low / F32(symmetric_min)), abs(high / F32(symmetric_max))))  # float division
+        low, high = F32(largest * symmetric_min), F32(largest * symmetric_max)
+    low, high = min(low, F32(0)), max(high, F32(0))
+    levels = quant_max - quant_min
+    scale = F32((float(high) - float(low)) / levels)  # computed in double, kept as float
+    with np.errstate(divide="ignore", over="ignore"):
+        if scale == 0 or np.isinf(F32(1) / scale):
+            scale = F32(0.1)
+    if scale < SMALL_SCALE_THRESHOLD:
+        original, scale = scale, SMALL_SCALE_THRESHOLD
+        if low == 0:
+            high = F32(SMALL_SCALE_THRESHOLD * F32(levels))
+        elif high == 0:
+            low = F32(-SMALL_SCALE_THRESHOLD * F32(levels))
+        else:
+            amplifier = F32(SMALL_SCALE_THRESHOLD / original)
+            low, high = F32(low * amplifier), F32(high * amplifier)
+    from_min, from_max = quant_min - float(low) / float(scale), quant_max - float(high) / float(scale)
+    min_error = abs(quant_min) + abs(float(low) / float(scale))
+    max_error = abs(quant_max) + abs(float(high) / float(scale))
+    initial = from_min if min_error < max_error else from_max
+    if low < 0 and high > 0 and preserve_sparsity:
+        initial = (quant_min + quant_max) / 2
+    zero_point = quant_min if initial < quant_min else quant_max if initial > quant_max else int(np.rint(initial))
+    return scale, zero_point
 
 
 class PlaceholderObserver(ObserverBase):

@@ -119,6 +119,16 @@ class QuantizationConfig:
 
 ANNOTATIONS_KEY = "quantization_annotation"
 
+# The fake-quantize classes QAT configs build specs from (`FakeQuantize`, `FusedMovingAvgObsFakeQuantize`). They are
+# kiln.nn Modules, so they live in kiln.quantization, above this layer, which registers them here when imported.
+FAKE_QUANTIZE_CLASSES: dict[str, Any] = {}
+
+
+def fake_quantize_class(name: str) -> Any:
+    if name not in FAKE_QUANTIZE_CLASSES:
+        raise KilnError(f"QAT configs need kiln.quantization's {name}", fix="import kiln.quantization first")
+    return FAKE_QUANTIZE_CLASSES[name]
+
 
 def annotations(program: ExportedProgram) -> dict[Operation, QuantizationAnnotation]:
     """The program's annotations by op (torch keeps them in `node.meta["quantization_annotation"]`)."""

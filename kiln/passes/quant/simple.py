@@ -7,30 +7,38 @@ from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram
 from kiln.passes.quant.observer import (
-    MinMaxObserver, PerChannelMinMaxObserver, PerGroupMinMaxObserver, PlaceholderObserver,
-    per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
+    MinMaxObserver, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver, PerChannelMinMaxObserver,
+    PerGroupMinMaxObserver, PlaceholderObserver, per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
 )
 from kiln.passes.quant.quantizer import (
-    QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, annotate,
+    QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, annotate, fake_quantize_class,
 )
 from kiln.passes.quant.transforms import linear_layers
 from kiln.passes.quant.x86 import X86InductorQuantizer
 
 
-def get_symmetric_quantization_config(is_per_channel: bool = True, is_dynamic: bool = False) -> QuantizationConfig:
+def get_symmetric_quantization_config(is_per_channel: bool = True, is_qat: bool = False,
+                                      is_dynamic: bool = False) -> QuantizationConfig:
     """XNNPACK's int8 config: int8 activations (affine, [-128, 127]; chosen at run time when dynamic) and
-    symmetric int8 weights in [-127, 127], per output channel or per tensor."""
+    symmetric int8 weights in [-127, 127], per output channel or per tensor. is_qat: observed by fake quantizers
+    with moving averages (torch's QAT recipe), for prepare_qat_pt2e."""
     eps = 2.0 ** -12
-    observer = PlaceholderObserver if is_dynamic else MinMaxObserver
-    activation = QuantizationSpec(dtypes.int8, observer.with_args(eps=eps), quant_min=-128, quant_max=127,
-                                  qscheme=per_tensor_affine, is_dynamic=is_dynamic)
-    if is_per_channel:
-        weight = QuantizationSpec(dtypes.int8, PerChannelMinMaxObserver.with_args(eps=eps), quant_min=-127,
-                                  quant_max=127, qscheme=per_channel_symmetric, ch_axis=0)
+    if is_qat:
+        fused = fake_quantize_class("FusedMovingAvgObsFakeQuantize")
+        activation_observer = (fake_quantize_class("FakeQuantize").with_args(
+            eps=eps, observer=MovingAverageMinMaxObserver.with_args(averaging_constant=1)) if is_dynamic
+            else fused.with_args(eps=eps))
+        weight_observer = fused.with_args(eps=eps, observer=MovingAveragePerChannelMinMaxObserver if is_per_channel
+                                          else MovingAverageMinMaxObserver)
     else:
-        weight = QuantizationSpec(dtypes.int8, MinMaxObserver.with_args(eps=eps), quant_min=-127, quant_max=127,
-                                  qscheme=per_tensor_symmetric)
-    return QuantizationConfig(activation, activation, weight, None)
+        activation_observer = (PlaceholderObserver if is_dynamic else MinMaxObserver).with_args(eps=eps)
+        weight_observer = (PerChannelMinMaxObserver if is_per_channel else MinMaxObserver).with_args(eps=eps)
+    activation = QuantizationSpec(dtypes.int8, activation_observer, quant_min=-128, quant_max=127,
+                                  qscheme=per_tensor_affine, is_dynamic=is_dynamic)
+    weight = QuantizationSpec(dtypes.int8, weight_observer, quant_min=-127, quant_max=127,
+                              qscheme=per_channel_symmetric if is_per_channel else per_tensor_symmetric,
+                              ch_axis=0 if is_per_channel else None)
+    return QuantizationConfig(activation, activation, weight, None, is_qat)
 
 
 class XNNPACKQuantizer(X86InductorQuantizer):

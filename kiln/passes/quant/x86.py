@@ -17,11 +17,12 @@ from kiln.ir import dtypes
 from kiln.ir.program import ExportedProgram
 from kiln.passes.quant import transforms  # noqa: F401  (registers addmm-to-linear)
 from kiln.passes.quant.observer import (
-    HistogramObserver, PerChannelMinMaxObserver, PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
+    HistogramObserver, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver, PerChannelMinMaxObserver,
+    PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
 )
 from kiln.passes.quant.quantizer import (
     Int32Bias, QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec,
-    annotate, annotation_of,
+    annotate, annotation_of, fake_quantize_class,
 )
 
 Filter = Callable[[Sequence[Operation]], bool]
@@ -42,15 +43,24 @@ def get_default_x86_inductor_quantization_config(is_qat: bool = False, is_dynami
     """uint8 per-tensor affine activations (HistogramObserver; chosen at run time when dynamic) and int8
     per-channel symmetric weights. reduce_range keeps activations to 7 bits for CPUs without VNNI. int32_bias
     (kiln's addition) stores static conv/linear biases as int32 on the input scale × weight scale grid, the form
-    onnxruntime fuses into QGemm; torch's recipe keeps them float."""
-    if is_qat:
-        raise NotImplementedError("QAT configurations come with prepare_qat_pt2e (the QAT issue)")
+    onnxruntime fuses into QGemm; torch's recipe keeps them float. is_qat: the same specs observed by fake quantizers
+    (FusedMovingAvgObsFakeQuantize; per-channel moving averages for weights), for prepare_qat_pt2e."""
     eps = 2.0 ** -12
-    observer = PlaceholderObserver if is_dynamic else HistogramObserver
-    activation = QuantizationSpec(dtypes.uint8, observer.with_args(eps=eps), quant_min=0,
+    if is_qat:  # torch's QAT recipe: fake quantizers that observe with moving averages
+        if is_dynamic:
+            act_observer = fake_quantize_class("FakeQuantize").with_args(
+                eps=eps, observer=MovingAverageMinMaxObserver.with_args(averaging_constant=1))
+        else:
+            act_observer = fake_quantize_class("FusedMovingAvgObsFakeQuantize").with_args(eps=eps)
+        weight_observer = fake_quantize_class("FusedMovingAvgObsFakeQuantize").with_args(
+            eps=eps, observer=MovingAveragePerChannelMinMaxObserver)
+    else:
+        act_observer = (PlaceholderObserver if is_dynamic else HistogramObserver).with_args(eps=eps)
+        weight_observer = PerChannelMinMaxObserver.with_args(eps=eps)
+    activation = QuantizationSpec(dtypes.uint8, act_observer, quant_min=0,
                                   quant_max=127 if reduce_range else 255, qscheme=per_tensor_affine,
                                   is_dynamic=is_dynamic)
-    weight = QuantizationSpec(dtypes.int8, PerChannelMinMaxObserver.with_args(eps=eps), quant_min=-128,
+    weight = QuantizationSpec(dtypes.int8, weight_observer, quant_min=-128,
                               quant_max=127, qscheme=per_channel_symmetric, ch_axis=0)
     return QuantizationConfig(activation, activation, weight, Int32Bias() if int32_bias else None, is_qat)
 

@@ -294,3 +294,131 @@ def linear_weight_only(rng):
     scales = rng.uniform(0.01, 0.1, (9, 2)).astype(np.float32)
     zero_points = rng.integers(-3, 4, (9, 2)).astype(np.int64)
     yield Sample((rand(rng, 2, 3, 64), w, scales, zero_points, None, 32, -8, 7), note="int4 values, group 32")
+
+
+# -- ATen's fake-quantize ops (quantization-aware training)
+
+def _fake_quant_input(rng, shape, scale: float, zero_point: int, quant_min: int, quant_max: int) -> np.ndarray:
+    """Random values around the representable range, with its two ends exactly, one step past each end, and
+    half-steps (ties that round half to even) placed first."""
+    values = rng.uniform((quant_min - zero_point - 3) * scale, (quant_max - zero_point + 3) * scale,
+                         size=shape).astype(np.float32)
+    special = [(quant_min - zero_point) * scale, (quant_max - zero_point) * scale,
+               (quant_min - zero_point - 1) * scale, (quant_max - zero_point + 1) * scale]
+    special += [(k + 0.5) * scale for k in range(-3, 3)]
+    flat = values.reshape(-1)
+    count = min(flat.size, len(special))
+    flat[:count] = np.array(special[:count], np.float32)
+    return values
+
+
+@samples("aten.fake_quantize_per_tensor_affine.default")
+def fake_quantize_per_tensor_affine(rng):
+    yield Sample((_fake_quant_input(rng, (4, 6), 0.25, 131, 0, 255), 0.25, 131, 0, 255),
+                 note="uint8 affine, ends and ties exactly")
+    yield Sample((_fake_quant_input(rng, (3, 5), 0.0237, 10, 0, 127), 0.0237, 10, 0, 127), note="reduce_range")
+    yield Sample((rand(rng, 2, 3, 4) * 4, 0.03125, 0, -128, 127), note="int8 symmetric")
+    yield Sample((_fake_quant_input(rng, (12,), 0.125, -2, -8, 7), 0.125, -2, -8, 7), note="4-bit")
+    yield Sample((rand(rng, 7, dtype="float16"), 0.02, 3, -128, 127), note="float16 input")
+    yield Sample((rand(rng, 7, dtype="bfloat16"), 0.02, 3, -128, 127), note="bfloat16 input")
+    yield Sample((np.array(0.3, np.float32), 0.1, 0, -128, 127), note="0-d input")
+
+
+@samples("aten.fake_quantize_per_tensor_affine.tensor_qparams")
+def fake_quantize_per_tensor_affine_tensor_qparams(rng):
+    yield Sample((_fake_quant_input(rng, (4, 6), 0.25, 131, 0, 255), np.array([0.25], np.float32),
+                  np.array([131], np.int32), 0, 255), note="uint8 affine, ends and ties exactly")
+    yield Sample((_fake_quant_input(rng, (3, 5), 0.0237, -7, -128, 127), np.array([0.0237], np.float32),
+                  np.array([-7], np.int32), -128, 127), note="int8 affine")
+    yield Sample((rand(rng, 3, 4), np.array(0.05, np.float32), np.array(2.7, np.float32), 0, 255),
+                 note="0-d qparams, a float zero point truncates")
+    yield Sample((rand(rng, 6, dtype="float16"), np.array([0.02], np.float32), np.array([0], np.int32), -128, 127),
+                 note="float16 input")
+
+
+def _channel_qparams(rng, channels: int, quant_min: int, quant_max: int, zero_dtype=np.int32):
+    scales = rng.uniform(0.01, 0.05, channels).astype(np.float32)
+    scales[0] = 0.25  # a power of two: exact ties in the first channel
+    zero_points = rng.integers(quant_min, quant_max + 1, channels).astype(zero_dtype)
+    return scales, zero_points
+
+
+def _per_channel_input(rng, shape, axis: int, scales, zero_points, quant_min: int, quant_max: int):
+    """Each channel spans a little more than its range; channel 0 also gets its ends, one step past them and ties."""
+    values = np.moveaxis(np.empty(shape, np.float32), axis, 0)
+    for channel, (scale, zero) in enumerate(zip(scales, zero_points.astype(np.float64))):
+        values[channel] = _fake_quant_input(rng, values.shape[1:], float(scale), 0, int(quant_min - zero),
+                                            int(quant_max - zero))
+    return np.ascontiguousarray(np.moveaxis(values, 0, axis))
+
+
+@samples("aten.fake_quantize_per_channel_affine.default")
+def fake_quantize_per_channel_affine(rng):
+    scales, zeros = _channel_qparams(rng, 4, -128, 127)
+    zeros[:] = 0
+    yield Sample((_per_channel_input(rng, (4, 3, 2, 2), 0, scales, zeros, -128, 127), scales, zeros, 0, -128, 127),
+                 note="conv weight, symmetric int8, axis 0")
+    scales, zeros = _channel_qparams(rng, 5, 0, 255)
+    yield Sample((_per_channel_input(rng, (3, 5), 1, scales, zeros, 0, 255), scales, zeros, 1, 0, 255),
+                 note="uint8 affine, axis 1")
+    scales, _ = _channel_qparams(rng, 3, 0, 255)
+    floats = np.array([0.0, 17.25, 100.5], np.float32)
+    yield Sample((rand(rng, 3, 8), scales, floats, 0, 0, 255), note="float zero points (affine float qparams)")
+    yield Sample((rand(rng, 3, 8, dtype="float16"), scales, floats.astype(np.float16), 0, 0, 255),
+                 note="float16 input and zero points")
+    yield Sample((rand(rng, 2, 3, dtype="bfloat16"), scales, np.zeros(3, np.int32), 1, -128, 127),
+                 note="bfloat16 input")  # (torch's CPU kernel refuses bfloat16 scales)
+
+
+@samples("aten._fake_quantize_learnable_per_tensor_affine.default")
+def fake_quantize_learnable_per_tensor_affine(rng):
+    yield Sample((_fake_quant_input(rng, (4, 6), 0.25, 131, 0, 255), np.array([0.25], np.float32),
+                  np.array([131.0], np.float32), 0, 255), note="uint8 affine, ends and ties exactly")
+    yield Sample((_fake_quant_input(rng, (3, 5), 0.0237, 0, -128, 127), np.array([0.0237], np.float32),
+                  np.array([2.5], np.float32), -128, 127, 0.2),
+                 note="a zero point at a tie: the forward rounds it to even, the backward up; grad_factor 0.2")
+    yield Sample((rand(rng, 10), np.array([0.11], np.float32), np.array([-3.3], np.float32), -8, 7),
+                 note="4-bit, a negative fractional zero point")
+    yield Sample((rand(rng, 2, 4, dtype="bfloat16"), np.array([0.05], np.float32), np.array([1.0], np.float32),
+                  -128, 127), note="bfloat16 input")
+
+
+@samples("aten._fake_quantize_learnable_per_channel_affine.default")
+def fake_quantize_learnable_per_channel_affine(rng):
+    scales, zeros = _channel_qparams(rng, 4, -128, 127, np.float32)
+    zeros[:] = 0
+    yield Sample((_per_channel_input(rng, (4, 3, 2), 0, scales, zeros, -128, 127), scales, zeros, 0, -128, 127),
+                 note="symmetric int8 weight, axis 0")
+    scales, zeros = _channel_qparams(rng, 5, -8, 7, np.float32)
+    zeros += np.float32(0.5)  # ties: rounded to even
+    zeros[-1] = 9.0  # clamped into the range
+    yield Sample((_per_channel_input(rng, (3, 5), 1, scales, np.clip(np.round(zeros), -8, 7), -8, 7), scales, zeros,
+                  1, -8, 7, 0.3), note="4-bit, fractional zero points, axis 1, grad_factor 0.3")
+    yield Sample((rand(rng, 3, 4, dtype="bfloat16"), scales[:3], np.array([0.0, 1.0, -2.0], np.float32), 0, -128,
+                  127), note="bfloat16 input")
+
+
+@samples("aten._fake_quantize_learnable_per_tensor_affine_backward.default")
+def fake_quantize_learnable_per_tensor_affine_backward(rng):
+    x = _fake_quant_input(rng, (4, 6), 0.25, 131, 0, 255)
+    yield Sample((rand(rng, 4, 6), x, np.array([0.25], np.float32), np.array([131.0], np.float32), 0, 255),
+                 note="uint8 affine, ends and ties exactly")
+    x = _fake_quant_input(rng, (3, 5), 0.0237, 2, -128, 127)
+    yield Sample((rand(rng, 3, 5), x, np.array([0.0237], np.float32), np.array([2.5], np.float32), -128, 127, 0.2),
+                 note="a zero point at a tie (the backward rounds it up), grad_factor 0.2")
+    yield Sample((rand(rng, 40), rand(rng, 40), np.array([0.11], np.float32), np.array([-3.3], np.float32), -8, 7),
+                 note="4-bit: most values clamped, sums past one vector")
+
+
+@samples("aten._fake_quantize_learnable_per_channel_affine_backward.default")
+def fake_quantize_learnable_per_channel_affine_backward(rng):
+    scales, zeros = _channel_qparams(rng, 4, -128, 127, np.float32)
+    x = _per_channel_input(rng, (4, 3, 3), 0, scales, zeros, -128, 127)
+    yield Sample((rand(rng, 4, 3, 3), x, scales, zeros, 0, -128, 127), note="int8 affine weight, axis 0")
+    scales, zeros = _channel_qparams(rng, 5, -8, 7, np.float32)
+    zeros += np.float32(0.5)
+    yield Sample((rand(rng, 9, 5), rand(rng, 9, 5), scales, zeros, 1, -8, 7, 0.3),
+                 note="4-bit, zero points at ties, axis 1, grad_factor 0.3")
+    scales, zeros = _channel_qparams(rng, 3, -128, 127, np.float32)
+    yield Sample((rand(rng, 2, 3, 10), rand(rng, 2, 3, 10, dtype="bfloat16"), scales, zeros, 1, -128, 127),
+                 note="bfloat16 input, a middle axis")
