@@ -5,8 +5,10 @@
         prepared(batch)                 # or: calibrate(prepared, batches, backend="c"), compiled once
     quantized = convert_pt2e(prepared)  # quantize/dequantize ops around float ops
 
-Quantization-aware training uses the fake-quantize modules (FakeQuantize, FusedMovingAvgObsFakeQuantize,
-_LearnableFakeQuantize, ...), which compute and differentiate as torch.ao.quantization's do.
+Quantization-aware training: `prepare_qat_pt2e(program, quantizer)` with a QAT config (`is_qat=True`) gives a
+trainable module whose quantized values pass through fake quantizers (FakeQuantize, FusedMovingAvgObsFakeQuantize,
+_LearnableFakeQuantize, which compute and differentiate as torch.ao.quantization's do); train it with kiln.optim,
+`move_exported_model_to_eval`, then `convert_pt2e` gives the same kind of program as post-training quantization.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from kiln.frontend.nn.module import Module
+from kiln.frontend.program_module import ProgramModule
 from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
+from kiln.ir.program import ExportedProgram
 from kiln.ir.registry import ops as _ops
-from kiln.passes.quant.convert import convert_pt2e
+from kiln.passes.quant.convert import convert_pt2e as _convert_pt2e
 from kiln.passes.quant.observer import (
     FixedQParamsObserver, HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
     MovingAveragePerChannelMinMaxObserver, ObserverBase, PartialConstructor, PerChannelMinMaxObserver,
@@ -486,3 +490,90 @@ from kiln.passes.quant.quantizer import FAKE_QUANTIZE_CLASSES  # noqa: E402
 
 FAKE_QUANTIZE_CLASSES.update({cls.__name__: cls for cls in (
     FakeQuantize, FusedMovingAvgObsFakeQuantize, FixedQParamsFakeQuantize, _LearnableFakeQuantize)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization-aware training (torch.ao's prepare_qat_pt2e)
+
+class QATModule(ProgramModule):
+    """A program prepared for quantization-aware training: the program as a trainable module, with a fake quantizer
+    on every value (or use of a value) the quantizer annotated. Train it like the model, then `convert_pt2e`."""
+
+    def __init__(self, prepared: PreparedProgram):
+        super().__init__(prepared.program)
+        object.__setattr__(self, "prepared", prepared)
+        names = {}
+        for edge_or_node, group in prepared.groups.items():
+            fake_quantize = prepared.observers[group]
+            if fake_quantize is None:  # a derived spec (an int32 bias): its qparams follow from others' at convert
+                continue
+            name = names.setdefault(group, f"activation_post_process_{len(names)}")
+            if isinstance(edge_or_node, tuple):
+                value, user = edge_or_node
+                if prepared.groups.get(value) == group:
+                    continue  # the value is fake-quantized already, for every use
+                self.transform_edge(value, user, name, fake_quantize)
+            else:
+                self.transform_value(edge_or_node, name, fake_quantize)
+
+
+def prepare_qat_pt2e(model: Any, quantizer: Quantizer) -> QATModule:
+    """Annotate a copy of the exported `model` with `quantizer` (a QAT config: `is_qat=True`) and return it as a
+    trainable module whose annotated values pass through fake quantizers (torch.ao's prepare_qat_pt2e)."""
+    prepared = prepare_pt2e(model, quantizer)
+    for group, observer in prepared.observers.items():
+        if observer is not None and not isinstance(observer, FakeQuantizeBase):
+            raise KilnError(f"prepare_qat_pt2e needs fake quantizers, but the quantizer's config observes with "
+                            f"{type(observer).__name__}", fix="use a QAT config, e.g. "
+                            "get_default_x86_inductor_quantization_config(is_qat=True)")
+    return QATModule(prepared)
+
+
+def move_exported_model_to_eval(model: QATModule) -> QATModule:
+    """Batch norm on running statistics and dropout off (torch.ao's move_exported_model_to_eval)."""
+    return model.eval()
+
+
+def move_exported_model_to_train(model: QATModule) -> QATModule:
+    return model.train()
+
+
+class _TrainedQParams:
+    """What convert reads from an observer, for a trained fake quantizer: its observer's settings, and the qparams
+    the fake quantizer applied last (its `scale` / `zero_point`; learned ones for _LearnableFakeQuantize).
+
+    torch's convert asks the observer instead, whose formula differs from the fused fake quantizer's (fbgemm's) for
+    symmetric ranges narrower than 8 bits: [-2, 1] gives scales max|w| and max|w| / 1.5, so the converted weights
+    would not be the ones the model trained with. kiln converts with the qparams training used."""
+
+    def __init__(self, fake_quantize: Any):
+        self._fake_quantize = fake_quantize
+        self._observer = fake_quantize.activation_post_process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._observer, name)
+
+    def __call__(self, x: Any) -> Any:
+        return self._observer(x)
+
+    def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
+        scale = np.asarray(self._fake_quantize.scale.detach().numpy(), np.float32).reshape(-1)
+        zero_point = np.asarray(self._fake_quantize.zero_point.detach().numpy()).reshape(-1)
+        return scale, np.round(zero_point).astype(np.int64)
+
+
+def convert_pt2e(prepared: Any) -> ExportedProgram:
+    """The reference quantized program (quantize/dequantize around float ops) from a calibrated PreparedProgram or
+    a trained QATModule, whose trained weights it quantizes (torch.ao's convert_pt2e)."""
+    if isinstance(prepared, QATModule):
+        calibrated = prepared.prepared
+        calibrated.program.state_dict = prepared.current_state()
+        observers = {group: None if fq is None else _TrainedQParams(fq) for group, fq in calibrated.observers.items()}
+        trained = PreparedProgram(calibrated.program, calibrated.groups, calibrated.specs, observers)
+        trained._seen = {id(o) for o in observers.values() if o is not None}
+        calibrated.converted = True
+        return _convert_pt2e(trained)
+    return _convert_pt2e(prepared)
+
+
+__all__ += ["QATModule", "prepare_qat_pt2e", "move_exported_model_to_eval", "move_exported_model_to_train"]
