@@ -201,3 +201,35 @@ def test_qat_recovers_what_post_training_quantization_loses_on_digits():
     session = ort.InferenceSession(model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
     (logits,) = session.run(None, {session.get_inputs()[0].name: test_x})
     assert_quantized_close(logits, quantized(test_x))
+
+
+def test_learnable_fake_quantizers_train_their_qparams():
+    """LSQ-style QAT: a config of _LearnableFakeQuantize makes scale and zero point parameters of the prepared
+    module; training moves them, and convert quantizes with the learned values."""
+    learnable = kq._LearnableFakeQuantize.with_args(observer=kq.MovingAverageMinMaxObserver, use_grad_scaling=True)
+    activation = kq.QuantizationSpec(dtypes.uint8, learnable, quant_min=0, quant_max=255,
+                                     qscheme=kq.per_tensor_affine)
+    weight = kq.QuantizationSpec(dtypes.int8, learnable, quant_min=-8, quant_max=7, qscheme=kq.per_tensor_symmetric)
+    config = kq.QuantizationConfig(activation, activation, weight, None, True)
+    kiln.manual_seed(0)
+    model = kiln.nn.Sequential(kiln.nn.Linear(8, 16), kiln.nn.ReLU(), kiln.nn.Linear(16, 3))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    y = x[:, :3].argmax(axis=1)
+    prepared = kq.prepare_qat_pt2e(kiln.export(model, (kiln.tensor(x),)), kq.X86InductorQuantizer().set_global(config))
+    quantizers = [m for m in prepared.modules() if isinstance(m, kq._LearnableFakeQuantize)]
+    assert quantizers and all(isinstance(m.scale, kiln.nn.Parameter) for m in quantizers)
+    with kiln.no_grad():
+        prepared(kiln.tensor(x))  # the first call observes: initial qparams
+    prepared.apply(kq.disable_observer)
+    before = [m.scale.numpy().copy() for m in quantizers]
+    optimizer = kiln.optim.Adam(prepared.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        F.cross_entropy(prepared(kiln.tensor(x)), kiln.tensor(y)).backward()
+        optimizer.step()
+    assert any(not np.array_equal(b, m.scale.numpy()) for b, m in zip(before, quantizers))
+    kq.move_exported_model_to_eval(prepared)
+    with kiln.no_grad():
+        expected = prepared(kiln.tensor(x)).numpy()
+    np.testing.assert_allclose(kq.convert_pt2e(prepared)(x), expected, rtol=1.3e-6, atol=1e-5)
