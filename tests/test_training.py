@@ -12,6 +12,7 @@ import kiln.nn as nn
 import kiln.nn.functional as F
 from kiln.ir.program import InputKind, OutputKind
 from kiln.training import TrainStep, compile_train_step, export_train_step
+from tests.datasets import digits as load_digits
 from tests.torch_oracle import requires_torch, torch
 
 
@@ -118,17 +119,9 @@ def test_torch_runs_the_saved_train_step(tmp_path):
         _close(state[key].detach().numpy(), value)
 
 
-sklearn_datasets = pytest.importorskip("sklearn.datasets")
-
-
 @pytest.fixture(scope="module")
 def digits():
-    images, labels = sklearn_datasets.load_digits(return_X_y=True)
-    images = (images / 16.0).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(images))
-    images, labels = images[order], labels[order]
-    split = int(len(images) * 0.5)  # 898 held out
-    return images[:split], labels[:split], images[split:], labels[split:]
+    return load_digits()
 
 
 def _epochs(train_x, train_y, epochs: int, batch: int = 128):

@@ -8,20 +8,15 @@ import pytest
 
 import kiln
 from kiln import quantization as kq
+from tests.datasets import digits as load_digits
 from tests.torch_oracle import requires_torch, torch
 
-sklearn_datasets = pytest.importorskip("sklearn.datasets")
 pytestmark = requires_torch
 
 
 @pytest.fixture(scope="module")
 def digits():
-    images, labels = sklearn_datasets.load_digits(return_X_y=True)
-    images = (images / 16.0).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(images))
-    images, labels = images[order], labels[order]
-    split = int(len(images) * 0.5)  # 898 held out: half a point is 4.5 images
-    return images[:split], labels[:split], images[split:], labels[split:]
+    return load_digits()
 
 
 def _mlp():

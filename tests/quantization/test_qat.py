@@ -11,6 +11,7 @@ import kiln
 import kiln.nn.functional as F
 from kiln import quantization as kq
 from kiln.ir import dtypes
+from tests.datasets import digits
 from tests.quantization.support import TORCHAO, requires_torchao
 from tests.quantization.test_pt2e import (
     MODELS, _assert_same_quantize_args, _kiln_quantize_args, _quantize_args, assert_quantized_close,
@@ -116,16 +117,6 @@ def test_prepare_qat_needs_a_qat_config():
             kq.get_default_x86_inductor_quantization_config()))
 
 
-def _digits():
-    datasets = pytest.importorskip("sklearn.datasets")
-    images, labels = datasets.load_digits(return_X_y=True)
-    images = (images / 16.0).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(images))
-    images, labels = images[order], labels[order]
-    split = len(images) // 2
-    return images[:split], labels[:split], images[split:], labels[split:]
-
-
 def _epochs(images, labels, count, seed):
     rng = np.random.default_rng(seed)
     for _ in range(count):
@@ -153,7 +144,7 @@ def _two_bit_weights(qat: bool) -> kq.QuantizationConfig:
 
 
 def test_qat_recovers_what_post_training_quantization_loses_on_digits():
-    train_x, train_y, test_x, test_y = _digits()
+    train_x, train_y, test_x, test_y = digits()
     kiln.manual_seed(0)
     nn = kiln.nn
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))

@@ -88,17 +88,9 @@ class Adam(Optimizer):
         loss = evaluate_closure(closure)
         for group in self.param_groups:
             params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps = [], [], [], [], [], []
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if param.dtype.is_complex:
-                    raise UnsupportedError("Adam on complex parameters is not supported yet",
-                                           fix="optimize the real and imaginary parts as two real parameters")
+            for param, state in self._with_grads(group):
                 params.append(param)
                 grads.append(param.grad)
-                state = self.state[param]
-                if len(state) == 0:  # lazy state initialization, as torch's
-                    self._init_state(param, group)
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
                 if group["amsgrad"]:

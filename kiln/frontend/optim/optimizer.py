@@ -123,6 +123,22 @@ class Optimizer:
         """Update the parameters from their `.grad` once; `closure` re-evaluates the model and returns the loss."""
         raise NotImplementedError
 
+    def _with_grads(self, group: dict[str, Any]) -> list[tuple[Tensor, dict[str, Any]]]:
+        """The group's parameters that have a gradient, each with its state (created on first use, as torch's
+        lazy state initialization)."""
+        found = []
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            if param.dtype.is_complex:
+                raise UnsupportedError(f"{type(self).__name__} on complex parameters is not supported yet",
+                                       fix="optimize the real and imaginary parts as two real parameters")
+            state = self.state[param]
+            if len(state) == 0:
+                self._init_state(param, group)
+            found.append((param, state))
+        return found
+
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> None:
         """Create `param`'s state as the first step would (kiln.training calls it before tracing a step)."""
         raise NotImplementedError(f"{type(self).__name__} does not say how its state starts")

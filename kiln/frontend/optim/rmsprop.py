@@ -72,17 +72,9 @@ class RMSprop(Optimizer):
         loss = evaluate_closure(closure)
         for group in self.param_groups:
             params, grads, square_avgs, grad_avgs, momentum_buffers, state_steps = [], [], [], [], [], []
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if param.dtype.is_complex:
-                    raise UnsupportedError("RMSprop on complex parameters is not supported yet",
-                                           fix="optimize the real and imaginary parts as two real parameters")
+            for param, state in self._with_grads(group):
                 params.append(param)
                 grads.append(param.grad)
-                state = self.state[param]
-                if len(state) == 0:  # lazy state initialization, as torch's
-                    self._init_state(param, group)
                 square_avgs.append(state["square_avg"])
                 state_steps.append(state["step"])
                 if group["momentum"] > 0:

@@ -435,7 +435,7 @@ defop("nonzero(Tensor self) -> Tensor", _nonzero_meta, _nonzero)
 # A gather's transpose is a scatter-add into zeros, and a scatter's is a gather; positions that a later write
 # overwrote get no gradient.
 
-from kiln.ir.ops._grad import sum_like, zeros_like  # noqa: E402
+from kiln.ir.ops._grad import sum_like, sum_to, zeros_like  # noqa: E402
 from kiln.ir.ops.shape import gradient_for, zeros  # noqa: E402
 from kiln.ir.registry import ops, register_vjp  # noqa: E402
 from kiln.ir.symbolic import as_dim  # noqa: E402
@@ -552,22 +552,10 @@ def _index_vjp(grad, out, self, indices):
     return aten.index_put.default(zeros(shape_of(self), grad), list(indices), grad, True), None
 
 
-def _sum_to_values(grad, values):
-    """The indexed gradient summed to `values`' shape (values broadcast). Unlike sum_to, it never asks whether a dim
-    of `grad` is 1, which a mask's data-dependent count cannot answer: summing a dim of size 1 changes nothing."""
-    shape, grad_shape = shape_of(values), shape_of(grad)
-    lead = len(grad_shape) - len(shape)
-    dims = list(range(lead)) + [lead + i for i, size in enumerate(shape)
-                                if isinstance(size, int) and size == 1 and grad_shape[lead + i] != 1]
-    if dims:
-        grad = aten.view.default(aten.sum.dim_IntList(grad, dims, True), list(shape))
-    return gradient_for(grad, values)
-
-
 @register_vjp("aten.index_put.default")
 def _index_put_vjp(grad, out, self, indices, values, accumulate=False):
     grad_self = grad if accumulate else aten.index_put.default(grad, list(indices), zeros_like(values), False)
-    return grad_self, None, _sum_to_values(aten.index.Tensor(grad, list(indices)), values)
+    return grad_self, None, gradient_for(sum_to(aten.index.Tensor(grad, list(indices)), shape_of(values)), values)
 
 
 @register_vjp("aten.masked_scatter.default")
