@@ -156,9 +156,6 @@ class Node:
         """torch's grad_fn name, e.g. `MulBackward0`: here `aten.mul.Tensor` backward."""
         return f"{self.opdef.name} backward"
 
-    def next_functions(self) -> list[Any]:
-        return list(self.edges)
-
     def __repr__(self) -> str:
         return f"<{self.name()}>"
 

@@ -563,3 +563,27 @@ def test_float64_convolutions_take_the_direct_loops(tmp_path):
     compiled = compile_c(program, output=tmp_path / "f64")
     assert "/* conv: aten.convolution.default, aten.relu.default */" in (tmp_path / "f64" / "model.c").read_text()
     _check(compiled(*args), program(*args))
+
+
+def test_kernels_with_the_same_text_over_different_dtypes_keep_their_own_types():
+    """Two casts to float64, one of an int32 buffer and one of a float32 input, render to the same text; sharing one
+    C function between them read the float32 bits as int32 (found by the learnable fake-quant decomposition)."""
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input("x", TensorType.of([4, 3, 2], "f32"))
+    scale = builder.add_input("scale", TensorType.of([4], "f32"))
+    zero_point = builder.add_input("zero_point", TensorType.of([4], "f32"))
+    with builder:
+        codes = aten.view.default(aten._to_copy.default(aten.round.default(zero_point), dtype=dtypes.int32), [4, 1, 1])
+        shifted = aten.add.Tensor(aten.round.default(x), codes)
+        as_double = [aten._to_copy.default(v, dtype=dtypes.float64)
+                     for v in (shifted, codes, aten.view.default(scale, [4, 1, 1]))]
+        out = aten.mul.Tensor(aten.sub.Tensor(as_double[0], as_double[1]), as_double[2])
+    program = builder.build([out])
+    rng = np.random.default_rng(0)
+    inputs = [(rng.standard_normal((4, 3, 2)) * 5).astype(np.float32), rng.uniform(0.1, 1, 4).astype(np.float32),
+              rng.uniform(-3, 3, 4).astype(np.float32)]
+    np.testing.assert_array_equal(compile_c(program)(*inputs), program(*inputs))

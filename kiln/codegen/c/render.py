@@ -1725,7 +1725,7 @@ class KernelBodies:
         self.slots = {buffer_name(buf): f"ctx->buf[{buf.index}]" for buf in schedule.buffers}
         self.pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(self.types, key=len, reverse=True)))
                                   + r")\b|ctx->packed\[\d+\]") if self.types else re.compile(r"ctx->packed\[\d+\]")
-        self.shared: dict[str, str] = {}  # canonical body -> the shared function's name
+        self.shared: dict[tuple[str, tuple[str, ...]], str] = {}  # (canonical body, parameters) -> function name
         self.definitions: list[list[str]] = []
 
     def kernel_function(self, number: int, kernel: Kernel, state: RenderState) -> list[str]:
@@ -1736,11 +1736,13 @@ class KernelBodies:
         def canonical(match: re.Match) -> str:
             return parameters.setdefault(match.group(0), f"buf_arg{len(parameters)}")
         text = self.pattern.sub(canonical, "\n".join(body))
-        shared = self.shared.get(text)
+        declared = [f"const float* restrict {p}" if used.startswith("ctx->packed") else
+                    f"{self.types[used]}* restrict {p}" for used, p in parameters.items()]
+        # The same text over buffers of other dtypes (a cast of int32 or of float32 values) is another function.
+        key = (text, tuple(declared))
+        shared = self.shared.get(key)
         if shared is None:
-            shared = self.shared[text] = f"kernel_body_{len(self.shared)}"
-            declared = [f"const float* restrict {p}" if used.startswith("ctx->packed") else
-                        f"{self.types[used]}* restrict {p}" for used, p in parameters.items()]
+            shared = self.shared[key] = f"kernel_body_{len(self.shared)}"
             prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
                         for index, symbol in enumerate(self.schedule.symbols)]
             self.definitions.append([f"static void {shared}({', '.join(['const kiln_ctx* ctx', *declared])})", "{",

@@ -42,7 +42,3 @@ def cast(value: Any, dtype: DType) -> Any:
 def zeros_like(value: Any) -> Any:
     return aten.full_like.default(value, 0)
 
-
-def is_tensor_value(value: Any) -> bool:
-    """A tensor argument (array or IR value), not a Python scalar."""
-    return value is not None and not isinstance(value, (bool, int, float))
