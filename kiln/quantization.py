@@ -25,7 +25,8 @@ from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
-from kiln.ir.program import ExportedProgram
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.program import ExportedProgram, OutputKind
 from kiln.ir.registry import ops as _ops
 from kiln.passes.quant.convert import convert_pt2e as _convert_pt2e
 from kiln.passes.quant.observer import (
@@ -562,12 +563,60 @@ class _TrainedQParams:
         return scale, np.round(zero_point).astype(np.int64)
 
 
+def _to_inference(module: QATModule) -> None:
+    """Rewrite the prepared program into its inference form before converting, as torch's convert does after
+    move_exported_model_to_eval: batch norm exported in training mode reads its running statistics (and stops
+    updating them: those buffer updates leave the outputs), dropout is the identity."""
+    from xdsl.rewriter import InsertPoint, Rewriter
+
+    from kiln.passes.base import erase_dead_ops
+    from kiln.passes.quant.convert import _InsertAt
+
+    program, groups = module.prepared.program, module.prepared.groups
+    arguments = {spec.target: arg for arg, spec in zip(program.body.args, program.graph_signature.input_specs)
+                 if spec.target is not None}
+    replaced: dict[Any, Any] = {}
+    for op in list(program.body.ops):
+        name = getattr(getattr(op, "opdef", None), "name", None)
+        if name == "aten.batch_norm.default" and op.operands and bound_arguments(op)[5]:
+            values = bound_arguments(op)
+            if values[3] is None:  # kiln's export: the statistics' update follows as separate ops
+                mean, variance = module._running_statistic_targets(op)
+                values[3], values[4] = arguments[mean], arguments[variance]
+            values[5] = False
+            builder = _InsertAt(program, InsertPoint.before(op))
+            with builder:
+                new = _ops.aten.batch_norm.default(*values)
+        elif name in ("aten.dropout.default", "aten.native_dropout.default") and bound_arguments(op)[2]:
+            new = op.operands[0]
+        else:
+            continue
+        op.results[0].replace_all_uses_with(new)
+        replaced[op.results[0]] = new
+        if name == "aten.native_dropout.default" and op.results[1].uses:
+            raise KilnError("a dropout mask is used after dropout", fix="export the model in eval mode")
+        Rewriter.erase_op(op)
+    for key in [k for k in groups if (k[0] if isinstance(k, tuple) else k) in replaced]:
+        group = groups.pop(key)
+        spec = module.prepared.specs.pop(key)
+        new_key = (replaced[key[0]], key[1]) if isinstance(key, tuple) else replaced[key]
+        groups[new_key], module.prepared.specs[new_key] = group, spec
+    returned = program.body.last_op
+    kept = [(value, spec) for value, spec in zip(returned.operands, program.graph_signature.output_specs)
+            if spec.kind is not OutputKind.BUFFER_MUTATION]
+    returned.operands = [value for value, _ in kept]
+    program.graph_signature.output_specs = [spec for _, spec in kept]
+    program.graph.update_function_type()
+    erase_dead_ops(program.body)
+
+
 def convert_pt2e(prepared: Any) -> ExportedProgram:
     """The reference quantized program (quantize/dequantize around float ops) from a calibrated PreparedProgram or
     a trained QATModule, whose trained weights it quantizes (torch.ao's convert_pt2e)."""
     if isinstance(prepared, QATModule):
         calibrated = prepared.prepared
         calibrated.program.state_dict = prepared.current_state()
+        _to_inference(prepared)
         observers = {group: None if fq is None else _TrainedQParams(fq) for group, fq in calibrated.observers.items()}
         trained = PreparedProgram(calibrated.program, calibrated.groups, calibrated.specs, observers)
         trained._seen = {id(o) for o in observers.values() if o is not None}

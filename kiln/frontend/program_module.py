@@ -148,8 +148,13 @@ class ProgramModule(Module):
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _running_statistics(self, batch_norm: Any) -> tuple[Tensor, Tensor]:
-        """A training-mode batch norm's running mean and variance buffers. kiln's export writes their update as
-        ops after the normalization (var_mean of the same input, then mul/add into the buffers, returned as
+        """A training-mode batch norm's running mean and variance buffers."""
+        mean, variance = self._running_statistic_targets(batch_norm)
+        return getattr(*self._owner_of(mean)), getattr(*self._owner_of(variance))
+
+    def _running_statistic_targets(self, batch_norm: Any) -> tuple[str, str]:
+        """The buffer targets of a training-mode batch norm's running mean and variance. kiln's export writes their
+        update as ops after the normalization (var_mean of the same input, then mul/add into the buffers, returned as
         BUFFER_MUTATION outputs): follow each mutated buffer's value back to the var_mean that feeds it."""
         source = batch_norm.operands[0]
         found: dict[int, str] = {}  # var_mean result index (0 variance, 1 mean) -> buffer target
@@ -171,8 +176,7 @@ class ProgramModule(Module):
         if set(found) != {0, 1}:
             raise KilnError("cannot find the running statistics of a batch norm exported in training mode",
                             fix="export the model in eval mode for inference, or keep its running-stat update")
-        mean, variance = (self._owner_of(found[1]), self._owner_of(found[0]))
-        return getattr(*mean), getattr(*variance)
+        return found[1], found[0]
 
     def _transformed(self, value: Any, tensor: Any) -> Any:
         name = self._value_transforms.get(value)

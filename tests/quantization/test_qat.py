@@ -224,3 +224,32 @@ def test_learnable_fake_quantizers_train_their_qparams():
     with kiln.no_grad():
         expected = prepared(kiln.tensor(x)).numpy()
     np.testing.assert_allclose(kq.convert_pt2e(prepared)(x), expected, rtol=1.3e-6, atol=1e-5)
+
+
+def test_convert_gives_the_inference_program_of_a_model_exported_in_training_mode():
+    """Batch norm exported in training mode (batch statistics, running-stat updates) and dropout: after QAT, convert
+    reads the running statistics and drops the updates and the dropout, so the quantized program computes what the
+    prepared module computes in eval mode."""
+    nn = kiln.nn
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Dropout(0.2),
+                          nn.Flatten(), nn.Linear(64, 3))
+    x = kiln.randn(8, 1, 4, 4)
+    labels = kiln.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    prepared = kq.prepare_qat_pt2e(kiln.export(model, (x,)), kq.X86InductorQuantizer().set_global(
+        kq.get_default_x86_inductor_quantization_config(is_qat=True)))
+    optimizer = kiln.optim.SGD(prepared.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        F.cross_entropy(prepared(x), labels).backward()
+        optimizer.step()
+    kq.move_exported_model_to_eval(prepared)
+    prepared.apply(kq.disable_observer)
+    with kiln.no_grad():
+        expected = prepared(x).numpy()
+    quantized = kq.convert_pt2e(prepared)
+    assert [spec.kind for spec in quantized.graph_signature.output_specs] == [kiln.OutputKind.USER_OUTPUT]
+    names = set(quantized.op_histogram())
+    assert "aten.var_mean.correction" not in names and not any("dropout" in name for name in names)
+    _close(quantized(x.numpy()), expected)
+    _close(kiln.compile(quantized)(x.numpy()), expected)
