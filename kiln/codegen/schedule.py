@@ -790,8 +790,11 @@ class _Scheduler:
             self.views[r] = _contiguous(buf)
 
     def schedule_view(self, op: Any, name: str, args: list) -> None:
+        # A convolution's epilogue writes in the conv's own (N, C, spatial) tile order, so its pending value is
+        # written out before a reshape (flatten before a linear layer): fused through one, it indexed wrong elements.
         if (name in ("aten.view.default", "aten._unsafe_view.default") and args[0] in self.pending
-                and self.fusable_into_consumer(op.results[0])):
+                and self.fusable_into_consumer(op.results[0])
+                and getattr(self.pending[args[0]][1], "kind", None) != "conv"):
             # A reshape of a pending (unwritten) value: its consumers fuse in, indexed in the producer's shape.
             self.pending[op.results[0]] = self.pending.pop(args[0])
             return

@@ -587,3 +587,20 @@ def test_kernels_with_the_same_text_over_different_dtypes_keep_their_own_types()
     inputs = [(rng.standard_normal((4, 3, 2)) * 5).astype(np.float32), rng.uniform(0.1, 1, 4).astype(np.float32),
               rng.uniform(-3, 3, 4).astype(np.float32)]
     np.testing.assert_array_equal(compile_c(program)(*inputs), program(*inputs))
+
+
+def test_pointwise_ops_after_a_flattened_convolution_read_the_right_elements():
+    """conv → relu → flatten → pointwise (a quantize before a linear layer): the pointwise ops used to fuse into the
+    convolution's epilogue through the reshape, indexed in the flat shape against the conv's tile order."""
+    class Model(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = kiln.nn.Conv2d(2, 4, 3, padding=1)
+
+        def forward(self, x):
+            return (self.conv(x).relu().flatten(1) * 3.0).round().clamp(0, 255).to(kiln.uint8)
+
+    kiln.manual_seed(0)
+    program = kiln.export(Model(), (kiln.randn(8, 2, 4, 4),))
+    x = np.random.default_rng(0).standard_normal((8, 2, 4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(compile_c(program)(x), program(x))
