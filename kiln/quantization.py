@@ -581,7 +581,7 @@ def _to_inference(module: QATModule) -> None:
         if name == "aten.batch_norm.default" and op.operands and bound_arguments(op)[5]:
             values = bound_arguments(op)
             if values[3] is None:  # kiln's export: the statistics' update follows as separate ops
-                mean, variance = module._running_statistic_targets(op)
+                mean, variance = module.running_statistic_targets(op)
                 values[3], values[4] = arguments[mean], arguments[variance]
             values[5] = False
             builder = _InsertAt(program, InsertPoint.before(op))

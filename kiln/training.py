@@ -22,14 +22,17 @@ from kiln.ir.program import ExportedProgram, GraphBuilder, InputKind, OutputKind
 from kiln.ir.retrace import replay
 from kiln.passes.autodiff import joint_program
 
-__all__ = ["export_train_step", "compile_train_step", "TrainStep", "TrainStepError"]
+__all__ = ["export_train_step", "compile_train_step", "TrainStep", "TrainStepError", "WithLoss"]
 
 
 class TrainStepError(KilnError):
     """A training step that cannot be exported: an optimizer over tensors that are not the model's parameters."""
 
 
-class _WithLoss(Module):
+class WithLoss(Module):
+    """`loss_fn(model(*inputs), target)` as one module taking `(*inputs, target)`: what a training step (or a joint
+    program) exports."""
+
     def __init__(self, model: Module, loss_fn: Callable[..., Any]):
         super().__init__()
         self.model = model
@@ -49,7 +52,7 @@ def export_train_step(model: Module, loss_fn: Callable[[Any, Any], Any], optimiz
     """
     import kiln
     batch = tuple(Tensor(a) if isinstance(a, np.ndarray) else a for a in args)
-    forward = kiln.export(_WithLoss(model, loss_fn), batch, dynamic_shapes=dynamic_shapes)
+    forward = kiln.export(WithLoss(model, loss_fn), batch, dynamic_shapes=dynamic_shapes)
     joint = joint_program(forward)
 
     parameter_names = {id(p): name for name, p in model.named_parameters()}

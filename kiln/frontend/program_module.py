@@ -19,7 +19,7 @@ from kiln.frontend.nn.module import Module
 from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError
-from kiln.ir.interpreter import _concrete, bind_symbols
+from kiln.ir.interpreter import bind_symbols, concrete_value
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind
 from kiln.ir.pytree import tree_unflatten
 from kiln.ir.registry import OpOverload, split_bound
@@ -118,7 +118,7 @@ class ProgramModule(Module):
             if opdef is None:
                 raise KilnError(f"{op.name} cannot run in a ProgramModule yet",
                                 fix="export the model without control flow (kiln.cond / kiln.map) for training")
-            arguments = [_concrete(a, bindings) for a in bound_arguments(op, operand(op))]
+            arguments = [concrete_value(a, bindings) for a in bound_arguments(op, operand(op))]
             mode_argument = _MODE_ARGUMENTS.get(opdef.name)
             if mode_argument is not None:
                 names = [a.name for a in opdef.schema.arguments]
@@ -149,10 +149,10 @@ class ProgramModule(Module):
 
     def _running_statistics(self, batch_norm: Any) -> tuple[Tensor, Tensor]:
         """A training-mode batch norm's running mean and variance buffers."""
-        mean, variance = self._running_statistic_targets(batch_norm)
+        mean, variance = self.running_statistic_targets(batch_norm)
         return getattr(*self._owner_of(mean)), getattr(*self._owner_of(variance))
 
-    def _running_statistic_targets(self, batch_norm: Any) -> tuple[str, str]:
+    def running_statistic_targets(self, batch_norm: Any) -> tuple[str, str]:
         """The buffer targets of a training-mode batch norm's running mean and variance. kiln's export writes their
         update as ops after the normalization (var_mean of the same input, then mul/add into the buffers, returned as
         BUFFER_MUTATION outputs): follow each mutated buffer's value back to the var_mean that feeds it."""

@@ -90,11 +90,12 @@ def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbo
     return bindings
 
 
-def _concrete(value: Any, bindings: dict[sympy.Symbol, int]) -> Any:
+def concrete_value(value: Any, bindings: dict[sympy.Symbol, int]) -> Any:
+    """A symbolic size (or a list of them) as an int under `bindings`; any other argument as it is."""
     if isinstance(value, sympy.Expr):
         return evaluate_dim(value, bindings)
     if isinstance(value, list):
-        return [_concrete(v, bindings) for v in value]
+        return [concrete_value(v, bindings) for v in value]
     return value
 
 
@@ -213,7 +214,7 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
     if opdef.kernel is None:
         raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
                         fix="run the program's decompositions first")
-    arguments = [_concrete(a, bindings) for a in bound_arguments(op, values.__getitem__)]
+    arguments = [concrete_value(a, bindings) for a in bound_arguments(op, values.__getitem__)]
     result = opdef.kernel(*arguments)
     results = list(op.results)
     expected = [_concrete_type(r.type, bindings) for r in results]

@@ -9,22 +9,13 @@ import pytest
 import kiln
 import kiln.nn as nn
 import kiln.nn.functional as F
+from kiln.training import WithLoss
 import kiln.models
 from kiln.ir.program import OutputKind
 from kiln.passes import joint_program
 from kiln.passes.autodiff import JointProgramError
 from tests.torch_oracle import requires_torch, torch
 
-
-class WithLoss(nn.Module):
-    """The model and its loss as one module: what a training step exports."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, images, labels):
-        return F.cross_entropy(self.model(images), labels)
 
 
 def _cnn() -> nn.Module:
@@ -41,7 +32,7 @@ def _batch(n: int = 6, seed: int = 0):
 
 def _eager_gradients(model: nn.Module, images, labels) -> list[np.ndarray]:
     model.zero_grad()
-    WithLoss(model)(images, labels).backward()
+    WithLoss(model, F.cross_entropy)(images, labels).backward()
     return [p.grad.numpy() for p in model.parameters()]
 
 
@@ -57,7 +48,7 @@ def _close(actual, expected):
 def test_joint_program_matches_eager_autograd_and_torch():
     model = _cnn()
     images, labels = _batch()
-    joint = joint_program(kiln.export(WithLoss(model), (images, labels)))
+    joint = joint_program(kiln.export(WithLoss(model, F.cross_entropy), (images, labels)))
     kinds = [spec.kind for spec in joint.graph_signature.output_specs]
     names = [name for name, _ in model.named_parameters()]
     assert kinds == [OutputKind.LOSS_OUTPUT] + [OutputKind.GRADIENT_TO_PARAMETER] * len(names)
@@ -83,7 +74,7 @@ def test_joint_program_with_a_symbolic_batch_compiles_to_c():
     model = _cnn()
     images, labels = _batch()
     batch = kiln.Dim("batch", min=2, max=64)
-    program = kiln.export(WithLoss(model), (images, labels), dynamic_shapes=({0: batch}, {0: batch}))
+    program = kiln.export(WithLoss(model, F.cross_entropy), (images, labels), dynamic_shapes=({0: batch}, {0: batch}))
     joint = joint_program(program)
     compiled = kiln.compile(joint)
     for n in (3, 11):
@@ -99,7 +90,7 @@ def test_joint_program_with_a_symbolic_batch_compiles_to_c():
 def test_joint_program_round_trips_through_pt2(tmp_path):
     model = _cnn()
     images, labels = _batch()
-    joint = joint_program(kiln.export(WithLoss(model), (images, labels)))
+    joint = joint_program(kiln.export(WithLoss(model, F.cross_entropy), (images, labels)))
     kiln.save(joint, tmp_path / "joint.pt2")
     loaded = kiln.load(tmp_path / "joint.pt2")
     assert [s.kind for s in loaded.graph_signature.output_specs] == [s.kind for s in joint.graph_signature.output_specs]
@@ -143,7 +134,7 @@ def test_joint_program_errors():
 def test_torch_loads_the_joint_program_and_returns_loss_and_gradients(tmp_path):
     model = _cnn()
     images, labels = _batch()
-    joint = joint_program(kiln.export(WithLoss(model), (images, labels)))
+    joint = joint_program(kiln.export(WithLoss(model, F.cross_entropy), (images, labels)))
     kiln.save(joint, tmp_path / "joint.pt2")
     loaded = torch.export.load(str(tmp_path / "joint.pt2"))
     kinds = [type(spec.kind).__name__ + "." + spec.kind.name for spec in loaded.graph_signature.output_specs]

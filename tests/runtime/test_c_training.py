@@ -13,6 +13,7 @@ import pytest
 import kiln
 import kiln.nn as nn
 import kiln.nn.functional as F
+from kiln.training import WithLoss
 from kiln.ir.interpreter import run_program
 from kiln.ir.program import OutputKind
 from kiln.ir.registry import REGISTRY
@@ -28,16 +29,6 @@ pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C c
 # decompositions. (Composite backward ops, like fake quantize's, decompose in kiln.compile's pipeline instead.)
 BACKWARD_OPS = sorted(name for name, opdef in REGISTRY.items() if "backward" in opdef.tags and opdef.is_core)
 
-
-class WithLoss(nn.Module):
-    """The model and its loss as one module: what a training step exports."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, inputs, labels):
-        return F.cross_entropy(self.model(inputs), labels)
 
 
 class Tokens(nn.Module):
@@ -91,7 +82,7 @@ def test_the_models_reach_every_backward_op():
     reached = set()
     for _, model, inputs in _models():
         example = tuple(kiln.tensor(a) for a in inputs(3, 12, 0))
-        reached |= _ops_of(joint_program(kiln.export(WithLoss(model), example)))
+        reached |= _ops_of(joint_program(kiln.export(WithLoss(model, F.cross_entropy), example)))
     assert set(BACKWARD_OPS) <= reached, f"no model reaches {sorted(set(BACKWARD_OPS) - reached)}"
 
 
@@ -104,7 +95,7 @@ def test_joint_program_compiles_and_matches_the_interpreter(name, sizes, tmp_pat
     batch, size = kiln.Dim("batch", min=2, max=64), kiln.Dim("size", min=8, max=64)
     dims = {0: batch} if sizes == "batch" else {0: batch, 1: size} if name == "tokens" else {0: batch, 2: size, 3: size}
     example = tuple(kiln.tensor(a) for a in inputs(3, 12, 0))
-    joint = joint_program(kiln.export(WithLoss(model), example, dynamic_shapes=(dims, {0: batch})))
+    joint = joint_program(kiln.export(WithLoss(model, F.cross_entropy), example, dynamic_shapes=(dims, {0: batch})))
     compiled = kiln.compile(joint, output=tmp_path / name)
     kinds = [spec.kind for spec in joint.graph_signature.output_specs]
     assert OutputKind.LOSS_OUTPUT in kinds and OutputKind.GRADIENT_TO_PARAMETER in kinds

@@ -6,13 +6,14 @@ one (torch's chainable form), so two schedulers on one optimizer compose, and th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 import warnings
 from bisect import bisect_right
 from collections import Counter
 from functools import wraps
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 from weakref import ref
 
 from kiln.frontend.optim.optimizer import Optimizer, OptimizerArgumentError, to_scalar
@@ -54,26 +55,14 @@ def _update_param_group_val(param_group: dict[str, Any], key: str, value: Any) -
         param_group[key] = value
 
 
-class _GetLrCalledWithinStep:
-    def __init__(self, scheduler: "LRScheduler") -> None:
-        self.scheduler = scheduler
-
-    def __enter__(self) -> None:
-        self.scheduler._get_lr_called_within_step = True
-
-    def __exit__(self, *exc: object) -> None:
-        self.scheduler._get_lr_called_within_step = False
-
-
-class _InitialMode:
-    def __init__(self, scheduler: "LRScheduler") -> None:
-        self.scheduler = scheduler
-
-    def __enter__(self) -> None:
-        self.scheduler._is_initial = True
-
-    def __exit__(self, *exc: object) -> None:
-        self.scheduler._is_initial = False
+@contextlib.contextmanager
+def _flag(scheduler: "LRScheduler", name: str) -> Iterator[None]:
+    """`scheduler.<name>` is True inside the block (torch's _enable_get_lr_call and _initial_mode)."""
+    setattr(scheduler, name, True)
+    try:
+        yield
+    finally:
+        setattr(scheduler, name, False)
 
 
 def _warn_get_lr_called_within_step(scheduler: "LRScheduler") -> None:
@@ -125,7 +114,7 @@ class LRScheduler:
 
     def _initial_step(self) -> None:
         self._step_count = 0
-        with _InitialMode(self):
+        with _flag(self, "_is_initial"):
             self.step()
 
     def state_dict(self) -> dict[str, Any]:
@@ -160,7 +149,7 @@ class LRScheduler:
         self._update_lr(epoch)
 
     def _update_lr(self, epoch: int | None = None) -> None:
-        with _GetLrCalledWithinStep(self):
+        with _flag(self, "_get_lr_called_within_step"):
             if epoch is None:
                 self.last_epoch += 1
                 values = self.get_lr()

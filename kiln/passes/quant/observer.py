@@ -178,11 +178,15 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         self.min_val = np.zeros(0, F32)
         self.max_val = np.zeros(0, F32)
 
+    def _channel_extrema(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each channel's minimum and maximum in this batch."""
+        rows = np.moveaxis(x.astype(F32, copy=False), self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+        return rows.min(axis=1), rows.max(axis=1)
+
     def forward(self, x: np.ndarray) -> None:
         if x.size == 0:
             return
-        rows = np.moveaxis(x.astype(F32, copy=False), self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
-        current_min, current_max = rows.min(axis=1), rows.max(axis=1)
+        current_min, current_max = self._channel_extrema(x)
         if self.min_val.size == 0:
             self.min_val, self.max_val = current_min, current_max
         else:
@@ -211,8 +215,7 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
     def forward(self, x: np.ndarray) -> None:
         if x.size == 0:
             return
-        rows = np.moveaxis(x.astype(F32, copy=False), self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
-        current_min, current_max = rows.min(axis=1), rows.max(axis=1)
+        current_min, current_max = self._channel_extrema(x)
         if self.min_val.size == 0:
             self.min_val, self.max_val = current_min, current_max
             return
