@@ -11,6 +11,7 @@ import pytest
 import kiln
 import kiln.nn as nn
 from kiln import quantization as kq
+from tests.quantization.support import ORT_U8S8_SATURATES
 from tests.quantization.test_pt2e import assert_quantized_close
 
 
@@ -37,7 +38,7 @@ def _session(model_proto, optimized_path=None):
 @pytest.mark.parametrize("dynamic,reduce_range", [(False, False), (False, True), (True, False)],
                          ids=["static", "static-reduce_range", "dynamic"])
 def test_qdq_model_runs_in_onnxruntime_like_kiln(dynamic, reduce_range, tmp_path):
-    program = _quantized_cnn(dynamic, reduce_range)
+    program = _quantized_cnn(dynamic, reduce_range or ORT_U8S8_SATURATES and not dynamic)
     x = np.random.default_rng(1).standard_normal((16, 3, 10, 10)).astype(np.float32)
     model_proto = kiln.onnx.export(program, (x,)).model_proto
     onnx.checker.check_model(model_proto, full_check=True)
@@ -53,6 +54,8 @@ def test_qdq_model_runs_in_onnxruntime_like_kiln(dynamic, reduce_range, tmp_path
         assert kinds.count("MatMulInteger") == linear_layers
         dequantizes -= 2 * linear_layers
     assert kinds.count("DequantizeLinear") == dequantizes
+    if dynamic and ORT_U8S8_SATURATES:  # 7-bit dynamic activations are not DynamicQuantizeLinear's: no oracle here
+        pytest.skip("onnxruntime's dynamic uint8 x int8 kernels saturate on this CPU (no VNNI)")
     session = _session(model_proto, tmp_path / "optimized.onnx")
     (got,) = session.run(None, {session.get_inputs()[0].name: x})
     assert_quantized_close(got, program(x))
@@ -101,7 +104,8 @@ def test_int32_bias_lets_onnxruntime_fuse_linear_layers(tmp_path):
     batches = [rng.standard_normal((8, 64)).astype(np.float32) for _ in range(3)]
     results = {}
     for int32_bias in (False, True):
-        config = kq.get_default_x86_inductor_quantization_config(int32_bias=int32_bias)
+        config = kq.get_default_x86_inductor_quantization_config(int32_bias=int32_bias,
+                                                                 reduce_range=ORT_U8S8_SATURATES)
         prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
         for batch in batches:
             prepared(batch)

@@ -8,6 +8,7 @@ import pytest
 
 import kiln
 from kiln import quantization as kq
+from tests.quantization.support import ORT_U8S8_SATURATES
 from tests.quantization.test_pt2e import assert_quantized_close
 
 
@@ -20,7 +21,8 @@ def _arrays(args):
 def test_zoo_model_quantizes(name, scheme, tmp_path):
     entry = kiln.models.get(name)
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
-    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "dynamic")
+    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "dynamic",
+                                                             reduce_range=ORT_U8S8_SATURATES)
     prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
     args = _arrays(entry.args)
     prepared(*args)
