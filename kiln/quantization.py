@@ -26,7 +26,7 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
 from kiln.ir.dialect import bound_arguments
-from kiln.ir.program import ExportedProgram, OutputKind
+from kiln.ir.program import ExportedProgram, OutputKind, running_statistic_targets
 from kiln.ir.registry import ops as _ops
 from kiln.passes.quant.convert import convert_pt2e as _convert_pt2e
 from kiln.passes.quant.observer import (
@@ -36,9 +36,10 @@ from kiln.passes.quant.observer import (
     per_channel_affine, per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
 )
 from kiln.passes.quant.prepare import PreparedProgram, prepare_pt2e
+from kiln.passes.quant.qat import fold_conv_bn_qat
 from kiln.passes.quant.quantizer import (
     DerivedQuantizationSpec, Int32Bias, QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer,
-    SharedQuantizationSpec, annotate, annotation_of,
+    Renaming, SharedQuantizationSpec, annotate, annotation_of,
 )
 from kiln.passes.quant.report import LayerError, QuantizationReport, report
 from kiln.passes.quant.simple import (
@@ -521,7 +522,7 @@ class QATModule(ProgramModule):
 def prepare_qat_pt2e(model: Any, quantizer: Quantizer) -> QATModule:
     """Annotate a copy of the exported `model` with `quantizer` (a QAT config: `is_qat=True`) and return it as a
     trainable module whose annotated values pass through fake quantizers (torch.ao's prepare_qat_pt2e)."""
-    prepared = prepare_pt2e(model, quantizer)
+    prepared = prepare_pt2e(model, quantizer, is_qat=True)
     for group, observer in prepared.observers.items():
         if observer is not None and not isinstance(observer, FakeQuantizeBase):
             raise KilnError(f"prepare_qat_pt2e needs fake quantizers, but the quantizer's config observes with "
@@ -572,7 +573,7 @@ def _to_inference(module: QATModule) -> None:
     from kiln.passes.base import erase_dead_ops
     from kiln.passes.quant.convert import _InsertAt
 
-    program, groups = module.prepared.program, module.prepared.groups
+    program = module.prepared.program
     arguments = {spec.target: arg for arg, spec in zip(program.body.args, program.graph_signature.input_specs)
                  if spec.target is not None}
     replaced: dict[Any, Any] = {}
@@ -581,7 +582,7 @@ def _to_inference(module: QATModule) -> None:
         if name == "aten.batch_norm.default" and op.operands and bound_arguments(op)[5]:
             values = bound_arguments(op)
             if values[3] is None:  # kiln's export: the statistics' update follows as separate ops
-                mean, variance = module.running_statistic_targets(op)
+                mean, variance = running_statistic_targets(program, op)
                 values[3], values[4] = arguments[mean], arguments[variance]
             values[5] = False
             builder = _InsertAt(program, InsertPoint.before(op))
@@ -596,11 +597,7 @@ def _to_inference(module: QATModule) -> None:
         if name == "aten.native_dropout.default" and op.results[1].uses:
             raise KilnError("a dropout mask is used after dropout", fix="export the model in eval mode")
         Rewriter.erase_op(op)
-    for key in [k for k in groups if (k[0] if isinstance(k, tuple) else k) in replaced]:
-        group = groups.pop(key)
-        spec = module.prepared.specs.pop(key)
-        new_key = (replaced[key[0]], key[1]) if isinstance(key, tuple) else replaced[key]
-        groups[new_key], module.prepared.specs[new_key] = group, spec
+    module.prepared.rename(Renaming(replaced))
     returned = program.body.last_op
     kept = [(value, spec) for value, spec in zip(returned.operands, program.graph_signature.output_specs)
             if spec.kind is not OutputKind.BUFFER_MUTATION]
@@ -617,6 +614,7 @@ def convert_pt2e(prepared: Any) -> ExportedProgram:
         calibrated = prepared.prepared
         calibrated.program.state_dict = prepared.current_state()
         _to_inference(prepared)
+        fold_conv_bn_qat(calibrated, calibrated.conv_batch_norms)
         observers = {group: None if fq is None else _TrainedQParams(fq) for group, fq in calibrated.observers.items()}
         trained = PreparedProgram(calibrated.program, calibrated.groups, calibrated.specs, observers)
         trained._seen = {id(o) for o in observers.values() if o is not None}

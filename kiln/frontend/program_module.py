@@ -20,7 +20,7 @@ from kiln.frontend.tensor import Parameter, Tensor, dispatch
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError
 from kiln.ir.interpreter import bind_symbols, concrete_value
-from kiln.ir.program import ExportedProgram, InputKind, OutputKind
+from kiln.ir.program import ExportedProgram, InputKind, OutputKind, running_statistic_targets
 from kiln.ir.pytree import tree_unflatten
 from kiln.ir.registry import OpOverload, split_bound
 
@@ -149,34 +149,8 @@ class ProgramModule(Module):
 
     def _running_statistics(self, batch_norm: Any) -> tuple[Tensor, Tensor]:
         """A training-mode batch norm's running mean and variance buffers."""
-        mean, variance = self.running_statistic_targets(batch_norm)
+        mean, variance = running_statistic_targets(self.program, batch_norm)
         return getattr(*self._owner_of(mean)), getattr(*self._owner_of(variance))
-
-    def running_statistic_targets(self, batch_norm: Any) -> tuple[str, str]:
-        """The buffer targets of a training-mode batch norm's running mean and variance. kiln's export writes their
-        update as ops after the normalization (var_mean of the same input, then mul/add into the buffers, returned as
-        BUFFER_MUTATION outputs): follow each mutated buffer's value back to the var_mean that feeds it."""
-        source = batch_norm.operands[0]
-        found: dict[int, str] = {}  # var_mean result index (0 variance, 1 mean) -> buffer target
-        returned = list(self.program.body.last_op.operands)
-        for spec, value in zip(self.program.graph_signature.output_specs, returned):
-            if spec.kind is not OutputKind.BUFFER_MUTATION:
-                continue
-            pending, seen = [value], set()
-            while pending:
-                current = pending.pop()
-                owner = getattr(current, "owner", None)
-                if current in seen or owner is None or not hasattr(owner, "opdef"):
-                    continue
-                seen.add(current)
-                if owner.opdef.name == "aten.var_mean.correction" and owner.operands[0] is source:
-                    found[list(owner.results).index(current)] = spec.target
-                    break
-                pending.extend(owner.operands)
-        if set(found) != {0, 1}:
-            raise KilnError("cannot find the running statistics of a batch norm exported in training mode",
-                            fix="export the model in eval mode for inference, or keep its running-stat update")
-        return found[1], found[0]
 
     def _transformed(self, value: Any, tensor: Any) -> Any:
         name = self._value_transforms.get(value)

@@ -21,7 +21,7 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 
 from kiln.ir import dtypes
-from kiln.ir.errors import InputError, ParseError, VerificationError
+from kiln.ir.errors import InputError, KilnError, ParseError, VerificationError
 from kiln.ir.registry import OpDef, emitting, run_meta
 from kiln.ir.symbolic import Guard, ShapeEnv, ValueRange, active_shape_env, format_dim, guard_source, parse_dim
 from kiln.ir.types import ScalarType, SymIntType, TensorType
@@ -390,6 +390,33 @@ class ExportedProgram:
 # What calling a program returns: its user outputs, and a joint program's loss and gradients (in signature order).
 _RETURNED_KINDS = (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER,
                    OutputKind.GRADIENT_TO_USER_INPUT)
+
+
+def running_statistic_targets(program: ExportedProgram, batch_norm: Any) -> tuple[str, str]:
+    """The buffer targets of a training-mode batch norm's running mean and variance. kiln's export writes their
+    update as ops after the normalization (var_mean of the same input, then mul/add into the buffers, returned as
+    BUFFER_MUTATION outputs): follow each mutated buffer's value back to the var_mean that feeds it."""
+    source = batch_norm.operands[0]
+    found: dict[int, str] = {}  # var_mean result index (0 variance, 1 mean) -> buffer target
+    returned = list(program.body.last_op.operands)
+    for spec, value in zip(program.graph_signature.output_specs, returned):
+        if spec.kind is not OutputKind.BUFFER_MUTATION:
+            continue
+        pending, seen = [value], set()
+        while pending:
+            current = pending.pop()
+            owner = getattr(current, "owner", None)
+            if current in seen or owner is None or not hasattr(owner, "opdef"):
+                continue
+            seen.add(current)
+            if owner.opdef.name == "aten.var_mean.correction" and owner.operands[0] is source:
+                found[list(owner.results).index(current)] = spec.target
+                break
+            pending.extend(owner.operands)
+    if set(found) != {0, 1}:
+        raise KilnError("cannot find the running statistics of a batch norm exported in training mode",
+                        fix="export the model in eval mode for inference, or keep its running-stat update")
+    return found[1], found[0]
 
 
 def _write_back_input_mutations(program: ExportedProgram, flat: list[Any], outputs: list[Any]) -> None:

@@ -23,6 +23,21 @@ def _close(actual, expected):
     torch.testing.assert_close(torch.from_numpy(np.asarray(actual)), torch.from_numpy(np.asarray(expected)))
 
 
+def _fake_quantized_outputs_agree(actual, expected) -> bool:
+    """Whether the fake-quantized outputs agree at float32 tolerance (then the rest of the step must agree as
+    strictly). kiln's and torch's float kernels differ in the last ulp, so a value on a fake quantizer's rounding
+    boundary can land one step apart (measured on the conv-BN model: 2 of 12 steps over four data seeds, 1 and 5
+    samples of 16). A flip may move only some samples' outputs, by at most the few percent of the output range
+    that `assert_quantized_close` allows; a wrong quantizer placement, qparam or gradient moves every sample."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    differs = (np.abs(actual - expected) > 1e-5 + 1.3e-6 * np.abs(expected)).reshape(len(actual), -1).any(axis=1)
+    if not differs.any():
+        return True
+    assert differs.mean() <= 0.5, f"{differs.sum()} of {len(differs)} samples differ: more than rounding flips"
+    assert_quantized_close(actual, expected)
+    return False
+
+
 def _batches(shape, count, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return [(torch.randn(*shape, generator=generator) * (1 + i % 3), torch.randint(0, 4, (shape[0],),
@@ -30,10 +45,33 @@ def _batches(shape, count, seed=0):
             for i in range(count)]
 
 
+def _conv_bn():
+    nn = torch.nn
+
+    class ConvBatchNorm(nn.Module):
+        """torch's QAT patterns with batch norm: conv → bn → relu, conv (no bias) → bn → add → relu, conv → bn."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1, self.relu1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()
+            self.conv2, self.bn2, self.relu2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+            self.conv3, self.bn3 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = self.relu1(self.bn1(self.conv1(x)))
+            x = self.relu2(self.bn2(self.conv2(x)) + x)
+            return self.fc(self.bn3(self.conv3(x)).mean((2, 3)))
+    return ConvBatchNorm()
+
+
+QAT_MODELS = {**MODELS, "conv_bn": (_conv_bn, (16, 3, 8, 8))}
+
+
 def _prepared_pair(model: str, batch):
     """The same torch module prepared for QAT by torchao and by kiln (X86 QAT config)."""
     _, flow, x86 = TORCHAO
-    factory, _ = MODELS[model]
+    factory, _ = QAT_MODELS[model]
     torch.manual_seed(0)
     module = factory()
     reference = flow.prepare_qat_pt2e(torch.export.export(module, (batch,)).module(), x86.X86InductorQuantizer()
@@ -44,16 +82,20 @@ def _prepared_pair(model: str, batch):
 
 
 @requires_torchao
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "conv_bn"])
 def test_qat_training_matches_torchao(model):
-    """Three SGD steps: the fake-quantized outputs, the loss, every parameter's gradient and the updated parameters
-    agree with torchao's prepared module; then both convert to the same quantize placement and qparams."""
-    _, shape = MODELS[model]
+    """Three SGD steps: the fake-quantized outputs, the loss, every parameter's gradient, the updated parameters and
+    batch norms' running statistics agree with torchao's prepared module (which simulates folding batch norm into
+    the convolution's weight); then both convert to the same quantize placement and qparams. Agreement is at float32
+    tolerance, unless a fake-quantize rounding flip (see `_fake_quantized_outputs_agree`) made the models diverge:
+    from then on, within the bound `assert_quantized_close` allows."""
+    _, shape = QAT_MODELS[model]
     batches = _batches(shape, 3)
     reference, prepared = _prepared_pair(model, batches[0][0])
     torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
     kiln_optimizer = kiln.optim.SGD(prepared.parameters(), lr=0.05)
     torch_parameters = dict(reference.named_parameters())
+    close = _close
     for images, labels in batches:
         torch_optimizer.zero_grad()
         expected = reference(images)
@@ -64,15 +106,20 @@ def test_qat_training_matches_torchao(model):
         produced = prepared(kiln.tensor(images.numpy()))
         loss = F.cross_entropy(produced[:, :4] if produced.shape[1] > 4 else produced, kiln.tensor(labels.numpy()))
         loss.backward()
-        _close(produced.detach().numpy(), expected.detach().numpy())
-        _close(loss.detach().numpy(), expected_loss.detach().numpy())
+        if not _fake_quantized_outputs_agree(produced.detach().numpy(), expected.detach().numpy()):
+            close = assert_quantized_close
+        close(loss.detach().numpy(), expected_loss.detach().numpy())
         for name, parameter in prepared.named_parameters():
             theirs = torch_parameters[name.replace(".", "_") if name not in torch_parameters else name]
-            _close(parameter.grad.numpy(), theirs.grad.numpy())
+            close(parameter.grad.numpy(), theirs.grad.numpy())
         torch_optimizer.step()
         kiln_optimizer.step()
     for name, parameter in prepared.named_parameters():
-        _close(parameter.detach().numpy(), torch_parameters[name].detach().numpy())
+        close(parameter.detach().numpy(), torch_parameters[name].detach().numpy())
+    torch_buffers = dict(reference.named_buffers())
+    for name, buffer in prepared.named_buffers():
+        if "running_" in name:
+            close(buffer.numpy(), torch_buffers[name].numpy())
     kq.move_exported_model_to_eval(prepared)
     from torchao.quantization.pt2e import move_exported_model_to_eval
     move_exported_model_to_eval(reference)
@@ -82,10 +129,11 @@ def test_qat_training_matches_torchao(model):
 
 
 @requires_torchao
-def test_fake_quantizers_are_placed_where_torchao_places_them():
-    _, shape = MODELS["cnn"]
+@pytest.mark.parametrize("model", ["cnn", "conv_bn"])
+def test_fake_quantizers_are_placed_where_torchao_places_them(model):
+    _, shape = QAT_MODELS[model]
     batch = _batches(shape, 1)[0][0]
-    reference, prepared = _prepared_pair("cnn", batch)
+    reference, prepared = _prepared_pair(model, batch)
     theirs = [m for m in reference.modules() if type(m).__name__.endswith("FakeQuantize")]  # torchao's own classes
     mine = [m for m in prepared.modules() if isinstance(m, kq.FakeQuantizeBase)]
     assert len(mine) == len(theirs) > 0
@@ -253,3 +301,38 @@ def test_convert_gives_the_inference_program_of_a_model_exported_in_training_mod
     assert "aten.var_mean.correction" not in names and not any("dropout" in name for name in names)
     _close(quantized(x.numpy()), expected)
     _close(kiln.compile(quantized)(x.numpy()), expected)
+
+
+@requires_torchao
+def test_convert_folds_batch_norm_into_the_quantized_convolution():
+    """After conv-BN QAT, convert folds each batch norm into its convolution (weight w·γ/σ quantized with the
+    scales training learned, bias (b − mean)·γ/σ + β): the converted program computes what the prepared module
+    computes in eval mode, every convolution becomes an int8 kernel in C, and torchao's converted model agrees."""
+    from torchao.quantization.pt2e import move_exported_model_to_eval
+
+    from kiln.passes import run
+    _, shape = QAT_MODELS["conv_bn"]
+    batches = _batches(shape, 4)
+    reference, prepared = _prepared_pair("conv_bn", batches[0][0])
+    torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+    kiln_optimizer = kiln.optim.SGD(prepared.parameters(), lr=0.05)
+    for images, labels in batches:
+        torch_optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(images), labels).backward()
+        torch_optimizer.step()
+        kiln_optimizer.zero_grad()
+        F.cross_entropy(prepared(kiln.tensor(images.numpy())), kiln.tensor(labels.numpy())).backward()
+        kiln_optimizer.step()
+    kq.move_exported_model_to_eval(prepared)
+    move_exported_model_to_eval(reference)
+    prepared.apply(kq.disable_observer)
+    x = batches[0][0].numpy()
+    with kiln.no_grad():
+        expected = prepared(kiln.tensor(x)).numpy()
+    converted = kq.convert_pt2e(prepared)
+    names = converted.op_histogram()
+    assert not any("batch_norm" in name for name in names) and names["aten.conv2d.default"] == 3
+    _close(converted(x), expected)
+    assert_quantized_close(converted(x), TORCHAO[1].convert_pt2e(reference)(batches[0][0]).detach().numpy())
+    assert run(converted, "lower-quantized").op_histogram()["quant.qconv2d_pointwise.default"] == 3
+    _close(kiln.compile(converted)(x), converted(x))

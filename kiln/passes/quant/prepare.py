@@ -16,8 +16,9 @@ from kiln.ir.errors import KilnError
 from kiln.ir.interpreter import watching
 from kiln.ir.program import ExportedProgram
 from kiln.passes.base import clone_program
+from kiln.passes.quant.qat import ConvBatchNorm, fuse_conv_bn_qat
 from kiln.passes.quant.quantizer import (
-    DerivedQuantizationSpec, EdgeOrNode, Quantizer, SharedQuantizationSpec, annotations,
+    DerivedQuantizationSpec, EdgeOrNode, Quantizer, Renaming, SharedQuantizationSpec, annotations,
 )
 
 
@@ -31,6 +32,7 @@ class PreparedProgram:
         self.specs = specs  # edge or node -> its root QuantizationSpec
         self.observers = observers  # group -> observer
         self.converted = False
+        self.conv_batch_norms: list[ConvBatchNorm] = []  # QAT: convolution + batch norm pairs convert folds
         self._seen: set[int] = set()  # observers that received data
         self._watchers: dict[SSAValue, list[Any]] = {}
         for edge_or_node, group in groups.items():
@@ -65,18 +67,26 @@ class PreparedProgram:
     def observer_of(self, edge_or_node: EdgeOrNode) -> Any:
         return self.observers[self.groups[edge_or_node]]
 
+    def rename(self, renaming: Renaming) -> None:
+        """Follow a rewrite of the program: its observed edges and values under their new names."""
+        self.groups = {renaming(key): group for key, group in self.groups.items()}
+        self.specs = {renaming(key): renaming.spec(spec) for key, spec in self.specs.items()}
+        self._watchers = {renaming(value): watchers for value, watchers in self._watchers.items()}
+
     def __repr__(self) -> str:
         return f"PreparedProgram({len(self.observers)} observers)"
 
 
-def prepare_pt2e(program: ExportedProgram, quantizer: Quantizer) -> PreparedProgram:
-    """Annotate a copy of `program` with `quantizer` and place observers (torch.ao's prepare_pt2e)."""
+def prepare_pt2e(program: ExportedProgram, quantizer: Quantizer, is_qat: bool = False) -> PreparedProgram:
+    """Annotate a copy of `program` with `quantizer` and place observers (torch.ao's prepare_pt2e). `is_qat`
+    (prepare_qat_pt2e) also rewrites convolution + training-mode batch norm to fake-quantize the folded weight."""
     if not isinstance(program, ExportedProgram):
         raise KilnError(f"prepare_pt2e takes a kiln ExportedProgram, got {type(program).__name__}",
                         fix="export the model first: kiln.export(model, args) or kiln.from_torch(module, args)")
     prepared = quantizer.transform_for_annotation(clone_program(program))
     prepared = quantizer.annotate(prepared) or prepared
     quantizer.validate(prepared)
+    conv_batch_norms = fuse_conv_bn_qat(prepared) if is_qat else []
     specs = _edge_or_node_specs(prepared)
     table = annotations(prepared)
     groups = group_edges_and_nodes(specs, lambda op: table[op].allow_implicit_sharing)
@@ -86,7 +96,9 @@ def prepare_pt2e(program: ExportedProgram, quantizer: Quantizer) -> PreparedProg
         if group not in observers:  # a derived spec observes nothing: convert computes its qparams from others'
             root = roots[edge_or_node]
             observers[group] = None if isinstance(root, DerivedQuantizationSpec) else root.make_observer()
-    return PreparedProgram(prepared, groups, roots, observers)
+    result = PreparedProgram(prepared, groups, roots, observers)
+    result.conv_batch_norms = conv_batch_norms
+    return result
 
 
 def _edge_or_node_specs(program: ExportedProgram) -> dict[EdgeOrNode, Any]:

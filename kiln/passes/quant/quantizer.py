@@ -8,7 +8,7 @@ spec share an observer), and convert_pt2e into quantize/dequantize ops.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from xdsl.ir import Operation, SSAValue
@@ -147,6 +147,44 @@ def annotate(program: ExportedProgram, op: Operation, annotation: QuantizationAn
 
 def annotation_of(program: ExportedProgram, op: Operation) -> QuantizationAnnotation | None:
     return annotations(program).get(op)
+
+
+@dataclass
+class Renaming:
+    """How a rewrite replaced parts of a program (each map: old -> new): result values, ops, and single input edges
+    (a convolution reading a new weight). Edges not listed follow their value and their op."""
+
+    values: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    ops: dict[Operation, Operation] = field(default_factory=dict)
+    edges: dict[tuple[SSAValue, Operation], tuple[SSAValue, Operation]] = field(default_factory=dict)
+
+    def __call__(self, edge_or_node: Any) -> Any:
+        if isinstance(edge_or_node, tuple):
+            if edge_or_node in self.edges:
+                return self.edges[edge_or_node]
+            value, user = edge_or_node
+            return self.values.get(value, value), self.ops.get(user, user)
+        return self.values.get(edge_or_node, edge_or_node)
+
+    def spec(self, spec: Any) -> Any:
+        """`spec` with its references to other edges or nodes (shared, derived) renamed."""
+        if isinstance(spec, SharedQuantizationSpec):
+            return SharedQuantizationSpec(self(spec.edge_or_node))
+        if isinstance(spec, DerivedQuantizationSpec):
+            return replace(spec, derived_from=tuple(self(e) for e in spec.derived_from))
+        return spec
+
+    def annotations(self, program: ExportedProgram) -> None:
+        """Move the program's annotations to the new ops and values (torch's
+        _update_special_qspecs_after_replacement)."""
+        table = annotations(program)
+        for op, annotation in list(table.items()):
+            annotation.input_qspec_map = {self((value, op))[0]: self.spec(spec)
+                                          for value, spec in annotation.input_qspec_map.items()}
+            annotation.output_qspec = self.spec(annotation.output_qspec)
+            if op in self.ops:
+                del table[op]
+                table[self.ops[op]] = annotation
 
 
 class Quantizer(ABC):

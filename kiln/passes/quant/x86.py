@@ -20,6 +20,7 @@ from kiln.passes.quant.observer import (
     HistogramObserver, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver, PerChannelMinMaxObserver,
     PlaceholderObserver, per_channel_symmetric, per_tensor_affine,
 )
+from kiln.passes.quant.qat import training_batch_norm_after
 from kiln.passes.quant.quantizer import (
     Int32Bias, QuantizationAnnotation, QuantizationConfig, QuantizationSpec, Quantizer, SharedQuantizationSpec,
     annotate, annotation_of, fake_quantize_class,
@@ -138,6 +139,10 @@ class X86InductorQuantizer(Quantizer):
     def _annotate_with_config(self, program: ExportedProgram, config: QuantizationConfig | None,
                               keep: Filter) -> None:
         ops = list(program.nodes())
+        if config is None or config.is_qat:  # QAT keeps batch norm until convert: its patterns include it
+            for op in ops:
+                if op.name == "aten.conv2d.default":
+                    self._annotate_qat_conv_bn(program, op, config, keep)
         for op in ops:  # conv2d + add (+ relu): the residual add runs in the int8 conv's epilogue
             if op.name == "aten.conv2d.default":
                 self._annotate_conv_binary(program, op, config, keep)
@@ -178,6 +183,42 @@ class X86InductorQuantizer(Quantizer):
                                                       _is_output_of_quantized_pattern=ends_here))
         if not ends_here:
             annotate(program, relu, QuantizationAnnotation(_is_output_of_quantized_pattern=True))
+
+    def _annotate_qat_conv_bn(self, program: ExportedProgram, conv: Operation, config: QuantizationConfig | None,
+                              keep: Filter) -> None:
+        """conv2d → batch_norm (training) [→ add(·, other) [→ relu] | → unary]: torch's QAT patterns. The conv's
+        input and weight are quantized, the add's other input too, and the pattern's last op's output (torch
+        annotates it explicitly in QAT, since prepare_qat_pt2e rewrites the conv and batch norm after annotation)."""
+        norm = training_batch_norm_after(conv)
+        if norm is None:
+            return
+        pattern, other = [norm, conv], None
+        follower = _single_user(norm)
+        if follower is not None and follower.name == "aten.add.Tensor" and _alpha(follower) == 1:
+            other = follower.operands[1] if follower.operands[0] is norm.results[0] else follower.operands[0]
+            if other is not norm.results[0]:
+                pattern.insert(0, follower)
+                relu = _single_user(follower)
+                if relu is not None and relu.name == "aten.relu.default":
+                    pattern.insert(0, relu)
+            else:
+                other = None
+        elif follower is not None and follower.name in CONV_UNARY_OPS:
+            pattern.insert(0, follower)
+        if self._skip(program, pattern, keep):
+            return
+        if config is None:
+            for op in pattern:
+                annotate(program, op, QuantizationAnnotation())
+            return
+        self._annotate_anchor(program, conv, config, output_quantized=False)
+        last = pattern[0]
+        for op in pattern[1:-1]:
+            inputs = {other: config.input_activation} if other is not None and op.name == "aten.add.Tensor" else {}
+            annotate(program, op, QuantizationAnnotation(inputs))
+        inputs = {other: config.input_activation} if other is not None and last.name == "aten.add.Tensor" else {}
+        annotate(program, last, QuantizationAnnotation(inputs, output_qspec=config.output_activation,
+                                                       _is_output_of_quantized_pattern=True))
 
     @staticmethod
     def _skip(program: ExportedProgram, ops: Sequence[Operation], keep: Filter) -> bool:
