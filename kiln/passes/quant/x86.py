@@ -163,25 +163,16 @@ class X86InductorQuantizer(Quantizer):
                               keep: Filter) -> None:
         """conv2d → add(conv, other) [→ relu]: the conv's input and weight and the add's other input are quantized;
         the add (or the relu after it) ends the pattern."""
-        add = _single_user(conv)
-        if add is None or add.name != "aten.add.Tensor" or _alpha(add) != 1:
+        residual = _residual_add_after(conv)
+        if residual is None:
             return
-        other = add.operands[1] if add.operands[0] is conv.results[0] else add.operands[0]
-        if other is conv.results[0]:
+        add, other, relu = residual
+        pattern = [relu, add, conv] if relu is not None else [add, conv]
+        if not self._begin_conv_pattern(program, pattern, config, keep):
             return
-        relu = _single_user(add)
-        pattern = [relu, add, conv] if relu is not None and relu.name == "aten.relu.default" else [add, conv]
-        if self._skip(program, pattern, keep):
-            return
-        if config is None:
-            for op in pattern:
-                annotate(program, op, QuantizationAnnotation())
-            return
-        self._annotate_anchor(program, conv, config, output_quantized=False)
-        ends_here = len(pattern) == 2
         annotate(program, add, QuantizationAnnotation({other: config.input_activation},
-                                                      _is_output_of_quantized_pattern=ends_here))
-        if not ends_here:
+                                                      _is_output_of_quantized_pattern=relu is None))
+        if relu is not None:
             annotate(program, relu, QuantizationAnnotation(_is_output_of_quantized_pattern=True))
 
     def _annotate_qat_conv_bn(self, program: ExportedProgram, conv: Operation, config: QuantizationConfig | None,
@@ -192,33 +183,38 @@ class X86InductorQuantizer(Quantizer):
         norm = training_batch_norm_after(conv)
         if norm is None:
             return
-        pattern, other = [norm, conv], None
+        pattern, residual_input = [norm, conv], {}
+        residual = _residual_add_after(norm)
         follower = _single_user(norm)
-        if follower is not None and follower.name == "aten.add.Tensor" and _alpha(follower) == 1:
-            other = follower.operands[1] if follower.operands[0] is norm.results[0] else follower.operands[0]
-            if other is not norm.results[0]:
-                pattern.insert(0, follower)
-                relu = _single_user(follower)
-                if relu is not None and relu.name == "aten.relu.default":
-                    pattern.insert(0, relu)
-            else:
-                other = None
+        if residual is not None:
+            add, other, relu = residual
+            pattern[:0] = [relu, add] if relu is not None else [add]
+            residual_input = {other: config.input_activation} if config is not None else {}
         elif follower is not None and follower.name in CONV_UNARY_OPS:
             pattern.insert(0, follower)
-        if self._skip(program, pattern, keep):
+        if not self._begin_conv_pattern(program, pattern, config, keep):
             return
+        for op in pattern[:-1]:
+            inputs = residual_input if op.name == "aten.add.Tensor" else {}
+            if op is pattern[0]:
+                annotate(program, op, QuantizationAnnotation(inputs, output_qspec=config.output_activation,
+                                                             _is_output_of_quantized_pattern=True))
+            else:
+                annotate(program, op, QuantizationAnnotation(inputs))
+
+    def _begin_conv_pattern(self, program: ExportedProgram, pattern: list[Operation],
+                            config: QuantizationConfig | None, keep: Filter) -> bool:
+        """For a pattern ending in its conv (`pattern[-1]`): nothing if it is annotated already or filtered out; all
+        of it kept in float for a None config; else the conv's input and weight annotated, and True: the caller
+        annotates the rest."""
+        if self._skip(program, pattern, keep):
+            return False
         if config is None:
             for op in pattern:
                 annotate(program, op, QuantizationAnnotation())
-            return
-        self._annotate_anchor(program, conv, config, output_quantized=False)
-        last = pattern[0]
-        for op in pattern[1:-1]:
-            inputs = {other: config.input_activation} if other is not None and op.name == "aten.add.Tensor" else {}
-            annotate(program, op, QuantizationAnnotation(inputs))
-        inputs = {other: config.input_activation} if other is not None and last.name == "aten.add.Tensor" else {}
-        annotate(program, last, QuantizationAnnotation(inputs, output_qspec=config.output_activation,
-                                                       _is_output_of_quantized_pattern=True))
+            return False
+        self._annotate_anchor(program, pattern[-1], config, output_quantized=False)
+        return True
 
     @staticmethod
     def _skip(program: ExportedProgram, ops: Sequence[Operation], keep: Filter) -> bool:
@@ -277,6 +273,18 @@ class X86InductorQuantizer(Quantizer):
 def _alpha(op: Operation) -> float:
     from kiln.ir.dialect import bound_arguments
     return bound_arguments(op)[2]
+
+
+def _residual_add_after(op: Operation) -> tuple[Operation, SSAValue, Operation | None] | None:
+    """op → add(op, other) [→ relu], alpha 1: the add, its other input, and the relu when one follows."""
+    add = _single_user(op)
+    if add is None or add.name != "aten.add.Tensor" or _alpha(add) != 1:
+        return None
+    other = add.operands[1] if add.operands[0] is op.results[0] else add.operands[0]
+    if other is op.results[0]:
+        return None
+    relu = _single_user(add)
+    return add, other, relu if relu is not None and relu.name == "aten.relu.default" else None
 
 
 def _single_user(op: Operation) -> Operation | None:
