@@ -614,7 +614,7 @@ def convert_pt2e(prepared: Any) -> ExportedProgram:
         calibrated = prepared.prepared
         calibrated.program.state_dict = prepared.current_state()
         _to_inference(prepared)
-        fold_conv_bn_qat(calibrated, calibrated.conv_batch_norms)
+        fold_conv_bn_qat(calibrated)
         observers = {group: None if fq is None else _TrainedQParams(fq) for group, fq in calibrated.observers.items()}
         trained = PreparedProgram(calibrated.program, calibrated.groups, calibrated.specs, observers)
         trained._seen = {id(o) for o in observers.values() if o is not None}

@@ -72,6 +72,14 @@ def _per_channel_of_output(scale: Any, rank: int) -> Any:
     return aten.view.default(scale, [1, -1] + [1] * (rank - 2))
 
 
+def _copy_provenance(source: Operation, targets: list[Operation]) -> None:
+    """The source line and module path of the op a rewrite replaced, on the ops that replace it."""
+    for name in ("kiln.nn_module_stack", "kiln.source"):
+        if name in source.attributes:
+            for op in targets:
+                op.attributes[name] = source.attributes[name]
+
+
 def fuse_conv_bn_qat(program: ExportedProgram) -> list[ConvBatchNorm]:
     """Rewrite every convolution → training-mode batch norm of `program` for QAT (see the module docstring),
     keeping the quantizer's annotations on the new convolution. Returns what convert needs to fold them."""
@@ -101,10 +109,7 @@ def fuse_conv_bn_qat(program: ExportedProgram) -> list[ConvBatchNorm]:
             output = aten.div.Tensor(new_conv_output, _per_channel_of_output(scale, rank))
             if bias is not None:
                 output = aten.add.Tensor(output, _per_channel_of_output(bias, rank))
-        for op in builder.inserted:
-            for name in ("kiln.nn_module_stack", "kiln.source"):
-                if name in conv.attributes:
-                    op.attributes[name] = conv.attributes[name]
+        _copy_provenance(conv, builder.inserted)
         new_conv = new_conv_output.owner
         conv.results[0].replace_all_uses_with(output)
         renaming.values[conv.results[0]] = new_conv_output
@@ -118,13 +123,14 @@ def fuse_conv_bn_qat(program: ExportedProgram) -> list[ConvBatchNorm]:
     return fused
 
 
-def fold_conv_bn_qat(prepared: Any, fused: list[ConvBatchNorm]) -> None:
-    """Fold each rewritten convolution + batch norm, now on running statistics, into one convolution with the
-    folded weight and bias as constants (the weight training fake-quantized, with the current statistics)."""
+def fold_conv_bn_qat(prepared: Any) -> None:
+    """Fold each convolution + batch norm that `fuse_conv_bn_qat` rewrote in the PreparedProgram, now with batch norm
+    on running statistics, into one convolution with the folded weight and bias as constants (the weight training
+    fake-quantized, with the current statistics)."""
     from kiln.passes.quant.convert import _InsertAt
 
     program = prepared.program
-    for record in fused:
+    for record in prepared.conv_batch_norms:
         norms = [use.operation for use in record.normalized_input.uses
                  if use.operation.name == "aten.batch_norm.default"]
         if len(norms) != 1 or bound_arguments(norms[0])[5]:
@@ -146,9 +152,7 @@ def fold_conv_bn_qat(prepared: Any, fused: list[ConvBatchNorm]) -> None:
             folded = getattr(aten, record.conv.name.split(".")[1]).default(
                 values[0], stored_weight, stored_bias, *values[3:])
         folded_conv = folded.owner
-        for name in ("kiln.nn_module_stack", "kiln.source"):
-            if name in record.conv.attributes:
-                folded_conv.attributes[name] = record.conv.attributes[name]
+        _copy_provenance(record.conv, [folded_conv])
         norm.results[0].replace_all_uses_with(folded)
         renaming = Renaming({record.conv.results[0]: folded, norm.results[0]: folded}, {record.conv: folded_conv},
                             {(record.scaled_weight, record.conv): (stored_weight, folded_conv)})
