@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 import sympy
 from xdsl.dialects import func
+from xdsl.ir import Block, Operation
 
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import GuardError
@@ -115,7 +116,7 @@ def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: De
                 new.name_hint = old.name_hint
                 mapping[old] = new
             continue
-        mark = len(builder.block.ops)
+        mark = builder.block.last_op  # the ops after it are this op's replacement
         arguments = bound_arguments(op, mapping.__getitem__)
         if substitutions:
             arguments = [_substitute(a, substitutions) for a in arguments]
@@ -126,13 +127,13 @@ def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: De
         except GuardError:
             if ASSUMED_TYPES not in op.attributes:
                 raise
-            for stale in reversed(list(builder.block.ops)[mark:]):  # a decomposition's ops before it gave up
+            for stale in reversed(_ops_after(builder.block, mark)):  # a decomposition's ops before it gave up
                 builder.block.erase_op(stale)
             types = [_substitute_type(r.type, substitutions) for r in op.results]
             result = builder.emit_assumed(op.opdef, arguments, types)  # type: ignore[attr-defined]
         # Provenance carries over to the ops that replace this one; role annotations (like `kiln.fuse`)
         # describe this op itself and are dropped with it.
-        for new_op in list(builder.block.ops)[mark:]:
+        for new_op in _ops_after(builder.block, mark):
             if "kiln.nn_module_stack" in op.attributes:
                 new_op.attributes["kiln.nn_module_stack"] = op.attributes["kiln.nn_module_stack"]
         flat = result if isinstance(result, (list, tuple)) else [result]
@@ -142,6 +143,15 @@ def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: De
             if substitutions is not None:
                 _follow_unbacked(old.type, getattr(new, "type", None), substitutions, builder.shape_env)
     raise ValueError("block has no terminator")
+
+
+def _ops_after(block: Block, mark: Operation | None) -> list[Operation]:
+    """The ops of `block` after `mark` (all of them when `mark` is None), without walking the ones before it."""
+    found, current = [], block.first_op if mark is None else mark.next_op
+    while current is not None:
+        found.append(current)
+        current = current.next_op
+    return found
 
 
 def _follow_unbacked(old_type: Any, new_type: Any, substitutions: dict[Any, Any], env: Any) -> None:

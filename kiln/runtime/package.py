@@ -7,6 +7,7 @@ offsets), weights.bin (raw little-endian, 64-byte aligned, mmap-able), model.c a
 from __future__ import annotations
 
 import ctypes
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -62,30 +63,40 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE))
     plan = fuse_attention(schedule(program))
     memory = plan_memory(plan, program.range_constraints)
-    weights, offsets, blob = [], {}, bytearray()
+    weights, offsets, chunks, size = [], {}, [], 0
     nibbles = int4_weights(plan)
     for buf in plan.buffers:
         if buf.kind != "weight" or buf.weight_key in offsets:
             continue
         store = program.state_dict if buf.weight_key in program.state_dict else program.constants
         array = np.ascontiguousarray(np.asarray(store[buf.weight_key]), dtype=buf.dtype.numpy)
-        blob += b"\0" * (-len(blob) % ALIGN)
-        offsets[buf.weight_key] = len(blob)
-        data = _nibbles(array) if buf.weight_key in nibbles else \
-            array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-        weights.append({"name": buf.weight_key, "offset": len(blob), "nbytes": len(data), "dtype": buf.dtype.name,
+        padding = -size % ALIGN
+        offsets[buf.weight_key] = size = size + padding
+        data = np.frombuffer(_nibbles(array), np.uint8) if buf.weight_key in nibbles else \
+            array.astype(array.dtype.newbyteorder("<"), copy=False)
+        weights.append({"name": buf.weight_key, "offset": size, "nbytes": data.nbytes, "dtype": buf.dtype.name,
                         "shape": list(array.shape), "bits": 4 if buf.weight_key in nibbles else 8 * array.itemsize})
-        blob += data
+        chunks.append((padding, data))
+        size += data.nbytes
     source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints, program.runtime_asserts))
     runtime = runtime_memory(plan)
     capability = get_cpu_capability()
-    library = build_library(source, capability)
     out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
     out.mkdir(parents=True, exist_ok=True)
-    # Every file is replaced atomically (a new inode): a model already loaded from this folder keeps its mapped
-    # model.so and weights.bin, and readers never see a half-written package file.
-    atomic_write(out / "model.c", source.encode())
-    atomic_write(out / "weights.bin", bytes(blob))
+
+    def write_weights(handle: Any) -> None:
+        for padding, data in chunks:  # straight from the arrays: no copy of the whole blob in memory
+            handle.write(b"\0" * padding)
+            handle.write(data.reshape(-1).view(np.uint8))
+
+    # The C compiler runs while the weights are written (GPT-2 small: 3.6 s and 1.7 s).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        building = pool.submit(build_library, source, capability)
+        # Every file is replaced atomically (a new inode): a model already loaded from this folder keeps its mapped
+        # model.so and weights.bin, and readers never see a half-written package file.
+        atomic_write(out / "model.c", source.encode())
+        atomic_write(out / "weights.bin", write_weights)
+        library = building.result()
     with open(library, "rb") as built:
         atomic_write(out / "model.so", lambda handle: shutil.copyfileobj(built, handle))
     manifest = {
