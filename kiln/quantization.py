@@ -33,7 +33,7 @@ from kiln.passes.quant.observer import (
     FixedQParamsObserver, HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
     MovingAveragePerChannelMinMaxObserver, ObserverBase, PartialConstructor, PerChannelMinMaxObserver,
     PerGroupMinMaxObserver, PlaceholderObserver, QScheme, UniformQuantizationObserverBase, fbgemm_qparams,
-    per_channel_affine, per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
+    moving_average, per_channel_affine, per_channel_symmetric, per_tensor_affine, per_tensor_symmetric,
 )
 from kiln.passes.quant.prepare import PreparedProgram, prepare_pt2e
 from kiln.passes.quant.qat import fold_conv_bn_qat
@@ -276,11 +276,11 @@ class FixedQParamsFakeQuantize(FakeQuantize):
 
 
 def _moving_average(running: Any, current: Any, averaging_constant: float) -> Any:
-    """The fused op's update in float32: the batch statistic where the running one is still infinite, else
-    `running + c * (current - running)`."""
+    """The fused op's update in float32: the batch statistic where the running one is still infinite, else the
+    observers' moving average."""
     running, current = np.asarray(running, _F32), np.asarray(current, _F32)
     with np.errstate(invalid="ignore"):
-        averaged = running + _F32(averaging_constant) * (current - running)
+        averaged = moving_average(running, current, averaging_constant)
     return np.where(np.isinf(running), current, averaged).astype(_F32)
 
 
@@ -318,8 +318,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
                 if self.ch_axis != 0:
                     raise KilnError("per-channel fused fake quantization observes axis 0 only, got ch_axis "
                                     f"{self.ch_axis}", fix="use FakeQuantize with a per-channel observer")
-                rows = X.detach().numpy().astype(_F32, copy=False).reshape(channels, -1)
-                self._update(rows.min(axis=1), rows.max(axis=1))
+                self._update(*observer.channel_extrema(X.detach().numpy()))
         elif observe:
             values = X.detach().numpy().astype(_F32, copy=False)
             self._update(values.min(), values.max())
@@ -372,7 +371,6 @@ class _LearnableFakeQuantize(FakeQuantizeBase):
         self.dtype: DType = self.activation_post_process.dtype
         self.qscheme: QScheme = self.activation_post_process.qscheme
         self.ch_axis: int = getattr(self.activation_post_process, "ch_axis", -1)
-        self.register_buffer("fake_quant_enabled", Tensor(np.array([1], np.uint8)))
         self.register_buffer("static_enabled", Tensor(np.array([1], np.uint8)))
         self.register_buffer("learning_enabled", Tensor(np.array([0], np.uint8)))
         self.bitwidth = int(math.log2(quant_max - quant_min + 1))

@@ -1,9 +1,11 @@
-"""The CPU's feature flags (/proc/cpuinfo): code generators pick ISA levels from them, and numerics that follow a
-library's vector width (torch's float32 kernels: 16 lanes with AVX-512, else 8) read them too."""
+"""The CPU's feature flags (/proc/cpuinfo) and usable CPUs: code generators pick ISA levels from them, and numerics
+that follow a library's vector width or thread split (torch's float32 kernels: 16 lanes with AVX-512, else 8) read
+them too."""
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 
@@ -20,3 +22,8 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (torch's default intra-op thread count, which some of its numerics follow)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -83,9 +83,13 @@ def _folded_parameters(weight: Any, bias: Any, gamma: Any, beta: Any, mean: Any,
     scale = aten.rsqrt.default(aten.add.Scalar(var, eps))
     if gamma is not None:
         scale = aten.mul.Tensor(scale, gamma)
+    per_output_channel = aten.view.default(scale, [-1] + [1] * (len(shape_of(weight)) - 1))
+    return aten.mul.Tensor(weight, per_output_channel), folded_bias(bias, mean, beta, scale)
+
+
+def folded_bias(bias: Any, mean: Any, beta: Any, scale: Any) -> Any:
+    """(bias − mean) · scale + β, the bias of a layer with batch norm folded in (scale = γ / sqrt(var + eps)); a
+    missing bias or β counts as zero. Arrays or IR values, like `_folded_parameters`."""
     shift = aten.neg.default(mean) if bias is None else aten.sub.Tensor(bias, mean)
     shift = aten.mul.Tensor(shift, scale)
-    if beta is not None:
-        shift = aten.add.Tensor(shift, beta)
-    per_output_channel = aten.view.default(scale, [-1] + [1] * (len(shape_of(weight)) - 1))
-    return aten.mul.Tensor(weight, per_output_channel), shift
+    return shift if beta is None else aten.add.Tensor(shift, beta)

@@ -9,12 +9,11 @@ rounding are torch's: `x * (1 / scale)` rounds differently from `x / scale`, and
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import sympy
 
 from kiln.ir import dtypes
+from kiln.ir.cpu import usable_cpus
 from kiln.ir.dtypes import DType
 from kiln.ir.meta import dtype_of, like, numel, require_arg, require_dtype, shape_of, tensor
 from kiln.ir.registry import defop, ops, register_decomposition
@@ -80,12 +79,24 @@ def _as_float32(input):
     return input if dtype_of(input) is dtypes.float32 else aten._to_copy.default(input, dtype=dtypes.float32)
 
 
+# Arithmetic with a tensor or a Python scalar operand (the .Tensor or .Scalar overload, as torch dispatches).
+
+def _times(value, factor):
+    return aten.mul.Scalar(value, factor) if isinstance(factor, (int, float)) else aten.mul.Tensor(value, factor)
+
+
+def _plus(value, term):
+    return aten.add.Scalar(value, term) if isinstance(term, (int, float)) else aten.add.Tensor(value, term)
+
+
+def _minus(value, term):
+    return aten.sub.Scalar(value, term) if isinstance(term, (int, float)) else aten.sub.Tensor(value, term)
+
+
 def _quantize(input, inverse_scale, zero_point, quant_min: int, quant_max: int, dtype: DType):
     """clamp(round(input * inverse_scale) + zero_point, quant_min, quant_max).to(dtype), with tensor or scalar
     qparams, as every torch quantize op writes it."""
-    mul = aten.mul.Scalar if isinstance(inverse_scale, (int, float)) else aten.mul.Tensor
-    add = aten.add.Scalar if isinstance(zero_point, (int, float)) else aten.add.Tensor
-    rounded = add(aten.round.default(mul(input, inverse_scale)), zero_point)
+    rounded = _plus(aten.round.default(_times(input, inverse_scale)), zero_point)
     return aten._to_copy.default(aten.clamp.default(rounded, quant_min, quant_max), dtype=dtypes.dtype(dtype))
 
 
@@ -665,18 +676,6 @@ def _opmath(x):
     return x if dtype_of(x) in (dtypes.float32, dtypes.float64) else aten._to_copy.default(x, dtype=dtypes.float32)
 
 
-def _times(value, factor):
-    return aten.mul.Scalar(value, factor) if isinstance(factor, (int, float)) else aten.mul.Tensor(value, factor)
-
-
-def _plus(value, term):
-    return aten.add.Scalar(value, term) if isinstance(term, (int, float)) else aten.add.Tensor(value, term)
-
-
-def _minus(value, term):
-    return aten.sub.Scalar(value, term) if isinstance(term, (int, float)) else aten.sub.Tensor(value, term)
-
-
 def _in_range(codes, quant_min: int, quant_max: int):
     """The straight-through estimator's mask: where the unclamped code lies in [quant_min, quant_max]."""
     return aten.logical_and.default(aten.ge.Scalar(codes, quant_min), aten.le.Scalar(codes, quant_max))
@@ -869,11 +868,6 @@ _SUM_LANES = 8  # ATen's float32 sum kernel runs on 8-lane vectors (it is not bu
 _GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: smaller reductions run on one thread
 
 
-def _torch_threads() -> int:
-    """torch's intra-op threads by default: the CPUs this process may use (as HistogramObserver assumes)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _sequential_sum(rows: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """start + rows[0] + rows[1] + ... in float32, in order (rows: [n, ...])."""
     first = (np.zeros(rows.shape[1:], np.float32) if start is None else np.asarray(start, np.float32))[None]
@@ -954,7 +948,7 @@ def _aten_float32_sum(values: np.ndarray, keep_axis: int | None = None) -> np.nd
     puts the reduced dims innermost and dispatches on the strides (TensorIterator), sums with the cascade of
     SumKernel.cpp, and splits large reductions over threads (TensorIteratorReduce.cpp)."""
     values = np.ascontiguousarray(values, np.float32)
-    threads = _torch_threads()
+    threads = usable_cpus()  # torch's intra-op threads by default
     if keep_axis is not None and values.ndim:
         before, channels = int(np.prod(values.shape[:keep_axis])), values.shape[keep_axis]
         after = int(np.prod(values.shape[keep_axis + 1:]))

@@ -7,14 +7,13 @@ L2-norm range search included), so kiln chooses the same scales and zero points 
 from __future__ import annotations
 
 import functools
-import os
 from enum import Enum
 from typing import Any, Callable
 
 import numpy as np
 
 from kiln.ir import dtypes
-from kiln.ir.cpu import cpu_flags
+from kiln.ir.cpu import cpu_flags, usable_cpus
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import KilnError
 from kiln.ir.ops.quant import affine_qparams
@@ -129,6 +128,12 @@ def _require_per_tensor(name: str, qscheme: QScheme) -> None:
                         fix="use PerChannelMinMaxObserver for per-channel quantization")
 
 
+def moving_average(running: Any, current: Any, averaging_constant: float) -> Any:
+    """torch's moving-average observer update, `running + c * (current - running)`, in float32 (a tensor plus a
+    Python float times a tensor)."""
+    return running + F32(averaging_constant) * (current - running)
+
+
 class MinMaxObserver(UniformQuantizationObserverBase):
     """The running minimum and maximum."""
 
@@ -163,9 +168,8 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         if self.min_val == np.inf and self.max_val == -np.inf:
             self.min_val, self.max_val = values.min(), values.max()
             return
-        constant = F32(self.averaging_constant)  # torch: tensor + python float * tensor, in float32
-        self.min_val = self.min_val + constant * (values.min() - self.min_val)
-        self.max_val = self.max_val + constant * (values.max() - self.max_val)
+        self.min_val = moving_average(self.min_val, values.min(), self.averaging_constant)
+        self.max_val = moving_average(self.max_val, values.max(), self.averaging_constant)
 
 
 class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
@@ -178,7 +182,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         self.min_val = np.zeros(0, F32)
         self.max_val = np.zeros(0, F32)
 
-    def _channel_extrema(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def channel_extrema(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each channel's minimum and maximum in this batch."""
         rows = np.moveaxis(x.astype(F32, copy=False), self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
         return rows.min(axis=1), rows.max(axis=1)
@@ -186,12 +190,15 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
     def forward(self, x: np.ndarray) -> None:
         if x.size == 0:
             return
-        current_min, current_max = self._channel_extrema(x)
+        current_min, current_max = self.channel_extrema(x)
         if self.min_val.size == 0:
             self.min_val, self.max_val = current_min, current_max
         else:
-            self.min_val = np.minimum(current_min, self.min_val)
-            self.max_val = np.maximum(current_max, self.max_val)
+            self.min_val, self.max_val = self._combined(current_min, current_max)
+
+    def _combined(self, current_min: np.ndarray, current_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The running extrema after a batch's (the first batch's are taken as they are)."""
+        return np.minimum(current_min, self.min_val), np.maximum(current_max, self.max_val)
 
     def calculate_qparams(self) -> tuple[np.ndarray, np.ndarray]:
         return self._calculate_qparams(self.min_val, self.max_val)
@@ -212,16 +219,9 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
         super().__init__(ch_axis, dtype, qscheme, **kwargs)
         self.averaging_constant = averaging_constant
 
-    def forward(self, x: np.ndarray) -> None:
-        if x.size == 0:
-            return
-        current_min, current_max = self._channel_extrema(x)
-        if self.min_val.size == 0:
-            self.min_val, self.max_val = current_min, current_max
-            return
-        constant = F32(self.averaging_constant)  # torch: tensor + python float * tensor, in float32
-        self.min_val = self.min_val + constant * (current_min - self.min_val)
-        self.max_val = self.max_val + constant * (current_max - self.max_val)
+    def _combined(self, current_min: np.ndarray, current_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (moving_average(self.min_val, current_min, self.averaging_constant),
+                moving_average(self.max_val, current_max, self.averaging_constant))
 
 
 class PerGroupMinMaxObserver(UniformQuantizationObserverBase):
@@ -404,7 +404,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         # Re-binning uses torch.linspace, whose rounding follows torch's vector width and thread split: kiln
         # reproduces torch on this machine (set these to reproduce another).
         self.vector_lanes = _cpu_vector_lanes()
-        self.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.threads = usable_cpus()
 
     def forward(self, x: np.ndarray) -> None:
         if x.size == 0:

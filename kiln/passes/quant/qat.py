@@ -26,6 +26,7 @@ from kiln.ir.meta import shape_of
 from kiln.ir.program import ExportedProgram, running_statistic_targets
 from kiln.ir.registry import ops
 from kiln.passes.base import add_constant, erase_dead_ops, weight_value
+from kiln.passes.fold_batchnorm import folded_bias
 from kiln.passes.quant.quantizer import Renaming
 
 aten = ops.aten
@@ -143,10 +144,9 @@ def fold_conv_bn_qat(prepared: Any) -> None:
         rank = weight.ndim
         scale = np.asarray(_scale_factor(gamma, var, record.eps))
         scaled_weight = np.asarray(aten.mul.Tensor(weight, _per_output_channel(scale, rank)))
-        shift = aten.mul.Tensor(aten.neg.default(mean) if bias is None else aten.sub.Tensor(bias, mean), scale)
-        folded_bias = np.asarray(shift if beta is None else aten.add.Tensor(shift, beta))
         stored_weight = add_constant(program, scaled_weight.astype(weight.dtype), "weight_bn_folded")
-        stored_bias = add_constant(program, folded_bias.astype(weight.dtype), "bias_bn_folded")
+        stored_bias = add_constant(program, np.asarray(folded_bias(bias, mean, beta, scale)).astype(weight.dtype),
+                                   "bias_bn_folded")
         values = bound_arguments(record.conv)
         with _InsertAt(program, InsertPoint.before(norm)):
             folded = getattr(aten, record.conv.name.split(".")[1]).default(
