@@ -993,9 +993,10 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
                                        for d, stride in zip(x.shape[2:], x.strides[2:])))
     narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
-    # Masked loads for consecutive tap rows pay once a panel's check is shared by enough input channels (with 3,
-    # an RGB stem, the check cost more than the gathers it saved).
-    masked_rows = narrow and sympy.sympify(w.shape[1]).is_Integer and int(w.shape[1]) >= 8
+    # Consecutive tap rows are copied with (masked) vector loads when the input has at least
+    # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 8 with AVX-512,
+    # where an RGB stem's check cost more than the gathers it saved; 1 with AVX2, whose gathers are slower).
+    masked_rows = narrow and sympy.sympify(w.shape[1]).is_Integer
     packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
     depth = ""
     for k in range(n):
@@ -1006,15 +1007,16 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
                 *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int affine[{tap_count}];",
-                   f"for (int t = 0; t < {tap_count}; ++t) affine[t] = kiln_affine_row(source[t], &start[t], "
-                   "&valid[t]);"] if masked_rows else []),
+                   f"for (int t = 0; t < {tap_count}; ++t) affine[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS && "
+                   "kiln_affine_row(source[t], &start[t], &valid[t]);"] if masked_rows else []),
                 f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
-                f"    const float* plane = {buffer_name(x.buffer)} + "
-                f"{_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+                f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+                f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
                 f"    for (int t = 0; t < {tap_count}; ++t)",
-                # Rows of consecutive elements (stride 1) are masked vector loads; the others gather.
-                *([f"        if (affine[t]) kiln_masked_row(plane, start[t], valid[t], "
-                   f"panel + (ci * {tap_count} + t) * KILN_NR);",
+                # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
+                # row lies inside the input's buffer); the others gather.
+                *([f"        if (affine[t]) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
+                   f"(int64_t)({dim_expr(x.buffer.numel)}) - plane_at, panel + (ci * {tap_count} + t) * KILN_NR);",
                    f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
                   if masked_rows else
                   [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
