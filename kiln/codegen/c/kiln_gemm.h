@@ -114,7 +114,7 @@ static void kiln_pack_b(int64_t K, int64_t N, const float* b, int64_t sk, int64_
     {                                                                                                             \
         __m256 lo[MR], hi[MR];                                                                                    \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_ps(); hi[r] = lo[r]; }     \
-        for (int64_t k = 0; k < K; ++k) {                                                                         \
+        _Pragma("GCC unroll 4") for (int64_t k = 0; k < K; ++k) {                                                 \
             if (MR > 1) __builtin_prefetch(ahead + k * KILN_NR, 0, 2);                                            \
             const __m256 b0 = _mm256_load_ps(panel + k * KILN_NR);                                                \
             const __m256 b1 = _mm256_load_ps(panel + k * KILN_NR + 8);                                            \
