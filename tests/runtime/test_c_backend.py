@@ -345,6 +345,30 @@ def test_every_capability_builds_and_matches(capability, monkeypatch, tmp_path):
         _check(compiled(x), program(x))
 
 
+@pytest.mark.parametrize("cpus", [1, 2, 3, 4])
+def test_large_model_builds_in_parallel_parts_or_whole_alike(cpus, monkeypatch, tmp_path):
+    """A model with enough kernel code builds as one compiler process per part (its kernel bodies dealt into build
+    groups), then links; the same model.c built whole, as the C runner's sanitizer build does, runs the same."""
+    from kiln.codegen.c import build
+    entry = kiln.models.get("transformer")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))  # a cold build, not one cached by another test
+    monkeypatch.setattr(build, "usable_cpus", lambda: cpus)
+    compiled = compile_c(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    assert "#define KILN_GROUPS 4" in source
+    assert build.build_parts(source) == {1: 1, 2: 2, 3: 2, 4: 4}[cpus]
+    tokens = np.random.default_rng(5).integers(0, int(_array(entry.args[0]).max()) + 1, (2, 7)).astype(np.int64)
+    _check(compiled(tokens), program(tokens))
+
+
+def test_small_model_builds_whole(mlp_model):
+    """Below the threshold a second compiler process would parse the same headers for little code: one part."""
+    from kiln.codegen.c import build
+    source = (mlp_model.path / "model.c").read_text()
+    assert "#define KILN_GROUPS 1" in source and build.build_parts(source) == 1
+
+
 def test_package_for_another_cpu_is_refused(tmp_path):
     import json
     from kiln.ir.errors import KilnError

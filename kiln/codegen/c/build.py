@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
 
-from kiln.ir.cpu import cpu_flags
+from kiln.ir.cpu import cpu_flags, usable_cpus
 from kiln.ir.errors import KilnError
 
 # -fno-trapping-math and -fno-math-errno change no value (NaN and inf are kept; kiln reads neither FP exception
@@ -84,9 +85,40 @@ def build_library(source: str, capability: str | None = None) -> pathlib.Path:
         c_file = pathlib.Path(work) / "model.c"
         c_file.write_text(source)
         built = pathlib.Path(work) / "model.so"
-        proc = subprocess.run([cc, *flags, str(c_file), "-o", str(built), "-lm"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise KilnError(f"the C compiler failed on generated code:\n{proc.stderr[-4000:]}",
-                            fix="this is a kiln bug; please report it with the program")
+        parts = build_parts(source)
+        if parts == 1:
+            _run_compiler([cc, *flags, str(c_file), "-o", str(built), "-lm"])
+        else:  # one compiler process per part, all at once, then one link
+            objects = [str(pathlib.Path(work) / f"part{part}.o") for part in range(parts)]
+            processes = [subprocess.Popen([cc, *flags, f"-DKILN_PARTS={parts}", f"-DKILN_PART={part}", "-c",
+                                           str(c_file), "-o", obj], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True)
+                         for part, obj in enumerate(objects)]
+            failures = [err for proc in processes if (err := proc.communicate()[1]) and proc.returncode != 0]
+            if failures:
+                _compiler_failed(failures[0])
+            _run_compiler([cc, *flags, *objects, "-o", str(built), "-lm"])
         os.replace(built, library)  # atomic: concurrent builders of the same source agree
     return library
+
+
+def build_parts(source: str) -> int:
+    """How many compiler processes build `source`: its build groups (render's KILN_GROUPS, 1 for small models)
+    dealt over this machine's CPUs, a divisor of the groups so every part gets as many."""
+    match = re.search(r"^#define KILN_GROUPS (\d+)$", source, re.MULTILINE)
+    groups = int(match.group(1)) if match else 1
+    parts = min(groups, usable_cpus())
+    while groups % parts:
+        parts -= 1
+    return parts
+
+
+def _run_compiler(command: list[str]) -> None:
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        _compiler_failed(proc.stderr)
+
+
+def _compiler_failed(stderr: str) -> None:
+    raise KilnError(f"the C compiler failed on generated code:\n{stderr[-4000:]}",
+                    fix="this is a kiln bug; please report it with the program")
