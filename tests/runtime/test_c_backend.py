@@ -291,6 +291,18 @@ def test_conv_as_gemm(config, image, tmp_path):
         _check(compiled(x), program(x))
 
 
+@pytest.mark.parametrize("size", [(30, 30), (23, 41)])
+def test_strided_rgb_stem_convolution(size, tmp_path):
+    """ResNet's stem, 7x7 stride 2 over 3 channels: with AVX2 its im2col rows are copied as every other element
+    (loads and shuffles, one at a time near the ends of the input's buffer), with padding masked to zeros."""
+    conv = kiln.nn.Conv2d(3, 10, 7, stride=2, padding=3).eval()
+    program = kiln.export(conv, (kiln.randn(2, 3, *size),), dynamic_shapes={"input": {0: kiln.Dim("batch", max=8)}})
+    compiled = compile_c(program, output=tmp_path / "stem")
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 3, *size)).astype(np.float32)
+        _check(compiled(x), program(x))
+
+
 class _ConvTransposedResidual(kiln.nn.Module):
     """A residual read transposed: the fused epilogue indexes it by (row, column), not by flat pixel."""
 

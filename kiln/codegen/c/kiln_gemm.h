@@ -20,7 +20,8 @@
 #endif
 
 /* KILN_ROW_COPY_MIN_CHANNELS: the input channels (per group) from which a convolution copies its consecutive im2col
- * rows with vector loads (kiln_masked_row) instead of gathers; below it the per-panel check costs more than it saves. */
+ * rows with vector loads (kiln_masked_row) instead of gathers; below it the per-panel check costs more than it
+ * saves. */
 #if defined(__AVX512F__)
 #define KILN_NR 32
 #define KILN_MR 12  /* 24 zmm accumulators + 2 B vectors + 1 broadcast: 27 of 32 registers */
@@ -210,22 +211,34 @@ static inline void kiln_gather_row(const float* plane, const int32_t* restrict s
 #endif
 }
 
-/* Whether a tap row's valid columns read consecutive input elements, source[c] = start + c (stride 1 along the
- * pixels; in a "same" convolution even across output rows, since pixel p then reads p + a per-tap offset). If so,
- * `start` and the valid-column bits let kiln_masked_row copy it with masked vector loads instead of a gather. */
-static inline int kiln_affine_row(const int32_t* source, int32_t* start, uint32_t* valid)
+/* The step at which a tap row's valid columns read the input, source[c] = start + step * c: 1 (stride 1 along the
+ * pixels; in a "same" convolution even across output rows, since pixel p then reads p + a per-tap offset), 2 with
+ * AVX2 (stride 2: ResNet's stem and downsampling convolutions), or 0 (gather the row). With a step, `start` and the
+ * valid-column bits let kiln_masked_row or kiln_every_other_row copy the row with vector loads. */
+static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t* valid)
 {
-    int32_t first = 0;
-    uint32_t bits = 0;
-    for (int c = 0; c < KILN_NR; ++c) {
-        if (source[c] < 0) continue;
-        if (!bits) first = source[c] - c;
-        else if (source[c] - c != first) return 0;
-        bits |= 1u << c;
+#if defined(KILN_AVX2_GEMM)
+    const int steps = 2;
+#else
+    const int steps = 1;  /* AVX-512 gathers are fast enough */
+#endif
+    for (int step = 1; step <= steps; ++step) {
+        int32_t first = 0;
+        uint32_t bits = 0;
+        int c = 0;
+        for (; c < KILN_NR; ++c) {
+            if (source[c] < 0) continue;
+            if (!bits) first = source[c] - step * c;
+            else if (source[c] - step * c != first) break;
+            bits |= 1u << c;
+        }
+        if (c == KILN_NR) {
+            *start = first;
+            *valid = bits;
+            return step;
+        }
     }
-    *start = first;
-    *valid = bits;
-    return 1;
+    return 0;
 }
 
 /* dst[c] = plane[start + c] for the valid columns, 0 elsewhere. Masked-off lanes are never read by a masked load
@@ -253,6 +266,32 @@ static inline void kiln_masked_row(const float* plane, int32_t start, uint32_t v
     (void)lo, (void)hi;
     for (int c = 0; c < KILN_NR; ++c) dst[c] = (valid >> c) & 1u ? plane[start + c] : 0.0f;
 #endif
+}
+
+/* dst[c] = plane[start + 2 * c] for the valid columns, 0 elsewhere (kiln_row_step's step 2, AVX2 only): where all
+ * 2 * KILN_NR elements from start lie in [lo, hi), two loads and two shuffles per 8 columns replace a gather (Zen 3's
+ * gathers took most of ResNet-18's 7x7 stride-2 stem outside its GEMM); near the buffer's ends, one at a time. */
+static inline void kiln_every_other_row(const float* plane, int32_t start, uint32_t valid, int64_t lo, int64_t hi,
+                                        float* restrict dst)
+{
+#if defined(KILN_AVX2_GEMM)
+    if (start >= lo && start + 2 * KILN_NR <= hi) {
+        const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        for (int c = 0; c < KILN_NR; c += 8) {
+            const __m256 low = _mm256_loadu_ps(plane + start + 2 * c);
+            const __m256 high = _mm256_loadu_ps(plane + start + 2 * c + 8);
+            const __m256 evens = _mm256_shuffle_ps(low, high, _MM_SHUFFLE(2, 0, 2, 0));  /* l0 l2 h0 h2 | l4 l6 h4 h6 */
+            const __m256 ordered = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(evens),
+                                                                          _MM_SHUFFLE(3, 1, 2, 0)));
+            const __m256i chosen = _mm256_and_si256(_mm256_set1_epi32((int)(valid >> c)), lane_bits);
+            const __m256 mask = _mm256_castsi256_ps(_mm256_cmpeq_epi32(chosen, lane_bits));
+            _mm256_storeu_ps(dst + c, _mm256_and_ps(ordered, mask));
+        }
+        return;
+    }
+#endif
+    (void)lo, (void)hi;
+    for (int c = 0; c < KILN_NR; ++c) dst[c] = (valid >> c) & 1u ? plane[start + 2 * c] : 0.0f;
 }
 
 #endif /* KILN_GEMM_H */

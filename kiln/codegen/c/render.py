@@ -1006,17 +1006,22 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                   for k in range(n)],
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
-                *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int affine[{tap_count}];",
-                   f"for (int t = 0; t < {tap_count}; ++t) affine[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS && "
-                   "kiln_affine_row(source[t], &start[t], &valid[t]);"] if masked_rows else []),
+                *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
+                   f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
+                   "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if masked_rows else []),
                 f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
                 f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
                 f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
+                *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"]
+                  if masked_rows else []),
                 f"    for (int t = 0; t < {tap_count}; ++t)",
                 # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
-                # row lies inside the input's buffer); the others gather.
-                *([f"        if (affine[t]) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
-                   f"(int64_t)({dim_expr(x.buffer.numel)}) - plane_at, panel + (ci * {tap_count} + t) * KILN_NR);",
+                # row lies inside the input's buffer), rows of every other element (stride 2) loads and shuffles;
+                # the others gather.
+                *([f"        if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
+                   f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
+                   f"        else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, "
+                   f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
                    f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
                   if masked_rows else
                   [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
