@@ -2,7 +2,8 @@
 
 Code-generation flags come from the CPU capability (like `torch.backends.cpu.get_cpu_capability()`): the ISA
 level detected on this machine, or forced with KILN_CPU_CAPABILITY (like ATEN_CPU_CAPABILITY) to build for an
-older one. A package records its capability, and loading it on a CPU without that ISA is refused.
+older one. A package records its capability, and loading it on a CPU without that ISA is refused. A large model
+builds as several compiler processes at once, one per part of its kernel bodies (`build_parts`), then one link.
 """
 
 from __future__ import annotations
@@ -94,9 +95,10 @@ def build_library(source: str, capability: str | None = None) -> pathlib.Path:
                                            str(c_file), "-o", obj], stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True)
                          for part, obj in enumerate(objects)]
-            failures = [err for proc in processes if (err := proc.communicate()[1]) and proc.returncode != 0]
-            if failures:
-                _compiler_failed(failures[0])
+            results = [(proc.communicate()[1], proc.returncode) for proc in processes]
+            for stderr, returncode in results:
+                if returncode != 0:
+                    _compiler_failed(stderr)
             _run_compiler([cc, *flags, *objects, "-o", str(built), "-lm"])
         os.replace(built, library)  # atomic: concurrent builders of the same source agree
     return library
