@@ -996,7 +996,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     # Consecutive tap rows are copied with (masked) vector loads when the input has at least
     # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 8 with AVX-512,
     # where an RGB stem's check cost more than the gathers it saved; 1 with AVX2, whose gathers are slower).
-    masked_rows = narrow and sympy.sympify(w.shape[1]).is_Integer
+    row_copies = narrow and sympy.sympify(w.shape[1]).is_Integer
     packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
     depth = ""
     for k in range(n):
@@ -1008,12 +1008,12 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                 f"{depth}    }}",
                 *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
                    f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
-                   "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if masked_rows else []),
+                   "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if row_copies else []),
                 f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
                 f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
                 f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
                 *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"]
-                  if masked_rows else []),
+                  if row_copies else []),
                 f"    for (int t = 0; t < {tap_count}; ++t)",
                 # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
                 # row lies inside the input's buffer), rows of every other element (stride 2) loads and shuffles;
@@ -1023,7 +1023,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                    f"        else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, "
                    f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
                    f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
-                  if masked_rows else
+                  if row_copies else
                   [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
                   if narrow else
                   [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
