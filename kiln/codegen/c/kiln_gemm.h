@@ -245,7 +245,7 @@ static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t*
  * (AVX-512 and AVX2 masked loads suppress faults), so the addresses before or after the plane they would name are
  * safe. With AVX2, when all KILN_NR lanes lie in [lo, hi) (plane-relative elements the caller knows are readable:
  * the input's buffer), a plain load and a bitwise AND with the mask replace the masked load: AMD Zen 3 runs
- * vmaskmovps so slowly that it took a third of a 32-channel 3x3 convolution (14.6 -> 10.3 ms at batch 16). */
+ * vmaskmovps so slowly that it took about a quarter of a 32-channel 3x3 convolution (perf, batch 16). */
 static inline void kiln_masked_row(const float* plane, int32_t start, uint32_t valid, int64_t lo, int64_t hi,
                                    float* restrict dst)
 {
