@@ -85,7 +85,7 @@ def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[
     return lambda: session.run(None, feeds)[0]
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name, as lscpu prints it (every figure is quoted beside the CPU it was measured on)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -117,7 +117,7 @@ def main() -> None:
     torch.set_num_threads(options.threads)
     os.environ["OMP_NUM_THREADS"] = str(options.threads)
     peak = gemm_peak_gflops(options.threads)
-    print(f"{_cpu_name()}, capability {get_cpu_capability()}, {options.threads} threads, numpy fp32 GEMM peak "
+    print(f"{cpu_name()}, capability {get_cpu_capability()}, {options.threads} threads, numpy fp32 GEMM peak "
           f"proxy {peak:.0f} GFLOP/s at start")
     if get_cpu_capability() != supported_capabilities()[-1]:
         print(f"note: only kiln and the peak proxy are held to {get_cpu_capability()}; onnxruntime and torch use the "
@@ -171,7 +171,7 @@ def main() -> None:
     print(f"peak proxy at the end: {peak:.0f} GFLOP/s")
     plot_path = options.plot or (Path(__file__).resolve().parent / "results" /
                                  f"c_realistic_{get_cpu_capability()}_{options.threads}t.png")
-    plot_latencies(names, latencies, ratios, f"{_cpu_name()}, {get_cpu_capability()}, {options.threads} "
+    plot_latencies(names, latencies, ratios, f"{cpu_name()}, {get_cpu_capability()}, {options.threads} "
                    f"thread{'s' if options.threads != 1 else ''}: latency per peer", plot_path)
 
 

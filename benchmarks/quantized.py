@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from c_realistic import _cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
+from c_realistic import cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
 from onnx_quality import ort_session  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
 
@@ -142,7 +142,7 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
         outputs = {peer: np.asarray(run().detach() if hasattr(run(), "detach") else run())
                    for peer, run in runners.items()}
     base = medians["onnxruntime fp32"]
-    print(f"\n{name}: {shape}, {threads} thread(s), {_cpu_name()}")
+    print(f"\n{name}: {shape}, {threads} thread(s), {cpu_name()}")
     print(f"{'peer':<48} {'ms':>9} {'/ ORT fp32':>11} {'SQNR dB':>9}")
     for peer, seconds in medians.items():
         print(f"{peer:<48} {seconds * 1e3:9.3f} {seconds / base:11.2f} {_sqnr(reference, outputs[peer]):9.1f}")
@@ -162,7 +162,7 @@ def run_gpt2() -> None:
     rng = np.random.default_rng(0)
     batches = [(rng.integers(0, config.vocab_size, (1, 128)).astype(np.int64),) for _ in range(34)]
     program = kiln.from_torch(module, (torch.from_numpy(batches[0][0]),))
-    print(f"\nGPT-2 small (124M, random weights), batch 1, seq 128, {_cpu_name()}")
+    print(f"\nGPT-2 small (124M, random weights), batch 1, seq 128, {cpu_name()}")
     schemes = {
         "static": kq.X86InductorQuantizer().set_global(kq.get_default_x86_inductor_quantization_config()),
         "dynamic": kq.X86InductorQuantizer().set_global(
@@ -188,7 +188,7 @@ def run_gpt2() -> None:
         runners[f"kiln C {name}"] = _kiln_int8(kiln, quantized, held_out[0][0], 2)
     medians = interleaved_medians(runners, 7)
     base = medians["kiln C fp32"]
-    print(f"\nGPT-2 small in C, batch 1, seq 128, 2 threads ({_cpu_name()})")
+    print(f"\nGPT-2 small in C, batch 1, seq 128, 2 threads ({cpu_name()})")
     for peer, seconds in medians.items():
         print(f"{peer:<40} {seconds * 1e3:9.2f} ms {seconds / base:6.2f}x")
 

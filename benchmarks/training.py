@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from c_realistic import _cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
+from c_realistic import cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
 from timing import interleaved_medians  # noqa: E402
 
 
@@ -107,7 +107,7 @@ def _kiln_compiled_step(model: Any, images: np.ndarray, labels: np.ndarray, thre
 def benchmark(rows: list[str], threads: int, rounds: int) -> None:
     import torch
     torch.set_num_threads(threads)
-    print(f"CPU: {_cpu_name()}; {threads} thread(s); KILN_CPU_CAPABILITY={os.environ.get('KILN_CPU_CAPABILITY', '')}"
+    print(f"CPU: {cpu_name()}; {threads} thread(s); KILN_CPU_CAPABILITY={os.environ.get('KILN_CPU_CAPABILITY', '')}"
           "(native if empty); medians of interleaved rounds, ms per training step")
     print("| row | torch eager | kiln C step | kiln C / torch | kiln eager | kiln eager / torch | C build s |")
     print("|---|---|---|---|---|---|---|")
@@ -149,7 +149,7 @@ def accuracy(threads: int, epochs: int = 20) -> None:
     def held_out(predict: Callable[[np.ndarray], np.ndarray]) -> float:
         return float((predict(test_x).argmax(axis=1) == test_y).mean() * 100)
 
-    print(f"CPU: {_cpu_name()}; {threads} thread(s); digits CNN, {epochs} epochs, batch 128, Adam lr 1e-2")
+    print(f"CPU: {cpu_name()}; {threads} thread(s); digits CNN, {epochs} epochs, batch 128, Adam lr 1e-2")
     reference, model = _pair("digits", torch)
     _, compiled_model = _pair("digits", torch)
     start = time.perf_counter()

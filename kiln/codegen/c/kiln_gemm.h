@@ -241,6 +241,16 @@ static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t*
     return 0;
 }
 
+#if defined(KILN_AVX2_GEMM)
+/* All ones in lane l where bit c + l of `valid` is set, else zero: the mask of columns c..c+7. */
+static inline __m256 kiln_valid_lanes(uint32_t valid, int c)
+{
+    const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i chosen = _mm256_and_si256(_mm256_set1_epi32((int)(valid >> c)), lane_bits);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(chosen, lane_bits));
+}
+#endif
+
 /* dst[c] = plane[start + c] for the valid columns, 0 elsewhere. Masked-off lanes are never read by a masked load
  * (AVX-512 and AVX2 masked loads suppress faults), so the addresses before or after the plane they would name are
  * safe. With AVX2, when all KILN_NR lanes lie in [lo, hi) (plane-relative elements the caller knows are readable:
@@ -254,11 +264,9 @@ static inline void kiln_masked_row(const float* plane, int32_t start, uint32_t v
     for (int c = 0; c < KILN_NR; c += 16)
         _mm512_storeu_ps(dst + c, _mm512_maskz_loadu_ps((__mmask16)(valid >> c), plane + start + c));
 #elif defined(KILN_AVX2_GEMM)
-    const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const int readable = start >= lo && start + KILN_NR <= hi;
     for (int c = 0; c < KILN_NR; c += 8) {
-        const __m256i chosen = _mm256_and_si256(_mm256_set1_epi32((int)(valid >> c)), lane_bits);
-        const __m256 mask = _mm256_castsi256_ps(_mm256_cmpeq_epi32(chosen, lane_bits));
+        const __m256 mask = kiln_valid_lanes(valid, c);
         _mm256_storeu_ps(dst + c, readable ? _mm256_and_ps(_mm256_loadu_ps(plane + start + c), mask)
                                            : _mm256_maskload_ps(plane + start + c, _mm256_castps_si256(mask)));
     }
@@ -276,16 +284,13 @@ static inline void kiln_every_other_row(const float* plane, int32_t start, uint3
 {
 #if defined(KILN_AVX2_GEMM)
     if (start >= lo && start + 2 * KILN_NR <= hi) {
-        const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
         for (int c = 0; c < KILN_NR; c += 8) {
             const __m256 low = _mm256_loadu_ps(plane + start + 2 * c);
             const __m256 high = _mm256_loadu_ps(plane + start + 2 * c + 8);
             const __m256 evens = _mm256_shuffle_ps(low, high, _MM_SHUFFLE(2, 0, 2, 0));  /* l0 l2 h0 h2 | l4 l6 h4 h6 */
             const __m256 ordered = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(evens),
                                                                           _MM_SHUFFLE(3, 1, 2, 0)));
-            const __m256i chosen = _mm256_and_si256(_mm256_set1_epi32((int)(valid >> c)), lane_bits);
-            const __m256 mask = _mm256_castsi256_ps(_mm256_cmpeq_epi32(chosen, lane_bits));
-            _mm256_storeu_ps(dst + c, _mm256_and_ps(ordered, mask));
+            _mm256_storeu_ps(dst + c, _mm256_and_ps(ordered, kiln_valid_lanes(valid, c)));
         }
         return;
     }
