@@ -14,8 +14,10 @@ onnxruntime int8 dynamic (kiln's ONNX of the dynamic program: DynamicQuantizeLin
 which onnxruntime fuses into DynamicQuantizeMatMul; and onnxruntime's own quantize_dynamic of the fp32 model),
 torch eager fp32, torch
 dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C, and kiln int8 C (the static and
-dynamic programs compiled to int8 kernels; for the MLPs also weight-only int8 and int4). Each quantized peer's SQNR
-against the fp32 model is printed beside its time.
+dynamic programs compiled to int8 kernels; for the MLPs also weight-only int8 and int4). The static program with
+reduce_range (7-bit activations) runs in onnxruntime and kiln C too, and the dynamic one in kiln C: on CPUs without
+VNNI both multiply those with vpmaddubsw, which saturates on full 8-bit activations in onnxruntime. Each quantized
+peer's SQNR against the fp32 model is printed beside its time.
 
 --gpt2 adds GPT-2 small (transformers, random weights, batch 1, seq 128): the time to prepare, calibrate in C on
 32 batches and convert, the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
@@ -69,9 +71,11 @@ def _mlp_one_row(torch: Any) -> tuple[Any, tuple]:
 ROWS: dict[str, Callable[[Any], tuple[Any, tuple]]] = {"mlp": _mlp, "mlp1": _mlp_one_row, "cnn": _cnn}
 
 
-def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray], int32_bias: bool = False) -> Any:
+def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray], int32_bias: bool = False,
+               reduce_range: bool = False) -> Any:
     from kiln import quantization as kq
-    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic, int32_bias=int32_bias)
+    config = kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic, int32_bias=int32_bias,
+                                                             reduce_range=reduce_range)
     prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
     if not dynamic:
         kq.calibrate(prepared, [(batch,) for batch in batches], backend="c")
@@ -115,17 +119,24 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
     program = kiln.from_torch(module, (torch.from_numpy(batches[0]),))
     static, dynamic = _quantized(kiln, program, False, batches), _quantized(kiln, program, True, batches)
     static_int32_bias = _quantized(kiln, program, False, batches, int32_bias=True)
+    # 7-bit activations: exact in onnxruntime's u8s8 kernels on CPUs without VNNI, and kiln's narrow AVX2 kernels
+    static_7bit_int32_bias = _quantized(kiln, program, False, batches, int32_bias=True, reduce_range=True)
+    static_7bit = _quantized(kiln, program, False, batches, reduce_range=True)
+    dynamic_7bit = _quantized(kiln, program, True, batches, reduce_range=True)
     package = kiln.compile(program, num_threads=threads)
     runners: dict[str, Callable[[], Any]] = {
         "onnxruntime fp32": _ort(kiln, program, x, threads),
         "onnxruntime int8 static (kiln QDQ)": _ort(kiln, static, x, threads),
         "onnxruntime int8 static (kiln QDQ, int32 bias)": _ort(kiln, static_int32_bias, x, threads),
+        "onnxruntime int8 static reduce_range (int32 bias)": _ort(kiln, static_7bit_int32_bias, x, threads),
         "onnxruntime int8 dynamic (kiln)": _ort(kiln, dynamic, x, threads),
         "onnxruntime int8 dynamic (ORT's quantizer)": _ort_own_dynamic(kiln, program, x, threads, folder),
         "torch eager fp32": lambda: module(tx),
         "kiln C fp32": lambda: package(x),
         "kiln C int8 static": _kiln_int8(kiln, static, x, threads),
         "kiln C int8 dynamic": _kiln_int8(kiln, dynamic, x, threads),
+        "kiln C int8 static reduce_range": _kiln_int8(kiln, static_7bit, x, threads),
+        "kiln C int8 dynamic reduce_range": _kiln_int8(kiln, dynamic_7bit, x, threads),
     }
     if name.startswith("mlp"):
         from kiln import quantization as kq

@@ -22,6 +22,7 @@ from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill 
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
+from kiln.passes.quant.ranges import integer_range
 
 SUPPORTED_DTYPES = {dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.bool_}
 
@@ -254,6 +255,12 @@ def contiguous_strides(shape: list) -> list:
         strides.append(running)
         running = sympy.expand(running * _dim(d))
     return list(reversed(strides))
+
+
+def _narrow(activations: Any) -> bool:
+    """Whether an integer layer's activations are uint8 proven to be at most 127 (reduce_range): backends may
+    multiply them with instructions that would saturate on full 8-bit values (AVX2's vpmaddubsw)."""
+    return activations.type.dtype is dtypes.uint8 and integer_range(activations)[1] <= 127
 
 
 def _contiguous(buffer: Buffer, shape: list | None = None) -> View:
@@ -900,7 +907,7 @@ class _Scheduler:
                   "x_zero_point": scalar(x_zero_point), "output_scale": output_scale,
                   "output_zero_point": output_zero_point, "quant_min": quant_min, "quant_max": quant_max,
                   "post_op": post_op, "m": sympy.Mul(*map(_dim, x.type.shape[:-1])), "k": _dim(x.type.shape[-1]),
-                  "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8}
+                  "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8, "narrow": _narrow(x)}
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -946,6 +953,7 @@ class _Scheduler:
                   "padding": _per_dim(padding, 2), "dilation": _per_dim(dilation, 2), "groups": groups,
                   "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
                   "quant_max": quant_max, "post_op": post_op, "signed": x.type.dtype is dtypes.int8,
+                  "narrow": _narrow(x),
                   "k": sympy.Mul(*map(_dim, weight.type.shape[1:]))}
         buf = self.buffer(result)
         self.kernels.append(Kernel("qconv", f"qconv_{buf.name}", [name], [buf], list(result.type.shape), None,

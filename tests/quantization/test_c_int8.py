@@ -32,8 +32,12 @@ def _capability(capability: str, monkeypatch) -> None:
     monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
 
 
-# (rows, K, N, activation dtype, post-op, output dtype, dynamic): tails in K (not a multiple of 4), N (not of the
-# panel width) and M (not of the register tile), batched rows, int8 activations, every output form.
+# Activations: uint8, int8, and reduce_range's 7-bit uint8 (0..127), which AVX2 multiplies with vpmaddubsw.
+UINT7 = "uint7"
+RANGES = {dtypes.uint8: (dtypes.uint8, 0, 255), dtypes.int8: (dtypes.int8, -128, 127), UINT7: (dtypes.uint8, 0, 127)}
+
+# (rows, K, N, activations, post-op, output dtype, dynamic): tails in K (not a multiple of 4), N (not of the
+# panel width) and M (not of the register tile), batched rows, int8 and 7-bit activations, every output form.
 CASES = [
     ((5,), 7, 3, dtypes.uint8, "relu", dtypes.uint8, False),
     ((13,), 67, 33, dtypes.int8, "none", dtypes.int8, False),
@@ -41,6 +45,9 @@ CASES = [
     ((2, 3), 12, 17, dtypes.uint8, "relu", dtypes.uint8, False),
     ((1,), 130, 40, dtypes.int8, "relu", dtypes.uint8, False),
     ((9,), 30, 20, dtypes.uint8, "none", dtypes.float32, True),
+    ((11,), 29, 35, UINT7, "relu", dtypes.uint8, False),
+    ((3, 5), 64, 16, UINT7, "none", dtypes.float32, False),
+    ((7,), 45, 20, UINT7, "none", dtypes.float32, True),
 ]
 
 
@@ -62,10 +69,10 @@ def _program(rng: np.random.Generator, dyadic: bool):
     builder, constants, constant = _constants_builder()
     inputs, outputs, params = [], [], []
 
-    for index, (rows, k, n, x_dtype, post_op, out_dtype, dynamic) in enumerate(CASES):
+    for index, (rows, k, n, activations, post_op, out_dtype, dynamic) in enumerate(CASES):
         if dynamic and dyadic:
             continue
-        low, high = (0, 255) if x_dtype is dtypes.uint8 else (-128, 127)
+        x_dtype, low, high = RANGES[activations]
         if dyadic:
             x_scale, zero_point = 2.0 ** -4, (low + high + 1) // 2 - 3
             weight_scales = (2.0 ** -rng.integers(5, 9, n)).astype(np.float32)
@@ -101,7 +108,8 @@ def _program(rng: np.random.Generator, dyadic: bool):
                 qlow, qhigh = (0, 255) if out_dtype is dtypes.uint8 else (-128, 127)
                 y = quantized.quantize_per_tensor.default(y, out_scale, out_zero_point, qlow, qhigh, out_dtype)
         outputs.append(y)
-        params.append((x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic))
+        params.append((x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic,
+                       (low, high, x_dtype)))
     return builder.build(outputs, constants=constants), inputs, params
 
 
@@ -112,6 +120,8 @@ CONV_CASES = [
     ((1, 6, 7, 7), (10, 3, 2, 3), 2, [0, 1], [1, 2], 2, dtypes.int8, False, "none", dtypes.int8),
     ((2, 16, 6, 6), (40, 16, 3, 3), 1, 1, 1, 1, dtypes.uint8, True, "relu", dtypes.uint8),
     ((1, 5, 5, 5), (7, 5, 1, 1), 1, 0, 1, 1, dtypes.uint8, False, "none", dtypes.float32),
+    ((2, 3, 9, 9), (8, 3, 3, 3), 1, 1, 1, 1, UINT7, True, "relu", dtypes.uint8),
+    ((1, 8, 7, 6), (20, 8, 3, 3), 2, 1, 1, 1, UINT7, False, "none", dtypes.float32),
 ]
 
 
@@ -120,9 +130,9 @@ def _conv_program(rng: np.random.Generator, dyadic: bool):
     builder, constants, constant = _constants_builder()
     inputs, outputs, params = [], [], []
 
-    for index, (shape, w_shape, stride, padding, dilation, groups, x_dtype, residual, post_op, out_dtype) in \
+    for index, (shape, w_shape, stride, padding, dilation, groups, activations, residual, post_op, out_dtype) in \
             enumerate(CONV_CASES):
-        low, high = (0, 255) if x_dtype is dtypes.uint8 else (-128, 127)
+        x_dtype, low, high = RANGES[activations]
         c_out = w_shape[0]
         if dyadic:
             x_scale, zero_point, out_scale = 2.0 ** -4, (low + high + 1) // 2 + 5, 2.0 ** -1
@@ -160,7 +170,7 @@ def _conv_program(rng: np.random.Generator, dyadic: bool):
                 y = quantized.quantize_per_tensor.default(y, out_scale, 3, qlow, qhigh, out_dtype)
         outputs.append(y)
         params.append((x_scale, zero_point, weight, weight_scales, bias, stride, padding, dilation, groups, post_op,
-                       out_dtype))
+                       out_dtype, (low, high, x_dtype)))
     return builder.build(outputs, constants=constants), inputs, params
 
 
@@ -178,13 +188,37 @@ def test_integer_math_is_exact(capability, layers, monkeypatch, tmp_path):
         np.testing.assert_array_equal(got, expected)
 
 
+def test_narrow_kernels_where_the_range_is_proven():
+    """Layers whose activations are quantized to 0..127 (reduce_range) are scheduled narrow; full 8-bit and int8
+    activations, and uint8 values the program does not clamp, are not."""
+    from kiln.codegen.schedule import schedule
+    from kiln.runtime.package import DEFAULT_PIPELINE
+    for build in (_program, _conv_program):
+        program, _, _ = build(np.random.default_rng(0), dyadic=False)
+        cases = [case for case in (CASES if build is _program else CONV_CASES)]
+        kernels = [k for k in schedule(run(program, DEFAULT_PIPELINE)).kernels if k.kind in ("qlinear", "qconv")]
+        assert [k.detail["narrow"] for k in kernels] == [case[3 if build is _program else 6] == UINT7
+                                                         for case in cases]
+    # a uint8 program input: no producer proves a range
+    builder, constants, constant = _constants_builder()
+    q = builder.add_input("q", TensorType.of([4, 8], dtypes.uint8))
+    with builder:
+        weights = quantized.dequantize_per_channel.default(
+            constant("w", np.ones((3, 8), np.int8)), constant("s", np.ones(3, np.float32)), None, 0, -128, 127,
+            dtypes.int8)
+        y = kiln.ops.aten.linear.default(quantized.dequantize_per_tensor.default(q, 0.1, 0, 0, 127, dtypes.uint8),
+                                         weights)
+    kernels = schedule(run(builder.build([y], constants=constants), DEFAULT_PIPELINE)).kernels
+    assert [k.detail["narrow"] for k in kernels if k.kind == "qlinear"] == [False]
+
+
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
     _capability(capability, monkeypatch)
     program, inputs, params = _program(np.random.default_rng(1), dyadic=False)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
-    for x, got, expected, (x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic) in zip(
-            inputs, compiled(*inputs), program(*inputs), params):
+    for x, got, expected, (x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic,
+                           (low, high, x_dtype)) in zip(inputs, compiled(*inputs), program(*inputs), params):
         assert got.dtype == expected.dtype
         if out_dtype is not dtypes.float32:
             steps = np.abs(got.astype(np.int64) - expected.astype(np.int64))
@@ -192,13 +226,11 @@ def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
             continue
         # float output: the float64 value of the integer math the reference describes
         if dynamic:
-            low, high = 0, 255
-            scale, zp = (np.asarray(v) for v in quantized.choose_qparams.tensor(x, low, high, 2.0 ** -12,
-                                                                                dtypes.uint8))
+            scale, zp = (np.asarray(v) for v in quantized.choose_qparams.tensor(x, low, high, 2.0 ** -12, x_dtype))
             x_scale, zero_point = float(scale.item()), int(zp.item())
-            q = quantized.quantize_per_tensor.tensor(x, scale, zp, low, high, dtypes.uint8)
+            q = quantized.quantize_per_tensor.tensor(x, scale, zp, low, high, x_dtype)
         else:
-            q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, 0, 255, dtypes.uint8)
+            q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, low, high, x_dtype)
         floats = (np.asarray(q, np.float64) - zero_point) * np.float32(x_scale)
         expected64 = floats @ (weight.astype(np.float64) * weight_scales[:, None]).T + bias
         if post_op == "relu":
@@ -213,7 +245,8 @@ def test_convolution_requantized_within_one_step(capability, monkeypatch, tmp_pa
     compiled = kiln.compile(program, output=tmp_path / "pkg")
     feeds = iter(inputs)
     for case, got, expected, (x_scale, zero_point, weight, weight_scales, bias, stride, padding, dilation, groups,
-                              post_op, out_dtype) in zip(CONV_CASES, compiled(*inputs), program(*inputs), params):
+                              post_op, out_dtype, (low, high, x_dtype)) in zip(CONV_CASES, compiled(*inputs),
+                                                                                program(*inputs), params):
         x = next(feeds)
         if case[7]:
             next(feeds)  # its residual
@@ -222,7 +255,7 @@ def test_convolution_requantized_within_one_step(capability, monkeypatch, tmp_pa
             steps = np.abs(got.astype(np.int64) - expected.astype(np.int64))
             assert steps.max() <= 1, f"{steps.max()} quantization steps off"
             continue
-        q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, 0, 255, dtypes.uint8)
+        q = quantized.quantize_per_tensor.default(x, x_scale, zero_point, low, high, x_dtype)
         floats = (np.asarray(q, np.float64) - zero_point) * np.float32(x_scale)
         weights = weight.astype(np.float64) * weight_scales[:, None, None, None]
         expected64 = kiln.ops.aten.conv2d.default(floats, weights, bias.astype(np.float64), stride, padding,

@@ -9,6 +9,11 @@
  *     torch's x86 recipe offers reduce_range, 7-bit activations, for CPUs without VNNI. Widening keeps every
  *     activation exact.)
  *   - otherwise portable C over k-quads, which the compiler vectorizes for what -march selects.
+ * Narrow layers, whose uint8 activations are proven to be at most 127 (reduce_range's 7-bit activations: the code
+ * generator checks the producer's clamp), take vpmaddubsw on AVX2: its int16 pair sums cannot saturate there
+ * (2 x 127 x 128 < 32767), and vpmaddwd against ones widens them exactly. Their B is packed in int8 k-quads,
+ * [K/4][NR][4]. Every function that packs or reads B takes `narrow`; where the ISA has no narrow path (VNNI is as
+ * fast on every activation; AVX-512BW keeps the widened pairs) a narrow layer packs and runs like any other.
  * int8 activations read as uint8 with their sign bit flipped (x + 128), the caller adding 128 to the zero point.
  * B panels are packed once, when the model is created (or per call, panel by panel, when the weight is an input),
  * with each column's sum of weights: the caller subtracts zero_point x column sum from the tile, so
@@ -37,6 +42,7 @@ typedef int16_t kiln_qb_t;
 #define KILN_QK 2
 #define KILN_QNR 16 /* two ymm of int32 */
 #define KILN_QMR 6
+#define KILN_QNARROW 1 /* narrow layers: vpmaddubsw on int8 k-quads */
 typedef int16_t kiln_qb_t;
 #else
 #define KILN_QK 4
@@ -44,73 +50,83 @@ typedef int16_t kiln_qb_t;
 #define KILN_QMR 4
 typedef int8_t kiln_qb_t;
 #endif
+#ifndef KILN_QNARROW
+#define KILN_QNARROW 0
+#endif
 
 /* Output pixels a convolution unit gathers (im2col) and runs against every panel: a few register tiles. */
 #define KILN_QPB (4 * KILN_QMR)
 
-static inline int64_t kiln_qgroups(int64_t K) { return (K + KILN_QK - 1) / KILN_QK; }
+/* k values per packed group, and bytes per packed weight, of a layer's B. */
+static inline int64_t kiln_qk(int narrow) { return KILN_QNARROW && narrow ? 4 : KILN_QK; }
+static inline size_t kiln_qb_size(int narrow) { return KILN_QNARROW && narrow ? 1 : sizeof(kiln_qb_t); }
+
+static inline int64_t kiln_qgroups(int64_t K, int narrow) { return (K + kiln_qk(narrow) - 1) / kiln_qk(narrow); }
 static inline int64_t kiln_qpanels(int64_t N) { return (N + KILN_QNR - 1) / KILN_QNR; }
 
-/* Bytes of the packed panels; the int32 column sums follow them (a multiple of 64 bytes: QNR * QK * sizeof >= 64). */
-static inline size_t kiln_qpanel_bytes(int64_t K, int64_t N)
+/* Bytes of one packed panel (a multiple of 64: QNR * QK * size >= 64). */
+static inline size_t kiln_qpanel_stride(int64_t K, int narrow)
 {
-    return (size_t)kiln_qpanels(N) * (size_t)kiln_qgroups(K) * KILN_QNR * KILN_QK * sizeof(kiln_qb_t);
+    return (size_t)kiln_qgroups(K, narrow) * KILN_QNR * (size_t)kiln_qk(narrow) * kiln_qb_size(narrow);
 }
 
-static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N)
+/* Bytes of the packed panels; the int32 column sums follow them. */
+static inline size_t kiln_qpanel_bytes(int64_t K, int64_t N, int narrow)
 {
-    return kiln_qpanel_bytes(K, N) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
+    return (size_t)kiln_qpanels(N) * kiln_qpanel_stride(K, narrow);
+}
+
+static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N, int narrow)
+{
+    return kiln_qpanel_bytes(K, N, narrow) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
 }
 
 /* Bytes of a convolution unit's im2col rows, [KILN_QPB][K rounded up to whole groups] uint8, to a cache line. */
 static inline size_t kiln_qcols_bytes(int64_t K)
 {
-    return ((size_t)KILN_QPB * (size_t)(kiln_qgroups(K) * KILN_QK) + 63) / 64 * 64;
+    return ((size_t)KILN_QPB * (size_t)((K + 3) / 4 * 4) + 63) / 64 * 64;
 }
 
 /* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
- * [groups][QNR][QK], and their weight sums into colsum[0..QNR). */
-static void kiln_qpack_panel(int64_t K, int64_t N, int64_t j, const int8_t* w, kiln_qb_t* restrict panel,
-                             int32_t* restrict colsum)
+ * [groups][QNR][QK] (int8, or int16 for the widened layouts), and their weight sums into colsum[0..QNR). */
+static void kiln_qpack_panel(int64_t K, int64_t N, int64_t j, const int8_t* w, void* restrict panel,
+                             int32_t* restrict colsum, int narrow)
 {
-    const int64_t groups = kiln_qgroups(K);
+    const int64_t qk = kiln_qk(narrow), groups = kiln_qgroups(K, narrow);
+    const int bytes = kiln_qb_size(narrow) == 1;
     for (int64_t c = 0; c < KILN_QNR; ++c) {
         const int64_t n = j * KILN_QNR + c;
         int32_t sum = 0;
         for (int64_t g = 0; g < groups; ++g)
-            for (int t = 0; t < KILN_QK; ++t) {
-                const int64_t k = g * KILN_QK + t;
+            for (int64_t t = 0; t < qk; ++t) {
+                const int64_t k = g * qk + t, at = (g * KILN_QNR + c) * qk + t;
                 const int8_t v = n < N && k < K ? w[n * K + k] : 0;
-                panel[(g * KILN_QNR + c) * KILN_QK + t] = v;
+                if (bytes) ((int8_t*)panel)[at] = v;
+                else ((int16_t*)panel)[at] = v;
                 sum += v;
             }
         colsum[c] = sum;
     }
 }
 
-/* All panels (panel j at dst + j * groups * QNR * QK), then all column sums (kiln_qpanel_bytes further on). */
-static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, kiln_qb_t* restrict dst)
+/* All panels (panel j at dst + j * kiln_qpanel_stride), then all column sums (kiln_qpanel_bytes further on). */
+static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, void* restrict dst, int narrow)
 {
-    int32_t* colsum = (int32_t*)((char*)dst + kiln_qpanel_bytes(K, N));
+    int32_t* colsum = (int32_t*)((char*)dst + kiln_qpanel_bytes(K, N, narrow));
     for (int64_t j = 0; j < kiln_qpanels(N); ++j)
-        kiln_qpack_panel(K, N, j, w, dst + j * kiln_qgroups(K) * KILN_QNR * KILN_QK, colsum + j * KILN_QNR);
+        kiln_qpack_panel(K, N, j, w, (char*)dst + j * kiln_qpanel_stride(K, narrow), colsum + j * KILN_QNR, narrow);
 }
 
-/* KILN_QK consecutive activations of a row from k on (zeros past K; the packed weights there are zero too) as one
- * 32-bit lane: four bytes, or two 16-bit values. `flip` (0x80 per byte) turns int8 into the uint8 x + 128. */
-static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint32_t flip)
+/* `qk` (2 or 4) consecutive activations of a row from k on (zeros past K; the packed weights there are zero too) as
+ * one 32-bit lane: four bytes, or two 16-bit values. `flip` (0x80 per byte) turns int8 into the uint8 x + 128. */
+static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint32_t flip, int qk)
 {
     uint8_t bytes[4] = {0, 0, 0, 0};
-    if (k + KILN_QK <= K) memcpy(bytes, row + k, KILN_QK);
-    else for (int64_t t = k; t < K; ++t) bytes[t - k] = row[t];
-    for (int t = 0; t < KILN_QK; ++t) if (k + t < K) bytes[t] ^= (uint8_t)flip;
-#if KILN_QK == 4
+    for (int64_t t = k; t < K && t < k + qk; ++t) bytes[t - k] = row[t] ^ (uint8_t)flip;
+    if (qk == 2) return (int32_t)((uint32_t)bytes[0] | (uint32_t)bytes[1] << 16);
     uint32_t lane;
     memcpy(&lane, bytes, 4);
     return (int32_t)lane;
-#else
-    return (int32_t)((uint32_t)bytes[0] | (uint32_t)bytes[1] << 16);
-#endif
 }
 
 #if defined(__AVX512BW__)
@@ -121,7 +137,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         __m512i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) { lo[r] = _mm512_setzero_si512(); hi[r] = lo[r]; } \
-        const int64_t groups = kiln_qgroups(K), full = K / KILN_QK;                                               \
+        const int64_t groups = kiln_qgroups(K, 0), full = K / KILN_QK;                                            \
         const int32_t flips = KILN_QK == 4 ? (int32_t)(flip * 0x01010101u) : (int32_t)(flip * 0x00010001u);    \
         for (int64_t g = 0; g < groups; ++g) {                                                                    \
             const __m512i b0 = _mm512_load_si512((const void*)(panel + g * KILN_QNR * KILN_QK));                 \
@@ -132,7 +148,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
                     if (KILN_QK == 4) { memcpy(&lane, a + r * lda + g * 4, 4); lane ^= flips; }                   \
                     else lane = (int32_t)((uint32_t)(a[r * lda + g * 2] ^ flip)                                   \
                                           | (uint32_t)(a[r * lda + g * 2 + 1] ^ flip) << 16);                     \
-                } else lane = kiln_qgroup(a + r * lda, g * KILN_QK, K, flip);                                     \
+                } else lane = kiln_qgroup(a + r * lda, g * KILN_QK, K, flip, KILN_QK);                               \
                 const __m512i x = _mm512_set1_epi32(lane);                                                        \
                 KILN_QMAC(lo[r], x, b0);                                                                          \
                 KILN_QMAC(hi[r], x, b1);                                                                          \
@@ -156,7 +172,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         __m256i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
-        const int64_t groups = kiln_qgroups(K);                                                                   \
+        const int64_t groups = kiln_qgroups(K, 0);                                                                \
         /* Two groups per step from one 4-byte broadcast: vpshufb spreads bytes (0, 1) or (2, 3) into the int16    \
          * pair every lane multiplies, instead of building each pair in scalar registers. */                        \
         const __m256i pick0 = _mm256_setr_epi8(0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1,             \
@@ -186,7 +202,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2));                     \
             const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2 + 16));                \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
-                const __m256i x = _mm256_set1_epi32(kiln_qgroup(a + r * lda, g * 2, K, flip));                    \
+                const __m256i x = _mm256_set1_epi32(kiln_qgroup(a + r * lda, g * 2, K, flip, 2));                 \
                 lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(x, b0));                                        \
                 hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(x, b1));                                        \
             }                                                                                                     \
@@ -196,6 +212,40 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             _mm256_store_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);                                       \
         }                                                                                                         \
     }
+/* Narrow rows (uint8 <= 127) against int8 k-quads: vpmaddubsw sums two u8 x s8 products per int16 lane without
+ * saturating, vpmaddwd against ones adds each lane pair into int32. 2 x MR ymm accumulators (MR <= 6), the weights
+ * read from memory by the multiplies, which leaves registers for the ones and the products. */
+#define KILN_DEFINE_QNUKERNEL(MR)                                                                                 \
+    static inline void kiln_qnukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, const int8_t* restrict panel, \
+                                           int32_t* restrict tile)                                                \
+    {                                                                                                             \
+        __m256i lo[MR], hi[MR];                                                                                   \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
+        const __m256i ones = _mm256_set1_epi16(1);                                                                \
+        const int64_t groups = kiln_qgroups(K, 1), full = K / 4;                                                  \
+        for (int64_t g = 0; g < groups; ++g) {                                                                    \
+            const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 4));                     \
+            const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 4 + 32));                \
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
+                int32_t four;                                                                                     \
+                if (g < full) memcpy(&four, a + r * lda + 4 * g, 4);                                              \
+                else four = kiln_qgroup(a + r * lda, 4 * g, K, 0, 4);                                             \
+                const __m256i x = _mm256_set1_epi32(four);                                                        \
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones));            \
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones));            \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
+            _mm256_store_si256((__m256i*)(tile + r * KILN_QNR), lo[r]);                                           \
+            _mm256_store_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);                                       \
+        }                                                                                                         \
+    }
+KILN_DEFINE_QNUKERNEL(1)
+KILN_DEFINE_QNUKERNEL(2)
+KILN_DEFINE_QNUKERNEL(3)
+KILN_DEFINE_QNUKERNEL(4)
+KILN_DEFINE_QNUKERNEL(5)
+KILN_DEFINE_QNUKERNEL(6)
 #else
 #define KILN_DEFINE_QUKERNEL(MR)                                                                                  \
     static inline void kiln_qukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,               \
@@ -203,7 +253,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         int32_t acc[MR][KILN_QNR];                                                                                \
         memset(acc, 0, sizeof acc);                                                                               \
-        for (int64_t g = 0; g < kiln_qgroups(K); ++g)                                                             \
+        for (int64_t g = 0; g < kiln_qgroups(K, 0); ++g)                                                          \
             for (int r = 0; r < MR; ++r) {                                                                        \
                 int32_t x[KILN_QK];                                                                               \
                 for (int t = 0; t < KILN_QK; ++t)                                                                 \
@@ -235,10 +285,27 @@ KILN_DEFINE_QUKERNEL(11)
 KILN_DEFINE_QUKERNEL(12)
 #endif
 
-/* One register tile of `rows` (1..KILN_QMR) rows of A (row stride lda) against one packed panel. */
+/* One register tile of `rows` (1..KILN_QMR) rows of A (row stride lda) against one packed panel (see `narrow`). */
 __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,
-                                                    const kiln_qb_t* panel, int32_t* tile)
+                                                    const void* packed_panel, int32_t* tile, int narrow)
 {
+    const kiln_qb_t* panel = (const kiln_qb_t*)packed_panel;
+#if KILN_QNARROW
+    if (narrow) {
+        const int8_t* quads = (const int8_t*)packed_panel;
+        switch (rows) {
+        case 1: kiln_qnukernel_1(K, a, lda, quads, tile); break;
+        case 2: kiln_qnukernel_2(K, a, lda, quads, tile); break;
+        case 3: kiln_qnukernel_3(K, a, lda, quads, tile); break;
+        case 4: kiln_qnukernel_4(K, a, lda, quads, tile); break;
+        case 5: kiln_qnukernel_5(K, a, lda, quads, tile); break;
+        default: kiln_qnukernel_6(K, a, lda, quads, tile); break;
+        }
+        return;
+    }
+#else
+    (void)narrow;
+#endif
     switch (rows) {
     case 1: kiln_qukernel_1(K, a, lda, flip, panel, tile); break;
     case 2: kiln_qukernel_2(K, a, lda, flip, panel, tile); break;

@@ -473,17 +473,23 @@ def _qparams(detail: dict) -> list[str]:
 def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> tuple[list[str], list[str]]:
     """(setup lines, per-panel lines) that define `panel` and `colsum` for panel j of the [n x K] weight at `w`:
     packed when the model is created, or (a weight that is an input) packed by the unit into its scratch."""
+    narrow = int(kernel.detail["narrow"])
     if kernel in state.packed:
-        return ([f"const kiln_qb_t* packed = (const kiln_qb_t*)ctx->packed[{state.packed[kernel]}];"],
-                ["const kiln_qb_t* panel = packed_group + j * kiln_qgroups(K) * KILN_QNR * KILN_QK;",
-                 f"const int32_t* colsum = (const int32_t*)((const char*)packed_group + kiln_qpanel_bytes(K, {n}))"
+        return ([f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];"],
+                [f"const void* panel = packed_group + j * kiln_qpanel_stride(K, {narrow});",
+                 f"const int32_t* colsum = (const int32_t*)(packed_group + kiln_qpanel_bytes(K, {n}, {narrow}))"
                  " + j * KILN_QNR;"])
     weight = kernel.detail["weight"]
-    return ([f"kiln_qb_t* pack = (kiln_qb_t*)({scratch});",
-             "int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR));",
+    return ([f"void* pack = (void*)({scratch});",
+             f"int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR, {narrow}));",
              f"const int8_t* w = (const int8_t*){buffer_name(weight.buffer)} + {dim_expr(weight.offset)};"],
-            [f"kiln_qpack_panel(K, {n}, j, w_group, pack, pack_sums);",
-             "const kiln_qb_t* panel = pack; const int32_t* colsum = pack_sums;"])
+            [f"kiln_qpack_panel(K, {n}, j, w_group, pack, pack_sums, {narrow});",
+             "const void* panel = pack; const int32_t* colsum = pack_sums;"])
+
+
+def _flip(detail: dict) -> str:
+    """The byte kiln_qgemm.h XORs into int8 activations to read them as uint8 (x + 128)."""
+    return "0x80u" if detail["signed"] else "0u"
 
 
 def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
@@ -496,7 +502,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
         *_chunking("panels", integer=True), *setup,
-        "const kiln_qb_t* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
+        "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
         *_qparams(detail),
         "#pragma omp for collapse(2) schedule(static)",
@@ -507,7 +513,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         *[f"    {line}" for line in per_panel],
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
-        f"        kiln_qukernel(rows, K, x + row * K, K, {'0x80u' if detail['signed'] else '0u'}, panel, tile);",
+        f"        kiln_qukernel(rows, K, x + row * K, K, {_flip(detail)}, panel, tile, {int(detail['narrow'])});",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t n = j * KILN_QNR + c;",
@@ -623,7 +629,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])}, P = OH * OW;",
         f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
         # im2col rows padded to whole k-groups: the micro-kernel then never takes its partial-group path
-        "const int64_t KP = kiln_qgroups(K) * KILN_QK;",
+        f"const int64_t KP = kiln_qgroups(K, {int(detail['narrow'])}) * kiln_qk({int(detail['narrow'])});",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
         "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
         f"{c_type(out.dtype)} staged[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
@@ -661,15 +667,15 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         f"                    const int64_t iw = left + kj * {dw};",
         "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? (uint8_t)line[iw] : pad;",
         "                }", "            }", "    }",
-        "    const kiln_qb_t* packed_group = (const kiln_qb_t*)((const char*)packed + g * kiln_qpacked_bytes(K, COG));"
+        f"    const char* packed_group = packed + g * kiln_qpacked_bytes(K, COG, {int(detail['narrow'])});"
         if kernel in state.packed else "    const int8_t* w_group = w + g * COG * K;",
         "    for (int64_t j = 0; j < panels; ++j)", "    {",
         "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
         *[f"        {line}" for line in per_panel],
         "        for (int64_t row = 0; row < count; row += KILN_QMR)", "        {",
         "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
-        f"            kiln_qukernel(rows, KP, cols + row * KP, KP, {'0x80u' if detail['signed'] else '0u'}, panel, "
-        "tile);",
+        f"            kiln_qukernel(rows, KP, cols + row * KP, KP, {_flip(detail)}, panel, tile, "
+        f"{int(detail['narrow'])});",
         # The epilogue runs along the tile's columns (vectorized) into `staged`; the copy out runs along its rows,
         # which are consecutive pixels of one channel in NCHW (storing from the first loop would write each
         # pixel's channels P elements apart: twice as slow on the 3-channel stem of a CNN).
@@ -1923,13 +1929,14 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
         if kernel.kind in ("qlinear", "qconv"):
             weight = kernel.detail["weight"]
             groups, n, k = _qweight_shape(kernel)
+            narrow = int(kernel.detail["narrow"])
             source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
             lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
                       f"{identifier(weight.buffer.weight_key)} */",
-                      *_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n})"),
+                      *_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n}, {narrow})"),
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
                       f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
-                      f"(kiln_qb_t*)((char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n})));"]
+                      f"(char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n}, {narrow}), {narrow});"]
             continue
         if kernel.kind == "conv":
             weight = kernel.detail["weight"]
