@@ -1,6 +1,6 @@
 """Quantized inference side by side: onnxruntime int8 (kiln's QDQ ONNX) against fp32 peers, and GPT-2's accuracy.
 
-Usage: python benchmarks/quantized.py [--rows mlp,cnn] [--threads T] [--rounds R] [--gpt2]
+Usage: python benchmarks/quantized.py [--rows mlp,cnn] [--threads T] [--rounds R] [--peers WORDS] [--gpt2]
 
 Rows (torch modules, random weights, calibrated on 8 random batches):
   mlp  Linear 1024→4096, GELU, Linear 4096→1024 at batch 32
@@ -104,7 +104,7 @@ def _kiln_int8(kiln: Any, program: Any, x: np.ndarray, threads: int) -> Callable
     return lambda: package(x)
 
 
-def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
+def run_row(name: str, threads: int, rounds: int, folder: Path, peers: list[str]) -> None:
     import torch
 
     import kiln
@@ -147,6 +147,9 @@ def run_row(name: str, threads: int, rounds: int, folder: Path) -> None:
     if name == "mlp":
         dynamic_torch = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
         runners["torch dynamic int8 Linear"] = lambda: dynamic_torch(tx)
+    if peers:  # a focused comparison: fewer peers, less noise between them
+        runners = {label: run for label, run in runners.items()
+                   if label == "onnxruntime fp32" or any(word in label for word in peers)}
     with torch.no_grad():
         reference = module(tx).numpy()
         medians = interleaved_medians(runners, rounds)
@@ -209,6 +212,8 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--peers", default="", help="only the peers whose labels contain one of these "
+                        "comma-separated words (and onnxruntime fp32), e.g. 'reduce_range'")
     parser.add_argument("--gpt2", action="store_true", help="add the GPT-2 small section (with --rows '' alone)")
     options = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(options.threads))
@@ -217,7 +222,8 @@ def main() -> None:
     import tempfile
     with tempfile.TemporaryDirectory() as folder:
         for name in filter(None, options.rows.split(",")):
-            run_row(name, options.threads, options.rounds, Path(folder))
+            run_row(name, options.threads, options.rounds, Path(folder), options.peers.split(",") if options.peers
+                    else [])
     if options.gpt2:
         run_gpt2()
 

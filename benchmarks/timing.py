@@ -29,16 +29,22 @@ def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, roun
 
     Each batch starts after `settle_seconds` of sleep: thread pools spin-wait after a call (onnxruntime's for
     milliseconds), and on 2 cores the spinning threads of the previous peer halved the speed of whichever peer ran
-    next (kiln's MLP row: 2.8 ms alone, 6.5 ms right after onnxruntime, 3.1 ms after a 50 ms pause)."""
+    next (kiln's MLP row: 2.8 ms alone, 6.5 ms right after onnxruntime, 3.1 ms after a 50 ms pause). Then one
+    untimed call wakes the peer's threads and brings its weights back into cache: on this VM the first call after
+    the pause took 2-4x as long as the next ones, for every peer alike (the int8 MLP: 10-15 ms against 3-5 ms back
+    to back), and batches of two calls timed mostly that."""
     for run in runners.values():
         run()
+    first = next(iter(runners.values()))
+    first()
     start = time.perf_counter()
-    next(iter(runners.values()))()
-    batch = max(1, int(round_seconds / max(time.perf_counter() - start, 1e-6)))
+    first()
+    batch = max(3, int(round_seconds / max(time.perf_counter() - start, 1e-6)))
     order, times = list(runners), {name: [] for name in runners}
     for round_index in range(rounds):
         for name in order if round_index % 2 == 0 else order[::-1]:
             time.sleep(settle_seconds)
+            runners[name]()
             start = time.perf_counter()
             for _ in range(batch):
                 runners[name]()

@@ -22,6 +22,7 @@
 #ifndef KILN_QGEMM_H
 #define KILN_QGEMM_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -215,6 +216,16 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
 /* Narrow rows (uint8 <= 127) against int8 k-quads: vpmaddubsw sums two u8 x s8 products per int16 lane without
  * saturating, vpmaddwd against ones adds each lane pair into int32. 2 x MR ymm accumulators (MR <= 6), the weights
  * read from memory by the multiplies, which leaves registers for the ones and the products. */
+#define KILN_QNSTEP(MR, g, read_four)                                                                             \
+    {                                                                                                             \
+        const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + (g) * KILN_QNR * 4));                       \
+        const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + (g) * KILN_QNR * 4 + 32));                  \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
+            const __m256i x = _mm256_set1_epi32(read_four);                                                       \
+            lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones));                \
+            hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones));                \
+        }                                                                                                         \
+    }
 #define KILN_DEFINE_QNUKERNEL(MR)                                                                                 \
     static inline void kiln_qnukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, const int8_t* restrict panel, \
                                            int32_t* restrict tile)                                                \
@@ -222,24 +233,20 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
         __m256i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
         const __m256i ones = _mm256_set1_epi16(1);                                                                \
-        const int64_t groups = kiln_qgroups(K, 1), full = K / 4;                                                  \
-        for (int64_t g = 0; g < groups; ++g) {                                                                    \
-            const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 4));                     \
-            const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 4 + 32));                \
-            _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
-                int32_t four;                                                                                     \
-                if (g < full) memcpy(&four, a + r * lda + 4 * g, 4);                                              \
-                else four = kiln_qgroup(a + r * lda, 4 * g, K, 0, 4);                                             \
-                const __m256i x = _mm256_set1_epi32(four);                                                        \
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones));            \
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones));            \
-            }                                                                                                     \
-        }                                                                                                         \
+        const int64_t full = K / 4;                                                                               \
+        for (int64_t g = 0; g < full; ++g) KILN_QNSTEP(MR, g, kiln_load_four(a + r * lda + 4 * g))                \
+        if (4 * full < K) KILN_QNSTEP(MR, full, kiln_qgroup(a + r * lda, 4 * full, K, 0, 4)) /* zeros past K */  \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                    \
             _mm256_store_si256((__m256i*)(tile + r * KILN_QNR), lo[r]);                                           \
             _mm256_store_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);                                       \
         }                                                                                                         \
     }
+static inline int32_t kiln_load_four(const uint8_t* p)
+{
+    int32_t four;
+    memcpy(&four, p, 4);
+    return four;
+}
 KILN_DEFINE_QNUKERNEL(1)
 KILN_DEFINE_QNUKERNEL(2)
 KILN_DEFINE_QNUKERNEL(3)
@@ -328,6 +335,123 @@ __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const u
 #endif
 #endif
     }
+}
+
+
+/* The fused epilogue of one tile row, KILN_QNR int32 sums of a panel's columns: the activations' zero point out
+ * (zcol[c] = zero point x column sum), times the column's scale (x_scale x weight scale), plus its bias (NULL: none),
+ * plus a residual (float, `residual_stride` apart per column; NULL: none), ReLU, then stored as float32 (kind 0) or
+ * requantized as quantize_per_tensor does: round half to even, the zero point, the clamp [low, high], uint8 (kind 1)
+ * or int8 (kind 2). Only columns below `width` are stored. Each path does the same float operations in the same
+ * order (multiply, then add: model.c is ISO C, which contracts nothing into FMAs), so they give the same bits. */
+enum { KILN_QOUT_F32 = 0, KILN_QOUT_U8 = 1, KILN_QOUT_S8 = 2 };
+
+static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, const float* scale, const float* bias,
+                                  const float* residual, int64_t residual_stride, int relu, int kind,
+                                  float inverse_scale, float zero_point, float low, float high, int64_t width,
+                                  void* out)
+{
+    float y[KILN_QNR] __attribute__((aligned(64)));
+    uint8_t bytes[KILN_QNR];
+#if defined(__AVX2__)
+    float extra[KILN_QNR] __attribute__((aligned(64)));
+    if (residual)
+        for (int64_t c = 0; c < KILN_QNR; ++c) extra[c] = c < width ? residual[c * residual_stride] : 0.0f;
+    for (int h = 0; h < KILN_QNR; h += 8) {
+        const __m256i sums = _mm256_sub_epi32(_mm256_load_si256((const __m256i*)(tile + h)),
+                                              _mm256_loadu_si256((const __m256i*)(zcol + h)));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(scale + h));
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + h));
+        if (residual) v = _mm256_add_ps(v, _mm256_load_ps(extra + h));
+        if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps()); /* y > 0 ? y : 0, NaN and -0.0 included */
+        if (kind == KILN_QOUT_F32) {
+            _mm256_store_ps(y + h, v);
+            continue;
+        }
+        __m256 q = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(inverse_scale)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_add_ps(q, _mm256_set1_ps(zero_point));
+        q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(low)), _mm256_set1_ps(high));
+        const __m256i ints = _mm256_cvtps_epi32(q); /* whole numbers in [low, high]: exact */
+        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(ints), _mm256_extracti128_si256(ints, 1));
+        _mm_storel_epi64((__m128i*)(bytes + h),
+                         kind == KILN_QOUT_U8 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words));
+    }
+#else
+    for (int64_t c = 0; c < KILN_QNR; ++c) {
+        float v = (float)(tile[c] - zcol[c]) * scale[c];
+        if (bias) v += bias[c];
+        if (residual) v += c < width ? residual[c * residual_stride] : 0.0f;
+        if (relu) v = v > 0.0f ? v : 0.0f;
+        if (kind == KILN_QOUT_F32) {
+            y[c] = v;
+            continue;
+        }
+        const float q = nearbyintf(v * inverse_scale) + zero_point;
+        const float clamped = q < low ? low : q > high ? high : q;
+        bytes[c] = kind == KILN_QOUT_U8 ? (uint8_t)clamped : (uint8_t)(int8_t)clamped;
+    }
+#endif
+    const size_t size = kind == KILN_QOUT_F32 ? sizeof(float) : 1;
+    if (width == KILN_QNR) memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, KILN_QNR * size); /* moves */
+    else memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, (size_t)width * size);
+}
+
+/* A convolution's requantized bytes, staged channels-last ([pixel][KILN_QNR]), go to an NCHW output, where each
+ * channel's pixels are contiguous: out[c * stride + r] = staged[r * KILN_QNR + c] for r < rows, c < width. Byte by
+ * byte this took 60% of a uint8 RGB stem convolution (32 channels, 64x64 images); SSE2 transposes 16 x 16 blocks
+ * with four rounds of unpacks and stores 16 pixels of a channel at once. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* col[j][i] = src[i * stride + j] for the 16 x 16 bytes at src (rows at and past `rows` read as zero). */
+static inline void kiln_transpose_bytes_16(const uint8_t* src, int64_t stride, int rows, __m128i col[16])
+{
+    __m128i a[16], b[16], c[16], d[16];
+    for (int i = 0; i < 16; ++i)
+        a[i] = i < rows ? _mm_loadu_si128((const __m128i*)(src + i * stride)) : _mm_setzero_si128();
+    for (int i = 0; i < 8; ++i) { /* rows 2i, 2i + 1: columns 0..7 in b[i], 8..15 in b[8 + i] */
+        b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        b[8 + i] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) /* rows 4g..4g + 3 of column quad q in c[4q + g] */
+        for (int g = 0; g < 4; ++g) {
+            c[h * 8 + g] = _mm_unpacklo_epi16(b[h * 8 + 2 * g], b[h * 8 + 2 * g + 1]);
+            c[h * 8 + 4 + g] = _mm_unpackhi_epi16(b[h * 8 + 2 * g], b[h * 8 + 2 * g + 1]);
+        }
+    for (int q = 0; q < 4; ++q) /* rows 8o..8o + 7 of column pair p in d[2p + o] */
+        for (int o = 0; o < 2; ++o) {
+            d[q * 4 + o] = _mm_unpacklo_epi32(c[q * 4 + 2 * o], c[q * 4 + 2 * o + 1]);
+            d[q * 4 + 2 + o] = _mm_unpackhi_epi32(c[q * 4 + 2 * o], c[q * 4 + 2 * o + 1]);
+        }
+    for (int p = 0; p < 8; ++p) {
+        col[2 * p] = _mm_unpacklo_epi64(d[2 * p], d[2 * p + 1]);
+        col[2 * p + 1] = _mm_unpackhi_epi64(d[2 * p], d[2 * p + 1]);
+    }
+}
+#endif
+
+static void kiln_qstore_nchw_bytes(const uint8_t* staged, int64_t rows, int64_t width, uint8_t* out, int64_t stride)
+{
+#if defined(__SSE2__)
+    for (int64_t c0 = 0; c0 < width; c0 += 16)
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+            const int n = rows - r0 < 16 ? (int)(rows - r0) : 16;
+            __m128i col[16];
+            kiln_transpose_bytes_16(staged + r0 * KILN_QNR + c0, KILN_QNR, n, col);
+            for (int64_t c = c0; c < width && c < c0 + 16; ++c) {
+                uint8_t* to = out + c * stride + r0;
+                if (n == 16) _mm_storeu_si128((__m128i*)to, col[c - c0]);
+                else {
+                    uint8_t bytes[16];
+                    _mm_storeu_si128((__m128i*)bytes, col[c - c0]);
+                    memcpy(to, bytes, (size_t)n);
+                }
+            }
+        }
+#else
+    for (int64_t c = 0; c < width; ++c)
+        for (int64_t r = 0; r < rows; ++r) out[c * stride + r] = staged[r * KILN_QNR + c];
+#endif
 }
 
 

@@ -433,27 +433,46 @@ def _chunking(units: str, integer: bool = False) -> list[str]:
     ]
 
 
-def _requantize(detail: dict, out: Buffer, target: str, residual: str | None = None) -> list[str]:
-    """Per tile element (r, c) of output column `n`: the int32 sum corrected for the activations' zero point (zero
-    point x the weight column sum packed with the panel), scaled by x_scale x the column's weight scale, biased,
-    the residual added, the post-op applied, and stored at `target` as float or requantized (round half to even,
-    then the zero point and the clamp, as quantize_per_tensor does)."""
+def _shared_units(loops: int, units: str) -> str:
+    """The work-sharing pragma of `loops` collapsed loops over `units` (an expression) units of similar work: dynamic
+    chunks of a sixteenth of a thread's share, so a thread the VM delays hands its remaining chunks to the others
+    instead of the team waiting for it at the barrier (static shares: the int8 CNN's convolutions took 1.2x as
+    long on the 2-vCPU VM; chunks keep runs of neighbouring units together, which share input rows and output
+    cache lines)."""
+    return f"#pragma omp for collapse({loops}) schedule(dynamic, (int)(({units}) / (16 * omp_get_num_threads()) + 1))"
+
+
+def _epilogue_columns(detail: dict, first_column: str) -> list[str]:
+    """Per panel (`colsum`, `width` defined): its columns' constants for kiln_qepilogue, zero past `width` so whole
+    tile rows compute: zero point x column sum, x_scale x weight scale, bias."""
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
-    value = (f"(float)(tile[r * KILN_QNR + c] - x_zero_point * colsum[c]) * "
-             f"(x_scale * {column(detail['weight_scale'])})")
-    if detail["bias"] is not None:
-        value += f" + {column(detail['bias'])}"
-    lines = [f"float y = {value};"]
-    if residual is not None:
-        lines.append(f"y += {residual};")
-    if detail["post_op"] == "relu":
-        lines.append("y = y > 0.0f ? y : 0.0f;")
-    if out.dtype == dtypes.float32:
-        return lines + [f"{target} = y;"]
-    low, high = float(detail["quant_min"]), float(detail["quant_max"])
-    return lines + [f"float q = nearbyintf(y * output_inverse_scale) + {float(detail['output_zero_point'])!r}f;",
-                    f"{target} = ({c_type(out.dtype)})(q < {low!r}f ? {low!r}f : q > {high!r}f ? {high!r}f : q);"]
+    bias = detail["bias"]
+    return [
+        "int32_t zcol[KILN_QNR] __attribute__((aligned(64)));",
+        "float scale[KILN_QNR] __attribute__((aligned(64))), bias[KILN_QNR] __attribute__((aligned(64)));",
+        "for (int64_t c = 0; c < KILN_QNR; ++c)", "{",
+        f"    const int64_t n = {first_column} + c;",
+        "    zcol[c] = x_zero_point * colsum[c];",
+        f"    scale[c] = c < width ? x_scale * {column(detail['weight_scale'])} : 0.0f;",
+        f"    bias[c] = c < width ? {column(bias) if bias is not None else '0.0f'} : 0.0f;",
+        "}",
+    ]
+
+
+def _epilogue(detail: dict, out: Buffer, row: str, target: str, residual: tuple[str, str] | None = None) -> str:
+    """kiln_qepilogue of tile row `row` into `target` (a pointer): the zero point's correction, scales, bias, the
+    residual (a pointer to its first column's element, and the stride between columns), the post-op, and float32
+    or requantized output (round half to even, the zero point, the clamp, as quantize_per_tensor does)."""
+    kind = {dtypes.float32: "KILN_QOUT_F32", dtypes.uint8: "KILN_QOUT_U8", dtypes.int8: "KILN_QOUT_S8"}[out.dtype]
+    quantized = out.dtype != dtypes.float32
+    low, high = (float(detail["quant_min"]), float(detail["quant_max"])) if quantized else (0.0, 0.0)
+    zero_point = float(detail["output_zero_point"]) if quantized else 0.0
+    bias = "bias" if detail["bias"] is not None else "NULL"
+    extra, stride = residual or ("NULL", "0")
+    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, {extra}, {stride}, "
+            f"{int(detail['post_op'] == 'relu')}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
+            f"{high!r}f, width, {target});")
 
 
 def _qparams(detail: dict) -> list[str]:
@@ -505,20 +524,19 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
         *_qparams(detail),
-        "#pragma omp for collapse(2) schedule(static)",
+        _shared_units(2, "chunks * panels"),
         "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
         "for (int64_t j = 0; j < panels; ++j)", "{",
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
         *[f"    {line}" for line in per_panel],
+        *[f"    {line}" for line in _epilogue_columns(detail, "j * KILN_QNR")],
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
         f"        kiln_qukernel(rows, K, x + row * K, K, {_flip(detail)}, panel, tile, {int(detail['narrow'])});",
         "        for (int r = 0; r < rows; ++r)",
-        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
-        "                const int64_t n = j * KILN_QNR + c;",
-        *[f"                {line}" for line in _requantize(detail, out, f"{buffer_name(out)}[(row + r) * N + n]")],
-        "            }", "    }", "}",
+        f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}",
+        "    }", "}",
     ]
     return ["    " + line for line in lines if line]
 
@@ -619,9 +637,10 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
     scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
     setup, per_panel = _weight_panels(kernel, state, "COG", f"{scratch} + kiln_qcols_bytes(K)")
     residual = None
-    if detail["other"] is not None:
+    if detail["other"] is not None:  # the residual's element of the row's pixel in the panel's first channel
         other = detail["other"]
-        residual = f"{buffer_name(other.buffer)}[{dim_expr(other.offset)} + ((b * COUT + co) * P) + p]"
+        residual = (f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + (b * COUT + g * COG + j * KILN_QNR) * P"
+                    " + p0 + row + r", "P")
     x_type = c_type(x.buffer.dtype)
     lines = [
         f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
@@ -632,13 +651,13 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t KP = kiln_qgroups(K, {int(detail['narrow'])}) * kiln_qk({int(detail['narrow'])});",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
         "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
-        f"{c_type(out.dtype)} staged[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
+        f"{c_type(out.dtype)} staged[KILN_QPB * KILN_QNR] __attribute__((aligned(64)));",
         f"uint8_t* cols = (uint8_t*)({scratch});",
         *setup,
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
         *_qparams(detail),
         f"const uint8_t pad = (uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0});",
-        "#pragma omp for collapse(3) schedule(static)",
+        _shared_units(3, "NB * G * blocks"),
         "for (int64_t b = 0; b < NB; ++b)",
         "for (int64_t g = 0; g < G; ++g)",
         "for (int64_t block = 0; block < blocks; ++block)", "{",
@@ -672,24 +691,23 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "    for (int64_t j = 0; j < panels; ++j)", "    {",
         "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
         *[f"        {line}" for line in per_panel],
+        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
         "        for (int64_t row = 0; row < count; row += KILN_QMR)", "        {",
         "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
         f"            kiln_qukernel(rows, KP, cols + row * KP, KP, {_flip(detail)}, panel, tile, "
         f"{int(detail['narrow'])});",
-        # The epilogue runs along the tile's columns (vectorized) into `staged`; the copy out runs along its rows,
-        # which are consecutive pixels of one channel in NCHW (storing from the first loop would write each
-        # pixel's channels P elements apart: twice as slow on the 3-channel stem of a CNN).
+        # The epilogue runs along the tile's columns (vectorized) into `staged`, the block's pixels channels-last;
+        # the copy out runs along its rows, which are consecutive pixels of one channel in NCHW (storing from the
+        # first loop would write each pixel's channels P elements apart: twice as slow on the 3-channel stem).
         "            for (int r = 0; r < rows; ++r)",
-        "                _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "                {",
-        "                    const int64_t n = g * COG + j * KILN_QNR + c, co = n, p = p0 + row + r;",
-        "                    (void)co; (void)p;",
-        *[f"                    {line}" for line in _requantize(detail, out, "staged[r * KILN_QNR + c]", residual)],
-        "                }",
-        "            for (int64_t c = 0; c < width; ++c)", "            {",
-        f"                {c_type(out.dtype)}* to = {buffer_name(out)} + (b * COUT + g * COG + j * KILN_QNR + c) * P"
-        " + p0 + row;",
-        "                for (int r = 0; r < rows; ++r) to[r] = staged[r * KILN_QNR + c];",
-        "            }", "        }", "    }", "}",
+        f"                {_epilogue(detail, out, 'r', 'staged + (row + r) * KILN_QNR', residual)}",
+        "        }",
+        f"        {c_type(out.dtype)}* to = {buffer_name(out)} + (b * COUT + g * COG + j * KILN_QNR) * P + p0;",
+        *(["        kiln_qstore_nchw_bytes((const uint8_t*)staged, count, width, (uint8_t*)to, P);"]
+          if out.dtype.itemsize == 1 else
+          ["        for (int64_t c = 0; c < width; ++c)",
+           "            for (int64_t r = 0; r < count; ++r) to[c * P + r] = staged[r * KILN_QNR + c];"]),
+        "    }", "}",
     ]
     return ["    " + line for line in lines if line]
 
