@@ -20,7 +20,8 @@ VNNI both multiply those with vpmaddubsw, which saturates on full 8-bit activati
 peer's SQNR against the fp32 model is printed beside its time.
 
 --gpt2 adds GPT-2 small (transformers, random weights, batch 1, seq 128): the time to prepare, calibrate in C on
-32 batches and convert, the logits SQNR of each scheme (static, dynamic, weight-only int8 and int4) on 2
+32 batches and convert, the logits SQNR of each scheme (static, dynamic, each also with reduce_range's 7-bit
+activations, weight-only int8 and int4) on 2
 held-out batches, and each scheme's latency compiled to C against kiln's fp32 C.
 """
 
@@ -181,6 +182,10 @@ def run_gpt2() -> None:
         "static": kq.X86InductorQuantizer().set_global(kq.get_default_x86_inductor_quantization_config()),
         "dynamic": kq.X86InductorQuantizer().set_global(
             kq.get_default_x86_inductor_quantization_config(is_dynamic=True)),
+        "static reduce_range": kq.X86InductorQuantizer().set_global(
+            kq.get_default_x86_inductor_quantization_config(reduce_range=True)),
+        "dynamic reduce_range": kq.X86InductorQuantizer().set_global(
+            kq.get_default_x86_inductor_quantization_config(is_dynamic=True, reduce_range=True)),
         "weight-only int8": kq.WeightOnlyQuantizer("int8"),
         "weight-only int4 (group 32)": kq.WeightOnlyQuantizer("int4", group_size=32),
     }
@@ -191,7 +196,7 @@ def run_gpt2() -> None:
         start = time.perf_counter()
         prepared = kq.prepare_pt2e(program, quantizer)
         prepared_at = time.perf_counter()
-        if name == "static":
+        if name.startswith("static"):
             kq.calibrate(prepared, batches[:32], backend="c")
         calibrated_at = time.perf_counter()
         quantized = kq.convert_pt2e(prepared)
