@@ -186,13 +186,17 @@ def test_unsupported_ops_rejected_at_compile_time_with_full_list():
 
 
 def test_concurrent_calls_give_identical_results(mlp_model):
+    """Calls from many threads at once, with different inputs and batch sizes: each gets what it gets alone (a run
+    borrows the model's workspace, which grows to the largest size seen, or allocates its own while another run
+    holds it)."""
     from concurrent.futures import ThreadPoolExecutor
-    x = np.random.default_rng(1).standard_normal((7, 32)).astype(np.float32)
-    expected = mlp_model(x)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((1 + 37 * (i % 13), 32)).astype(np.float32) for i in range(200)]
+    expected = [mlp_model(x) for x in inputs]
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: mlp_model(x), range(200)))
-    for got in results:
-        np.testing.assert_array_equal(got, expected)
+        results = list(pool.map(mlp_model, inputs))
+    for got, want in zip(results, expected):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_package_layout_and_compile_from_module(tmp_path):
