@@ -4,7 +4,9 @@
  * C[M x N] (int32) = A[M x K] (uint8, the quantized activations, rows in place) * B[K x N] (int8, W^T of a linear
  * layer's [N x K] weight). Products accumulate exactly in int32, whatever the ISA:
  *   - AVX-512 VNNI: vpdpbusd sums four u8 x s8 products per int32 lane; B is packed in k-quads, [K/4][NR][4] int8;
- *   - AVX-512 and AVX2: vpmaddwd sums two s16 x s16 products per lane; B is packed widened, [K/2][NR][2] int16.
+ *   - AVX-512 and AVX2: vpmaddwd sums two s16 x s16 products per lane; B is packed in k-pairs, [K/2][NR][2]:
+ *     int16 on AVX-512, int8 on AVX2, widened as it loads (an 8-bit MLP at batch 1 reads its weights at twice
+ *     the speed).
  *     (vpmaddubsw saturates its int16 pair sums on full 8-bit activations: 2 x 255 x 127 > 32767. That is why
  *     torch's x86 recipe offers reduce_range, 7-bit activations, for CPUs without VNNI. Widening keeps every
  *     activation exact.)
@@ -46,7 +48,7 @@ typedef int16_t kiln_qb_t;
 #define KILN_QNR 16 /* two ymm of int32 */
 #define KILN_QMR 6
 #define KILN_QNARROW 1 /* narrow layers: vpmaddubsw on int8 k-quads */
-typedef int16_t kiln_qb_t;
+typedef int8_t kiln_qb_t; /* int8 pairs, widened to int16 by vpmovsxbw as they load: half the bytes to stream */
 #else
 #define KILN_QK 4
 #define KILN_QNR 16
@@ -67,7 +69,7 @@ static inline size_t kiln_qb_size(int narrow) { return KILN_QNARROW && narrow ? 
 static inline int64_t kiln_qgroups(int64_t K, int narrow) { return (K + kiln_qk(narrow) - 1) / kiln_qk(narrow); }
 static inline int64_t kiln_qpanels(int64_t N) { return (N + KILN_QNR - 1) / KILN_QNR; }
 
-/* Bytes of one packed panel (a multiple of 64: QNR * QK * size >= 64). */
+/* Bytes of one packed panel (a multiple of 32: QNR * QK * size >= 32; 64 for the narrow k-quads). */
 static inline size_t kiln_qpanel_stride(int64_t K, int narrow)
 {
     return (size_t)kiln_qgroups(K, narrow) * KILN_QNR * (size_t)kiln_qk(narrow) * kiln_qb_size(narrow);
@@ -168,6 +170,8 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
 #define KILN_QMAC(acc, x, b) (acc) = _mm512_add_epi32((acc), _mm512_madd_epi16((x), (b)))
 #endif
 #elif defined(__AVX2__)
+/* 16 int8 weights (8 columns' k-pairs) as int16 lanes. */
+#define KILN_QWIDEN(p) _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i*)(p)))
 /* tile[r][0..16) = sum_k a[r][k] * B[k][.] for r < MR: 2 * MR ymm accumulators (MR <= 6). */
 #define KILN_DEFINE_QUKERNEL(MR)                                                                                  \
     static inline void kiln_qukernel_##MR(int64_t K, const uint8_t* a, int64_t lda, uint32_t flip,               \
@@ -186,10 +190,10 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
         int64_t g = 0;                                                                                            \
         for (; 2 * g + 4 <= K; g += 2) {                                                                          \
             const kiln_qb_t* p = panel + g * KILN_QNR * 2;                                                        \
-            const __m256i b00 = _mm256_load_si256((const __m256i*)p);                                             \
-            const __m256i b01 = _mm256_load_si256((const __m256i*)(p + 16));                                      \
-            const __m256i b10 = _mm256_load_si256((const __m256i*)(p + KILN_QNR * 2));                            \
-            const __m256i b11 = _mm256_load_si256((const __m256i*)(p + KILN_QNR * 2 + 16));                       \
+            const __m256i b00 = KILN_QWIDEN(p);                                             \
+            const __m256i b01 = KILN_QWIDEN(p + 16);                                      \
+            const __m256i b10 = KILN_QWIDEN(p + KILN_QNR * 2);                            \
+            const __m256i b11 = KILN_QWIDEN(p + KILN_QNR * 2 + 16);                       \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
                 int32_t four;                                                                                     \
                 memcpy(&four, a + r * lda + 2 * g, 4);                                                            \
@@ -202,8 +206,8 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             }                                                                                                     \
         }                                                                                                         \
         for (; g < groups; ++g) { /* the last one or two groups */                                                \
-            const __m256i b0 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2));                     \
-            const __m256i b1 = _mm256_load_si256((const __m256i*)(panel + g * KILN_QNR * 2 + 16));                \
+            const __m256i b0 = KILN_QWIDEN(panel + g * KILN_QNR * 2);                     \
+            const __m256i b1 = KILN_QWIDEN(panel + g * KILN_QNR * 2 + 16);                \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
                 const __m256i x = _mm256_set1_epi32(kiln_qgroup(a + r * lda, g * 2, K, flip, 2));                 \
                 lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(x, b0));                                        \
