@@ -193,12 +193,11 @@ def test_narrow_kernels_where_the_range_is_proven():
     activations, and uint8 values the program does not clamp, are not."""
     from kiln.codegen.schedule import schedule
     from kiln.runtime.package import DEFAULT_PIPELINE
-    for build in (_program, _conv_program):
+    for build, activations in ((_program, [case[3] for case in CASES]),
+                               (_conv_program, [case[6] for case in CONV_CASES])):
         program, _, _ = build(np.random.default_rng(0), dyadic=False)
-        cases = [case for case in (CASES if build is _program else CONV_CASES)]
         kernels = [k for k in schedule(run(program, DEFAULT_PIPELINE)).kernels if k.kind in ("qlinear", "qconv")]
-        assert [k.detail["narrow"] for k in kernels] == [case[3 if build is _program else 6] == UINT7
-                                                         for case in cases]
+        assert [k.detail["narrow"] for k in kernels] == [kind == UINT7 for kind in activations]
     # a uint8 program input: no producer proves a range
     builder, constants, constant = _constants_builder()
     q = builder.add_input("q", TensorType.of([4, 8], dtypes.uint8))

@@ -1,5 +1,5 @@
-/* kiln_qgemm.h: uint8 x int8 -> int32 GEMM micro-kernels for quantized linear layers, pasted into a generated
- * model.c that has one.
+/* kiln_qgemm.h: uint8 x int8 -> int32 GEMM micro-kernels for quantized linear and convolution layers, and their
+ * epilogue, pasted into a generated model.c that has one.
  *
  * C[M x N] (int32) = A[M x K] (uint8, the quantized activations, rows in place) * B[K x N] (int8, W^T of a linear
  * layer's [N x K] weight). Products accumulate exactly in int32, whatever the ISA:
@@ -93,7 +93,7 @@ static inline size_t kiln_qcols_bytes(int64_t K)
 }
 
 /* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
- * [groups][QNR][QK] (int8, or int16 for the widened layouts), and their weight sums into colsum[0..QNR). */
+ * [groups][QNR][QK] (int8, or int16 for AVX-512BW's pairs), and their weight sums into colsum[0..QNR). */
 static void kiln_qpack_panel(int64_t K, int64_t N, int64_t j, const int8_t* w, void* restrict panel,
                              int32_t* restrict colsum, int narrow)
 {
@@ -120,6 +120,14 @@ static void kiln_qpack_b(int64_t K, int64_t N, const int8_t* w, void* restrict d
     int32_t* colsum = (int32_t*)((char*)dst + kiln_qpanel_bytes(K, N, narrow));
     for (int64_t j = 0; j < kiln_qpanels(N); ++j)
         kiln_qpack_panel(K, N, j, w, (char*)dst + j * kiln_qpanel_stride(K, narrow), colsum + j * KILN_QNR, narrow);
+}
+
+/* Four activation bytes as one 32-bit lane (an unaligned load). */
+static inline int32_t kiln_load_four(const uint8_t* p)
+{
+    int32_t four;
+    memcpy(&four, p, 4);
+    return four;
 }
 
 /* `qk` (2 or 4) consecutive activations of a row from k on (zeros past K; the packed weights there are zero too) as
@@ -150,7 +158,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                               \
                 int32_t lane;                                                                                     \
                 if (g < full) {                                                                                   \
-                    if (KILN_QK == 4) { memcpy(&lane, a + r * lda + g * 4, 4); lane ^= flips; }                   \
+                    if (KILN_QK == 4) lane = kiln_load_four(a + r * lda + g * 4) ^ flips;                         \
                     else lane = (int32_t)((uint32_t)(a[r * lda + g * 2] ^ flip)                                   \
                                           | (uint32_t)(a[r * lda + g * 2 + 1] ^ flip) << 16);                     \
                 } else lane = kiln_qgroup(a + r * lda, g * KILN_QK, K, flip, KILN_QK);                               \
@@ -190,14 +198,13 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
         int64_t g = 0;                                                                                            \
         for (; 2 * g + 4 <= K; g += 2) {                                                                          \
             const kiln_qb_t* p = panel + g * KILN_QNR * 2;                                                        \
-            const __m256i b00 = KILN_QWIDEN(p);                                             \
-            const __m256i b01 = KILN_QWIDEN(p + 16);                                      \
-            const __m256i b10 = KILN_QWIDEN(p + KILN_QNR * 2);                            \
-            const __m256i b11 = KILN_QWIDEN(p + KILN_QNR * 2 + 16);                       \
+            const __m256i b00 = KILN_QWIDEN(p);                                                                   \
+            const __m256i b01 = KILN_QWIDEN(p + 16);                                                              \
+            const __m256i b10 = KILN_QWIDEN(p + KILN_QNR * 2);                                                    \
+            const __m256i b11 = KILN_QWIDEN(p + KILN_QNR * 2 + 16);                                               \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
-                int32_t four;                                                                                     \
-                memcpy(&four, a + r * lda + 2 * g, 4);                                                            \
-                const __m256i v = _mm256_xor_si256(_mm256_set1_epi32(four), flips);                               \
+                const __m256i v = _mm256_xor_si256(_mm256_set1_epi32(kiln_load_four(a + r * lda + 2 * g)),        \
+                                                   flips);                                                      \
                 const __m256i x0 = _mm256_shuffle_epi8(v, pick0), x1 = _mm256_shuffle_epi8(v, pick1);             \
                 lo[r] = _mm256_add_epi32(lo[r], _mm256_add_epi32(_mm256_madd_epi16(x0, b00),                      \
                                                                  _mm256_madd_epi16(x1, b10)));                    \
@@ -206,8 +213,8 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             }                                                                                                     \
         }                                                                                                         \
         for (; g < groups; ++g) { /* the last one or two groups */                                                \
-            const __m256i b0 = KILN_QWIDEN(panel + g * KILN_QNR * 2);                     \
-            const __m256i b1 = KILN_QWIDEN(panel + g * KILN_QNR * 2 + 16);                \
+            const __m256i b0 = KILN_QWIDEN(panel + g * KILN_QNR * 2);                                             \
+            const __m256i b1 = KILN_QWIDEN(panel + g * KILN_QNR * 2 + 16);                                        \
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
                 const __m256i x = _mm256_set1_epi32(kiln_qgroup(a + r * lda, g * 2, K, flip, 2));                 \
                 lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(x, b0));                                        \
@@ -247,12 +254,6 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
             _mm256_store_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);                                       \
         }                                                                                                         \
     }
-static inline int32_t kiln_load_four(const uint8_t* p)
-{
-    int32_t four;
-    memcpy(&four, p, 4);
-    return four;
-}
 KILN_DEFINE_QNUKERNEL(1)
 KILN_DEFINE_QNUKERNEL(2)
 KILN_DEFINE_QNUKERNEL(3)
@@ -402,64 +403,6 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
     if (width == KILN_QNR) memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, KILN_QNR * size); /* moves */
     else memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, (size_t)width * size);
 }
-
-/* A convolution's requantized bytes, staged channels-last ([pixel][KILN_QNR]), go to an NCHW output, where each
- * channel's pixels are contiguous: out[c * stride + r] = staged[r * KILN_QNR + c] for r < rows, c < width. Byte by
- * byte this took 60% of a uint8 RGB stem convolution (32 channels, 64x64 images); SSE2 transposes 16 x 16 blocks
- * with four rounds of unpacks and stores 16 pixels of a channel at once. */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-/* col[j][i] = src[i * stride + j] for the 16 x 16 bytes at src (rows at and past `rows` read as zero). */
-static inline void kiln_transpose_bytes_16(const uint8_t* src, int64_t stride, int rows, __m128i col[16])
-{
-    __m128i a[16], b[16], c[16], d[16];
-    for (int i = 0; i < 16; ++i)
-        a[i] = i < rows ? _mm_loadu_si128((const __m128i*)(src + i * stride)) : _mm_setzero_si128();
-    for (int i = 0; i < 8; ++i) { /* rows 2i, 2i + 1: columns 0..7 in b[i], 8..15 in b[8 + i] */
-        b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
-        b[8 + i] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; ++h) /* rows 4g..4g + 3 of column quad q in c[4q + g] */
-        for (int g = 0; g < 4; ++g) {
-            c[h * 8 + g] = _mm_unpacklo_epi16(b[h * 8 + 2 * g], b[h * 8 + 2 * g + 1]);
-            c[h * 8 + 4 + g] = _mm_unpackhi_epi16(b[h * 8 + 2 * g], b[h * 8 + 2 * g + 1]);
-        }
-    for (int q = 0; q < 4; ++q) /* rows 8o..8o + 7 of column pair p in d[2p + o] */
-        for (int o = 0; o < 2; ++o) {
-            d[q * 4 + o] = _mm_unpacklo_epi32(c[q * 4 + 2 * o], c[q * 4 + 2 * o + 1]);
-            d[q * 4 + 2 + o] = _mm_unpackhi_epi32(c[q * 4 + 2 * o], c[q * 4 + 2 * o + 1]);
-        }
-    for (int p = 0; p < 8; ++p) {
-        col[2 * p] = _mm_unpacklo_epi64(d[2 * p], d[2 * p + 1]);
-        col[2 * p + 1] = _mm_unpackhi_epi64(d[2 * p], d[2 * p + 1]);
-    }
-}
-#endif
-
-static void kiln_qstore_nchw_bytes(const uint8_t* staged, int64_t rows, int64_t width, uint8_t* out, int64_t stride)
-{
-#if defined(__SSE2__)
-    for (int64_t c0 = 0; c0 < width; c0 += 16)
-        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-            const int n = rows - r0 < 16 ? (int)(rows - r0) : 16;
-            __m128i col[16];
-            kiln_transpose_bytes_16(staged + r0 * KILN_QNR + c0, KILN_QNR, n, col);
-            for (int64_t c = c0; c < width && c < c0 + 16; ++c) {
-                uint8_t* to = out + c * stride + r0;
-                if (n == 16) _mm_storeu_si128((__m128i*)to, col[c - c0]);
-                else {
-                    uint8_t bytes[16];
-                    _mm_storeu_si128((__m128i*)bytes, col[c - c0]);
-                    memcpy(to, bytes, (size_t)n);
-                }
-            }
-        }
-#else
-    for (int64_t c = 0; c < width; ++c)
-        for (int64_t r = 0; r < rows; ++r) out[c * stride + r] = staged[r * KILN_QNR + c];
-#endif
-}
-
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Weight-only linear layers: C[M x N] (float) = A[M x K] (float activations, rows in place) * W^T, W int8 or int4

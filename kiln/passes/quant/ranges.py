@@ -16,20 +16,14 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.passes.rewrite import producer
 
-# Ops whose results hold only values of their first argument (views, copies, selections, maxima).
-_SAME_VALUES = frozenset({
-    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints",
-    "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.expand.default", "aten.clone.default",
-    "aten.contiguous.default", "aten.alias.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
-    "aten.unsqueeze.default", "aten.slice.Tensor", "aten.select.int", "aten.max_pool2d.default", "aten.amax.default",
-})
+# Ops whose results hold only values of their first argument: the registry's views (tag `view`: reshapes,
+# permutes, slices, selects...), copies and maxima.
+_SAME_VALUES = frozenset({"aten.clone.default", "aten.max_pool2d.default", "aten.amax.default"})
 # Ops whose first result holds values of their first argument (the others are indices).
 _FIRST_RESULT_SAME_VALUES = frozenset({"aten.max_pool2d_with_indices.default", "aten.max.dim"})
-# Quantize ops, whose results lie in [quant_min, quant_max]: the argument index of quant_min.
-_QUANTIZE = {
-    "quantized_decomposed.quantize_per_tensor.default": 3,
-    "quantized_decomposed.quantize_per_tensor.tensor": 3,
-}
+# Quantize ops, whose results lie in [quant_min, quant_max] (their arguments 3 and 4).
+_QUANTIZE = frozenset({"quantized_decomposed.quantize_per_tensor.default",
+                       "quantized_decomposed.quantize_per_tensor.tensor"})
 _INTEGER_OUTPUT = ("quant.qlinear_pointwise", "quant.qconv2d_pointwise")
 _DEPTH = 16  # producers followed at most (chains of views are short)
 
@@ -55,7 +49,8 @@ def _proven(value: Any, depth: int) -> tuple[float, float] | None:
     if match is None or depth == 0:
         return None
     name = match.name
-    if name in _SAME_VALUES or (name in _FIRST_RESULT_SAME_VALUES and value is match.op.results[0]):
+    if (name in _SAME_VALUES or "view" in match.op.opdef.tags
+            or (name in _FIRST_RESULT_SAME_VALUES and value is match.op.results[0])):
         return _proven(match.args[0], depth - 1)
     if name == "aten._to_copy.default" and match.result.type.dtype.is_integral:
         # a cast keeps the values' range only when they fit the integer type (else they wrap)
@@ -71,8 +66,7 @@ def _proven(value: Any, depth: int) -> tuple[float, float] | None:
         inner = _proven(match.args[0], depth - 1)
         return None if inner is None else (max(inner[0], 0.0), max(inner[1], 0.0))
     if name in _QUANTIZE:
-        at = _QUANTIZE[name]
-        return float(match.args[at]), float(match.args[at + 1])
+        return float(match.args[3]), float(match.args[4])
     if name.rsplit(".", 1)[0] in _INTEGER_OUTPUT and match.result.type.dtype is not dtypes.float32:
         return float(match.args[-4]), float(match.args[-3])  # output_quant_min, output_quant_max
     return None
