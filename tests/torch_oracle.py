@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kiln.ir import dtypes
+from kiln.ir.sparse import SPARSE_KINDS, SparseArray
 
 try:
     import torch  # type: ignore[no-redef]
@@ -28,6 +29,10 @@ def to_torch(value: Any) -> Any:
         if value.dtype == dtypes.bfloat16.numpy:
             return torch.from_numpy(value.astype(np.float32)).to(torch.bfloat16)
         return torch.from_numpy(np.array(value, copy=True, order="C"))
+    if isinstance(value, SparseArray):
+        return sparse_to_torch(value)
+    if isinstance(value, str) and value in SPARSE_KINDS[:-1]:  # a layout argument: torch.sparse_csr, ...
+        return getattr(torch, value)
     if isinstance(value, dtypes.DType):
         return torch_dtype(value)
     if isinstance(value, list):
@@ -37,6 +42,20 @@ def to_torch(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: to_torch(v) for k, v in value.items()}
     return value
+
+
+def sparse_to_torch(value: SparseArray) -> Any:
+    """A kiln sparse value as the torch sparse tensor with the same components (2:4 has no CPU form: dense)."""
+    kind = value.layout.kind
+    parts = {name: to_torch(array) for name, array in value.components.items()}
+    if kind == "sparse_coo":
+        return torch.sparse_coo_tensor(parts["indices"], parts["values"], value.shape,
+                                       is_coalesced=value.layout.coalesced or None)
+    if kind == "semi_structured":
+        return to_torch(value.to_dense())
+    constructor = getattr(torch, f"{kind}_tensor")
+    names = list(value.components)
+    return constructor(parts[names[0]], parts[names[1]], parts["values"], value.shape)
 
 
 def to_numpy(value: Any) -> Any:
@@ -63,6 +82,13 @@ def assert_close_to_torch(actual: Any, expected: Any, *, check_values: bool = Tr
         for index, (a, e) in enumerate(zip(actual, expected)):
             assert_close_to_torch(a, e, check_values=check_values, rtol=rtol, atol=atol, where=f"{where}[{index}]",
                                   dtype_tolerances=dtype_tolerances)
+        return
+    if isinstance(expected, torch.Tensor) and expected.layout != torch.strided or isinstance(actual, SparseArray):
+        kind = actual.layout.kind if isinstance(actual, SparseArray) else "strided"
+        assert kind == str(expected.layout).removeprefix("torch."), (
+            f"{where}: layout {kind} != torch's {expected.layout}")
+        assert_close_to_torch(actual.to_dense(), expected.to_dense(), check_values=check_values, rtol=rtol, atol=atol,
+                              where=f"{where} (densified)", dtype_tolerances=dtype_tolerances)
         return
     if not isinstance(expected, torch.Tensor):
         if check_values:

@@ -152,7 +152,8 @@ def _module_call_graph(program: ExportedProgram, tracer: Tracer, preserved: tupl
 
 
 def _type_of(tensor: Tensor) -> TensorType:
-    return TensorType.of(tensor._value.shape, dtypes.dtype(tensor._value.dtype))
+    value = tensor._value
+    return TensorType.of(value.shape, dtypes.dtype(value.dtype), getattr(value, "layout", None))
 
 
 def _as_graph_value(tensor: Tensor, tracer: Tracer) -> Any:

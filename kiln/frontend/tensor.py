@@ -17,6 +17,7 @@ from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
 from kiln.ir.errors import DataDependentError, OpArgumentError, ShapeError
 from kiln.ir.registry import OpOverload, ops
+from kiln.ir.sparse import SparseArray
 from kiln.frontend import autograd
 
 aten = ops.aten
@@ -68,7 +69,7 @@ def _eager(value: Any) -> Any:
 
 
 def _wrap_eager(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, SparseArray)):
         return Tensor(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_wrap_eager(v) for v in value)
@@ -118,8 +119,11 @@ class Tensor:
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any, dtype: Any = None):
-        array = data._value if isinstance(data, Tensor) else np.asarray(data)
-        if dtype is not None:
+        array = data._value if isinstance(data, Tensor) else data if isinstance(data, SparseArray) else \
+            np.asarray(data)
+        if dtype is not None and isinstance(array, SparseArray):
+            array = array.with_values(array.values.astype(_as_dtype(dtype).numpy))
+        elif dtype is not None:
             array = array.astype(_as_dtype(dtype).numpy)
         dtypes.dtype(array.dtype)  # refuses unsupported dtypes with a KilnError
         self._value: Any = array
@@ -230,7 +234,109 @@ class Tensor:
 
     @property
     def layout(self) -> str:
-        return "strided"
+        """`strided`, or the sparse layout's kind (`sparse_csr`, ...), comparable with kiln.sparse_csr."""
+        value_type = self._value.type if self._tracer is not None else self._value
+        layout = getattr(value_type, "layout", None)
+        return layout.kind if layout is not None else "strided"
+
+    # -- sparse layouts (kiln/ir/sparse.py); the accessors read an eager sparse tensor's components
+    @property
+    def is_sparse(self) -> builtins.bool:
+        return self.layout == "sparse_coo"
+
+    @property
+    def is_sparse_csr(self) -> builtins.bool:
+        return self.layout == "sparse_csr"
+
+    def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> "Tensor":
+        return dispatch(aten._to_dense.default, self, None if dtype is None else _as_dtype(dtype))
+
+    def to_sparse(self, sparse_dim: Any = None, *, layout: Any = None, blocksize: Any = None,
+                  dense_dim: Any = None) -> "Tensor":
+        if sparse_dim is not None:
+            return dispatch(aten._to_sparse.sparse_dim, self, sparse_dim)
+        return dispatch(aten._to_sparse.default, self, layout=layout,
+                        blocksize=None if blocksize is None else list(blocksize), dense_dim=dense_dim)
+
+    def to_sparse_coo(self) -> "Tensor":
+        return self.to_sparse()
+
+    def to_sparse_csr(self, dense_dim: Any = None) -> "Tensor":
+        return dispatch(aten._to_sparse_csr.default, self, dense_dim)
+
+    def to_sparse_csc(self, dense_dim: Any = None) -> "Tensor":
+        return dispatch(aten._to_sparse_csc.default, self, dense_dim)
+
+    def to_sparse_bsr(self, blocksize: Any, dense_dim: Any = None) -> "Tensor":
+        return dispatch(aten._to_sparse_bsr.default, self, list(blocksize), dense_dim)
+
+    def to_sparse_bsc(self, blocksize: Any, dense_dim: Any = None) -> "Tensor":
+        return dispatch(aten._to_sparse_bsc.default, self, list(blocksize), dense_dim)
+
+    def to_sparse_semi_structured(self) -> "Tensor":
+        """2:4 semi-structured (torch.sparse.to_sparse_semi_structured): at most two nonzeros in every group of 4."""
+        return dispatch(aten._to_sparse.default, self, layout="semi_structured")
+
+    def _sparse_value(self, what: str) -> SparseArray:
+        value = self._eager_array(what)
+        if not isinstance(value, SparseArray):
+            raise OpArgumentError(f"{what} expected a sparse tensor, got layout strided",
+                                  fix="convert it with .to_sparse() (or to_sparse_csr(), ...) first")
+        return value
+
+    def _component(self, name: str) -> "Tensor":
+        return Tensor(self._sparse_value(f"Tensor.{name}()").component(name))
+
+    def _coalesced_component(self, name: str) -> "Tensor":
+        value = self._sparse_value(f"Tensor.{name}()")
+        if value.layout.kind == "sparse_coo" and not value.layout.coalesced:
+            raise OpArgumentError(f"Cannot get {name} on an uncoalesced tensor, please call .coalesce() first")
+        return Tensor(value.component(name))
+
+    def indices(self) -> "Tensor":
+        return self._coalesced_component("indices")
+
+    def values(self) -> "Tensor":
+        return self._coalesced_component("values")
+
+    def _indices(self) -> "Tensor":
+        return self._component("indices")
+
+    def _values(self) -> "Tensor":
+        return self._component("values")
+
+    def crow_indices(self) -> "Tensor":
+        return self._component("crow_indices")
+
+    def col_indices(self) -> "Tensor":
+        return self._component("col_indices")
+
+    def ccol_indices(self) -> "Tensor":
+        return self._component("ccol_indices")
+
+    def row_indices(self) -> "Tensor":
+        return self._component("row_indices")
+
+    def _nnz(self) -> builtins.int:
+        return self._sparse_value("Tensor._nnz()").nnz
+
+    def sparse_dim(self) -> builtins.int:
+        value = self._eager_array("Tensor.sparse_dim()")
+        return value.sparse_dim if isinstance(value, SparseArray) else 0
+
+    def dense_dim(self) -> builtins.int:
+        value = self._eager_array("Tensor.dense_dim()")
+        return value.layout.dense_dim if isinstance(value, SparseArray) else value.ndim
+
+    def coalesce(self) -> "Tensor":
+        from kiln.ir.sparse import coalesce
+        return Tensor(coalesce(self._sparse_value("Tensor.coalesce()")))
+
+    def is_coalesced(self) -> builtins.bool:
+        value = self._sparse_value("Tensor.is_coalesced()")
+        if value.layout.kind != "sparse_coo":
+            raise OpArgumentError(f"is_coalesced expected sparse coordinate tensor layout but got {value.layout.kind}")
+        return value.layout.coalesced
 
     def dim(self) -> builtins.int:
         return len(self.shape)
@@ -314,6 +420,8 @@ class Tensor:
     def __repr__(self) -> str:
         if self._tracer is not None:
             return f"TracedTensor({self._value.type.short()})"
+        if isinstance(self._value, SparseArray):
+            return repr(self._value)
         body = np.array2string(np.asarray(self._value, dtype=np.float32) if self.dtype is dtypes.bfloat16
                                else self._value, separator=", ", precision=4, prefix="tensor(")
         suffix = "" if self.dtype in (dtypes.float32, dtypes.int64, dtypes.bool_) else f", dtype=kiln.{self.dtype}"

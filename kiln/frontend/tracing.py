@@ -73,7 +73,8 @@ class Tracer:
         target = f"lifted_tensor_{len(self.constants)}"
         self.constants[target] = array
         index = self._user_input_start if self._user_input_start is not None else len(self.builder.block.args)
-        value = self.builder.add_input(f"c_{target}", TensorType.of(array.shape, dtypes.dtype(array.dtype)),
+        value = self.builder.add_input(f"c_{target}", TensorType.of(array.shape, dtypes.dtype(array.dtype),
+                                                                          getattr(array, "layout", None)),
                                        InputKind.CONSTANT_TENSOR, target, index=index)
         if self._user_input_start is not None:
             self._user_input_start += 1

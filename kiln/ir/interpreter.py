@@ -18,7 +18,8 @@ from xdsl.dialects import func
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import InputError, KilnError
-from kiln.ir.registry import conform
+from kiln.ir.registry import conform, run_kernel
+from kiln.ir.sparse import SparseArray
 from kiln.ir.symbolic import evaluate_dim, format_dim
 from kiln.ir.types import SymIntType, TensorType
 from kiln.ir.verifier import ASSUMED_TYPES
@@ -143,7 +144,7 @@ def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
             value = next(supplied)
             if hasattr(value, "__kiln_array__"):
                 value = value.__kiln_array__()
-            if not isinstance(value, np.ndarray):
+            if not isinstance(value, (np.ndarray, SparseArray)):
                 if isinstance(value, (int, float, bool, np.generic)):
                     value = np.asarray(value)
                 else:
@@ -215,7 +216,7 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
         raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
                         fix="run the program's decompositions first")
     arguments = [concrete_value(a, bindings) for a in bound_arguments(op, values.__getitem__)]
-    result = opdef.kernel(*arguments)
+    result = run_kernel(opdef, arguments)
     results = list(op.results)
     expected = [_concrete_type(r.type, bindings) for r in results]
     if ASSUMED_TYPES in op.attributes:

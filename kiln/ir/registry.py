@@ -18,6 +18,7 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.errors import KilnError, OpArgumentError, UnknownOpError, VerificationError
 from kiln.ir.schema import FunctionSchema, parse_schema
+from kiln.ir.sparse import Layout, SparseArray
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
 MetaRule = Callable[..., Any]
@@ -41,6 +42,9 @@ class OpDef:
     # Results torch gives no gradient (by index) and arguments it refuses to differentiate (by name).
     nondifferentiable_outputs: frozenset[int] = frozenset()
     nondifferentiable_arguments: frozenset[str] = frozenset()
+    # How the op treats sparse-layout operands (kiln/ir/ops/sparse.py); None refuses them, as torch's
+    # dispatcher does for an op with no sparse kernel. Ops tagged `sparse` handle them in their own rules.
+    sparse: Any = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -188,9 +192,12 @@ def call_op(opdef: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Eager execution on numpy
 
-def _as_array(opdef: OpDef, name: str, value: Any) -> np.ndarray:
+def _as_array(opdef: OpDef, name: str, value: Any) -> Any:
     if isinstance(value, np.ndarray):
         array = value
+    elif isinstance(value, SparseArray):
+        refuse_sparse(opdef, value.layout)
+        return value
     elif isinstance(value, np.generic):
         array = np.asarray(value)
     elif hasattr(value, "__kiln_array__"):
@@ -256,7 +263,11 @@ def run_meta(opdef: OpDef, arguments: list[Any]) -> Any:
         return hit
     symbols_before = len(env.symbols) if env is not None else 0
     with op_context(opdef.name):
-        result = opdef.meta(*arguments)
+        sparse = sparse_layouts(arguments)
+        if sparse:
+            refuse_sparse(opdef, sparse[0])
+        result = opdef.sparse.meta(opdef, arguments) if sparse and opdef.sparse is not None else \
+            opdef.meta(*arguments)
     if key is not None and (env is None or len(env.symbols) == symbols_before) and "random" not in opdef.tags:
         cache[key] = result
     return result
@@ -269,13 +280,47 @@ def run_eager(opdef: OpDef, bound: list[Any]) -> Any:
     from kiln.ir.meta import op_context
     arguments = arrays_for(opdef, bound)
     with op_context(opdef.name):
+        if opdef.sparse is not None and sparse_layouts(arguments):
+            return opdef.sparse.run(opdef, arguments)
         expected = opdef.meta(*arguments)
     return conform(opdef, opdef.kernel(*arguments), expected)
+
+
+def run_kernel(opdef: OpDef, arguments: list[Any]) -> Any:
+    """The reference kernel on decoded arguments; sparse operands go to the op's sparse rule."""
+    if opdef.sparse is not None and sparse_layouts(arguments):
+        return opdef.sparse.run(opdef, arguments)
+    return opdef.kernel(*arguments)
+
+
+def sparse_layouts(arguments: list[Any]) -> list[Layout]:
+    """The sparse layouts among tensor arguments (arrays or types), in order."""
+    found = []
+    for value in arguments:
+        layout = getattr(value, "layout", None)
+        if layout is None and hasattr(value, "type"):  # an IR value
+            layout = getattr(value.type, "layout", None)
+        if isinstance(value, list):
+            found += sparse_layouts(value)
+        elif isinstance(layout, Layout) and layout.is_sparse:
+            found.append(layout)
+    return found
+
+
+def refuse_sparse(opdef: OpDef, layout: Layout) -> None:
+    """torch's 'Could not run ... with arguments from the SparseCPU backend', as a KilnError."""
+    if opdef.sparse is None and "sparse" not in opdef.tags:
+        from kiln.ir.errors import UnsupportedError
+        raise UnsupportedError(f"{opdef.name} does not support {layout.kind} tensors",
+                               fix="convert the operand with .to_dense() first; docs/sparsity.md lists the ops "
+                                   "that take sparse operands")
 
 
 def conform(opdef: OpDef, result: Any, expected: Any) -> Any:
     """Cast kernel results to the dtypes the meta rule promises, and check their shapes agree."""
     if isinstance(expected, TensorType):
+        if isinstance(result, SparseArray) or expected.is_sparse:
+            return _conform_sparse(opdef, result, expected)
         array = np.asarray(result)
         if array.dtype != expected.dtype.numpy:
             with np.errstate(over="ignore", invalid="ignore"):  # rounding to inf in float16 is the result
@@ -293,6 +338,15 @@ def conform(opdef: OpDef, result: Any, expected: Any) -> Any:
             raise VerificationError(f"{opdef.name}: kernel returned {len(result)} results, meta {len(expected)}")
         conformed = [conform(opdef, r, e) for r, e in zip(result, expected)]
         return list(conformed) if isinstance(expected, list) else tuple(conformed)
+    return result
+
+
+def _conform_sparse(opdef: OpDef, result: Any, expected: TensorType) -> Any:
+    produced = result.layout if isinstance(result, SparseArray) else Layout()
+    if produced.kind != expected.layout.kind or result.dtype != expected.dtype.numpy:
+        raise VerificationError(f"{opdef.name}: reference kernel produced a {dtypes.dtype(result.dtype).name} "
+                                f"{produced.kind} tensor but the meta rule says {expected.dtype.name} "
+                                f"{expected.layout.kind}")
     return result
 
 

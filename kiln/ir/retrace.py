@@ -16,7 +16,7 @@ from xdsl.ir import Block, Operation
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import GuardError
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec
-from kiln.ir.registry import OpDef, OpOverload, emitting, split_bound
+from kiln.ir.registry import OpDef, OpOverload, emitting, sparse_layouts, split_bound
 from kiln.ir.symbolic import Guard, active_shape_env, as_dim
 from kiln.ir.types import SymIntType, TensorType
 from kiln.ir.verifier import ASSUMED_TYPES
@@ -36,7 +36,9 @@ class DecomposingEmitter:
 
     def emit(self, opdef: OpDef, bound: list[Any]) -> Any:
         decomposition = self.by_name.get(opdef.name)
-        if decomposition is None:
+        if decomposition is None or sparse_layouts(bound):
+            # Decompositions are written for dense operands; an op on a sparse one stays whole for the backends'
+            # sparse kernels (its sparse rule defines it).
             return self.builder.emit(opdef, bound)
         args, kwargs = split_bound(opdef, bound)
         with active_shape_env(self.builder.shape_env):  # decompositions may guard on the program's ranges

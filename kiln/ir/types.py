@@ -16,11 +16,8 @@ from xdsl.printer import Printer
 
 from kiln.ir import dtypes
 from kiln.ir.dtypes import DType
-from kiln.ir.errors import ParseError
+from kiln.ir.sparse import STRIDED_LAYOUT, Layout, as_layout, parse_layout
 from kiln.ir.symbolic import SymInt, as_dim, format_dim, parse_dim
-
-# Layouts a tensor type may carry; sparse ones are reserved for the sparsity issue.
-LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "semi_structured")
 
 
 def _parse_dim_token(parser: AttrParser, allow_negative: bool = False) -> SymInt:
@@ -35,15 +32,41 @@ def _print_dim(dim: SymInt) -> str:
     return str(dim) if isinstance(dim, int) else f'"{format_dim(dim)}"'
 
 
+def _layout_text(parser: AttrParser) -> str:
+    """A layout's spelling, `sparse_bsr<block=[16, 16], index=i32>`, read token by token."""
+    text = parser.parse_identifier()
+    if parser.parse_optional_punctuation("<") is None:
+        return text
+    depth, pieces = 1, [text, "<"]
+    while depth:
+        if parser.parse_optional_punctuation("<"):
+            depth += 1
+            pieces.append("<")
+        elif parser.parse_optional_punctuation(">"):
+            depth -= 1
+            pieces.append(">")
+        elif (punctuation := parser.parse_optional_punctuation("[")) or \
+                (punctuation := parser.parse_optional_punctuation("]")) or \
+                (punctuation := parser.parse_optional_punctuation(",")) or \
+                (punctuation := parser.parse_optional_punctuation("=")):
+            pieces.append(punctuation)
+        elif (number := parser.parse_optional_integer(allow_boolean=False)) is not None:
+            pieces.append(str(number))
+        else:
+            pieces.append(parser.parse_identifier())
+    return "".join(pieces)
+
+
 @irdl_attr_definition
 class TensorType(Data[tuple], TypeAttribute):
-    """A tensor value: (shape, dtype, layout). Shape entries are ints or sympy expressions."""
+    """A tensor value: (shape, dtype, layout). Shape entries are ints or sympy expressions; the layout is
+    `strided` or a sparse one (kiln/ir/sparse.py), printed after the dtype: `<[64, 128], f32, sparse_csr>`."""
 
     name = "kiln.tensor"
 
     @staticmethod
-    def of(shape: Sequence[SymInt], dtype: DType | str, layout: str = "strided") -> "TensorType":
-        return TensorType((tuple(as_dim(d) for d in shape), dtypes.dtype(dtype), layout))
+    def of(shape: Sequence[SymInt], dtype: DType | str, layout: Layout | str | None = None) -> "TensorType":
+        return TensorType((tuple(as_dim(d) for d in shape), dtypes.dtype(dtype), as_layout(layout)))
 
     @property
     def shape(self) -> tuple[SymInt, ...]:
@@ -54,8 +77,12 @@ class TensorType(Data[tuple], TypeAttribute):
         return self.data[1]
 
     @property
-    def layout(self) -> str:
+    def layout(self) -> Layout:
         return self.data[2]
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.data[2].is_sparse
 
     @property
     def ndim(self) -> int:
@@ -66,6 +93,9 @@ class TensorType(Data[tuple], TypeAttribute):
 
     def with_dtype(self, dtype: DType) -> "TensorType":
         return TensorType.of(self.shape, dtype, self.layout)
+
+    def with_layout(self, layout: Layout | str | None) -> "TensorType":
+        return TensorType.of(self.shape, self.dtype, layout)
 
     @property
     def is_static(self) -> bool:
@@ -81,16 +111,14 @@ class TensorType(Data[tuple], TypeAttribute):
             shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_dim_token(parser))
             parser.parse_punctuation(",")
             dtype_name = parser.parse_identifier()
-            layout = "strided"
+            layout = STRIDED_LAYOUT
             if parser.parse_optional_punctuation(","):
-                layout = parser.parse_identifier()
-                if layout not in LAYOUTS:
-                    raise ParseError(f"unknown layout {layout!r}", fix="one of " + ", ".join(LAYOUTS))
+                layout = parse_layout(_layout_text(parser))
         return (tuple(shape), dtypes.dtype(dtype_name), layout)
 
     def print_parameter(self, printer: Printer) -> None:
         dims = ", ".join(_print_dim(d) for d in self.shape)
-        layout = "" if self.layout == "strided" else f", {self.layout}"
+        layout = f", {self.layout.text()}" if self.layout.is_sparse else ""
         printer.print_string(f"<[{dims}], {self.dtype.short}{layout}>")
 
 

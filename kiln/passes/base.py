@@ -289,10 +289,11 @@ def add_constant(program: ExportedProgram, array: np.ndarray, hint: str = "folde
     while f"{stem}_{index}" in taken:
         index += 1
     target = f"{stem}_{index}"
-    array = np.asarray(array)
+    layout = getattr(array, "layout", None)  # a SparseArray keeps its components
+    array = array if layout is not None else np.asarray(array)
     specs = program.graph_signature.input_specs
     position = next((i for i, s in enumerate(specs) if s.kind is InputKind.USER_INPUT), len(specs))
-    arg = program.body.insert_arg(TensorType.of(array.shape, dtypes.dtype(array.dtype)), position)
+    arg = program.body.insert_arg(TensorType.of(array.shape, dtypes.dtype(array.dtype), layout), position)
     arg.name_hint = f"c_{target}"
     specs.insert(position, InputSpec(InputKind.CONSTANT_TENSOR, f"c_{target}", target))
     program.constants = {**program.constants, target: array}  # never write into the caller's dict

@@ -13,6 +13,7 @@ from kiln.ir import dtypes
 from kiln.ir.core_ops import CORE_ATEN_OPS
 from kiln.ir.program import GraphBuilder
 from kiln.ir.registry import REGISTRY, OpOverload, run_eager, split_bound
+from kiln.ir.sparse import SparseArray
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 from kiln.ir.verifier import flatten_meta
 from tests.ir.samples import SAMPLES, TORCH_EQUIVALENTS, TORCH_SKIPS
@@ -98,8 +99,8 @@ def test_op_has_samples(name):
 
 
 def _types_of(value):
-    if isinstance(value, np.ndarray):
-        return TensorType.of(value.shape, dtypes.dtype(value.dtype))
+    if isinstance(value, (np.ndarray, SparseArray)):
+        return TensorType.of(value.shape, dtypes.dtype(value.dtype), getattr(value, "layout", None))
     if isinstance(value, list):
         return [_types_of(v) for v in value]
     return value
@@ -118,7 +119,10 @@ def test_meta_rule_matches_reference_kernel(name):
         assert len(flat) == len(meta), f"{sample}: {len(flat)} results vs meta {len(meta)}"
         for produced, expected in zip(flat, meta):
             if isinstance(expected, TensorType):
-                assert isinstance(produced, np.ndarray), f"{sample}: expected an array"
+                assert isinstance(produced, SparseArray if expected.is_sparse else np.ndarray), (
+                    f"{sample}: expected a {expected.layout.kind} array")
+                if expected.is_sparse:
+                    assert produced.layout == expected.layout, f"{sample}: {produced.layout} vs {expected.layout}"
                 assert dtypes.dtype(produced.dtype) is expected.dtype, f"{sample}: {produced.dtype} vs {expected}"
                 if expected.is_static:
                     assert list(produced.shape) == list(expected.shape), f"{sample}: {produced.shape} vs {expected}"
@@ -195,9 +199,9 @@ def _trace_sample(opdef, sample, decompose: bool):
     inputs = []
 
     def lift(value):
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (np.ndarray, SparseArray)):
             inputs.append(value)
-            return builder.add_input(f"x{len(inputs) - 1}", TensorType.of(value.shape, dtypes.dtype(value.dtype)))
+            return builder.add_input(f"x{len(inputs) - 1}", _types_of(value))
         if isinstance(value, list):
             return [lift(v) for v in value]
         return value
@@ -246,6 +250,9 @@ def test_one_op_program_round_trips_and_interprets(name):
         got = reparsed(*inputs)
         got_flat = [got] if len(expected_flat) == 1 else list(got)
         for g, e in zip(got_flat, expected_flat):
+            if isinstance(e, SparseArray):
+                assert isinstance(g, SparseArray) and g.layout == e.layout
+                g, e = g.to_dense(), e.to_dense()
             if isinstance(e, np.ndarray):
                 assert g.dtype == e.dtype and g.shape == e.shape
                 if e.dtype == dtypes.bfloat16.numpy:  # numpy's NaN-aware comparison needs a native float

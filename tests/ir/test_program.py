@@ -15,6 +15,7 @@ from kiln.ir import (
     TensorType, VerificationError,
 )
 from kiln.ir.registry import REGISTRY, OpOverload
+from kiln.ir.sparse import SparseArray
 from kiln.ir.types import SymIntType
 from tests.ir.samples import SAMPLES
 
@@ -151,9 +152,10 @@ def test_one_program_with_every_op_round_trips():
         sample = next(iter(SAMPLES[name](np.random.default_rng(0))))
 
         def lift(value):
-            if isinstance(value, np.ndarray):
+            if isinstance(value, (np.ndarray, SparseArray)):
                 inputs.append(value)
-                value_type = TensorType.of(value.shape, kiln.ir.dtypes.dtype(value.dtype))
+                value_type = TensorType.of(value.shape, kiln.ir.dtypes.dtype(value.dtype),
+                                           getattr(value, "layout", None))
                 return builder.add_input(f"in{len(inputs)}", value_type)
             if isinstance(value, list):
                 return [lift(v) for v in value]

@@ -10,6 +10,7 @@ import pytest
 
 from kiln.ir import dtypes
 from kiln.ir.registry import REGISTRY, run_meta
+from kiln.ir.sparse import SparseArray
 from kiln.ir.symbolic import ShapeEnv, active_shape_env, evaluate_dim
 from kiln.ir.types import TensorType
 from kiln.ir.verifier import flatten_meta
@@ -17,8 +18,9 @@ from tests.ir.samples import SAMPLES
 
 
 def _typed(value, size_of):
-    if isinstance(value, np.ndarray):
-        return TensorType.of([size_of(d) for d in value.shape], dtypes.dtype(value.dtype))
+    if isinstance(value, (np.ndarray, SparseArray)):
+        return TensorType.of([size_of(d) for d in value.shape], dtypes.dtype(value.dtype),
+                             getattr(value, "layout", None))
     if isinstance(value, list):
         return [_typed(v, size_of) for v in value]
     return value

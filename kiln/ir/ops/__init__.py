@@ -13,4 +13,5 @@ from kiln.ir.ops import (  # noqa: F401  (imported for registration)
     misc,
     symbolic,
     quant,
+    sparse,  # last: it attaches sparse rules to the ops above
 )

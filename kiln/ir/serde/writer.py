@@ -110,8 +110,10 @@ def _contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
 
 
 def tensor_meta(value_type: TensorType, symbols: _Symbols, requires_grad: bool = False) -> dict[str, Any]:
-    if value_type.layout != "strided":
-        raise SerdeError(f"a {value_type.layout} tensor has no torch.export encoding yet")
+    if value_type.layout.is_sparse:
+        raise SerdeError(f"a {value_type.layout.kind} tensor has no .pt2 encoding in kiln yet",
+                         fix="save the program before `sparsify` (pruned weights are dense), or use kiln.onnx / "
+                             "kiln.compile")
     return {
         "dtype": formats.scalar_type_code(value_type.dtype),
         "sizes": [symbols.sym_int(d) for d in value_type.shape],

@@ -32,6 +32,8 @@ class Sample:
         def show(v: Any) -> str:
             if isinstance(v, np.ndarray):
                 return f"{dtypes.dtype(v.dtype).short}{list(v.shape)}"
+            if hasattr(v, "layout") and hasattr(v, "components"):
+                return f"{dtypes.dtype(v.dtype).short}{list(v.shape)} {v.layout}"
             if isinstance(v, (list, tuple)):
                 return "[" + ", ".join(show(x) for x in v) + "]"
             return repr(v)
@@ -79,6 +81,6 @@ def positive(rng: np.random.Generator, *shape: int, dtype: str = "float32") -> n
 
 
 FAMILIES = ("backward", "composite", "factory", "indexing", "linalg", "misc", "nn", "pointwise", "reduction",
-            "shape", "symbolic", "quant")
+            "shape", "symbolic", "quant", "sparse")
 for _family in FAMILIES:  # registers every family's samples
     importlib.import_module(f"tests.ir.samples.{_family}")
