@@ -24,6 +24,7 @@ from kiln.passes.prepack import LAYOUTS, Prepack, register_layout
 from kiln.passes.quant.transforms import AddmmToLinear
 from kiln.passes.quant.lower import FoldDequantizedWeights, LowerQuantized
 from kiln.passes.autodiff import JointBackward, joint_program
+from kiln.passes.sparsity import Prune, Sparsify
 
 __all__ = [
     "PASSES", "Pass", "PassError", "PipelineError", "add_constant", "clone_program", "lookup_pass", "option",
@@ -31,5 +32,5 @@ __all__ = [
     "DEFAULT_PIPELINE", "PassManager", "load_plugin", "parse_pipeline", "run", "Decompose", "Canonicalize",
     "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "RemoveDropout",
     "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
-    "FoldDequantizedWeights", "LowerQuantized", "JointBackward", "joint_program",
+    "FoldDequantizedWeights", "LowerQuantized", "JointBackward", "joint_program", "Prune", "Sparsify",
 ]
