@@ -336,6 +336,7 @@ class _Scheduler:
         self.pending: dict[Any, tuple[Any, Any, list]] = {}
         self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
         self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
+        self.sparse_weights: dict[Any, dict[str, Buffer]] = {}  # sparse weight -> its component buffers
 
     def buffer(self, value: Any, kind: str = "temp", shape: list | None = None, dtype: Any = None) -> Buffer:
         vtype = value.type if value is not None else None
@@ -354,6 +355,9 @@ class _Scheduler:
                 buf = self.buffer(arg, "input")
                 buf.io_index = len(inputs)
                 inputs.append(buf)
+            elif arg.type.is_sparse:
+                self.sparse_weights[arg] = self.sparse_components(arg, spec.target)
+                continue
             else:
                 buf = self.buffer(arg, "weight")
                 buf.weight_key = spec.target
@@ -391,6 +395,20 @@ class _Scheduler:
                          for s in program.graph_signature.output_specs],
                         program.graph_signature.user_inputs)
 
+    def sparse_components(self, arg: Any, target: str) -> dict[str, Buffer]:
+        """A sparse weight as dense component buffers (DESIGN: backends see values, indices and metadata), keyed
+        `target.component`; indices are int32 for the kernels."""
+        store = self.program.state_dict if target in self.program.state_dict else self.program.constants
+        value = store[target]
+        components = {}
+        for component, array in value.components.items():
+            dtype = dtypes.int32 if "indices" in component else dtypes.dtype(array.dtype)
+            buf = Buffer(len(self.buffers), f"{self.names[arg]}_{component}", dtype, list(array.shape), "weight",
+                         sparse_weight_key(target, component))
+            self.buffers.append(buf)
+            components[component] = buf
+        return components
+
     def check_supported(self) -> None:
         problems: dict[str, str] = {}
         # Symbols the run can bind: those of the input shapes. Any other symbol in a result's shape is data-dependent
@@ -408,6 +426,12 @@ class _Scheduler:
                 problems.setdefault(name, f"its result's size depends on the input values (data-dependent size "
                                           f"{', '.join(unbound)}), and the C ABI sizes every buffer from the input "
                                           f"shapes")
+                continue
+            sparse = [v.type.layout.kind for v in op.operands if _is_tensor(v) and v.type.is_sparse]
+            if sparse:
+                reason = _unsupported_sparse(op, name, sparse)
+                if reason:
+                    problems.setdefault(name, reason)
                 continue
             if name not in SUPPORTED_OPS:
                 problems.setdefault(name, "no C lowering")
@@ -543,6 +567,9 @@ class _Scheduler:
         name = op.opdef.name
         result = op.results[0]
         args = bound_arguments(op)
+        if name == "aten.linear.default" and args[1] in self.sparse_weights:
+            self.schedule_sparse_linear(op, name, args)
+            return
         for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
@@ -930,6 +957,26 @@ class _Scheduler:
                                    detail))
         self.views[result] = _contiguous(buf)
 
+    def schedule_sparse_linear(self, op: Any, name: str, args: list) -> None:
+        """linear with a sparse (CSR, BSR, 2:4) weight: the activations transposed once to xT [K, M], so each
+        stored weight scales a contiguous run of rows; bias and the consumers' pointwise ops fuse as into a GEMM."""
+        x, weight, bias = args
+        result = op.results[0]
+        out_shape = list(result.type.shape)
+        rows = self.contiguous_operand(x)
+        m, k = sympy.Mul(*map(_dim, x.type.shape[:-1])), _dim(x.type.shape[-1])
+        transposed = self.copy(View(rows.buffer, [k, m], [sympy.Integer(1), k], rows.offset), x)
+        transposed.name = f"{self.names[x]}_transposed"
+        layout = weight.type.layout
+        detail = {"xT": transposed, "m": m, "k": k, "n": _dim(weight.type.shape[0]), "layout": layout.kind,
+                  "block": layout.blocksize or (1, 1), "components": self.sparse_weights[weight],
+                  "bias": _load(self.materialized(bias), out_shape) if bias is not None else None}
+        kernel = Kernel("sparse_linear", "sparse_linear", [name], [], out_shape, None, detail)
+        if self.fusable_into_consumer(result):
+            self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
+        else:
+            self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
     def scalar_operand(self, value: Any) -> Any:
         """A number, or the .tensor overloads' one-element qparams: a read of their buffer."""
         return _load(self.materialized(value), []) if _is_tensor(value) else value
@@ -1235,6 +1282,25 @@ def _unsupported_arguments(op: Any) -> str | None:
         for value in op.operands:
             if value.type.dtype not in (dtypes.float32, dtypes.float64):
                 return "only floating matmuls are supported"
+    return None
+
+
+SPARSE_LINEAR_LAYOUTS = ("sparse_csr", "sparse_bsr", "semi_structured")
+
+
+def sparse_weight_key(target: str, component: str) -> str:
+    """The weights-file name of one component of a sparse weight."""
+    return f"{target}.{component}"
+
+
+def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
+    """Why an op with sparse operands has no C kernel (None for linear on a float32 CSR, BSR or 2:4 weight)."""
+    if name != "aten.linear.default" or op.operands[0].type.is_sparse or op.operands[1].type.layout.kind not in \
+            SPARSE_LINEAR_LAYOUTS:
+        return (f"no C kernel for {', '.join(dict.fromkeys(layouts))} operands (the C backend runs linear layers "
+                f"with {', '.join(SPARSE_LINEAR_LAYOUTS)} weights)")
+    if any(v.type.dtype != dtypes.float32 for v in [*op.operands, *op.results] if _is_tensor(v)):
+        return "sparse linear layers are float32 only"
     return None
 
 

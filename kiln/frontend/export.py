@@ -81,7 +81,9 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
         for index, (leaf, name) in enumerate(zip(leaves, names)):
             if isinstance(leaf, Tensor):
                 shape = symbols.shape_for(name, leaf, leaf_specs.get(id(leaf)))
-                placeholder = tracer.placeholder(name, TensorType.of(shape, leaf.dtype), InputKind.USER_INPUT)
+                placeholder = tracer.placeholder(name, TensorType.of(shape, leaf.dtype,
+                                                                     getattr(leaf._value, "layout", None)),
+                                                 InputKind.USER_INPUT)
                 tracer.example_values[placeholder] = leaf._value
                 traced = Tensor._traced(placeholder, tracer)
                 user_inputs.append((traced, placeholder))

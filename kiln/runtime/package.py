@@ -68,8 +68,7 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     for buf in plan.buffers:
         if buf.kind != "weight" or buf.weight_key in offsets:
             continue
-        store = program.state_dict if buf.weight_key in program.state_dict else program.constants
-        array = np.ascontiguousarray(np.asarray(store[buf.weight_key]), dtype=buf.dtype.numpy)
+        array = np.ascontiguousarray(_weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)
         padding = -size % ALIGN
         offsets[buf.weight_key] = size = size + padding
         data = np.frombuffer(_nibbles(array), np.uint8) if buf.weight_key in nibbles else \
@@ -117,6 +116,17 @@ def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, d
     }
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return load(out, num_threads=num_threads)
+
+
+def _weight_array(program: ExportedProgram, key: str) -> np.ndarray:
+    """A weight buffer's values: a state-dict or constant entry, or one component of a sparse one (`target.values`,
+    see schedule.sparse_weight_key)."""
+    for store in (program.state_dict, program.constants):
+        if key in store:
+            return np.asarray(store[key])
+    target, _, component = key.rpartition(".")
+    store = program.state_dict if target in program.state_dict else program.constants
+    return store[target].components[component]
 
 
 def _nibbles(array: np.ndarray) -> bytes:

@@ -31,6 +31,8 @@ SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
                             for name in ("kiln_math.h", "kiln_gemm.h"))
 # The integer GEMM, pasted only into models with quantized linear layers.
 QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
+# Sparse x dense products, pasted only into models with sparse linear layers.
+SPARSE_LIBRARY = (pathlib.Path(__file__).parent / "kiln_sparse.h").read_text()
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
            dtypes.int16: "int16_t", dtypes.int8: "int8_t",
@@ -1677,11 +1679,63 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
     return lines
 
 
+def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
+    """linear with a sparse weight (kiln_sparse.h): the team shares (output row or block row, chunk of KILN_SMB
+    activation rows) units in dynamic chunks (rows hold different numbers of weights); each unit's tile goes through
+    the bias and the fused epilogue into the output."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    parts = {name: buffer_name(buf) for name, buf in detail["components"].items()}
+    layout, (block_rows, block_cols) = detail["layout"], detail["block"]
+    xT = buffer_name(detail["xT"])
+    rows = "N / R" if layout == "sparse_bsr" else "N"
+    if layout == "semi_structured":
+        compute = (f"kiln_24_row(K, {parts['values']} + unit * (K / 2), {parts['metadata']} + unit * (K / 8), "
+                   f"{xT} + m0, M, mb, tile);")
+    else:
+        function, extra = ("kiln_bsr_row", "R, C, ") if layout == "sparse_bsr" else ("kiln_csr_row", "")
+        compute = (f"{function}({parts['crow_indices']}[unit], {parts['crow_indices']}[unit + 1], "
+                   f"{parts['col_indices']}, {parts['values']}, {extra}{xT} + m0, M, mb, tile);")
+    exprs = _Exprs(len(kernel.shape))
+    # the output index of tile element (r, m): i_last = the feature, the leading dims unflatten the activation row
+    leading = kernel.shape[:-1]
+    index_lines, rest = [], "(m0 + m)"
+    for position in range(len(leading) - 1, -1, -1):
+        size = dim_expr(leading[position])
+        index_lines.insert(0, f"const int64_t i{position} = {rest} % ({size});" if position else
+                           f"const int64_t i0 = {rest};")
+        rest = f"({rest} / ({size}))"
+    feature = "unit * R + r"
+    value = "(double)tile[r * KILN_SMB + m]"
+    if detail["bias"] is not None:
+        value = f"{value} + (double){exprs.render(detail['bias'])}"
+    result_type = c_type(out.dtype)
+    lines = [
+        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        f"const int R = {block_rows}, C = {block_cols}; (void)C; (void)K;",
+        "const int64_t chunks = (M + KILN_SMB - 1) / KILN_SMB;",
+        f"float tile[{block_rows} * KILN_SMB] __attribute__((aligned(64)));",
+        _shared_units(2, f"({rows}) * chunks"),
+        f"for (int64_t unit = 0; unit < {rows}; ++unit)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)", "{",
+        "    const int64_t m0 = chunk * KILN_SMB;",
+        "    const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB);",
+        f"    {compute}",
+        "    for (int r = 0; r < R; ++r)",
+        "        for (int m = 0; m < mb; ++m)", "        {",
+        *[f"            {line}" for line in index_lines],
+        f"            const int64_t i{len(leading)} = {feature};",
+        f"            const {result_type} acc_value = ({result_type})({value});",
+        f"            {buffer_name(out)}[(m0 + m) * N + {feature}] = {exprs.render(kernel.expr)};",
+        "        }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
-    "qconv": _qconv, "wlinear": _wlinear,
+    "qconv": _qconv, "wlinear": _wlinear, "sparse_linear": _sparse_linear,
 }
 
 PRELUDE = """\
@@ -2030,6 +2084,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(SUPPORT_LIBRARY)
     if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in schedule.kernels):
         out.append(QGEMM_LIBRARY)
+    if any(kernel.kind == "sparse_linear" for kernel in schedule.kernels):
+        out.append(SPARSE_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels
                      if (need := _scratch_bytes(kernel, state.packed)) is not None]

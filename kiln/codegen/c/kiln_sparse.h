@@ -1,0 +1,163 @@
+/* kiln_sparse.h: float32 sparse x dense products for linear layers with a sparse weight W [N x K], pasted into
+ * models that have one.
+ *
+ * Each function computes one output feature n (CSR, 2:4) or one block row of features (BSR) for a chunk of up to
+ * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
+ * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx), so every stored weight
+ * multiplies a contiguous run of rows: one broadcast and KILN_SMB / 8 vector FMAs. With one row (batch 1) the
+ * products are dot products over gathered activations instead. The vectors are GCC's generic ones, so every
+ * capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
+ */
+#ifndef KILN_SPARSE_H
+#define KILN_SPARSE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define KILN_SMB 32  /* activation rows per tile */
+
+typedef float kiln_v8 __attribute__((vector_size(32)));
+typedef float kiln_v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load or store */
+
+static inline kiln_v8 kiln_v8_load(const float* p) { return *(const kiln_v8u*)p; }
+static inline void kiln_v8_store(float* p, kiln_v8 v) { *(kiln_v8u*)p = v; }
+
+/* tile[m] = sum over stored (k, value) of value * xT[k * ldx + m], m < mb; one CSR row, entries [begin, end). */
+static void kiln_csr_row(int64_t begin, int64_t end, const int32_t* restrict col, const float* restrict val,
+                         const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
+{
+    if (mb == KILN_SMB) {
+        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t j = begin; j < end; ++j) {
+            const float v = val[j];
+            const float* x = xT + (int64_t)col[j] * ldx;
+            a0 += v * kiln_v8_load(x);
+            a1 += v * kiln_v8_load(x + 8);
+            a2 += v * kiln_v8_load(x + 16);
+            a3 += v * kiln_v8_load(x + 24);
+        }
+        kiln_v8_store(tile, a0);
+        kiln_v8_store(tile + 8, a1);
+        kiln_v8_store(tile + 16, a2);
+        kiln_v8_store(tile + 24, a3);
+        return;
+    }
+    if (mb == 1) {  /* a sparse dot product: four partial sums hide the FMA latency */
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        int64_t j = begin;
+        for (; j + 4 <= end; j += 4) {
+            s0 += val[j] * xT[(int64_t)col[j] * ldx];
+            s1 += val[j + 1] * xT[(int64_t)col[j + 1] * ldx];
+            s2 += val[j + 2] * xT[(int64_t)col[j + 2] * ldx];
+            s3 += val[j + 3] * xT[(int64_t)col[j + 3] * ldx];
+        }
+        for (; j < end; ++j) s0 += val[j] * xT[(int64_t)col[j] * ldx];
+        tile[0] = (s0 + s1) + (s2 + s3);
+        return;
+    }
+    for (int m = 0; m < mb; ++m) tile[m] = 0.0f;
+    for (int64_t j = begin; j < end; ++j) {
+        const float v = val[j];
+        const float* x = xT + (int64_t)col[j] * ldx;
+        for (int m = 0; m < mb; ++m) tile[m] += v * x[m];
+    }
+}
+
+/* tile[r * KILN_SMB + m] for the R rows of one BSR block row: blocks [begin, end) of R x C values (row-major). */
+static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bcol, const float* restrict val,
+                         int R, int C, const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
+{
+    if (mb == 1 && C % 8 == 0) {  /* per row: vector partial dot products along the block's columns */
+        for (int r = 0; r < R; ++r) {
+            kiln_v8 acc = {0};
+            for (int64_t j = begin; j < end; ++j) {
+                const float* w = val + (j * R + r) * C;
+                const float* x = xT + (int64_t)bcol[j] * C * ldx;
+                for (int c = 0; c < C; c += 8) {
+                    const kiln_v8 xs = {x[c * ldx], x[(c + 1) * ldx], x[(c + 2) * ldx], x[(c + 3) * ldx],
+                                        x[(c + 4) * ldx], x[(c + 5) * ldx], x[(c + 6) * ldx], x[(c + 7) * ldx]};
+                    acc += kiln_v8_load(w + c) * xs;
+                }
+            }
+            tile[r * KILN_SMB] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        }
+        return;
+    }
+    if (mb == KILN_SMB && R % 4 == 0) {
+        /* four rows x 16 activation rows in 8 accumulators (room for the activations and a broadcast on AVX2) */
+        for (int r0 = 0; r0 < R; r0 += 4)
+            for (int half = 0; half < KILN_SMB; half += 16) {
+                kiln_v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+                for (int64_t j = begin; j < end; ++j) {
+                    const float* w = val + (j * R + r0) * C;
+                    const float* x = xT + (int64_t)bcol[j] * C * ldx + half;
+                    for (int c = 0; c < C; ++c) {
+                        const kiln_v8 x0 = kiln_v8_load(x + c * ldx), x1 = kiln_v8_load(x + c * ldx + 8);
+                        const float w0 = w[c], w1 = w[C + c], w2 = w[2 * C + c], w3 = w[3 * C + c];
+                        a00 += w0 * x0; a01 += w0 * x1;
+                        a10 += w1 * x0; a11 += w1 * x1;
+                        a20 += w2 * x0; a21 += w2 * x1;
+                        a30 += w3 * x0; a31 += w3 * x1;
+                    }
+                }
+                float* t = tile + r0 * KILN_SMB + half;
+                kiln_v8_store(t, a00); kiln_v8_store(t + 8, a01);
+                kiln_v8_store(t + KILN_SMB, a10); kiln_v8_store(t + KILN_SMB + 8, a11);
+                kiln_v8_store(t + 2 * KILN_SMB, a20); kiln_v8_store(t + 2 * KILN_SMB + 8, a21);
+                kiln_v8_store(t + 3 * KILN_SMB, a30); kiln_v8_store(t + 3 * KILN_SMB + 8, a31);
+            }
+        return;
+    }
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < mb; ++m) tile[r * KILN_SMB + m] = 0.0f;
+    for (int64_t j = begin; j < end; ++j) {
+        const float* x = xT + (int64_t)bcol[j] * C * ldx;
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) {
+                const float w = val[(j * R + r) * C + c];
+                for (int m = 0; m < mb; ++m) tile[r * KILN_SMB + m] += w * x[c * ldx + m];
+            }
+    }
+}
+
+/* One 2:4 row of K columns: K / 2 kept values and K / 8 metadata bytes (per group of four, positions p0 | p1 << 2 in
+ * a nibble, the even group's in the low nibble). Half the multiply-adds of the dense row. */
+static void kiln_24_row(int64_t K, const float* restrict val, const uint8_t* restrict meta, const float* restrict xT,
+                        int64_t ldx, int mb, float* restrict tile)
+{
+    if (mb == KILN_SMB) {
+        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t g = 0; g < K / 4; ++g) {
+            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
+            const float* x0 = xT + (4 * g + (nibble & 3)) * ldx, * x1 = xT + (4 * g + (nibble >> 2)) * ldx;
+            const float v0 = val[2 * g], v1 = val[2 * g + 1];
+            a0 += v0 * kiln_v8_load(x0) + v1 * kiln_v8_load(x1);
+            a1 += v0 * kiln_v8_load(x0 + 8) + v1 * kiln_v8_load(x1 + 8);
+            a2 += v0 * kiln_v8_load(x0 + 16) + v1 * kiln_v8_load(x1 + 16);
+            a3 += v0 * kiln_v8_load(x0 + 24) + v1 * kiln_v8_load(x1 + 24);
+        }
+        kiln_v8_store(tile, a0);
+        kiln_v8_store(tile + 8, a1);
+        kiln_v8_store(tile + 16, a2);
+        kiln_v8_store(tile + 24, a3);
+        return;
+    }
+    for (int m = 0; m < mb; ++m) tile[m] = 0.0f;
+    if (mb == 1) {
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int64_t g = 0; g < K / 4; ++g) {
+            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
+            s0 += val[2 * g] * xT[(4 * g + (nibble & 3)) * ldx];
+            s1 += val[2 * g + 1] * xT[(4 * g + (nibble >> 2)) * ldx];
+        }
+        tile[0] = s0 + s1;
+        return;
+    }
+    for (int64_t g = 0; g < K / 4; ++g) {
+        const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
+        const float* x0 = xT + (4 * g + (nibble & 3)) * ldx, * x1 = xT + (4 * g + (nibble >> 2)) * ldx;
+        for (int m = 0; m < mb; ++m) tile[m] += val[2 * g] * x0[m] + val[2 * g + 1] * x1[m];
+    }
+}
+
+#endif /* KILN_SPARSE_H */

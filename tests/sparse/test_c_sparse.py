@@ -1,0 +1,108 @@
+"""The C backend's sparse linear kernels (CSR, BSR, 2:4) against the reference interpreter, at every CPU capability
+this machine runs, over every tile path (one row, partial tiles, whole KILN_SMB tiles), fused epilogues, 3-D inputs
+and a symbolic batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.codegen.c.build import CAPABILITIES
+from kiln.testing import assert_close
+
+PIPELINES = {
+    "csr": "prune{sparsity=0.9},sparsify",
+    "bsr": "prune{pattern=block block=8,8 sparsity=0.75},sparsify{block=8,8}",
+    "bsr-odd-blocks": "prune{pattern=block block=2,3 sparsity=0.6},sparsify{block=2,3}",
+    "2:4": "prune{pattern=semi_structured},sparsify",
+}
+
+
+class FFN(kiln.nn.Module):
+    """A transformer-style feed-forward block with a residual: linear, GELU, linear, + input."""
+
+    def __init__(self, width: int = 48, hidden: int = 96):
+        super().__init__()
+        self.up, self.down = kiln.nn.Linear(width, hidden), kiln.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.down(kiln.nn.functional.gelu(self.up(x))) + x
+
+
+def _capability(capability: str, monkeypatch) -> None:
+    from kiln.codegen.c import supported_capabilities
+    if capability not in supported_capabilities():
+        pytest.skip(f"this CPU does not run {capability}")
+    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
+
+
+def _sparse_program(pipeline: str, rows: int, dynamic: bool = False):
+    kiln.manual_seed(0)
+    model = FFN().eval()
+    example = kiln.randn(rows, 48)
+    shapes = ({"x": {0: kiln.Dim("batch", min=1, max=256)}},) if dynamic else None
+    program = kiln.export(model, (example,), dynamic_shapes=shapes[0] if shapes else None)
+    return kiln.passes.run(program, pipeline)
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+@pytest.mark.parametrize("layout", sorted(PIPELINES))
+@pytest.mark.parametrize("rows", [1, 5, 32, 70])
+def test_sparse_linear_matches_the_interpreter(capability, layout, rows, monkeypatch, tmp_path):
+    _capability(capability, monkeypatch)
+    program = _sparse_program(PIPELINES[layout], rows)
+    assert "f32, " + ("semi_structured" if layout == "2:4" else f"sparse_{layout[:3]}") in program.to_mlir()
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    assert compiled.manifest["cpu_capability"] == capability
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    assert "sparse_linear" in source and "kiln_sparse.h" in source
+    x = np.random.default_rng(rows).standard_normal((rows, 48)).astype(np.float32)
+    assert_close(compiled(x), program(x))
+
+
+@pytest.mark.parametrize("layout", sorted(PIPELINES))
+def test_symbolic_batch_and_3d_inputs(layout, tmp_path):
+    program = _sparse_program(PIPELINES[layout], 4, dynamic=True)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for rows in (1, 33, 100):
+        x = np.random.default_rng(rows).standard_normal((rows, 48)).astype(np.float32)
+        assert_close(compiled(x), program(x))
+    kiln.manual_seed(0)
+    sequence = kiln.passes.run(kiln.export(FFN().eval(), (kiln.randn(3, 7, 48),)), PIPELINES[layout])
+    compiled = kiln.compile(sequence, output=tmp_path / "pkg3d")
+    x = np.random.default_rng(0).standard_normal((3, 7, 48)).astype(np.float32)
+    assert_close(compiled(x), sequence(x))
+
+
+def test_epilogue_fuses_into_the_sparse_kernel(tmp_path):
+    """bias and GELU run in the sparse kernel's epilogue: no separate pointwise kernel reads the product."""
+    program = _sparse_program(PIPELINES["csr"], 8)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    sparse_kernels = [line for line in source.splitlines() if line.startswith("/* sparse_linear")]
+    assert len(sparse_kernels) == 2 and any("gelu" in line for line in sparse_kernels), sparse_kernels
+    x = np.random.default_rng(0).standard_normal((8, 48)).astype(np.float32)
+    assert_close(compiled(x), program(x))
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_sparse_kernels_build_at_every_capability(capability, tmp_path):
+    """Every sparse path compiles for every capability, including those this CPU cannot run."""
+    from kiln.codegen.c.build import build_library
+    for index, pipeline in enumerate(PIPELINES.values()):
+        kiln.compile(_sparse_program(pipeline, 32), output=tmp_path / f"pkg{index}")
+        source = (tmp_path / f"pkg{index}" / "model.c").read_text()
+        assert build_library(source, capability).stat().st_size > 0
+
+
+def test_unsupported_sparse_ops_are_named():
+    value = kiln.randn(6, 8).to_sparse_csr()
+
+    class Densify(kiln.nn.Module):
+        def forward(self, x):
+            return x.to_dense() * 2
+
+    program = kiln.export(Densify(), (value,))
+    with pytest.raises(kiln.KilnError, match="no C kernel for sparse_csr operands"):
+        kiln.compile(program)
