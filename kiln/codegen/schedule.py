@@ -958,17 +958,18 @@ class _Scheduler:
         self.views[result] = _contiguous(buf)
 
     def schedule_sparse_linear(self, op: Any, name: str, args: list) -> None:
-        """linear with a sparse (CSR, BSR, 2:4) weight: the activations transposed once to xT [K, M], so each
-        stored weight scales a contiguous run of rows; bias and the consumers' pointwise ops fuse as into a GEMM."""
+        """linear with a sparse (CSR, BSR, 2:4) weight: the kernel first transposes the activations to xT [K, M], so
+        each stored weight scales a contiguous run of rows; bias and the consumers' pointwise ops fuse as into a
+        GEMM."""
         x, weight, bias = args
         result = op.results[0]
         out_shape = list(result.type.shape)
         rows = self.contiguous_operand(x)
         m, k = sympy.Mul(*map(_dim, x.type.shape[:-1])), _dim(x.type.shape[-1])
-        transposed = self.copy(View(rows.buffer, [k, m], [sympy.Integer(1), k], rows.offset), x)
+        transposed = self.buffer(None, shape=[k, m], dtype=x.type.dtype)  # written by the kernel's first pass
         transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
-        detail = {"xT": transposed, "m": m, "k": k, "n": _dim(weight.type.shape[0]), "layout": layout.kind,
+        detail = {"x": rows, "xT": transposed, "m": m, "k": k, "n": _dim(weight.type.shape[0]), "layout": layout.kind,
                   "block": layout.blocksize or (1, 1), "components": self.sparse_weights[weight],
                   "bias": _load(self.materialized(bias), out_shape) if bias is not None else None}
         kernel = Kernel("sparse_linear", "sparse_linear", [name], [], out_shape, None, detail)
