@@ -18,7 +18,7 @@ from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, InputKind
 from kiln.ir.registry import ops
 from kiln.ir.sparse import SparseArray, from_dense
-from kiln.passes.base import Pass, input_spec, option, register_pass
+from kiln.passes.base import Pass, add_constant, input_spec, option, register_pass
 from kiln.passes.rewrite import RewritePass, constant, pattern, value_of
 
 aten = ops.aten
@@ -180,6 +180,28 @@ class Prune(Pass):
             masks = [pattern_mask(w, self.pattern, self.sparsity, tuple(self.block), self.norm) for w in weights]
         for (target, (store, value)), mask in zip(targets.items(), masks):
             store[target] = np.where(mask, value, np.zeros((), value.dtype))  # a new array: weights are shared
+        return program
+
+
+def sparse_weights(program: ExportedProgram) -> list[str]:
+    """The targets of the program's sparse-layout weights (parameters, buffers, constants)."""
+    return [spec.target for arg, spec in zip(program.body.args, program.graph_signature.input_specs)
+            if spec.kind is not InputKind.USER_INPUT and arg.type.is_sparse and spec.target]
+
+
+@register_pass
+class DensifyWeights(Pass):
+    """Store sparse-layout weights densely again, for backends without sparse kernels (ONNX)."""
+
+    name = "densify-weights"
+
+    def apply_program(self, program: ExportedProgram) -> ExportedProgram:
+        sparse = [(arg, spec) for arg, spec in zip(program.body.args, program.graph_signature.input_specs)
+                  if spec.kind is not InputKind.USER_INPUT and arg.type.is_sparse]
+        for arg, spec in sparse:
+            store = program.state_dict if spec.target in program.state_dict else program.constants
+            # every op on it computes the same dense result; kiln.passes.run drops the unused sparse input
+            arg.replace_all_uses_with(add_constant(program, store[spec.target].to_dense(), f"{spec.target}_dense"))
         return program
 
 

@@ -5,6 +5,8 @@ The lowering table lives in `lowerings.py` (one entry per op); ops without one a
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any, Mapping
 
 from kiln.codegen import LOWERINGS
@@ -32,12 +34,29 @@ def normalize_translation_table(table: Mapping[Any, Lowering] | None) -> dict[st
 def export_program(program: ExportedProgram, *, opset_version: int | None = None,
                    input_names: list[str] | None = None, output_names: list[str] | None = None,
                    external_data: bool | None = None, optimize: bool = True,
-                   custom_translation_table: Mapping[Any, Lowering] | None = None) -> ONNXProgram:
-    """Lower `program` to ONNX (decomposing ops the table cannot lower, folding constants when `optimize`)."""
+                   custom_translation_table: Mapping[Any, Lowering] | None = None,
+                   sparse_initializers: bool | None = None) -> ONNXProgram:
+    """Lower `program` to ONNX (decomposing ops the table cannot lower, folding constants when `optimize`).
+
+    Sparse-layout weights compute densely. `sparse_initializers` stores mostly-zero weights as ONNX sparse
+    initializers (default: when the program has sparse weights)."""
+    from kiln.passes import run
+    from kiln.passes.sparsity import sparse_weights
+
     custom = normalize_translation_table(custom_translation_table)
+    sparse = sparse_weights(program)
+    if sparse:
+        warnings.warn(f"kiln.onnx: {len(sparse)} sparse weight(s) ({', '.join(sparse[:3])}"
+                      f"{', ...' if len(sparse) > 3 else ''}) are computed densely: ONNX has no sparse operators. "
+                      "The file stores them as sparse initializers, which onnxruntime densifies when it loads them.",
+                      stacklevel=3)
+        program = run(program, "densify-weights")
+    if sparse_initializers is None:
+        sparse_initializers = bool(sparse)
     prepared = prepare_program(program, custom, optimize=optimize)
     model = lower_to_model(prepared, opset=opset_version or DEFAULT_OPSET, input_names=input_names,
-                           output_names=output_names, custom_translation_table=custom)
+                           output_names=output_names, custom_translation_table=custom,
+                           sparse_initializers=sparse_initializers)
     return ONNXProgram(model, program, external_data)
 
 

@@ -110,13 +110,13 @@ def _dim_sources(program: ExportedProgram, graph_inputs: dict[Any, str]) -> dict
 def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
                    input_names: list[str] | None = None, output_names: list[str] | None = None,
                    custom_translation_table: Mapping[str, Lowering] | None = None,
-                   graph_name: str = "main_graph") -> onnx.ModelProto:
-    """The ONNX model of a prepared program (see `prepare_program`)."""
+                   graph_name: str = "main_graph", sparse_initializers: bool = False) -> onnx.ModelProto:
+    """The ONNX model of a prepared program (see `prepare_program`); `sparse_initializers`: see Model."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise KilnError(f"opset {opset} is not supported by the ONNX emitter",
                         fix=f"choose an opset from {MIN_OPSET} to {MAX_OPSET} (default {DEFAULT_OPSET})")
     table = {**LOWERING_TABLE, **dict(custom_translation_table or {})}
-    model = Model()
+    model = Model(sparse_initializers)
     names = value_names(program.body)
     specs = program.graph_signature.input_specs
     user_args = [(arg, spec) for arg, spec in zip(program.body.args, specs) if spec.kind is InputKind.USER_INPUT]
@@ -160,6 +160,7 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
     result.opset_import.add(domain="", version=opset)
     onnx_graph = result.graph
     onnx_graph.name = graph_name
+    onnx_graph.node.extend(model.sparse_constants())
     onnx_graph.node.extend(graph.nodes)
     onnx_graph.input.extend(inputs_proto)
     onnx_graph.output.extend(outputs_proto)

@@ -68,7 +68,9 @@ def value_info(name: str, value_type: Any) -> onnx.ValueInfoProto:
 class Model:
     """What the graphs of one model share: unique names, initializers (deduplicated by content)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sparse_initializers: bool = False) -> None:
+        # Mostly-zero float weights (pruned ones) are written sparse (see sparse_constants).
+        self.sparse_initializers = sparse_initializers
         self.used_names: set[str] = set()
         self.initializers: list[tuple[str, np.ndarray]] = []  # written into the GraphProto once, at the end
         self._by_layout: dict[tuple[Any, ...], list[tuple[np.ndarray, str]]] = {}
@@ -107,18 +109,48 @@ class Model:
         """The array of initializer `name`, or None if `name` is computed by the graph."""
         return next((array for other, array in self.initializers if other == name), None)
 
+    def sparse_constants(self) -> list[onnx.NodeProto]:
+        """With `sparse_initializers`: the mostly-zero weights taken out of the initializers, as Constant nodes with
+        a `sparse_value` (values and flat int64 indices), whose output is the dense tensor. (A graph's
+        sparse_initializer would type the weight as a sparse tensor, which no ONNX operator accepts.)"""
+        if not self.sparse_initializers:
+            return []
+        nodes, dense = [], []
+        for name, array in self.initializers:
+            if not _mostly_zero(array):
+                dense.append((name, array))
+                continue
+            flat = np.flatnonzero(array)
+            node = onnx.NodeProto(op_type="Constant", name=f"{name}_sparse", output=[name])
+            attribute = node.attribute.add(name="sparse_value", type=onnx.AttributeProto.SPARSE_TENSOR)
+            attribute.sparse_tensor.dims.extend(array.shape)
+            _fill_tensor(attribute.sparse_tensor.values, name, array.reshape(-1)[flat])
+            _fill_tensor(attribute.sparse_tensor.indices, f"{name}_indices", flat.astype(np.int64))
+            nodes.append(node)
+        self.initializers = dense
+        return nodes
+
     def write_initializers(self, graph: onnx.GraphProto) -> None:
         for name, array in self.initializers:
-            tensor = graph.initializer.add()
-            tensor.name = name
-            tensor.dims.extend(array.shape)
-            if array.dtype == dtypes.bfloat16.numpy:
-                tensor.data_type = TensorProto.BFLOAT16
-                data = array.view(np.uint16)
-            else:
-                tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-                data = array
-            tensor.raw_data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
+            _fill_tensor(graph.initializer.add(), name, array)
+
+
+def _mostly_zero(array: np.ndarray) -> bool:
+    """Worth storing sparse: a float array of at least 4096 elements, at least 75% zeros (a nonzero takes its value
+    and an int64 index, 12 bytes for float32, against 4 bytes per element dense)."""
+    return array.dtype.kind == "f" and array.size >= 4096 and np.count_nonzero(array) <= 0.25 * array.size
+
+
+def _fill_tensor(tensor: onnx.TensorProto, name: str, array: np.ndarray) -> None:
+    tensor.name = name
+    tensor.dims.extend(array.shape)
+    if array.dtype == dtypes.bfloat16.numpy:
+        tensor.data_type = TensorProto.BFLOAT16
+        data = array.view(np.uint16)
+    else:
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        data = array
+    tensor.raw_data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
