@@ -966,7 +966,8 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         rows = self.contiguous_operand(x)
         m, k = sympy.Mul(*map(_dim, x.type.shape[:-1])), _dim(x.type.shape[-1])
-        transposed = self.buffer(None, shape=[k, m], dtype=x.type.dtype)  # written by the kernel's first pass
+        # written by the kernel's first pass: rows padded to a multiple of 8 columns (zeros), for whole vectors
+        transposed = self.buffer(None, shape=[k, -8 * sympy.floor(-m / 8)], dtype=x.type.dtype)
         transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
         detail = {"x": rows, "xT": transposed, "m": m, "k": k, "n": _dim(weight.type.shape[0]), "layout": layout.kind,

@@ -3,9 +3,9 @@
  *
  * Each function computes one output feature n (CSR, 2:4) or one block row of features (BSR) for a chunk of up to
  * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
- * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx), so every stored weight
- * multiplies a contiguous run of rows: one broadcast and KILN_SMB / 8 vector FMAs. With one row (batch 1) the
- * products are dot products over gathered activations instead. The vectors are GCC's generic ones, so every
+ * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 8 and
+ * the rows zero past M), so every stored weight multiplies a contiguous run of rows: one broadcast and up to
+ * KILN_SMB / 8 vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors are GCC's generic ones, so every
  * capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
  */
 #ifndef KILN_SPARSE_H
@@ -35,26 +35,28 @@ static inline kiln_v8 kiln_v4_widen(const float* p)
     return __builtin_shufflevector(*(const kiln_v4u*)p, zero, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 
+/* Accumulators a0..a3 += v * (the 8 * N activation rows at x), N a constant 1..4: the partial tiles of a chunk take
+ * ceil(mb / 8) vectors, which the transposed activations' zero-padded rows (ldx a multiple of 8) always hold. */
+#define KILN_AXPY(N, v, x) do { \
+        a0 += (v) * kiln_v8_load(x); \
+        if ((N) > 1) a1 += (v) * kiln_v8_load((x) + 8); \
+        if ((N) > 2) a2 += (v) * kiln_v8_load((x) + 16); \
+        if ((N) > 3) a3 += (v) * kiln_v8_load((x) + 24); \
+    } while (0)
+#define KILN_STORE(N, t) do { \
+        kiln_v8_store(t, a0); \
+        if ((N) > 1) kiln_v8_store((t) + 8, a1); \
+        if ((N) > 2) kiln_v8_store((t) + 16, a2); \
+        if ((N) > 3) kiln_v8_store((t) + 24, a3); \
+    } while (0)
+/* one statement per vector count, so each case keeps its accumulators in registers */
+#define KILN_BY_VECTORS(nv, BODY) switch (nv) { \
+        case 4: BODY(4); break; case 3: BODY(3); break; case 2: BODY(2); break; default: BODY(1); break; }
+
 /* tile[m] = sum over stored (k, value) of value * xT[k * ldx + m], m < mb; one CSR row, entries [begin, end). */
 static void kiln_csr_row(int64_t begin, int64_t end, const int32_t* restrict col, const float* restrict val,
                          const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
 {
-    if (mb == KILN_SMB) {
-        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int64_t j = begin; j < end; ++j) {
-            const float v = val[j];
-            const float* x = xT + (int64_t)col[j] * ldx;
-            a0 += v * kiln_v8_load(x);
-            a1 += v * kiln_v8_load(x + 8);
-            a2 += v * kiln_v8_load(x + 16);
-            a3 += v * kiln_v8_load(x + 24);
-        }
-        kiln_v8_store(tile, a0);
-        kiln_v8_store(tile + 8, a1);
-        kiln_v8_store(tile + 16, a2);
-        kiln_v8_store(tile + 24, a3);
-        return;
-    }
     if (mb == 1 && ldx == 1) {  /* a sparse dot product: vectorized, the activations gathered */
         float sum = 0.0f;
         _Pragma("omp simd reduction(+:sum)")
@@ -62,55 +64,42 @@ static void kiln_csr_row(int64_t begin, int64_t end, const int32_t* restrict col
         tile[0] = sum;
         return;
     }
-    if (mb == 1) {  /* four partial sums hide the FMA latency */
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        int64_t j = begin;
-        for (; j + 4 <= end; j += 4) {
-            s0 += val[j] * xT[(int64_t)col[j] * ldx];
-            s1 += val[j + 1] * xT[(int64_t)col[j + 1] * ldx];
-            s2 += val[j + 2] * xT[(int64_t)col[j + 2] * ldx];
-            s3 += val[j + 3] * xT[(int64_t)col[j + 3] * ldx];
-        }
-        for (; j < end; ++j) s0 += val[j] * xT[(int64_t)col[j] * ldx];
-        tile[0] = (s0 + s1) + (s2 + s3);
-        return;
-    }
-    for (int m = 0; m < mb; ++m) tile[m] = 0.0f;
-    for (int64_t j = begin; j < end; ++j) {
-        const float v = val[j];
-        const float* x = xT + (int64_t)col[j] * ldx;
-        for (int m = 0; m < mb; ++m) tile[m] += v * x[m];
-    }
+    kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+#define KILN_CSR(N) do { \
+        for (int64_t j = begin; j < end; ++j) KILN_AXPY(N, val[j], xT + (int64_t)col[j] * ldx); \
+        KILN_STORE(N, tile); \
+    } while (0)
+    KILN_BY_VECTORS((mb + 7) / 8, KILN_CSR)
+#undef KILN_CSR
 }
 
 /* tile[r * KILN_SMB + m] for the R rows of one BSR block row: blocks [begin, end) of R x C values (row-major). */
 static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bcol, const float* restrict val,
                          int R, int C, const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
 {
-    if (mb == 1 && C % 8 == 0) {  /* per row: vector partial dot products along the block's columns */
+    if (mb == 1 && ldx == 1 && C % 8 == 0) {  /* per row: vector partial dot products along the block's columns */
         for (int r = 0; r < R; ++r) {
             kiln_v8 acc = {0};
             for (int64_t j = begin; j < end; ++j) {
                 const float* w = val + (j * R + r) * C;
-                const float* x = xT + (int64_t)bcol[j] * C * ldx;
-                for (int c = 0; c < C; c += 8) {
-                    const kiln_v8 xs = {x[c * ldx], x[(c + 1) * ldx], x[(c + 2) * ldx], x[(c + 3) * ldx],
-                                        x[(c + 4) * ldx], x[(c + 5) * ldx], x[(c + 6) * ldx], x[(c + 7) * ldx]};
-                    acc += kiln_v8_load(w + c) * xs;
-                }
+                const float* x = xT + (int64_t)bcol[j] * C;
+                for (int c = 0; c < C; c += 8) acc += kiln_v8_load(w + c) * kiln_v8_load(x + c);
             }
             tile[r * KILN_SMB] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
         return;
     }
-    if (mb == KILN_SMB && R % 4 == 0) {
-        /* four rows x 16 activation rows in 8 accumulators (room for the activations and a broadcast on AVX2) */
-        for (int r0 = 0; r0 < R; r0 += 4)
-            for (int half = 0; half < KILN_SMB; half += 16) {
-                kiln_v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
-                for (int64_t j = begin; j < end; ++j) {
-                    const float* w = val + (j * R + r0) * C;
-                    const float* x = xT + (int64_t)bcol[j] * C * ldx + half;
+    const int nv = (mb + 7) / 8;
+    int r0 = 0;
+    /* four rows x 16 activation rows in 8 accumulators (room for the activations and a broadcast on AVX2) */
+    for (; r0 + 4 <= R; r0 += 4)
+        for (int v0 = 0; v0 < nv; v0 += 2) {
+            const int two = nv - v0 >= 2;
+            kiln_v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            for (int64_t j = begin; j < end; ++j) {
+                const float* w = val + (j * R + r0) * C;
+                const float* x = xT + (int64_t)bcol[j] * C * ldx + 8 * v0;
+                if (two)
                     for (int c = 0; c < C; ++c) {
                         const kiln_v8 x0 = kiln_v8_load(x + c * ldx), x1 = kiln_v8_load(x + c * ldx + 8);
                         const float w0 = w[c], w1 = w[C + c], w2 = w[2 * C + c], w3 = w[3 * C + c];
@@ -119,24 +108,30 @@ static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bco
                         a20 += w2 * x0; a21 += w2 * x1;
                         a30 += w3 * x0; a31 += w3 * x1;
                     }
-                }
-                float* t = tile + r0 * KILN_SMB + half;
-                kiln_v8_store(t, a00); kiln_v8_store(t + 8, a01);
-                kiln_v8_store(t + KILN_SMB, a10); kiln_v8_store(t + KILN_SMB + 8, a11);
-                kiln_v8_store(t + 2 * KILN_SMB, a20); kiln_v8_store(t + 2 * KILN_SMB + 8, a21);
-                kiln_v8_store(t + 3 * KILN_SMB, a30); kiln_v8_store(t + 3 * KILN_SMB + 8, a31);
+                else
+                    for (int c = 0; c < C; ++c) {
+                        const kiln_v8 x0 = kiln_v8_load(x + c * ldx);
+                        a00 += w[c] * x0; a10 += w[C + c] * x0; a20 += w[2 * C + c] * x0; a30 += w[3 * C + c] * x0;
+                    }
             }
-        return;
-    }
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < mb; ++m) tile[r * KILN_SMB + m] = 0.0f;
-    for (int64_t j = begin; j < end; ++j) {
-        const float* x = xT + (int64_t)bcol[j] * C * ldx;
-        for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) {
-                const float w = val[(j * R + r) * C + c];
-                for (int m = 0; m < mb; ++m) tile[r * KILN_SMB + m] += w * x[c * ldx + m];
+            float* t = tile + r0 * KILN_SMB + 8 * v0;
+            kiln_v8_store(t, a00); kiln_v8_store(t + KILN_SMB, a10);
+            kiln_v8_store(t + 2 * KILN_SMB, a20); kiln_v8_store(t + 3 * KILN_SMB, a30);
+            if (two) {
+                kiln_v8_store(t + 8, a01); kiln_v8_store(t + KILN_SMB + 8, a11);
+                kiln_v8_store(t + 2 * KILN_SMB + 8, a21); kiln_v8_store(t + 3 * KILN_SMB + 8, a31);
             }
+        }
+    for (; r0 < R; ++r0) {  /* block heights that are not a multiple of 4: one row at a time */
+        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+#define KILN_BSR(N) do { \
+            for (int64_t j = begin; j < end; ++j) \
+                for (int c = 0; c < C; ++c) \
+                    KILN_AXPY(N, val[(j * R + r0) * C + c], xT + ((int64_t)bcol[j] * C + c) * ldx); \
+            KILN_STORE(N, tile + r0 * KILN_SMB); \
+        } while (0)
+        KILN_BY_VECTORS(nv, KILN_BSR)
+#undef KILN_BSR
     }
 }
 
@@ -153,6 +148,24 @@ typedef int32_t kiln_i8 __attribute__((vector_size(32)));
 static const kiln_i8 KILN_24_EXPAND[256] __attribute__((aligned(32))) = {
     KILN_24_64(0), KILN_24_64(64), KILN_24_64(128), KILN_24_64(192)};
 
+/* tile += groups [g0, g1) of one 2:4 row, for nv vectors of activation rows */
+static inline void kiln_24_groups(int64_t g0, int64_t g1, const float* restrict val, const uint8_t* restrict meta,
+                                  const float* restrict xT, int64_t ldx, int nv, float* restrict tile)
+{
+    kiln_v8 a0 = kiln_v8_load(tile), a1 = kiln_v8_load(tile + 8), a2 = kiln_v8_load(tile + 16),
+            a3 = kiln_v8_load(tile + 24);
+#define KILN_24(N) do { \
+        for (int64_t g = g0; g < g1; ++g) { \
+            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF; \
+            KILN_AXPY(N, val[2 * g], xT + (4 * g + (nibble & 3)) * ldx); \
+            KILN_AXPY(N, val[2 * g + 1], xT + (4 * g + (nibble >> 2)) * ldx); \
+        } \
+        KILN_STORE(N, tile); \
+    } while (0)
+    KILN_BY_VECTORS(nv, KILN_24)
+#undef KILN_24
+}
+
 /* One 2:4 row of K columns: K / 2 kept values and K / 8 metadata bytes (per group of four, positions p0 | p1 << 2 in
  * a nibble, the even group's in the low nibble). With several activation rows it does half the multiply-adds of
  * the dense row; with one (a matrix-vector product, which reading the weights bounds) it expands each byte's four
@@ -160,23 +173,6 @@ static const kiln_i8 KILN_24_EXPAND[256] __attribute__((aligned(32))) = {
 static void kiln_24_row(int64_t K, const float* restrict val, const uint8_t* restrict meta, const float* restrict xT,
                         int64_t ldx, int mb, float* restrict tile)
 {
-    if (mb == KILN_SMB) {
-        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int64_t g = 0; g < K / 4; ++g) {
-            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
-            const float* x0 = xT + (4 * g + (nibble & 3)) * ldx, * x1 = xT + (4 * g + (nibble >> 2)) * ldx;
-            const float v0 = val[2 * g], v1 = val[2 * g + 1];
-            a0 += v0 * kiln_v8_load(x0) + v1 * kiln_v8_load(x1);
-            a1 += v0 * kiln_v8_load(x0 + 8) + v1 * kiln_v8_load(x1 + 8);
-            a2 += v0 * kiln_v8_load(x0 + 16) + v1 * kiln_v8_load(x1 + 16);
-            a3 += v0 * kiln_v8_load(x0 + 24) + v1 * kiln_v8_load(x1 + 24);
-        }
-        kiln_v8_store(tile, a0);
-        kiln_v8_store(tile + 8, a1);
-        kiln_v8_store(tile + 16, a2);
-        kiln_v8_store(tile + 24, a3);
-        return;
-    }
     if (mb == 1 && ldx == 1) {
         kiln_v8 a0 = {0}, a1 = {0};
         int64_t b = 0;
@@ -191,22 +187,8 @@ static void kiln_24_row(int64_t K, const float* restrict val, const uint8_t* res
         tile[0] = ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
         return;
     }
-    for (int m = 0; m < mb; ++m) tile[m] = 0.0f;
-    if (mb == 1) {
-        float s0 = 0.0f, s1 = 0.0f;
-        for (int64_t g = 0; g < K / 4; ++g) {
-            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
-            s0 += val[2 * g] * xT[(4 * g + (nibble & 3)) * ldx];
-            s1 += val[2 * g + 1] * xT[(4 * g + (nibble >> 2)) * ldx];
-        }
-        tile[0] = s0 + s1;
-        return;
-    }
-    for (int64_t g = 0; g < K / 4; ++g) {
-        const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF;
-        const float* x0 = xT + (4 * g + (nibble & 3)) * ldx, * x1 = xT + (4 * g + (nibble >> 2)) * ldx;
-        for (int m = 0; m < mb; ++m) tile[m] += val[2 * g] * x0[m] + val[2 * g + 1] * x1[m];
-    }
+    for (int i = 0; i < KILN_SMB; ++i) tile[i] = 0.0f;
+    kiln_24_groups(0, K / 4, val, meta, xT, ldx, (mb + 7) / 8, tile);
 }
 
 /* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m]. With whole tiles of activation rows, K is taken in blocks
@@ -216,7 +198,7 @@ static void kiln_24_row(int64_t K, const float* restrict val, const uint8_t* res
 static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
                          const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
 {
-    if (mb != KILN_SMB) {
+    if (mb == 1 && ldx == 1) {
         for (int r = 0; r < rows; ++r)
             kiln_24_row(K, val + r * (K / 2), meta + r * (K / 8), xT, ldx, mb, tile + r * KILN_SMB);
         return;
@@ -224,25 +206,9 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
     for (int i = 0; i < rows * KILN_SMB; ++i) tile[i] = 0.0f;
     for (int64_t g0 = 0; g0 < K / 4; g0 += KILN_24_GROUPS) {
         const int64_t g1 = g0 + KILN_24_GROUPS < K / 4 ? g0 + KILN_24_GROUPS : K / 4;
-        for (int r = 0; r < rows; ++r) {
-            const float* v = val + r * (K / 2);
-            const uint8_t* mt = meta + r * (K / 8);
-            float* t = tile + r * KILN_SMB;
-            kiln_v8 a0 = kiln_v8_load(t), a1 = kiln_v8_load(t + 8), a2 = kiln_v8_load(t + 16), a3 = kiln_v8_load(t + 24);
-            for (int64_t g = g0; g < g1; ++g) {
-                const int nibble = (mt[g >> 1] >> ((g & 1) * 4)) & 0xF;
-                const float* x0 = xT + (4 * g + (nibble & 3)) * ldx, * x1 = xT + (4 * g + (nibble >> 2)) * ldx;
-                const float v0 = v[2 * g], v1 = v[2 * g + 1];
-                a0 += v0 * kiln_v8_load(x0) + v1 * kiln_v8_load(x1);
-                a1 += v0 * kiln_v8_load(x0 + 8) + v1 * kiln_v8_load(x1 + 8);
-                a2 += v0 * kiln_v8_load(x0 + 16) + v1 * kiln_v8_load(x1 + 16);
-                a3 += v0 * kiln_v8_load(x0 + 24) + v1 * kiln_v8_load(x1 + 24);
-            }
-            kiln_v8_store(t, a0);
-            kiln_v8_store(t + 8, a1);
-            kiln_v8_store(t + 16, a2);
-            kiln_v8_store(t + 24, a3);
-        }
+        for (int r = 0; r < rows; ++r)
+            kiln_24_groups(g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, (mb + 7) / 8,
+                           tile + r * KILN_SMB);
     }
 }
 
