@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
-from kiln.cli import compile, export, inspect, opt, quantize
+from kiln.cli import compile, export, inspect, opt, quantize, sparsify
 from kiln.ir.errors import KilnError
 
 
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.register(commands)
     compile.register(commands)
     quantize.register(commands)
+    sparsify.register(commands)
     return parser
 
 

@@ -447,7 +447,8 @@ def _semi_structured_from_dense(array: np.ndarray) -> SparseArray:
         row, group = np.argwhere(counts > 2)[0]
         raise ShapeError(f"tensor is not 2:4 sparse: row {row}, columns {4 * group}..{4 * group + 3} hold "
                          f"{counts[row, group]} nonzeros",
-                         fix="prune it first (kiln.sparse.prune_semi_structured, or a 2:4 sparsify pass)")
+                         fix="prune it first: the prune{pattern=semi_structured} pass, or kiln sparsify --pattern "
+                             "semi_structured")
     # Keep the nonzeros, padded with the first zero positions: a stable sort puts nonzeros first in position order.
     order = np.argsort(~nonzero, axis=-1, kind="stable")[..., :2]
     order.sort(axis=-1)
