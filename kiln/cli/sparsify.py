@@ -69,8 +69,9 @@ def register(commands: Any) -> None:
                         help="layer: every weight to --sparsity; global: one magnitude threshold across all "
                              "(unstructured only)")
     parser.add_argument("--layout", default="auto", metavar="{" + ",".join(LAYOUTS) + "}",
-                        help="sparse layout of the pruned linear weights (auto: 2:4 if the zeros allow, then BSR, "
-                             "then CSR); not used for .pt2")
+                        help="sparse layout of the pruned linear weights (auto: the measured cost model, see "
+                             "docs/sparsity.md: 2:4 for one activation row, BSR, CSR where they beat dense); "
+                             "not used for .pt2")
     parser.add_argument("--min-sparsity", default="0.5", metavar="F",
                         help="keep weights with fewer zeros (zero blocks, for BSR) than this dense (default 0.5); "
                              "not used for .pt2")

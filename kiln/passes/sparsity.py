@@ -9,6 +9,7 @@ Weights of convolutions are pruned as their [out, in * kh * kw] matrix, the one 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator
 
 import numpy as np
@@ -208,20 +209,30 @@ class DensifyWeights(Pass):
 SPARSE_LAYOUTS = ("auto", "csr", "bsr", "semi_structured")
 
 
-def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: float) -> tuple[str, dict[str, Any]] | None:
-    """The sparse layout a pruned [out, in] weight is stored in, or None to keep it dense.
+# The C kernels' break-even against dense, measured on the 1024 -> 4096 -> 1024 MLP (benchmarks/sparse.py; AMD EPYC
+# Zen 3, AVX2, 2 threads, batch 1, 8 and 32): CSR pays from about 75% zeros (70%: 1.6x at batch 1 but 0.86x at 8;
+# 80%: 1.2-2.2x), BSR 16x16 from about 55% zero blocks (50%: 1.4x at batch 1 and 8, 0.99x at 32), and 2:4 only for
+# one activation row, where reading the weights bounds the layer (1.4x at batch 1; 0.3-0.6x at batch 2-32).
+CSR_BREAK_EVEN = 0.75
+BSR_BREAK_EVEN = 0.55
 
-    2:4 when every group of four holds at most two nonzeros; BSR when the zeros fill whole blocks to
-    `min_sparsity`; CSR when single zeros do; else dense.
+
+def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: float,
+                  rows: int | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The sparse layout a pruned [out, in] weight is stored in, or None to keep it dense: the measured cost model.
+
+    2:4 when every group of four holds at most two nonzeros and the layer sees one row of activations (`rows`, None
+    when not static); BSR when whole blocks are zero to the break-even; CSR when single zeros are; else dense.
+    `min_sparsity` raises the break-evens.
     """
-    rows, cols = weight.shape
-    if cols % 8 == 0 and (weight.reshape(rows, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2:
+    rows_out, cols = weight.shape
+    if rows == 1 and cols % 8 == 0 and (weight.reshape(rows_out, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2:
         return "semi_structured", {}
-    if rows % block[0] == 0 and cols % block[1] == 0:
-        blocks = (weight.reshape(rows // block[0], block[0], cols // block[1], block[1]) != 0).any(axis=(1, 3))
-        if 1 - blocks.mean() >= min_sparsity:
+    if rows_out % block[0] == 0 and cols % block[1] == 0:
+        blocks = (weight.reshape(rows_out // block[0], block[0], cols // block[1], block[1]) != 0).any(axis=(1, 3))
+        if 1 - blocks.mean() >= max(min_sparsity, BSR_BREAK_EVEN):
             return "sparse_bsr", {"blocksize": block}
-    if 1 - np.count_nonzero(weight) / weight.size >= min_sparsity:
+    if 1 - np.count_nonzero(weight) / weight.size >= max(min_sparsity, CSR_BREAK_EVEN):
         return "sparse_csr", {}
     return None
 
@@ -232,8 +243,9 @@ class Sparsify(RewritePass):
 
     name = "sparsify"
 
-    layout: str = option("auto", "auto | csr | bsr | semi_structured (auto: 2:4 if the zeros allow, then BSR, "
-                                 "then CSR)")
+    layout: str = option("auto", "auto | csr | bsr | semi_structured (auto: the measured cost model of "
+                                 "choose_layout: 2:4 for one activation row, then BSR, then CSR, where they beat "
+                                 "dense)")
     block: tuple[int, ...] = option((16, 16), "BSR block shape")
     min_sparsity: float = option(0.5, "keep weights with fewer zeros (blocks, for BSR) dense")
 
@@ -246,7 +258,8 @@ class Sparsify(RewritePass):
         value = value_of(weight)
         if not isinstance(value, np.ndarray) or value.ndim != 2 or value.dtype.kind != "f":
             return None
-        chosen = self._layout_for(value)
+        rows = math.prod(input.type.shape[:-1]) if input.type.is_static else None
+        chosen = self._layout_for(value, rows)
         if chosen is None:
             return None
         kind, options = chosen
@@ -254,10 +267,10 @@ class Sparsify(RewritePass):
         hint = (weight.name_hint or "weight").removeprefix("p_").removeprefix("c_")
         return aten.linear.default(input, constant(sparse, f"{hint}_{kind}"), bias)
 
-    def _layout_for(self, weight: np.ndarray) -> tuple[str, dict[str, Any]] | None:
+    def _layout_for(self, weight: np.ndarray, rows: int | None) -> tuple[str, dict[str, Any]] | None:
         block = (int(self.block[0]), int(self.block[1]))
         if self.layout == "auto":
-            return choose_layout(weight, block, self.min_sparsity)
+            return choose_layout(weight, block, self.min_sparsity, rows)
         zeros = 1 - np.count_nonzero(weight) / weight.size
         if self.layout == "semi_structured":
             try:

@@ -15,7 +15,7 @@ PIPELINES = {
     "csr": "prune{sparsity=0.9},sparsify",
     "bsr": "prune{pattern=block block=8,8 sparsity=0.75},sparsify{block=8,8}",
     "bsr-odd-blocks": "prune{pattern=block block=2,3 sparsity=0.6},sparsify{block=2,3}",
-    "2:4": "prune{pattern=semi_structured},sparsify",
+    "2:4": "prune{pattern=semi_structured},sparsify{layout=semi_structured}",
 }
 
 

@@ -65,7 +65,8 @@ CASES = {  # CLI flags, the same passes as a pipeline, the layout of each weight
             "prune{pattern=block block=16,16 sparsity=0.75},sparsify{layout=bsr block=16,16}",
             {"layers.0.weight": "sparse_bsr 16x16", "layers.1.weight": "sparse_bsr 16x16",
              "head.weight": "dense"}, 0.75),  # 10 output features: not whole 16x16 blocks, stays dense
-    "2:4": (["--pattern", "semi_structured"], "prune{pattern=semi_structured},sparsify",
+    "2:4": (["--pattern", "semi_structured", "--layout", "semi_structured"],
+            "prune{pattern=semi_structured},sparsify{layout=semi_structured}",
             {"layers.0.weight": "semi_structured", "layers.1.weight": "semi_structured",
              "head.weight": "semi_structured"}, 0.5),
 }

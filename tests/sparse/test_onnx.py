@@ -12,7 +12,7 @@ from tests.codegen.support import assert_matches_interpreter, check_model
 PIPELINES = {
     "csr": "prune{sparsity=0.9},sparsify",
     "bsr": "prune{pattern=block block=8,8 sparsity=0.8},sparsify{block=8,8}",
-    "2:4": "prune{pattern=semi_structured},sparsify",
+    "2:4": "prune{pattern=semi_structured},sparsify{layout=semi_structured}",
 }
 
 

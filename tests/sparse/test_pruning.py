@@ -77,7 +77,7 @@ def test_prune_leaves_its_pattern_and_the_program_runs(pipeline, check):
 @pytest.mark.parametrize("pipeline,layout", [
     ("prune{sparsity=0.9},sparsify", "sparse_csr"),
     ("prune{pattern=block block=8,8 sparsity=0.75},sparsify{block=8,8}", "sparse_bsr"),
-    ("prune{pattern=semi_structured},sparsify", "semi_structured"),
+    ("prune{pattern=semi_structured},sparsify{layout=semi_structured}", "semi_structured"),
     ("prune{sparsity=0.9},sparsify{layout=bsr block=4,4 min_sparsity=0}", "sparse_bsr"),
 ])
 def test_sparsify_stores_sparse_weights_and_computes_the_same(pipeline, layout):
@@ -100,11 +100,13 @@ def test_choose_layout():
     weight = rng.standard_normal((16, 32)).astype(np.float32)
     assert choose_layout(weight, (4, 4), 0.5) is None
     two_four = weight * pattern_mask(weight, "semi_structured", 0.5)
-    assert choose_layout(two_four, (4, 4), 0.5)[0] == "semi_structured"
+    assert choose_layout(two_four, (4, 4), 0.5, rows=1)[0] == "semi_structured"  # reading weights bounds it
+    assert choose_layout(two_four, (4, 4), 0.5, rows=8) is None  # 50% zeros: dense is faster for more rows
     blocks = weight * pattern_mask(weight, "block", 0.75, (4, 4))
     assert choose_layout(blocks, (4, 4), 0.5) == ("sparse_bsr", {"blocksize": (4, 4)})
     scattered = weight * pattern_mask(weight, "unstructured", 0.9)
     assert choose_layout(scattered, (4, 4), 0.5)[0] == "sparse_csr"
+    assert choose_layout(weight * pattern_mask(weight, "unstructured", 0.6), (4, 4), 0.5) is None  # below break-even
 
 
 def test_bad_options_are_clear_errors():
