@@ -73,6 +73,69 @@ static void kiln_csr_row(int64_t begin, int64_t end, const int32_t* restrict col
 #undef KILN_CSR
 }
 
+/* SELL-8 (sliced ELLPACK), the CSR weight's form for one activation row: rows in slices of 8 whose entries are
+ * interleaved, entry j of the slice's 8 rows side by side, each row padded with zeros to the slice's longest. A
+ * slice's 8 dot products then share one accumulator vector, lane per row: no horizontal sums, no per-row loop
+ * overhead (a CSR row of the 768 -> 3072 FFN at 90% holds 77 entries, and those cost as much as the products).
+ * Layout: int64 slice starts [slices + 1] (in entries), float values [entries][8], int32 columns [entries][8]. */
+static int64_t kiln_sell_entries(int64_t N, const int32_t* crow)
+{
+    int64_t entries = 0;
+    for (int64_t s = 0; s < (N + 7) / 8; ++s) {
+        int64_t longest = 0;
+        for (int64_t r = 8 * s; r < 8 * s + 8 && r < N; ++r)
+            longest = crow[r + 1] - crow[r] > longest ? crow[r + 1] - crow[r] : longest;
+        entries += longest;
+    }
+    return entries;
+}
+
+static size_t kiln_sell_bytes(int64_t N, const int32_t* crow)
+{
+    const size_t starts = ((size_t)((N + 7) / 8 + 1) * 8 + 63) / 64 * 64;
+    return starts + (size_t)kiln_sell_entries(N, crow) * 8 * (sizeof(float) + sizeof(int32_t)) + 64;
+}
+
+static void kiln_sell_pack(int64_t N, const int32_t* crow, const int32_t* col, const float* val, char* dst)
+{
+    const int64_t slices = (N + 7) / 8;
+    int64_t* starts = (int64_t*)dst;
+    starts[0] = 0;
+    for (int64_t s = 0; s < slices; ++s) {
+        int64_t longest = 0;
+        for (int64_t r = 8 * s; r < 8 * s + 8 && r < N; ++r)
+            longest = crow[r + 1] - crow[r] > longest ? crow[r + 1] - crow[r] : longest;
+        starts[s + 1] = starts[s] + longest;
+    }
+    float* values = (float*)(dst + ((size_t)(slices + 1) * 8 + 63) / 64 * 64);
+    int32_t* columns = (int32_t*)(values + starts[slices] * 8);
+    for (int64_t s = 0; s < slices; ++s)
+        for (int64_t j = 0; j < starts[s + 1] - starts[s]; ++j)
+            for (int lane = 0; lane < 8; ++lane) {
+                const int64_t r = 8 * s + lane, at = (starts[s] + j) * 8 + lane;
+                const int stored = r < N && j < crow[r + 1] - crow[r];
+                values[at] = stored ? val[crow[r] + j] : 0.0f;
+                columns[at] = stored ? col[crow[r] + j] : 0;
+            }
+}
+
+/* tile[lane * KILN_SMB] = the dot product of row 8 * slice + lane with x, for the 8 rows of one SELL slice */
+static void kiln_sell_slice(const char* sell, int64_t N, int64_t slice, const float* restrict x, float* restrict tile)
+{
+    const int64_t slices = (N + 7) / 8;
+    const int64_t* starts = (const int64_t*)sell;
+    const float* values = (const float*)(sell + ((size_t)(slices + 1) * 8 + 63) / 64 * 64);
+    const int32_t* columns = (const int32_t*)(values + starts[slices] * 8);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = starts[slice]; j < starts[slice + 1]; ++j) {
+        const float* v = values + j * 8;
+        const int32_t* c = columns + j * 8;
+        _Pragma("omp simd")
+        for (int lane = 0; lane < 8; ++lane) acc[lane] += v[lane] * x[c[lane]];
+    }
+    for (int lane = 0; lane < 8; ++lane) tile[lane * KILN_SMB] = acc[lane];
+}
+
 /* tile[r * KILN_SMB + m] for the R rows of one BSR block row: blocks [begin, end) of R x C values (row-major). */
 static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bcol, const float* restrict val,
                          int R, int C, const float* restrict xT, int64_t ldx, int mb, float* restrict tile)

@@ -350,7 +350,7 @@ def _attention(kernel: Kernel, state: RenderState) -> list[str]:
         "float* values = keys + key_panels * D * KILN_NR;",
         "float* scores = values + value_panels * L * KILN_NR;",
         "int64_t packed_batch = -1;  /* the batch entry whose K and V are in `keys` and `values` */",
-        _shared_units(2, "units * chunks"),
+        "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t bi = 0; bi < BATCH; ++bi)",
         "for (int64_t block = 0; block < row_blocks; ++block)", "{",
         "    if (packed_batch != bi)", "    {",
@@ -590,7 +590,7 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "float* floats = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride + "
         f"{dim_expr(_wpanel_bytes(kernel))});  /* after a panel packed per call */",
         f"const float* x = {_view_start(rows)};",
-        _shared_units(2, "units * chunks"),
+        "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
         "for (int64_t j = 0; j < panels; ++j)", "{",
         *[f"    {line}" for line in panel],
@@ -1701,6 +1701,12 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         crow = parts["crow_indices"]
         compute = [f"for (int r = 0; r < width; ++r) kiln_csr_row({crow}[n0 + r], {crow}[n0 + r + 1], "
                    f"{parts['col_indices']}, {parts['values']}, xT + m0, ldx, mb, tile + r * KILN_SMB);"]
+        if _uses_sell(kernel):
+            sell = f"(const char*)ctx->packed[{state.packed[kernel]}] + {offsets[None]}"
+            compute = ["if (M == 1)",
+                       f"    for (int s = 0; s < (width + 7) / 8; ++s) kiln_sell_slice({sell}, N, n0 / 8 + s, xT, "
+                       "tile + 8 * s * KILN_SMB);",
+                       f"else {compute[0]}"]
     else:
         crow = parts["crow_indices"]
         compute = [f"kiln_bsr_row({crow}[unit], {crow}[unit + 1], {parts['col_indices']}, {parts['values']}, "
@@ -1973,6 +1979,12 @@ def _sparse_offsets(kernel: Kernel) -> dict[str | None, int]:
     return offsets
 
 
+def _uses_sell(kernel: Kernel) -> bool:
+    """A CSR layer that may see one activation row also keeps its weight as SELL-8 (kiln_sparse.h)."""
+    rows = sympy.sympify(kernel.detail["m"])
+    return kernel.detail["layout"] == "sparse_csr" and not (rows.is_Integer and int(rows) > 1)
+
+
 def _prepacked(schedule: Schedule) -> dict:
     """Static weights packed once, when the model is created: float32 GEMMs' B operands (into panels) and float32
     convolutions' weights (into row blocks)."""
@@ -2028,11 +2040,26 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
     lines = []
     for kernel, slot in packed.items():
         if kernel.kind == "sparse_linear":
-            offsets = _sparse_offsets(kernel)
-            lines += [f"    /* {kernel.name}: sparse weight components */", *_allocate(slot, f"{offsets[None]}")]
-            for name, buf in kernel.detail["components"].items():
+            offsets, components = _sparse_offsets(kernel), kernel.detail["components"]
+            size = f"{offsets[None]}"
+            if _uses_sell(kernel):  # CSR's form for one activation row, after the components
+                crow = f"(const int32_t*)((char*)m->packed[{slot}] + {offsets['crow_indices']})"
+                size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail['n'])}, sell_crow)"
+                lines += ["    {", f"    int32_t* sell_crow = (int32_t*)malloc({(int(kernel.detail['n']) + 1) * 4});",
+                          "    if (!sell_crow) { kiln_destroy(m); return NULL; }",
+                          f"    for (int64_t i = 0; i <= {int(kernel.detail['n'])}; ++i) sell_crow[i] = (int32_t)"
+                          f"(({c_type(components['crow_indices'].dtype)}*)(m->weights + "
+                          f"{weight_offsets[components['crow_indices'].weight_key]}))[i];"]
+            lines += [f"    /* {kernel.name}: sparse weight components */", *_allocate(slot, size)]
+            for name, buf in components.items():
                 lines.append(f"    memcpy((char*)m->packed[{slot}] + {offsets[name]}, m->weights + "
                              f"{weight_offsets[buf.weight_key]}, {int(buf.numel) * buf.dtype.itemsize});")
+            if _uses_sell(kernel):
+                parts = {name: f"(const {c_type(buf.dtype)}*)((char*)m->packed[{slot}] + {offsets[name]})"
+                         for name, buf in components.items()}
+                lines += [f"    kiln_sell_pack({int(kernel.detail['n'])}, {crow}, {parts['col_indices']}, "
+                          f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});",
+                          "    free(sell_crow);", "    }"]
             continue
         if kernel.kind == "wlinear":
             detail = kernel.detail

@@ -18,7 +18,7 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.errors import OpArgumentError, UnsupportedError
 from kiln.ir.meta import canonical_dims, dtype_of, require_arg, shape_of
-from kiln.ir.registry import OpDef, defop, lookup
+from kiln.ir.registry import REGISTRY, OpDef, defop, lookup
 from kiln.ir.symbolic import sym_eq
 from kiln.ir.sparse import (
     COMPRESSED_KINDS, STRIDED_LAYOUT, Layout, SparseArray, coalesce, convert, from_dense,
@@ -189,7 +189,7 @@ def _attach(name: str, rule: SparseRule) -> None:
 def _attach_rules() -> None:
     keep_layout = SparseRule(_same_layout, mode="values")
     for name in ZERO_PRESERVING_UNARY:
-        for opdef in [d for key, d in _registry().items() if key.startswith(f"aten.{name}.") and
+        for opdef in [d for key, d in REGISTRY.items() if key.startswith(f"aten.{name}.") and
                       len([a for a in d.schema.arguments if a.type.is_tensor]) == 1 and
                       not key.endswith((".out", "_"))]:
             opdef.sparse = keep_layout
@@ -204,21 +204,16 @@ def _attach_rules() -> None:
     _attach("aten.mul.Tensor", SparseRule(_elementwise_layout("aten.mul.Tensor", True), stored=_intersection))
 
 
-def _registry() -> dict[str, OpDef]:
-    from kiln.ir.registry import REGISTRY
-    return REGISTRY
-
-
 # ---------------------------------------------------------------------------------------------
 # Conversions
 
 
 def _converted_type(self: Any, layout: Layout, dtype: Any = None) -> TensorType:
     shape = shape_of(self)
-    layout.blocksize and require_arg(
-        all(not isinstance(d, int) or d % b == 0 for d, b in zip(shape, layout.blocksize)), "to_sparse",
-        f"tensor sparse size ({shape[0]},{shape[1]}) must be divisible by given blocksize "
-        f"({layout.blocksize[0]},{layout.blocksize[1]})")
+    if layout.blocksize is not None:
+        require_arg(all(not isinstance(d, int) or d % b == 0 for d, b in zip(shape, layout.blocksize)), "to_sparse",
+                    f"tensor sparse size ({shape[0]},{shape[1]}) must be divisible by given blocksize "
+                    f"({layout.blocksize[0]},{layout.blocksize[1]})")
     return TensorType.of(shape, dtype_of(self) if dtype is None else dtypes.dtype(dtype), layout)
 
 
