@@ -6,8 +6,9 @@
     kiln sparsify kiln.models:mlp --sparsity 0.9 -o mlp_pruned.pt2               # pruned dense weights only
 
 It runs `prune{...},sparsify{...}` (kiln/passes/sparsity.py) on MODEL and prints one line per pruned weight: its
-name, shape, achieved sparsity and the layout it is stored in. A .pt2 cannot hold sparse weights yet, so `-o X.pt2`
-writes the program after `prune` only (dense weights holding the zeros); `kiln compile X.pt2` does not sparsify it.
+name, shape, achieved sparsity and the layout it is stored in. torch cannot load sparse tensors from a .pt2, so
+`-o X.pt2` writes the program after `prune` only (dense weights holding the zeros), which torch loads; `kiln compile
+X.pt2` does not sparsify it.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def register(commands: Any) -> None:
                     "  PKG       a folder, or a name without extension: a C package whose linear layers run CSR,\n"
                     "            BSR or 2:4 kernels\n"
                     "  OUT.onnx  ONNX: sparse weights are written densified\n"
-                    "  OUT.pt2   the PRUNED program only (dense weights holding the zeros): .pt2 cannot hold\n"
-                    "            sparse weights yet, so sparsify is not run\n\n"
+                    "  OUT.pt2   the PRUNED program only (dense weights holding the zeros), which torch loads:\n"
+                    "            torch cannot load sparse tensors from a .pt2, so sparsify is not run\n\n"
                     "Patterns:\n"
                     "  unstructured     zero the smallest weights of each layer (--scope global: across all)\n"
                     "  block            zero whole --block R,C blocks (for the BSR layout)\n"

@@ -19,6 +19,13 @@ SCALAR_TYPE_CODES = {
 }
 DTYPE_BY_CODE = {code: name for name, code in SCALAR_TYPE_CODES.items()}
 LAYOUT_STRIDED = 7
+# torch's Layout enum (schema.py); kiln's 2:4 layout has none, so it is written as Unknown
+LAYOUT_CODES = {"sparse_coo": 1, "sparse_csr": 2, "sparse_csc": 3, "sparse_bsr": 4, "sparse_bsc": 5,
+                "semi_structured": 0, "strided": LAYOUT_STRIDED}
+# kiln's description of sparse tensors, which torch's TensorMeta cannot hold (block size, index dtype, 2:4 format):
+# {"inputs": {graph input name: layout text}, "weights": {fqn: {"layout", "shape", "components"}}}; each component is
+# stored as the weight `fqn.component`.
+KILN_SPARSE_MEMBER = "kiln_sparse.json"
 MEMORY_FORMAT_CODES = {"contiguous_format": 1, "channels_last": 2, "channels_last_3d": 3, "preserve_format": 4}
 
 

@@ -12,7 +12,8 @@ from kiln.ir.program import ExportedProgram, InputKind
 from kiln.ir.serde import archive
 from kiln.ir.serde.archive import ArchiveWriter, FileLike, Limits
 from kiln.ir.serde.errors import SerdeError
-from kiln.ir.serde.writer import array_meta, program_to_json, tensor_bytes
+from kiln.ir.serde import formats
+from kiln.ir.serde.writer import array_meta, program_to_json, sparse_input_layouts, tensor_bytes
 
 MODEL_NAME = "model"
 
@@ -44,6 +45,21 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
         if spec.target not in store:
             raise SerdeError(f"{spec.kind.value.lower()} {spec.target!r} is missing from the program's weights")
         (weights if in_state_dict else constants)[spec.target] = (store[spec.target], spec.kind is InputKind.PARAMETER)
+    sparse: dict[str, Any] = {"inputs": sparse_input_layouts(ep), "weights": {}}
+    for table in (weights, constants):
+        for fqn, (value, is_param) in list(table.items()):
+            components = getattr(value, "components", None)
+            if components is None:
+                continue
+            del table[fqn]  # torch stores no sparse tensors in a .pt2: each component is a dense weight
+            for component, array in components.items():
+                table[f"{fqn}.{component}"] = (array, is_param)
+            sparse["weights"][fqn] = {"layout": value.layout.text(), "shape": list(value.shape),
+                                      "components": list(components)}
+    if sparse["inputs"] or sparse["weights"]:
+        warnings.warn("kiln.save: the program has sparse tensors, which torch 2.13 cannot load from a .pt2 (its "
+                      "serializer has no sparse encoding); kiln.load reads this file", stacklevel=2)
+        writer.add(archive.EXTRA_DIR + formats.KILN_SPARSE_MEMBER, json.dumps(sparse))
     for table, directory, prefix, config_format in (
             (weights, archive.WEIGHTS_DIR, archive.WEIGHT_FILENAME_PREFIX, archive.WEIGHTS_CONFIG_FILENAME_FORMAT),
             (constants, archive.CONSTANTS_DIR, archive.TENSOR_CONSTANT_FILENAME_PREFIX,

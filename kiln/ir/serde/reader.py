@@ -29,6 +29,7 @@ from kiln.ir.serde.errors import SerdeError, UnsafeArchiveError
 from kiln.ir.serde.safe_json import load_json
 from kiln.ir.serde.symexpr import parse_srepr
 from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
+from kiln.ir.sparse import parse_layout
 from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
 from kiln.ir.types import SymIntType, TensorType
 
@@ -84,6 +85,7 @@ class _ProgramReader:
                 self.rename = {str(k): str(v) for k, v in loaded.items() if str(v).isidentifier()}
         self.shape_env = ShapeEnv()
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        self.sparse_inputs: dict[str, Any] = {}  # graph input name -> kiln layout text (formats.KILN_SPARSE_MEMBER)
         self.unbacked_ranges: dict[str, ValueRange] = {}  # torch's unbacked symbol name -> its range
         self.sym_values: dict[Any, SSAValue] = {}  # a SymInt expression -> the op result that computes it
         for name, bounds in (document.get("range_constraints") or {}).items():
@@ -125,12 +127,24 @@ class _ProgramReader:
             return expr
         raise SerdeError(f"malformed program: {what} is a {kind}, not a SymInt")
 
-    def tensor_type(self, meta: Any, what: str) -> TensorType:
+    def tensor_type(self, meta: Any, what: str, name: str | None = None) -> TensorType:
         dtype = formats.dtype_of_code(_field(meta, "dtype", int, what))
         sizes = [self.dim(d, f"a size of {what}") for d in _field(meta, "sizes", list, what)]
-        if meta.get("layout", formats.LAYOUT_STRIDED) != formats.LAYOUT_STRIDED:
-            raise SerdeError(f"{what} has a non-strided layout, which kiln does not read yet")
-        return TensorType.of(sizes, dtype)
+        code = meta.get("layout", formats.LAYOUT_STRIDED)
+        if code == formats.LAYOUT_STRIDED:
+            return TensorType.of(sizes, dtype)
+        text = self.sparse_inputs.get(name) if name is not None else None
+        if not isinstance(text, str):
+            raise SerdeError(f"{what} has a non-strided layout (torch code {code!r}) that the file does not describe",
+                             fix="kiln reads sparse inputs it wrote itself (their layouts are in "
+                                 f"extra/{formats.KILN_SPARSE_MEMBER})")
+        try:
+            layout = parse_layout(text)
+        except KilnError as error:
+            raise SerdeError(f"{what}: malformed sparse layout {text!r}: {error.cause}") from None
+        if formats.LAYOUT_CODES.get(layout.kind) != code:
+            raise SerdeError(f"{what}: the file's layout {text!r} disagrees with torch's layout code {code!r}")
+        return TensorType.of(sizes, dtype, layout)
 
     # -- graphs
     def read_graph(self, graph: dict[str, Any], builder: GraphBuilder, env: dict[str, Any],
@@ -629,10 +643,13 @@ def check_schema_version(document: Any) -> None:
 
 
 def program_from_document(document: Any, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
-                          pickled: set[str] = frozenset()) -> ExportedProgram:  # type: ignore[assignment]
-    """Build a kiln program from a `models/<name>.json` document and its weights."""
+                          pickled: set[str] = frozenset(),  # type: ignore[assignment]
+                          sparse_inputs: dict[str, Any] | None = None) -> ExportedProgram:
+    """Build a kiln program from a `models/<name>.json` document and its weights (`sparse_inputs`: the layouts of
+    sparse-typed inputs, from kiln's sparse member)."""
     check_schema_version(document)
     reader = _ProgramReader(document)
+    reader.sparse_inputs = dict(sparse_inputs or {})
     module = document["graph_module"]
     graph = _field(module, "graph", dict, "the program")
     signature = _field(module, "signature", dict, "the program")
@@ -666,7 +683,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
         if target in pickled:
             raise UnsafeArchiveError(f"the program needs {target!r}, which the file stores as a pickle; kiln never "
                                      "unpickles", fix="save it with torch 2.13's default (raw tensor bytes)")
-        value_type = reader.tensor_type(tensor_values[name], f"input {name!r}")
+        value_type = reader.tensor_type(tensor_values[name], f"input {name!r}", name)
         persistent = spec.get("persistent") if kind == "buffer" else None
         env[name] = builder.add_input(name, value_type, _INPUT_KINDS[kind], target, persistent)
     mutated: dict[SSAValue, SSAValue] = {}
@@ -855,7 +872,15 @@ def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Lim
                                            archive.WEIGHTS_DIR, limits)
         constants, pickled_constants = read_tensors(
             reader, archive.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model_name), archive.CONSTANTS_DIR, limits)
-        program = program_from_document(document, state_dict, constants, pickled | pickled_constants)
+        sparse: Any = {}
+        if reader.has(archive.EXTRA_DIR + formats.KILN_SPARSE_MEMBER):
+            sparse = load_json(reader.read(archive.EXTRA_DIR + formats.KILN_SPARSE_MEMBER, limits.max_json_bytes),
+                               formats.KILN_SPARSE_MEMBER)
+            if not isinstance(sparse, dict):
+                raise SerdeError(f"malformed {formats.KILN_SPARSE_MEMBER}: not an object")
+            assemble_sparse_weights(_field(sparse, "weights", dict, formats.KILN_SPARSE_MEMBER), state_dict, constants)
+        program = program_from_document(document, state_dict, constants, pickled | pickled_constants,
+                                        sparse.get("inputs") if isinstance(sparse.get("inputs"), dict) else {})
         # Reaching here means the program needed none of them (a needed pickle is refused above): a note, no warning.
         program.metadata["skipped"] = skipped_entries(reader)
         if extra_files is not None:
@@ -866,6 +891,43 @@ def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Lim
         return program
     finally:
         reader.close()
+
+
+def assemble_sparse_weights(described: dict[str, Any], state_dict: dict[str, Any], constants: dict[str, Any]) -> None:
+    """Rebuild the sparse weights kiln wrote as their components (`fqn.component` weights), checking torch's
+    invariants on them: a hostile file gets a SerdeError, never an out-of-bounds index in a kernel."""
+    for fqn, entry in described.items():
+        what = f"sparse weight {fqn!r}"
+        layout_text = _field(entry, "layout", str, what)
+        names = _field(entry, "components", list, what)
+        shape = _field(entry, "shape", list, what)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise SerdeError(f"{what} has a malformed shape {shape!r}")
+        store = next((s for s in (state_dict, constants) if all(f"{fqn}.{n}" in s for n in names)), None)
+        if store is None or not all(isinstance(n, str) for n in names):
+            raise SerdeError(f"{what}: the file lacks its components {names!r}")
+        parts = {n: store.pop(f"{fqn}.{n}") for n in names}
+        try:
+            layout = parse_layout(layout_text)
+            value = _sparse_value(layout, shape, parts)
+        except (KilnError, KeyError, ValueError, IndexError) as error:
+            cause = error.cause if isinstance(error, KilnError) else f"{type(error).__name__}: {error}"
+            raise SerdeError(f"{what} is malformed: {cause}") from None
+        if value.layout.kind != layout.kind or value.layout.blocksize != layout.blocksize:
+            raise SerdeError(f"{what}: its components make a {value.layout} tensor, the file says {layout}")
+        store[fqn] = value
+
+
+def _sparse_value(layout: Any, shape: list[int], parts: dict[str, np.ndarray]) -> Any:
+    from kiln.ir import sparse
+    if layout.kind == "sparse_coo":
+        return sparse.coo(parts["indices"], parts["values"], shape, is_coalesced=layout.coalesced,
+                          check_invariants=True)
+    if layout.kind == "semi_structured":
+        return sparse.semi_structured(parts["values"], parts["metadata"], shape)
+    compressed, plain = [n for n in parts if n != "values"]
+    return sparse.compressed(layout.kind, parts[compressed], parts[plain], parts["values"], shape,
+                             check_invariants=True)
 
 
 def load_json_document(data: bytes) -> Any:

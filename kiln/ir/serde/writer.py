@@ -110,10 +110,16 @@ def _contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
 
 
 def tensor_meta(value_type: TensorType, symbols: _Symbols, requires_grad: bool = False) -> dict[str, Any]:
-    if value_type.layout.is_sparse:
-        raise SerdeError(f"a {value_type.layout.kind} tensor has no .pt2 encoding in kiln yet",
-                         fix="save the program before `sparsify` (pruned weights are dense), or use kiln.onnx / "
-                             "kiln.compile")
+    if value_type.layout.is_sparse:  # its sizes; the layout's details are in kiln's sparse member (formats)
+        return {
+            "dtype": formats.scalar_type_code(value_type.dtype),
+            "sizes": [symbols.sym_int(d) for d in value_type.shape],
+            "requires_grad": requires_grad,
+            "device": {"type": "cpu", "index": None},
+            "strides": [],
+            "storage_offset": {"as_int": 0},
+            "layout": formats.LAYOUT_CODES[value_type.layout.kind],
+        }
     return {
         "dtype": formats.scalar_type_code(value_type.dtype),
         "sizes": [symbols.sym_int(d) for d in value_type.shape],
@@ -475,6 +481,13 @@ def _output_spec(spec: Any, name: str, value_type: Any = None) -> dict[str, Any]
     if kind is OutputKind.GRADIENT_TO_USER_INPUT:
         return {"gradient_to_user_input": {"arg": {"name": name}, "user_input_name": spec.target}}
     raise SerdeError(f"{kind.value} outputs have no kiln .pt2 encoding yet")
+
+
+def sparse_input_layouts(program: ExportedProgram) -> dict[str, str]:
+    """The layouts of the program's sparse-typed inputs (weights and user inputs), by graph input name."""
+    names = _torch_names(program.body)
+    return {names[arg]: arg.type.layout.text() for arg in program.body.args
+            if isinstance(arg.type, TensorType) and arg.type.is_sparse}
 
 
 def program_to_json(program: ExportedProgram) -> dict[str, Any]:
