@@ -211,17 +211,24 @@ typedef int32_t kiln_i8 __attribute__((vector_size(32)));
 static const kiln_i8 KILN_24_EXPAND[256] __attribute__((aligned(32))) = {
     KILN_24_64(0), KILN_24_64(64), KILN_24_64(128), KILN_24_64(192)};
 
-/* tile += groups [g0, g1) of one 2:4 row, for nv vectors of activation rows */
+/* tile += groups [g0, g1) of one 2:4 row (both even), for nv vectors of activation rows */
 static inline void kiln_24_groups(int64_t g0, int64_t g1, const float* restrict val, const uint8_t* restrict meta,
                                   const float* restrict xT, int64_t ldx, int nv, float* restrict tile)
 {
     kiln_v8 a0 = kiln_v8_load(tile), a1 = kiln_v8_load(tile + 8), a2 = kiln_v8_load(tile + 16),
             a3 = kiln_v8_load(tile + 24);
+    /* the row's next block: the unit's rows stream from as many places, more than the prefetchers follow (the
+     * value loads stalled half the loop at batch 32) */
+    for (int64_t line = 0; line < 2 * (g1 - g0); line += 16) __builtin_prefetch(val + 2 * g1 + line);
+    __builtin_prefetch(meta + g1 / 2);
 #define KILN_24(N) do { \
-        for (int64_t g = g0; g < g1; ++g) { \
-            const int nibble = (meta[g >> 1] >> ((g & 1) * 4)) & 0xF; \
-            KILN_AXPY(N, val[2 * g], xT + (4 * g + (nibble & 3)) * ldx); \
-            KILN_AXPY(N, val[2 * g + 1], xT + (4 * g + (nibble >> 2)) * ldx); \
+        for (int64_t b = g0 / 2; b < g1 / 2; ++b) {  /* a byte: two groups, four values */ \
+            const int byte = meta[b]; \
+            const float* x = xT + 8 * b * ldx; \
+            KILN_AXPY(N, val[4 * b], x + (byte & 3) * ldx); \
+            KILN_AXPY(N, val[4 * b + 1], x + ((byte >> 2) & 3) * ldx); \
+            KILN_AXPY(N, val[4 * b + 2], x + (4 + ((byte >> 4) & 3)) * ldx); \
+            KILN_AXPY(N, val[4 * b + 3], x + (4 + (byte >> 6)) * ldx); \
         } \
         KILN_STORE(N, tile); \
     } while (0)
