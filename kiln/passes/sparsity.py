@@ -212,7 +212,7 @@ SPARSE_LAYOUTS = ("auto", "csr", "bsr", "semi_structured")
 # The C kernels' break-even against dense, measured on the 1024 -> 4096 -> 1024 MLP (benchmarks/sparse.py; AMD EPYC
 # Zen 3, AVX2, 2 threads, batch 1, 8 and 32): CSR pays from about 75% zeros (70%: 1.6x at batch 1 but 0.86x at 8;
 # 80%: 1.2-2.2x), BSR 16x16 from about 55% zero blocks (50%: 1.4x at batch 1 and 8, 0.99x at 32), and 2:4 only for
-# one activation row, where reading the weights bounds the layer (1.4x at batch 1; 0.3-0.6x at batch 2-32).
+# one activation row, where reading the weights bounds the layer (1.4-1.7x at batch 1; 0.8-1.1x at batch 2-64).
 CSR_BREAK_EVEN = 0.75
 BSR_BREAK_EVEN = 0.55
 
