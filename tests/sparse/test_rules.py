@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import kiln
+from kiln.ir import dtypes
 from kiln.ir import sparse as layouts
 from kiln.ir.registry import REGISTRY, OpOverload
 from kiln.ir.sparse import SparseArray
@@ -64,7 +66,6 @@ def argument_sets(name: str, rng: np.random.Generator):
 
 
 def kiln_dtype(name: str):
-    from kiln.ir import dtypes
     return dtypes.dtype(name)
 
 
@@ -96,5 +97,3 @@ def test_sparse_rule_against_torch(name):
         np.testing.assert_allclose(dense_of(actual), dense_result, rtol=1.3e-6, atol=1e-5, err_msg=where)
     assert checked_against_torch, f"{name}: no layout combination was compared with torch"
 
-
-import kiln  # noqa: E402
