@@ -142,9 +142,9 @@ def layer_summary(pruned: Any, final: Any) -> list[tuple[str, list[int], float, 
     """(weight name, shape, fraction of zeros, layout) of every weight `prune` acted on, in program order;
     `final` is `pruned` after `sparsify` (or `pruned` itself), whose weight types give the layouts."""
     from kiln.passes.base import input_spec
-    from kiln.passes.sparsity import _prunable_weights
+    from kiln.passes.sparsity import prunable_weights
     rows, seen = [], set()
-    for (_, weight), (_, stored) in zip(_prunable_weights(pruned), _prunable_weights(final), strict=True):
+    for weight, stored in zip(prunable_weights(pruned), prunable_weights(final), strict=True):
         spec = input_spec(pruned, weight)
         target = spec.target if spec is not None else None
         value = pruned.state_dict.get(target, pruned.constants.get(target)) if target else None

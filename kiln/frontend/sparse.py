@@ -84,7 +84,7 @@ def sparse_coo_tensor(indices: Any, values: Any, size: Sequence[int] | None = No
 
 
 def _compressed_constructor(kind: str) -> Callable[..., Tensor]:
-    compressed_name, plain_name = layouts._COMPONENTS[kind][:2]
+    compressed_name, plain_name = layouts.COMPONENTS[kind][:2]
 
     def construct(compressed_indices: Any, plain_indices: Any, values: Any, size: Sequence[int] | None = None, *,
                   dtype: Any = None, device: Any = None, requires_grad: bool = False,

@@ -18,7 +18,7 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.errors import KilnError, OpArgumentError, UnknownOpError, VerificationError
 from kiln.ir.schema import FunctionSchema, parse_schema
-from kiln.ir.sparse import Layout, SparseArray
+from kiln.ir.sparse import Layout, SparseArray, layout_of
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
 MetaRule = Callable[..., Any]
@@ -297,12 +297,9 @@ def sparse_layouts(arguments: list[Any]) -> list[Layout]:
     """The sparse layouts among tensor arguments (arrays or types), in order."""
     found = []
     for value in arguments:
-        layout = getattr(value, "layout", None)
-        if layout is None and hasattr(value, "type"):  # an IR value
-            layout = getattr(value.type, "layout", None)
         if isinstance(value, list):
             found += sparse_layouts(value)
-        elif isinstance(layout, Layout) and layout.is_sparse:
+        elif (layout := layout_of(value)).is_sparse:
             found.append(layout)
     return found
 

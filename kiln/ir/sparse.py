@@ -127,6 +127,14 @@ def _split_options(text: str) -> list[str]:
     return [*parts, current] if current.strip() else parts
 
 
+def layout_of(value: Any) -> Layout:
+    """A value's layout: a SparseArray's or a TensorType's (an IR value through its type); dense arrays are strided."""
+    layout = getattr(value, "layout", None)
+    if layout is None and hasattr(value, "type"):
+        layout = getattr(value.type, "layout", None)
+    return layout if isinstance(layout, Layout) else STRIDED_LAYOUT
+
+
 def as_layout(layout: "Layout | str | None") -> Layout:
     if layout is None:
         return STRIDED_LAYOUT
@@ -138,7 +146,7 @@ def as_layout(layout: "Layout | str | None") -> Layout:
 # ---------------------------------------------------------------------------------------------
 # Sparse values
 
-_COMPONENTS = {
+COMPONENTS = {  # each layout's component arrays, in torch's accessor names and order
     "sparse_coo": ("indices", "values"),
     "sparse_csr": ("crow_indices", "col_indices", "values"),
     "sparse_bsr": ("crow_indices", "col_indices", "values"),
@@ -208,7 +216,7 @@ class SparseArray:
             positions = _unpack_metadata(self.components["metadata"], self.shape[-1])
             dense.reshape(rows, -1)[np.arange(rows)[:, None], positions] = values
             return dense
-        compressed, plain = (self.components[name] for name in _COMPONENTS[kind][:2])
+        compressed, plain = (self.components[name] for name in COMPONENTS[kind][:2])
         counts = np.diff(compressed.astype(np.intp))
         major = np.repeat(np.arange(counts.size), counts)
         minor = plain.astype(np.intp)
@@ -283,7 +291,7 @@ def compressed(kind: str, compressed_indices: Any, plain_indices: Any, values: A
     if kind not in COMPRESSED_KINDS:
         raise OpArgumentError(f"{kind} is not a compressed sparse layout", fix="one of " + ", ".join(COMPRESSED_KINDS))
     compressed_indices, plain_indices, values = (np.asarray(a) for a in (compressed_indices, plain_indices, values))
-    compressed_name, plain_name = _COMPONENTS[kind][:2]
+    compressed_name, plain_name = COMPONENTS[kind][:2]
     rows_compressed = kind in ("sparse_csr", "sparse_bsr")
     blocked = kind in ("sparse_bsr", "sparse_bsc")
     if compressed_indices.ndim != plain_indices.ndim:

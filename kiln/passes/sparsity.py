@@ -13,7 +13,7 @@ import math
 from typing import Any, Iterator
 
 import numpy as np
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, InputKind
@@ -128,11 +128,12 @@ def global_magnitude_masks(weights: list[np.ndarray], sparsity: float) -> list[n
 # The passes
 
 
-def _prunable_weights(program: ExportedProgram) -> Iterator[tuple[Operation, SSAValue]]:
+def prunable_weights(program: ExportedProgram) -> Iterator[SSAValue]:
+    """The weight operands of the program's linear and convolution ops."""
     for op in program.graph.body.walk():
         opdef = getattr(op, "opdef", None)
         if opdef is not None and opdef.name in PRUNABLE and len(op.operands) > 1:
-            yield op, op.operands[1]
+            yield op.operands[1]
 
 
 @register_pass
@@ -164,7 +165,7 @@ class Prune(Pass):
 
     def apply_program(self, program: ExportedProgram) -> ExportedProgram:
         targets: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
-        for _, weight in _prunable_weights(program):
+        for weight in prunable_weights(program):
             spec = input_spec(program, weight)
             if spec is None or spec.kind not in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR, InputKind.BUFFER):
                 continue

@@ -21,15 +21,9 @@ from kiln.ir.program import GraphBuilder, InputKind
 from kiln.ir.types import TensorType
 from kiln.passes import run
 from kiln.testing import assert_close
+from tests.runtime.support import use_capability
 
 quantized = kiln.ops.quantized_decomposed
-
-
-def _capability(capability: str, monkeypatch) -> None:
-    from kiln.codegen.c import supported_capabilities
-    if capability not in supported_capabilities():
-        pytest.skip(f"this CPU does not run {capability}")
-    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
 
 
 # Activations: uint8, int8, and reduce_range's 7-bit uint8 (0..127), which AVX2 multiplies with vpmaddubsw.
@@ -177,7 +171,7 @@ def _conv_program(rng: np.random.Generator, dyadic: bool):
 @pytest.mark.parametrize("layers", ["linear", "conv2d"])
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_integer_math_is_exact(capability, layers, monkeypatch, tmp_path):
-    _capability(capability, monkeypatch)
+    use_capability(capability, monkeypatch)
     build, op = (_program, "qlinear_pointwise") if layers == "linear" else (_conv_program, "qconv2d_pointwise")
     program, inputs, params = build(np.random.default_rng(0), dyadic=True)
     assert run(program, "lower-quantized").op_histogram()[f"quant.{op}.default"] == len(params)
@@ -226,7 +220,7 @@ def test_kernels_build_at_every_capability(capability, tmp_path):
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
-    _capability(capability, monkeypatch)
+    use_capability(capability, monkeypatch)
     program, inputs, params = _program(np.random.default_rng(1), dyadic=False)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
     for x, got, expected, (x_scale, zero_point, weight, weight_scales, bias, post_op, out_dtype, dynamic,
@@ -252,7 +246,7 @@ def test_requantized_within_one_step(capability, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_convolution_requantized_within_one_step(capability, monkeypatch, tmp_path):
-    _capability(capability, monkeypatch)
+    use_capability(capability, monkeypatch)
     program, inputs, params = _conv_program(np.random.default_rng(4), dyadic=False)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
     feeds = iter(inputs)
@@ -300,7 +294,7 @@ def test_weight_only_layers_match_the_reference(capability, rows, monkeypatch, t
     the kernel converts the weights in registers and sums each group's products before scaling them (the reference
     scales every weight first), with many it dequantizes panels as the reference does and runs the float32 GEMM;
     outputs within float32 tolerance of the reference."""
-    _capability(capability, monkeypatch)
+    use_capability(capability, monkeypatch)
     nn = kiln.nn
     kiln.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 37)).eval()

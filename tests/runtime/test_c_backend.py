@@ -18,6 +18,7 @@ from kiln.ir.registry import REGISTRY
 from kiln.runtime import compile as compile_c
 from tests.ir.samples import SAMPLES
 from tests.ir.test_ops import _trace_sample
+from tests.runtime.support import use_capability
 
 import kiln.codegen.c  # noqa: F401  (registers LOWERINGS["c"])
 
@@ -348,10 +349,7 @@ def test_cpu_capability_is_detected_and_validated(monkeypatch):
 @pytest.mark.parametrize("capability", ["DEFAULT", "AVX2", "AVX512"])
 def test_every_capability_builds_and_matches(capability, monkeypatch, tmp_path):
     """The portable kernels (DEFAULT, AVX2) and the AVX-512 intrinsics give the interpreter's values."""
-    from kiln.codegen.c import supported_capabilities
-    if capability not in supported_capabilities():
-        pytest.skip(f"this CPU does not run {capability}")
-    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
+    use_capability(capability, monkeypatch)
     for name in ("mlp", "cnn"):
         entry = kiln.models.get(name)
         program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)

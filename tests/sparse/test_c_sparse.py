@@ -10,6 +10,7 @@ import pytest
 import kiln
 from kiln.codegen.c.build import CAPABILITIES
 from kiln.testing import assert_close
+from tests.runtime.support import use_capability
 
 PIPELINES = {
     "csr": "prune{sparsity=0.9},sparsify",
@@ -30,13 +31,6 @@ class FFN(kiln.nn.Module):
         return self.down(kiln.nn.functional.gelu(self.up(x))) + x
 
 
-def _capability(capability: str, monkeypatch) -> None:
-    from kiln.codegen.c import supported_capabilities
-    if capability not in supported_capabilities():
-        pytest.skip(f"this CPU does not run {capability}")
-    monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
-
-
 def _sparse_program(pipeline: str, rows: int, dynamic: bool = False):
     kiln.manual_seed(0)
     model = FFN().eval()
@@ -50,7 +44,7 @@ def _sparse_program(pipeline: str, rows: int, dynamic: bool = False):
 @pytest.mark.parametrize("layout", sorted(PIPELINES))
 @pytest.mark.parametrize("rows", [1, 5, 32, 70])
 def test_sparse_linear_matches_the_interpreter(capability, layout, rows, monkeypatch, tmp_path):
-    _capability(capability, monkeypatch)
+    use_capability(capability, monkeypatch)
     program = _sparse_program(PIPELINES[layout], rows)
     assert "f32, " + ("semi_structured" if layout == "2:4" else f"sparse_{layout[:3]}") in program.to_mlir()
     compiled = kiln.compile(program, output=tmp_path / "pkg")

@@ -46,7 +46,7 @@ def test_conversion_from_dense_gives_torch_components(kind, options):
     assert actual.layout == str(expected.layout).removeprefix("torch.")
     assert actual._nnz() == expected._nnz()
     assert actual.dense_dim() == expected.dense_dim() and actual.sparse_dim() == expected.sparse_dim()
-    for name in layouts._COMPONENTS[kind]:
+    for name in layouts.COMPONENTS[kind]:
         np.testing.assert_array_equal(getattr(actual, name)().numpy(), to_numpy(getattr(expected, name)()),
                                       err_msg=name)
     np.testing.assert_array_equal(actual.to_dense().numpy(), dense)
@@ -60,7 +60,7 @@ def test_torch_sparse_tensors_convert_back_to_kiln(kind):
     dense = sparse_rand(rng, 4, 8, block=(2, 2))
     options = {"blocksize": (2, 2)} if kind in ("sparse_bsr", "sparse_bsc") else {}
     source = torch_conversion(dense, kind, **options)
-    parts = [to_numpy(getattr(source, name)()) for name in layouts._COMPONENTS[kind]]
+    parts = [to_numpy(getattr(source, name)()) for name in layouts.COMPONENTS[kind]]
     constructor = getattr(kiln, f"{kind}_tensor")
     extra = {"is_coalesced": source.is_coalesced()} if kind == "sparse_coo" else {}
     built = constructor(*parts, tuple(source.shape), check_invariants=True, **extra)
@@ -68,7 +68,7 @@ def test_torch_sparse_tensors_convert_back_to_kiln(kind):
     np.testing.assert_array_equal(built.to_dense().numpy(), dense)
     # and kiln's to torch: the same components make torch's tensor
     rebuilt = getattr(torch, f"{kind}_tensor")(*[torch.from_numpy(getattr(built, name)().numpy())
-                                                 for name in layouts._COMPONENTS[kind]], built.shape,
+                                                 for name in layouts.COMPONENTS[kind]], built.shape,
                                                check_invariants=True)
     torch.testing.assert_close(rebuilt.to_dense(), torch.from_numpy(dense))
 

@@ -43,7 +43,7 @@ def argument_sets(name: str, rng: np.random.Generator):
     if opdef.sparse.mode == "values":
         dense = sparse_rand(rng, 4, 6) * np.float32(0.3)  # inside every function's domain (asin, atanh, erfinv)
         extra = {"aten.mul.Scalar": (2.5,), "aten.div.Scalar": (4.0,)}.get(name, ())
-        kwargs = {"dtype": kiln_dtype("float64")} if name == "aten._to_copy.default" else {}
+        kwargs = {"dtype": dtypes.float64} if name == "aten._to_copy.default" else {}
         for kind in KINDS[1:]:
             yield (as_layout(dense, kind), *extra), kwargs
         return
@@ -63,10 +63,6 @@ def argument_sets(name: str, rng: np.random.Generator):
             if kinds is None or all(k == "strided" for k in kinds):
                 continue
             yield [as_layout(a, k) if a.ndim == 2 else a for a, k in zip(arrays, kinds)], {}
-
-
-def kiln_dtype(name: str):
-    return dtypes.dtype(name)
 
 
 @requires_torch

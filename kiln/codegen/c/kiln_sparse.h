@@ -5,8 +5,8 @@
  * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
  * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 8 and
  * the rows zero past M), so every stored weight multiplies a contiguous run of rows: one broadcast and up to
- * KILN_SMB / 8 vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors are GCC's generic ones, so every
- * capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
+ * KILN_SMB / 8 vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors are
+ * GCC's generic ones, so every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
  */
 #ifndef KILN_SPARSE_H
 #define KILN_SPARSE_H
@@ -236,32 +236,27 @@ static inline void kiln_24_groups(int64_t g0, int64_t g1, const float* restrict 
 #undef KILN_24
 }
 
-/* One 2:4 row of K columns: K / 2 kept values and K / 8 metadata bytes (per group of four, positions p0 | p1 << 2 in
- * a nibble, the even group's in the low nibble). With several activation rows it does half the multiply-adds of
- * the dense row; with one (a matrix-vector product, which reading the weights bounds) it expands each byte's four
- * values to eight dense lanes with one permute, reading half the dense row's bytes. */
-static void kiln_24_row(int64_t K, const float* restrict val, const uint8_t* restrict meta, const float* restrict xT,
-                        int64_t ldx, int mb, float* restrict tile)
+/* The dot product of one 2:4 row of K columns with x (one activation row, where reading the weights bounds the
+ * layer): K / 2 kept values and K / 8 metadata bytes (per group of four, positions p0 | p1 << 2 in a nibble, the
+ * even group's in the low nibble). Each byte's four values expand to eight dense lanes with one permute, so the
+ * row reads half the dense row's bytes. */
+static float kiln_24_dot(int64_t K, const float* restrict val, const uint8_t* restrict meta, const float* restrict x)
 {
-    if (mb == 1 && ldx == 1) {
-        kiln_v8 a0 = {0}, a1 = {0};
-        int64_t b = 0;
-        for (; b + 2 <= K / 8; b += 2) {
-            a0 += __builtin_shuffle(kiln_v4_widen(val + 4 * b), KILN_24_EXPAND[meta[b]]) * kiln_v8_load(xT + 8 * b);
-            a1 += __builtin_shuffle(kiln_v4_widen(val + 4 * b + 4), KILN_24_EXPAND[meta[b + 1]]) *
-                  kiln_v8_load(xT + 8 * b + 8);
-        }
-        if (b < K / 8)
-            a0 += __builtin_shuffle(kiln_v4_widen(val + 4 * b), KILN_24_EXPAND[meta[b]]) * kiln_v8_load(xT + 8 * b);
-        a0 += a1;
-        tile[0] = ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
-        return;
+    kiln_v8 a0 = {0}, a1 = {0};
+    int64_t b = 0;
+    for (; b + 2 <= K / 8; b += 2) {
+        a0 += __builtin_shuffle(kiln_v4_widen(val + 4 * b), KILN_24_EXPAND[meta[b]]) * kiln_v8_load(x + 8 * b);
+        a1 += __builtin_shuffle(kiln_v4_widen(val + 4 * b + 4), KILN_24_EXPAND[meta[b + 1]]) *
+              kiln_v8_load(x + 8 * b + 8);
     }
-    for (int i = 0; i < KILN_SMB; ++i) tile[i] = 0.0f;
-    kiln_24_groups(0, K / 4, val, meta, xT, ldx, (mb + 7) / 8, tile);
+    if (b < K / 8)
+        a0 += __builtin_shuffle(kiln_v4_widen(val + 4 * b), KILN_24_EXPAND[meta[b]]) * kiln_v8_load(x + 8 * b);
+    a0 += a1;
+    return ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
 }
 
-/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m]. With whole tiles of activation rows, K is taken in blocks
+/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m], with half the multiply-adds of the dense rows. With several
+ * activation rows, K is taken in blocks
  * of KILN_24_GROUPS groups whose activations (16 KB) stay in L1 while every row of the unit reads them: unblocked,
  * each multiply-add loaded its activations from L2 (the 4096 x 1024 layer at batch 32 ran 2x slower). */
 #define KILN_24_GROUPS 32
@@ -270,7 +265,7 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
 {
     if (mb == 1 && ldx == 1) {
         for (int r = 0; r < rows; ++r)
-            kiln_24_row(K, val + r * (K / 2), meta + r * (K / 8), xT, ldx, mb, tile + r * KILN_SMB);
+            tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), xT);
         return;
     }
     for (int i = 0; i < rows * KILN_SMB; ++i) tile[i] = 0.0f;

@@ -2045,14 +2045,9 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
         if kernel.kind == "sparse_linear":
             offsets, components = _sparse_offsets(kernel), kernel.detail["components"]
             size = f"{offsets[None]}"
-            if _uses_sell(kernel):  # CSR's form for one activation row, after the components
-                crow = f"(const int32_t*)((char*)m->packed[{slot}] + {offsets['crow_indices']})"
-                size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail['n'])}, sell_crow)"
-                lines += ["    {", f"    int32_t* sell_crow = (int32_t*)malloc({(int(kernel.detail['n']) + 1) * 4});",
-                          "    if (!sell_crow) { kiln_destroy(m); return NULL; }",
-                          f"    for (int64_t i = 0; i <= {int(kernel.detail['n'])}; ++i) sell_crow[i] = (int32_t)"
-                          f"(({c_type(components['crow_indices'].dtype)}*)(m->weights + "
-                          f"{weight_offsets[components['crow_indices'].weight_key]}))[i];"]
+            if _uses_sell(kernel):  # CSR's form for one activation row, after the components (int32, as written)
+                crow = f"(const int32_t*)(m->weights + {weight_offsets[components['crow_indices'].weight_key]})"
+                size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail['n'])}, {crow})"
             lines += [f"    /* {kernel.name}: sparse weight components */", *_allocate(slot, size)]
             for name, buf in components.items():
                 lines.append(f"    memcpy((char*)m->packed[{slot}] + {offsets[name]}, m->weights + "
@@ -2060,9 +2055,8 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             if _uses_sell(kernel):
                 parts = {name: f"(const {c_type(buf.dtype)}*)((char*)m->packed[{slot}] + {offsets[name]})"
                          for name, buf in components.items()}
-                lines += [f"    kiln_sell_pack({int(kernel.detail['n'])}, {crow}, {parts['col_indices']}, "
-                          f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});",
-                          "    free(sell_crow);", "    }"]
+                lines.append(f"    kiln_sell_pack({int(kernel.detail['n'])}, {crow}, {parts['col_indices']}, "
+                             f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});")
             continue
         if kernel.kind == "wlinear":
             detail = kernel.detail

@@ -21,17 +21,9 @@ from kiln.ir.meta import canonical_dims, dtype_of, require_arg, shape_of
 from kiln.ir.registry import REGISTRY, OpDef, defop, lookup
 from kiln.ir.symbolic import sym_eq
 from kiln.ir.sparse import (
-    COMPRESSED_KINDS, STRIDED_LAYOUT, Layout, SparseArray, coalesce, convert, from_dense,
+    COMPRESSED_KINDS, STRIDED_LAYOUT, Layout, SparseArray, coalesce, convert, from_dense, layout_of,
 )
 from kiln.ir.types import TensorType
-
-
-def layout_of(value: Any) -> Layout:
-    """A value's layout: a SparseArray's or a TensorType's (an IR value through its type); dense arrays are strided."""
-    layout = getattr(value, "layout", None)
-    if layout is None and hasattr(value, "type"):
-        layout = getattr(value.type, "layout", None)
-    return layout if isinstance(layout, Layout) else STRIDED_LAYOUT
 
 
 def _strided(value: Any) -> Any:
