@@ -570,6 +570,9 @@ class _Scheduler:
         if name == "aten.linear.default" and args[1] in self.sparse_weights:
             self.schedule_sparse_linear(op, name, args)
             return
+        if name == "aten.convolution.default" and args[1] in self.sparse_weights:
+            self.schedule_sparse_conv(op, name, args)
+            return
         for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
@@ -979,6 +982,27 @@ class _Scheduler:
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
 
+    def schedule_sparse_conv(self, op: Any, name: str, args: list) -> None:
+        """convolution with a hybrid BSR (or CSR: 1 x 1 blocks) weight [C_out, C_in, *taps], taps dense: BSR over
+        the im2col matrix [C_out, C_in * taps]. Units pack im2col panels as the dense implicit GEMM does; bias and the
+        consumers' pointwise ops fuse."""
+        result = op.results[0]
+        out_shape = list(result.type.shape)
+        n = len(out_shape) - 2
+        weight = args[1]
+        layout = weight.type.layout
+        detail = {"input": self.materialized(args[0]), "weight_shape": list(weight.type.shape),
+                  "components": self.sparse_weights[weight], "layout": layout.kind,
+                  "block": layout.blocksize or (1, 1),
+                  "bias": self.materialized(args[2]) if args[2] is not None else None,
+                  "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
+                  "groups": 1}
+        kernel = Kernel("sparse_conv", "sparse_conv", [name], [], out_shape, None, detail)
+        if self.fusable_into_consumer(result):
+            self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
+        else:
+            self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
     def scalar_operand(self, value: Any) -> Any:
         """A number, or the .tensor overloads' one-element qparams: a read of their buffer."""
         return _load(self.materialized(value), []) if _is_tensor(value) else value
@@ -1296,13 +1320,30 @@ def sparse_weight_key(target: str, component: str) -> str:
 
 
 def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
-    """Why an op with sparse operands has no C kernel (None for linear on a float32 CSR, BSR or 2:4 weight)."""
-    if name != "aten.linear.default" or op.operands[0].type.is_sparse or op.operands[1].type.layout.kind not in \
-            SPARSE_LINEAR_LAYOUTS:
-        return (f"no C kernel for {', '.join(dict.fromkeys(layouts))} operands (the C backend runs linear layers "
-                f"with {', '.join(SPARSE_LINEAR_LAYOUTS)} weights)")
+    """Why an op with sparse operands has no C kernel (None for linear on a float32 CSR, BSR or 2:4 weight, and for
+    a float32 convolution on a hybrid CSR or BSR weight whose taps are dense dims)."""
+    supported = (f"the C backend runs linear layers with {', '.join(SPARSE_LINEAR_LAYOUTS)} weights, and "
+                 "convolutions with sparse_bsr or sparse_csr weights whose kernel taps are dense dims, as `sparsify` "
+                 "stores them")
+    refusal = f"no C kernel for {', '.join(dict.fromkeys(layouts))} operands ({supported})"
+    data, weight = op.operands[0].type, op.operands[1].type if len(op.operands) > 1 else None
+    if weight is None or data.is_sparse or any(v.type.is_sparse for v in op.operands[2:] if _is_tensor(v)):
+        return refusal
+    if name == "aten.linear.default":
+        if weight.layout.kind not in SPARSE_LINEAR_LAYOUTS:
+            return refusal
+    elif name == "aten.convolution.default":
+        args = bound_arguments(op)
+        if weight.layout.kind not in ("sparse_bsr", "sparse_csr") or weight.layout.dense_dim != len(weight.shape) - 2:
+            return refusal
+        if args[6] or args[8] != 1:
+            return "sparse convolutions run ungrouped and not transposed in C"
+        if not all(sympy.sympify(d).is_Integer for d in weight.shape):
+            return "a sparse convolution's weight needs a static shape"
+    else:
+        return refusal
     if any(v.type.dtype != dtypes.float32 for v in [*op.operands, *op.results] if _is_tensor(v)):
-        return "sparse linear layers are float32 only"
+        return "sparse linear layers and convolutions are float32 only"
     return None
 
 

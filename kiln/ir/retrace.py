@@ -36,9 +36,10 @@ class DecomposingEmitter:
 
     def emit(self, opdef: OpDef, bound: list[Any]) -> Any:
         decomposition = self.by_name.get(opdef.name)
-        if decomposition is None or sparse_layouts(bound):
+        if decomposition is None or sparse_layouts(bound) and not (
+                getattr(decomposition, "forwards_sparse_weight", False) and not sparse_layouts(bound[:1] + bound[2:])):
             # Decompositions are written for dense operands; an op on a sparse one stays whole for the backends'
-            # sparse kernels (its sparse rule defines it).
+            # sparse kernels (its sparse rule defines it), unless its decomposition only forwards a sparse weight.
             return self.builder.emit(opdef, bound)
         args, kwargs = split_bound(opdef, bound)
         with active_shape_env(self.builder.shape_env):  # decompositions may guard on the program's ranges

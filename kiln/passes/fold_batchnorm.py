@@ -15,6 +15,7 @@ from xdsl.ir import SSAValue
 
 from kiln.ir.meta import shape_of
 from kiln.ir.registry import ops
+from kiln.ir.sparse import SparseArray, from_dense
 from kiln.passes.base import register_pass
 from kiln.passes.rewrite import RewritePass, constant, current_op, pattern, producer, value_of
 
@@ -53,6 +54,12 @@ def _fold_first_result(*args: Any) -> tuple[SSAValue, None, None] | None:
     return None if folded is None else (folded, None, None)
 
 
+def _bias_name(weight_name: str) -> str:
+    """`conv1_weight` -> `conv1_bias` (and `conv1_weight_sparse_bsr` -> `conv1_bias`: the bias is dense)."""
+    head, found, _ = weight_name.rpartition("weight")
+    return f"{head}bias" if found else f"{weight_name}_bias"
+
+
 def _fold(input: SSAValue, gamma: Any, beta: Any, mean: Any, var: Any, eps: float) -> SSAValue | None:
     layer = producer(input, *_LAYERS)
     if layer is None or not layer.has_one_use or mean is None or var is None:
@@ -65,12 +72,17 @@ def _fold(input: SSAValue, gamma: Any, beta: Any, mean: Any, var: Any, eps: floa
     parameters = [weight, bias, gamma, beta, mean, var]
     values = [None if p is None else value_of(p) for p in parameters]
     if all(v is not None for p, v in zip(parameters, values) if p is not None):
-        as_f64 = [None if v is None else np.asarray(v, np.float64) for v in values]
+        sparse = values[0] if isinstance(values[0], SparseArray) else None  # scaled rows keep their zeros
+        as_f64 = [None if v is None else np.asarray(v.to_dense() if v is sparse else v, np.float64) for v in values]
         new_weight, new_bias = _folded_parameters(*as_f64, eps)
         dtype = values[0].dtype  # type: ignore[union-attr]
-        hint = (weight.name_hint or "weight").removeprefix("p_")
-        new_weight = constant(np.asarray(new_weight, dtype), f"{hint}_bn_folded")
-        new_bias = constant(np.asarray(new_bias, dtype), f"{hint.removesuffix('weight')}bias_bn_folded")
+        hint = (weight.name_hint or "weight").removeprefix("p_").removeprefix("c_")
+        new_weight = np.asarray(new_weight, dtype)
+        if sparse is not None:
+            layout = sparse.layout
+            new_weight = from_dense(new_weight, layout, blocksize=layout.blocksize, dense_dim=layout.dense_dim)
+        new_weight = constant(new_weight, f"{hint}_bn_folded")
+        new_bias = constant(np.asarray(new_bias, dtype), f"{_bias_name(hint)}_bn_folded")
     else:
         new_weight, new_bias = _folded_parameters(*parameters, eps)
     args = list(layer.args)

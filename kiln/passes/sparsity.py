@@ -4,7 +4,10 @@ pruned ones in a sparse layout so backends run sparse kernels.
 `prune` follows torch.ao.pruning's WeightNormSparsifier: unstructured (1x1 blocks), block (whole RxC blocks, for
 BSR) and 2:4 (two zeros in every 1x4 block along the input dim), scored by the squared weight (L2) or its
 magnitude (L1), plus torch.nn.utils.prune's global unstructured pruning (one magnitude threshold for every layer).
-Weights of convolutions are pruned as their [out, in * kh * kw] matrix, the one a sparse im2col kernel reads.
+Weights of convolutions are pruned as their [out, in * kh * kw] matrix, the one a sparse im2col kernel reads; a
+block there spans whole input channels with all their taps (block (R, C) is R output channels x C input channels),
+so a block-pruned convolution stores as a hybrid BSR weight [out, in, kh, kw] whose taps are dense dims. (torch's
+sparsifier would pool blocks over a conv weight's last two dims, its kernel taps, which no sparse kernel can use.)
 """
 
 from __future__ import annotations
@@ -97,10 +100,11 @@ def weight_norm_mask(weight: np.ndarray, sparsity_level: float, sparse_block_sha
 
 def pattern_mask(weight: np.ndarray, pattern: str, sparsity: float, block: tuple[int, int] = (16, 16),
                  norm: str = "L2") -> np.ndarray:
-    """The per-layer mask of one of the `prune` pass's patterns."""
+    """The per-layer mask of one of the `prune` pass's patterns (a convolution's blocks span its taps)."""
     if pattern == "unstructured":
         return weight_norm_mask(weight, sparsity, (1, 1), 1, norm)
     if pattern == "block":
+        block = (block[0], block[1] * _taps(weight))
         return weight_norm_mask(weight, sparsity, block, block[0] * block[1], norm)
     if pattern == "semi_structured":
         if weight.reshape(weight.shape[0], -1).shape[1] % 4:
@@ -108,6 +112,11 @@ def pattern_mask(weight: np.ndarray, pattern: str, sparsity: float, block: tuple
                                 f"{list(weight.shape)}", fix="pad the layer, or use pattern=unstructured")
         return weight_norm_mask(weight, 1.0, (1, 4), 2, norm)
     raise SparsityError(f"unknown pruning pattern {pattern!r}", fix="one of " + ", ".join(PATTERNS))
+
+
+def _taps(weight: np.ndarray) -> int:
+    """Kernel taps per (output, input) channel pair of a convolution's weight; 1 for a linear layer's."""
+    return math.prod(weight.shape[2:])
 
 
 def global_magnitude_masks(weights: list[np.ndarray], sparsity: float) -> list[np.ndarray]:
@@ -216,6 +225,9 @@ SPARSE_LAYOUTS = ("auto", "csr", "bsr", "semi_structured")
 # one activation row, where reading the weights bounds the layer (1.4-1.7x at batch 1; 0.8-1.1x at batch 2-64).
 CSR_BREAK_EVEN = 0.75
 BSR_BREAK_EVEN = 0.55
+# Convolutions (BSR over im2col, 16x16 channel blocks; benchmarks/sparse.py's cnn row and 3x3 layers of 64-512
+# channels at 56x56 down to 7x7, batch 1 and 8): 50% zero blocks ran at 1.04-1.66x dense, 40% at 0.76-1.35x.
+CONV_BSR_BREAK_EVEN = 0.5
 
 
 def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: float,
@@ -224,23 +236,30 @@ def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: floa
 
     2:4 when every group of four holds at most two nonzeros and the layer sees one row of activations (`rows`, None
     when not static); BSR when whole blocks are zero to the break-even; CSR when single zeros are; else dense.
-    `min_sparsity` raises the break-evens.
+    `min_sparsity` raises the break-evens. A convolution's weight [out, in, *taps] is only ever BSR, with blocks of
+    `block[0]` output x `block[1]` input channels and all their taps (`sparsify` stores it as a hybrid BSR).
     """
+    conv, taps = weight.ndim > 2, _taps(weight)
+    weight = weight.reshape(weight.shape[0], -1)
     rows_out, cols = weight.shape
-    if rows == 1 and cols % 8 == 0 and (weight.reshape(rows_out, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2:
+    channels = block  # a convolution's BSR block is channels; over its im2col matrix it spans their taps
+    block = (block[0], block[1] * taps)
+    two_four = not conv and cols % 8 == 0 and (weight.reshape(rows_out, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2
+    if two_four and rows == 1:
         return "semi_structured", {}
     if rows_out % block[0] == 0 and cols % block[1] == 0:
         blocks = (weight.reshape(rows_out // block[0], block[0], cols // block[1], block[1]) != 0).any(axis=(1, 3))
-        if 1 - blocks.mean() >= max(min_sparsity, BSR_BREAK_EVEN):
-            return "sparse_bsr", {"blocksize": block}
-    if 1 - np.count_nonzero(weight) / weight.size >= max(min_sparsity, CSR_BREAK_EVEN):
+        if 1 - blocks.mean() >= max(min_sparsity, CONV_BSR_BREAK_EVEN if conv else BSR_BREAK_EVEN):
+            return "sparse_bsr", {"blocksize": channels}
+    if not conv and 1 - np.count_nonzero(weight) / weight.size >= max(min_sparsity, CSR_BREAK_EVEN):
         return "sparse_csr", {}
     return None
 
 
 @register_pass
 class Sparsify(RewritePass):
-    """Store pruned linear weights in a sparse layout (CSR, BSR or 2:4), so backends run sparse kernels."""
+    """Store pruned linear weights in a sparse layout (CSR, BSR or 2:4) and pruned convolution weights as BSR over
+    their im2col matrix, so backends run sparse kernels."""
 
     name = "sparsify"
 
@@ -268,6 +287,34 @@ class Sparsify(RewritePass):
         hint = (weight.name_hint or "weight").removeprefix("p_").removeprefix("c_")
         return aten.linear.default(input, constant(sparse, f"{hint}_{kind}"), bias)
 
+    @pattern(aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)
+    def conv(self, input: SSAValue, weight: SSAValue, bias: Any = None, stride: Any = 1, padding: Any = 0,
+             dilation: Any = 1, groups: int = 1) -> SSAValue | None:
+        sparse = self._conv_weight(weight, False, groups)
+        conv = getattr(aten, f"conv{len(weight.type.shape) - 2}d").default
+        return None if sparse is None else conv(input, sparse, bias, stride, padding, dilation, groups)
+
+    @pattern(aten.convolution.default)
+    def convolution(self, input: SSAValue, weight: SSAValue, bias: Any, stride: Any, padding: Any, dilation: Any,
+                    transposed: bool, output_padding: Any, groups: int) -> SSAValue | None:
+        sparse = self._conv_weight(weight, transposed, groups)
+        return None if sparse is None else aten.convolution.default(input, sparse, bias, stride, padding, dilation,
+                                                                    transposed, output_padding, groups)
+
+    def _conv_weight(self, weight: SSAValue, transposed: bool, groups: int) -> SSAValue | None:
+        """A pruned convolution's weight as a hybrid BSR [out, in, *taps] (blocks of channels, taps dense), or None
+        to keep it dense."""
+        value = value_of(weight)
+        if transposed or groups != 1 or not isinstance(value, np.ndarray) or value.dtype.kind != "f" or \
+                self.layout not in ("auto", "bsr"):
+            return None
+        chosen = self._layout_for(value, None)
+        if chosen is None:
+            return None
+        kind, options = chosen
+        hint = (weight.name_hint or "weight").removeprefix("p_").removeprefix("c_")
+        return constant(from_dense(value, kind, dense_dim=value.ndim - 2, **options), f"{hint}_{kind}")
+
     def _layout_for(self, weight: np.ndarray, rows: int | None) -> tuple[str, dict[str, Any]] | None:
         block = (int(self.block[0]), int(self.block[1]))
         if self.layout == "auto":
@@ -284,5 +331,9 @@ class Sparsify(RewritePass):
         if self.layout == "bsr":
             if weight.shape[0] % block[0] or weight.shape[1] % block[1]:
                 return None
+            if weight.ndim > 2:  # a convolution: the zeros counted are whole channel blocks' taps
+                blocks = weight.reshape(weight.shape[0] // block[0], block[0], weight.shape[1] // block[1], -1)
+                if 1 - (blocks != 0).any(axis=(1, 3)).mean() < self.min_sparsity:
+                    return None
             return "sparse_bsr", {"blocksize": block}
         return "sparse_csr", {}

@@ -84,8 +84,10 @@ def test_epilogue_fuses_into_the_sparse_kernel(tmp_path):
 def test_sparse_kernels_build_at_every_capability(capability, tmp_path):
     """Every sparse path compiles for every capability, including those this CPU cannot run."""
     from kiln.codegen.c.build import build_library
-    for index, pipeline in enumerate(PIPELINES.values()):
-        kiln.compile(_sparse_program(pipeline, 32), output=tmp_path / f"pkg{index}")
+    programs = [_sparse_program(pipeline, 32) for pipeline in PIPELINES.values()]
+    programs += [_sparse_conv_program(CONV_PIPELINES["bsr-8x4"], 1, size) for size in (9, 30)]
+    for index, program in enumerate(programs):
+        kiln.compile(program, output=tmp_path / f"pkg{index}")
         source = (tmp_path / f"pkg{index}" / "model.c").read_text()
         assert build_library(source, capability).stat().st_size > 0
 
@@ -100,3 +102,86 @@ def test_unsupported_sparse_ops_are_named():
     program = kiln.export(Densify(), (value,))
     with pytest.raises(kiln.KilnError, match="no C kernel for sparse_csr operands"):
         kiln.compile(program)
+
+
+class ConvBlock(kiln.nn.Module):
+    """Sparse convolution's paths: a 3x3 conv with batch norm (folded) and ReLU (fused), a strided one, a 1x1 with a
+    residual, a dilated 1-D one, and a dense grouped one between them."""
+
+    def __init__(self, channels: int = 32):
+        super().__init__()
+        nn = kiln.nn
+        self.first, self.norm = nn.Conv2d(8, channels, 3, padding=1), nn.BatchNorm2d(channels)
+        self.strided = nn.Conv2d(channels, channels, 3, stride=2, padding=1, bias=False)
+        self.pointwise = nn.Conv2d(channels, channels, 1)
+        self.grouped = nn.Conv2d(channels, channels, 3, padding=1, groups=4)
+        self.line = nn.Conv1d(channels, 16, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        y = kiln.relu(self.strided(kiln.relu(self.norm(self.first(x)))))
+        y = self.grouped(self.pointwise(y) + y)
+        return self.line(y.flatten(2))
+
+
+CONV_PIPELINES = {
+    "bsr-8x4": "prune{pattern=block block=8,4 sparsity=0.7},sparsify{block=8,4}",
+    "bsr-16x8": "prune{pattern=block block=16,8 sparsity=0.6},sparsify{block=16,8}",
+    "bsr-1x1": "prune{pattern=block block=1,1 sparsity=0.8},sparsify{block=1,1 layout=bsr}",
+}
+
+
+def _sparse_conv_program(pipeline: str, batch: int, size: int, dynamic: bool = False):
+    kiln.manual_seed(0)
+    model = ConvBlock().eval()
+    shapes = {"x": {0: kiln.Dim("batch", min=1, max=64)}} if dynamic else None
+    program = kiln.export(model, (kiln.randn(batch, 8, size, size),), dynamic_shapes=shapes)
+    return kiln.passes.run(program, pipeline)
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+@pytest.mark.parametrize("blocks", sorted(CONV_PIPELINES))
+@pytest.mark.parametrize("batch,size", [(1, 9), (3, 30)])  # 25 output pixels (whole im2col) and 225 (panels)
+def test_sparse_conv_matches_the_interpreter(capability, blocks, batch, size, monkeypatch, tmp_path):
+    use_capability(capability, monkeypatch)
+    program = _sparse_conv_program(CONV_PIPELINES[blocks], batch, size)
+    assert len(kiln.passes.sparsity.sparse_weights(program)) == 4, program.to_mlir()
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    sparse_kernels = [line for line in source.splitlines() if line.startswith("/* sparse_conv")]
+    assert len(sparse_kernels) == 4, sparse_kernels
+    # batch norm folds into the sparse weight (its zeros kept); ReLU and the residual add fuse into the epilogue
+    assert "aten.relu.default" in sparse_kernels[0] and "aten.add.Tensor" in sparse_kernels[2], sparse_kernels
+    x = np.random.default_rng(size).standard_normal((batch, 8, size, size)).astype(np.float32)
+    assert_close(compiled(x), program(x))
+
+
+def test_sparse_conv_with_a_symbolic_batch(tmp_path):
+    program = _sparse_conv_program(CONV_PIPELINES["bsr-8x4"], 2, 12, dynamic=True)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for batch in (1, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 8, 12, 12)).astype(np.float32)
+        assert_close(compiled(x), program(x))
+
+
+def test_user_convolution_on_a_hybrid_csr_weight(tmp_path):
+    """conv2d on a weight the user stores sparse (CSR over channel pairs, taps dense) decomposes to convolution
+    with the weight untouched and runs sparse in C."""
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * (rng.random((16, 8, 1, 1)) < 0.3)
+
+    class Net(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", kiln.tensor(dense).to_sparse_csr(dense_dim=2))
+
+        def forward(self, x):
+            return kiln.nn.functional.conv2d(x, self.weight, stride=2, padding=1)
+
+    x = rng.standard_normal((2, 8, 11, 11)).astype(np.float32)
+    program = kiln.export(Net(), (kiln.tensor(x),))
+    assert "sparse_csr<dense_dim=2>" in program.to_mlir()
+    expected = kiln.nn.functional.conv2d(kiln.tensor(x), kiln.tensor(dense), stride=2, padding=1).numpy()
+    assert_close(program(x), expected)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    assert "sparse_conv" in (tmp_path / "pkg" / "model.c").read_text()
+    assert_close(compiled(x), expected)

@@ -12,6 +12,7 @@ import pytest
 import kiln
 from kiln.cli.main import main
 from kiln.ir.sparse import SparseArray
+from kiln.runtime.package import DEFAULT_PIPELINE
 from kiln.testing import assert_close
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -116,6 +117,37 @@ def test_package_matches_the_passes_and_keeps_the_sparsity(case, source, tmp_pat
         assert (name in stored) == (layout == "dense"), name
         if name in stored:
             assert 1 - np.count_nonzero(stored[name]) / stored[name].size >= least
+
+
+@needs_cc
+def test_convolutions_are_block_pruned_and_run_as_sparse_kernels(tmp_path, capsys):
+    """The zoo's ResNet: every ungrouped convolution whose channels fit the blocks becomes a hybrid BSR weight and
+    a sparse_conv kernel; the package computes what the passes do, and weights.bin holds the pruned weights."""
+    entry = kiln.models.get("cnn")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    package = tmp_path / "pkg"
+    assert main(["sparsify", "kiln.models:cnn", "--pattern", "block", "--block", "8,8", "--sparsity", "0.75",
+                 "-o", str(package), "-q"]) == 0
+    summary = _summary(capsys.readouterr().out)
+    assert summary["stem.0.weight"] == ("[16, 3, 3, 3]", 0.5, "dense")  # 3 input channels: no whole 8x8 blocks
+    convolutions = {name: row for name, row in summary.items() if name != "stem.0.weight" and "fc" not in name}
+    assert len(convolutions) == 5 and all(layout == "sparse_bsr 8x8" and zeros == 0.75
+                                          for _, zeros, layout in convolutions.values()), summary
+    expected = kiln.passes.run(program, "prune{pattern=block block=8,8 sparsity=0.75},sparsify{block=8,8}")
+    compiled = kiln.runtime.load(package)
+    for batch in (1, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        assert_close(compiled(x), expected(x))
+    source_text = (package / "model.c").read_text()
+    assert sum(line.startswith("/* sparse_conv") for line in source_text.splitlines()) == 5
+    folded = kiln.passes.run(expected, DEFAULT_PIPELINE)  # batch norm folds into the sparse weights when compiling
+    read_back = _sparse_weights_read_back(package, folded)
+    assert sum(dense.ndim == 4 for dense in read_back.values()) == 5
+    for key, dense in read_back.items():
+        np.testing.assert_array_equal(dense, folded.constants[key].to_dense(), err_msg=key)
+        if dense.ndim == 4:  # whole (8 output x 8 input channel) blocks, all their taps, are zero
+            blocks = (dense.reshape(dense.shape[0] // 8, 8, dense.shape[1] // 8, -1) != 0).any(axis=(1, 3))
+            assert 1 - blocks.mean() == 0.75, key
 
 
 def test_pt2_output_holds_the_pruned_dense_program(tmp_path, capsys):

@@ -57,3 +57,17 @@ def test_pruned_dense_weights_as_sparse_initializers_on_request():
     x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
     assert_matches_interpreter(pruned, exported, [x], True)
     assert not _sparse_constants(kiln.onnx.export(pruned))
+
+
+def test_sparse_convolutions_export_densified_and_match_the_interpreter():
+    kiln.manual_seed(0)
+    nn = kiln.nn
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 1, stride=2)).eval()
+    program = kiln.export(model, (kiln.randn(2, 8, 10, 10),))
+    sparse = kiln.passes.run(program, "prune{pattern=block block=4,4 sparsity=0.75},sparsify{block=4,4}")
+    assert len(kiln.passes.sparsity.sparse_weights(sparse)) == 2
+    with pytest.warns(UserWarning, match="sparse weight\\(s\\) .* computed densely"):
+        exported = kiln.onnx.export(sparse)
+    check_model(exported)
+    x = np.random.default_rng(0).standard_normal((2, 8, 10, 10)).astype(np.float32)
+    assert_matches_interpreter(sparse, exported, [x], True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.passes.sparsity import SparsityError, choose_layout, pattern_mask
+from kiln.passes.sparsity import SparsityError, choose_layout, pattern_mask, sparse_weights
 from tests.torch_oracle import requires_torch, torch
 
 
@@ -116,3 +116,59 @@ def test_bad_options_are_clear_errors():
         kiln.passes.run(kiln.export(mlp(), (kiln.randn(2, 32),)), "prune{pattern=semi_structured scope=global}")
     with pytest.raises(SparsityError, match="multiple of 4 input features"):
         pattern_mask(np.ones((4, 6), np.float32), "semi_structured", 0.5)
+
+
+class ConvNet(kiln.nn.Module):
+    """Convolutions of every kind `sparsify` meets: 3x3 with bias, strided, 1x1, 1-D, grouped (left dense)."""
+
+    def __init__(self):
+        super().__init__()
+        kiln.manual_seed(0)
+        self.first = kiln.nn.Conv2d(16, 32, 3, padding=1)
+        self.strided = kiln.nn.Conv2d(32, 32, 3, stride=2, padding=1, bias=False)
+        self.pointwise = kiln.nn.Conv2d(32, 16, 1)
+        self.grouped = kiln.nn.Conv2d(16, 16, 3, padding=1, groups=2)
+        self.line = kiln.nn.Conv1d(16, 16, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        y = self.grouped(self.pointwise(kiln.relu(self.strided(kiln.relu(self.first(x))))))
+        return self.line(y.flatten(2))
+
+
+def test_block_pruning_of_a_convolution_zeroes_whole_channel_blocks():
+    """A convolution's block is (output channels x input channels) with all their taps: the hybrid BSR's block."""
+    program = kiln.export(ConvNet().eval(), (kiln.randn(2, 16, 8, 8),))
+    pruned = kiln.passes.run(program, "prune{pattern=block block=8,4 sparsity=0.5}")
+    weight = pruned.state_dict["strided.weight"]  # [32, 32, 3, 3]
+    blocks = (weight.reshape(4, 8, 8, 4 * 9) != 0).sum(axis=(1, 3))
+    assert set(np.unique(blocks)) == {0, 8 * 4 * 9} and (blocks == 0).mean() == 0.5
+
+
+def test_sparsify_stores_convolutions_as_hybrid_bsr():
+    program = kiln.export(ConvNet().eval(), (kiln.randn(2, 16, 8, 8),))
+    pruned = kiln.passes.run(program, "prune{pattern=block block=8,4 sparsity=0.75}")
+    sparse = kiln.passes.run(pruned, "sparsify{block=8,4}")
+    text = sparse.to_mlir()
+    assert "!kiln.tensor<[32, 16, 3, 3], f32, sparse_bsr<block=[8, 4], dense_dim=2>>" in text
+    assert "!kiln.tensor<[16, 16, 3], f32, sparse_bsr<block=[8, 4], dense_dim=1>>" in text
+    # every ungrouped convolution; the grouped one stays dense
+    assert sorted(sparse_weights(sparse)) == [
+        f"{name}_weight_sparse_bsr_0" for name in ("first", "line", "pointwise", "strided")]
+    x = np.random.default_rng(1).standard_normal((2, 16, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(sparse(x), pruned(x), rtol=1.3e-6, atol=1e-5)
+    # below the break-even (and for layout=csr, which convolutions do not take) they stay dense
+    lightly_pruned = kiln.passes.run(program, "prune{pattern=block block=8,4 sparsity=0.3}")
+    assert sparse_weights(kiln.passes.run(lightly_pruned, "sparsify{block=8,4}")) == []
+    assert sparse_weights(kiln.passes.run(pruned, "sparsify{layout=csr block=8,4}")) == []
+
+
+def test_choose_layout_for_convolutions():
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    blocks = weight * pattern_mask(weight, "block", 0.75, (8, 8))
+    assert choose_layout(blocks, (8, 8), 0.0) == ("sparse_bsr", {"blocksize": (8, 8)})
+    assert choose_layout(weight * pattern_mask(weight, "block", 0.25, (8, 8)), (8, 8), 0.0) is None
+    # scattered zeros leave no whole channel block empty: a convolution is never CSR or 2:4
+    assert choose_layout(weight * pattern_mask(weight, "unstructured", 0.95), (8, 8), 0.0) is None
+    pointwise = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
+    assert choose_layout(pointwise * pattern_mask(pointwise, "semi_structured", 0.5), (8, 8), 0.0, rows=1) is None

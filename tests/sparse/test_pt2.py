@@ -140,3 +140,20 @@ def _sparse_member(members, edit):
 def test_tampered_sparse_files_are_refused(change, message):
     with pytest.raises(SerdeError, match=message):
         kiln.load(io.BytesIO(_tampered(change)))
+
+
+def test_sparse_convolution_weights_round_trip_and_compile(tmp_path):
+    """A hybrid BSR convolution weight (taps as dense dims) keeps its layout and components through .pt2."""
+    kiln.manual_seed(0)
+    model = kiln.nn.Sequential(kiln.nn.Conv2d(8, 16, 3, padding=1), kiln.nn.ReLU()).eval()
+    program = kiln.passes.run(kiln.export(model, (kiln.randn(2, 8, 6, 6),)),
+                              "prune{pattern=block block=4,4 sparsity=0.5},sparsify{block=4,4}")
+    (target,) = kiln.passes.sparsity.sparse_weights(program)
+    _, loaded = _round_trip(program)
+    stored, original = loaded.constants[target], program.constants[target]
+    assert stored.layout == original.layout and stored.layout.dense_dim == 2
+    for name, array in original.components.items():
+        np.testing.assert_array_equal(stored.components[name], array, err_msg=name)
+    x = np.random.default_rng(1).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(loaded(x), program(x), rtol=1.3e-6, atol=1e-5)
+    kiln.testing.assert_close(kiln.compile(loaded, output=tmp_path / "pkg")(x), program(x))

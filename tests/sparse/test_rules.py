@@ -22,6 +22,8 @@ import kiln.ir.ops  # noqa: F401
 
 # torch 2.13 returns a CSC addmm result whose to_dense() segfaults; kiln's is checked against the dense op only.
 TORCH_CRASHES = {("aten.addmm.default", "sparse_csc")}
+# Ops torch refuses on every sparse layout (kiln's superset): checked against torch's op on the densified operands.
+TORCH_REFUSES = {"aten.convolution.default", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default"}
 RULE_OPS = sorted(name for name, opdef in REGISTRY.items() if opdef.sparse is not None)
 KINDS = ("strided", *layouts.SPARSE_KINDS[:-1])
 
@@ -46,6 +48,19 @@ def argument_sets(name: str, rng: np.random.Generator):
         kwargs = {"dtype": dtypes.float64} if name == "aten._to_copy.default" else {}
         for kind in KINDS[1:]:
             yield (as_layout(dense, kind), *extra), kwargs
+        return
+    if name in TORCH_REFUSES:  # a weight with its taps as dense dims (hybrid), as `sparsify` stores a conv's
+        spatial = {"aten.conv1d.default": 1, "aten.conv3d.default": 3}.get(name, 2)
+        x, bias = rand(rng, 2, 4, *[5] * spatial), rand(rng, 6)
+        weight = sparse_rand(rng, 6, 4 * 3 ** spatial).reshape(6, 4, *[3] * spatial)
+        conv = [[1] * spatial, [1] * spatial, [1] * spatial]
+        options = [[2] * spatial, [1] * spatial, [1] * spatial] if name == "aten.convolution.default" else conv
+        tail = [False, [0] * spatial, 1] if name == "aten.convolution.default" else [1]
+        for kind in KINDS[1:]:
+            hybrid = {} if kind == "sparse_coo" else {"dense_dim": spatial}
+            if kind in ("sparse_bsr", "sparse_bsc"):
+                hybrid["blocksize"] = (2, 2)
+            yield [x, layouts.from_dense(weight, kind, **hybrid), bias, *options, *tail], {}
         return
     shapes = {"aten.mm.default": [(4, 6), (6, 8)], "aten.matmul.default": [(4, 6), (6, 8)],
               "aten.addmm.default": [(4, 8), (4, 6), (6, 8)], "aten.linear.default": [(4, 6), (8, 6), (8,)],
@@ -77,8 +92,14 @@ def test_sparse_rule_against_torch(name):
         where = f"{name} on ({', '.join(getattr(a, 'layout', 'strided').__str__() for a in args)})"
         first_kind = getattr(args[0], "layout", layouts.STRIDED_LAYOUT).kind
         try:
+            if name in TORCH_REFUSES:
+                with pytest.raises(RuntimeError):
+                    torch_op(*to_torch(list(args)), **to_torch(kwargs))
+                args_for_torch = [dense_of(a) for a in args]
+            else:
+                args_for_torch = args
             expected = None if (name, first_kind) in TORCH_CRASHES else \
-                torch_op(*to_torch(list(args)), **to_torch(kwargs))
+                torch_op(*to_torch(list(args_for_torch)), **to_torch(kwargs))
         except (RuntimeError, NotImplementedError):
             expected = None
         try:

@@ -973,29 +973,17 @@ def _whole_im2col(kernel: Kernel) -> bool:
     return pixels.is_Integer and int(pixels) <= _WHOLE_IM2COL_PIXELS
 
 
-def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
-    """float32 convolution as an implicit GEMM per (image, group): weights [Cout/g, Cin/g * taps] x im2col
-    [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
-    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
-    With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+def _im2col_panel(kernel: Kernel, weight_shape: list) -> tuple[list[str], list[str]]:
+    """Lines computing one KILN_NR-pixel panel's output positions (`out{k}[c]`, `inside[c]`), and lines packing its
+    im2col rows [C_in/g * taps][KILN_NR] of image `bi`, channels from `cin0`, into `panel` (zeros in the padding).
+    The caller defines `j` (the panel), `N` (pixels) and the weight shape's channels and taps."""
+    detail = kernel.detail
+    x = detail["input"]
     n = len(kernel.shape) - 2
-    groups = int(detail["groups"])
-    rank = len(kernel.shape)
-    exprs = _Exprs(rank)
-    taps = [dim_expr(d) for d in w.shape[2:]]
+    taps = [dim_expr(d) for d in weight_shape[2:]]
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
     in_sizes = [dim_expr(d) for d in x.shape[2:]]
-    cig = dim_expr(w.shape[1])
-    whole = _whole_im2col(kernel)
-    lines = [
-        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
-        f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
-        f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
-        *_chunking("BATCH * GROUPS * panels"),
-        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
-    ]
+    cig = dim_expr(weight_shape[1])
     # Each pixel column's output position, once per panel (the epilogue reuses it).
     positions = [*[f"int64_t base{k}[KILN_NR];" for k in range(n)], *[f"int64_t out{k}[KILN_NR];" for k in range(n)],
                  "bool inside[KILN_NR];",
@@ -1005,7 +993,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
         positions.append(f"    base{k}[c] = out{k}[c] * {stride} - {padding};")
     positions.append("}")
-    tap_count = math.prod(int(d) for d in w.shape[2:])
+    tap_count = math.prod(int(d) for d in weight_shape[2:])
     # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
     # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
     # masked gather the compiler vectorizes.
@@ -1021,7 +1009,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     # Consecutive tap rows are copied with (masked) vector loads when the input has at least
     # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 8 with AVX-512,
     # where an RGB stem's check cost more than the gathers it saved; 1 with AVX2, whose gathers are slower).
-    row_copies = narrow and sympy.sympify(w.shape[1]).is_Integer
+    row_copies = narrow and sympy.sympify(weight_shape[1]).is_Integer
     packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
     depth = ""
     for k in range(n):
@@ -1054,20 +1042,33 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                   [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
                    "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
                 "}"]
+    return positions, packing
+
+
+def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 convolution as an implicit GEMM per (image, group): weights [Cout/g, Cin/g * taps] x im2col
+    [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
+    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
+    With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    w, bias = detail["weight"], detail["bias"]
+    groups = int(detail["groups"])
+    taps = [dim_expr(d) for d in w.shape[2:]]
+    out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
+    cig = dim_expr(w.shape[1])
+    whole = _whole_im2col(kernel)
+    lines = [
+        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
+        f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
+        f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
+        *_chunking("BATCH * GROUPS * panels"),
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+    ]
+    positions, packing = _im2col_panel(kernel, w.shape)
     value = "(double)tile[r * KILN_NR + c]"
     if bias is not None:
         value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
-    flat_epilogue = _flatten_spatial(kernel.expr, kernel.shape)
-    if flat_epilogue is not None:
-        # Every operand is contiguous over the spatial dims (or constant across them): index the epilogue by
-        # (image, channel, pixel) so its loads and the store run contiguously along the panel's columns.
-        indices = ["const int64_t i0 = bi, i1 = g * M + row + r, i2 = j * KILN_NR + c;"]
-        flat_shape = [kernel.shape[0], kernel.shape[1], sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])]
-        target, epilogue = f"{buffer_name(out)}[{_flat(flat_shape)}]", _Exprs(3).render(flat_epilogue)
-    else:
-        indices = ["const int64_t i0 = bi, i1 = g * M + row + r;",
-                   *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(n)]]
-        target, epilogue = f"{buffer_name(out)}[{_flat(kernel.shape)}]", exprs.render(kernel.expr)
+    indices, target, epilogue, flat = _conv_epilogue(kernel, "g * M + row + r")
     if kernel in state.packed:  # weights packed at create: KILN_MR-row blocks, read as one stream
         a_line = (f"const float* a = ctx->packed[{state.packed[kernel]}] "
                   "+ g * ((M + KILN_MR - 1) / KILN_MR) * KILN_MR * K;")
@@ -1104,9 +1105,27 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
               "    " + a_line,
               "    for (int64_t j = 0; j < panels; ++j)", "    {",
               "        const float* panel = pack + j * K * KILN_NR;",
-              *(["        " + line for line in positions] if flat_epilogue is None else []),
+              *(["        " + line for line in positions] if not flat else []),
               *["    " + line for line in tiles], "    }", "}"]
     return ["    " + line for line in lines]
+
+
+def _conv_epilogue(kernel: Kernel, channel: str) -> tuple[list[str], str, str, bool]:
+    """A convolution tile's epilogue at (image `bi`, channel `channel`, panel `j`'s pixel column `c`): the lines
+    defining its indices, the output element, the fused expression, and whether it indexes by flat pixel (else it
+    reads the panel's `out{k}[c]` positions)."""
+    out = kernel.outputs[0]
+    flat_epilogue = _flatten_spatial(kernel.expr, kernel.shape)
+    if flat_epilogue is not None:
+        # Every operand is contiguous over the spatial dims (or constant across them): index the epilogue by
+        # (image, channel, pixel) so its loads and the store run contiguously along the panel's columns.
+        flat_shape = [kernel.shape[0], kernel.shape[1], sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])]
+        return ([f"const int64_t i0 = bi, i1 = {channel}, i2 = j * KILN_NR + c;"],
+                f"{buffer_name(out)}[{_flat(flat_shape)}]", _Exprs(3).render(flat_epilogue), True)
+    indices = [f"const int64_t i0 = bi, i1 = {channel};",
+               *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(len(kernel.shape) - 2)]]
+    return (indices, f"{buffer_name(out)}[{_flat(kernel.shape)}]", _Exprs(len(kernel.shape)).render(kernel.expr),
+            False)
 
 
 def _flatten_spatial(expr: Any, shape: list) -> Any:
@@ -1689,8 +1708,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     fused epilogue into the output, its features contiguous (vectorized, as the dense GEMM's tiles are)."""
     detail, out = kernel.detail, kernel.outputs[0]
     offsets = _sparse_offsets(kernel)
-    parts = {name: f"((const {c_type(buf.dtype)}*)((const char*)ctx->packed[{state.packed[kernel]}] + {offsets[name]}))"
-             for name, buf in detail["components"].items()}
+    parts = _sparse_parts(kernel, state)
     layout, (block_rows, block_cols) = detail["layout"], detail["block"]
     rows = detail["x"]
     group = block_rows if layout == "sparse_bsr" else _SPARSE_FEATURES
@@ -1764,11 +1782,96 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines]
 
 
+def _sparse_conv(kernel: Kernel, state: RenderState) -> list[str]:
+    """convolution with a BSR weight (hybrid: blocks of R output x C input channels with all their taps; CSR is
+    R = C = 1) as BSR x im2col [C_in * taps, pixels]: a block's columns are its input channels' taps, so
+    kiln_bsr_row runs it with C * taps columns. A unit is (image, KILN_NR-pixel panel, chunk of block rows): it packs
+    its im2col panel as the dense implicit GEMM does, runs the chunk's block rows against it, and sends each tile
+    through the bias and the fused epilogue. With few pixels (`_whole_im2col`) a unit is (image, chunk of block
+    rows) against every panel of the image, packed once per thread and image, so each block row's weights are read
+    from memory once (panel by panel, 512 channels at 7 x 7 ran at 0.36x dense with 20% zero blocks)."""
+    detail = kernel.detail
+    parts = _sparse_parts(kernel, state)
+    block_rows, block_cols = detail["block"]
+    shape = detail["weight_shape"]
+    taps = math.prod(int(d) for d in shape[2:])
+    positions, packing = _im2col_panel(kernel, shape)
+    indices, target, epilogue, flat = _conv_epilogue(kernel, "ib * R + r")
+    value = "(double)tile[r * KILN_SMB + c]"
+    if detail["bias"] is not None:
+        value = f"{value} + (double){buffer_name(detail['bias'].buffer)}[{_view_index(detail['bias'], ['i1'])}]"
+    result_type = c_type(kernel.outputs[0].dtype)
+    pixels = " * ".join(dim_expr(d) for d in kernel.shape[2:])
+    whole = _whole_im2col(kernel)
+    block_row = [
+        f"kiln_bsr_row({parts['crow_indices']}[ib], {parts['crow_indices']}[ib + 1], {parts['col_indices']}, "
+        f"{parts['values']}, R, CT, panel, KILN_NR, (int)width, tile);",
+        "for (int r = 0; r < R; ++r)",
+        "    _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "    {",
+        *[f"        {line}" for line in indices],
+        f"        const {result_type} acc_value = ({result_type})({value});",
+        f"        {target} = {epilogue};",
+        "    }"]
+    lines = [
+        f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, M = {int(shape[0])}, N = {pixels}, "
+        f"K = {int(shape[1]) * taps};",
+        f"const int R = {block_rows}, CT = {block_cols * taps};  /* a block: R rows x CT im2col rows */",
+        "const int64_t panels = kiln_panels(N), block_rows = M / R;",
+        f"const int64_t units = BATCH{'' if whole else ' * panels'}, wanted = 4 * (int64_t)omp_get_num_threads();",
+        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;  /* few units: split the channels */",
+        "if (chunks > block_rows) chunks = block_rows;",
+        "const int64_t chunk_blocks = (block_rows + chunks - 1) / chunks;",
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        f"float tile[{block_rows} * KILN_SMB] __attribute__((aligned(64)));",
+        "const int64_t cin0 = 0; (void)K;",
+    ]
+    chunk_range = ["const int64_t ib_begin = chunk * chunk_blocks, ib_end = ib_begin + chunk_blocks < block_rows ? "
+                   "ib_begin + chunk_blocks : block_rows;"]
+    width = "const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;"
+    if not whole:
+        lines += [_shared_units(3, "units * chunks"),
+                  "for (int64_t bi = 0; bi < BATCH; ++bi)",
+                  "for (int64_t j = 0; j < panels; ++j)",
+                  "for (int64_t chunk = 0; chunk < chunks; ++chunk)", "{",
+                  "    float* panel = pack;",
+                  *["    " + line for line in positions + packing + chunk_range],
+                  "    " + width,
+                  "    for (int64_t ib = ib_begin; ib < ib_end; ++ib)", "    {",
+                  *["        " + line for line in block_row], "    }", "}"]
+        return ["    " + line for line in lines]
+    lines += ["int64_t packed_image = -1;  /* the image whose im2col panels are in `pack` */",
+              "#pragma omp for collapse(2) schedule(static)",
+              "for (int64_t bi = 0; bi < BATCH; ++bi)",
+              "for (int64_t chunk = 0; chunk < chunks; ++chunk)", "{",
+              "    if (packed_image != bi)", "    {",
+              "        packed_image = bi;",
+              "        for (int64_t j = 0; j < panels; ++j)", "        {",
+              "            float* panel = pack + j * K * KILN_NR;",
+              *["            " + line for line in positions + packing],
+              "        }", "    }",
+              *["    " + line for line in chunk_range],
+              "    for (int64_t ib = ib_begin; ib < ib_end; ++ib)",
+              "    for (int64_t j = 0; j < panels; ++j)", "    {",
+              "        const float* panel = pack + j * K * KILN_NR;",
+              *(["        " + line for line in positions] if not flat else []),
+              "        " + width,
+              *["        " + line for line in block_row], "    }", "}"]
+    return ["    " + line for line in lines]
+
+
+def _sparse_parts(kernel: Kernel, state: RenderState) -> dict[str, str]:
+    """C expressions of a sparse weight's components in its packed block (copied there at create)."""
+    offsets = _sparse_offsets(kernel)
+    return {name: f"((const {c_type(buf.dtype)}*)((const char*)ctx->packed[{state.packed[kernel]}] + {offsets[name]}))"
+            for name, buf in kernel.detail["components"].items()}
+
+
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
     "qconv": _qconv, "wlinear": _wlinear, "sparse_linear": _sparse_linear,
+    "sparse_conv": _sparse_conv,
 }
 
 PRELUDE = """\
@@ -1893,6 +1996,10 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
         return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4 * panels
+    if kernel.kind == "sparse_conv":  # one im2col panel, or a whole image's (`_whole_im2col`)
+        panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
+            if _whole_im2col(kernel) else 1
+        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight_shape"][1:]]) * 32 * 4 * panels
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
         return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
     if kernel.kind == "scatter" and kernel.detail["reduce"] == "mean":  # an int64 count per element of a line
@@ -1918,6 +2025,10 @@ def kernel_work(kernel: Kernel) -> Any:
         # much as ~3 rows' products: the 768 -> 3072 FFN at 90%, batch 1, counted as 0.9 MFLOP, ran on one thread at
         # 0.31 ms; two threads take 0.12 ms)
         return 2 * (sympy.sympify(kernel.detail["m"]) + 3) * kernel.detail["components"]["values"].numel
+    if kernel.kind == "sparse_conv":  # a multiply-add per stored weight and pixel, plus packing the im2col panels
+        pixels = size([kernel.shape[0], *kernel.shape[2:]])
+        stored = kernel.detail["components"]["values"].numel
+        return 2 * pixels * stored + pixels * size(kernel.detail["weight_shape"][1:])
     if kernel.kind == "rows":
         return 4 * out
     if kernel.kind == "distance":
@@ -1956,7 +2067,7 @@ def _qweight_shape(kernel: Kernel) -> tuple[int, int, int]:
 def _packed_bytes(kernel: Kernel) -> int:
     """Bytes of a static operand packed at create: a GEMM's B in zero-padded KILN_NR-wide panels, or a
     convolution's weights in zero-padded KILN_MR-row blocks per group."""
-    if kernel.kind == "sparse_linear":
+    if kernel.kind in SPARSE_KERNELS:
         return _sparse_offsets(kernel)[None]
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
@@ -1971,6 +2082,9 @@ def _packed_bytes(kernel: Kernel) -> int:
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
+SPARSE_KERNELS = ("sparse_linear", "sparse_conv")  # kernels reading a sparse weight's components
+
+
 def _sparse_offsets(kernel: Kernel) -> dict[str | None, int]:
     """Where each component of a sparse weight lies in its packed block (64-byte aligned); None: the block's size."""
     offsets: dict[str | None, int] = {}
@@ -1983,7 +2097,9 @@ def _sparse_offsets(kernel: Kernel) -> dict[str | None, int]:
 
 
 def _uses_sell(kernel: Kernel) -> bool:
-    """A CSR layer that may see one activation row also keeps its weight as SELL-8 (kiln_sparse.h)."""
+    """A CSR linear layer that may see one activation row also keeps its weight as SELL-8 (kiln_sparse.h)."""
+    if kernel.kind != "sparse_linear":
+        return False
     rows = sympy.sympify(kernel.detail["m"])
     return kernel.detail["layout"] == "sparse_csr" and not (rows.is_Integer and int(rows) > 1)
 
@@ -1993,7 +2109,7 @@ def _prepacked(schedule: Schedule) -> dict:
     convolutions' weights (into row blocks)."""
     packed = {}
     for kernel in schedule.kernels:
-        if kernel.kind == "sparse_linear":  # copied out of the mapped weights file: streamed from anonymous memory,
+        if kernel.kind in SPARSE_KERNELS:  # copied out of the mapped weights file: streamed from anonymous memory,
             packed[kernel] = len(packed)    # a layer at batch 1 ran 3.7x faster (2:4, Zen 3)
             continue
         if kernel.kind in ("qlinear", "qconv", "wlinear"):
@@ -2042,7 +2158,7 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
     nibbles = int4_weights(schedule)
     lines = []
     for kernel, slot in packed.items():
-        if kernel.kind == "sparse_linear":
+        if kernel.kind in SPARSE_KERNELS:
             offsets, components = _sparse_offsets(kernel), kernel.detail["components"]
             size = f"{offsets[None]}"
             if _uses_sell(kernel):  # CSR's form for one activation row, after the components (int32, as written)
@@ -2160,7 +2276,7 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(SUPPORT_LIBRARY)
     if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in schedule.kernels):
         out.append(QGEMM_LIBRARY)
-    if any(kernel.kind == "sparse_linear" for kernel in schedule.kernels):
+    if any(kernel.kind in SPARSE_KERNELS for kernel in schedule.kernels):
         out.append(SPARSE_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
     state.scratch = [need for kernel in schedule.kernels

@@ -1373,6 +1373,7 @@ def _define_conv(n: int):
 
     def conv(input, weight, bias=None, stride=(1,) * n, padding=(0,) * n, dilation=(1,) * n, groups=1):
         return decomposition(input, weight, bias, _listed(stride), _listed(padding), _listed(dilation), groups)
+    conv.forwards_sparse_weight = True  # the weight reaches convolution untouched (a sparse one's rule runs there)
     register_decomposition(f"aten.{name}.default")(conv)
 
 

@@ -174,6 +174,9 @@ ZERO_PRESERVING_UNARY = (
 )
 
 
+CONVOLUTIONS = ("aten.convolution.default", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
+
+
 def _attach(name: str, rule: SparseRule) -> None:
     lookup(name).sparse = rule
 
@@ -191,6 +194,10 @@ def _attach_rules() -> None:
         _attach(name, SparseRule(_product_layout(name)))
     _attach("aten.addmm.default", SparseRule(_addmm_layout))
     _attach("aten.linear.default", SparseRule(_dense_result))
+    # convolutions with a sparse weight (kiln's superset: torch refuses them); a hybrid BSR weight [C_out, C_in, *taps]
+    # with the taps as dense dims is the BSR matrix over im2col that the C backend runs
+    for name in CONVOLUTIONS:
+        _attach(name, SparseRule(_dense_result))
     _attach("aten.add.Tensor", SparseRule(_elementwise_layout("aten.add.Tensor", False), stored=_union))
     _attach("aten.sub.Tensor", SparseRule(_elementwise_layout("aten.sub.Tensor", False), stored=_union))
     _attach("aten.mul.Tensor", SparseRule(_elementwise_layout("aten.mul.Tensor", True), stored=_intersection))
