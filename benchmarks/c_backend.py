@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/c_backend.py [--rows mlp-b1,gpt-s128,...] [--threads N] [--repeat R] [--plot PATH]
 Peers: kiln's reference interpreter (numpy kernels), onnxruntime on `kiln.onnx.export` of the same program, the
-compiled C package (`kiln.runtime.compile`), and, when torch is installed, torch eager and torch.compile on the
+compiled C package (`kiln.compile`), and, when torch is installed, torch eager and torch.compile on the
 same model source (`kiln.models.torch_twin`) with the same weights. Every peer runs with the same thread count.
 Each model is exported once with a dynamic batch (and sequence) dim, so the C artifact is the one users get.
 Columns: median latency per peer (ms); kiln/onnxruntime (the headline, <= 1 means kiln is as fast); kiln's
@@ -204,7 +204,7 @@ def benchmark_model(name: str, rows: list[Row], threads: int, repeat: int, torch
     runners: dict[str, Callable[[np.ndarray], Any]] = {"reference": program}
     problems: dict[str, str] = {}
     runners["onnxruntime"] = onnxruntime_session(program, threads)
-    runners["kiln C"] = kiln.runtime.compile(program, output=os.path.join(folder, name), num_threads=threads)
+    runners["kiln C"] = kiln.compile(program, output=os.path.join(folder, name), num_threads=threads)
     if torch is None:
         problems["torch eager"] = problems["torch.compile"] = "torch is not installed"
     else:

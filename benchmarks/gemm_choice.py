@@ -68,7 +68,7 @@ def main() -> None:
         for m, k, n in SHAPES:
             layer = kiln.nn.Linear(k, n).eval()
             program = kiln.export(layer, (kiln.randn(m, k),))
-            compiled = kiln.runtime.compile(program, output=os.path.join(folder, f"linear_{m}_{k}_{n}"),
+            compiled = kiln.compile(program, output=os.path.join(folder, f"linear_{m}_{k}_{n}"),
                                             num_threads=args.threads)
             x = rng.standard_normal((m, k)).astype(np.float32)
             w, b = layer.weight.numpy(), layer.bias.numpy()

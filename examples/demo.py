@@ -60,7 +60,7 @@ def main() -> None:
 
     onnx_program = kiln.onnx.export(program)
     with tempfile.TemporaryDirectory() as folder:
-        compiled = kiln.runtime.compile(program, output=f"{folder}/cnn")
+        compiled = kiln.compile(program, output=f"{folder}/cnn")
         print(f"\n{'backend':<22} {'batch':>5}  {'max |diff| vs interpreter':>26}  {'median latency':>14}")
         for batch in (1, 4):
             x = np.random.default_rng(batch).standard_normal((batch, *entry.args[0].shape[1:])).astype(np.float32)

@@ -47,8 +47,9 @@ __version__ = "0.1.0"
 
 # Every public subpackage is an attribute of `kiln`, as torch.export and torch.onnx are of torch; these import on
 # first use, so `import kiln` pays only for the IR and the frontend.
-_LAZY_SUBMODULES = ("cli", "codegen", "models", "onnx", "passes", "quantization", "runtime", "testing", "training")
-_LAZY_ATTRIBUTES = {"compile": ("kiln.runtime", "compile")}  # kiln.compile: build a C package and load it
+_LAZY_SUBMODULES = ("cli", "codegen", "compiler", "models", "onnx", "passes", "quantization", "runtime", "testing",
+                    "training")
+_LAZY_ATTRIBUTES = {"compile": ("kiln.compiler", "compile")}  # kiln.compile: build a package and load it
 
 
 def __getattr__(name: str):  # noqa: ANN202  (PEP 562 module attribute)

@@ -86,7 +86,7 @@ def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
 
     from kiln.ir.program import InputKind, OutputKind, OutputSpec
     from kiln.passes.base import weight_value
-    from kiln.runtime import compile as compile_c
+    from kiln.compiler import compile as compile_c
 
     program = prepared.program
     watched = prepared.watched_values()

@@ -92,7 +92,7 @@ def _check_output(output: Path) -> None:
 
 
 def run_compile(options: argparse.Namespace) -> int:
-    from kiln.runtime import compile as compile_package
+    from kiln.compiler import compile as compile_package
     output = Path(options.output)
     _check_output(output)
     program = _load_program(options)

@@ -1,18 +1,15 @@
-"""kiln.compile / kiln.runtime.load: the compiled package (directory) and its ctypes-backed callable.
+"""kiln.runtime.load: a compiled package (a folder written by kiln.codegen.driver) and its callable.
 
-Layout: manifest.json (ABI version, signature, symbols and ranges, input/output dtypes and shapes, weight
-offsets), weights.bin (raw little-endian, 64-byte aligned, mmap-able), model.c and model.so.
+C packages (manifest.json, weights.bin, model.c, model.so) load through ctypes; Triton packages (model.py) through
+kiln/runtime/triton.py. Loading a package runs its code, as unpickling would: load only packages you trust.
 """
 
 from __future__ import annotations
 
 import ctypes
-import concurrent.futures
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -22,119 +19,9 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
-from kiln.ir.files import atomic_write
 from kiln.ir.interpreter import bind_symbols
-from kiln.ir.program import ExportedProgram
-from kiln.ir.symbolic import ValueRange, format_dim, parse_dim
+from kiln.ir.symbolic import ValueRange, parse_dim
 from kiln.ir.types import TensorType
-
-# A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
-# onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
-# Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
-# once, here, and the quantize ops left around them compute in float.
-DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,lower-quantized,fold-dequantized-weights,"
-                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
-ALIGN = 64
-
-
-def compile(ep_or_module: Any, target: str = "c", *, example_args: Any = None, dynamic_shapes: Any = None,
-            pipeline: str | None = None, output: str | pathlib.Path | None = None,
-            num_threads: int | None = None) -> "CompiledModel":
-    """Compile a program (or a module, exported with `example_args`) into a package and load it.
-
-    The code targets this CPU's capability (`kiln.codegen.c.get_cpu_capability()`); `num_threads` sets the
-    loaded model's threads (default: OpenMP's)."""
-    from kiln.codegen.c import ABI_VERSION, build_library, get_cpu_capability, render, runtime_memory, stamp_build_id
-    from kiln.codegen.c.render import int4_weights
-    from kiln.codegen.c.attention import fuse_attention
-    from kiln.codegen.c.legalize import legalize
-    from kiln.codegen.memory import format_bytes, plan_memory
-    from kiln.codegen.schedule import schedule
-    from kiln.passes import run as run_passes
-
-    if target != "c":
-        raise KilnError(f"unknown compile target {target!r}", fix="use target='c'")
-    program = ep_or_module
-    if not isinstance(program, ExportedProgram):
-        import kiln
-        if example_args is None:
-            raise KilnError("compiling a module needs example_args to export it", fix="pass example_args=(x,)")
-        program = kiln.export(program, tuple(example_args), dynamic_shapes=dynamic_shapes)
-    program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE))
-    plan = fuse_attention(schedule(program))
-    memory = plan_memory(plan, program.range_constraints)
-    weights, offsets, chunks, size = [], {}, [], 0
-    nibbles = int4_weights(plan)
-    for buf in plan.buffers:
-        if buf.kind != "weight" or buf.weight_key in offsets:
-            continue
-        array = np.ascontiguousarray(_weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)
-        padding = -size % ALIGN
-        offsets[buf.weight_key] = size = size + padding
-        data = np.frombuffer(_nibbles(array), np.uint8) if buf.weight_key in nibbles else \
-            array.astype(array.dtype.newbyteorder("<"), copy=False)
-        weights.append({"name": buf.weight_key, "offset": size, "nbytes": data.nbytes, "dtype": buf.dtype.name,
-                        "shape": list(array.shape), "bits": 4 if buf.weight_key in nibbles else 8 * array.itemsize})
-        chunks.append((padding, data))
-        size += data.nbytes
-    source, build_id = stamp_build_id(render(plan, offsets, memory, program.range_constraints, program.runtime_asserts))
-    runtime = runtime_memory(plan)
-    capability = get_cpu_capability()
-    out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
-    out.mkdir(parents=True, exist_ok=True)
-
-    def write_weights(handle: Any) -> None:
-        for padding, data in chunks:  # straight from the arrays: no copy of the whole blob in memory
-            handle.write(b"\0" * padding)
-            handle.write(data.reshape(-1).view(np.uint8))
-
-    # The C compiler runs while the weights are written (GPT-2 small: 3.6 s and 1.7 s).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        building = pool.submit(build_library, source, capability)
-        # Every file is replaced atomically (a new inode): a model already loaded from this folder keeps its mapped
-        # model.so and weights.bin, and readers never see a half-written package file.
-        atomic_write(out / "model.c", source.encode())
-        atomic_write(out / "weights.bin", write_weights)
-        library = building.result()
-    with open(library, "rb") as built:
-        atomic_write(out / "model.so", lambda handle: shutil.copyfileobj(built, handle))
-    manifest = {
-        "format": "kiln-c-package", "abi_version": ABI_VERSION, "cpu_capability": capability,
-        "library": "model.so", "source": "model.c", "build_id": build_id,
-        "weights_file": "weights.bin", "weights": weights,
-        "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
-                     "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
-        "inputs": [{"name": b.name, "dtype": b.dtype.name, "shape": [format_dim(d) for d in b.shape]}
-                   for b in plan.inputs],
-        "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape]}
-                    for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
-        "memory": {"arena_bytes": format_bytes(memory.arena_bytes),
-                   "unplanned_bytes": format_bytes(memory.unplanned_bytes),
-                   "slots": len(memory.slots), "temps": len(memory.offsets),
-                   "scratch_bytes_per_thread": [format_bytes(need) for need in runtime["scratch_bytes_per_thread"]],
-                   "packed_weight_bytes": runtime["packed_weight_bytes"]},
-    }
-    atomic_write(out / "manifest.json", json.dumps(manifest, indent=2).encode())
-    return load(out, num_threads=num_threads)
-
-
-def _weight_array(program: ExportedProgram, key: str) -> np.ndarray:
-    """A weight buffer's values: a state-dict or constant entry, or one component of a sparse one (`target.values`,
-    see schedule.sparse_weight_key)."""
-    for store in (program.state_dict, program.constants):
-        if key in store:
-            return np.asarray(store[key])
-    target, _, component = key.rpartition(".")
-    store = program.state_dict if target in program.state_dict else program.constants
-    return store[target].components[component]
-
-
-def _nibbles(array: np.ndarray) -> bytes:
-    """int4 values (int8 storage, in [-8, 7]) two per byte, element 2m in the low nibble of byte m."""
-    flat = np.ascontiguousarray(array, np.int8).ravel().view(np.uint8) & 0x0F
-    if flat.size % 2:
-        flat = np.append(flat, np.uint8(0))
-    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
 
 
 def _check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
@@ -147,13 +34,6 @@ def _check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
             raise KilnError(f"package {path}: weight {entry['name']!r} ({entry['nbytes']} bytes at offset "
                             f"{entry['offset']}) does not fit its shape {entry['shape']} at {bits} bits or the "
                             f"{size}-byte weights file", fix="recompile the package; its files do not belong together")
-
-
-def _bound(allowed: ValueRange | None, which: str) -> int | None:
-    if allowed is None:
-        return None
-    value = getattr(allowed, which)
-    return None if value in (float("inf"), float("-inf")) else int(value)
 
 
 # Identities (device, inode) of the library files loaded from each path, in load order; see _open_library.
@@ -362,6 +242,16 @@ class CompiledModel:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def load(path: str | pathlib.Path, num_threads: int | None = None) -> CompiledModel:
-    """Load a package written by kiln.compile; `num_threads` as for `CompiledModel.num_threads`."""
+def load(path: str | pathlib.Path, num_threads: int | None = None) -> Any:
+    """Load a package written by kiln.compile: a `CompiledModel` (C; `num_threads` as for its `num_threads`) or a
+    `TritonModel`."""
+    manifest_path = pathlib.Path(path) / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as error:
+        raise KilnError(f"cannot read the package manifest {manifest_path}: {error}",
+                        fix="give the folder kiln.compile or `kiln compile` wrote") from None
+    if manifest.get("format") == "kiln-triton-package":
+        from kiln.runtime.triton import TritonModel
+        return TritonModel(path, manifest)
     return CompiledModel(path, num_threads)

@@ -23,7 +23,7 @@ from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 from kiln.ir.symbolic import ValueRange, evaluate_dim, parse_dim, symbol
 from kiln.passes import run as run_passes
-from kiln.runtime.package import DEFAULT_PIPELINE
+from kiln.codegen.driver import DEFAULT_PIPELINE
 
 N, M = symbol("n"), symbol("m")
 F32 = dtypes.float32
@@ -230,7 +230,7 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C comp
 def mlp_package(tmp_path_factory):
     _, program, sched = _zoo("mlp")
     path = tmp_path_factory.mktemp("memory") / "mlp"
-    kiln.runtime.compile(program, output=path)
+    kiln.compile(program, output=path)
     return path, plan_memory(sched, program.range_constraints)
 
 

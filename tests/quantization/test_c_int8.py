@@ -186,7 +186,7 @@ def test_narrow_kernels_where_the_range_is_proven():
     """Layers whose activations are quantized to 0..127 (reduce_range) are scheduled narrow; full 8-bit and int8
     activations, and uint8 values the program does not clamp, are not."""
     from kiln.codegen.schedule import schedule
-    from kiln.runtime.package import DEFAULT_PIPELINE
+    from kiln.codegen.driver import DEFAULT_PIPELINE
     for build, activations in ((_program, [case[3] for case in CASES]),
                                (_conv_program, [case[6] for case in CONV_CASES])):
         program, _, _ = build(np.random.default_rng(0), dyadic=False)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.runtime.test_c_backend import _check
 from tests.torch_oracle import requires_torch, torch
 

@@ -15,7 +15,7 @@ from kiln.codegen import LOWERINGS
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, UnsupportedError
 from kiln.ir.registry import REGISTRY
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.ir.samples import SAMPLES
 from tests.ir.test_ops import _trace_sample
 from tests.runtime.support import use_capability
@@ -558,7 +558,7 @@ def test_pointwise_consumers_fuse_through_reshapes(tmp_path):
 
 def test_run_sizes_its_team_by_work(tmp_path):
     """kiln_run uses one thread per ~0.6 MFLOP of estimated work (capped by num_threads): tiny runs stay serial."""
-    from kiln.codegen.c.render import kernel_work
+    from kiln.codegen.cost import kernel_work
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
     batch = kiln.Dim("batch", max=64)

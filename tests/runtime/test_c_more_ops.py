@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.runtime.test_c_backend import _check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

@@ -15,7 +15,7 @@ import pytest
 import kiln
 from tests.modules import FunctionModule
 from kiln.ir.errors import UnsupportedError
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 
 try:
     import torch

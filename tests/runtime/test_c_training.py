@@ -1,5 +1,5 @@
 """Training programs compiled to C: the joint forward+backward program of small models covering every backward op
-(through its decomposition, kiln/codegen/c/legalize.py) matches the interpreter, for several batch sizes of one
+(through its decomposition, kiln/codegen/legalize.py) matches the interpreter, for several batch sizes of one
 compiled package."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kiln.ir.interpreter import run_program
 from kiln.ir.program import OutputKind
 from kiln.ir.registry import REGISTRY
 from kiln.passes import joint_program
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.ir.test_ops import _trace_sample
 from tests.runtime.test_c_backend import _op_samples
 from tests.torch_oracle import requires_torch, torch

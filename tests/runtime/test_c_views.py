@@ -10,7 +10,7 @@ import pytest
 import kiln
 from kiln.frontend.tensor import dispatch as call
 from kiln.ir.errors import KilnError, UnsupportedError
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.runtime.test_c_backend import _check
 from tests.modules import LambdaModule
 from tests.runtime.test_c_indexing import SIZES, _compile

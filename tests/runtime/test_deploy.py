@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 import kiln.models
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from kiln.runtime import load
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,

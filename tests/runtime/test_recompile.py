@@ -13,7 +13,7 @@ import kiln
 import kiln.nn as nn
 from kiln.cli.main import main
 from kiln.ir.errors import KilnError
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 

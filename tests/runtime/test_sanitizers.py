@@ -20,7 +20,7 @@ import pytest
 
 import kiln
 import kiln.models
-from kiln.runtime import compile as compile_c
+from kiln.compiler import compile as compile_c
 from tests.runtime.test_deploy import make_example, parse_outputs
 
 pytestmark = [

@@ -12,7 +12,7 @@ import pytest
 import kiln
 from kiln.cli.main import main
 from kiln.ir.sparse import SparseArray
-from kiln.runtime.package import DEFAULT_PIPELINE
+from kiln.codegen.driver import DEFAULT_PIPELINE
 from kiln.testing import assert_close
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

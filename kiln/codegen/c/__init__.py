@@ -3,9 +3,9 @@
 from kiln.codegen import LOWERINGS
 from kiln.codegen.c.build import build_library, get_cpu_capability, supported_capabilities
 from kiln.codegen.c.render import ABI_VERSION, render, runtime_memory, stamp_build_id
-from kiln.codegen.schedule import SUPPORTED_OPS
+from kiln.codegen.c.target import TARGET
 
-LOWERINGS["c"] = set(SUPPORTED_OPS)
+LOWERINGS["c"] = set(TARGET.ops)
 
 __all__ = ["ABI_VERSION", "build_library", "get_cpu_capability", "render", "runtime_memory", "stamp_build_id",
            "supported_capabilities"]

@@ -10,7 +10,7 @@ return None in torch for the outputs the mask turns off. A meta rule has to give
 so kiln always produces all three gradients; the masked ones are computed like the others (for a
 missing weight, against an implicit weight of ones) and a well-formed program simply never reads them.
 
-Each op also decomposes into core ops, for backends without its kernel (kiln/codegen/c/legalize.py): the scatter-style
+Each op also decomposes into core ops, for backends without its kernel (kiln/codegen/legalize.py): the scatter-style
 ones into scatter_add / index_put in the same order (bit for bit), convolution's into convolutions, normalization's
 into its formula in opmath.
 """

@@ -1,14 +1,14 @@
-"""Core ATen ops the C backend computes through other core ops it has kernels for, applied by `kiln.compile`
+"""Core ATen ops a backend computes through other core ops it has kernels for, applied by the compile driver
 before scheduling (like a backend's legalization table; the ops stay core everywhere else): the rewrites of
-C_LEGALIZATIONS, and the registered decomposition of every core op without a C kernel (the backward ops of a
-training program)."""
+LEGALIZATIONS, and the registered decomposition of every core op the target has no kernel for (the backward ops of
+a training program)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from kiln.codegen.schedule import SUPPORTED_OPS
+from kiln.codegen.target import Target
 from kiln.ir.meta import shape_of
 from kiln.ir.program import ExportedProgram
 from kiln.ir.registry import REGISTRY, OpOverload, handle, ops
@@ -31,25 +31,25 @@ def _batch_norm_batch_stats(input, weight, bias, training, momentum, eps):
     return out, aten.reshape.default(mean, [channels]), aten.reshape.default(rstd, [channels])
 
 
-C_LEGALIZATIONS: dict[str, Callable[..., Any]] = {
+LEGALIZATIONS: dict[str, Callable[..., Any]] = {
     "aten._native_batch_norm_legit.no_stats": _batch_norm_batch_stats,
 }
 
 
-def c_decompositions() -> dict[OpOverload, Callable[..., Any]]:
-    """What `legalize` rewrites, by op: C_LEGALIZATIONS, then every core aten op the C backend has no kernel for but
-    the registry can decompose. Ops of other namespaces stay, so their own error can say how to lower them."""
-    table: dict[OpOverload, Callable[..., Any]] = {handle(name): fn for name, fn in C_LEGALIZATIONS.items()}
+def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]]:
+    """What `legalize` rewrites, by op: LEGALIZATIONS, then every core aten op `target` has no kernel for but the
+    registry can decompose. Ops of other namespaces stay, so their own error can say how to lower them."""
+    table: dict[OpOverload, Callable[..., Any]] = {handle(name): fn for name, fn in LEGALIZATIONS.items()}
     for opdef in REGISTRY.values():
-        if (opdef.is_core and opdef.decomposition is not None and opdef.name not in SUPPORTED_OPS
-                and opdef.name not in C_LEGALIZATIONS and opdef.schema.namespace == "aten"):
+        if (opdef.is_core and opdef.decomposition is not None and opdef.name not in target.ops
+                and opdef.name not in LEGALIZATIONS and opdef.schema.namespace == "aten"):
             table[OpOverload(opdef)] = opdef.decomposition
     return table
 
 
-def legalize(program: ExportedProgram) -> ExportedProgram:
-    """`program` with the ops of `c_decompositions()` rewritten (unchanged when it has none)."""
-    table = c_decompositions()
+def legalize(program: ExportedProgram, target: Target) -> ExportedProgram:
+    """`program` with the ops of `target_decompositions(target)` rewritten (unchanged when it has none)."""
+    table = target_decompositions(target)
     present = {op.name for op in program.nodes()} & {op.name for op in table}
     if not present:
         return program

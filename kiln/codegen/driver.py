@@ -1,0 +1,125 @@
+"""The compile driver: a program through the compile pipeline, legalization for the target, the shared scheduler
+and memory plan, then the backend's renderer, into a package folder.
+
+A package is manifest.json (format, signature, symbols and their ranges, input/output dtypes and shapes, weight
+offsets, memory), weights.bin (raw little-endian, 64-byte aligned, mmap-able) and the backend's files (C: model.c
+and model.so; Triton: model.py). Backends are the packages of `kiln.codegen.target.BACKENDS`; each has a `package`
+module with `TARGET`, `plan(program)` and `emit(...)`. `kiln.runtime.load` loads what this writes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import tempfile
+from typing import Any, Callable
+
+import numpy as np
+
+from kiln.codegen.legalize import legalize
+from kiln.codegen.memory import format_bytes, plan_memory
+from kiln.codegen.schedule import Schedule
+from kiln.codegen.target import BACKENDS
+from kiln.ir.errors import KilnError
+from kiln.ir.files import atomic_write
+from kiln.ir.program import ExportedProgram
+from kiln.ir.symbolic import ValueRange, format_dim
+from kiln.passes import run as run_passes
+
+# A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
+# onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
+# Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
+# once, here, and the quantize ops left around them compute in float.
+DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,lower-quantized,fold-dequantized-weights,"
+                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
+ALIGN = 64
+
+
+def backend(target: str) -> Any:
+    """The `package` module of compile target `target` ("c", "triton")."""
+    if target not in BACKENDS:
+        raise KilnError(f"unknown compile target {target!r}", fix="one of " + ", ".join(sorted(BACKENDS)))
+    return importlib.import_module(f"{BACKENDS[target]}.package")
+
+
+def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str | None = None,
+                  output: str | pathlib.Path | None = None) -> pathlib.Path:
+    """Compile `program` for `target` into the package folder `output` (a new temporary folder when None) and
+    return the folder. Every file is replaced atomically, so a model loaded from the folder keeps running."""
+    emitter = backend(target)
+    program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE), emitter.TARGET)
+    plan = emitter.plan(program)
+    memory = plan_memory(plan, program.range_constraints)
+    weights, write_weights = _weights_file(program, plan, emitter.nibble_weights(plan))
+    out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
+    out.mkdir(parents=True, exist_ok=True)
+    offsets = {entry["name"]: entry["offset"] for entry in weights}
+    manifest = emitter.emit(out, plan, program, memory, offsets, write_weights)
+    manifest.update({
+        "weights_file": "weights.bin", "weights": weights,
+        "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
+                     "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
+        "inputs": [{"name": b.name, "dtype": b.dtype.name, "shape": [format_dim(d) for d in b.shape]}
+                   for b in plan.inputs],
+        "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape]}
+                    for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
+    })
+    manifest.setdefault("memory", {}).update({
+        "arena_bytes": format_bytes(memory.arena_bytes), "unplanned_bytes": format_bytes(memory.unplanned_bytes),
+        "slots": len(memory.slots), "temps": len(memory.offsets)})
+    atomic_write(out / "manifest.json", json.dumps(manifest, indent=2).encode())
+    return out
+
+
+def _weights_file(program: ExportedProgram, plan: Schedule,
+                  nibbles: set[str]) -> tuple[list[dict], Callable[[pathlib.Path], None]]:
+    """The manifest's weight entries (64-byte aligned offsets) and a function writing weights.bin to a path."""
+    weights, offsets, chunks, size = [], set(), [], 0
+    for buf in plan.buffers:
+        if buf.kind != "weight" or buf.weight_key in offsets:
+            continue
+        offsets.add(buf.weight_key)
+        array = np.ascontiguousarray(weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)
+        padding = -size % ALIGN
+        size += padding
+        data = np.frombuffer(_nibbles(array), np.uint8) if buf.weight_key in nibbles else \
+            array.astype(array.dtype.newbyteorder("<"), copy=False)
+        weights.append({"name": buf.weight_key, "offset": size, "nbytes": data.nbytes, "dtype": buf.dtype.name,
+                        "shape": list(array.shape), "bits": 4 if buf.weight_key in nibbles else 8 * array.itemsize})
+        chunks.append((padding, data))
+        size += data.nbytes
+
+    def write(path: pathlib.Path) -> None:
+        def chunked(handle: Any) -> None:
+            for padding, data in chunks:  # straight from the arrays: no copy of the whole blob in memory
+                handle.write(b"\0" * padding)
+                handle.write(data.reshape(-1).view(np.uint8))
+        atomic_write(path, chunked)
+    return weights, write
+
+
+def weight_array(program: ExportedProgram, key: str) -> np.ndarray:
+    """A weight buffer's values: a state-dict or constant entry, or one component of a sparse one (`target.values`,
+    see schedule.sparse_weight_key)."""
+    for store in (program.state_dict, program.constants):
+        if key in store:
+            return np.asarray(store[key])
+    target, _, component = key.rpartition(".")
+    store = program.state_dict if target in program.state_dict else program.constants
+    return store[target].components[component]
+
+
+def _nibbles(array: np.ndarray) -> bytes:
+    """int4 values (int8 storage, in [-8, 7]) two per byte, element 2m in the low nibble of byte m."""
+    flat = np.ascontiguousarray(array, np.int8).ravel().view(np.uint8) & 0x0F
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def _bound(allowed: ValueRange | None, which: str) -> int | None:
+    if allowed is None:
+        return None
+    value = getattr(allowed, which)
+    return None if value in (float("inf"), float("-inf")) else int(value)
