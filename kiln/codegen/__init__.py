@@ -6,7 +6,7 @@ Each backend (a subpackage named in BACKENDS) registers the ops it lowers in `LO
 
 import importlib
 
-BACKENDS = ("onnx", "c")
+BACKENDS = ("onnx", "c", "triton")
 LOWERINGS: dict[str, set[str]] = {}
 
 

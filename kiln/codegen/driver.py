@@ -3,8 +3,8 @@ and memory plan, then the backend's renderer, into a package folder.
 
 A package is manifest.json (format, signature, symbols and their ranges, input/output dtypes and shapes, weight
 offsets, memory), weights.bin (raw little-endian, 64-byte aligned, mmap-able) and the backend's files (C: model.c
-and model.so; Triton: model.py). Backends are the packages of `kiln.codegen.target.BACKENDS`; each has a `package`
-module with `TARGET`, `plan(program)` and `emit(...)`. `kiln.runtime.load` loads what this writes.
+and model.so; Triton: model.py). Backends are the packages of COMPILE_TARGETS; each has a `package` module with
+`TARGET`, `plan(program)`, `nibble_weights(plan)` and `emit(...)`. `kiln.runtime.load` loads what this writes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import numpy as np
 from kiln.codegen.legalize import legalize
 from kiln.codegen.memory import format_bytes, plan_memory
 from kiln.codegen.schedule import Schedule
-from kiln.codegen.target import BACKENDS
 from kiln.ir.errors import KilnError
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
@@ -34,13 +33,14 @@ from kiln.passes import run as run_passes
 DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,lower-quantized,fold-dequantized-weights,"
                     "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
 ALIGN = 64
+COMPILE_TARGETS = {"c": "kiln.codegen.c", "triton": "kiln.codegen.triton"}  # target -> its backend package
 
 
 def backend(target: str) -> Any:
     """The `package` module of compile target `target` ("c", "triton")."""
-    if target not in BACKENDS:
-        raise KilnError(f"unknown compile target {target!r}", fix="one of " + ", ".join(sorted(BACKENDS)))
-    return importlib.import_module(f"{BACKENDS[target]}.package")
+    if target not in COMPILE_TARGETS:
+        raise KilnError(f"unknown compile target {target!r}", fix="one of " + ", ".join(sorted(COMPILE_TARGETS)))
+    return importlib.import_module(f"{COMPILE_TARGETS[target]}.package")
 
 
 def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str | None = None,

@@ -10,12 +10,11 @@ this schedule into source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sympy
 from xdsl.dialects import func
 
-from kiln.codegen.target import Target
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
@@ -24,6 +23,9 @@ from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
 from kiln.passes.quant.ranges import integer_range
+
+if TYPE_CHECKING:
+    from kiln.codegen.target import Target
 
 # Ops fused into pointwise kernels; each renderer supplies one rule per name it supports.
 POINTWISE_OPS = {

@@ -6,10 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kiln.codegen.schedule import (
+    CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS, same_dim,
+)
+from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.types import TensorType
 
 
-def _tensor(value: Any) -> bool:
+def tensor_value(value: Any) -> bool:
     return hasattr(value, "type") and isinstance(value.type, TensorType)
 
 
@@ -37,15 +42,94 @@ class Target:
 
     def unsupported(self, op: Any, name: str) -> str | None:
         """Why this target cannot run `op` (None when it can)."""
-        sparse = [v.type.layout.kind for v in op.operands if _tensor(v) and v.type.is_sparse]
+        sparse = [v.type.layout.kind for v in op.operands if tensor_value(v) and v.type.is_sparse]
         if sparse:
             return self.unsupported_sparse(op, name, sparse)
         if name not in self.ops:
             return self.no_lowering
         for value in list(op.operands) + list(op.results):
-            if _tensor(value) and value.type.dtype not in self.dtypes:
+            if tensor_value(value) and value.type.dtype not in self.dtypes:
                 return f"dtype {value.type.dtype.name} is not supported"
         return self.unsupported_arguments(op)
 
 
-BACKENDS: dict[str, str] = {"c": "kiln.codegen.c", "triton": "kiln.codegen.triton"}  # compile targets -> packages
+def kernel_argument_limits(op: Any) -> str | None:
+    """Why this op's arguments fall outside the forms the scheduler's kernel kinds take (None when they fit): the
+    checks every backend shares, before its own."""
+    name = op.opdef.name
+    args = bound_arguments(op)
+    rank = len(op.operands[0].type.shape) if op.operands else 0
+    if name in REDUCTION_OPS:
+        dtype_position = {"aten.sum.dim_IntList": 3, "aten.mean.dim": 3, "aten.prod.dim_int": 3,
+                          "aten.mean.default": 1, "aten.prod.default": 1}.get(name)
+        if dtype_position is not None and args[dtype_position] is not None:
+            return "dtype= is not supported"
+        if not name.startswith("aten.any.") and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
+            return "only floating reductions are supported (any accepts every dtype)"
+    if name in ("aten._softmax.default", "aten._log_softmax.default"):
+        if rank == 0 or args[2]:
+            return "only softmax of a tensor with dims, without half_to_float, is supported"
+    if name == "aten.cumsum.default":
+        if rank == 0:
+            return "only cumsum of a tensor with dims is supported"
+        if args[2] is not None and (args[2] != op.operands[0].type.dtype or args[2] == dtypes.bool_):
+            return "dtype= other than the input's dtype is not supported"
+    if name in SORT_OPS:
+        if rank == 0 or op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64, dtypes.int64):
+            return "only sorting a float32, float64 or int64 tensor with dims is supported"
+    if name in ("aten.index_select.default", "aten.gather.default"):
+        if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
+            return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
+    if name in ("aten.index.Tensor", "aten.index_put.default"):
+        given = [i for i in args[1] if i is not None]
+        masks = [i for i in given if i.type.dtype not in (dtypes.int64, dtypes.int32)]
+        if masks and name == "aten.index.Tensor":
+            return ("a boolean mask index makes the result's size depend on the mask's values (an unbacked size "
+                    "symbol), and compiled code sizes every output from the input shapes; index with integer tensors "
+                    "(or use where / masked_fill)")
+        if masks and not _mask_put_fits(op, args):
+            return ("index_put with a boolean mask is supported only as the sole index (the other entries None) with "
+                    "values that broadcast along the mask's count (size 1 or absent there)")
+    if name == "aten.scatter_reduce.two" and args[4] not in ("sum", "prod", "mean", "amax", "amin", "max", "min"):
+        return f"reduce={args[4]!r}"
+    if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
+        return "only layer norm over the last dim is supported"
+    if name == "aten.native_group_norm.default":
+        shape = op.operands[0].type.shape
+        if not isinstance(shape[1], int) or any(same_dim(d, 0) for d in shape[1:]):
+            return "only group norm with a static channel count and non-empty channels and spatial dims is supported"
+        if any(tensor_value(a) and a.type.dtype not in (dtypes.float32, dtypes.float64) for a in args[:3]):
+            return "only floating inputs are supported"
+    if name in ("aten.div.Scalar_mode", "aten.fmod.Scalar", "aten.remainder.Scalar") and args[1] == 0:
+        if not op.results[0].type.dtype.is_floating_point:
+            return "integer division by zero"  # the interpreter raises; a compiled kernel cannot
+    if name == "aten.gelu.default" and args[1] not in ("none", "tanh"):
+        return f"approximate={args[1]!r}"
+    if name == "aten.convolution.default":
+        if len(op.results[0].type.shape) < 3:
+            return "only batched convolutions are supported"
+    if name in CONV_OPS | WINDOW_OPS | CHANNEL_OPS:
+        # max pools also take the int8/uint8 values of quantized programs (kiln/passes/quant/lower.py)
+        allowed = (dtypes.float32, dtypes.float64) + ((dtypes.int8, dtypes.uint8) if "max_pool" in name else ())
+        for value in op.operands:
+            if value.type.dtype not in allowed:
+                return "only floating inputs are supported" + (" (and int8/uint8 for max pools)" if allowed[2:] else
+                                                               "")
+    if name in CHANNEL_OPS and rank < 2:
+        return "only inputs with a channel dim are supported"
+    if name in MATMUL_OPS:
+        for value in op.operands:
+            if value.type.dtype not in (dtypes.float32, dtypes.float64):
+                return "only floating matmuls are supported"
+    return None
+
+
+def _mask_put_fits(op: Any, args: list) -> bool:
+    """index_put with one boolean mask (the other entries None) whose values do not vary along the mask's count."""
+    given = [(d, value) for d, value in enumerate(args[1]) if value is not None]
+    if len(given) != 1 or given[0][1].type.dtype != dtypes.bool_:
+        return False
+    shape, position, width = op.operands[0].type.shape, given[0][0], len(given[0][1].type.shape)
+    values = list(args[2].type.shape)
+    aligned = position - (len(shape) - width + 1 - len(values))  # the values dim lined up with the count
+    return len(values) <= len(shape) - width + 1 and (aligned < 0 or same_dim(values[aligned], 1))

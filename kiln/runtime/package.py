@@ -12,7 +12,7 @@ import os
 import pathlib
 import threading
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import sympy
@@ -24,7 +24,7 @@ from kiln.ir.symbolic import ValueRange, parse_dim
 from kiln.ir.types import TensorType
 
 
-def _check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
+def check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
     """Every weight the manifest lists lies inside the weights file, at the size its shape and bit width take:
     checked before any native code reads them."""
     for entry in manifest.get("weights", []):
@@ -60,6 +60,106 @@ def _open_library(path: pathlib.Path) -> ctypes.CDLL:
         return ctypes.CDLL(spelling)
 
 
+class Signature:
+    """A package's inputs, outputs and symbols, from its manifest: validates a call's arguments, binds the symbols
+    and sizes the outputs (shared by the C and Triton loaders)."""
+
+    def __init__(self, manifest: dict):
+        self.manifest = manifest
+        self.symbols = [parse_dim(s["name"]) for s in manifest["symbols"]]
+        ranges = {sym: ValueRange(s["lower"] if s["lower"] is not None else 0,
+                                  s["upper"] if s["upper"] is not None else float("inf"))
+                  for sym, s in zip(self.symbols, manifest["symbols"])}
+        specs = [SimpleNamespace(name=i["name"]) for i in manifest["inputs"]]
+        args = [SimpleNamespace(type=TensorType.of([parse_dim(d) for d in i["shape"]], dtypes.dtype(i["dtype"])))
+                for i in manifest["inputs"]]
+        self._signature = SimpleNamespace(graph_signature=SimpleNamespace(input_specs=specs),
+                                          body=SimpleNamespace(args=args), range_constraints=ranges)
+        self._outputs = [([parse_dim(d) for d in o["shape"]], dtypes.dtype(o["dtype"]).numpy)
+                         for o in manifest["outputs"]]
+        self._prepare_fast_path()
+
+    def arrays(self, args: tuple, accept: Callable[[Any], bool] = lambda value: False) -> list:
+        """The call's arguments as C-contiguous numpy arrays (kiln Tensors converted), or as they are where `accept`
+        takes them (the Triton loader's torch tensors); one per input, else an InputError."""
+        specs = self.manifest["inputs"]
+        if len(args) != len(specs):
+            raise InputError(f"the compiled model takes {len(specs)} input(s) "
+                             f"({', '.join(s['name'] for s in specs)}) but got {len(args)}")
+        arrays = []
+        for spec, value in zip(specs, args):
+            if accept(value):
+                arrays.append(value)
+                continue
+            if not isinstance(value, np.ndarray):
+                if hasattr(value, "__kiln_array__"):
+                    value = value.__kiln_array__()
+                if not isinstance(value, np.ndarray):
+                    raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
+            arrays.append(value if value.flags.c_contiguous else np.ascontiguousarray(value))
+        return arrays
+
+    def bind(self, arrays: list) -> list[int]:
+        """Symbol values in manifest order; validates dtype, rank, dims, ranges and relations (anything with a numpy
+        `dtype`, `ndim` and `shape`), raising InputError naming the input."""
+        values = self._bind_fast(arrays) if self._input_checks is not None else None
+        if values is None:
+            bindings = bind_symbols(self._signature, arrays)
+            values = [bindings.get(s, 0) for s in self.symbols]
+        return values
+
+    def outputs(self, values: list[int]) -> list[tuple[tuple, Any]]:
+        """(shape, numpy dtype) of each output at these symbol values."""
+        return [(tuple(shape(*values)), dtype) for shape, dtype in self._output_shapes]
+
+    def _prepare_fast_path(self) -> None:
+        """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with
+        a few integer compares; anything else, and every failure, goes through bind_symbols for its full error."""
+        self._output_shapes = [
+            (sympy.lambdify(self.symbols, sympy.Tuple(*shape), modules="math") if self.symbols
+             else (lambda shape=shape: shape), dtype) for shape, dtype in self._outputs]
+        position = {sym: k for k, sym in enumerate(self.symbols)}
+        bounds = [(s["lower"] if s["lower"] is not None else 0,
+                   s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
+        self._input_checks = []
+        bound: set[int] = set()
+        for spec in self.manifest["inputs"]:
+            dims = []
+            for dim in map(parse_dim, spec["shape"]):
+                if isinstance(dim, int):
+                    dims.append((dim, -1))
+                elif isinstance(dim, sympy.Symbol) and dim in position:
+                    dims.append((None, position[dim]))
+                    bound.add(position[dim])
+                else:
+                    self._input_checks = None
+                    return
+            self._input_checks.append((dtypes.dtype(spec["dtype"]).numpy, len(dims), dims))
+        if bound != set(range(len(self.symbols))):
+            self._input_checks = None
+            return
+        self._symbol_bounds = bounds
+
+    def _bind_fast(self, arrays: list) -> list[int] | None:
+        """Symbol values (in kiln_run's order) when every input passes the precomputed checks, else None."""
+        values = [-1] * len(self.symbols)
+        for (dtype, rank, dims), array in zip(self._input_checks, arrays):
+            if array.dtype != dtype or array.ndim != rank:
+                return None
+            for (static, symbol), size in zip(dims, array.shape):
+                if symbol < 0:
+                    if size != static:
+                        return None
+                elif values[symbol] < 0:
+                    lower, upper = self._symbol_bounds[symbol]
+                    if not lower <= size <= upper:
+                        return None
+                    values[symbol] = size
+                elif values[symbol] != size:
+                    return None
+        return values
+
+
 class CompiledModel:
     """A loaded package: call it with numpy arrays (or kiln Tensors) in the user-input order."""
 
@@ -75,21 +175,11 @@ class CompiledModel:
             raise KilnError(f"package {self.path} was built for {capability} but this CPU runs "
                             f"{', '.join(supported_capabilities())}",
                             fix="recompile it here, or build it with KILN_CPU_CAPABILITY set to a level both run")
-        self.symbols = [parse_dim(s["name"]) for s in self.manifest["symbols"]]
-        ranges = {sym: ValueRange(s["lower"] if s["lower"] is not None else 0,
-                                  s["upper"] if s["upper"] is not None else float("inf"))
-                  for sym, s in zip(self.symbols, self.manifest["symbols"])}
-        specs = [SimpleNamespace(name=i["name"]) for i in self.manifest["inputs"]]
-        args = [SimpleNamespace(type=TensorType.of([parse_dim(d) for d in i["shape"]], dtypes.dtype(i["dtype"])))
-                for i in self.manifest["inputs"]]
-        self._signature = SimpleNamespace(graph_signature=SimpleNamespace(input_specs=specs),
-                                          body=SimpleNamespace(args=args), range_constraints=ranges)
-        self._outputs = [([parse_dim(d) for d in o["shape"]], dtypes.dtype(o["dtype"]).numpy)
-                         for o in self.manifest["outputs"]]
-        self._prepare_fast_path()
+        self.signature = Signature(self.manifest)
+        self.symbols = self.signature.symbols
         self._call_slots = threading.local()
         weights_path = self.path / self.manifest["weights_file"]
-        _check_weights(self.manifest, self.path, weights_path.stat().st_size)
+        check_weights(self.manifest, self.path, weights_path.stat().st_size)
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
         lib = _open_library(self.path / self.manifest["library"])
         lib.kiln_build_id.restype = ctypes.c_char_p
@@ -158,71 +248,10 @@ class CompiledModel:
             self._lib.kiln_set_profiling(self._handle, 0)
         return sorted(timings, key=lambda item: -item[1])
 
-    def _prepare_fast_path(self) -> None:
-        """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with
-        a few integer compares; anything else, and every failure, goes through bind_symbols for its full error."""
-        self._output_shapes = [
-            (sympy.lambdify(self.symbols, sympy.Tuple(*shape), modules="math") if self.symbols
-             else (lambda shape=shape: shape), dtype) for shape, dtype in self._outputs]
-        position = {sym: k for k, sym in enumerate(self.symbols)}
-        bounds = [(s["lower"] if s["lower"] is not None else 0,
-                   s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
-        self._input_checks = []
-        bound: set[int] = set()
-        for spec in self.manifest["inputs"]:
-            dims = []
-            for dim in map(parse_dim, spec["shape"]):
-                if isinstance(dim, int):
-                    dims.append((dim, -1))
-                elif isinstance(dim, sympy.Symbol) and dim in position:
-                    dims.append((None, position[dim]))
-                    bound.add(position[dim])
-                else:
-                    self._input_checks = None
-                    return
-            self._input_checks.append((dtypes.dtype(spec["dtype"]).numpy, len(dims), dims))
-        if bound != set(range(len(self.symbols))):
-            self._input_checks = None
-            return
-        self._symbol_bounds = bounds
-
-    def _bind_fast(self, arrays: list) -> list[int] | None:
-        """Symbol values (in kiln_run's order) when every input passes the precomputed checks, else None."""
-        values = [-1] * len(self.symbols)
-        for (dtype, rank, dims), array in zip(self._input_checks, arrays):
-            if array.dtype != dtype or array.ndim != rank:
-                return None
-            for (static, symbol), size in zip(dims, array.shape):
-                if symbol < 0:
-                    if size != static:
-                        return None
-                elif values[symbol] < 0:
-                    lower, upper = self._symbol_bounds[symbol]
-                    if not lower <= size <= upper:
-                        return None
-                    values[symbol] = size
-                elif values[symbol] != size:
-                    return None
-        return values
-
     def __call__(self, *args: Any) -> Any:
-        specs = self.manifest["inputs"]
-        if len(args) != len(specs):
-            raise InputError(f"the compiled model takes {len(specs)} input(s) "
-                             f"({', '.join(s['name'] for s in specs)}) but got {len(args)}")
-        arrays = []
-        for spec, value in zip(specs, args):
-            if not isinstance(value, np.ndarray):
-                if hasattr(value, "__kiln_array__"):
-                    value = value.__kiln_array__()
-                if not isinstance(value, np.ndarray):
-                    raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
-            arrays.append(value if value.flags.c_contiguous else np.ascontiguousarray(value))
-        values = self._bind_fast(arrays) if self._input_checks is not None else None
-        if values is None:  # validates dtype, rank, dims, ranges and relations; raises naming the input
-            bindings = bind_symbols(self._signature, arrays)
-            values = [bindings.get(s, 0) for s in self.symbols]
-        outputs = [np.empty(shape(*values), dtype) for shape, dtype in self._output_shapes]
+        arrays = self.signature.arrays(args)
+        values = self.signature.bind(arrays)
+        outputs = [np.empty(shape, dtype) for shape, dtype in self.signature.outputs(values)]
         try:  # argument arrays are per thread, so concurrent calls never share them
             symbols, inputs, outs = self._call_slots.arrays
         except AttributeError:

@@ -1,0 +1,98 @@
+"""Loads a Triton package (kiln/codegen/triton): model.py's kernels and launcher, the weights as torch tensors on
+the inputs' device, and the same input validation as the C loader. Needs torch and triton at run time."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import pathlib
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from kiln.ir import dtypes
+from kiln.ir.errors import InputError, KilnError
+from kiln.runtime.package import Signature, check_weights
+
+SOURCE = "model.py"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as error:
+        raise KilnError(f"the Triton target needs torch and triton at run time ({error.name} is not installed)",
+                        fix="pip install torch triton (Triton's interpreter, TRITON_INTERPRET=1, runs it on CPU)"
+                        ) from None
+    return torch
+
+
+def _from_numpy(torch: Any, array: np.ndarray) -> Any:
+    """A CPU tensor sharing `array` (bfloat16, which numpy knows through ml_dtypes, by its bits)."""
+    if array.dtype == dtypes.bfloat16.numpy:
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
+    tensor = tensor.cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.uint16).numpy().view(dtypes.bfloat16.numpy)
+    return tensor.numpy()
+
+
+class TritonModel:
+    """A loaded Triton package: call it with torch tensors (it runs on their device and returns torch tensors) or
+    numpy arrays (run on CPU tensors, which needs TRITON_INTERPRET=1; returns numpy arrays)."""
+
+    def __init__(self, path: str | pathlib.Path, manifest: dict):
+        self.path = pathlib.Path(path)
+        self.manifest = manifest
+        self._torch = torch = _torch()
+        if manifest.get("source") != SOURCE:
+            raise KilnError(f"package {self.path}: its manifest names source {manifest.get('source')!r}, not "
+                            f"{SOURCE!r} in the package folder", fix="recompile the package")
+        text = (self.path / SOURCE).read_bytes()
+        if hashlib.sha256(text).hexdigest() != manifest.get("source_sha256"):
+            raise KilnError(f"package {self.path}: {SOURCE} is not the one this manifest was written with",
+                            fix="recompile the package, and don't mix files of different packages")
+        weights_path = self.path / manifest["weights_file"]
+        check_weights(manifest, self.path, weights_path.stat().st_size)
+        self.signature = Signature(manifest)
+        spec = importlib.util.spec_from_file_location(f"kiln_triton_{manifest['source_sha256'][:16]}",
+                                                      self.path / SOURCE)
+        self._module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self._module)
+        blob = np.fromfile(weights_path, np.uint8) if weights_path.stat().st_size else np.zeros(0, np.uint8)
+        self._weights = {}
+        for entry in manifest["weights"]:
+            dtype = dtypes.dtype(entry["dtype"])
+            raw = blob[entry["offset"]:entry["offset"] + entry["nbytes"]]
+            array = raw.view(dtype.numpy.newbyteorder("<")).astype(dtype.numpy)
+            self._weights[entry["name"]] = _from_numpy(torch, array.reshape(-1).copy())
+        self._on_device: dict[Any, dict[str, Any]] = {}
+
+    def _weights_on(self, device: Any) -> dict[str, Any]:
+        if device not in self._on_device:
+            self._on_device[device] = {name: w.to(device) for name, w in self._weights.items()}
+        return self._on_device[device]
+
+    def __call__(self, *args: Any) -> Any:
+        torch = self._torch
+        values = self.signature.arrays(args, accept=lambda value: isinstance(value, torch.Tensor))
+        as_numpy = not any(isinstance(v, torch.Tensor) for v in values) if values else True
+        described = [SimpleNamespace(dtype=dtypes.dtype(str(v.dtype).removeprefix("torch.")).numpy, ndim=v.ndim,
+                                     shape=tuple(v.shape)) if isinstance(v, torch.Tensor) else v for v in values]
+        symbols = self.signature.bind(described)
+        tensors = [v.contiguous() if isinstance(v, torch.Tensor) else _from_numpy(torch, v) for v in values]
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise InputError(f"the inputs are on several devices ({', '.join(sorted(map(str, devices)))})",
+                             fix="move them to one device")
+        device = next(iter(devices)) if devices else torch.device("cpu")
+        outputs = self._module.run(tensors, self._weights_on(device), symbols)
+        if as_numpy:
+            outputs = [_to_numpy(torch, o) for o in outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
