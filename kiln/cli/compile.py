@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from kiln.cli.export import _progress, add_model_arguments, load_export_request
+from kiln.codegen import COMPILE_TARGETS
 from kiln.ir.errors import KilnError
 from kiln.ir.files import atomic_write
 
-TARGETS = ("c",)
+TARGETS = tuple(COMPILE_TARGETS)
 
 
 def register(commands: Any) -> None:

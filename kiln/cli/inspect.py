@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -187,7 +188,7 @@ def _inspect_package(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise KilnError(f"{manifest_path} is not readable JSON: {error}", fix=recompile) from error
     try:
-        if manifest.get("format") != "kiln-c-package":
+        if manifest.get("format") not in PACKAGE_FORMATS:
             raise KilnError(f"{manifest_path} is not a kiln package manifest (format {manifest.get('format')!r})",
                             fix=recompile)
 
@@ -213,9 +214,23 @@ def _inspect_package(path: Path) -> dict[str, Any]:
         raise
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         raise KilnError(f"{manifest_path} is malformed ({type(error).__name__}: {error})", fix=recompile) from error
-    return {"file": str(path), "format": "kiln-c-package", "abi_version": manifest.get("abi_version"),
+    return {"file": str(path), "format": manifest["format"], "abi_version": manifest.get("abi_version"),
             "inputs": inputs, "outputs": outputs, "symbols": symbols, "weights": {"weights.bin": totals},
-            "memory": memory}
+            "memory": memory, "kernels": _package_kernels(path / manifest.get("source", ""))}
+
+
+PACKAGE_FORMATS = ("kiln-c-package", "kiln-triton-package")
+# The comment each kernel's source starts with: `/* kind: ops */` (C) or `# kind: ops` (Triton)
+_KERNEL_COMMENT = re.compile(r"^(?:/\* |# )(\w+): ([\w.]+(?:, [\w.]+)*)(?: \*/)?$", re.M)
+
+
+def _package_kernels(source: Path) -> list[dict[str, str]]:
+    """The kernels a package's source defines (kind and the ops each fuses), in run order; [] without a source."""
+    try:
+        text = source.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [{"kind": kind, "ops": ops} for kind, ops in _KERNEL_COMMENT.findall(text)]
 
 
 def _memory_lines(memory: dict[str, Any] | None, symbols: dict[str, list]) -> list[str]:
@@ -274,8 +289,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append("weights:")
     for group, info in summary["weights"].items():
         lines.append(f"  {group}: {info['tensors']} tensors, {info['values']:,} values, {_bytes(info['bytes'])}")
-    if summary["format"] == "kiln-c-package":
+    if summary["format"] in PACKAGE_FORMATS:
         lines += _memory_lines(summary["memory"], summary["symbols"])
+        kernels = summary.get("kernels") or []
+        lines.append(f"kernels ({len(kernels)}):")
+        lines += [f"  {number}. {k['kind']}: {k['ops']}" for number, k in enumerate(kernels)]
+        lines.append("trust: loading this package runs its code (model.so / model.py), as unpickling would; "
+                     "load only packages you trust")
     if summary.get("not_read"):
         lines.append("not read:")
         lines += [f"  {name}: {why}" for name, why in summary["not_read"].items()]

@@ -7,6 +7,7 @@ Each backend (a subpackage named in BACKENDS) registers the ops it lowers in `LO
 import importlib
 
 BACKENDS = ("onnx", "c", "triton")
+COMPILE_TARGETS = {"c": "kiln.codegen.c", "triton": "kiln.codegen.triton"}  # kiln.compile's targets: their backends
 LOWERINGS: dict[str, set[str]] = {}
 
 

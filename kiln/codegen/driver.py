@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kiln.codegen import COMPILE_TARGETS
 from kiln.codegen.legalize import legalize
 from kiln.codegen.memory import format_bytes, plan_memory
 from kiln.codegen.schedule import Schedule
@@ -33,7 +34,6 @@ from kiln.passes import run as run_passes
 DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,lower-quantized,fold-dequantized-weights,"
                     "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
 ALIGN = 64
-COMPILE_TARGETS = {"c": "kiln.codegen.c", "triton": "kiln.codegen.triton"}  # target -> its backend package
 
 
 def backend(target: str) -> Any:

@@ -92,7 +92,12 @@ class TritonModel:
             raise InputError(f"the inputs are on several devices ({', '.join(sorted(map(str, devices)))})",
                              fix="move them to one device")
         device = next(iter(devices)) if devices else torch.device("cpu")
-        outputs = self._module.run(tensors, self._weights_on(device), symbols)
+        error = torch.zeros(4, dtype=torch.int64, device=device)
+        outputs = self._module.run(tensors, self._weights_on(device), symbols, error)
+        op, index, dim, size = error.tolist()
+        if op:
+            raise KilnError(f"the compiled model failed: index {index} is out of bounds for dimension {dim} with "
+                            f"size {size} in {self._module.CHECKED_OPS[op - 1]}")
         if as_numpy:
             outputs = [_to_numpy(torch, o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -28,7 +28,7 @@ def nibble_weights(plan: Schedule) -> set[str]:
 def emit(out: pathlib.Path, plan: Schedule, program: ExportedProgram, memory: MemoryPlan, offsets: dict[str, int],
          write_weights: Callable[[pathlib.Path], None]) -> dict[str, Any]:
     """Write model.py and weights.bin into `out`; the manifest's Triton fields."""
-    source = render(plan)
+    source = render(plan, memory)
     atomic_write(out / "model.py", source.encode())
     write_weights(out / "weights.bin")
     return {"format": FORMAT, "source": "model.py", "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
