@@ -29,6 +29,16 @@ def _torch() -> Any:
     return torch
 
 
+def _check_interpreter() -> None:
+    """Triton runs CPU tensors only through its interpreter, which must have been on when triton was first imported
+    (it decides then how its own library functions run)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    if not isinstance(tl.zeros, InterpretedFunction):
+        raise KilnError("Triton runs kernels on CPU tensors only through its interpreter, which is off in this process",
+                        fix="set TRITON_INTERPRET=1 before triton is first imported, or pass tensors on a GPU")
+
+
 def _from_numpy(torch: Any, array: np.ndarray) -> Any:
     """A CPU tensor sharing `array` (bfloat16, which numpy knows through ml_dtypes, by its bits)."""
     if array.dtype == dtypes.bfloat16.numpy:
@@ -92,6 +102,8 @@ class TritonModel:
             raise InputError(f"the inputs are on several devices ({', '.join(sorted(map(str, devices)))})",
                              fix="move them to one device")
         device = next(iter(devices)) if devices else torch.device("cpu")
+        if device.type == "cpu":
+            _check_interpreter()
         error = torch.zeros(4, dtype=torch.int64, device=device)
         outputs = self._module.run(tensors, self._weights_on(device), symbols, error)
         op, index, dim, size = error.tolist()

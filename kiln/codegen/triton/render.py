@@ -50,6 +50,16 @@ from triton.language.extra import libdevice
 INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # the interpreter has no libdevice
 
 
+# GEMM and convolution tiles: autotuned on a GPU (per kernel and sizes), one small tile under the interpreter.
+GEMM_CONFIGS = [triton.Config({"BM": 32, "BN": 32, "BK": 32})] if INTERPRET else [
+    triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BM": 128, "BN": 64, "BK": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BM": 64, "BN": 128, "BK": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BM": 128, "BN": 128, "BK": 32}, num_warps=8, num_stages=3),
+    triton.Config({"BM": 32, "BN": 64, "BK": 64}, num_warps=4, num_stages=4),
+]
+
+
 @triton.jit
 def kiln_max(a, b):  # NaN-propagating maximum (torch.maximum, clamp)
     return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
@@ -482,7 +492,9 @@ def _matmul(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     if detail.get("bias") is not None:
         bias = Exprs(args, variables, "mask").render(detail["bias"])
         alpha, beta = detail.get("alpha", 1), detail.get("beta", 1)
-        value = f"({literal(alpha)} * acc + {literal(beta)} * ({bias}).to({accumulate}))"
+        scaled = "acc" if alpha == 1 else f"{literal(alpha)} * acc"
+        shift = f"({bias}).to({accumulate})" if beta == 1 else f"{literal(beta)} * ({bias}).to({accumulate})"
+        value = f"({scaled} + {shift})"
     epilogue = Exprs(args, variables, "mask", accumulator="acc_value").render(kernel.expr)
     target = args.buffer(out)
     flat = _flat(kernel.shape, args, variables)
@@ -499,12 +511,18 @@ def _matmul(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             f"mask = (rm[:, None] < {M}) & (rn[None, :] < {N})",
             f"acc_value = ({value}).to({TL_TYPES[out.dtype]})",
             f"tl.store({target} + ({flat}), {epilogue}, mask=mask)"]
-    source = ["@triton.jit",
+    grid = f"(triton.cdiv({py_dim(m)}, META['BM']), triton.cdiv({py_dim(n)}, META['BN']), {py_dim(batch)})"
+    return _tiled(name, kernel, args, body, grid)
+
+
+def _tiled(name: str, kernel: Kernel, args: KernelArgs, body: list[str], grid: str) -> tuple[list[str], list[str]]:
+    """A GEMM-like kernel whose BM x BN x BK tile `triton.autotune` picks (keyed by its symbolic sizes)."""
+    key = list(args.sizes.values())
+    source = [f"@triton.autotune(configs=GEMM_CONFIGS, key={key!r})", "@triton.jit",
               _signature(name, args, ["BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr"]),
               *["    " + line for line in body]]
-    grid = f"(triton.cdiv({py_dim(m)}, 32), triton.cdiv({py_dim(n)}, 32), {py_dim(batch)})"
     numel = py_dim(sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
-    launch = [f"if {numel} > 0:", f"    {name}[{grid}]({', '.join(args.arguments())}, BM=32, BN=32, BK=32)"]
+    launch = [f"if {numel} > 0:", f"    {name}[lambda META: {grid}]({', '.join(args.arguments())})"]
     return source, launch
 
 
@@ -704,13 +722,9 @@ def _conv(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     body += [f"mask = (co[:, None] < {M}) & (p[None, :] < {N})",
              f"acc_value = ({value}).to({TL_TYPES[out.dtype]})",
              f"tl.store({args.buffer(out)} + ({flat}), {epilogue}, mask=mask)"]
-    source = ["@triton.jit", _signature(name, args, ["BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr"]),
-              *["    " + line for line in body]]
-    grid = (f"(triton.cdiv({py_dim(channels)}, 32), triton.cdiv({py_dim(pixels)}, 32), "
+    grid = (f"(triton.cdiv({py_dim(channels)}, META['BM']), triton.cdiv({py_dim(pixels)}, META['BN']), "
             f"{py_dim(kernel.shape[0])} * {groups})")
-    numel = py_dim(sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
-    launch = [f"if {numel} > 0:", f"    {name}[{grid}]({', '.join(args.arguments())}, BM=32, BN=32, BK=32)"]
-    return source, launch
+    return _tiled(name, kernel, args, body, grid)
 
 
 def _window(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
