@@ -1,7 +1,10 @@
-"""Helpers for the C backend's tests."""
+"""Helpers for the compiled backends' tests."""
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
+import numpy as np
 import pytest
 
 
@@ -11,3 +14,20 @@ def use_capability(capability: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if capability not in supported_capabilities():
         pytest.skip(f"this CPU does not run {capability}")
     monkeypatch.setenv("KILN_CPU_CAPABILITY", capability)
+
+
+def zoo_inputs(entry: Any) -> Iterator[np.ndarray]:
+    """A zoo model's first input at its example size and at each of its dims' examples (random values; token ids
+    below the example's largest)."""
+    base = np.asarray(entry.args[0].__kiln_array__() if hasattr(entry.args[0], "__kiln_array__") else entry.args[0])
+    dims = entry.dynamic_shapes[next(iter(entry.dynamic_shapes))]
+    axes = {axis: [base.shape[axis], *entry.dim_examples[dim.__name__]] for axis, dim in dims.items()}
+    for sizes in zip(*axes.values()):
+        shape = list(base.shape)
+        for axis, size in zip(axes, sizes):
+            shape[axis] = size
+        rng = np.random.default_rng(sum(sizes))
+        if base.dtype == np.int64:
+            yield rng.integers(0, int(base.max()) + 1, shape).astype(np.int64)
+        else:
+            yield rng.standard_normal(shape).astype(base.dtype)

@@ -18,7 +18,7 @@ from kiln.ir.registry import REGISTRY
 from kiln.compiler import compile as compile_c
 from tests.ir.samples import SAMPLES
 from tests.ir.test_ops import _trace_sample
-from tests.runtime.support import use_capability
+from tests.runtime.support import use_capability, zoo_inputs
 
 import kiln.codegen.c  # noqa: F401  (registers LOWERINGS["c"])
 
@@ -45,18 +45,7 @@ def test_zoo_model_matches_interpreter(name, tmp_path):
     entry = kiln.models.get(name)
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
     model = compile_c(program, output=tmp_path / name)
-    base = [_array(a) for a in entry.args]
-    dims = entry.dynamic_shapes[next(iter(entry.dynamic_shapes))]
-    axes = {axis: [base[0].shape[axis], *entry.dim_examples[dim.__name__]] for axis, dim in dims.items()}
-    for sizes in zip(*axes.values()):
-        shape = list(base[0].shape)
-        for axis, size in zip(axes, sizes):
-            shape[axis] = size
-        rng = np.random.default_rng(sum(sizes))
-        if base[0].dtype == np.int64:
-            x = rng.integers(0, int(base[0].max()) + 1, shape).astype(np.int64)
-        else:
-            x = rng.standard_normal(shape).astype(base[0].dtype)
+    for x in zoo_inputs(entry):
         _check(model(x), program(x))
 
 
@@ -73,15 +62,16 @@ def _op_samples(name):
 C_OPS = sorted(LOWERINGS["c"])
 
 
-@pytest.mark.parametrize("name", C_OPS)
-def test_claimed_op_matches_interpreter(name, tmp_path):
+def check_claimed_op(name, tmp_path, target: str) -> None:
+    """Up to three of the op's registry samples, compiled for `target`, match the interpreter (samples in argument
+    forms outside what the target claims are skipped; at least one must compile)."""
     compiled = 0
     for sample in _op_samples(name):
         if compiled == 3:
             break
         program, inputs = _trace_sample(REGISTRY[name], copy.deepcopy(sample), decompose=False)
         try:
-            model = compile_c(program, output=tmp_path / f"sample{compiled}")
+            model = compile_c(program, target=target, output=tmp_path / f"sample{compiled}")
         except UnsupportedError:
             continue  # an argument form outside the claimed subset (e.g. a non-last-dim reduction)
         _check(model(*inputs), program(*inputs))
@@ -89,7 +79,12 @@ def test_claimed_op_matches_interpreter(name, tmp_path):
     if not compiled and not any(a.type.is_tensor for a in REGISTRY[name].schema.arguments):
         pytest.skip("source op (no tensor inputs, so no program input to size it): covered through the zoo models "
                     "and the composites that produce it (full_like, empty_like, new_empty, arange)")
-    assert compiled, f"no sample of {name} compiled for the C backend"
+    assert compiled, f"no sample of {name} compiled for target {target}"
+
+
+@pytest.mark.parametrize("name", C_OPS)
+def test_claimed_op_matches_interpreter(name, tmp_path):
+    check_claimed_op(name, tmp_path, "c")
 
 
 # Composite ops reach C through their decompositions (kiln.compile's pipeline decomposes to Core ATen); RNG and

@@ -3,7 +3,6 @@ reference interpreter (registry-driven, as the C backend's sweep), the zoo, symb
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 
@@ -17,10 +16,8 @@ pytest.importorskip("triton")
 import kiln  # noqa: E402
 from kiln.codegen import LOWERINGS  # noqa: E402
 from kiln.compiler import compile as compile_program  # noqa: E402
-from kiln.ir.errors import UnsupportedError  # noqa: E402
-from kiln.ir.registry import REGISTRY  # noqa: E402
-from tests.ir.test_ops import _trace_sample  # noqa: E402
-from tests.runtime.test_c_backend import _array, _check, _op_samples  # noqa: E402
+from tests.runtime.support import zoo_inputs  # noqa: E402
+from tests.runtime.test_c_backend import _check, check_claimed_op  # noqa: E402
 
 import kiln.codegen.triton  # noqa: E402,F401  (registers LOWERINGS["triton"])
 
@@ -33,20 +30,7 @@ def _compile(program, path):
 
 @pytest.mark.parametrize("name", TRITON_OPS)
 def test_claimed_op_matches_interpreter(name, tmp_path):
-    compiled = 0
-    for sample in _op_samples(name):
-        if compiled == 3:
-            break
-        program, inputs = _trace_sample(REGISTRY[name], copy.deepcopy(sample), decompose=False)
-        try:
-            model = _compile(program, tmp_path / f"sample{compiled}")
-        except UnsupportedError:
-            continue  # an argument form outside the claimed subset
-        _check(model(*inputs), program(*inputs))
-        compiled += 1
-    if not compiled and not any(a.type.is_tensor for a in REGISTRY[name].schema.arguments):
-        pytest.skip("source op (no tensor inputs to size it): covered through the models that produce it")
-    assert compiled, f"no sample of {name} compiled for the Triton backend"
+    check_claimed_op(name, tmp_path, "triton")
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt", "transformer", "cnn", "lstm"])
@@ -55,18 +39,7 @@ def test_zoo_model_matches_interpreter(name, tmp_path):
     entry = kiln.models.get(name)
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
     model = _compile(program, tmp_path / name)
-    base = [_array(a) for a in entry.args]
-    dims = entry.dynamic_shapes[next(iter(entry.dynamic_shapes))]
-    axes = {axis: [base[0].shape[axis], *entry.dim_examples[dim.__name__]] for axis, dim in dims.items()}
-    for sizes in zip(*axes.values()):
-        shape = list(base[0].shape)
-        for axis, size in zip(axes, sizes):
-            shape[axis] = size
-        rng = np.random.default_rng(sum(sizes))
-        if base[0].dtype == np.int64:
-            x = rng.integers(0, int(base[0].max()) + 1, shape).astype(np.int64)
-        else:
-            x = rng.standard_normal(shape).astype(base[0].dtype)
+    for x in zoo_inputs(entry):
         _check(model(x), program(x))
 
 
@@ -192,3 +165,26 @@ def test_cpu_tensors_without_the_interpreter_are_a_clear_error(tmp_path):
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=environment)
     assert "only through its interpreter, which is off in this process" in result.stdout, result.stderr[-2000:]
+
+
+def test_row_kernels_across_blocks_and_nan_rules(tmp_path):
+    """Rows longer than one block (1024): argmax/argmin/max.dim with ATen's NaN and tie rules carried from block to
+    block, cumsum's running sum, prod (of exact values: 2500 roundings in float32 differ by order), softmax, var."""
+    from kiln.frontend.tensor import dispatch as call
+    from tests.modules import LambdaModule
+    aten = kiln.ops.aten
+
+    def fn(x):
+        return (call(aten.argmax.default, x, 1), call(aten.argmin.default, x, 1), *call(aten.max.dim, x, 1),
+                *call(aten.min.dim, x, 1), call(aten.cumsum.default, x, 1), call(aten.prod.dim_int, x * 0 + 1, 1),
+                call(aten._softmax.default, x, 1, False), call(aten.var.correction, x, [1]))
+    x = np.random.default_rng(0).standard_normal((5, 2500)).astype(np.float32)
+    x[1, 1500] = x[1, 2400] = np.nan  # the first NaN (in the second block) wins
+    x[2, 100] = np.inf
+    x[2, 2000] = np.inf  # ties: the first occurrence
+    x[3, :] = -np.inf
+    x[4, 3] = np.nan  # a NaN in the first block beats a larger value later
+    x[4, 2000] = 1e30
+    program = kiln.export(LambdaModule(fn), (kiln.tensor(x),))
+    model = _compile(program, tmp_path / "rows")
+    _check(model(x), program(x))

@@ -115,6 +115,11 @@ def kiln_index(i, n, mask, err, op: tl.constexpr, dim: tl.constexpr, wrap: tl.co
 
 
 @triton.jit
+def kiln_multiply(a, b):  # prod's combine function
+    return a * b
+
+
+@triton.jit
 def kiln_trunc(x):
     return tl.where(x < 0, tl.ceil(x), tl.floor(x))
 
@@ -247,6 +252,15 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.abs.default": ("result", lambda a: f"tl.abs({a[0]})"),
     "aten.erf.default": ("result", lambda a: f"tl.erf({a[0]})"),
     "aten.sin.default": ("result", lambda a: f"tl.sin({a[0]})"),
+    "aten.tan.default": ("result", lambda a: f"(tl.sin({a[0]}) / tl.cos({a[0]}))"),
+    "aten.sinh.default": ("result", lambda a: f"(0.5 * (tl.exp({a[0]}) - tl.exp(-{a[0]})))"),
+    "aten.cosh.default": ("result", lambda a: f"(0.5 * (tl.exp({a[0]}) + tl.exp(-{a[0]})))"),
+    "aten.log1p.default": ("result", lambda a: f"tl.log(1.0 + {a[0]})"),
+    "aten.asinh.default": ("result", lambda a: f"tl.where({a[0]} < 0, -1.0, 1.0) * tl.log(tl.abs({a[0]}) + "
+                                                f"tl.sqrt({a[0]} * {a[0]} + 1.0))"),
+    "aten.acosh.default": ("result", lambda a: f"tl.log({a[0]} + tl.sqrt({a[0]} * {a[0]} - 1.0))"),
+    "aten.atanh.default": ("result", lambda a: f"(0.5 * tl.log((1.0 + {a[0]}) / (1.0 - {a[0]})))"),
+    "aten.bitwise_not.default": ("result", lambda a: f"(~{a[0]})"),
     "aten.cos.default": ("result", lambda a: f"tl.cos({a[0]})"),
     "aten.gelu.default": ("result", _gelu),
     "aten.reciprocal.default": ("result", lambda a: f"(1.0 / {a[0]})"),
@@ -457,6 +471,17 @@ def _flat(shape: list, args: KernelArgs, variables: list[str]) -> str:
     return Exprs(args, variables, "mask").index(contiguous_strides(shape), 0)
 
 
+def _blocked(name: str, args: KernelArgs, body: list[str], numel: Any) -> tuple[list[str], list[str]]:
+    """A kernel over `numel` elements in blocks of POINTWISE_BLOCK (its body defines `offs` and `mask`) and its
+    launch."""
+    source = ["@triton.jit", _signature(name, args, ["BLOCK: tl.constexpr"]), *["    " + line for line in body]]
+    count = py_dim(numel)
+    launch = [f"if {count} > 0:",
+              f"    {name}[(triton.cdiv({count}, {POINTWISE_BLOCK}),)]({', '.join(args.arguments())}, "
+              f"BLOCK={POINTWISE_BLOCK})"]
+    return source, launch
+
+
 def _pointwise(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     args = KernelArgs()
     out = args.buffer(kernel.outputs[0])
@@ -466,12 +491,7 @@ def _pointwise(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             *_unravel(kernel.shape, "offs", args)]
     value = Exprs(args, variables, "mask").render(kernel.expr)
     body.append(f"tl.store({out} + offs, {value}, mask=mask)")
-    numel = py_dim(sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
-    source = ["@triton.jit", _signature(name, args, ["BLOCK: tl.constexpr"]), *["    " + line for line in body]]
-    launch = [f"if {numel} > 0:",
-              f"    {name}[(triton.cdiv({numel}, {POINTWISE_BLOCK}),)]({', '.join(args.arguments())}, "
-              f"BLOCK={POINTWISE_BLOCK})"]
-    return source, launch
+    return _blocked(name, args, body, sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
 
 
 def _matmul(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
@@ -528,8 +548,12 @@ def _tiled(name: str, kernel: Kernel, args: KernelArgs, body: list[str], grid: s
 
 REDUCTIONS = {"aten.sum.dim_IntList": "sum", "aten.mean.dim": "mean", "aten.mean.default": "mean",
               "aten.amax.default": "max", "aten.amin.default": "min", "aten.var.correction": "var",
-              "aten.var.dim": "var", "aten.any.dim": "any", "aten.any.dims": "any", "aten.any.default": "any"}
-ROW_OPS = {*REDUCTIONS, "aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default"}
+              "aten.var.dim": "var", "aten.any.dim": "any", "aten.any.dims": "any", "aten.any.default": "any",
+              "aten.prod.dim_int": "prod", "aten.prod.default": "prod",
+              "aten.argmax.default": "argmax", "aten.max.dim": "argmax", "aten.argmin.default": "argmin",
+              "aten.min.dim": "argmin"}
+ROW_OPS = {*REDUCTIONS, "aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+           "aten.native_group_norm.default", "aten.cumsum.default"}
 
 
 def _rows(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
@@ -578,18 +602,52 @@ def _rows(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                  f"result = tl.{'max' if kind == 'max' else 'min'}(best, axis=0)",
                  "result = tl.where(tl.sum(nans, axis=0) > 0, INF - INF, result)",
                  f"tl.store({outs[0]} + row, {Exprs.cast('result', out_dtype)})"]
+    elif kind == "prod":
+        body += [f"product = tl.full([BLOCK], 1, {compute})", *loop(["product *= tl.where(m, v, 1)"]),
+                 f"tl.store({outs[0]} + row, {Exprs.cast('tl.reduce(product, 0, kiln_multiply)', out_dtype)})"]
+    elif kind in ("argmax", "argmin"):
+        # ATen's rule: the first NaN wins, else the first element reaching the extreme
+        better, extreme = (">", "-INF") if kind == "argmax" else ("<", "INF")
+        pick = "tl.max" if kind == "argmax" else "tl.min"
+        body += [f"best = tl.full([1], {extreme}, {compute})", "best_index = tl.full([1], -1, tl.int64)",
+                 "best_nan = tl.full([1], 0, tl.int1)",
+                 *loop(["nan = m & (v != v)", "has_nan = tl.max(nan.to(tl.int32), axis=0) > 0",
+                        f"top = {pick}(tl.where(m & (v == v), v, {extreme}), axis=0)",
+                        f"first = tl.min(tl.where(tl.where(has_nan, nan, m & (v == top)), k, {length}), axis=0)",
+                        f"take = (best_index < 0) | ((~best_nan) & (has_nan | (top {better} best)))",
+                        "best = tl.where(take, tl.where(has_nan, INF - INF, top), best)",
+                        "best_index = tl.where(take, first, best_index)",
+                        "best_nan = best_nan | (take & has_nan)"])]
+        position = 0
+        if op in ("aten.max.dim", "aten.min.dim"):
+            body.append(f"tl.store({outs[0]} + row + tl.zeros([1], tl.int64), {Exprs.cast('best', out_dtype)})")
+            position = 1
+        body.append(f"tl.store({outs[position]} + row + tl.zeros([1], tl.int64), best_index)")
+    elif op == "aten.cumsum.default":  # a running sum along the row (in double, as ATen's), carried between blocks
+        strides = contiguous_strides(kernel.shape)
+        out_index = Exprs(args, variables, "m").index(strides, 0)
+        scan = "tl.float64" if source_dtype.is_floating_point else "tl.int64"  # ATen's accumulate type on CPU
+        body += [f"carry = tl.zeros([1], {scan})",
+                 f"for start in range(0, {length}, BLOCK):", "    k = start + tl.arange(0, BLOCK)",
+                 f"    m = k < {length}", f"    v = tl.where(m, ({value}).to({scan}), 0)",
+                 "    running = tl.cumsum(v, 0) + carry",
+                 f"    tl.store({outs[0]} + ({out_index}), {Exprs.cast('running', out_dtype)}, mask=m)",
+                 "    carry += tl.sum(v, axis=0)"]
     elif kind == "any":
         body += ["seen = tl.zeros([BLOCK], tl.int32)", *loop(["seen += (m & (v != 0)).to(tl.int32)"]),
                  f"tl.store({outs[0]} + row, {Exprs.cast('tl.sum(seen, axis=0) > 0', out_dtype)})"]
     else:  # softmax, log_softmax, layer norm: the whole row is written back
         strides = contiguous_strides(kernel.shape)
         out_index = Exprs(args, variables, "m").index(strides, 0)
-        if op == "aten.native_layer_norm.default":
+        if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
+            # group norm: row position k of group o1 is channel o1 * C/G + k / HxW
+            channel = (f"(o1 * {args.size(detail['per_group'])} + k // {args.size(detail['hxw'])})"
+                       if op == "aten.native_group_norm.default" else "k")
             affine = ""
             for key, combine in (("weight", "*"), ("bias", "+")):
                 view = detail[key]
                 if view is not None:
-                    place = Exprs(args, ["k"], "m").index(view.strides, view.offset)
+                    place = Exprs(args, [channel], "m").index(view.strides, view.offset)
                     read = f"tl.load({args.buffer(view.buffer)} + ({place}), mask=m, other=0)"
                     affine += f" {combine} {read}.to({compute})"
             body += [f"total = tl.zeros([BLOCK], {compute})", *loop(["total += tl.where(m, v, 0.0)"]),
@@ -636,35 +694,37 @@ def _cat(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                 f"mask = offs < {args.size(numel)}", *_unravel(shape, "offs", args),
                 f"tl.store({args.buffer(out)} + ({exprs.index(out_strides, 0, shifted)}), "
                 f"{Exprs.cast(exprs.render(load), out.dtype)}, mask=mask)"]
-        part = f"{name}_part{number}"
-        sources += ["@triton.jit", _signature(part, args, ["BLOCK: tl.constexpr"]),
-                    *["    " + line for line in body], "", ""]
-        launches += [f"if {py_dim(numel)} > 0:",
-                     f"    {part}[(triton.cdiv({py_dim(numel)}, {POINTWISE_BLOCK}),)]({', '.join(args.arguments())}, "
-                     f"BLOCK={POINTWISE_BLOCK})"]
+        source, launch = _blocked(f"{name}_part{number}", args, body, numel)
+        sources += [*source, "", ""]
+        launches += launch
     return sources[:-2], launches
 
 
 def _pad(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
-    """constant_pad_nd: each output element reads the input at (index - before), or is the fill value outside."""
+    """constant_pad_nd: each output element reads the input at (index - before), or is the fill value outside;
+    reflection / replication pads mirror that position about the input's edges or clamp it to them."""
     detail, out = kernel.detail, kernel.outputs[0]
     source = detail["input"]
     args = KernelArgs()
     variables = [f"i{k}" for k in range(len(kernel.shape))]
-    shifted = [f"(i{k} - {args.size(before)})" for k, before in enumerate(detail["before"])]
-    inside = " & ".join(["mask"] + [f"({s} >= 0) & ({s} < {args.size(d)})" for s, d in zip(shifted, source.shape)])
-    exprs = Exprs(args, variables, "inside")
     numel = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape])
     body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-            f"mask = offs < {args.size(numel)}", *_unravel(kernel.shape, "offs", args), f"inside = {inside}",
-            f"value = {exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted))}",
+            f"mask = offs < {args.size(numel)}", *_unravel(kernel.shape, "offs", args)]
+    shifted: list[str] = []
+    for k, (before, size) in enumerate(zip(detail["before"], source.shape)):
+        body.append(f"q{k} = i{k} - {args.size(before)}")
+        if detail["mode"] != "constant":  # mirror (reflect) or clamp (replicate) into the input
+            last = f"({args.size(size)} - 1)"
+            low, high = (f"-q{k}", f"2 * {last} - q{k}") if detail["mode"] == "reflect" else ("0", last)
+            body += [f"q{k} = tl.where(q{k} < 0, {low}, q{k})", f"q{k} = tl.where(q{k} > {last}, {high}, q{k})"]
+        shifted.append(f"q{k}")
+    inside = " & ".join(["mask"] + [f"({q} >= 0) & ({q} < {args.size(d)})" for q, d in zip(shifted, source.shape)])
+    exprs = Exprs(args, variables, "inside")
+    body += [f"inside = {inside}",
+             f"value = {exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted))}",
             f"fill = tl.full([BLOCK], {literal(detail['value'])}, {TL_TYPES[out.dtype]})",
             f"tl.store({args.buffer(out)} + offs, tl.where(inside, {Exprs.cast('value', out.dtype)}, fill), mask=mask)"]
-    sources = ["@triton.jit", _signature(name, args, ["BLOCK: tl.constexpr"]), *["    " + line for line in body]]
-    launch = [f"if {py_dim(numel)} > 0:",
-              f"    {name}[(triton.cdiv({py_dim(numel)}, {POINTWISE_BLOCK}),)]({', '.join(args.arguments())}, "
-              f"BLOCK={POINTWISE_BLOCK})"]
-    return sources, launch
+    return _blocked(name, args, body, numel)
 
 
 def _conv(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
@@ -797,11 +857,7 @@ def _window(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         valid = " & ".join(["mask"] + [f"(q{k} < hi{k})" for k in range(n)])
         mean = Exprs.cast("tl.where(divisor > 0, acc / divisor, 0.0)", kernel.outputs[0].dtype)
         body += [f"{depth}acc += {read(valid)}", f"tl.store({out0} + offs, {mean}, mask=mask)"]
-    source = ["@triton.jit", _signature(name, args, ["BLOCK: tl.constexpr"]), *["    " + line for line in body]]
-    launch = [f"if {py_dim(numel)} > 0:",
-              f"    {name}[(triton.cdiv({py_dim(numel)}, {POINTWISE_BLOCK}),)]({', '.join(args.arguments())}, "
-              f"BLOCK={POINTWISE_BLOCK})"]
-    return source, launch
+    return _blocked(name, args, body, numel)
 
 
 KERNEL_RENDERERS: dict[str, Callable[[str, Kernel], tuple[list[str], list[str]]]] = {

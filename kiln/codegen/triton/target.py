@@ -7,7 +7,7 @@ from typing import Any
 
 from kiln.codegen.cost import kernel_work
 from kiln.codegen.schedule import (
-    CHANNEL_OPS, CONCAT_OPS, CONV_OPS, INDEX_OPS, MATMUL_OPS, POINTWISE_OPS, SOURCE_OPS, VIEW_OPS,
+    CHANNEL_OPS, CONCAT_OPS, CONV_OPS, INDEX_OPS, MATMUL_OPS, PAD_OPS, POINTWISE_OPS, SOURCE_OPS, VIEW_OPS,
 )
 from kiln.codegen.target import Target, kernel_argument_limits
 from kiln.codegen.triton.render import POINTWISE_RULES, POW_EXPONENTS, ROW_OPS
@@ -19,7 +19,7 @@ POOLS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.d
 DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int64, dtypes.int32,
                     dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.bool_})
 OPS = frozenset((POINTWISE_OPS & set(POINTWISE_RULES)) | SOURCE_OPS | INDEX_OPS | VIEW_OPS | MATMUL_OPS
-                | CHANNEL_OPS | ROW_OPS | CONCAT_OPS | CONV_OPS | POOLS | {"aten.constant_pad_nd.default"})
+                | CHANNEL_OPS | ROW_OPS | CONCAT_OPS | CONV_OPS | POOLS | PAD_OPS)
 # Ops whose Triton rule is floating-point math: integer results would need C's integer forms.
 FLOAT_ONLY = {"aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.fmod.Tensor", "aten.fmod.Scalar",
               "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.round.default", "aten.trunc.default",
