@@ -75,11 +75,11 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
 def _weights_file(program: ExportedProgram, plan: Schedule,
                   nibbles: set[str]) -> tuple[list[dict], Callable[[pathlib.Path], None]]:
     """The manifest's weight entries (64-byte aligned offsets) and a function writing weights.bin to a path."""
-    weights, offsets, chunks, size = [], set(), [], 0
+    weights, written, chunks, size = [], set(), [], 0
     for buf in plan.buffers:
-        if buf.kind != "weight" or buf.weight_key in offsets:
+        if buf.kind != "weight" or buf.weight_key in written:
             continue
-        offsets.add(buf.weight_key)
+        written.add(buf.weight_key)
         array = np.ascontiguousarray(weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)
         padding = -size % ALIGN
         size += padding

@@ -1239,9 +1239,7 @@ def sparse_weight_key(target: str, component: str) -> str:
     return f"{target}.{component}"
 
 
-def schedule(program: ExportedProgram, target: Target | None = None) -> Schedule:
-    """Group a decomposed program's ops into kernels for `target` (default: C); rejects every op the target does
-    not support at once."""
-    if target is None:
-        from kiln.codegen.c.target import TARGET as target
+def schedule(program: ExportedProgram, target: Target) -> Schedule:
+    """Group a decomposed program's ops into kernels for `target` (a backend's TARGET); rejects every op the target
+    does not support at once."""
     return _Scheduler(program, target).run()

@@ -230,6 +230,15 @@ BSR_BREAK_EVEN = 0.55
 CONV_BSR_BREAK_EVEN = 0.5
 
 
+def zero_block_fraction(weight: np.ndarray, block: tuple[int, int]) -> float | None:
+    """The fraction of (R x C)-blocks of a weight's first two dims that are zero, each block with all the trailing
+    dims (a convolution's taps: the BSR blocks of its im2col matrix); None when the blocks do not tile the weight."""
+    if weight.shape[0] % block[0] or weight.shape[1] % block[1]:
+        return None
+    blocks = weight.reshape(weight.shape[0] // block[0], block[0], weight.shape[1] // block[1], -1)
+    return 1 - float((blocks != 0).any(axis=(1, 3)).mean())
+
+
 def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: float,
                   rows: int | None = None) -> tuple[str, dict[str, Any]] | None:
     """The sparse layout a pruned [out, in] weight is stored in, or None to keep it dense: the measured cost model.
@@ -239,18 +248,14 @@ def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: floa
     `min_sparsity` raises the break-evens. A convolution's weight [out, in, *taps] is only ever BSR, with blocks of
     `block[0]` output x `block[1]` input channels and all their taps (`sparsify` stores it as a hybrid BSR).
     """
-    conv, taps = weight.ndim > 2, _taps(weight)
-    weight = weight.reshape(weight.shape[0], -1)
-    rows_out, cols = weight.shape
-    channels = block  # a convolution's BSR block is channels; over its im2col matrix it spans their taps
-    block = (block[0], block[1] * taps)
+    conv = weight.ndim > 2
+    rows_out, cols = weight.shape[0], weight[0].size
     two_four = not conv and cols % 8 == 0 and (weight.reshape(rows_out, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2
     if two_four and rows == 1:
         return "semi_structured", {}
-    if rows_out % block[0] == 0 and cols % block[1] == 0:
-        blocks = (weight.reshape(rows_out // block[0], block[0], cols // block[1], block[1]) != 0).any(axis=(1, 3))
-        if 1 - blocks.mean() >= max(min_sparsity, CONV_BSR_BREAK_EVEN if conv else BSR_BREAK_EVEN):
-            return "sparse_bsr", {"blocksize": channels}
+    zero_blocks = zero_block_fraction(weight, block)
+    if zero_blocks is not None and zero_blocks >= max(min_sparsity, CONV_BSR_BREAK_EVEN if conv else BSR_BREAK_EVEN):
+        return "sparse_bsr", {"blocksize": block}
     if not conv and 1 - np.count_nonzero(weight) / weight.size >= max(min_sparsity, CSR_BREAK_EVEN):
         return "sparse_csr", {}
     return None
@@ -329,11 +334,8 @@ class Sparsify(RewritePass):
         if zeros < self.min_sparsity:
             return None
         if self.layout == "bsr":
-            if weight.shape[0] % block[0] or weight.shape[1] % block[1]:
+            zero_blocks = zero_block_fraction(weight, block)
+            if zero_blocks is None or zero_blocks < self.min_sparsity:
                 return None
-            if weight.ndim > 2:  # a convolution: the zeros counted are whole channel blocks' taps
-                blocks = weight.reshape(weight.shape[0] // block[0], block[0], weight.shape[1] // block[1], -1)
-                if 1 - (blocks != 0).any(axis=(1, 3)).mean() < self.min_sparsity:
-                    return None
             return "sparse_bsr", {"blocksize": block}
         return "sparse_csr", {}

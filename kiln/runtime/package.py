@@ -163,9 +163,9 @@ class Signature:
 class CompiledModel:
     """A loaded package: call it with numpy arrays (or kiln Tensors) in the user-input order."""
 
-    def __init__(self, path: str | pathlib.Path, num_threads: int | None = None):
+    def __init__(self, path: str | pathlib.Path, num_threads: int | None = None, manifest: dict | None = None):
         self.path = pathlib.Path(path)
-        self.manifest = json.loads((self.path / "manifest.json").read_text())
+        self.manifest = manifest if manifest is not None else json.loads((self.path / "manifest.json").read_text())
         from kiln.codegen.c import ABI_VERSION, supported_capabilities
         if self.manifest.get("abi_version") != ABI_VERSION:
             raise KilnError(f"package {self.path} has ABI version {self.manifest.get('abi_version')}, "
@@ -283,4 +283,4 @@ def load(path: str | pathlib.Path, num_threads: int | None = None) -> Any:
     if manifest.get("format") == "kiln-triton-package":
         from kiln.runtime.triton import TritonModel
         return TritonModel(path, manifest)
-    return CompiledModel(path, num_threads)
+    return CompiledModel(path, num_threads, manifest)

@@ -18,6 +18,7 @@ from kiln.cli.main import main
 from kiln.codegen.c.render import dim_expr
 from kiln.codegen.memory import (
     Lifetime, MemoryPlanError, align, buffer_bytes, kernel_reads, kernel_writes, lifetimes, plan_memory, verify_plan)
+from kiln.codegen.c.target import TARGET
 from kiln.codegen.schedule import Apply, Buffer, Gather, Kernel, Load, Schedule, View, schedule
 from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
@@ -34,7 +35,7 @@ def _zoo(name):
     entry = kiln.models.get(name)
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
     program = run_passes(program, DEFAULT_PIPELINE)
-    return entry, program, schedule(program)
+    return entry, program, schedule(program, TARGET)
 
 
 def _bindings(entry, program, plan_schedule):

@@ -185,12 +185,14 @@ def test_integer_math_is_exact(capability, layers, monkeypatch, tmp_path):
 def test_narrow_kernels_where_the_range_is_proven():
     """Layers whose activations are quantized to 0..127 (reduce_range) are scheduled narrow; full 8-bit and int8
     activations, and uint8 values the program does not clamp, are not."""
+    from kiln.codegen.c.target import TARGET
     from kiln.codegen.schedule import schedule
     from kiln.codegen.driver import DEFAULT_PIPELINE
     for build, activations in ((_program, [case[3] for case in CASES]),
                                (_conv_program, [case[6] for case in CONV_CASES])):
         program, _, _ = build(np.random.default_rng(0), dyadic=False)
-        kernels = [k for k in schedule(run(program, DEFAULT_PIPELINE)).kernels if k.kind in ("qlinear", "qconv")]
+        kernels = [k for k in schedule(run(program, DEFAULT_PIPELINE), TARGET).kernels
+                   if k.kind in ("qlinear", "qconv")]
         assert [k.detail["narrow"] for k in kernels] == [kind == UINT7 for kind in activations]
     # a uint8 program input: no producer proves a range
     builder, constants, constant = _constants_builder()
@@ -201,7 +203,7 @@ def test_narrow_kernels_where_the_range_is_proven():
             dtypes.int8)
         y = kiln.ops.aten.linear.default(quantized.dequantize_per_tensor.default(q, 0.1, 0, 0, 127, dtypes.uint8),
                                          weights)
-    kernels = schedule(run(builder.build([y], constants=constants), DEFAULT_PIPELINE)).kernels
+    kernels = schedule(run(builder.build([y], constants=constants), DEFAULT_PIPELINE), TARGET).kernels
     assert [k.detail["narrow"] for k in kernels if k.kind == "qlinear"] == [False]
 
 

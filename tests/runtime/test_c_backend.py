@@ -553,14 +553,14 @@ def test_pointwise_consumers_fuse_through_reshapes(tmp_path):
 
 def test_run_sizes_its_team_by_work(tmp_path):
     """kiln_run uses one thread per ~0.6 MFLOP of estimated work (capped by num_threads): tiny runs stay serial."""
-    from kiln.codegen.cost import kernel_work
+    from kiln.codegen.c.target import TARGET
     from kiln.codegen.schedule import schedule
     from kiln.passes import run as run_passes
     batch = kiln.Dim("batch", max=64)
     program = kiln.export(kiln.nn.Linear(64, 48), (kiln.randn(4, 64),), dynamic_shapes={"input": {0: batch}})
-    plan = schedule(run_passes(program, "decompose,canonicalize,cse,dce"))
+    plan = schedule(run_passes(program, "decompose,canonicalize,cse,dce"), TARGET)
     (gemm,) = [k for k in plan.kernels if k.kind == "matmul"]
-    assert kernel_work(gemm) == 2 * 64 * 48 * sorted(plan.symbols, key=str)[0]
+    assert TARGET.work(gemm) == 2 * 64 * 48 * sorted(plan.symbols, key=str)[0]
     compile_c(program, output=tmp_path / "linear")
     assert "const double work = (double)(INT64_C(6144) * sym_batch);" in (tmp_path / "linear" / "model.c").read_text()
 

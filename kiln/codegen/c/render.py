@@ -20,7 +20,7 @@ import sympy
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
-from kiln.codegen.cost import kernel_work
+from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.schedule import (
     SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
@@ -2010,7 +2010,7 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
 
 
 def _work_expr(schedule: Schedule) -> str:
-    total = sympy.Add(*[kernel_work(kernel) for kernel in schedule.kernels]) if schedule.kernels else 0
+    total = sympy.Add(*[TARGET.work(kernel) for kernel in schedule.kernels]) if schedule.kernels else 0
     return f"(double){dim_expr(sympy.expand(total))}"
 
 

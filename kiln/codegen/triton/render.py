@@ -216,7 +216,9 @@ def _pow_scalar(a: list[str]) -> str:
         return f"tl.rsqrt({a[0]})"
     if exponent == -1:
         return f"(1.0 / {a[0]})"
-    return f"{a[0]}" if exponent == 1 else f"({a[0]} * 0 + 1)"  # the target admits only these exponents
+    if exponent == 1:
+        return a[0]
+    raise UnsupportedError(f"the Triton renderer has no exact form of pow with exponent {a[1]}")  # target refuses
 
 
 def _gelu(a: list[str]) -> str:
