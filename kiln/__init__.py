@@ -34,7 +34,7 @@ from kiln.frontend import autograd
 from kiln.frontend.autograd import (
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
 )
-from kiln.frontend.control_flow import cond
+from kiln.frontend.control_flow import cond, map, scan, while_loop  # noqa: F401,A004  (torch names; map as torch._higher_order_ops.map)
 from kiln.ir.serde import load, save
 from kiln.frontend.bridge import from_torch
 

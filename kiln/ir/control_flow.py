@@ -4,6 +4,11 @@
 `kiln.yield`; the results are the yielded values of the branch its 0-d boolean predicate selects.
 `kiln.map` (`higher_order.map_impl`): the body runs once per slice along the leading dim of the `xs`, with the
 extra operands passed whole; the results are the yielded values stacked along a new leading dim.
+`kiln.scan` (`higher_order.scan`): a carry threaded through one step per leading-dim slice of the `xs`; the body
+takes (carries, slices, operands) and yields (next carries, per-step outputs); the results are the final carries
+then the per-step outputs stacked along a new leading dim (the trip count, symbolic when the xs' dim is).
+`kiln.while_loop` (`higher_order.while_loop`): carried values updated by the body region while the cond region
+(a 0-d bool) holds; both take (carried, operands). The carried values keep their types across iterations.
 """
 
 from __future__ import annotations
@@ -90,30 +95,134 @@ class MapOp(IRDLOperation):
         return [t.with_shape([length, *t.shape]) if isinstance(t, TensorType) else t for t in yielded]
 
     def verify_(self) -> None:
-        if not self.xs:
-            raise VerificationError("kiln.map needs at least one tensor to map over",
-                                    fix="pass the tensors to slice as xs")
-        lengths = {x.type.shape[0] if x.type.ndim else None for x in self.xs}  # type: ignore[attr-defined]
-        if None in lengths or len(lengths) != 1:
-            raise VerificationError(f"kiln.map: the xs must share a leading dim, got "
-                                    f"{[_short(x.type) for x in self.xs]}",
-                                    fix="map over tensors with the same first dimension")
+        _check_leading_dims("kiln.map", self.xs)
         block = self.body.block
         slices = [x.type.with_shape(x.type.shape[1:]) for x in self.xs]  # type: ignore[attr-defined]
         if [a.type for a in block.args] != [*slices, *(o.type for o in self.operands_)]:
             raise VerificationError("kiln.map: the body's arguments must be one slice of each x, then the operands")
-        terminator = block.last_op
-        if not isinstance(terminator, YieldOp):
-            raise VerificationError("kiln.map: the body must end with kiln.yield")
-        stacked = MapOp.stacked_types(self.xs, [v.type for v in terminator.values])
+        yielded = _yielded("kiln.map", block)
+        stacked = MapOp.stacked_types(self.xs, yielded)
         if stacked != [r.type for r in self.results]:
-            raise VerificationError(f"kiln.map: the body yields {[_short(v.type) for v in terminator.values]}, "
+            raise VerificationError(f"kiln.map: the body yields {[_short(t) for t in yielded]}, "
                                     f"which stack to {[_short(t) for t in stacked]}, but the map returns "
                                     f"{[_short(r.type) for r in self.results]}")
+
+
+@irdl_op_definition
+class ScanOp(IRDLOperation):
+    """`carries..., ys... = scan(body, init, xs, operands)`: torch's scan HOP with `dim=0, reverse=False` (the
+    frontend moves and flips dims around it, as torch's `scan` does before its HOP)."""
+
+    name = "kiln.scan"
+    init = var_operand_def(TensorType)
+    xs = var_operand_def(TensorType)
+    operands_ = var_operand_def()
+    results_ = var_result_def()
+    body = region_def("single_block")
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, init: Sequence[SSAValue], xs: Sequence[SSAValue], operands: Sequence[SSAValue],
+                 result_types: Sequence[Attribute], body: Block):
+        super().__init__(operands=[list(init), list(xs), list(operands)], result_types=[list(result_types)],
+                         regions=[Region(body)])
+
+    @staticmethod
+    def body_arg_types(init: Sequence[SSAValue], xs: Sequence[SSAValue],
+                       operands: Sequence[SSAValue]) -> list[Attribute]:
+        """The body's arguments: each carry, one slice of each x, then the operands."""
+        return [*(v.type for v in init), *(x.type.with_shape(x.type.shape[1:]) for x in xs),  # type: ignore
+                *(o.type for o in operands)]
+
+    @staticmethod
+    def result_types_for(init: Sequence[SSAValue], xs: Sequence[SSAValue],
+                         yielded: Sequence[Attribute]) -> list[Attribute]:
+        """The carries' types, then the per-step outputs stacked along the xs' leading dim."""
+        return [*(v.type for v in init), *MapOp.stacked_types(xs, yielded[len(init):])]
+
+    @property
+    def carries(self) -> list[SSAValue]:
+        return list(self.results[:len(self.init)])
+
+    @property
+    def stacked(self) -> list[SSAValue]:
+        return list(self.results[len(self.init):])
+
+    def verify_(self) -> None:
+        _check_leading_dims("kiln.scan", self.xs)
+        block = self.body.block
+        if [a.type for a in block.args] != ScanOp.body_arg_types(self.init, self.xs, self.operands_):
+            raise VerificationError("kiln.scan: the body's arguments must be the carries, one slice of each x, "
+                                    "then the operands")
+        yielded = _yielded("kiln.scan", block)
+        carried = [v.type for v in self.init]
+        if yielded[:len(carried)] != carried:
+            raise VerificationError(f"kiln.scan: the body yields carries {[_short(t) for t in yielded[:len(carried)]]}"
+                                    f" but the initial carries are {[_short(t) for t in carried]}",
+                                    fix="return a next carry with the initial carry's shape and dtype")
+        expected = ScanOp.result_types_for(self.init, self.xs, yielded)
+        if expected != [r.type for r in self.results]:
+            raise VerificationError(f"kiln.scan: the body's yields make {[_short(t) for t in expected]}, but the scan "
+                                    f"returns {[_short(r.type) for r in self.results]}")
+
+
+@irdl_op_definition
+class WhileLoopOp(IRDLOperation):
+    """`carried... = while_loop(cond, body, carried, operands)`: torch's while_loop HOP."""
+
+    name = "kiln.while_loop"
+    carried = var_operand_def(TensorType)
+    operands_ = var_operand_def()
+    results_ = var_result_def()
+    cond_region = region_def("single_block")
+    body = region_def("single_block")
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, carried: Sequence[SSAValue], operands: Sequence[SSAValue], cond_block: Block,
+                 body: Block):
+        super().__init__(operands=[list(carried), list(operands)], result_types=[[v.type for v in carried]],
+                         regions=[Region(cond_block), Region(body)])
+
+    def verify_(self) -> None:
+        arg_types = [v.type for v in (*self.carried, *self.operands_)]
+        carried = [v.type for v in self.carried]
+        for label, region in (("cond", self.cond_region), ("body", self.body)):
+            if [a.type for a in region.block.args] != arg_types:
+                raise VerificationError(f"kiln.while_loop: the {label} region's arguments must be the carried "
+                                        "values, then the operands")
+        predicate = _yielded("kiln.while_loop", self.cond_region.block)
+        if len(predicate) != 1 or not isinstance(predicate[0], TensorType) or predicate[0].ndim != 0 \
+                or not predicate[0].dtype.is_bool:
+            raise VerificationError(f"kiln.while_loop: the cond region must yield one 0-d bool tensor, got "
+                                    f"{[_short(t) for t in predicate]}", fix="return e.g. (i < n) from cond_fn")
+        yielded = _yielded("kiln.while_loop", self.body.block)
+        if yielded != carried:
+            raise VerificationError(f"kiln.while_loop: the body yields {[_short(t) for t in yielded]} but the "
+                                    f"carried values are {[_short(t) for t in carried]}",
+                                    fix="return values of the carried values' shapes and dtypes from body_fn")
+        if [r.type for r in self.results] != carried:
+            raise VerificationError("kiln.while_loop: the results must have the carried values' types")
+
+
+def _check_leading_dims(op_name: str, xs: Sequence[SSAValue]) -> None:
+    if not xs:
+        raise VerificationError(f"{op_name} needs at least one tensor to slice", fix="pass the tensors to slice as xs")
+    lengths = {x.type.shape[0] if x.type.ndim else None for x in xs}  # type: ignore[attr-defined]
+    if None in lengths or len(lengths) != 1:
+        raise VerificationError(f"{op_name}: the xs must share a leading dim, got {[_short(x.type) for x in xs]}",
+                                fix="slice tensors with the same first dimension")
+
+
+def _yielded(op_name: str, block: Block) -> list[Attribute]:
+    terminator = block.last_op
+    if not isinstance(terminator, YieldOp):
+        raise VerificationError(f"{op_name}: each region must end with kiln.yield")
+    return [v.type for v in terminator.values]
 
 
 def _short(value_type: Any) -> str:
     return value_type.short() if isinstance(value_type, TensorType) else str(value_type)
 
 
-CONTROL_FLOW_OPS = [CondOp, MapOp, YieldOp]
+CONTROL_FLOW_OPS = [CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp]
+REGION_OPS = (CondOp, MapOp, ScanOp, WhileLoopOp)
+"""The ops that carry regions: pure (removable when unused) and run by the interpreter."""

@@ -201,7 +201,7 @@ def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol
 
 def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> None:
     """Compute one op's results from `values` (SSA value -> array) and store them there."""
-    from kiln.ir.control_flow import CondOp, MapOp
+    from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp
 
     if isinstance(op, CondOp):
         branch = op.true_region if bool(np.asarray(values[op.pred])) else op.false_region
@@ -210,6 +210,12 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
         return
     if isinstance(op, MapOp):
         values.update(zip(op.results, _run_map(op, values, bindings)))
+        return
+    if isinstance(op, ScanOp):
+        values.update(zip(op.results, _run_scan(op, values, bindings)))
+        return
+    if isinstance(op, WhileLoopOp):
+        values.update(zip(op.results, _run_while_loop(op, values, bindings)))
         return
     opdef = op.opdef
     if opdef.kernel is None:
@@ -252,6 +258,35 @@ def _run_map(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int])
     operands = [values[v] for v in op.operands_]
     per_slice = [execute_block(op.body.block, [x[i] for x in xs] + operands, bindings) for i in range(len(xs[0]))]
     return [np.stack([np.asarray(outputs[index]) for outputs in per_slice]) for index in range(len(op.results))]
+
+
+def _run_scan(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> list[np.ndarray]:
+    """torch's scan: the carries threaded through the body once per leading-dim slice of the xs; the final
+    carries, then the per-step outputs stacked (an empty stack, of the result's type, for zero steps)."""
+    xs, operands = [values[x] for x in op.xs], [values[v] for v in op.operands_]
+    carries = [values[v] for v in op.init]
+    count = len(carries)
+    steps = []
+    for i in range(len(xs[0])):
+        outputs = execute_block(op.body.block, [*carries, *(x[i] for x in xs), *operands], bindings)
+        carries, per_step = outputs[:count], outputs[count:]
+        steps.append([np.asarray(y) for y in per_step])
+    stacked = []
+    for index, result in enumerate(op.stacked):
+        if steps:
+            stacked.append(np.stack([step[index] for step in steps]))
+        else:
+            result_type = _concrete_type(result.type, bindings)
+            stacked.append(np.zeros([int(d) for d in result_type.shape], result_type.dtype.numpy))
+    return [*carries, *stacked]
+
+
+def _run_while_loop(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> list[Any]:
+    """torch's while_loop: the body on the carried values for as long as the cond region yields True."""
+    carried, operands = [values[v] for v in op.carried], [values[v] for v in op.operands_]
+    while bool(np.asarray(execute_block(op.cond_region.block, [*carried, *operands], bindings)[0])):
+        carried = execute_block(op.body.block, [*carried, *operands], bindings)
+    return carried
 
 
 def _bind_unbacked(value_type: Any, output: Any, bindings: dict[sympy.Symbol, int]) -> None:

@@ -40,7 +40,7 @@ def format_program(program: "ExportedProgram") -> str:
 
 def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tuple[str, Block]],
                   indent: int) -> list[str]:
-    from kiln.ir.control_flow import CondOp, MapOp, YieldOp
+    from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
     from kiln.ir.dialect import bound_arguments
     from kiln.ir.program import format_value
 
@@ -67,6 +67,19 @@ def _format_block(block: Block, names: dict[SSAValue, str], subgraphs: list[tupl
             label = _subgraph(subgraphs, "body_graph", op.body.block)
             xs, operands = (format_value(list(group), names) for group in (op.xs, op.operands_))
             call = f"torch.ops.higher_order.map_impl({label}, {xs}, {operands})"
+            lines.append(f"{body}{targets} = {call}{comment}")
+            continue
+        if isinstance(op, ScanOp):
+            label = _subgraph(subgraphs, "scan_combine_graph", op.body.block)
+            init, xs, operands = (format_value(list(group), names) for group in (op.init, op.xs, op.operands_))
+            call = f"torch.ops.higher_order.scan({label}, {init}, {xs}, {operands})"
+            lines.append(f"{body}{targets} = {call}{comment}")
+            continue
+        if isinstance(op, WhileLoopOp):
+            labels = [_subgraph(subgraphs, f"while_loop_{kind}_graph", region.block)
+                      for kind, region in (("cond", op.cond_region), ("body", op.body))]
+            carried, operands = (format_value(list(group), names) for group in (op.carried, op.operands_))
+            call = f"torch.ops.higher_order.while_loop({labels[0]}, {labels[1]}, {carried}, {operands})"
             lines.append(f"{body}{targets} = {call}{comment}")
             continue
         opdef = op.opdef  # type: ignore[attr-defined]

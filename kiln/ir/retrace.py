@@ -93,7 +93,7 @@ def _substitute_type(value_type: Any, substitutions: dict[Any, Any] | None) -> A
 def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: DecompositionTable | None = None,
             substitutions: dict[Any, Any] | None = None) -> list[Any]:
     """Re-issue `block`'s ops into `builder`; return the new values its terminator passes on."""
-    from kiln.ir.control_flow import CondOp, MapOp, YieldOp
+    from kiln.ir.control_flow import REGION_OPS, CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
 
     emitter = DecomposingEmitter(builder, table or {})
     for op in block.ops:
@@ -112,7 +112,19 @@ def replay(block: Any, builder: GraphBuilder, mapping: dict[Any, Any], table: De
             body, yielded = _replay_region(op.body.block, [*slices, *(v.type for v in operands)], builder, mapping,
                                            table, substitutions)
             new_op = MapOp(xs, operands, MapOp.stacked_types(xs, [v.type for v in yielded]), body)
-        if isinstance(op, (CondOp, MapOp)):
+        elif isinstance(op, ScanOp):
+            init, xs = [mapping[v] for v in op.init], [mapping[v] for v in op.xs]
+            operands = [mapping[v] for v in op.operands_]
+            body, yielded = _replay_region(op.body.block, ScanOp.body_arg_types(init, xs, operands), builder,
+                                           mapping, table, substitutions)
+            new_op = ScanOp(init, xs, operands, ScanOp.result_types_for(init, xs, [v.type for v in yielded]), body)
+        elif isinstance(op, WhileLoopOp):
+            carried, operands = [mapping[v] for v in op.carried], [mapping[v] for v in op.operands_]
+            arg_types = [v.type for v in (*carried, *operands)]
+            cond_block, body = (_replay_region(region.block, arg_types, builder, mapping, table, substitutions)[0]
+                                for region in (op.cond_region, op.body))
+            new_op = WhileLoopOp(carried, operands, cond_block, body)
+        if isinstance(op, REGION_OPS):
             new_op.attributes.update(op.attributes)
             builder.block.add_op(new_op)
             for old, new in zip(op.results, new_op.results):

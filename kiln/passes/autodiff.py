@@ -33,7 +33,7 @@ def joint_program(program: ExportedProgram, joint_loss_index: int = 0, *,
                   input_gradients: bool = False) -> ExportedProgram:
     """The forward program plus its backward: d(loss)/d(parameter) for every parameter (zeros for parameters the
     loss does not use), and with `input_gradients` d(loss)/d(user input) for each floating user input."""
-    from kiln.ir.control_flow import CondOp, MapOp
+    from kiln.ir.control_flow import REGION_OPS
 
     signature = program.graph_signature
     user_positions = [i for i, spec in enumerate(signature.output_specs) if spec.kind is OutputKind.USER_OUTPUT]
@@ -69,7 +69,7 @@ def joint_program(program: ExportedProgram, joint_loss_index: int = 0, *,
                 continue
             source = op.attributes.get("kiln.source")
             where = source.data if source is not None else None  # type: ignore[union-attr]
-            if isinstance(op, (CondOp, MapOp)):
+            if isinstance(op, REGION_OPS):
                 raise JointProgramError(f"differentiating through {op.name} is not supported yet", source=where)
             if "nondifferentiable" in opdef.tags:
                 continue

@@ -340,8 +340,9 @@ def finish_pass(program: ExportedProgram) -> ExportedProgram:
 
 
 def is_pure_op(op: Operation) -> bool:
-    """Ops that only compute their results (every aten op and kiln.cond): removable when unused."""
-    return hasattr(op, "opdef") or op.name == "kiln.cond"
+    """Ops that only compute their results (every aten op and the region ops): removable when unused."""
+    from kiln.ir.control_flow import REGION_OPS
+    return hasattr(op, "opdef") or isinstance(op, REGION_OPS)
 
 
 def erase_dead_ops(block: Block) -> int:
