@@ -14,6 +14,10 @@ def kernel_work(kernel: Kernel) -> Any:
     """A rough operation count of one kernel (multiply-adds count 2), as a size expression."""
     def size(shape: list) -> Any:
         return sympy.Mul(*[sympy.sympify(d) for d in shape])
+    if kernel.kind == "loop":  # its body, once per step (a while loop's steps are unknown: counted once)
+        steps = 1 if kernel.shape[0] is None else sympy.sympify(kernel.shape[0])
+        inner = kernel.detail.get("cond", []) + kernel.detail["body"]
+        return steps * sympy.Add(*[kernel_work(k) for k in inner], 1)
     out = size(kernel.shape)
     if kernel.kind in ("matmul", "qlinear", "qconv", "wlinear"):
         return 2 * out * sympy.sympify(kernel.detail["k"])

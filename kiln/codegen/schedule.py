@@ -3,8 +3,10 @@
 Pointwise chains fuse into one loop nest (an expression tree per output element); mm/addmm/bmm are GEMM
 templates whose pointwise consumers fuse in as an epilogue; reductions (their reduced dims merged into one
 row), softmax, log_softmax and layer norm over the last dim are row kernels; view ops are stride/offset
-arithmetic on a buffer (a copy kernel only when a reshape needs one). Renderers (C now, Triton later) turn
-this schedule into source.
+arithmetic on a buffer (a copy kernel only when a reshape needs one). `kiln.scan` and `kiln.map` are loop
+kernels: their body's ops schedule into kernels of their own that run once per step, reading and writing
+*windows* (buffers whose address the loop sets each step: the step's slice of an x or of a stacked output, a
+carry's double-buffered slot). Renderers (C, Triton) turn this schedule into source.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sympy
 from xdsl.dialects import func
 
 from kiln.ir import dtypes
+from kiln.ir.control_flow import MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
 from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill value to a dtype
@@ -99,6 +102,8 @@ QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"
 # Weight-only linear layers: float activations against int8 / int4 weights converted in registers.
 WLINEAR_OPS = {"quant.linear_weight_only.default"}
 # Every op the scheduler groups into a kernel kind (a target supports these or a subset)
+# Region ops that become a `loop` kernel over the scheduled kernels of their body.
+LOOP_OPS = {"kiln.scan", "kiln.map", "kiln.while_loop"}
 SCHEDULED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
                  | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS
                  | WLINEAR_OPS)
@@ -115,7 +120,7 @@ class Buffer:
     name: str
     dtype: dtypes.DType
     shape: list  # dims: ints or sympy expressions over the program's symbols
-    kind: str = "temp"  # "input" | "weight" | "temp" | "output"
+    kind: str = "temp"  # "input" | "weight" | "temp" | "output" | "window" (placed by its loop every step)
     weight_key: str | None = None
     io_index: int = -1  # position among user inputs / outputs
 
@@ -228,6 +233,29 @@ class Kernel:
     detail: dict = field(default_factory=dict)
 
 
+@dataclass(eq=False)
+class Carry:
+    """A loop-carried value of a `loop` kernel: the body reads it through the `read` window and writes the next
+    one through the `write` window. Step 0 reads `init`; the steps in between alternate between the two `slots`;
+    the last step writes `final` (which holds `init` after zero steps)."""
+
+    init: View
+    read: Buffer
+    write: Buffer
+    slots: list[Buffer]
+    final: Buffer
+
+
+@dataclass(eq=False)
+class Window:
+    """A buffer the body sees as one step's slice of `source` (an x, read) or of `stacked` (an output, written):
+    `source`'s elements from `offset + step * numel(window)`."""
+
+    window: Buffer
+    source: Buffer
+    offset: Any = 0
+
+
 @dataclass
 class Schedule:
     buffers: list[Buffer]
@@ -237,6 +265,19 @@ class Schedule:
     symbols: list[sympy.Symbol]
     output_names: list[str]
     input_names: list[str]
+
+    def all_kernels(self) -> list[Kernel]:
+        """Every kernel, those inside loop kernels' bodies included (each after its loop)."""
+        return flatten_kernels(self.kernels)
+
+
+def flatten_kernels(kernels: list[Kernel]) -> list[Kernel]:
+    found = []
+    for kernel in kernels:
+        found.append(kernel)
+        if kernel.kind == "loop":
+            found += flatten_kernels(kernel.detail.get("cond", []) + kernel.detail["body"])
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,8 +461,8 @@ class _Scheduler:
         bound: set[Any] = set()
         for arg in self.program.body.args:
             bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
-        for op in self.program.body.ops:
-            if isinstance(op, func.ReturnOp):
+        for op in self.program.body.walk():
+            if isinstance(op, (func.ReturnOp, YieldOp)):
                 continue
             name = getattr(getattr(op, "opdef", None), "name", op.name)
             unbound = sorted({str(s) for r in op.results if _is_tensor(r) for d in r.type.shape
@@ -557,6 +598,12 @@ class _Scheduler:
 
     # -- ops
     def schedule_op(self, op: Any) -> None:
+        if isinstance(op, (ScanOp, MapOp)):
+            self.schedule_loop(op)
+            return
+        if isinstance(op, WhileLoopOp):
+            self.schedule_while(op)
+            return
         name = op.opdef.name
         result = op.results[0]
         args = bound_arguments(op)
@@ -995,6 +1042,101 @@ class _Scheduler:
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
         else:
             self.emit_pointwise(result, Accumulator(result.type.dtype), kernel)
+
+    def schedule_loop(self, op: Any) -> None:
+        """kiln.scan / kiln.map: one `loop` kernel. Its body's ops schedule into body kernels; each step the loop
+        points the body's windows at the step's slices and carry slots (see Carry, Window)."""
+        init = list(op.init) if isinstance(op, ScanOp) else []
+        xs, operands, block = list(op.xs), list(op.operands_), op.body.block
+        args = list(block.args)
+        carry_args, slice_args = args[:len(init)], args[len(init):len(init) + len(xs)]
+        carry_starts = [self.contiguous_operand(value) for value in init]
+        slices = [Window(self.window(arg), view.buffer, view.offset)
+                  for arg, view in zip(slice_args, map(self.contiguous_operand, xs))]
+        for arg, operand in zip(args[len(init) + len(xs):], operands):
+            self.views[arg] = self.materialized(operand)
+        reads = [self.window(arg) for arg in carry_args]
+        outer, self.kernels = self.kernels, []
+        first_body_buffer = len(self.buffers)
+        yielded = list(block.last_op.operands)
+        for body_op in list(block.ops)[:-1]:
+            self.schedule_op(body_op)
+        claimed: set = set()
+        writes = [self.into_window(value, first_body_buffer, claimed) for value in yielded[:len(init)]]
+        stacked = []
+        for value, result in zip(yielded[len(init):], op.results[len(init):]):
+            stacked.append(Window(self.into_window(value, first_body_buffer, claimed), self.buffer(result)))
+            self.views[result] = _contiguous(stacked[-1].source)
+        body, self.kernels = self.kernels, outer
+        carries = []
+        for start, read, write, result in zip(carry_starts, reads, writes, op.results):
+            slots = [self.buffer(None, shape=list(read.shape), dtype=read.dtype) for _ in range(2)]
+            for number, slot in enumerate(slots):
+                slot.name = f"{read.name}_slot{number}"
+            carries.append(Carry(start, read, write, slots, self.buffer(result)))
+            self.views[result] = _contiguous(carries[-1].final)
+        outputs = [c.final for c in carries] + [w.source for w in stacked]
+        name = self.names[op.results[0]] if op.results else "loop"
+        self.kernels.append(Kernel("loop", f"{op.name.split('.')[1]}_{name}", [op.name], outputs,
+                                   [xs[0].type.shape[0]], None,
+                                   {"body": body, "carries": carries, "slices": slices, "stacked": stacked}))
+
+    def schedule_while(self, op: Any) -> None:
+        """kiln.while_loop: a `loop` kernel with no trip count. Each iteration runs the cond region's kernels, stops
+        when the predicate they compute is false, else runs the body's; the carried values alternate between two
+        slots, and the last ones read are copied into the results (see Carry)."""
+        carried, operands = list(op.carried), list(op.operands_)
+        starts = [self.contiguous_operand(value) for value in carried]
+        for region in (op.cond_region, op.body):
+            for arg, operand in zip(list(region.block.args)[len(carried):], operands):
+                self.views[arg] = self.materialized(operand)
+        reads = [self.window(arg) for arg in list(op.body.block.args)[:len(carried)]]
+        for arg, read in zip(op.cond_region.block.args, reads):
+            self.views[arg] = _contiguous(read)
+        outer = self.kernels
+        first_body_buffer = len(self.buffers)
+        regions = []
+        for region in (op.cond_region, op.body):
+            self.kernels = []
+            for region_op in list(region.block.ops)[:-1]:
+                self.schedule_op(region_op)
+            regions.append((self.kernels, list(region.block.last_op.operands)))
+        (cond, (predicate,)), (body, yielded) = regions
+        self.kernels = cond
+        predicate_view = self.materialized(predicate)
+        self.kernels = body
+        claimed: set = set()
+        writes = [self.into_window(value, first_body_buffer, claimed) for value in yielded]
+        self.kernels = outer
+        carries = []
+        for start, read, write, result in zip(starts, reads, writes, op.results):
+            slots = [self.buffer(None, shape=list(read.shape), dtype=read.dtype) for _ in range(2)]
+            for number, slot in enumerate(slots):
+                slot.name = f"{read.name}_slot{number}"
+            carries.append(Carry(start, read, write, slots, self.buffer(result)))
+            self.views[result] = _contiguous(carries[-1].final)
+        name = self.names[op.results[0]] if op.results else "loop"
+        self.kernels.append(Kernel("loop", f"while_loop_{name}", [op.name], [c.final for c in carries], [None], None,
+                                   {"cond": cond, "predicate": predicate_view, "body": body, "carries": carries,
+                                    "slices": [], "stacked": []}))
+
+    def window(self, value: Any) -> Buffer:
+        buf = self.buffer(value, "window")
+        self.views[value] = _contiguous(buf)
+        return buf
+
+    def into_window(self, value: Any, first_body_buffer: int, claimed: set) -> Buffer:
+        """The window a loop body writes `value` through: the buffer the body computed it into, when that is
+        the body's own whole contiguous temporary, else a copy of it."""
+        view = self.materialized(value)
+        buf = view.buffer
+        if not (buf.index >= first_body_buffer and buf.kind == "temp" and buf not in claimed
+                and view.is_contiguous and same_dim(view.offset, 0)
+                and same_dim(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
+            buf = self.copy(view, value)
+        buf.kind = "window"
+        claimed.add(buf)
+        return buf
 
     def scalar_operand(self, value: Any) -> Any:
         """A number, or the .tensor overloads' one-element qparams: a read of their buffer."""

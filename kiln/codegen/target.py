@@ -50,6 +50,8 @@ class Target:
         for value in list(op.operands) + list(op.results):
             if tensor_value(value) and value.type.dtype not in self.dtypes:
                 return f"dtype {value.type.dtype.name} is not supported"
+        if not hasattr(op, "opdef"):  # a region op (a loop): its body's ops are checked one by one
+            return None
         return self.unsupported_arguments(op)
 
 

@@ -1,8 +1,9 @@
 """kiln.nn.RNN / LSTM / GRU and their cells against torch: parameters, reprs, outputs, states and export.
 
 Each configuration is built in both libraries, torch's weights are copied into kiln with load_state_dict,
-and eval-mode outputs must match under assert_close defaults. Exported programs unroll the time loop, so
-only the batch dim is dynamic; they must equal kiln eager at the example batch and at two others.
+and eval-mode outputs must match under assert_close defaults. Exported programs with a static sequence length
+unroll the time loop and must equal kiln eager at several batch sizes; with a dynamic sequence dim each layer's
+time loop is a `kiln.scan`, and one program must match torch eager at sequence lengths 1, 7 and 300.
 """
 
 from __future__ import annotations
@@ -259,10 +260,72 @@ def test_cell_export_with_dynamic_batch(name: str) -> None:
         _assert_same(program(x), module(x))
 
 
-def test_export_refuses_a_dynamic_sequence_length() -> None:
+def test_unroll_refuses_a_dynamic_sequence_length() -> None:
     module = kiln.nn.LSTM(INPUT, HIDDEN).eval()
+    module.time_loop = "unroll"
     with pytest.raises(KilnError, match="sequence length must be static"):
         kiln.export(module, (kiln.randn(SEQ, BATCH, INPUT),), dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+
+
+SEQUENCE_LENGTHS = (1, 7, 300)
+
+
+def _scan_count(program) -> int:
+    from kiln.ir.control_flow import ScanOp
+    return sum(isinstance(op, ScanOp) for op in program.body.walk())
+
+
+@pytest.mark.parametrize("name,kwargs", NETWORK_CONFIGS, ids=NETWORK_IDS)
+def test_dynamic_sequence_exports_a_scan_matching_torch(name: str, kwargs: dict) -> None:
+    """One program with a symbolic sequence length: a scan per layer and direction, torch's values at every
+    length (and at another batch size, the batch dim being dynamic too)."""
+    reference, module = module_pair(name, INPUT, HIDDEN, **kwargs)
+    seq_dim, batch_dim = (1, 0) if kwargs.get("batch_first") else (0, 1)
+    program = kiln.export(module, (_kiln(_input(kwargs)),),
+                          dynamic_shapes={"input": {seq_dim: kiln.Dim("seq"), batch_dim: kiln.Dim("batch")}})
+    assert _scan_count(program) == _num_states(kwargs)
+    for length, batch in zip(SEQUENCE_LENGTHS, (BATCH, 3, 1)):
+        shape = [0, 0, INPUT]
+        shape[seq_dim], shape[batch_dim] = length, batch
+        x = torch.randn(*shape)
+        _compare_outputs(program(_kiln(x)), reference(x))
+
+
+@pytest.mark.parametrize("name,kwargs", [NETWORK_CONFIGS[7], NETWORK_CONFIGS[13]], ids=lambda v: str(v))
+def test_dynamic_sequence_with_initial_state(name: str, kwargs: dict) -> None:
+    reference, inner = module_pair(name, INPUT, HIDDEN, **kwargs)
+    module = _WithState(inner).eval()
+    seq_dim = 1 if kwargs.get("batch_first") else 0
+    out_size = kwargs.get("proj_size") or HIDDEN
+
+    def inputs(length: int) -> tuple:
+        shape = [BATCH, BATCH, INPUT]
+        shape[seq_dim] = length
+        states = [torch.randn(_num_states(kwargs), BATCH, out_size)]
+        if name == "LSTM":
+            states.append(torch.randn(_num_states(kwargs), BATCH, HIDDEN))
+        return (torch.randn(*shape), *states)
+
+    example = inputs(SEQ)
+    specs = ({seq_dim: kiln.Dim("seq")},) + (None,) * (len(example) - 1)
+    program = kiln.export(module, tuple(map(_kiln, example)), dynamic_shapes=specs)
+    for length in SEQUENCE_LENGTHS:
+        args = inputs(length)
+        state = tuple(args[1:]) if name == "LSTM" else args[1]
+        _compare_outputs(program(*map(_kiln, args)), reference(args[0], state))
+
+
+def test_time_loop_scan_on_a_static_length_matches_the_unrolled_program() -> None:
+    module = kiln.nn.GRU(INPUT, HIDDEN, num_layers=2, bidirectional=True).eval()
+    x = kiln.randn(SEQ, BATCH, INPUT)
+    unrolled = kiln.export(module, (x,))
+    module.time_loop = "scan"
+    scanned = kiln.export(module, (x,))
+    assert _scan_count(unrolled) == 0 and _scan_count(scanned) == 4
+    _assert_same(scanned(x), unrolled(x))
+    module.time_loop = "sideways"
+    with pytest.raises(KilnError, match="time_loop must be one of"):
+        module(x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`kiln.map` (torch's `higher_order.map_impl`) through the IR's tools: the readable form prints it as torch does,
 verify() accepts it, run_decompositions and the pass pipeline recurse into its body and keep the interpreter's
-results, and the C backend refuses it with a clear error."""
+results, and the C backend runs it as a loop kernel."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from torch._higher_order_ops.map import map as torch_map  # noqa: E402
 import kiln  # noqa: E402
 import kiln.passes  # noqa: E402
 from kiln.ir.control_flow import MapOp  # noqa: E402
-from kiln.ir.errors import UnsupportedError  # noqa: E402
 from kiln.testing import assert_close  # noqa: E402
 
 SIZES = [2, 7]  # two leading-dim sizes: one program serves every size in the Dim's range
@@ -110,7 +109,8 @@ def test_retraced_map_types_follow_the_retraced_xs(program):
     assert str(leading) == "batch"
 
 
-def test_c_backend_refuses_map_clearly(program):
-    with pytest.raises(UnsupportedError, match=r"kiln\.map") as caught:
-        kiln.compile(program)
-    assert "C backend" in str(caught.value)
+def test_c_backend_runs_the_map_as_a_loop(program, tmp_path):
+    model = kiln.compile(program, output=tmp_path / "pkg")
+    for batch in SIZES:
+        inputs = _inputs(batch)
+        assert_close(list(model(*inputs)), list(program(*inputs)))

@@ -24,6 +24,7 @@ from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.schedule import (
     SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
+    same_dim,
 )
 
 ABI_VERSION = 3
@@ -1949,8 +1950,10 @@ class KernelBodies:
         self.shared: dict[tuple[str, tuple[str, ...]], str] = {}  # (canonical body, parameters) -> function name
         self.definitions: list[list[str]] = []
 
-    def kernel_function(self, number: int, kernel: Kernel, state: RenderState) -> list[str]:
+    def kernel_function(self, number: int | str, kernel: Kernel, state: RenderState) -> list[str]:
         name = f"kernel_{number}_{identifier(kernel.name)}"
+        if kernel.kind == "loop":
+            return self.loop_function(name, kernel, state)
         body = KERNEL_RENDERERS[kernel.kind](kernel, state)
         parameters: dict[str, str] = {}  # what the body uses (buffer or packed panel) -> its parameter name
 
@@ -1972,6 +1975,73 @@ class KernelBodies:
                      for used in parameters]
         return [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
                 f"static void {name}(const kiln_ctx* ctx) {{ {shared}({', '.join(['ctx', *arguments])}); }}"]
+
+    def loop_function(self, name: str, kernel: Kernel, state: RenderState) -> list[str]:
+        """A loop kernel (kiln.scan, kiln.map, kiln.while_loop): its regions' kernels, then a function every thread
+        of the team runs, stepping through the loop. Each step one thread points the windows at the step's slices
+        and carry slots (the `single`'s barrier publishes them); the regions' kernels then share their loops as
+        top-level kernels do, so the whole loop stays inside the run's one parallel region."""
+        lines: list[str] = []
+        detail = kernel.detail
+        prefix = name[len("kernel_"):]
+
+        def calls(kernels: list[Kernel], region: str) -> list[str]:
+            found = []
+            for index, inner in enumerate(kernels):
+                lines.extend(self.kernel_function(f"{prefix}_{region}{index}", inner, state))
+                found.append(f"kernel_{prefix}_{region}{index}_{identifier(inner.name)}(ctx);")
+            return found
+
+        cond_calls, body_calls = calls(detail.get("cond", []), "c"), calls(detail["body"], "")
+        i = symbol_name(sympy.Symbol("step"))
+
+        def address(buf: Buffer, elements: Any = 0) -> str:
+            base = f"(unsigned char*)loop->buf[{buf.index}]"
+            return base if same_dim(elements, 0) else \
+                f"{base} + (size_t)({dim_expr(sympy.expand(elements))}) * sizeof({c_type(buf.dtype)})"
+
+        def copy(carry: Any, source: str) -> str:
+            size = f"(size_t)({dim_expr(carry.final.numel)}) * sizeof({c_type(carry.final.dtype)})"
+            return f"memcpy(loop->buf[{carry.final.index}], {source}, {size});"
+
+        def single(statements: list[str], depth: str) -> list[str]:
+            return [f"{depth}#pragma omp single", f"{depth}{{", *(f"{depth}    {line}" for line in statements),
+                    f"{depth}}}"] if statements else []
+
+        step = sympy.Symbol("step")
+        reads, writes = [], []
+        for w in [*detail["slices"], *detail["stacked"]]:
+            reads.append(f"loop->buf[{w.window.index}] = {address(w.source, w.offset + step * w.window.numel)};")
+        for carry in detail["carries"]:
+            first, second = (f"loop->buf[{slot.index}]" for slot in carry.slots)
+            reads.append(f"loop->buf[{carry.read.index}] = {i} == 0 ? "
+                         f"{address(carry.init.buffer, carry.init.offset)} : {i} % 2 ? {first} : {second};")
+            last = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if "cond" not in detail else ""
+            writes.append(f"loop->buf[{carry.write.index}] = {last}{i} % 2 ? {second} : {first};")
+        prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
+                    for index, symbol in enumerate(self.schedule.symbols)]
+        lines += [f"/* loop: {', '.join(kernel.ops)}, {len(cond_calls) + len(body_calls)} kernels per step */",
+                  f"static void {name}(const kiln_ctx* ctx)", "{",
+                  "    kiln_ctx* loop = (kiln_ctx*)ctx;  /* the call's context: the loop moves its windows */",
+                  *prologue]
+        if "cond" in detail:  # while: the cond region's kernels decide each step; the last carries read are the results
+            predicate = detail["predicate"]
+            test = f"((const bool*)loop->buf[{predicate.buffer.index}])[{dim_expr(predicate.offset)}]"
+            lines += [f"    for (int64_t {i} = 0;; ++{i})", "    {", *single(reads, "        "),
+                      *(f"        {call}" for call in cond_calls),
+                      "        #pragma omp barrier",
+                      f"        if (!{test})", "        {",
+                      *single([copy(c, f"loop->buf[{c.read.index}]") for c in detail["carries"]], "            "),
+                      "            return;", "        }", *single(writes, "        "),
+                      *(f"        {call}" for call in body_calls), "    }", "}"]
+            return lines
+        lines.append(f"    const int64_t trips = {dim_expr(kernel.shape[0])};")
+        finals = [copy(c, address(c.init.buffer, c.init.offset)) for c in detail["carries"]]
+        if finals:  # zero steps: the final carries are the initial ones
+            lines += ["    if (trips == 0)", "    {", *single(finals, "        "), "        return;", "    }"]
+        lines += [f"    for (int64_t {i} = 0; {i} < trips; ++{i})", "    {", *single(reads + writes, "        "),
+                  *(f"        {call}" for call in body_calls), "    }", "}"]
+        return lines
 
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
@@ -2018,7 +2088,7 @@ def runtime_memory(schedule: Schedule) -> dict[str, Any]:
     """Memory the C runtime needs besides the temporaries' arena: per-thread scratch (the largest of these
     sizes, allocated once per call for each thread) and the weight panels packed when the model is created."""
     packed = _prepacked(schedule)
-    needs = {_scratch_bytes(kernel, packed) for kernel in schedule.kernels} - {None}
+    needs = {_scratch_bytes(kernel, packed) for kernel in schedule.all_kernels()} - {None}
     panel_bytes = sum(_packed_bytes(kernel) for kernel in packed)
     return {"scratch_bytes_per_thread": sorted(needs, key=str), "packed_weight_bytes": panel_bytes}
 
@@ -2081,7 +2151,7 @@ def _prepacked(schedule: Schedule) -> dict:
     """Static weights packed once, when the model is created: float32 GEMMs' B operands (into panels) and float32
     convolutions' weights (into row blocks)."""
     packed = {}
-    for kernel in schedule.kernels:
+    for kernel in schedule.all_kernels():
         if kernel.kind in SPARSE_KERNELS:  # copied out of the mapped weights file: streamed from anonymous memory,
             packed[kernel] = len(packed)    # a layer at batch 1 ran 3.7x faster (2:4, Zen 3)
             continue
@@ -2110,7 +2180,9 @@ def int4_weights(schedule: Schedule) -> set[str]:
     """Weights that only int4 weight-only kernels read, whole: the weights file stores them two values per byte
     (kiln_wvalue unpacks them when the kernels pack their panels at create)."""
     readers: dict[str, list[Kernel]] = {}
-    for kernel in schedule.kernels:
+    for kernel in schedule.all_kernels():
+        if kernel.kind == "loop":  # its body's kernels are counted one by one
+            continue
         for buf in kernel_reads(kernel):
             if buf.kind == "weight":
                 readers.setdefault(buf.weight_key, []).append(kernel)
@@ -2247,13 +2319,13 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
-    if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in schedule.kernels):
+    kernels = schedule.all_kernels()
+    if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in kernels):
         out.append(QGEMM_LIBRARY)
-    if any(kernel.kind in SPARSE_KERNELS for kernel in schedule.kernels):
+    if any(kernel.kind in SPARSE_KERNELS for kernel in kernels):
         out.append(SPARSE_LIBRARY)
     state = RenderState(packed=_prepacked(schedule))
-    state.scratch = [need for kernel in schedule.kernels
-                     if (need := _scratch_bytes(kernel, state.packed)) is not None]
+    state.scratch = [need for kernel in kernels if (need := _scratch_bytes(kernel, state.packed)) is not None]
     names, wrappers = [], []
     bodies = KernelBodies(schedule)
     for number, kernel in enumerate(schedule.kernels):
@@ -2364,7 +2436,7 @@ kiln_model* kiln_create_from_file(const char* path)
             run.append(f"    {slot} = outputs[{buf.io_index}];")
         elif buf.kind == "weight":
             run.append(f"    {slot} = (void*)(m->weights + {weight_offsets[buf.weight_key]});")
-        else:
+        elif buf.kind == "temp":  # windows get their addresses from their loops
             temps.append(buf)
     # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
     # Sanitizer builds give each temporary its own allocation instead, so ASan sees an overrun of any one.

@@ -1,11 +1,11 @@
 """Lower an ExportedProgram to an ONNX ModelProto: decompose what has no lowering, walk the ops through the
-lowering table, turn `kiln.cond` into `If` and `kiln.map` into `Scan`, weights into deduplicated initializers
-and symbols into dim_params.
+lowering table, turn the region ops into ONNX control flow (`kiln.cond` into `If`, `kiln.map` and `kiln.scan`
+into `Scan`, `kiln.while_loop` into `Loop`), weights into deduplicated initializers and symbols into dim_params.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import onnx
 import sympy
@@ -13,7 +13,7 @@ from onnx import helper
 from xdsl.dialects import func
 
 from kiln.ir import dtypes
-from kiln.ir.control_flow import CondOp, MapOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError, UnsupportedError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
@@ -196,11 +196,9 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
     for op in block.ops:
         if isinstance(op, (func.ReturnOp, YieldOp)):
             return [values[v] for v in op.operands]
-        if isinstance(op, CondOp):
-            _lower_cond(graph, op, values, names, table, opset)
-            continue
-        if isinstance(op, MapOp):
-            _lower_map(graph, op, values, names, table, opset)
+        region_lowering = _REGION_LOWERINGS.get(type(op))
+        if region_lowering is not None:
+            region_lowering(graph, op, values, names, table, opset)
             continue
         lowering = table.get(op.name)
         if lowering is None:  # prepare_program reports these all at once; this guards direct callers
@@ -276,58 +274,117 @@ def _rename(nodes: Any, old: str, new: str) -> None:
                         output.name = new
 
 
+def _lower_region(graph: OnnxGraph, block: Any, arguments: Sequence[Value], values: dict[Any, Value],
+                  names: dict[Any, str], table: Mapping[str, Lowering], opset: int) -> list[Value]:
+    """Lower a region's ops into `graph`, its block arguments bound to `arguments`; returns what it yields. The
+    region reads the other outer values by name (ONNX subgraphs see their enclosing graphs' values)."""
+    inner = dict(values)
+    inner.update(zip(block.args, arguments))
+    return _lower_block(graph, block, inner, names, table, opset)
+
+
+def _subgraph(graph: OnnxGraph, name: str, inputs: Sequence[Value],
+              lower: Callable[[OnnxGraph], Sequence[Value]]) -> onnx.GraphProto:
+    """The ONNX subgraph (an If branch, a Scan or Loop body) `name` with formal `inputs`; `lower(body)` emits its
+    nodes and returns its outputs."""
+    body = OnnxGraph(graph.model, graph.dim_sources, parent=graph)
+    outputs = []
+    for value in lower(body):
+        # A subgraph's outputs must be produced inside it (a formal input or an outer value passed on is not) and
+        # be named apart from every other value in the model: each gets its own Identity.
+        output = graph.model.fresh(f"{name}_out")
+        body.nodes.append(helper.make_node("Identity", [value.name], [output], name=output))
+        outputs.append(value_info(output, value.type))
+    return helper.make_graph(body.nodes, name, [value_info(v.name, v.type) for v in inputs], outputs)
+
+
+def _formal_inputs(graph: OnnxGraph, arguments: Sequence[Any], names: dict[Any, str], suffix: str) -> list[Value]:
+    """Fresh ONNX names for block arguments that become a subgraph's formal inputs."""
+    return [Value(graph.model.fresh(f"{names.get(arg, 'x')}_{suffix}"), arg.type) for arg in arguments]
+
+
+def _bind_results(graph: OnnxGraph, op: Any, values: dict[Any, Value], produced: Any) -> None:
+    produced = produced if isinstance(produced, list) else [produced]
+    for result, name in zip(op.results, produced):
+        values[result] = Value(name, result.type)
+
+
 def _lower_cond(graph: OnnxGraph, op: CondOp, values: dict[Any, Value], names: dict[Any, str],
                 table: Mapping[str, Lowering], opset: int) -> None:
-    """`kiln.cond` → ONNX `If`: each branch is a subgraph reading the operands from the outer scope."""
-    branches = []
-    for label, region in (("then", op.true_region), ("else", op.false_region)):
-        branch = OnnxGraph(graph.model, graph.dim_sources, parent=graph)
-        inner = dict(values)
-        for arg, operand in zip(region.block.args, op.operands_):
-            inner[arg] = values[operand]
-        yielded = _lower_block(branch, region.block, inner, names, table, opset)
-        outputs = []
-        for result, value in zip(op.results, yielded):
-            name = graph.model.fresh(f"{names.get(result, 'cond')}_{label}")
-            branch.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
-            outputs.append(value_info(name, result.type))
-        branches.append(helper.make_graph(branch.nodes, f"{names.get(op.results[0], 'cond')}_{label}", [], outputs))
-    graph.hint = names.get(op.results[0], "cond") if op.results else "cond"
-    results = graph.node("If", [values[op.pred].name], outputs=len(op.results),
-                         then_branch=branches[0], else_branch=branches[1])
-    results = results if isinstance(results, list) else [results]
-    for result, name in zip(op.results, results):
-        values[result] = Value(name, result.type)
+    """`kiln.cond` → ONNX `If`: each branch is a subgraph with no inputs, reading the operands from the outer
+    scope."""
+    hint = names.get(op.results[0], "cond") if op.results else "cond"
+    operands = [values[o] for o in op.operands_]
+    then_branch, else_branch = (
+        _subgraph(graph, f"{hint}_{label}", [],
+                  lambda body, region=region: _lower_region(body, region.block, operands, values, names, table, opset))
+        for label, region in (("then", op.true_region), ("else", op.false_region)))
+    graph.hint = hint
+    _bind_results(graph, op, values, graph.node("If", [values[op.pred].name], outputs=len(op.results),
+                                                then_branch=then_branch, else_branch=else_branch))
 
 
 def _lower_map(graph: OnnxGraph, op: MapOp, values: dict[Any, Value], names: dict[Any, str],
                table: Mapping[str, Lowering], opset: int) -> None:
     """`kiln.map` → ONNX `Scan` with no state: the body takes one slice of each x along axis 0 and reads the other
     operands from the outer scope; Scan stacks what it yields along a new axis 0, as map_impl does."""
-    hint = names.get(op.results[0], "map") if op.results else "map"
-    body = OnnxGraph(graph.model, graph.dim_sources, parent=graph)
-    inner = dict(values)
-    inputs = []
-    for arg, x in zip(op.body.block.args, op.xs):
-        name = graph.model.fresh(f"{names.get(arg, 'x')}_slice")
-        inner[arg] = Value(name, arg.type)
-        inputs.append(value_info(name, arg.type))
-    for arg, operand in zip(op.body.block.args[len(op.xs):], op.operands_):
-        inner[arg] = values[operand]
-    yielded = _lower_block(body, op.body.block, inner, names, table, opset)
-    outputs = []
-    for value in yielded:
-        # Scan's outputs must be produced in the body (a yielded slice or outer value is not), and named apart.
-        name = graph.model.fresh(f"{hint}_body_out")
-        body.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
-        outputs.append(value_info(name, value.type))
-    body_graph = helper.make_graph(body.nodes, f"{hint}_body", inputs, outputs)
+    _lower_scan_like(graph, op, [], list(op.xs), values, names, table, opset, "map")
+
+
+def _lower_scan(graph: OnnxGraph, op: ScanOp, values: dict[Any, Value], names: dict[Any, str],
+                table: Mapping[str, Lowering], opset: int) -> None:
+    """`kiln.scan` → ONNX `Scan`: the carries are its state variables, the xs its scan inputs along axis 0, and the
+    per-step outputs its scan outputs stacked along a new axis 0; both order their inputs and outputs as the scan
+    HOP does (state first). `reverse` needs nothing here: the frontend flips the xs and ys around the op."""
+    _lower_scan_like(graph, op, list(op.init), list(op.xs), values, names, table, opset, "scan")
+
+
+def _lower_scan_like(graph: OnnxGraph, op: MapOp | ScanOp, init: list[Any], xs: list[Any],
+                     values: dict[Any, Value], names: dict[Any, str], table: Mapping[str, Lowering], opset: int,
+                     default_hint: str) -> None:
+    """A `Scan` whose body's formal inputs are the carries then one slice of each x; the remaining block arguments
+    (the extra operands) are read from the outer scope."""
+    hint = names.get(op.results[0], default_hint) if op.results else default_hint
+    block = op.body.block
+    count = len(init) + len(xs)
+    formal = _formal_inputs(graph, block.args[:count], names, "step")
+    operands = [values[o] for o in op.operands_]
+    body = _subgraph(graph, f"{hint}_body", formal,
+                     lambda body: _lower_region(body, block, [*formal, *operands], values, names, table, opset))
     graph.hint = hint
-    results = graph.node("Scan", [values[x].name for x in op.xs], outputs=len(op.results), body=body_graph,
-                         num_scan_inputs=len(op.xs))
-    results = results if isinstance(results, list) else [results]
-    for result, name in zip(op.results, results):
-        values[result] = Value(name, result.type)
+    _bind_results(graph, op, values, graph.node("Scan", [values[v].name for v in (*init, *xs)],
+                                                outputs=len(op.results), body=body, num_scan_inputs=len(xs)))
+
+
+def _lower_while_loop(graph: OnnxGraph, op: WhileLoopOp, values: dict[Any, Value], names: dict[Any, str],
+                      table: Mapping[str, Lowering], opset: int) -> None:
+    """`kiln.while_loop` → ONNX `Loop` with no trip count: the carried values are its loop-carried dependencies.
+    Loop tests its condition before the first iteration from an input and afterwards from what the body returns, so
+    the cond region is lowered twice: in the outer graph on the initial values, and at the end of the body on the
+    next ones."""
+    hint = names.get(op.results[0], "while_loop") if op.results else "while_loop"
+    operands = [values[o] for o in op.operands_]
+    cond_block, body_block = op.cond_region.block, op.body.block
+    initial = [values[v] for v in op.carried]
+    (first,) = _lower_region(graph, cond_block, [*initial, *operands], values, names, table, opset)
+    iteration = Value(graph.model.fresh(f"{hint}_iteration"), TensorType.of([], dtypes.int64))
+    keep_going = Value(graph.model.fresh(f"{hint}_cond_in"), TensorType.of([], dtypes.bool_))
+    carried = _formal_inputs(graph, body_block.args[:len(initial)], names, "carried")
+
+    def lower_body(body: OnnxGraph) -> list[Value]:
+        following = _lower_region(body, body_block, [*carried, *operands], values, names, table, opset)
+        (again,) = _lower_region(body, cond_block, [*following, *operands], values, names, table, opset)
+        return [again, *following]
+
+    body = _subgraph(graph, f"{hint}_body", [iteration, keep_going, *carried], lower_body)
+    graph.hint = hint
+    _bind_results(graph, op, values, graph.node("Loop", ["", first.name, *(v.name for v in initial)],
+                                                outputs=len(op.results), body=body))
+
+
+# The region ops, each lowered to an ONNX control-flow op whose subgraphs are built from its regions.
+_REGION_LOWERINGS: dict[type, Callable[..., None]] = {
+    CondOp: _lower_cond, MapOp: _lower_map, ScanOp: _lower_scan, WhileLoopOp: _lower_while_loop}
 
 
 __all__ = ["DEFAULT_OPSET", "MIN_OPSET", "MAX_OPSET", "MissingLoweringError", "prepare_program", "lower_to_model",

@@ -1,8 +1,10 @@
 """Recurrent layers: `RNN`, `LSTM`, `GRU` and their single-step cells, with torch's parameters and semantics.
 
-The time loop runs in Python over the sequence, so an exported program is unrolled over the example's
-sequence length (as torch.export's decomposition of `aten.lstm` is): the sequence dim is static, while the
-batch dim may be dynamic. Every step goes through `dispatch`, so the same code runs eagerly and traces.
+The time loop of each layer and direction is a `kiln.scan` over the sequence when the sequence length is symbolic
+(an export with a dynamic sequence dim: one program, a `kiln.scan` op, for every length), and runs in Python
+otherwise, which unrolls an exported program over the example's length as torch.export's decomposition of
+`aten.lstm` does. `module.time_loop` picks one: "auto" (the default, as just said), "scan" or "unroll". Every
+step goes through `dispatch`, so the same code runs eagerly and traces.
 Cell math follows ATen's CPU kernels (RNN.cpp), including the order of additions, so results match torch.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 
 from kiln.frontend import functions as K
+from kiln.frontend.control_flow import scan
 from kiln.frontend.nn import functional as F
 from kiln.frontend.nn import init
 from kiln.frontend.nn.module import Module, check_device, new_parameter
@@ -113,9 +116,14 @@ def _size_text(size: Any) -> str:
 # Multi-layer recurrent networks
 
 
+TIME_LOOPS = ("auto", "scan", "unroll")
+
+
 class RNNBase(Module):
     """What RNN, LSTM and GRU share: torch's parameters (`weight_ih_l0`, `bias_hh_l1_reverse`, ...),
     initialization (uniform in ±1/sqrt(hidden_size)), argument checks and the layer/direction loop."""
+
+    time_loop = "auto"  # "auto": a scan when the sequence length is symbolic, else unrolled; or "scan", "unroll"
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -255,11 +263,15 @@ class RNNBase(Module):
         """Run all layers over time-major `input` (T, B, F); `states[k]` is layer/direction k's initial state."""
         num_directions = 2 if self.bidirectional else 1
         sequence_length = input.shape[0]
-        if not isinstance(sequence_length, int):
-            raise KilnError(f"{type(self).__name__} unrolls its time loop, so the sequence length must be static "
+        if self.time_loop not in TIME_LOOPS:
+            raise KilnError(f"{type(self).__name__}.time_loop must be one of {', '.join(TIME_LOOPS)}, got "
+                            f"{self.time_loop!r}")
+        if self.time_loop == "unroll" and not isinstance(sequence_length, int):
+            raise KilnError(f"{type(self).__name__}.time_loop is 'unroll', so the sequence length must be static "
                             f"when exporting (got the symbolic size {sequence_length})",
-                            fix="leave the sequence dim out of dynamic_shapes (the batch dim may be dynamic)")
-        if sequence_length == 0:
+                            fix="leave the sequence dim out of dynamic_shapes, or set time_loop = 'auto' to export "
+                                "a scan over the sequence")
+        if isinstance(sequence_length, int) and sequence_length == 0:
             raise ShapeError(f"{type(self).__name__} got an empty sequence", fix="pass at least one time step")
         layer_input = input
         finals: list[tuple[Tensor, ...]] = []
@@ -284,7 +296,14 @@ class RNNBase(Module):
         b_ih, b_hh = (weights[2], weights[3]) if self.bias else (None, None)
         w_hr = weights[-1] if self.proj_size > 0 else None
         # Like ATen, project the whole sequence's inputs with one matmul before the time loop.
-        input_gates = F.linear(input, w_ih, b_ih).unbind(0)
+        input_gates = F.linear(input, w_ih, b_ih)
+        if self.time_loop == "scan" or (self.time_loop == "auto" and not isinstance(input.shape[0], int)):
+            def step(carry: tuple[Tensor, ...], gates: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+                carry = self._step(gates, carry, w_hh, b_hh, w_hr)
+                return carry, carry[0]
+            final, sequence = scan(step, tuple(state), input_gates, reverse=reverse)
+            return sequence, tuple(final)
+        input_gates = input_gates.unbind(0)
         steps = range(len(input_gates) - 1, -1, -1) if reverse else range(len(input_gates))
         outputs: list[Tensor | None] = [None] * len(input_gates)
         for step in steps:
