@@ -1,0 +1,215 @@
+"""Loops in C: kiln.scan, kiln.map and kiln.while_loop compile to loop kernels whose body kernels run once per step
+inside the run's one OpenMP region. One package per program serves every sequence length; values match torch
+eager (recurrent layers, user scans) and the interpreter, on one thread and on a team."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.compiler import compile as compile_c
+from kiln.ir.errors import UnsupportedError
+from tests.runtime.support import use_capability
+
+torch = pytest.importorskip("torch")
+from tests.torch_oracle import module_pair  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler"),
+              pytest.mark.filterwarnings("ignore:LSTM with projections is not supported:UserWarning")]
+
+LENGTHS = (1, 7, 300)
+
+# Every option of the recurrent layers, each exported once with dynamic sequence and batch dims.
+RECURRENT = [
+    ("LSTM", {"num_layers": 2, "bidirectional": True, "batch_first": True, "proj_size": 3}),
+    ("LSTM", {"bias": False, "dropout": 0.3, "num_layers": 2}),
+    ("GRU", {"num_layers": 2, "bidirectional": True}),
+    ("GRU", {"bias": False, "batch_first": True}),
+    ("RNN", {"nonlinearity": "relu", "num_layers": 2, "bidirectional": True}),
+    ("RNN", {"batch_first": True}),
+]
+
+
+def _torch_values(value) -> list[np.ndarray]:
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _torch_values(item)]
+    return [value.detach().numpy()]
+
+
+def _close(got, expected) -> None:
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(torch.from_numpy(np.asarray(g)), torch.from_numpy(np.asarray(e)))
+
+
+@pytest.mark.parametrize("name,kwargs", RECURRENT, ids=lambda v: str(v))
+def test_recurrent_layer_with_a_dynamic_sequence_matches_torch(name, kwargs, tmp_path):
+    reference, module = module_pair(name, 6, 8, **kwargs)
+    seq_dim, batch_dim = (1, 0) if kwargs.get("batch_first") else (0, 1)
+
+    def example(length: int, batch: int) -> torch.Tensor:
+        shape = [0, 0, 6]
+        shape[seq_dim], shape[batch_dim] = length, batch
+        return torch.randn(*shape)
+
+    program = kiln.export(module, (kiln.Tensor(example(5, 2).numpy()),),
+                          dynamic_shapes={"input": {seq_dim: kiln.Dim("seq"), batch_dim: kiln.Dim("batch")}})
+    model = compile_c(program, output=tmp_path / "pkg")
+    for length, batch in zip(LENGTHS, (2, 3, 1)):
+        x = example(length, batch)
+        _close(model(x.numpy()), _torch_values(reference(x)))
+
+
+class _Tagger(kiln.nn.Module):
+    """The zoo tagger's shape, big enough that a 300-step run takes a team of threads (~0.3 MFLOP a step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = kiln.nn.LSTM(32, 64, num_layers=2, batch_first=True, bidirectional=True)
+        self.tag = kiln.nn.Linear(128, 5)
+
+    def forward(self, x):
+        return self.tag(self.lstm(x)[0]).log_softmax(-1)
+
+
+@pytest.mark.parametrize("capability", ["DEFAULT", "AVX2"])
+def test_threads_share_every_step_and_agree(capability, tmp_path, monkeypatch):
+    use_capability(capability, monkeypatch)
+    kiln.manual_seed(0)
+    module = _Tagger().eval()
+    program = kiln.export(module, (kiln.randn(8, 5, 32),), dynamic_shapes={"x": {1: kiln.Dim("seq")}})
+    compile_c(program, output=tmp_path / "pkg")
+    x = kiln.randn(8, 300, 32)
+    expected = module(x).numpy()
+    for threads in (1, 2):
+        model = kiln.runtime.load(tmp_path / "pkg", num_threads=threads)
+        _close(model(x.numpy()), [expected])
+
+
+class Accumulate(torch.nn.Module):
+    """torch's scan over dim 1, reversed, with two carries, two xs and a parameter in the body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+
+    def forward(self, xs, ys, h):
+        from torch._higher_order_ops.scan import scan
+
+        def step(carry, inputs):
+            h, total = carry
+            x, y = inputs
+            h = torch.tanh(x @ self.weight + h * y)
+            return (h, total + h.sum(-1, keepdim=True)), h.relu() * 2
+        return scan(step, (h, torch.zeros(h.shape[0], 1)), (xs, ys), dim=1, reverse=True)
+
+
+class KilnAccumulate(kiln.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = kiln.nn.Parameter(kiln.zeros(4, 4))
+
+    def forward(self, xs, ys, h):
+        def step(carry, inputs):
+            h, total = carry
+            x, y = inputs
+            h = kiln.tanh(x @ self.weight + h * y)
+            return (h, total + h.sum(-1, keepdim=True)), h.relu() * 2
+        return kiln.scan(step, (h, kiln.zeros(h.shape[0], 1)), (xs, ys), dim=1, reverse=True)
+
+
+def test_user_scan_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    reference, module = Accumulate(), KilnAccumulate()
+    module.load_state_dict({k: kiln.Tensor(v.detach().numpy()) for k, v in reference.state_dict().items()})
+    seq, batch = kiln.Dim("seq"), kiln.Dim("batch")
+    example = (kiln.randn(3, 5, 4), kiln.randn(3, 5, 4), kiln.randn(3, 4))
+    program = kiln.export(module, example, dynamic_shapes={"xs": {0: batch, 1: seq}, "ys": {0: batch, 1: seq},
+                                                           "h": {0: batch}})
+    model = compile_c(program, output=tmp_path / "pkg")
+    for length in LENGTHS:
+        inputs = [torch.randn(2, length, 4), torch.randn(2, length, 4), torch.randn(2, 4)]
+        _close(model(*(t.numpy() for t in inputs)), _torch_values(reference(*inputs)))
+
+
+class Doubling(kiln.nn.Module):
+    """A data-dependent trip count, a captured parameter, and a counter carried beside the tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = kiln.nn.Parameter(kiln.tensor([1.5, 2.0, 2.5]))
+
+    def forward(self, x, limit):
+        def cond(i, y):
+            return y.abs().sum() < limit.sum()
+
+        def body(i, y):
+            return i + 1, y * self.scale + 0.25
+        return kiln.while_loop(cond, body, (kiln.tensor(0), x))
+
+
+def test_while_loop_matches_torch(tmp_path):
+    from torch._higher_order_ops.while_loop import while_loop
+    module = Doubling()
+    scale = torch.from_numpy(module.scale.numpy())
+    program = kiln.export(module, (kiln.randn(2, 3), kiln.tensor([10.0])), dynamic_shapes={"x": {0: kiln.Dim("b")},
+                                                                                           "limit": None})
+    model = compile_c(program, output=tmp_path / "pkg")
+    for rows, limit in ((1, 0.0), (2, 10.0), (5, 1e5)):  # zero, a few, and many iterations
+        x, bound = torch.randn(rows, 3), torch.tensor([limit])
+        expected = while_loop(lambda i, y: y.abs().sum() < bound.sum(), lambda i, y: (i + 1, y * scale + 0.25),
+                              (torch.tensor(0), x))
+        _close(model(x.numpy(), bound.numpy()), _torch_values(expected))
+
+
+class NestedLoops(kiln.nn.Module):
+    """A scan inside a map, whose step runs a while loop: windows of an outer loop feed the inner ones."""
+
+    def forward(self, xs, h):
+        def per_row(row, h):
+            def step(carry, x):
+                def cond(c):
+                    return c.abs().amax() < 4.0
+
+                (grown,) = kiln.while_loop(cond, lambda c: (c * 2.0 + 0.5,), (carry + x,))
+                return grown * 0.25, grown.sum(-1)
+            return kiln.scan(step, h, row)
+        return kiln.map(per_row, xs, h)
+
+
+def test_nested_loops_match_the_interpreter(tmp_path):
+    program = kiln.export(NestedLoops(), (kiln.randn(2, 5, 3, 4), kiln.randn(3, 4)),
+                          dynamic_shapes={"xs": {0: kiln.Dim("rows"), 1: kiln.Dim("seq")}, "h": None})
+    model = compile_c(program, output=tmp_path / "pkg")
+    for rows, length in ((1, 1), (3, 7), (2, 40)):
+        inputs = (kiln.randn(rows, length, 3, 4).numpy(), kiln.randn(3, 4).numpy())
+        _close(model(*inputs), [np.asarray(v) for v in program(*inputs)])
+
+
+def test_loop_kernel_source_runs_its_body_inside_the_parallel_region(tmp_path):
+    kiln.manual_seed(0)
+    module = kiln.nn.LSTM(4, 8).eval()
+    program = kiln.export(module, (kiln.randn(5, 2, 4),), dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+    compile_c(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    loop = re.search(r"/\* loop: kiln\.scan, (\d+) kernels per step \*/\nstatic void (\w+)\(", source)
+    assert loop, "no loop kernel"
+    function = source.split(f"static void {loop.group(2)}(")[1].split("\n}")[0]
+    steps = re.findall(r"^        (kernel_\w+)\(ctx\);$", function, re.M)
+    assert len(steps) == int(loop.group(1)) and "omp parallel" not in function
+    # the hidden state's GEMM (w_hh, packed when the model is created) adds the step's input gates in its epilogue
+    gemm = re.search(rf"/\* matmul: aten\.addmm\.default, aten\.add\.Tensor \*/\nstatic void {steps[0]}\(.*ctx->packed",
+                     source)
+    assert gemm, source
+
+
+def test_triton_refuses_loops_clearly(tmp_path):
+    program = kiln.export(kiln.nn.GRU(4, 8).eval(), (kiln.randn(5, 2, 4),),
+                          dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+    with pytest.raises(UnsupportedError, match=r"kiln\.scan \(no Triton lowering\)"):
+        kiln.codegen.driver.build_package(program, "triton", output=tmp_path / "pkg")
