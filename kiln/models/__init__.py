@@ -14,6 +14,7 @@ from kiln.models.cnn import ResNet
 from kiln.models.gpt import GPT, GPT2_SMALL, SMALL, GPTConfig
 from kiln.models.lstm import LSTMTagger
 from kiln.models.mlp import MLP
+from kiln.models.recurrent import RecurrentStack
 from kiln.models.transformer import TransformerClassifier
 
 
@@ -67,9 +68,16 @@ def _lstm_entry() -> ZooEntry:
     return ZooEntry("lstm", LSTMTagger().eval(), (_tokens(3, 7, 50),), {"tokens": {0: batch}}, {"batch": [1, 4]})
 
 
+def _rnn_entry() -> ZooEntry:
+    batch, seq = kiln.Dim("batch", max=256), kiln.Dim("seq", max=4096)
+    return ZooEntry("rnn", RecurrentStack().eval(), (kiln.randn(2, 6, 12),), {"x": {0: batch, 1: seq}},
+                    {"batch": [1, 3], "seq": [1, 7, 300]})
+
+
 # The zoo the tests and demo iterate over (gpt2_small is large: benchmarks only).
 MODELS: dict[str, Callable[[], ZooEntry]] = {
     "mlp": _mlp_entry, "cnn": _cnn_entry, "transformer": _transformer_entry, "gpt": _gpt_entry, "lstm": _lstm_entry,
+    "rnn": _rnn_entry,
 }
 LARGE_MODELS: dict[str, Callable[[], ZooEntry]] = {"gpt2_small": _gpt2_small_entry}
 
@@ -103,5 +111,5 @@ def get(name: str, seed: int = 0) -> ZooEntry:
     return factories[name]()
 
 
-__all__ = ["MLP", "ResNet", "TransformerClassifier", "GPT", "GPTConfig", "LSTMTagger", "MODELS", "LARGE_MODELS",
-           "ZooEntry", "get", "torch_twin"]
+__all__ = ["MLP", "ResNet", "TransformerClassifier", "GPT", "GPTConfig", "LSTMTagger", "RecurrentStack", "MODELS",
+           "LARGE_MODELS", "ZooEntry", "get", "torch_twin"]

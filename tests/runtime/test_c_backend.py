@@ -40,7 +40,7 @@ def _check(got, expected):
         np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
-@pytest.mark.parametrize("name", ["mlp", "gpt", "transformer", "cnn", "lstm"])
+@pytest.mark.parametrize("name", sorted(kiln.models.MODELS))
 def test_zoo_model_matches_interpreter(name, tmp_path):
     entry = kiln.models.get(name)
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)

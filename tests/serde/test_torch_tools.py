@@ -80,8 +80,15 @@ def test_torch_onnx_export_of_kilns_file_runs_in_onnxruntime(name, tmp_path):
         torch.testing.assert_close(torch.from_numpy(output), _expected(program, args))
 
 
+# torch 2.13's Inductor lowers a scan only when the trip count is its one symbol: torch.export itself specializes a
+# dynamic batch that flows through a scan's carry, and Inductor raises KeyError on kiln's program, which keeps it.
+AOTI_REFUSES = {"rnn": "torch 2.13's Inductor cannot lower a scan whose carry has a dynamic batch dim"}
+
+
 @pytest.mark.slow  # AOTInductor builds C++ with the system compiler: 25-55 s a model on 2 cores
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
+    reason=AOTI_REFUSES[name], raises=torch._inductor.exc.InductorError, strict=True)) if name in AOTI_REFUSES
+    else name for name in sorted(MODELS)])
 def test_aoti_compiles_and_runs_kilns_file(name, tmp_path):
     entry, program, loaded = _saved(name, tmp_path)
     package = torch._inductor.aoti_compile_and_package(loaded, package_path=str(tmp_path / f"{name}_aoti.pt2"))
