@@ -81,7 +81,7 @@ def main() -> None:
         program = kiln.export(model, (kiln.Tensor(make(5, rng)),), dynamic_shapes=dynamic)
         compiled = kiln.compile(program, output=work / f"{name}_c", num_threads=args.threads)
         onnx_path = work / f"{name}.onnx"
-        kiln.onnx.export(program, onnx_path)
+        kiln.onnx.export(program, f=onnx_path)
         kiln_session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         kiln_input = kiln_session.get_inputs()[0].name
         for length in lengths:

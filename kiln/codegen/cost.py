@@ -40,3 +40,12 @@ def kernel_work(kernel: Kernel) -> Any:
     if kernel.kind == "distance":
         return 3 * out * sympy.sympify(kernel.detail["columns"])
     return out * max(1, len(kernel.ops))
+
+
+def team_work(kernel: Kernel) -> Any:
+    """The work a thread team splits between two barriers: a kernel's, or one step of a loop's (its steps run one
+    after another, each kernel of a step ending on a barrier, so a step's work is what decides whether more
+    threads pay for their barriers)."""
+    if kernel.kind == "loop":
+        return sympy.Add(*[team_work(k) for k in kernel.detail.get("cond", []) + kernel.detail["body"]], 1)
+    return kernel_work(kernel)

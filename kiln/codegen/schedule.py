@@ -237,13 +237,15 @@ class Kernel:
 class Carry:
     """A loop-carried value of a `loop` kernel: the body reads it through the `read` window and writes the next
     one through the `write` window. Step 0 reads `init`; the steps in between alternate between the two `slots`;
-    the last step writes `final` (which holds `init` after zero steps)."""
+    the last step writes `final` (which holds `init` after zero steps). A carry the body also yields as a per-step
+    output has no slots: it is `stacked`, step t reading slice t - 1, and its last slice is copied to `final`."""
 
     init: View
     read: Buffer
     write: Buffer
     slots: list[Buffer]
     final: Buffer
+    stacked: "Window | None" = None
 
 
 @dataclass(eq=False)
@@ -1062,18 +1064,24 @@ class _Scheduler:
         for body_op in list(block.ops)[:-1]:
             self.schedule_op(body_op)
         claimed: set = set()
-        writes = [self.into_window(value, first_body_buffer, claimed) for value in yielded[:len(init)]]
         stacked = []
         for value, result in zip(yielded[len(init):], op.results[len(init):]):
             stacked.append(Window(self.into_window(value, first_body_buffer, claimed), self.buffer(result)))
             self.views[result] = _contiguous(stacked[-1].source)
+        # A carry that is also a per-step output (an RNN's hidden state) lives in the stacked output: each step
+        # reads the previous step's slice, with no slots and no copy.
+        shared = [next((w for v, w in zip(yielded[len(init):], stacked) if v is value), None)
+                  for value in yielded[:len(init)]]
+        writes = [w.window if w is not None else self.into_window(value, first_body_buffer, claimed)
+                  for value, w in zip(yielded[:len(init)], shared)]
         body, self.kernels = self.kernels, outer
         carries = []
-        for start, read, write, result in zip(carry_starts, reads, writes, op.results):
-            slots = [self.buffer(None, shape=list(read.shape), dtype=read.dtype) for _ in range(2)]
+        for start, read, write, result, window in zip(carry_starts, reads, writes, op.results, shared):
+            slots = [] if window is not None else [self.buffer(None, shape=list(read.shape), dtype=read.dtype)
+                                                   for _ in range(2)]
             for number, slot in enumerate(slots):
                 slot.name = f"{read.name}_slot{number}"
-            carries.append(Carry(start, read, write, slots, self.buffer(result)))
+            carries.append(Carry(start, read, write, slots, self.buffer(result), window))
             self.views[result] = _contiguous(carries[-1].final)
         outputs = [c.final for c in carries] + [w.source for w in stacked]
         name = self.names[op.results[0]] if op.results else "loop"

@@ -2008,16 +2008,23 @@ class KernelBodies:
             return [f"{depth}#pragma omp single", f"{depth}{{", *(f"{depth}    {line}" for line in statements),
                     f"{depth}}}"] if statements else []
 
-        step = sympy.Symbol("step")
-        reads, writes = [], []
+        step, last = sympy.Symbol("step"), sympy.Symbol("last")
+        reads, writes, lasts = [], [], []
         for w in [*detail["slices"], *detail["stacked"]]:
             reads.append(f"loop->buf[{w.window.index}] = {address(w.source, w.offset + step * w.window.numel)};")
         for carry in detail["carries"]:
+            if carry.stacked is not None:  # step t reads the stacked output's slice t - 1
+                w = carry.stacked
+                reads.append(f"loop->buf[{carry.read.index}] = {i} == 0 ? "
+                             f"{address(carry.init.buffer, carry.init.offset)} : "
+                             f"{address(w.source, w.offset + (step - 1) * w.window.numel)};")
+                lasts.append(copy(carry, address(w.source, w.offset + last * w.window.numel)))
+                continue
             first, second = (f"loop->buf[{slot.index}]" for slot in carry.slots)
             reads.append(f"loop->buf[{carry.read.index}] = {i} == 0 ? "
                          f"{address(carry.init.buffer, carry.init.offset)} : {i} % 2 ? {first} : {second};")
-            last = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if "cond" not in detail else ""
-            writes.append(f"loop->buf[{carry.write.index}] = {last}{i} % 2 ? {second} : {first};")
+            ending = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if "cond" not in detail else ""
+            writes.append(f"loop->buf[{carry.write.index}] = {ending}{i} % 2 ? {second} : {first};")
         prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
                     for index, symbol in enumerate(self.schedule.symbols)]
         lines += [f"/* loop: {', '.join(kernel.ops)}, {len(cond_calls) + len(body_calls)} kernels per step */",
@@ -2040,8 +2047,10 @@ class KernelBodies:
         if finals:  # zero steps: the final carries are the initial ones
             lines += ["    if (trips == 0)", "    {", *single(finals, "        "), "        return;", "    }"]
         lines += [f"    for (int64_t {i} = 0; {i} < trips; ++{i})", "    {", *single(reads + writes, "        "),
-                  *(f"        {call}" for call in body_calls), "    }", "}"]
-        return lines
+                  *(f"        {call}" for call in body_calls), "    }"]
+        if lasts:
+            lines += [f"    const int64_t {symbol_name(last)} = trips - 1;", *single(lasts, "    ")]
+        return lines + ["}"]
 
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 import sympy
 
-from kiln.codegen.cost import kernel_work
+from kiln.codegen.cost import team_work
 from kiln.codegen.schedule import LOOP_OPS, SCHEDULED_OPS
 from kiln.codegen.target import Target, kernel_argument_limits, tensor_value
 from kiln.ir import dtypes
@@ -49,4 +49,4 @@ def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
 
 
 TARGET = Target("C", "c", DTYPES, frozenset(SCHEDULED_OPS | LOOP_OPS), kernel_argument_limits, _unsupported_sparse,
-                kernel_work)
+                team_work)
