@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 import sympy
-from xdsl.ir import SSAValue
+from xdsl.ir import Attribute, Block, SSAValue
 
 from kiln.ir import dtypes
-from kiln.ir.control_flow import CondOp, MapOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.errors import GuardError, KilnError, UnknownOpError
 from kiln.ir.program import (
     ExportedProgram, GraphBuilder, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind, OutputSpec,
@@ -44,8 +44,11 @@ _SYM_OPERATORS = {
     "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
     "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not,
 }
-_HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.map_impl",
-                     "torch.ops.higher_order.wrap_with_set_grad_enabled"}
+# torch's loops: the reader method that reads each into a kiln region op
+_LOOP_NODES = {"torch.ops.higher_order.map_impl": "map_node", "torch.ops.higher_order.scan": "scan_node",
+               "torch.ops.higher_order.while_loop": "while_loop_node"}
+_HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.wrap_with_set_grad_enabled",
+                     *_LOOP_NODES}
 # Ops that change nothing in a functional program without autograd: read as the op named here.
 _ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default"}
 # `SymInt result = op(SymInt a, SymInt b)`: the kiln op that hands on a symbolic expression as a value.
@@ -238,8 +241,8 @@ class _ProgramReader:
         if target == "torch.ops.higher_order.cond":
             self.cond_node(arguments, outputs, builder, env)
             return
-        if target == "torch.ops.higher_order.map_impl":
-            self.map_node(arguments, outputs, builder, env)
+        if target in _LOOP_NODES:
+            getattr(self, _LOOP_NODES[target])(arguments, outputs, builder, env)
             return
         if target == "torch.ops.higher_order.wrap_with_set_grad_enabled":
             self.inline_node(arguments, outputs, builder, env, mutated)
@@ -461,32 +464,16 @@ class _ProgramReader:
 
     def cond_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
                   env: dict[str, Any]) -> None:
+        """`cond(pred, true_graph, false_graph, operands)`: each branch becomes a region of a kiln.cond."""
         values = [v for _, v, _ in arguments]
-        if len(values) != 4 or not all(isinstance(v, dict) for v in values[1:3]):
+        if len(values) != 4:
             raise SerdeError("malformed program: cond needs (pred, true_graph, false_graph, operands)")
-        pred, operands = self.bool_tensor(values[0], builder), list(values[3] or [])
-        blocks, yielded_types = [], []
-        saved = self.tensor_values, self.sym_int_values
-        for branch in values[1:3]:
-            graph = _field(branch, "graph", dict, "a cond branch")
-            sub_builder = GraphBuilder(self.shape_env)
-            sub_env: dict[str, Any] = {}
-            graph_inputs = _field(graph, "inputs", list, "a cond branch")
-            if len(graph_inputs) != len(operands):
-                raise SerdeError("malformed program: a cond branch takes a different number of operands")
-            for entry, operand in zip(graph_inputs, operands):
-                name = _field(_union(entry, "a cond branch input")[1], "name", str, "a cond branch input")
-                sub_env[name] = sub_builder.add_input(name, operand.type)
-            yielded = self.read_graph(graph, sub_builder, sub_env, None)
-            sub_builder.block.add_op(YieldOp(yielded))
-            blocks.append(sub_builder.block)
-            yielded_types.append([v.type for v in yielded])
-        self.tensor_values, self.sym_int_values = saved
-        op = CondOp(pred, operands, yielded_types[0], blocks[0], blocks[1])
-        builder.block.add_op(op)
-        for result in op.results:
-            result.name_hint = "cond"
-        self.bind_outputs(outputs, list(op.results), env, "cond")
+        pred = self.bool_tensor(values[0], builder)
+        operands, region_arguments = _hop_operands(values[3], "cond's operands")
+        (true_block, yielded), (false_block, _) = [self.region(branch, region_arguments, f"cond's {label} branch")
+                                                   for branch, label in ((values[1], "true"), (values[2], "false"))]
+        op = CondOp(pred, operands, [v.type for v in yielded], true_block, false_block)
+        self.add_region_op(op, builder, outputs, env, "cond")
 
     def inline_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder, env: dict[str, Any],
                     mutated: dict[str, SSAValue] | None) -> None:
@@ -513,40 +500,131 @@ class _ProgramReader:
                  env: dict[str, Any]) -> None:
         """`map_impl(body, xs, operands)`: the body becomes the region of a kiln.map, typed per slice."""
         values = [v for _, v, _ in arguments]
-        if len(values) != 3 or not isinstance(values[0], dict) or not isinstance(values[1], list) or \
-                not values[1] or not all(isinstance(v, SSAValue) for v in [*values[1], *(values[2] or [])]):
-            raise SerdeError("malformed program: map_impl needs (body_graph, xs, operands) with at least one x")
-        xs, operands = list(values[1]), list(values[2] or [])
-        if any(not isinstance(x.type, TensorType) or x.type.ndim == 0 for x in xs):
-            raise SerdeError("malformed program: map_impl maps over 0-d tensors")
-        graph = _field(values[0], "graph", dict, "a map body")
-        body = GraphBuilder(self.shape_env)
-        body_env: dict[str, Any] = {}
-        graph_inputs = _field(graph, "inputs", list, "a map body")
-        arg_types = [*(x.type.with_shape(x.type.shape[1:]) for x in xs), *(o.type for o in operands)]
-        if len(graph_inputs) != len(arg_types):
-            raise SerdeError("malformed program: a map body takes a different number of inputs than map_impl passes")
-        for entry, arg_type in zip(graph_inputs, arg_types):
-            name = _field(_union(entry, "a map body input")[1], "name", str, "a map body input")
-            body_env[name] = body.add_input(name, arg_type)
-        saved = self.tensor_values, self.sym_int_values
-        yielded = self.read_graph(graph, body, body_env, None)
+        if len(values) != 3:
+            raise SerdeError("malformed program: map_impl needs (body_graph, xs, operands)")
+        xs = _sliced_tensors(values[1], "map_impl")
+        operands, operand_arguments = _hop_operands(values[2], "map_impl's operands")
+        body, yielded = self.region(values[0], [*_slice_types(xs), *operand_arguments], "the map body")
+        op = MapOp(xs, operands, MapOp.stacked_types(xs, [v.type for v in yielded]), body)
+        self.add_region_op(op, builder, outputs, env, "map_impl")
+
+    def scan_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
+                  env: dict[str, Any]) -> None:
+        """`scan(combine_graph, init, xs, additional_inputs)`: the combine graph becomes the region of a kiln.scan,
+        taking (carries, one slice of each x, operands)."""
+        values = [v for _, v, _ in arguments]
+        if len(values) != 4:
+            raise SerdeError("malformed program: scan needs (combine_graph, init, xs, additional_inputs)")
+        init = _tensors(values[1], "scan's init")
+        xs = _sliced_tensors(values[2], "scan")
+        operands, operand_arguments = _hop_operands(values[3], "scan's additional_inputs")
+        body, yielded = self.region(values[0], [*(v.type for v in init), *_slice_types(xs), *operand_arguments],
+                                    "scan's combine graph")
+        if len(yielded) < len(init):
+            raise SerdeError(f"malformed program: scan's combine graph returns {len(yielded)} values, fewer than its "
+                             f"{len(init)} carries")
+        op = ScanOp(init, xs, operands, ScanOp.result_types_for(init, xs, [v.type for v in yielded]), body)
+        self.add_region_op(op, builder, outputs, env, "scan")
+
+    def while_loop_node(self, arguments: list[Any], outputs: list[Any], builder: GraphBuilder,
+                        env: dict[str, Any]) -> None:
+        """`while_loop(cond_graph, body_graph, carried_inputs, additional_inputs)`: both graphs become regions of a
+        kiln.while_loop, taking (carried, operands)."""
+        values = [v for _, v, _ in arguments]
+        if len(values) != 4:
+            raise SerdeError("malformed program: while_loop needs (cond_graph, body_graph, carried_inputs, "
+                             "additional_inputs)")
+        carried = _tensors(values[2], "while_loop's carried_inputs")
+        operands, operand_arguments = _hop_operands(values[3], "while_loop's additional_inputs")
+        region_arguments = [*(v.type for v in carried), *operand_arguments]
+        cond_block, _ = self.region(values[0], region_arguments, "while_loop's cond graph")
+        body, _ = self.region(values[1], region_arguments, "while_loop's body graph")
+        self.add_region_op(WhileLoopOp(carried, operands, cond_block, body), builder, outputs, env, "while_loop")
+
+    def region(self, graph_argument: Any, arguments: list[Any], what: str) -> tuple[Block, list[SSAValue]]:
+        """A higher-order op's subgraph read as a kiln region: a block argument for each type in `arguments`; a
+        symbolic entry (a SymInt torch passes in) is bound to its expression, as kiln keeps SymInts in properties.
+        The block ends with a kiln.yield of the subgraph's outputs, which must be tensors."""
+        if not isinstance(graph_argument, dict):
+            raise SerdeError(f"malformed program: {what} is not a graph")
+        graph = _field(graph_argument, "graph", dict, what)
+        graph_inputs = _field(graph, "inputs", list, what)
+        if len(graph_inputs) != len(arguments):
+            raise SerdeError(f"malformed program: {what} takes {len(graph_inputs)} inputs but is given "
+                             f"{len(arguments)}")
+        sub_builder = GraphBuilder(self.shape_env)
+        sub_env: dict[str, Any] = {}
+        for entry, argument in zip(graph_inputs, arguments):
+            kind, data = _union(entry, f"an input of {what}")
+            name = _field(data, "as_name" if kind.startswith("as_sym") else "name", str, f"an input of {what}")
+            sub_env[name] = sub_builder.add_input(name, argument) if isinstance(argument, Attribute) else argument
+        saved = self.tensor_values, self.sym_int_values  # the subgraph's own tables, while it is read
+        yielded = self.read_graph(graph, sub_builder, sub_env, None)
         self.tensor_values, self.sym_int_values = saved
         if not all(isinstance(v, SSAValue) and isinstance(v.type, TensorType) for v in yielded):
-            raise SerdeError("the map body returns a non-tensor value, which kiln's map does not support",
-                             fix="return tensors from the mapped function")
-        body.block.add_op(YieldOp(yielded))
-        op = MapOp(xs, operands, MapOp.stacked_types(xs, [v.type for v in yielded]), body.block)
+            raise SerdeError(f"{what} returns a non-tensor value, which kiln's region ops do not support",
+                             fix="return tensors from the function (e.g. torch.tensor(n) for a SymInt)")
+        sub_builder.block.add_op(YieldOp(yielded))
+        return sub_builder.block, yielded
+
+    def add_region_op(self, op: Any, builder: GraphBuilder, outputs: list[Any], env: dict[str, Any],
+                      hint: str) -> None:
+        """Check a region op read from the file against its own rules, then record it and bind its results."""
+        try:
+            op.verify_()
+        except KilnError as error:
+            raise SerdeError(f"malformed program: {error.cause}", fix=error.fix) from None
         builder.block.add_op(op)
         for result in op.results:
-            result.name_hint = "map_impl"
-        self.bind_outputs(outputs, list(op.results), env, "map_impl")
+            result.name_hint = hint
+        self.bind_outputs(outputs, list(op.results), env, hint)
 
     def census(self) -> None:
         if self.unknown:
             listing = ", ".join(f"{name} (x{count})" for name, count in sorted(self.unknown.items()))
             raise UnknownOpError(f"the program uses {sum(self.unknown.values())} op(s) kiln does not know: {listing}",
                                  fix=decompose_in_torch_hint(self.unknown))
+
+
+def _tensors(value: Any, what: str) -> list[SSAValue]:
+    if not isinstance(value, list) or \
+            not all(isinstance(v, SSAValue) and isinstance(v.type, TensorType) for v in value):
+        raise SerdeError(f"malformed program: {what} is not a list of tensors",
+                         fix="kiln reads loops that carry tensors (wrap Python numbers with torch.tensor)")
+    return list(value)
+
+
+def _sliced_tensors(value: Any, op_name: str) -> list[SSAValue]:
+    """The xs of a map or scan: at least one tensor, each with a leading dim to slice."""
+    xs = _tensors(value, f"{op_name}'s xs")
+    if not xs or any(x.type.ndim == 0 for x in xs):  # type: ignore[attr-defined]
+        raise SerdeError(f"malformed program: {op_name} needs at least one x, each with a dim to slice")
+    return xs
+
+
+def _slice_types(xs: list[SSAValue]) -> list[Attribute]:
+    return [x.type.with_shape(x.type.shape[1:]) for x in xs]  # type: ignore[attr-defined]
+
+
+def _hop_operands(value: Any, what: str) -> tuple[list[SSAValue], list[Any]]:
+    """A higher-order op's extra inputs: the tensors, which become the kiln op's operands, and each input's region
+    argument (a tensor's type, or a SymInt's expression). torch writes none as an empty tensor list, SymInts alone as
+    a SymInt list, and SymInts after tensors inside the tensor list, by name."""
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        raise SerdeError(f"malformed program: {what} is not a list")
+    operands: list[SSAValue] = []
+    arguments: list[Any] = []
+    for item in value:
+        if isinstance(item, SSAValue) and isinstance(item.type, TensorType):
+            operands.append(item)
+            arguments.append(item.type)
+        elif isinstance(item, (int, sympy.Expr)) and not isinstance(item, bool):
+            arguments.append(item)
+        else:
+            raise SerdeError(f"malformed program: {what} holds a {type(item).__name__}, not a tensor or SymInt")
+    return operands, arguments
 
 
 def _node_source(node: dict[str, Any]) -> str:

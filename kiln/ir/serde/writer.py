@@ -16,7 +16,7 @@ import sympy
 from xdsl.dialects import func
 from xdsl.ir import Block, SSAValue
 
-from kiln.ir.control_flow import CondOp, MapOp, YieldOp
+from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.schema import Argument, ArgType
@@ -132,12 +132,13 @@ def tensor_meta(value_type: TensorType, symbols: _Symbols, requires_grad: bool =
 
 
 class _GraphWriter:
-    """One torch Graph (forward, or a cond branch): nodes, value metadata and the SymInt nodes it needs."""
+    """One torch Graph (forward, or a region's subgraph): nodes, value metadata and the SymInt nodes it needs."""
 
     def __init__(self, block: Block, names: dict[SSAValue, str], symbols: _Symbols, used: set[str],
-                 parameters: set[str]):
+                 parameters: set[str], parent: _GraphWriter | None = None):
         self.block, self.names, self.symbols, self.used = block, names, symbols, used
-        self.parameters = parameters
+        self.parameters, self.parent = parameters, parent
+        self.imported: dict[sympy.Symbol, str] = {}  # a subgraph's symbols taken as SymInt inputs, by input name
         self.nodes: list[dict[str, Any]] = []
         self.tensor_values: dict[str, Any] = {}
         self.sym_int_values: dict[str, Any] = {}
@@ -275,8 +276,19 @@ class _GraphWriter:
                     "is_hop_single_tensor_return": None, "name": name})
                 self.sym_int_values[name] = self.symbols.sym_int(sym)
                 return name
+        if self.parent is not None:  # a subgraph: torch passes the size in as a SymInt input
+            return self.import_symbol(sym)
         raise SerdeError(f"symbol {sym} is used by an op but is not a dim of any tensor defined before it",
                          fix="torch.export needs every symbol to be a size of an input")
+
+    def import_symbol(self, sym: sympy.Symbol) -> str:
+        """A SymInt input of this subgraph holding `sym` (appended after the block's arguments)."""
+        if sym not in self.imported:
+            name = self.fresh("sym_size")
+            self.imported[sym] = name
+            self.sym_int_values[name] = self.symbols.sym_int(sym)
+            self.sym_nodes[sym] = name
+        return self.imported[sym]
 
     # -- op arguments
     def argument(self, arg_type: ArgType, value: Any) -> dict[str, Any]:
@@ -340,18 +352,45 @@ class _GraphWriter:
         outputs: list[dict[str, Any]] = []
         for op in self.block.ops:
             self.write_ready_asserts()
-            if isinstance(op, (func.ReturnOp, YieldOp)):
+            if isinstance(op, func.ReturnOp):
                 outputs = [self._value_argument(v) for v in op.operands]
+            elif isinstance(op, YieldOp):
+                outputs = self._region_outputs(op.values)
             elif isinstance(op, CondOp):
                 self._cond(op)
             elif isinstance(op, MapOp):
                 self._map(op)
+            elif isinstance(op, ScanOp):
+                self._scan(op)
+            elif isinstance(op, WhileLoopOp):
+                self._while_loop(op)
             else:
                 self._aten(op)
         if self.pending_asserts:
             raise SerdeError(f"the runtime assertion {self.pending_asserts[0].expr} uses a symbol no value of the "
                              "program defines", fix="drop the assertion from program.runtime_asserts")
         return inputs, outputs
+
+    def _region_outputs(self, values: Any) -> list[dict[str, Any]]:
+        """A region's outputs. torch refuses a subgraph output that aliases an input or another output (its
+        run_decompositions fails: "might be aliasing the input or the output"), so such an output is written as
+        a clone, as torch tells its users to write it."""
+        outputs: list[dict[str, Any]] = []
+        seen: set[SSAValue] = set()
+        for value in values:
+            if isinstance(value.type, TensorType) and (value in self.block.args or value in seen):
+                name = self.fresh("clone")
+                self.tensor_values[name] = tensor_meta(value.type, self.symbols)
+                self.nodes.append({
+                    "target": "torch.ops.aten.clone.default",
+                    "inputs": [{"name": "self", "arg": self._value_argument(value), "kind": 1}],
+                    "outputs": [{"as_tensor": {"name": name}}], "metadata": {}, "is_hop_single_tensor_return": None,
+                    "name": name})
+                outputs.append({"as_tensor": {"name": name}})
+            else:
+                outputs.append(self._value_argument(value))
+            seen.add(value)
+        return outputs
 
     def _value_argument(self, value: SSAValue) -> dict[str, Any]:
         return _value_argument(value.type, self.name(value))
@@ -385,37 +424,65 @@ class _GraphWriter:
                            "name": self.name(results[0]) if single else self.fresh(opdef.schema.name)})
 
     def _cond(self, op: CondOp) -> None:
-        branches = []
-        for label, region in (("true", op.true_region), ("false", op.false_region)):
-            writer = _GraphWriter(region.block, self.names, self.symbols, self.used, self.parameters)
-            inputs, outputs = writer.write()
-            branches.append({"name": self.fresh(f"{label}_graph"), "graph": writer.graph(inputs, outputs)})
-        for result in op.results:
-            self.define(result)
-        self.nodes.append({
-            "target": "torch.ops.higher_order.cond",
-            "inputs": [{"name": "", "arg": {"as_tensor": {"name": self.name(op.pred)}}, "kind": 1},
-                       {"name": "", "arg": {"as_graph": branches[0]}, "kind": 1},
-                       {"name": "", "arg": {"as_graph": branches[1]}, "kind": 1},
-                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.operands_]},
-                        "kind": 1}],
-            "outputs": [{"as_tensor": {"name": self.name(r)}} for r in op.results], "metadata": _metadata(op),
-            "is_hop_single_tensor_return": False, "name": self.fresh("cond")})
+        (true_graph, false_graph), sizes = self._subgraphs([(op.true_region, "true_graph"),
+                                                             (op.false_region, "false_graph")])
+        self._higher_order(op, "cond", [{"as_tensor": {"name": self.name(op.pred)}}, true_graph, false_graph,
+                                        self._additional_inputs(op.operands_, sizes)])
 
     def _map(self, op: MapOp) -> None:
-        writer = _GraphWriter(op.body.block, self.names, self.symbols, self.used, self.parameters)
-        inputs, outputs = writer.write()
-        body = {"name": self.fresh("body_graph"), "graph": writer.graph(inputs, outputs)}
+        (body,), sizes = self._subgraphs([(op.body, "body_graph")])
+        self._higher_order(op, "map_impl", [body, self._tensors(op.xs),
+                                            self._additional_inputs(op.operands_, sizes)])
+
+    def _scan(self, op: ScanOp) -> None:
+        (body,), sizes = self._subgraphs([(op.body, "scan_combine_graph")])
+        self._higher_order(op, "scan", [body, self._tensors(op.init), self._tensors(op.xs),
+                                        self._additional_inputs(op.operands_, sizes)])
+
+    def _while_loop(self, op: WhileLoopOp) -> None:
+        (cond_graph, body), sizes = self._subgraphs([(op.cond_region, "while_loop_cond_graph"),
+                                                     (op.body, "while_loop_body_graph")])
+        # torch's cond graph returns its predicate bare, not in a tuple: while_loop tests the value it returns
+        cond_graph["as_graph"]["graph"]["is_single_tensor_return"] = True
+        self._higher_order(op, "while_loop", [cond_graph, body, self._tensors(op.carried),
+                                              self._additional_inputs(op.operands_, sizes)])
+
+    def _tensors(self, values: Any) -> dict[str, Any]:
+        # no values are an empty tensor list, as torch writes an empty `additional_inputs` (it cannot tell its type)
+        return {"as_tensors": [{"name": self.name(v)} for v in values]}
+
+    def _subgraphs(self, regions: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], list[Any]]:
+        """An op's regions as torch subgraph arguments, named as torch names them (`scan_combine_graph_0`), and the
+        symbols they take from this graph. A region that uses a size none of its tensors has takes it as a SymInt
+        input after its arguments, as torch does; all of an op's regions take the same inputs, so each takes every
+        symbol any of them needs."""
+        writers = [_GraphWriter(region.block, self.names, self.symbols, self.used, self.parameters, parent=self)
+                   for region, _ in regions]
+        written = [writer.write() for writer in writers]
+        sizes = list(dict.fromkeys(sym for writer in writers for sym in writer.imported))
+        graphs = []
+        for writer, (inputs, outputs), (_, hint) in zip(writers, written, regions):
+            inputs = [*inputs, *({"as_sym_int": {"as_name": writer.import_symbol(sym)}} for sym in sizes)]
+            graphs.append({"as_graph": {"name": self.fresh(hint), "graph": writer.graph(inputs, outputs)}})
+        return graphs, sizes
+
+    def _additional_inputs(self, tensors: Any, sizes: list[Any]) -> dict[str, Any]:
+        """A higher-order op's extra inputs: its tensor operands, then the sizes its regions take. torch writes
+        sizes alone as SymInts, and sizes after tensors as a tensor list that names the SymInt nodes."""
+        if sizes and not tensors:
+            return {"as_sym_ints": [self.sym_argument(sym) for sym in sizes]}
+        names = [self.name(v) for v in tensors] + [self.sym_argument(sym)["as_name"] for sym in sizes]
+        return {"as_tensors": [{"name": name} for name in names]}
+
+    def _higher_order(self, op: Any, target: str, arguments: list[dict[str, Any]]) -> None:
+        """A `torch.ops.higher_order` node: positional arguments without names, one tensor output per result."""
         for result in op.results:
             self.define(result)
         self.nodes.append({
-            "target": "torch.ops.higher_order.map_impl",
-            "inputs": [{"name": "", "arg": {"as_graph": body}, "kind": 1},
-                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.xs]}, "kind": 1},
-                       {"name": "", "arg": {"as_tensors": [{"name": self.name(v)} for v in op.operands_]},
-                        "kind": 1}],
+            "target": f"torch.ops.higher_order.{target}",
+            "inputs": [{"name": "", "arg": argument, "kind": 1} for argument in arguments],
             "outputs": [{"as_tensor": {"name": self.name(r)}} for r in op.results], "metadata": _metadata(op),
-            "is_hop_single_tensor_return": False, "name": self.fresh("map_impl")})
+            "is_hop_single_tensor_return": False, "name": self.fresh(target)})
 
     def graph(self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"inputs": inputs, "outputs": outputs, "nodes": self.nodes, "tensor_values": self.tensor_values,
