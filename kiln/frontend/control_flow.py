@@ -161,7 +161,9 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
         return init, []
     if not isinstance(dim, int) or not isinstance(reverse, bool):
         raise KilnError("kiln.scan: dim must be an int and reverse a bool", source=user_source_line())
-    if any(x.dim() <= (dim if dim >= 0 else -dim - 1) for x in x_leaves):
+    if dim < 0:  # as torch canonicalizes it: against the first xs leaf's rank
+        dim += x_leaves[0].dim()
+    if dim < 0 or any(x.dim() <= dim for x in x_leaves):
         raise KilnError(f"kiln.scan: every xs leaf needs a dimension {dim} to scan over, got shapes "
                         f"{[list(x.shape) for x in x_leaves]}", source=user_source_line())
     x_leaves = [x.movedim(dim, 0) if dim != 0 else x for x in x_leaves]
@@ -176,6 +178,7 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
             raise KilnError(f"kiln.scan: combine_fn returns a carry of structure {next_spec}, but init is "
                             f"{init_spec}", source=user_source_line(), fix="return the next carry shaped like init")
         y_leaves, y_spec = tree_flatten(y)
+        _check_tensors("kiln.scan", "combine_fn's carries and outputs", [*next_leaves, *y_leaves])
         return next_leaves, y_leaves, y_spec, None
 
     tracer = _find_tracer((*init_leaves, *x_leaves))
@@ -183,14 +186,16 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
         carry_leaves, per_step, y_spec = list(init_leaves), [], None
         for index in range(x_leaves[0].shape[0]):
             carry_leaves, ys, y_spec, _ = step(carry_leaves, [x[index] for x in x_leaves])
+            if _eager_types(carry_leaves) != _eager_types(init_leaves):  # as the traced region is checked below
+                raise KilnError(f"kiln.scan: combine_fn returns carries {_eager_types_text(carry_leaves)} but init "
+                                f"is {_eager_types_text(init_leaves)}", source=user_source_line(),
+                                fix="keep the carry's shape and dtype across steps (cast or reshape it in combine_fn)")
             per_step.append(ys)
         if not per_step:
             raise KilnError("kiln.scan: the scanned dimension is empty, which torch's scan refuses too",
                             source=user_source_line(), fix="scan over at least one slice")
         stacked = [K.stack([ys[i] for ys in per_step], 0) for i in range(len(per_step[0]))]
-        if reverse:
-            stacked = [y.flip(0) for y in stacked]
-        return tree_unflatten(carry_leaves, init_spec), tree_unflatten(stacked, y_spec)
+        return tree_unflatten(carry_leaves, init_spec), tree_unflatten(_unscan(stacked, dim, reverse), y_spec)
 
     init_values, x_values = [tracer.value_of(t) for t in init_leaves], [tracer.value_of(x) for x in x_leaves]
     regions = _Regions(tracer, "kiln.scan")
@@ -214,10 +219,16 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
     op = ScanOp(init_values, x_values, regions.captures.values,
                 ScanOp.result_types_for(init_values, x_values, [v.type for v in values]), block)
     results = regions.emit(op, "scan")
-    stacked = results[count:]
+    stacked = _unscan(results[count:], dim, reverse)
+    return tree_unflatten(results[:count], init_spec), tree_unflatten(stacked, y_specs[0])
+
+
+def _unscan(stacked: list[Tensor], dim: int, reverse: bool) -> list[Tensor]:
+    """The per-step outputs in the order of xs, their step dim moved back to `dim` (where they have one), as
+    torch's scan returns them."""
     if reverse:
         stacked = [y.flip(0) for y in stacked]
-    return tree_unflatten(results[:count], init_spec), tree_unflatten(stacked, y_specs[0])
+    return [y.movedim(0, dim) if 0 < dim < y.dim() else y for y in stacked]
 
 
 def _combine_result(result: Any) -> tuple[Any, Any]:
@@ -235,12 +246,21 @@ def while_loop(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried
         raise KilnError("kiln.while_loop: carried_inputs must be a tuple", source=user_source_line(),
                         fix="pass the loop's values as a tuple, e.g. (i, x)")
     leaves, spec = tree_flatten(carried_inputs)
+    if not leaves:
+        raise KilnError("kiln.while_loop needs at least one carried tensor", source=user_source_line(),
+                        fix="pass the loop's state as carried_inputs, e.g. (i, x)")
     _check_tensors("kiln.while_loop", "carried inputs", leaves)
     tracer = _find_tracer(leaves)
     if tracer is None:
         carried = carried_inputs
         while _truth(cond_fn(*carried)):
-            carried = tuple(body_fn(*carried)) if isinstance(carried, tuple) else body_fn(*carried)
+            carried = _body_result(body_fn(*carried))
+            new_leaves, new_spec = tree_flatten(carried)
+            _check_tensors("kiln.while_loop", "body_fn's results", new_leaves)
+            if new_spec != spec or _eager_types(new_leaves) != _eager_types(leaves):  # as traced bodies are checked
+                raise KilnError(f"kiln.while_loop: body_fn returns {_eager_types_text(new_leaves)} but the carried "
+                                f"inputs are {_eager_types_text(leaves)}", source=user_source_line(),
+                                fix="return values with the carried inputs' structure, shapes and dtypes")
         return carried
     outer = [tracer.value_of(t) for t in leaves]
     regions = _Regions(tracer, "kiln.while_loop")
@@ -254,7 +274,7 @@ def while_loop(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried
             or not predicate[0].type.dtype.is_bool:
         raise KilnError(f"kiln.while_loop: cond_fn must return one 0-d bool tensor, got {_types_text(predicate)}",
                         source=user_source_line(), fix="return e.g. (i < n) from cond_fn")
-    body_block, values, body_spec = regions.trace(lambda *a: tuple(body_fn(*a)), [v.type for v in outer],
+    body_block, values, body_spec = regions.trace(lambda *a: _body_result(body_fn(*a)), [v.type for v in outer],
                                                   structure, names)
     if body_spec != spec or [v.type for v in values] != [v.type for v in outer]:
         raise KilnError(f"kiln.while_loop: body_fn returns {_types_text(values)} but the carried inputs are "
@@ -268,11 +288,32 @@ def while_loop(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried
 
 def _truth(predicate: Any) -> bool:
     if isinstance(predicate, Tensor):
-        if predicate.numel() != 1:
-            raise KilnError("kiln.while_loop: cond_fn must return a one-element bool tensor",
-                            source=user_source_line())
+        if predicate.dim() != 0 or not predicate.dtype.is_bool:
+            raise KilnError(f"kiln.while_loop: cond_fn must return one 0-d bool tensor, got "
+                            f"{_eager_types_text([predicate])}", source=user_source_line(),
+                            fix="return e.g. (i < n) from cond_fn")
         return bool(predicate.item())
-    return bool(predicate)
+    if not isinstance(predicate, bool):
+        raise KilnError(f"kiln.while_loop: cond_fn must return one 0-d bool tensor, got {type(predicate).__name__}",
+                        source=user_source_line(), fix="return e.g. (i < n) from cond_fn")
+    return predicate
+
+
+def _body_result(result: Any) -> tuple[Any, ...]:
+    if not isinstance(result, (tuple, list)):
+        raise KilnError(f"kiln.while_loop: body_fn must return a tuple of the carried values, got "
+                        f"{type(result).__name__}", source=user_source_line(),
+                        fix="return a tuple, e.g. `return (i + 1, x * 2)` (or `(x,)` for one value)")
+    return tuple(result)
+
+
+def _eager_types(leaves: Sequence[Any]) -> list[Any]:
+    return [(tuple(t.shape), t.dtype) if isinstance(t, Tensor) else type(t) for t in leaves]
+
+
+def _eager_types_text(leaves: Sequence[Any]) -> str:
+    return "[" + ", ".join(TensorType.of(list(t.shape), t.dtype).short() if isinstance(t, Tensor)
+                           else type(t).__name__ for t in leaves) + "]"
 
 
 def map(f: Callable[..., Any], xs: Any, *args: Any) -> Any:  # noqa: A001  (torch's name)

@@ -66,8 +66,8 @@ class CondOp(IRDLOperation):
             yielded = [v.type for v in terminator.values]
             if yielded != [r.type for r in self.results]:
                 raise VerificationError(
-                    f"kiln.cond: the {label} branch yields {[_short(t) for t in yielded]} but the cond returns "
-                    f"{[_short(r.type) for r in self.results]}",
+                    f"kiln.cond: the {label} branch yields {_shorts(yielded)} but the cond returns "
+                    f"{_shorts([r.type for r in self.results])}",
                     fix="make both branches return tensors of the same shapes and dtypes")
 
 
@@ -103,9 +103,9 @@ class MapOp(IRDLOperation):
         yielded = _yielded("kiln.map", block)
         stacked = MapOp.stacked_types(self.xs, yielded)
         if stacked != [r.type for r in self.results]:
-            raise VerificationError(f"kiln.map: the body yields {[_short(t) for t in yielded]}, "
-                                    f"which stack to {[_short(t) for t in stacked]}, but the map returns "
-                                    f"{[_short(r.type) for r in self.results]}")
+            raise VerificationError(f"kiln.map: the body yields {_shorts(yielded)}, "
+                                    f"which stack to {_shorts(stacked)}, but the map returns "
+                                    f"{_shorts([r.type for r in self.results])}")
 
 
 @irdl_op_definition
@@ -156,13 +156,13 @@ class ScanOp(IRDLOperation):
         yielded = _yielded("kiln.scan", block)
         carried = [v.type for v in self.init]
         if yielded[:len(carried)] != carried:
-            raise VerificationError(f"kiln.scan: the body yields carries {[_short(t) for t in yielded[:len(carried)]]}"
-                                    f" but the initial carries are {[_short(t) for t in carried]}",
+            raise VerificationError(f"kiln.scan: the body yields carries {_shorts(yielded[:len(carried)])}"
+                                    f" but the initial carries are {_shorts(carried)}",
                                     fix="return a next carry with the initial carry's shape and dtype")
         expected = ScanOp.result_types_for(self.init, self.xs, yielded)
         if expected != [r.type for r in self.results]:
-            raise VerificationError(f"kiln.scan: the body's yields make {[_short(t) for t in expected]}, but the scan "
-                                    f"returns {[_short(r.type) for r in self.results]}")
+            raise VerificationError(f"kiln.scan: the body's yields make {_shorts(expected)}, but the scan "
+                                    f"returns {_shorts([r.type for r in self.results])}")
 
 
 @irdl_op_definition
@@ -193,11 +193,11 @@ class WhileLoopOp(IRDLOperation):
         if len(predicate) != 1 or not isinstance(predicate[0], TensorType) or predicate[0].ndim != 0 \
                 or not predicate[0].dtype.is_bool:
             raise VerificationError(f"kiln.while_loop: the cond region must yield one 0-d bool tensor, got "
-                                    f"{[_short(t) for t in predicate]}", fix="return e.g. (i < n) from cond_fn")
+                                    f"{_shorts(predicate)}", fix="return e.g. (i < n) from cond_fn")
         yielded = _yielded("kiln.while_loop", self.body.block)
         if yielded != carried:
-            raise VerificationError(f"kiln.while_loop: the body yields {[_short(t) for t in yielded]} but the "
-                                    f"carried values are {[_short(t) for t in carried]}",
+            raise VerificationError(f"kiln.while_loop: the body yields {_shorts(yielded)} but the "
+                                    f"carried values are {_shorts(carried)}",
                                     fix="return values of the carried values' shapes and dtypes from body_fn")
         if [r.type for r in self.results] != carried:
             raise VerificationError("kiln.while_loop: the results must have the carried values' types")
@@ -208,7 +208,7 @@ def _check_leading_dims(op_name: str, xs: Sequence[SSAValue]) -> None:
         raise VerificationError(f"{op_name} needs at least one tensor to slice", fix="pass the tensors to slice as xs")
     lengths = {x.type.shape[0] if x.type.ndim else None for x in xs}  # type: ignore[attr-defined]
     if None in lengths or len(lengths) != 1:
-        raise VerificationError(f"{op_name}: the xs must share a leading dim, got {[_short(x.type) for x in xs]}",
+        raise VerificationError(f"{op_name}: the xs must share a leading dim, got {_shorts([x.type for x in xs])}",
                                 fix="slice tensors with the same first dimension")
 
 
@@ -221,6 +221,11 @@ def _yielded(op_name: str, block: Block) -> list[Attribute]:
 
 def _short(value_type: Any) -> str:
     return value_type.short() if isinstance(value_type, TensorType) else str(value_type)
+
+
+def _shorts(value_types: Sequence[Any]) -> str:
+    """`[f32[batch, 4], i64[]]`, as the frontend's errors write types."""
+    return "[" + ", ".join(_short(t) for t in value_types) + "]"
 
 
 CONTROL_FLOW_OPS = [CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp]

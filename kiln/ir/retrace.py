@@ -190,9 +190,9 @@ def _follow_unbacked(old_type: Any, new_type: Any, substitutions: dict[Any, Any]
 
 def _replay_region(block: Any, arg_types: list[Any], builder: GraphBuilder, mapping: dict[Any, Any],
                    table: DecompositionTable, substitutions: dict[Any, Any] | None) -> tuple[Any, list[Any]]:
-    """Replay a region's block into a new block taking `arg_types` (the body of a cond branch or a map); it may
-    read values of the enclosing blocks, as torch's subgraphs read lifted inputs. Returns the block and what
-    it yields."""
+    """Replay a region's block into a new block taking `arg_types` (a cond branch, a loop body). Regions are closed:
+    they read outside values only through their arguments, as torch's subgraphs do. Returns the block and what it
+    yields."""
     from kiln.ir.control_flow import YieldOp
 
     inner_builder = GraphBuilder(builder.shape_env)

@@ -1,6 +1,7 @@
 """Common-subexpression elimination: an op identical to an earlier one (same name, operands, properties and
-result types) is replaced by it. Random ops are never merged; ops in a kiln.cond branch may reuse values
-computed outside it, never the other way round."""
+result types) is replaced by it. Random ops are never merged. A region's ops (a kiln.cond branch, a loop body)
+are merged only with ops of that region: its block reads nothing from outside but its arguments, as torch's
+subgraphs take every outside value as an input, so the interpreter and the .pt2 writer can run and write it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class CommonSubexpressionElimination(Pass):
     name = "cse"
 
     def apply_program(self, program: ExportedProgram) -> ExportedProgram:
-        _eliminate(program.body, {})
+        _eliminate(program.body)
         return program
 
 
@@ -32,12 +33,14 @@ def _key(op: Operation) -> Hashable | None:
     return (op.name, tuple(op.operands), properties, tuple(r.type for r in op.results))
 
 
-def _eliminate(block: Block, outer: dict[Hashable, Operation]) -> None:
-    seen: dict[Any, Operation] = dict(outer)
+def _eliminate(block: Block) -> None:
+    # Each block starts afresh: only an operand-free op (zeros, arange) of a region could match an outer op, and
+    # reusing that would be a read from outside the region.
+    seen: dict[Any, Operation] = {}
     for op in list(block.ops):
         for region in op.regions:
             for nested in region.blocks:
-                _eliminate(nested, seen)
+                _eliminate(nested)
         key = _key(op)
         if key is None:
             continue
