@@ -2412,7 +2412,11 @@ kiln_model* kiln_create_from_file(const char* path)
     return m;
 }}
 """)
-    run = ["/* Run once. symbols: one value per kiln_symbol_name (bound from the input shapes); inputs and",
+    run = ["static void kiln_run_kernel(kiln_model* m, const kiln_ctx* ctx, int i, int profiling)", "{",
+           "    if (!profiling) { KERNELS[i](ctx); return; }",
+           "    double start = omp_get_wtime();", "    KERNELS[i](ctx);",
+           "    if (omp_get_thread_num() == 0) m->kernel_seconds[i] += omp_get_wtime() - start;", "}", "",
+           "/* Run once. symbols: one value per kiln_symbol_name (bound from the input shapes); inputs and",
            "   outputs: contiguous arrays in signature order, outputs allocated by the caller. 0 on success.",
            "   Every kernel runs inside one OpenMP parallel region; kernels share their loops across the team. */",
            "int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs)",
@@ -2475,17 +2479,30 @@ kiln_model* kiln_create_from_file(const char* path)
                 "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
                 "    if (!ctx->scratch) status = 2;"]
     run.append("    if (status) { snprintf(m->error, sizeof m->error, \"out of memory\"); goto done; }")
-    # if(): a one-thread run starts no team, so it never waits on a barrier (on a busy machine a descheduled
-    # worker makes every barrier cost a scheduler time slice).
+    # A one-thread run enters no parallel region: its kernels' worksharing constructs are orphaned, so their
+    # barriers cost nothing. (A team of one, `parallel if(0)`, still makes a futex syscall at every barrier in
+    # libgomp: 0.3 us a kernel, a third of an LSTM step at hidden size 24.) On a busy machine a descheduled worker
+    # makes every barrier cost a scheduler time slice, so small runs stay on one thread. Likewise a loop kernel
+    # whose steps are too small to share (a barrier per kernel per step) runs alone, between parallel regions.
     # The kernels run from a table, so no kernel's code is inlined into one huge parallel region (which the C
     # compiler optimized as a whole: a third of a 6-layer encoder's build time).
+    count = len(names)
     run += ["    const int profiling = m->profiling;",
-            "    #pragma omp parallel num_threads(threads) if(threads > 1)", "    {",
-            f"        for (int i = 0; i < {len(names)}; ++i)",
-            "            if (profiling) { double start = omp_get_wtime(); KERNELS[i](ctx); "
-            "if (omp_get_thread_num() == 0) m->kernel_seconds[i] += omp_get_wtime() - start; }",
-            "            else KERNELS[i](ctx);",
-            "    }", "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
+            f"    unsigned char serial[{max(1, count)}] = {{0}};  /* kernels run by this thread alone */"]
+    for index, kernel in enumerate(schedule.kernels):
+        if kernel.kind == "loop":
+            # one step's work: a step's few kernels each end on a barrier (~1-2 us on 2 cores), which pays off from
+            # ~1e5 operations a step (an LSTM step of hidden 256, 5e5, ran 1.6x faster on 2 threads; of hidden 24,
+            # 5e3, 3.9x slower)
+            run.append(f"    serial[{index}] = (double)({dim_expr(sympy.expand(TARGET.work(kernel)))}) < "
+                       "KILN_WORK_PER_THREAD / 4;")
+    run += [f"    for (int first = 0, end = 1; first < {count}; first = end, end = first + 1)", "    {",
+            "        if (threads > 1 && !serial[first])", "        {",
+            f"            while (end < {count} && !serial[end]) ++end;",
+            "            #pragma omp parallel num_threads(threads)",
+            "            for (int i = first; i < end; ++i) kiln_run_kernel(m, ctx, i, profiling);", "        }",
+            "        else kiln_run_kernel(m, ctx, first, profiling);", "    }",
+            "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
             "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
