@@ -1075,14 +1075,7 @@ class _Scheduler:
         writes = [w.window if w is not None else self.into_window(value, first_body_buffer, claimed)
                   for value, w in zip(yielded[:len(init)], shared)]
         body, self.kernels = self.kernels, outer
-        carries = []
-        for start, read, write, result, window in zip(carry_starts, reads, writes, op.results, shared):
-            slots = [] if window is not None else [self.buffer(None, shape=list(read.shape), dtype=read.dtype)
-                                                   for _ in range(2)]
-            for number, slot in enumerate(slots):
-                slot.name = f"{read.name}_slot{number}"
-            carries.append(Carry(start, read, write, slots, self.buffer(result), window))
-            self.views[result] = _contiguous(carries[-1].final)
+        carries = [self.carry(*parts) for parts in zip(carry_starts, reads, writes, op.results, shared)]
         outputs = [c.final for c in carries] + [w.source for w in stacked]
         name = self.names[op.results[0]] if op.results else "loop"
         self.kernels.append(Kernel("loop", f"{op.name.split('.')[1]}_{name}", [op.name], outputs,
@@ -1116,17 +1109,21 @@ class _Scheduler:
         claimed: set = set()
         writes = [self.into_window(value, first_body_buffer, claimed) for value in yielded]
         self.kernels = outer
-        carries = []
-        for start, read, write, result in zip(starts, reads, writes, op.results):
-            slots = [self.buffer(None, shape=list(read.shape), dtype=read.dtype) for _ in range(2)]
-            for number, slot in enumerate(slots):
-                slot.name = f"{read.name}_slot{number}"
-            carries.append(Carry(start, read, write, slots, self.buffer(result)))
-            self.views[result] = _contiguous(carries[-1].final)
+        carries = [self.carry(*parts) for parts in zip(starts, reads, writes, op.results)]
         name = self.names[op.results[0]] if op.results else "loop"
         self.kernels.append(Kernel("loop", f"while_loop_{name}", [op.name], [c.final for c in carries], [None], None,
                                    {"cond": cond, "predicate": predicate_view, "body": body, "carries": carries,
                                     "slices": [], "stacked": []}))
+
+    def carry(self, start: View, read: Buffer, write: Buffer, result: Any, stacked: Window | None = None) -> Carry:
+        """A loop's carried value: two slots unless it lives in a stacked output; its result's buffer."""
+        slots = [] if stacked is not None else [self.buffer(None, shape=list(read.shape), dtype=read.dtype)
+                                                for _ in range(2)]
+        for number, slot in enumerate(slots):
+            slot.name = f"{read.name}_slot{number}"
+        carry = Carry(start, read, write, slots, self.buffer(result), stacked)
+        self.views[result] = _contiguous(carry.final)
+        return carry
 
     def window(self, value: Any) -> Buffer:
         buf = self.buffer(value, "window")
