@@ -65,6 +65,7 @@ SWAPS = [
     ("cnn", "kiln.models.cnn", "ResNet", {}),
     ("transformer", "kiln.models.transformer", "TransformerClassifier", {}),
     ("lstm", "kiln.models.lstm", "LSTMTagger", {}),
+    ("rnn", "kiln.models.recurrent", "RecurrentStack", {}),
     ("gpt_block", "kiln.models.gpt", "GPT", {}),
 ]
 
