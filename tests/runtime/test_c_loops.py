@@ -197,7 +197,8 @@ def test_loop_kernel_source_runs_its_body_inside_the_parallel_region(tmp_path):
     program = kiln.export(module, (kiln.randn(5, 2, 4),), dynamic_shapes={"input": {0: kiln.Dim("seq")}})
     compile_c(program, output=tmp_path / "pkg")
     source = (tmp_path / "pkg" / "model.c").read_text()
-    loop = re.search(r"/\* loop: kiln\.scan, (\d+) kernels per step \*/\nstatic void (\w+)\(", source)
+    loop = re.search(r"/\* loop: kiln\.scan \*/\n/\* each step runs the (\d+) kernels? above \*/\nstatic void (\w+)\(",
+                     source)
     assert loop, "no loop kernel"
     function = source.split(f"static void {loop.group(2)}(")[1].split("\n}")[0]
     steps = re.findall(r"^        (kernel_\w+)\(ctx\);$", function, re.M)
@@ -206,6 +207,20 @@ def test_loop_kernel_source_runs_its_body_inside_the_parallel_region(tmp_path):
     gemm = re.search(rf"/\* matmul: aten\.addmm\.default, aten\.add\.Tensor \*/\nstatic void {steps[0]}\(.*ctx->packed",
                      source)
     assert gemm, source
+
+
+def test_inspect_lists_the_loop_after_its_step_kernels(tmp_path, capsys):
+    from kiln.cli.main import main
+    program = kiln.export(kiln.nn.RNN(4, 8).eval(), (kiln.randn(5, 2, 4),),
+                          dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+    compile_c(program, output=tmp_path / "pkg")
+    assert main(["inspect", str(tmp_path / "pkg")]) == 0
+    listed = [line.split(". ", 1)[1] for line in capsys.readouterr().out.splitlines() if re.match(r"  \d+\. ", line)]
+    loop = listed.index("loop: kiln.scan")
+    # an RNN step is one kernel: the GEMM on the hidden state, the input's projection added and tanh applied in its
+    # epilogue, written straight into the stacked output (which is also the carry)
+    assert listed[loop - 1] == "matmul: aten.addmm.default, aten.add.Tensor, aten.tanh.default"
+    assert "each step runs the 1 kernel above" in (tmp_path / "pkg" / "model.c").read_text()
 
 
 def test_triton_refuses_loops_clearly(tmp_path):

@@ -2027,7 +2027,9 @@ class KernelBodies:
             writes.append(f"loop->buf[{carry.write.index}] = {ending}{i} % 2 ? {second} : {first};")
         prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
                     for index, symbol in enumerate(self.schedule.symbols)]
-        lines += [f"/* loop: {', '.join(kernel.ops)}, {len(cond_calls) + len(body_calls)} kernels per step */",
+        # the kind comment `kiln inspect` lists, after the step's kernels above it
+        lines += [f"/* loop: {', '.join(kernel.ops)} */",
+                  f"/* each step runs the {_count(len(cond_calls) + len(body_calls), 'kernel')} above */",
                   f"static void {name}(const kiln_ctx* ctx)", "{",
                   "    kiln_ctx* loop = (kiln_ctx*)ctx;  /* the call's context: the loop moves its windows */",
                   *prologue]
@@ -2051,6 +2053,10 @@ class KernelBodies:
         if lasts:
             lines += [f"    const int64_t {symbol_name(last)} = trips - 1;", *single(lasts, "    ")]
         return lines + ["}"]
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
