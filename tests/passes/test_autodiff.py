@@ -167,12 +167,7 @@ def test_joint_program_of_every_zoo_model_matches_eager_autograd(name):
     names = list(inspect.signature(entry.model.forward).parameters)
     dynamic = tuple((entry.dynamic_shapes or {}).get(n) for n in names[:len(entry.args)])
     wrapped = SquaredOutputs(entry.model)
-    exported = kiln.export(wrapped, entry.args, dynamic_shapes=dynamic)
-    if any(op.name == "kiln.scan" for op in exported.body.walk()):  # the next step of issue 19: scan's VJP
-        with pytest.raises(JointProgramError, match=r"differentiating through kiln\.scan is not supported yet"):
-            joint_program(exported)
-        return
-    joint = joint_program(exported)
+    joint = joint_program(kiln.export(wrapped, entry.args, dynamic_shapes=dynamic))
     loss, *gradients = joint(*[a.numpy() for a in entry.args])
     entry.model.zero_grad()
     wrapped(*entry.args).backward()
