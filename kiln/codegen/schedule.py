@@ -11,8 +11,9 @@ carry's double-buffered slot). Renderers (C, Triton) turn this schedule into sou
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import sympy
 from xdsl.dialects import func
@@ -1058,23 +1059,22 @@ class _Scheduler:
         for arg, operand in zip(args[len(init) + len(xs):], operands):
             self.views[arg] = self.materialized(operand)
         reads = [self.window(arg) for arg in carry_args]
-        outer, self.kernels = self.kernels, []
         first_body_buffer = len(self.buffers)
         yielded = list(block.last_op.operands)
-        for body_op in list(block.ops)[:-1]:
-            self.schedule_op(body_op)
-        claimed: set = set()
-        stacked = []
-        for value, result in zip(yielded[len(init):], op.results[len(init):]):
-            stacked.append(Window(self.into_window(value, first_body_buffer, claimed), self.buffer(result)))
-            self.views[result] = _contiguous(stacked[-1].source)
-        # A carry that is also a per-step output (an RNN's hidden state) lives in the stacked output: each step
-        # reads the previous step's slice, with no slots and no copy.
-        shared = [next((w for v, w in zip(yielded[len(init):], stacked) if v is value), None)
-                  for value in yielded[:len(init)]]
-        writes = [w.window if w is not None else self.into_window(value, first_body_buffer, claimed)
-                  for value, w in zip(yielded[:len(init)], shared)]
-        body, self.kernels = self.kernels, outer
+        body: list[Kernel] = []
+        with self.collecting(body):
+            self.schedule_region(block)
+            claimed: set = set()
+            stacked = []
+            for value, result in zip(yielded[len(init):], op.results[len(init):]):
+                stacked.append(Window(self.into_window(value, first_body_buffer, claimed), self.buffer(result)))
+                self.views[result] = _contiguous(stacked[-1].source)
+            # A carry that is also a per-step output (an RNN's hidden state) lives in the stacked output: each step
+            # reads the previous step's slice, with no slots and no copy.
+            shared = [next((w for v, w in zip(yielded[len(init):], stacked) if v is value), None)
+                      for value in yielded[:len(init)]]
+            writes = [w.window if w is not None else self.into_window(value, first_body_buffer, claimed)
+                      for value, w in zip(yielded[:len(init)], shared)]
         carries = [self.carry(*parts) for parts in zip(carry_starts, reads, writes, op.results, shared)]
         outputs = [c.final for c in carries] + [w.source for w in stacked]
         name = self.names[op.results[0]] if op.results else "loop"
@@ -1094,26 +1094,34 @@ class _Scheduler:
         reads = [self.window(arg) for arg in list(op.body.block.args)[:len(carried)]]
         for arg, read in zip(op.cond_region.block.args, reads):
             self.views[arg] = _contiguous(read)
-        outer = self.kernels
         first_body_buffer = len(self.buffers)
-        regions = []
-        for region in (op.cond_region, op.body):
-            self.kernels = []
-            for region_op in list(region.block.ops)[:-1]:
-                self.schedule_op(region_op)
-            regions.append((self.kernels, list(region.block.last_op.operands)))
-        (cond, (predicate,)), (body, yielded) = regions
-        self.kernels = cond
-        predicate_view = self.materialized(predicate)
-        self.kernels = body
-        claimed: set = set()
-        writes = [self.into_window(value, first_body_buffer, claimed) for value in yielded]
-        self.kernels = outer
+        cond: list[Kernel] = []
+        body: list[Kernel] = []
+        with self.collecting(cond):
+            self.schedule_region(op.cond_region.block)
+            predicate_view = self.materialized(op.cond_region.block.last_op.operands[0])
+        with self.collecting(body):
+            self.schedule_region(op.body.block)
+            claimed: set = set()
+            writes = [self.into_window(value, first_body_buffer, claimed) for value in op.body.block.last_op.operands]
         carries = [self.carry(*parts) for parts in zip(starts, reads, writes, op.results)]
         name = self.names[op.results[0]] if op.results else "loop"
         self.kernels.append(Kernel("loop", f"while_loop_{name}", [op.name], [c.final for c in carries], [None], None,
                                    {"cond": cond, "predicate": predicate_view, "body": body, "carries": carries,
                                     "slices": [], "stacked": []}))
+
+    @contextmanager
+    def collecting(self, kernels: list[Kernel]) -> Iterator[None]:
+        """Kernels scheduled inside go to `kernels` (a loop's cond or body) instead of the enclosing list."""
+        outer, self.kernels = self.kernels, kernels
+        try:
+            yield
+        finally:
+            self.kernels = outer
+
+    def schedule_region(self, block: Any) -> None:
+        for region_op in list(block.ops)[:-1]:  # all but the yield, whose values the loop places itself
+            self.schedule_op(region_op)
 
     def carry(self, start: View, read: Buffer, write: Buffer, result: Any, stacked: Window | None = None) -> Carry:
         """A loop's carried value: two slots unless it lives in a stacked output; its result's buffer."""

@@ -24,9 +24,6 @@ from kiln.ir.types import TensorType
 
 __all__ = ["cond", "scan", "while_loop", "map"]
 
-_builtin_map = map
-
-
 class _Captures:
     """Outer values the branches use; every branch block gets one argument per capture, in one order."""
 
@@ -34,6 +31,7 @@ class _Captures:
         self.parent = parent
         self.values: list[SSAValue] = []
         self.blocks: list[Any] = []
+        self.operand_count = 0  # each block's explicit arguments, before the captures (the same for every region)
 
     def argument_for(self, outer: SSAValue, block: Any) -> SSAValue:
         if outer not in self.values:
@@ -41,8 +39,6 @@ class _Captures:
             for other in self.blocks:
                 other.insert_arg(outer.type, len(other.args)).name_hint = outer.name_hint
         return block.args[self.operand_count + self.values.index(outer)]
-
-    operand_count = 0
 
 
 class _BranchTracer(Tracer):
@@ -91,9 +87,6 @@ class _Regions:
         values = [branch.value_of(leaf) if isinstance(leaf, Tensor) else _refuse(self.op_name, leaf) for leaf in leaves]
         return block, values, spec
 
-    def finish(self, block: Any, values: list[SSAValue]) -> None:
-        block.add_op(YieldOp(values))
-
     def emit(self, op: Operation, hint: str) -> list[Tensor]:
         source = user_source_line()
         if source:
@@ -139,8 +132,8 @@ def cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], o
         raise KilnError(f"kiln.cond branches return different shapes or dtypes: {_types_text(true_values)} vs "
                         f"{_types_text(false_values)}", source=user_source_line(),
                         fix="make both branches return tensors of the same type")
-    regions.finish(true_block, true_values)
-    regions.finish(false_block, false_values)
+    true_block.add_op(YieldOp(true_values))
+    false_block.add_op(YieldOp(false_values))
     op = CondOp(tracer.value_of(pred), [*outer_operands, *regions.captures.values], [v.type for v in true_values],
                 true_block, false_block)
     return tree_unflatten(regions.emit(op, "cond"), true_spec)
@@ -170,7 +163,7 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
     if reverse:
         x_leaves = [x.flip(0) for x in x_leaves]
 
-    def step(carry_leaves: list[Tensor], x_slices: list[Tensor]) -> tuple[list[Any], list[Any], Any, Any]:
+    def step(carry_leaves: list[Tensor], x_slices: list[Tensor]) -> tuple[list[Any], list[Any], Any]:
         carry, y = _combine_result(combine_fn(tree_unflatten(carry_leaves, init_spec),
                                               tree_unflatten(x_slices, x_spec)))
         next_leaves, next_spec = tree_flatten(carry)
@@ -179,13 +172,13 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
                             f"{init_spec}", source=user_source_line(), fix="return the next carry shaped like init")
         y_leaves, y_spec = tree_flatten(y)
         _check_tensors("kiln.scan", "combine_fn's carries and outputs", [*next_leaves, *y_leaves])
-        return next_leaves, y_leaves, y_spec, None
+        return next_leaves, y_leaves, y_spec
 
     tracer = _find_tracer((*init_leaves, *x_leaves))
     if tracer is None:
         carry_leaves, per_step, y_spec = list(init_leaves), [], None
         for index in range(x_leaves[0].shape[0]):
-            carry_leaves, ys, y_spec, _ = step(carry_leaves, [x[index] for x in x_leaves])
+            carry_leaves, ys, y_spec = step(carry_leaves, [x[index] for x in x_leaves])
             if _eager_types(carry_leaves) != _eager_types(init_leaves):  # as the traced region is checked below
                 raise KilnError(f"kiln.scan: combine_fn returns carries {_eager_types_text(carry_leaves)} but init "
                                 f"is {_eager_types_text(init_leaves)}", source=user_source_line(),
@@ -204,7 +197,7 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
     y_specs: list[Any] = []
 
     def body(*arguments: Tensor) -> list[Tensor]:
-        next_leaves, y_leaves, y_spec, _ = step(list(arguments[:count]), list(arguments[count:]))
+        next_leaves, y_leaves, y_spec = step(list(arguments[:count]), list(arguments[count:]))
         y_specs.append(y_spec)
         return [*next_leaves, *y_leaves]
 
@@ -215,7 +208,7 @@ def scan(combine_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, 
         raise KilnError(f"kiln.scan: combine_fn returns carries {_types_text(values[:count])} but init is "
                         f"{_types_text(init_values)}", source=user_source_line(),
                         fix="keep the carry's shape and dtype across steps (cast or reshape it in combine_fn)")
-    regions.finish(block, values)
+    block.add_op(YieldOp(values))
     op = ScanOp(init_values, x_values, regions.captures.values,
                 ScanOp.result_types_for(init_values, x_values, [v.type for v in values]), block)
     results = regions.emit(op, "scan")
@@ -280,8 +273,8 @@ def while_loop(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried
         raise KilnError(f"kiln.while_loop: body_fn returns {_types_text(values)} but the carried inputs are "
                         f"{_types_text(outer)}", source=user_source_line(),
                         fix="return values with the carried inputs' structure, shapes and dtypes")
-    regions.finish(cond_block, predicate)
-    regions.finish(body_block, values)
+    cond_block.add_op(YieldOp(predicate))
+    body_block.add_op(YieldOp(values))
     op = WhileLoopOp(outer, regions.captures.values, cond_block, body_block)
     return tree_unflatten(regions.emit(op, "while_loop"), spec)
 
@@ -337,23 +330,19 @@ def map(f: Callable[..., Any], xs: Any, *args: Any) -> Any:  # noqa: A001  (torc
     regions = _Regions(tracer, "kiln.map")
     count = len(x_values)
 
-    def structure(arguments: list[Tensor]) -> list[Any]:
-        return [tree_unflatten(arguments[:count], x_spec), *tree_unflatten(arguments[count:], arg_spec)]
-
+    # Tensor extra arguments become block arguments; with any non-tensor among them, all are closed over.
     tensor_args = [a for a in arg_leaves if isinstance(a, Tensor)]
-    if len(tensor_args) != len(arg_leaves):  # non-tensor extra arguments are closed over
-        constants = list(arg_leaves)
+    passed = tensor_args if len(tensor_args) == len(arg_leaves) else []
+    arg_types = [tracer.value_of(a).type for a in passed]
 
-        def structure(arguments: list[Tensor]) -> list[Any]:  # noqa: F811
-            return [tree_unflatten(arguments, x_spec), *tree_unflatten(constants, arg_spec)]
-        arg_types: list[Any] = []
-    else:
-        arg_types = [tracer.value_of(a).type for a in tensor_args]
+    def structure(arguments: list[Tensor]) -> list[Any]:
+        extra = arguments[count:] if passed else arg_leaves
+        return [tree_unflatten(arguments[:count], x_spec), *tree_unflatten(list(extra), arg_spec)]
+
     block, values, out_spec = regions.trace(
         f, [*(x.type.with_shape(x.type.shape[1:]) for x in x_values), *arg_types], structure)
-    regions.finish(block, values)
-    explicit = [tracer.value_of(a) for a in tensor_args] if arg_types else []
-    op = MapOp(x_values, [*explicit, *regions.captures.values],
+    block.add_op(YieldOp(values))
+    op = MapOp(x_values, [*(tracer.value_of(a) for a in passed), *regions.captures.values],
                MapOp.stacked_types(x_values, [v.type for v in values]), block)
     return tree_unflatten(regions.emit(op, "map"), out_spec)
 

@@ -158,8 +158,7 @@ def _scan_vjp(op: Any, output_grads: list[Any], mapping: dict[Any, Any], gradien
     step_carries, step_xs, step_grads = slices[:count], slices[count:count + len(xs)], slices[count + len(xs):]
     inner = dict(zip(block.args, [*step_carries, *step_xs, *outer]))
     with backward:
-        step_yields = replay(block, backward, inner)
-        del step_yields
+        replay(block, backward, inner)  # the step's forward values, which the body's VJP reads
         body_grads: dict[Any, Any] = {}
         for value, gradient in zip(block.last_op.operands, [*carried[:count], *step_grads]):
             _accumulate(body_grads, value, gradient)

@@ -16,6 +16,7 @@ import pytest
 import kiln
 from kiln.ir.errors import KilnError, UnknownOpError
 from kiln.ir.serde import SerdeError, UnsafeArchiveError
+from tests.serde.support import archive_members, model_document, zip_members
 
 
 class Small(kiln.nn.Module):
@@ -36,22 +37,9 @@ def genuine() -> bytes:
     return buffer.getvalue()
 
 
-def _members(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {info.filename: archive.read(info) for info in archive.infolist()}
-
-
-def _zip(members: dict[str, bytes], compress: set[str] = frozenset()) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data, zipfile.ZIP_DEFLATED if name in compress else zipfile.ZIP_STORED)
-    return buffer.getvalue()
-
-
 def _rewrite(data: bytes, **changes: bytes) -> bytes:
     """The genuine archive with members replaced; keywords spell paths with `__` for `/` and `_json` for `.json`."""
-    members = _members(data)
+    members = archive_members(data)
     for key, value in changes.items():
         path = key.replace("__", "/")
         for extension in ("json", "pt"):
@@ -59,11 +47,7 @@ def _rewrite(data: bytes, **changes: bytes) -> bytes:
                 path = path[:-len(extension) - 1] + "." + extension
         assert "archive/" + path in members, path
         members["archive/" + path] = value
-    return _zip(members)
-
-
-def _document(data: bytes) -> dict:
-    return json.loads(_members(data)["archive/models/model.json"])
+    return zip_members(members)
 
 
 def _load(data: bytes):
@@ -76,10 +60,10 @@ def test_the_genuine_file_loads(genuine):
 
 
 def test_zip_bomb_by_compression_ratio_is_refused(genuine):
-    members = _members(genuine)
+    members = archive_members(genuine)
     members["archive/data/weights/bomb"] = bytes(32 << 20)
     with pytest.raises(UnsafeArchiveError, match="zip bomb"):
-        _load(_zip(members, compress={"archive/data/weights/bomb"}))
+        _load(zip_members(members, compress={"archive/data/weights/bomb"}))
 
 
 def _patch_central_sizes(data: bytes, name: str, compressed: int, uncompressed: int) -> bytes:
@@ -102,7 +86,7 @@ def test_declared_size_beyond_the_limits_is_refused(genuine):
 
 
 def test_overlapping_members_are_refused(genuine):
-    data = _zip({"archive/archive_format": b"pt2", "archive/a": b"x" * 100, "archive/b": b"y" * 100})
+    data = zip_members({"archive/archive_format": b"pt2", "archive/a": b"x" * 100, "archive/b": b"y" * 100})
     # point b's central entry at a's local header: two names, one stream (the overlapping-file bomb)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         offset_a = archive.getinfo("archive/a").header_offset
@@ -116,25 +100,25 @@ def test_overlapping_members_are_refused(genuine):
 
 @pytest.mark.parametrize("name", ["archive/../../etc/passwd", "/etc/passwd", "archive\\..\\evil", "C:/evil"])
 def test_member_paths_escaping_the_archive_are_refused(genuine, name):
-    members = _members(genuine)
+    members = archive_members(genuine)
     members[name] = b"owned"
     with pytest.raises(UnsafeArchiveError, match="escapes"):
-        _load(_zip(members))
+        _load(zip_members(members))
 
 
 def test_truncated_member_is_refused(genuine):
-    members = _members(genuine)
+    members = archive_members(genuine)
     weight = members.pop("archive/data/weights/weight_0")
     members["archive/data/weights/weight_0"] = weight  # last, so its data borders the central directory
-    data = _zip(members)
+    data = zip_members(members)
     patched = _patch_central_sizes(data, "archive/data/weights/weight_0", len(weight) + 4096, len(weight) + 4096)
     with pytest.raises(SerdeError, match="truncated"):
         _load(patched)
 
 
 def test_corrupt_member_is_refused(genuine):
-    members = _members(genuine)
-    data = _zip(members)
+    members = archive_members(genuine)
+    data = zip_members(members)
     weight = members["archive/data/weights/weight_0"]
     corrupted = data.replace(weight, bytes(len(weight)), 1)
     with pytest.raises(SerdeError, match="truncated or corrupt"):
@@ -147,7 +131,7 @@ def test_cut_short_file_is_refused(genuine):
 
 
 def _weights_config(data: bytes) -> dict:
-    return json.loads(_members(data)["archive/data/weights/model_weights_config.json"])
+    return json.loads(archive_members(data)["archive/data/weights/model_weights_config.json"])
 
 
 def test_absurd_tensor_size_is_refused(genuine):
@@ -188,14 +172,14 @@ def test_deeply_nested_json_is_refused_before_parsing(genuine):
 
 
 def test_unknown_schema_major_version_is_refused(genuine):
-    document = _document(genuine)
+    document = model_document(genuine)
     document["schema_version"] = {"major": 99, "minor": 0}
     with pytest.raises(SerdeError, match="major version is 99"):
         _load(_rewrite(genuine, models__model_json=json.dumps(document).encode()))
 
 
 def test_unknown_ops_are_listed_in_one_error_with_counts(genuine):
-    document = _document(genuine)
+    document = model_document(genuine)
     nodes = document["graph_module"]["graph"]["nodes"]
     first = nodes[0]
     nodes.insert(0, dict(first, target="torch.ops.aten.frobnicate.default", outputs=[{"as_tensor": {"name": "f1"}}]))
@@ -237,7 +221,7 @@ def test_a_needed_pickled_weight_is_refused_and_never_run(genuine, tmp_path):
 
 
 def test_hostile_symbolic_expression_is_refused(genuine):
-    document = _document(genuine)
+    document = model_document(genuine)
     values = document["graph_module"]["graph"]["tensor_values"]
     name = next(iter(values))
     values[name]["sizes"][0] = {"as_expr": {"expr_str": "__import__('os').system('echo pwned')"}}

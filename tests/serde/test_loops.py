@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable
@@ -18,7 +17,7 @@ import kiln
 import kiln.nn as nn
 from kiln.ir.serde import SerdeError
 from kiln.testing import assert_close
-from tests.serde.support import to_numpy, to_torch
+from tests.serde.support import archive_members, model_document, to_numpy, to_torch, zip_members
 
 torch = pytest.importorskip("torch")
 from torch._higher_order_ops.map import map as torch_map  # noqa: E402
@@ -400,8 +399,8 @@ def test_kiln_writes_loops_in_torchs_form(name):
     """Argument kinds, SymInt inputs (a SymInt list when alone, named in the tensor list after tensors), the empty
     tensor list of no additional inputs, and the while_loop cond graph's bare predicate, as torch writes them."""
     target = {"map": "map_impl", "while_loop": "while_loop"}.get(name, "scan")
-    ours = _loop_node(_document(_save(_kiln_program(name))), target)
-    torchs = _loop_node(_document(_torch_saved(name)), target)
+    ours = _loop_node(model_document(_save(_kiln_program(name))), target)
+    torchs = _loop_node(model_document(_torch_saved(name)), target)
     assert _form(ours) == _form(torchs)
 
 
@@ -413,23 +412,10 @@ def _save(program: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _members(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {info.filename: archive.read(info) for info in archive.infolist()}
-
-
-def _document(data: bytes) -> dict[str, Any]:
-    return json.loads(_members(data)["archive/models/model.json"])
-
-
 def _with_document(data: bytes, document: dict[str, Any]) -> bytes:
-    members = _members(data)
+    members = archive_members(data)
     members["archive/models/model.json"] = json.dumps(document).encode()
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, member in members.items():
-            archive.writestr(name, member)
-    return buffer.getvalue()
+    return zip_members(members)
 
 
 def _loop_node(document: dict[str, Any], target: str) -> dict[str, Any]:
@@ -466,7 +452,7 @@ MALFORMED = {
 def test_malformed_loop_is_a_serde_error(case):
     name, mutate, message = MALFORMED[case]
     data = _save(_kiln_program(name))
-    document = _document(data)
+    document = model_document(data)
     mutate(_loop_node(document, name))
     with pytest.raises(SerdeError, match=message):
         kiln.load(io.BytesIO(_with_document(data, document)))
