@@ -1967,14 +1967,17 @@ class KernelBodies:
         shared = self.shared.get(key)
         if shared is None:
             shared = self.shared[key] = f"kernel_body_{len(self.shared)}"
-            prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
-                        for index, symbol in enumerate(self.schedule.symbols)]
             self.definitions.append([f"KILN_BODY void {shared}({', '.join(['const kiln_ctx* ctx', *declared])})",
-                                     "{", *prologue, text, "}", ""])
+                                     "{", *self.symbol_prologue(), text, "}", ""])
         arguments = [used if used.startswith("ctx->packed") else f"({self.types[used]}*){self.slots[used]}"
                      for used in parameters]
         return [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
                 f"static void {name}(const kiln_ctx* ctx) {{ {shared}({', '.join(['ctx', *arguments])}); }}"]
+
+    def symbol_prologue(self) -> list[str]:
+        """A function's first lines: each symbol's value for this run, from the context."""
+        return [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
+                for index, symbol in enumerate(self.schedule.symbols)]
 
     def loop_function(self, name: str, kernel: Kernel, state: RenderState) -> list[str]:
         """A loop kernel (kiln.scan, kiln.map, kiln.while_loop): its regions' kernels, then a function every thread
@@ -1993,7 +1996,8 @@ class KernelBodies:
             return found
 
         cond_calls, body_calls = calls(detail.get("cond", []), "c"), calls(detail["body"], "")
-        i = symbol_name(sympy.Symbol("step"))
+        step, last = sympy.Symbol("step"), sympy.Symbol("last")  # the loop's counter, and its final value
+        i = symbol_name(step)
 
         def address(buf: Buffer, elements: Any = 0) -> str:
             base = f"(unsigned char*)loop->buf[{buf.index}]"
@@ -2008,7 +2012,6 @@ class KernelBodies:
             return [f"{depth}#pragma omp single", f"{depth}{{", *(f"{depth}    {line}" for line in statements),
                     f"{depth}}}"] if statements else []
 
-        step, last = sympy.Symbol("step"), sympy.Symbol("last")
         reads, writes, lasts = [], [], []
         for w in [*detail["slices"], *detail["stacked"]]:
             reads.append(f"loop->buf[{w.window.index}] = {address(w.source, w.offset + step * w.window.numel)};")
@@ -2025,14 +2028,12 @@ class KernelBodies:
                          f"{address(carry.init.buffer, carry.init.offset)} : {i} % 2 ? {first} : {second};")
             ending = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if "cond" not in detail else ""
             writes.append(f"loop->buf[{carry.write.index}] = {ending}{i} % 2 ? {second} : {first};")
-        prologue = [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
-                    for index, symbol in enumerate(self.schedule.symbols)]
         # the kind comment `kiln inspect` lists, after the step's kernels above it
         lines += [f"/* loop: {', '.join(kernel.ops)} */",
                   f"/* each step runs the {_count(len(cond_calls) + len(body_calls), 'kernel')} above */",
                   f"static void {name}(const kiln_ctx* ctx)", "{",
                   "    kiln_ctx* loop = (kiln_ctx*)ctx;  /* the call's context: the loop moves its windows */",
-                  *prologue]
+                  *self.symbol_prologue()]
         if "cond" in detail:  # while: the cond region's kernels decide each step; the last carries read are the results
             predicate = detail["predicate"]
             test = f"((const bool*)loop->buf[{predicate.buffer.index}])[{dim_expr(predicate.offset)}]"
