@@ -24,6 +24,7 @@ from kiln.codegen.onnx.context import Lowering, LoweringContext
 from kiln.codegen.onnx.graph import Model, OnnxGraph, Value, value_info
 from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
 from kiln.codegen.onnx.optimize import clean_graph
+from kiln.codegen.onnx.recurrent import lower_recurrent, match_recurrent
 import kiln.codegen.onnx.composites  # noqa: F401,E402  (adds the composite ops' lowerings to the table)
 import kiln.codegen.onnx.quantized  # noqa: F401,E402  (adds the quantize/dequantize lowerings)
 
@@ -335,7 +336,13 @@ def _lower_scan(graph: OnnxGraph, op: ScanOp, values: dict[Any, Value], names: d
                 table: Mapping[str, Lowering], opset: int) -> None:
     """`kiln.scan` → ONNX `Scan`: the carries are its state variables, the xs its scan inputs along axis 0, and the
     per-step outputs its scan outputs stacked along a new axis 0; both order their inputs and outputs as the scan
-    HOP does (state first). `reverse` needs nothing here: the frontend flips the xs and ys around the op."""
+    HOP does (state first). `reverse` needs nothing here: the frontend flips the xs and ys around the op. A scan that
+    is exactly one direction of an RNN, LSTM or GRU layer becomes ONNX's op for it instead (see recurrent.py)."""
+    match = match_recurrent(op)
+    if match is not None:
+        graph.hint = names.get(op.results[-1], "rnn")
+        _bind_results(graph, op, values, lower_recurrent(graph, match, values))
+        return
     _lower_scan_like(graph, op, list(op.init), list(op.xs), values, names, table, opset, "scan")
 
 
