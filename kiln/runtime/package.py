@@ -57,7 +57,35 @@ def _open_library(path: pathlib.Path) -> ctypes.CDLL:
         if identity not in seen:
             seen.append(identity)
         spelling = f"{resolved.parent}/{'./' * seen.index(identity)}{resolved.name}"
-        return ctypes.CDLL(spelling)
+        library = ctypes.CDLL(spelling)
+        _pin_openmp_runtime()
+        return library
+
+
+# The OpenMP runtimes a compiled library may load (GCC's, LLVM's, Intel's), by soname.
+_OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so")
+_PINNED: list[ctypes.CDLL] = []
+
+
+def _pin_openmp_runtime() -> None:
+    """Keep the OpenMP runtime a library brought in loaded for the rest of the process. Its worker threads outlive
+    the parallel regions, waiting in its code; closing the last model library would otherwise unload the runtime
+    under them, and they would crash. RTLD_NOLOAD takes a reference only to a runtime already loaded."""
+    if _PINNED:
+        return
+    for soname in _OPENMP_RUNTIMES:
+        try:
+            _PINNED.append(ctypes.CDLL(soname, mode=os.RTLD_NOLOAD))
+        except OSError:
+            continue
+
+
+def _close_library(lib: ctypes.CDLL) -> None:
+    """dlclose what `_open_library` opened. The loader unmaps the library when its last handle closes; until then
+    its file's inode stays alive, so `_LOADED_FILES` never sees that identity reused by another file meanwhile."""
+    import _ctypes
+    with _LOADED_FILES_LOCK:
+        _ctypes.dlclose(lib._handle)
 
 
 class Signature:
@@ -181,7 +209,7 @@ class CompiledModel:
         weights_path = self.path / self.manifest["weights_file"]
         check_weights(self.manifest, self.path, weights_path.stat().st_size)
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
-        lib = _open_library(self.path / self.manifest["library"])
+        lib = self._lib = _open_library(self.path / self.manifest["library"])
         lib.kiln_build_id.restype = ctypes.c_char_p
         if lib.kiln_build_id().decode() != self.manifest.get("build_id"):
             raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
@@ -204,7 +232,6 @@ class CompiledModel:
         lib.kiln_kernel_seconds.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.kiln_profiled_runs.restype = ctypes.c_int64
         lib.kiln_profiled_runs.argtypes = [ctypes.c_void_p]
-        self._lib = lib
         address = self._weights.ctypes.data if self._weights is not None else None
         self._handle = lib.kiln_create(address, 0 if self._weights is None else self._weights.size)
         if not self._handle:
@@ -230,6 +257,9 @@ class CompiledModel:
         if handle and lib is not None:
             lib.kiln_destroy(handle)
             self._handle = None
+        if lib is not None:  # each load opened the library once: close it, so unloading a model unmaps its code
+            self._lib = None
+            _close_library(lib)
 
     def profile(self, *args: Any, runs: int = 10) -> list[tuple[str, float]]:
         """Run `runs` times with per-kernel timing; (kernel name, mean seconds per run), slowest first. Kernel

@@ -31,3 +31,21 @@ def zoo_inputs(entry: Any) -> Iterator[np.ndarray]:
             yield rng.integers(0, int(base.max()) + 1, shape).astype(np.int64)
         else:
             yield rng.standard_normal(shape).astype(base.dtype)
+
+
+def process_memory() -> dict[str, int]:
+    """This process's resident memory in bytes (Linux /proc): `anonymous` (heap, copies) and `file` (mapped files,
+    e.g. weights read through mmap and libraries)."""
+    fields = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                name, value = line.split(":")
+                fields[name] = int(value.split()[0]) * 1024
+    return {"anonymous": fields["RssAnon"], "file": fields["RssFile"]}
+
+
+def open_descriptors() -> int:
+    """How many file descriptors this process holds (Linux /proc)."""
+    import os
+    return len(os.listdir("/proc/self/fd"))
