@@ -3,7 +3,8 @@
 Usage: python benchmarks/loops.py [--threads N] [--rounds R] [--lengths 32,512] [--rows tagger,lstm256]
 Rows: the zoo's LSTM tagger (embedding, 2-layer bidirectional LSTM of hidden 24, a linear tagger) and a 2-layer
 LSTM of hidden 256 (input 256), both at batch 1. Each is exported by kiln ONCE with a dynamic sequence dim (the
-time loops are `kiln.scan`s), and that one program is compiled to C and exported to ONNX (Scan) for every length.
+time loops are `kiln.scan`s), and that one program is compiled to C and exported to ONNX for every length (each
+scan is ONNX's LSTM op, see kiln/codegen/onnx/recurrent.py).
 Peers: kiln C; onnxruntime on kiln's ONNX; onnxruntime on torch.onnx's export (its LSTM op, exported at each fixed
 length, which is what torch.onnx gives); torch eager. Every peer runs with the same thread count, timed in
 interleaved rounds (medians). Each output is checked against torch eager, so a fast wrong answer shows.
