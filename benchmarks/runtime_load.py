@@ -6,8 +6,8 @@
   descriptors before and after;
 - a model called from a thread while its folder is recompiled 5 times: every call's result;
 - 512 MB of weights: resident memory (anonymous vs file-backed) after loading and after one call, for an embedding
-  table (read in place from the mapped weights.bin) and for a linear layer (its weight repacked at load into the
-  GEMM's panel layout).
+  table (read in place from the mapped weights.bin) and for a linear layer (read in the GEMM's panel layout, which
+  the compiler packed into weights.bin).
 
 Run: .venv/bin/python benchmarks/runtime_load.py   (Linux: it reads /proc/self)
 """

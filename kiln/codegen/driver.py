@@ -51,7 +51,8 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
     program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE), emitter.TARGET)
     plan = emitter.plan(program)
     memory = plan_memory(plan, program.range_constraints)
-    weights, write_weights = _weights_file(program, plan, emitter.nibble_weights(plan))
+    packs, read_as_is = emitter.packed_weights(plan) if hasattr(emitter, "packed_weights") else ([], None)
+    weights, write_weights = _weights_file(program, plan, emitter.nibble_weights(plan), packs, read_as_is)
     out = pathlib.Path(output) if output is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln_pkg_"))
     out.mkdir(parents=True, exist_ok=True)
     offsets = {entry["name"]: entry["offset"] for entry in weights}
@@ -72,21 +73,29 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
     return out
 
 
-def _weights_file(program: ExportedProgram, plan: Schedule,
-                  nibbles: set[str]) -> tuple[list[dict], Callable[[pathlib.Path], None]]:
-    """The manifest's weight entries (64-byte aligned offsets) and a function writing weights.bin to a path."""
+def _weights_file(program: ExportedProgram, plan: Schedule, nibbles: set[str], packs: list[Any],
+                  read_as_is: set[str] | None) -> tuple[list[dict], Callable[[pathlib.Path], None]]:
+    """The manifest's weight entries (64-byte aligned offsets) and a function writing weights.bin to a path: the
+    weights kernels read as they are (all of them when `read_as_is` is None), then the backend's packed forms
+    (`packs`, each with a `name`, its `source` weight and a `pack` function)."""
     weights, written, chunks, size = [], set(), [], 0
+    packed_only = {pack.source for pack in packs} - (read_as_is if read_as_is is not None else set())
+    entries = []
     for buf in plan.buffers:
-        if buf.kind != "weight" or buf.weight_key in written:
+        if buf.kind != "weight" or buf.weight_key in written or buf.weight_key in packed_only:
             continue
         written.add(buf.weight_key)
         array = np.ascontiguousarray(weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)
+        entries.append((buf.weight_key, array, buf.dtype.name, buf.weight_key in nibbles, {}))
+    entries += [(pack.name, pack.pack(weight_array(program, pack.source)), "float32", False,
+                 {"packed_from": pack.source, "layout": pack.layout}) for pack in packs]
+    for name, array, dtype_name, nibbled, packing in entries:
         padding = -size % ALIGN
         size += padding
-        data = np.frombuffer(_nibbles(array), np.uint8) if buf.weight_key in nibbles else \
+        data = np.frombuffer(_nibbles(array), np.uint8) if nibbled else \
             array.astype(array.dtype.newbyteorder("<"), copy=False)
-        weights.append({"name": buf.weight_key, "offset": size, "nbytes": data.nbytes, "dtype": buf.dtype.name,
-                        "shape": list(array.shape), "bits": 4 if buf.weight_key in nibbles else 8 * array.itemsize})
+        weights.append({"name": name, "offset": size, "nbytes": data.nbytes, "dtype": dtype_name,
+                        "shape": list(array.shape), "bits": 4 if nibbled else 8 * array.itemsize, **packing})
         chunks.append((padding, data))
         size += data.nbytes
 

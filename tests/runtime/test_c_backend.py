@@ -209,7 +209,16 @@ def test_package_layout_and_compile_from_module(tmp_path):
     for weight in manifest["weights"]:
         assert weight["offset"] % 64 == 0
         stored = np.frombuffer(blob, np.float32, weight["nbytes"] // 4, weight["offset"]).reshape(weight["shape"])
-        np.testing.assert_array_equal(stored, entry.model.state_dict()[weight["name"]].__kiln_array__())
+        if "packed_from" in weight:  # a linear's W^T in GEMM panels [panel, K, NR]: unpacked, W^T again
+            source = entry.model.state_dict()[weight["packed_from"]].__kiln_array__()
+            assert weight["layout"] == "panels"
+            panels, k, width = stored.shape
+            unpacked = stored.transpose(1, 0, 2).reshape(k, panels * width)
+            np.testing.assert_array_equal(unpacked[:, :source.shape[0]], source.T)
+            assert not unpacked[:, source.shape[0]:].any()
+        else:
+            np.testing.assert_array_equal(stored, entry.model.state_dict()[weight["name"]].__kiln_array__())
+    assert {w.get("packed_from", w["name"]) for w in manifest["weights"]} == set(entry.model.state_dict())
     x = np.ones((3, 32), np.float32)
     _check(kiln.runtime.load(tmp_path / "pkg")(x), model(x))
 
@@ -473,13 +482,21 @@ def test_recompiling_into_a_loaded_package_keeps_the_loaded_model_working(tmp_pa
 
 
 def test_manifest_reports_packed_panels_and_scratch(tmp_path, capsys):
-    """MLP 32->64->64->10: every B is a weight, packed into 32-wide zero-padded panels at create; the per-thread
-    scratch holds A (the activations) in 12-row blocks, for K = 32 and K = 64, capped at 4 MB."""
+    """MLP 32->64->64->10: every B is a weight, packed by the compiler into KILN_NR-wide zero-padded panels in
+    weights.bin (nothing is packed at create); the per-thread scratch holds A (the activations) in 12-row blocks,
+    for K = 32 and K = 64, capped at 4 MB."""
     from kiln.cli.main import main
+    from kiln.codegen.c.packing import tile_sizes
     entry = kiln.models.get("mlp")
     compile_c(kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes), output=tmp_path / "mlp")
-    memory = kiln.runtime.load(tmp_path / "mlp").manifest["memory"]
-    assert memory["packed_weight_bytes"] == (32 * 64 + 64 * 64 + 64 * 32) * 4  # 10 outputs pad to one panel
+    manifest = kiln.runtime.load(tmp_path / "mlp").manifest
+    memory = manifest["memory"]
+    assert memory["packed_weight_bytes"] == 0
+    _, nr = tile_sizes(manifest["cpu_capability"])
+    panels = {entry["packed_from"]: entry["nbytes"] for entry in manifest["weights"] if "packed_from" in entry}
+    assert panels == {name: k * -(-n // nr) * nr * 4  # 10 outputs pad to one panel
+                      for name, k, n in [("layers.0.weight", 32, 64), ("layers.1.weight", 64, 64),
+                                         ("head.weight", 64, 10)]}
     assert memory["scratch_bytes_per_thread"] == [f"4*Min(1048576, {12 * k}*ceiling(batch/12))" for k in (32, 64)]
     # The GPT's fused attention (head dim 16) packs Kᵀ into 32-key panels (32*ceil(seq/32) x 16 floats), V into one
     # 32-wide panel (seq x 32) and keeps 12 rows of scores (12 x 32*ceil(seq/32)); its linears pack A.
@@ -490,7 +507,8 @@ def test_manifest_reports_packed_panels_and_scratch(tmp_path, capsys):
     assert scratch[0] == attention and all(s.startswith("4*Min(1048576, ") for s in scratch[1:])
     assert main(["inspect", str(tmp_path / "gpt")]) == 0
     out = capsys.readouterr().out
-    assert f"per-thread GEMM scratch: max({attention}, 4*Min(1048576, " in out and "packed weight panels" in out
+    assert f"per-thread GEMM scratch: max({attention}, 4*Min(1048576, " in out and "packed weight panels" not in out
+    assert "packed by the compiler for " + kiln.runtime.load(tmp_path / "gpt").manifest["cpu_capability"] in out
 
 
 class _MaskedSoftmax(kiln.nn.Module):

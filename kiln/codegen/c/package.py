@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 from kiln.codegen.c.attention import fuse_attention
 from kiln.codegen.c.build import build_library, get_cpu_capability
-from kiln.codegen.c.render import ABI_VERSION, int4_weights, render, runtime_memory, stamp_build_id
+from kiln.codegen.c.render import (
+    ABI_VERSION, compile_time_packs, int4_weights, render, runtime_memory, stamp_build_id, weights_read_unpacked,
+)
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, format_bytes
 from kiln.codegen.schedule import Schedule, schedule
@@ -22,6 +24,14 @@ FORMAT = "kiln-c-package"
 
 def plan(program: ExportedProgram) -> Schedule:
     return fuse_attention(schedule(program, TARGET))
+
+
+def packed_weights(plan: Schedule) -> tuple[list[Any], set[str]]:
+    """The weights the compiler packs into the micro-kernels' layouts (packing.PackedWeight, one per layout), and
+    the weights kernels read as they are (the others are stored packed only)."""
+    capability = get_cpu_capability()
+    packs = {pack.name: pack for pack in compile_time_packs(plan, capability).values()}
+    return list(packs.values()), weights_read_unpacked(plan, capability)
 
 
 def nibble_weights(plan: Schedule) -> set[str]:

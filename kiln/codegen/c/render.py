@@ -19,6 +19,8 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
+from kiln.codegen.c.build import get_cpu_capability
+from kiln.codegen.c.packing import packed_weight, tile_sizes
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
@@ -2105,7 +2107,7 @@ def runtime_memory(schedule: Schedule) -> dict[str, Any]:
     sizes, allocated once per call for each thread) and the weight panels packed when the model is created."""
     packed = _prepacked(schedule)
     needs = {_scratch_bytes(kernel, packed) for kernel in schedule.all_kernels()} - {None}
-    panel_bytes = sum(_packed_bytes(kernel) for kernel in packed)
+    panel_bytes = sum(_packed_bytes(kernel) for kernel in packed if not _packed_at_compile_time(kernel))
     return {"scratch_bytes_per_thread": sorted(needs, key=str), "packed_weight_bytes": panel_bytes}
 
 
@@ -2212,13 +2214,44 @@ def int4_weights(schedule: Schedule) -> set[str]:
 def _allocate(slot: int, size: str) -> list[str]:
     """Create-time lines: a 64-byte-aligned block of `size` bytes (a multiple of 64) for packed slot `slot`."""
     return [f"    m->packed[{slot}] = (float*)aligned_alloc(64, {size});",
-            f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}"]
+            f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+            f"    m->packed_owned[{slot}] = 1;"]
+
+
+def _packed_at_compile_time(kernel: Kernel) -> bool:
+    """Whether a kernel with a packed operand (render._prepacked) reads it from weights.bin, packed by the compiler
+    (packing.py: the float32 GEMMs and convolutions), rather than packing it when the model is created."""
+    return kernel.kind in ("matmul", "conv")
+
+
+def compile_time_packs(schedule: Schedule, capability: str) -> dict[Kernel, Any]:
+    """The kernels whose packed operand the compiler writes into weights.bin, and how (packing.PackedWeight)."""
+    return {kernel: packed_weight(kernel, capability) for kernel in _prepacked(schedule)
+            if _packed_at_compile_time(kernel)}
+
+
+def weights_read_unpacked(schedule: Schedule, capability: str) -> set[str]:
+    """The weights some kernel reads as they are; a weight read only through compile-time packs is not."""
+    packs = compile_time_packs(schedule, capability)
+    needed = set()
+    for kernel in schedule.all_kernels():
+        if kernel.kind == "loop":  # its body's kernels are counted one by one
+            continue
+        skipped = packs[kernel].source if kernel in packs else None
+        needed |= {buf.weight_key for buf in kernel_reads(kernel) if buf.kind == "weight" and buf.weight_key != skipped}
+    return needed
 
 
 def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, int]) -> list[str]:
     nibbles = int4_weights(schedule)
+    capability = get_cpu_capability()
     lines = []
     for kernel, slot in packed.items():
+        if _packed_at_compile_time(kernel):
+            name = packed_weight(kernel, capability).name
+            lines.append(f"    m->packed[{slot}] = (float*)(m->weights + {weight_offsets[name]});  "
+                         f"/* {kernel.name}: packed by the compiler */")
+            continue
         if kernel.kind in SPARSE_KERNELS:
             offsets, components = _sparse_offsets(kernel), kernel.detail["components"]
             size = f"{offsets[None]}"
@@ -2353,7 +2386,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     npacked = len(state.packed)
     nkernels = len(schedule.kernels)
     out.append("struct kiln_model {\n    const unsigned char* weights;\n    unsigned char* owned;\n"
-               f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n    char error[512];\n"
+               f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n"
+               f"    unsigned char packed_owned[{max(1, npacked)}];\n    char error[512];\n"
                f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n}};")
     out.append(f"static const char* const KERNEL_NAMES[] = {{{', '.join(map(_cstr, names)) or '0'}}};")
     out.append(f"static void (*const KERNELS[])(const kiln_ctx*) = {{{', '.join(names) or '0'}}};")
@@ -2362,6 +2396,12 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
                           ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
     pack_lines = "\n".join(_pack_weights(schedule, state.packed, weight_offsets))
+    if any(_packed_at_compile_time(kernel) for kernel in state.packed):
+        capability = get_cpu_capability()
+        mr, nr = tile_sizes(capability)
+        out.append(f"#if KILN_MR != {mr} || KILN_NR != {nr}\n#error \"weights.bin holds this model's weights "
+                   f"packed for {mr} x {nr} register tiles ({capability}): build model.c with the flags of the "
+                   f"package's cpu_capability\"\n#endif")
     out.append(f"""
 int kiln_abi_version(void) {{ return KILN_ABI_VERSION; }}
 int kiln_num_inputs(void) {{ return {nin}; }}
@@ -2390,7 +2430,7 @@ int64_t kiln_profiled_runs(const kiln_model* m) {{ return m ? m->profiled_runs :
 void kiln_destroy(kiln_model* m)
 {{
     if (!m) return;
-    for (int i = 0; i < {npacked}; ++i) free(m->packed[i]);
+    for (int i = 0; i < {npacked}; ++i) if (m->packed_owned[i]) free(m->packed[i]);
     free(m->owned);
     free(m);
 }}
@@ -2454,8 +2494,9 @@ kiln_model* kiln_create_from_file(const char* path)
             run.append(f"    {slot} = (void*)inputs[{buf.io_index}];")
         elif buf.kind == "output":
             run.append(f"    {slot} = outputs[{buf.io_index}];")
-        elif buf.kind == "weight":
-            run.append(f"    {slot} = (void*)(m->weights + {weight_offsets[buf.weight_key]});")
+        elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
+            address = f"m->weights + {weight_offsets[buf.weight_key]}" if buf.weight_key in weight_offsets else "NULL"
+            run.append(f"    {slot} = (void*)({address});")
         elif buf.kind == "temp":  # windows get their addresses from their loops
             temps.append(buf)
     # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
