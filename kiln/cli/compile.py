@@ -20,6 +20,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,9 @@ def _load_program(options: argparse.Namespace) -> Any:
 
 
 def _check_output(output: Path) -> None:
+    if output.name in ("", ".", ".."):  # `-o ""` or `-o .`: the current folder cannot be replaced
+        raise KilnError(f"cannot write a package to {str(output)!r}, a folder it cannot replace",
+                        fix="name the package folder, e.g. -o model_pkg")
     if not output.parent.is_dir():
         raise KilnError(f"cannot write {output}: folder {output.parent} does not exist")
     if output.exists():
@@ -99,7 +103,7 @@ def run_compile(options: argparse.Namespace) -> int:
     program = _load_program(options)
     progress = _progress(options)
     progress(f"compiling to {options.target}")
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    staging = staging_dir(output)
     try:
         model = compile_package(program, target=options.target, pipeline=options.pipeline, output=staging)
         del model
@@ -109,6 +113,15 @@ def run_compile(options: argparse.Namespace) -> int:
         raise
     progress(f"wrote {output}")
     return 0
+
+
+def staging_dir(output: Path) -> Path:
+    """A new empty folder beside `output` to build a package in, before `_replace_dir` moves it into place."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as error:
+        raise KilnError(f"cannot write {output}: {error.strerror} in {output.parent}",
+                        fix="choose a folder you can write to") from None
 
 
 def _replace_dir(staging: Path, output: Path) -> None:
@@ -131,7 +144,6 @@ def _replace_dir(staging: Path, output: Path) -> None:
 # kiln run
 
 def _read_inputs(texts: list[str], names: list[str]) -> list[Any]:
-    import numpy as np
     given: dict[str, Path] = {}
     for text in texts:
         name, sep, file = text.partition("=")
@@ -146,18 +158,28 @@ def _read_inputs(texts: list[str], names: list[str]) -> list[Any]:
     missing = [n for n in names if n not in given]
     if missing:
         raise KilnError(f"no --input for {', '.join(missing)}", fix="give every input: --input NAME=FILE.npy")
-    arrays = []
-    for name in names:
-        path = given[name]
-        if not path.is_file():
-            raise KilnError(f"input file {path} (for {name!r}) does not exist")
-        try:
-            arrays.append(np.load(path, allow_pickle=False))
-        except Exception as error:
-            raise KilnError(f"cannot read {path} as .npy (for {name!r}): {error}") from None
-        if not isinstance(arrays[-1], np.ndarray):
-            raise KilnError(f"{path} (for {name!r}) holds several arrays", fix="pass a single-array .npy file")
-    return arrays
+    return [_read_npy(given[name], name) for name in names]
+
+
+def _read_npy(path: Path, name: str) -> Any:
+    """The array of one .npy file, mapped rather than read: never unpickled, and a header declaring more data than
+    the file holds is refused before anything is allocated."""
+    import numpy as np
+    if not path.is_file():
+        raise KilnError(f"input file {path} (for {name!r}) " + ("is not a regular file" if path.exists()
+                                                                else "does not exist"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy warns of the overflow before refusing an absurd header
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as error:
+        raise KilnError(f"cannot read {path} as .npy (for {name!r}): {error}",
+                        fix="write it with numpy.save, of a numeric array") from None
+    if not isinstance(array, np.ndarray):
+        array.close()
+        raise KilnError(f"{path} (for {name!r}) is an .npz archive, not an .npy file",
+                        fix="pass one .npy file per input: numpy.save('x.npy', x)")
+    return array
 
 
 def _load_package(path: Path) -> Any:

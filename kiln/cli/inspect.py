@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.ir.errors import KilnError
+from kiln.ir.files import path_inside
 
 
 def register(commands: Any) -> None:
@@ -40,6 +41,8 @@ def inspect_file(path: str | Path) -> dict[str, Any]:
         raise KilnError(f"no such file: {path}")
     if path.is_dir():
         return _inspect_package(path)
+    if not path.is_file():  # a device or a pipe would be read forever
+        raise KilnError(f"{path} is not a regular file", fix="pass a .pt2 or .onnx file or a package directory")
     if path.suffix == ".onnx":
         return _inspect_onnx(path)
     return _inspect_pt2(path)
@@ -135,6 +138,9 @@ def _inspect_onnx(path: Path) -> dict[str, Any]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # onnx raises DecodeError and friends
         raise KilnError(f"{path} is not a readable ONNX model: {error}") from error
+    if not model.HasField("graph"):
+        raise KilnError(f"{path} holds no ONNX graph, so it is not an ONNX model",
+                        fix="pass a model file an ONNX exporter wrote")
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
 
@@ -149,18 +155,22 @@ def _inspect_onnx(path: Path) -> dict[str, Any]:
 
     ops: Counter[str] = Counter()
 
-    def count(inner: Any) -> None:
-        for node in inner.node:
-            ops[f"{node.domain + '.' if node.domain else ''}{node.op_type}"] += 1
-            for attribute in node.attribute:
-                if attribute.g is not None and attribute.g.node:
-                    count(attribute.g)
-    count(graph)
+    pending = [iter(graph.node)]  # a stack, not recursion: If/Loop/Scan bodies may nest without limit
+    while pending:
+        node = next(pending[-1], None)
+        if node is None:
+            pending.pop()
+            continue
+        ops[f"{node.domain + '.' if node.domain else ''}{node.op_type}"] += 1
+        subgraphs = [attribute.g for attribute in node.attribute if attribute.g is not None and attribute.g.node]
+        for subgraph in subgraphs:
+            for tensor in subgraph.initializer:
+                _onnx_initializer_bytes(path, tensor)
+        pending += [iter(subgraph.node) for subgraph in reversed(subgraphs)]
     values = size = 0
     for tensor in graph.initializer:
-        elements = math.prod(tensor.dims)
-        values += elements
-        size += elements * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        values += math.prod(tensor.dims)
+        size += _onnx_initializer_bytes(path, tensor)
     symbols = sorted({d.dim_param for v in graph.input for d in v.type.tensor_type.shape.dim if d.dim_param})
     return {"file": str(path), "format": "onnx",
             "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
@@ -168,6 +178,42 @@ def _inspect_onnx(path: Path) -> dict[str, Any]:
             "outputs": [{"name": v.name, "type": describe(v), "kind": "user_output"} for v in graph.output],
             "symbols": {name: [None, None] for name in symbols}, "ops": dict(ops.most_common()),
             "weights": {"initializers": {"tensors": len(graph.initializer), "values": values, "bytes": size}}}
+
+
+def _onnx_initializer_bytes(path: Path, tensor: Any) -> int:
+    """An initializer's size in bytes, after checking that its dims, element type and data hold together and that
+    external data lies inside the model's folder (external data is never read)."""
+    from onnx import TensorProto, helper
+    dims, fix = list(tensor.dims), "the file is damaged or not genuine; export the model again"
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        raise KilnError(f"{path}: initializer {tensor.name!r} has the unknown element type {tensor.data_type}",
+                        fix=fix) from None
+    if any(d < 0 for d in dims):
+        raise KilnError(f"{path}: initializer {tensor.name!r} has negative dims {dims}", fix=fix)
+    values = math.prod(dims)
+    if tensor.data_location == TensorProto.EXTERNAL:
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        if path_inside(path.parent, location) is None:
+            raise KilnError(f"{path}: initializer {tensor.name!r} keeps its data at {location!r}, outside the "
+                            "model's folder", fix="keep external data files beside the model (onnx.save_model "
+                            "with save_as_external_data and a relative location)")
+        return values * itemsize
+    if tensor.data_type == TensorProto.STRING:  # no fixed size per value
+        return values * itemsize
+    nibbles = tensor.data_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1)  # two per byte
+    if tensor.raw_data:
+        held, needed = len(tensor.raw_data), -(-values // 2) if nibbles else values * itemsize
+    else:
+        held = sum(len(field) for field in (tensor.float_data, tensor.int32_data, tensor.int64_data,
+                                            tensor.double_data, tensor.uint64_data))
+        pairs = tensor.data_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128)
+        needed = held if nibbles else values * (2 if pairs else 1)
+    if held != needed:
+        raise KilnError(f"{path}: initializer {tensor.name!r} declares dims {dims} ({values} values) but its data "
+                        f"holds {held} {'bytes' if tensor.raw_data else 'values'}, not {needed}", fix=fix)
+    return values * itemsize
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,10 +229,8 @@ def _inspect_package(path: Path) -> dict[str, Any]:
     if not manifest_path.is_file():
         raise KilnError(f"{path} is a directory without manifest.json, so not a kiln package",
                         fix=f"pass a .pt2/.onnx file or a package directory ({recompile})")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise KilnError(f"{manifest_path} is not readable JSON: {error}", fix=recompile) from error
+    from kiln.runtime.package import read_manifest
+    manifest = read_manifest(path)  # size and nesting checked before parsing
     try:
         if manifest.get("format") not in PACKAGE_FORMATS:
             raise KilnError(f"{manifest_path} is not a kiln package manifest (format {manifest.get('format')!r})",
@@ -201,6 +245,10 @@ def _inspect_package(path: Path) -> dict[str, Any]:
         weights = manifest["weights"]
         totals = {"tensors": len(weights), "values": sum(math.prod(w["shape"]) for w in weights),
                   "bytes": sum(w["nbytes"] for w in weights)}
+        packed = [w for w in weights if "packed_from" in w]  # laid out by the compiler for the micro-kernels
+        if packed:
+            totals["packed"] = {"tensors": len(packed), "bytes": sum(w["nbytes"] for w in packed),
+                                "for": str(manifest.get("cpu_capability"))}
         memory = manifest.get("memory")  # absent in packages from before memory planning
         if memory is not None:
             memory = {key: memory[key] for key in ("arena_bytes", "unplanned_bytes", "slots", "temps")}
@@ -216,7 +264,7 @@ def _inspect_package(path: Path) -> dict[str, Any]:
         raise KilnError(f"{manifest_path} is malformed ({type(error).__name__}: {error})", fix=recompile) from error
     return {"file": str(path), "format": manifest["format"], "abi_version": manifest.get("abi_version"),
             "inputs": inputs, "outputs": outputs, "symbols": symbols, "weights": {"weights.bin": totals},
-            "memory": memory, "kernels": _package_kernels(path / manifest.get("source", ""))}
+            "memory": memory, "kernels": _package_kernels(path_inside(path, manifest.get("source")))}
 
 
 PACKAGE_FORMATS = ("kiln-c-package", "kiln-triton-package")
@@ -224,8 +272,11 @@ PACKAGE_FORMATS = ("kiln-c-package", "kiln-triton-package")
 _KERNEL_COMMENT = re.compile(r"^(?:/\* |# )(\w+): ([\w.]+(?:, [\w.]+)*)(?: \*/)?$", re.M)
 
 
-def _package_kernels(source: Path) -> list[dict[str, str]]:
-    """The kernels a package's source defines (kind and the ops each fuses), in run order; [] without a source."""
+def _package_kernels(source: Path | None) -> list[dict[str, str]]:
+    """The kernels a package's source defines (kind and the ops each fuses), in run order; [] without a source (or
+    with one named outside the package folder, which is never read)."""
+    if source is None or not source.is_file():
+        return []
     try:
         text = source.read_text()
     except (OSError, UnicodeDecodeError):
@@ -289,13 +340,18 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append("weights:")
     for group, info in summary["weights"].items():
         lines.append(f"  {group}: {info['tensors']} tensors, {info['values']:,} values, {_bytes(info['bytes'])}")
+        if "packed" in info:
+            packed = info["packed"]
+            lines.append(f"    of which {packed['tensors']} packed by the compiler for {packed['for']}'s GEMM "
+                         f"tiles (mapped, not copied, at load): {_bytes(packed['bytes'])}")
     if summary["format"] in PACKAGE_FORMATS:
         lines += _memory_lines(summary["memory"], summary["symbols"])
         kernels = summary.get("kernels") or []
         lines.append(f"kernels ({len(kernels)}):")
         lines += [f"  {number}. {k['kind']}: {k['ops']}" for number, k in enumerate(kernels)]
-        lines.append("trust: loading this package runs its code (model.so / model.py), as unpickling would; "
-                     "load only packages you trust")
+        code = "native code (model.so)" if summary["format"] == "kiln-c-package" else "code (model.py)"
+        lines.append(f"trust: loading this package runs its {code}, as unpickling would; load only packages you "
+                     "trust")
     if summary.get("not_read"):
         lines.append("not read:")
         lines += [f"  {name}: {why}" for name, why in summary["not_read"].items()]

@@ -97,6 +97,8 @@ def _check_format(path: str, role: str) -> None:
 def _read(path: str) -> ExportedProgram:
     if path == "-":
         return ExportedProgram.from_mlir(sys.stdin.read())
+    if not Path(path).is_file():  # a missing file, a folder, or a device or pipe that would be read forever
+        raise KilnError(f"cannot read {path}: it does not exist or is not a regular file")
     if Path(path).suffix == ".pt2":
         from kiln.ir.serde import load
         return load(path)  # weights travel inside the archive

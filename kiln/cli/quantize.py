@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,11 @@ def load_calibration(path: str, program: Any) -> list[tuple[np.ndarray, ...]]:
         raise KilnError(f"calibration file {file} does not exist")
     try:
         archive = np.load(file, allow_pickle=False)  # never unpickle
-        arrays = {name: archive[name] for name in archive.files}
-    except (ValueError, OSError) as error:
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array (.npy), not named arrays (.npz)")
+        with archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
         raise KilnError(f"cannot read {file} as .npz: {error}", fix="write it with numpy.savez") from None
     specs = [(spec, arg) for spec, arg in zip(program.graph_signature.input_specs, program.body.args)
              if spec.kind is InputKind.USER_INPUT]
@@ -91,6 +95,14 @@ def load_calibration(path: str, program: Any) -> list[tuple[np.ndarray, ...]]:
     if missing:
         raise KilnError(f"{file} has no array for input(s) {', '.join(missing)} (it has {', '.join(arrays)})",
                         fix=f"name the arrays like the inputs: {', '.join(names)}")
+    extra = [name for name in arrays if name not in names]
+    if extra:
+        raise KilnError(f"{file} has array(s) {', '.join(extra)}, which are not inputs of the model",
+                        fix=f"name the arrays like the inputs: {', '.join(names)}")
+    scalars = [name for name in names if np.ndim(arrays[name]) == 0]
+    if scalars:
+        raise KilnError(f"the array {scalars[0]!r} in {file} is a scalar, without an axis of batches",
+                        fix="stack the batches: numpy.savez(FILE, x=numpy.stack(batches))")
     counts = {len(arrays[name]) for name in names}
     if len(counts) != 1:
         raise KilnError(f"the arrays in {file} hold different numbers of batches: {sorted(counts)}")
@@ -136,7 +148,7 @@ def run_quantize(options: argparse.Namespace) -> int:
         raise KilnError("--report compares outputs on data", fix="pass --calibration DATA.npz")
     progress = _progress(options)
     request = load_export_request(options.model, options.input, options.dynamic, progress)
-    batches = load_calibration(options.calibration, request.program) if options.calibration else []
+    batches = load_calibration(options.calibration, request.program) if options.calibration is not None else []
     quantizer = quantizer_for(options.scheme, options.reduce_range, options.group_size, output.suffix == ".onnx")
     prepared = kq.prepare_pt2e(request.program, quantizer)
     if options.scheme == "static":

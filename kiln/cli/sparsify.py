@@ -18,14 +18,13 @@ import math
 import re
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kiln.cli.compile import _check_output, _replace_dir
+from kiln.cli.compile import _check_output, _replace_dir, staging_dir
 from kiln.cli.export import _progress, add_model_arguments, example_inputs, load_export_request
 from kiln.ir.errors import KilnError
 
@@ -203,7 +202,7 @@ def run_sparsify(options: argparse.Namespace) -> int:
             print(f"kiln: warning: {warning.message}", file=sys.stderr)
         exported.save(output)
     else:
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        staging = staging_dir(output)
         try:
             kiln.compile(final, output=staging)
             _replace_dir(staging, output)

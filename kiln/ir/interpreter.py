@@ -15,7 +15,6 @@ import numpy as np
 import sympy
 from xdsl.dialects import func
 
-from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.registry import conform, run_kernel
@@ -36,7 +35,7 @@ def bind_symbols(program: Any, inputs: Sequence[np.ndarray]) -> dict[sympy.Symbo
         if not isinstance(value_type, TensorType):
             continue
         if value.dtype != value_type.dtype.numpy:
-            raise InputError(f"input '{name}' has dtype {dtypes.dtype(value.dtype).name} "
+            raise InputError(f"input '{name}' has dtype {value.dtype} "
                              f"but the program expects {value_type.dtype.name}",
                              fix=f"convert it with .astype({value_type.dtype.name!r})")
         if value.ndim != value_type.ndim:

@@ -7,33 +7,140 @@ kiln/runtime/triton.py. Loading a package runs its code, as unpickling would: lo
 from __future__ import annotations
 
 import ctypes
+import _ctypes  # dlclose; imported here, as __del__ may run while Python shuts down
 import json
+import math
 import os
 import pathlib
+import re
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
+from kiln.ir.files import path_inside
 from kiln.ir.interpreter import bind_symbols
 from kiln.ir.symbolic import ValueRange, parse_dim
 from kiln.ir.types import TensorType
 
 
-def check_weights(manifest: dict, path: pathlib.Path, size: int) -> None:
-    """Every weight the manifest lists lies inside the weights file, at the size its shape and bit width take:
-    checked before any native code reads them."""
-    for entry in manifest.get("weights", []):
-        bits = entry.get("bits", 8 * dtypes.dtype(entry["dtype"]).itemsize)
-        expected = -(-int(np.prod(entry["shape"], dtype=np.int64)) * bits // 8)
-        if entry["nbytes"] != expected or entry["offset"] < 0 or entry["offset"] + entry["nbytes"] > size:
-            raise KilnError(f"package {path}: weight {entry['name']!r} ({entry['nbytes']} bytes at offset "
-                            f"{entry['offset']}) does not fit its shape {entry['shape']} at {bits} bits or the "
-                            f"{size}-byte weights file", fix="recompile the package; its files do not belong together")
+MANIFEST = "manifest.json"
+_MAX_MANIFEST_BYTES = 256 << 20
+_RECOMPILE = "recompile the package with kiln.compile or `kiln compile`, and don't edit or mix its files"
+# What each package format's manifest names beyond the shared keys: the files its loader opens (each must be a
+# regular file inside the package folder) and other string keys.
+PACKAGE_FILES = {"kiln-c-package": (("weights_file", "library"), ("build_id",)),
+                 "kiln-triton-package": (("weights_file", "source"), ("source_sha256",))}
+
+
+def read_manifest(folder: pathlib.Path) -> dict:
+    """A package's manifest.json as a dict, read without letting a huge or deeply nested file exhaust anything."""
+    from kiln.ir.serde.safe_json import load_json
+    path = folder / MANIFEST
+    try:
+        if path.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise KilnError(f"cannot read the package manifest {path}: it is over {_MAX_MANIFEST_BYTES} bytes",
+                            fix=_RECOMPILE)
+        manifest = load_json(path.read_bytes(), str(path))
+    except OSError as error:
+        raise KilnError(f"cannot read the package manifest {path}: {error.strerror}",
+                        fix="give the folder kiln.compile or `kiln compile` wrote") from None
+    except KilnError as error:
+        raise KilnError(f"cannot read the package manifest {path}: {error.cause}", fix=_RECOMPILE) from None
+    if not isinstance(manifest, dict):
+        raise KilnError(f"the package manifest {path} is a JSON {type(manifest).__name__}, not an object",
+                        fix=_RECOMPILE)
+    return manifest
+
+
+def check_manifest(folder: pathlib.Path, manifest: dict) -> dict[str, pathlib.Path]:
+    """Check a manifest before anything it names is opened and before any native code runs: every key the loaders
+    read has its type; the files it names lie inside the package folder; symbol ranges are sound; inputs, outputs
+    and weights have known dtypes and well-formed shapes; every weight lies inside the weights file at the size its
+    shape and bit width take. Returns the resolved paths of the files (by manifest key); else one KilnError."""
+    def refuse(cause: str) -> NoReturn:
+        raise KilnError(f"package {folder}: {cause}", fix=_RECOMPILE)
+
+    def typed(entry: dict, key: str, kind: str, where: str = "manifest") -> Any:
+        value = entry.get(key)
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if not {"str": isinstance(value, str), "int": is_int and value >= 0, "bound": value is None or is_int,
+                "list": isinstance(value, list)}[kind]:
+            expected = {"str": "a string", "int": "a non-negative integer", "bound": "an integer or null",
+                        "list": "a list"}[kind]
+            refuse(f"{where} key {key!r} must be {expected}, got {json.dumps(value)[:60]}")
+        return value
+
+    def entries(key: str) -> list[dict]:
+        value = typed(manifest, key, "list")
+        if not all(isinstance(entry, dict) for entry in value):
+            refuse(f"manifest key {key!r} must be a list of objects")
+        return value
+
+    def dtype_of(entry: dict, where: str) -> dtypes.DType:
+        name = typed(entry, "dtype", "str", where)
+        try:
+            return dtypes.dtype(name)
+        except KilnError:
+            refuse(f"{where} has an unknown dtype {name!r}")
+
+    package_format = manifest.get("format")
+    if not isinstance(package_format, str) or package_format not in PACKAGE_FILES:
+        refuse(f"its manifest has format {json.dumps(package_format)[:60]}, not one of {', '.join(PACKAGE_FILES)}")
+    file_keys, string_keys = PACKAGE_FILES[package_format]
+    files = {}
+    for key in file_keys:
+        name = typed(manifest, key, "str")
+        files[key] = path_inside(folder, name)
+        if files[key] is None:
+            refuse(f"manifest key {key!r} names {name!r}, which is outside the package folder")
+        if not files[key].is_file():
+            refuse(f"{name} (manifest key {key!r}) is missing or not a regular file")
+    for key in string_keys:
+        typed(manifest, key, "str")
+    symbols = set()
+    for number, entry in enumerate(entries("symbols")):
+        where = f"symbol {number}"
+        name, lower, upper = typed(entry, "name", "str", where), typed(entry, "lower", "bound", where), \
+            typed(entry, "upper", "bound", where)
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            refuse(f"{where} has the malformed name {name!r}")
+        if (lower is not None and lower < 0) or (upper is not None and not (lower or 0) <= upper < 2**63):
+            refuse(f"symbol {name!r} has the range [{lower}, {upper}]: it needs 0 <= lower <= upper < 2**63")
+        symbols.add(name)
+    for key in ("inputs", "outputs"):
+        for number, entry in enumerate(entries(key)):
+            where = f"{key[:-1]} {number}"
+            typed(entry, "name", "str", where)
+            dtype_of(entry, where)
+            for dim in typed(entry, "shape", "list", where):
+                try:
+                    parsed = parse_dim(dim) if isinstance(dim, str) else None
+                except KilnError:
+                    parsed = None
+                free = {str(s) for s in getattr(parsed, "free_symbols", ())}
+                if parsed is None or (isinstance(parsed, int) and parsed < 0) or not free <= symbols:
+                    refuse(f"{where} ({entry['name']!r}) has the malformed dim {json.dumps(dim)[:60]}")
+    size = files["weights_file"].stat().st_size
+    for number, entry in enumerate(entries("weights")):
+        where = f"weight {number}"
+        name, offset, nbytes = typed(entry, "name", "str", where), typed(entry, "offset", "int", where), \
+            typed(entry, "nbytes", "int", where)
+        itemsize = dtype_of(entry, where).itemsize
+        shape = typed(entry, "shape", "list", where)
+        bits = entry.get("bits", 8 * itemsize)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            refuse(f"weight {name!r} has the malformed shape {json.dumps(shape)[:60]}")
+        if bits not in (4, 8 * itemsize):
+            refuse(f"weight {name!r} has {json.dumps(bits)[:20]} bits per value, not {8 * itemsize} (or 4)")
+        if nbytes != -(-math.prod(shape) * bits // 8) or offset + nbytes > size:
+            refuse(f"weight {name!r} ({nbytes} bytes at offset {offset}) does not fit its shape {shape} at {bits} "
+                   f"bits or the {size}-byte weights file")
+    return files
 
 
 # Identities (device, inode) of the library files loaded from each path, in load order; see _open_library.
@@ -83,7 +190,6 @@ def _pin_openmp_runtime() -> None:
 def _close_library(lib: ctypes.CDLL) -> None:
     """dlclose what `_open_library` opened. The loader unmaps the library when its last handle closes; until then
     its file's inode stays alive, so `_LOADED_FILES` never sees that identity reused by another file meanwhile."""
-    import _ctypes
     with _LOADED_FILES_LOCK:
         _ctypes.dlclose(lib._handle)
 
@@ -124,6 +230,8 @@ class Signature:
                     value = value.__kiln_array__()
                 if not isinstance(value, np.ndarray):
                     raise InputError(f"input '{spec['name']}' must be a numpy array, got {type(value).__name__}")
+            if not value.dtype.isnative:  # byte-swapped (e.g. '>f4' read from a file): the kernels read native order
+                value = value.astype(value.dtype.newbyteorder("="))
             arrays.append(value if value.flags.c_contiguous else np.ascontiguousarray(value))
         return arrays
 
@@ -188,50 +296,57 @@ class Signature:
         return values
 
 
+# The C ABI functions the loader calls (kiln/codegen/c/kiln.h): name -> (result type, argument types).
+_ABI_FUNCTIONS = {
+    "kiln_abi_version": (ctypes.c_int, []),
+    "kiln_build_id": (ctypes.c_char_p, []),
+    "kiln_num_inputs": (ctypes.c_int, []),
+    "kiln_num_outputs": (ctypes.c_int, []),
+    "kiln_num_symbols": (ctypes.c_int, []),
+    "kiln_input_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_output_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_symbol_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_create": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]),
+    "kiln_destroy": (None, [ctypes.c_void_p]),
+    "kiln_run": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p),
+                                ctypes.POINTER(ctypes.c_void_p)]),
+    "kiln_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "kiln_set_num_threads": (None, [ctypes.c_void_p, ctypes.c_int]),
+    "kiln_set_profiling": (None, [ctypes.c_void_p, ctypes.c_int]),
+    "kiln_num_kernels": (ctypes.c_int, []),
+    "kiln_kernel_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_kernel_seconds": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int]),
+    "kiln_profiled_runs": (ctypes.c_int64, [ctypes.c_void_p]),
+}
+
+
 class CompiledModel:
     """A loaded package: call it with numpy arrays (or kiln Tensors) in the user-input order."""
 
     def __init__(self, path: str | pathlib.Path, num_threads: int | None = None, manifest: dict | None = None):
         self.path = pathlib.Path(path)
-        self.manifest = manifest if manifest is not None else json.loads((self.path / "manifest.json").read_text())
+        self.manifest = manifest if manifest is not None else read_manifest(self.path)
         from kiln.codegen.c import ABI_VERSION, supported_capabilities
         if self.manifest.get("abi_version") != ABI_VERSION:
             raise KilnError(f"package {self.path} has ABI version {self.manifest.get('abi_version')}, "
                             f"this kiln reads {ABI_VERSION}", fix="recompile the model with this kiln")
+        files = check_manifest(self.path, self.manifest)
         capability = self.manifest.get("cpu_capability", "DEFAULT")
-        if capability not in supported_capabilities():
+        if not isinstance(capability, str) or capability not in supported_capabilities():
             raise KilnError(f"package {self.path} was built for {capability} but this CPU runs "
                             f"{', '.join(supported_capabilities())}",
                             fix="recompile it here, or build it with KILN_CPU_CAPABILITY set to a level both run")
         self.signature = Signature(self.manifest)
         self.symbols = self.signature.symbols
         self._call_slots = threading.local()
-        weights_path = self.path / self.manifest["weights_file"]
-        check_weights(self.manifest, self.path, weights_path.stat().st_size)
+        weights_path = files["weights_file"]
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
-        lib = self._lib = _open_library(self.path / self.manifest["library"])
-        lib.kiln_build_id.restype = ctypes.c_char_p
-        if lib.kiln_build_id().decode() != self.manifest.get("build_id"):
-            raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
-                            "model.c (its build id differs from manifest.json's)",
-                            fix="recompile the package, and don't mix files of different packages or change them "
-                                "while loading")
-        lib.kiln_create.restype = ctypes.c_void_p
-        lib.kiln_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        lib.kiln_run.restype = ctypes.c_int
-        lib.kiln_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p),
-                                 ctypes.POINTER(ctypes.c_void_p)]
-        lib.kiln_error.restype = ctypes.c_char_p
-        lib.kiln_error.argtypes = [ctypes.c_void_p]
-        lib.kiln_destroy.argtypes = [ctypes.c_void_p]
-        lib.kiln_set_num_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        lib.kiln_set_profiling.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        lib.kiln_kernel_name.restype = ctypes.c_char_p
-        lib.kiln_kernel_name.argtypes = [ctypes.c_int]
-        lib.kiln_kernel_seconds.restype = ctypes.c_double
-        lib.kiln_kernel_seconds.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        lib.kiln_profiled_runs.restype = ctypes.c_int64
-        lib.kiln_profiled_runs.argtypes = [ctypes.c_void_p]
+        try:
+            lib = self._lib = _open_library(files["library"])
+        except OSError as error:
+            raise KilnError(f"package {self.path}: cannot load {self.manifest['library']}: {error}",
+                            fix=_RECOMPILE) from None
+        self._bind_abi(lib, ABI_VERSION)
         address = self._weights.ctypes.data if self._weights is not None else None
         self._handle = lib.kiln_create(address, 0 if self._weights is None else self._weights.size)
         if not self._handle:
@@ -239,6 +354,34 @@ class CompiledModel:
         self._num_threads = 0
         if num_threads is not None:
             self.num_threads = num_threads
+
+    def _bind_abi(self, lib: ctypes.CDLL, abi_version: int) -> None:
+        """Declare the library's C ABI functions, then check it is this package's: every function exported, its ABI
+        version and build id, and its inputs, outputs and symbols (counts, then names) those of the manifest. No
+        function runs before all are found."""
+        for name, (result, arguments) in _ABI_FUNCTIONS.items():
+            try:
+                function = getattr(lib, name)
+            except AttributeError:
+                raise KilnError(f"package {self.path}: {self.manifest['library']} does not export {name}, so it is "
+                                f"not a kiln ABI {abi_version} library", fix=_RECOMPILE) from None
+            function.restype, function.argtypes = result, arguments
+        found = {"ABI version": (lib.kiln_abi_version(), abi_version),
+                 "build id": ((lib.kiln_build_id() or b"").decode(errors="replace"), self.manifest["build_id"])}
+        counts = {"inputs": lib.kiln_num_inputs(), "outputs": lib.kiln_num_outputs(), "symbols": lib.kiln_num_symbols()}
+        for kind, count in counts.items():
+            names = [entry["name"] for entry in self.manifest[kind]]
+            found[f"number of {kind}"] = (count, len(names))
+            if count == len(names):
+                name_of = getattr(lib, f"kiln_{kind[:-1]}_name")
+                found[f"{kind[:-1]} names"] = ([(name_of(k) or b"").decode(errors="replace") for k in range(count)],
+                                               names)
+        for what, (library_value, expected) in found.items():
+            if library_value != expected:
+                raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
+                                f"model.c ({what}: {library_value!r} in the library, {expected!r} in manifest.json)",
+                                fix="recompile the package, and don't mix files of different packages or change "
+                                    "them while loading")
 
     @property
     def num_threads(self) -> int | None:
@@ -264,8 +407,8 @@ class CompiledModel:
     def profile(self, *args: Any, runs: int = 10) -> list[tuple[str, float]]:
         """Run `runs` times with per-kernel timing; (kernel name, mean seconds per run), slowest first. Kernel
         names match the `kernel_N_<ops>` functions in the package's model.c."""
-        if runs < 1:
-            raise KilnError(f"runs must be at least 1, got {runs}", fix="e.g. runs=10")
+        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+            raise KilnError(f"runs must be a positive int, got {runs!r}", fix="e.g. runs=10")
         self._lib.kiln_set_profiling(self._handle, 1)
         try:
             for _ in range(runs):
@@ -304,12 +447,7 @@ class CompiledModel:
 def load(path: str | pathlib.Path, num_threads: int | None = None) -> Any:
     """Load a package written by kiln.compile: a `CompiledModel` (C; `num_threads` as for its `num_threads`) or a
     `TritonModel`."""
-    manifest_path = pathlib.Path(path) / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as error:
-        raise KilnError(f"cannot read the package manifest {manifest_path}: {error}",
-                        fix="give the folder kiln.compile or `kiln compile` wrote") from None
+    manifest = read_manifest(pathlib.Path(path))
     if manifest.get("format") == "kiln-triton-package":
         from kiln.runtime.triton import TritonModel
         return TritonModel(path, manifest)

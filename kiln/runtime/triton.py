@@ -13,7 +13,7 @@ import numpy as np
 
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
-from kiln.runtime.package import Signature, check_weights
+from kiln.runtime.package import Signature, check_manifest
 
 SOURCE = "model.py"
 
@@ -64,15 +64,15 @@ class TritonModel:
         if manifest.get("source") != SOURCE:
             raise KilnError(f"package {self.path}: its manifest names source {manifest.get('source')!r}, not "
                             f"{SOURCE!r} in the package folder", fix="recompile the package")
-        text = (self.path / SOURCE).read_bytes()
+        files = check_manifest(self.path, manifest)
+        text = files["source"].read_bytes()
         if hashlib.sha256(text).hexdigest() != manifest.get("source_sha256"):
             raise KilnError(f"package {self.path}: {SOURCE} is not the one this manifest was written with",
                             fix="recompile the package, and don't mix files of different packages")
-        weights_path = self.path / manifest["weights_file"]
-        check_weights(manifest, self.path, weights_path.stat().st_size)
+        weights_path = files["weights_file"]
         self.signature = Signature(manifest)
         spec = importlib.util.spec_from_file_location(f"kiln_triton_{manifest['source_sha256'][:16]}",
-                                                      self.path / SOURCE)
+                                                      files["source"])
         self._module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self._module)
         blob = np.fromfile(weights_path, np.uint8) if weights_path.stat().st_size else np.zeros(0, np.uint8)
