@@ -49,7 +49,9 @@ __version__ = "0.1.0"
 # first use, so `import kiln` pays only for the IR and the frontend.
 _LAZY_SUBMODULES = ("cli", "codegen", "compiler", "models", "onnx", "passes", "quantization", "runtime", "testing",
                     "training")
-_LAZY_ATTRIBUTES = {"compile": ("kiln.compiler", "compile")}  # kiln.compile: build a package and load it
+_LAZY_ATTRIBUTES = {"compile": ("kiln.compiler", "compile"),  # kiln.compile: build a package and load it
+                    # kiln.verify: name the first op where a backend disagrees with the reference interpreter
+                    "verify": ("kiln.verification", "verify"), "VerifyResult": ("kiln.verification", "VerifyResult")}
 
 
 def __getattr__(name: str):  # noqa: ANN202  (PEP 562 module attribute)

@@ -1,4 +1,5 @@
-"""kiln.testing: `assert_close`, with torch.testing.assert_close's semantics, per-dtype defaults and messages.
+"""kiln.testing: `assert_close`, with torch.testing.assert_close's semantics, per-dtype defaults and messages, and
+`wrong_lowering`, a fault injected into a backend for testing tools that localize faults (`kiln.verify`).
 
     kiln.testing.assert_close(compiled(x), program(x))           # float32: rtol 1.3e-6, atol 1e-5
     kiln.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
@@ -6,7 +7,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ from kiln.ir import dtypes
 from kiln.ir.closeness import closeness, default_tolerances
 from kiln.ir.errors import KilnError
 
-__all__ = ["assert_close"]
+__all__ = ["assert_close", "wrong_lowering"]
 
 
 class _Mismatch(AssertionError):
@@ -130,3 +133,45 @@ def _tensor_like(value: Any) -> tuple[str, np.ndarray | None]:
     if isinstance(value, (np.ndarray, np.generic)):
         return "numpy", np.asarray(value)
     return "", None
+
+
+# Where each backend keeps the tables `wrong_lowering` edits: (module, table of op -> lowering or rule, overrides that
+# take precedence for some dtypes and are dropped while the fault is in).
+_LOWERING_TABLES = {
+    "onnx": ("kiln.codegen.onnx.export", "LOWERING_TABLE", None),
+    "c": ("kiln.codegen.c.render", "POINTWISE_RULES", "FLOAT32_RULES"),
+    "triton": ("kiln.codegen.triton.render", "POINTWISE_RULES", None),
+}
+
+
+@contextlib.contextmanager
+def wrong_lowering(target: str, op: str, like: str | Any) -> Iterator[None]:
+    """For tests only: inside the block, `target` ("onnx", "c", "triton") lowers every `op` as it lowers `like`
+    (an op name: relu as clone, add as sub), or with `like` itself (an ONNX lowering function, a C or Triton
+    pointwise rule). C and Triton can swap pointwise ops only. The table is restored on exit.
+
+        with kiln.testing.wrong_lowering("c", "aten.relu.default", like="aten.clone.default"):
+            assert kiln.verify(program, target="c").op_name == "aten.relu.default"
+    """
+    if target not in _LOWERING_TABLES:
+        raise KilnError(f"unknown target {target!r}", fix="one of " + ", ".join(_LOWERING_TABLES))
+    module_name, table_name, overrides_name = _LOWERING_TABLES[target]
+    module = importlib.import_module(module_name)
+    table = getattr(module, table_name)
+    overrides = getattr(module, overrides_name) if overrides_name else {}
+    for name in (op, like) if isinstance(like, str) else (op,):
+        if name not in table:
+            kind = "ONNX lowering" if target == "onnx" else f"{target} pointwise rule"
+            raise KilnError(f"{name} has no {kind} to swap", fix=f"choose an op in {module_name}.{table_name}")
+    saved, saved_override = table[op], overrides.get(op)
+    table[op] = table[like] if isinstance(like, str) else like
+    overrides.pop(op, None)
+    if isinstance(like, str) and like in overrides:
+        overrides[op] = overrides[like]
+    try:
+        yield
+    finally:
+        table[op] = saved
+        overrides.pop(op, None)
+        if saved_override is not None:
+            overrides[op] = saved_override

@@ -389,6 +389,38 @@ def _progress(options: argparse.Namespace) -> Callable[[str], None]:
     return report
 
 
+
+def read_named_arrays(path: str, names: list[str], what: str) -> dict[str, Any]:
+    """The arrays of an .npz file (`what`: "inputs", "calibration") by model input name, one per name in `names` (a
+    model with one input takes any single name). Never unpickles: object arrays are refused."""
+    import zipfile
+
+    import numpy as np
+    file = Path(path)
+    if not file.is_file():
+        raise KilnError(f"{what} file {file} does not exist")
+    try:
+        archive = np.load(file, allow_pickle=False)  # never unpickle
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array (.npy), not named arrays (.npz)")
+        with archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise KilnError(f"cannot read {file} as .npz: {error}", fix="write it with numpy.savez, of numeric arrays") \
+            from None
+    if len(names) == 1 and len(arrays) == 1:
+        arrays = {names[0]: next(iter(arrays.values()))}  # one input: any key will do
+    missing = [name for name in names if name not in arrays]
+    if missing:
+        raise KilnError(f"{file} has no array for input(s) {', '.join(missing)} (it has {', '.join(arrays)})",
+                        fix=f"name the arrays like the inputs: {', '.join(names)}")
+    extra = [name for name in arrays if name not in names]
+    if extra:
+        raise KilnError(f"{file} has array(s) {', '.join(extra)}, which are not inputs of the model",
+                        fix=f"name the arrays like the inputs: {', '.join(names)}")
+    return arrays
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--input, --dynamic and -q for the commands that load MODEL like `kiln export` (compile, quantize)."""
     parser.add_argument("--input", action="append", default=[], metavar="NAME=DIMS:DTYPE",

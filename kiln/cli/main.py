@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 import kiln
-from kiln.cli import compile, export, inspect, opt, quantize, sparsify
+from kiln.cli import compile, export, inspect, opt, quantize, sparsify, verify
 from kiln.ir.errors import KilnError
 
 
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile.register(commands)
     quantize.register(commands)
     sparsify.register(commands)
+    verify.register(commands)
     return parser
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kiln.cli.export import _progress, add_model_arguments, load_export_request
+from kiln.cli.export import _progress, add_model_arguments, load_export_request, read_named_arrays
 from kiln.ir.errors import KilnError, UnsupportedError
 
 SCHEMES = {
@@ -76,29 +75,10 @@ def load_calibration(path: str, program: Any) -> list[tuple[np.ndarray, ...]]:
     """The batches of DATA.npz as argument tuples, in the order of the program's user inputs."""
     from kiln.ir.program import InputKind
     file = Path(path)
-    if not file.is_file():
-        raise KilnError(f"calibration file {file} does not exist")
-    try:
-        archive = np.load(file, allow_pickle=False)  # never unpickle
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds one array (.npy), not named arrays (.npz)")
-        with archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        raise KilnError(f"cannot read {file} as .npz: {error}", fix="write it with numpy.savez") from None
     specs = [(spec, arg) for spec, arg in zip(program.graph_signature.input_specs, program.body.args)
              if spec.kind is InputKind.USER_INPUT]
     names = [spec.name for spec, _ in specs]
-    if len(specs) == 1 and len(arrays) == 1:
-        arrays = {names[0]: next(iter(arrays.values()))}  # one input: any key will do
-    missing = [name for name in names if name not in arrays]
-    if missing:
-        raise KilnError(f"{file} has no array for input(s) {', '.join(missing)} (it has {', '.join(arrays)})",
-                        fix=f"name the arrays like the inputs: {', '.join(names)}")
-    extra = [name for name in arrays if name not in names]
-    if extra:
-        raise KilnError(f"{file} has array(s) {', '.join(extra)}, which are not inputs of the model",
-                        fix=f"name the arrays like the inputs: {', '.join(names)}")
+    arrays = read_named_arrays(path, names, "calibration")
     scalars = [name for name in names if np.ndim(arrays[name]) == 0]
     if scalars:
         raise KilnError(f"the array {scalars[0]!r} in {file} is a scalar, without an axis of batches",
