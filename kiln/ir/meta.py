@@ -66,8 +66,9 @@ def like(tensor_value: Any, *, shape: Sequence[SymInt] | None = None, dtype: DTy
 
 
 def canonical_dim(op: str, dim: int, rank: int, *, allow_end: bool = False) -> int:
-    """Wrap a negative dim like ATen's maybe_wrap_dim (a 0-d tensor accepts dims 0 and -1)."""
-    size = max(rank, 1) + (1 if allow_end else 0)
+    """Wrap a negative dim like ATen's maybe_wrap_dim (a 0-d tensor accepts dims 0 and -1; `allow_end` counts one
+    more position, where unsqueeze and stack insert a dim)."""
+    size = max(rank + (1 if allow_end else 0), 1)
     if not -size <= dim < size:
         raise ShapeError(f"{op}: dimension {dim} is out of range for a tensor of rank {rank} "
                          f"(expected to be in [{-size}, {size - 1}])")

@@ -45,7 +45,7 @@ class FoldConstants(Pass):
                 outside = [use for use in result.uses if use.operation not in folded_set]
                 if not outside:
                     continue
-                array = np.ascontiguousarray(known[result])
+                array = np.asarray(known[result], order="C")  # (ascontiguousarray makes a 0-d array 1-d)
                 replacement = add_constant(program, array, _constant_name(op))
                 for use in outside:
                     use.operation.operands[use.index] = replacement

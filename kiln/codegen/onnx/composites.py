@@ -131,13 +131,16 @@ def _rms_norm(ctx: LoweringContext, x: Value, normalized_shape: list[Any], weigh
     eps = float(np.finfo(t.numpy).eps if eps is None else eps)  # t: float32 for float16/bfloat16, as in ATen
     axis = x.rank - len(normalized_shape)
     value = ctx.as_dtype(x, t)
-    if ctx.opset >= 23 and t is dtypes.float32:
+    # onnxruntime's kernels refuse an empty normalized shape (a symbolic dim may be 0 at run time); x * x instead
+    # of x ** 2 keeps its fusion from matching
+    nonempty = all(isinstance(d, int) and d > 0 for d in normalized_shape)
+    if ctx.opset >= 23 and t is dtypes.float32 and nonempty:
         scale = ctx.as_dtype(weight, t) if weight is not None else ctx.node(
             "Expand", [ctx.const(1, t), ctx.dims(list(normalized_shape))])
         result = ctx.node("RMSNormalization", [value, scale], axis=axis, epsilon=eps, stash_type=onnx_dtype(t))
         return ctx.graph.cast(result, t, ctx.out_dtype)
-    mean_square = ctx.node("ReduceMean", [ctx.node("Pow", [value, ctx.const(2, t)]),
-                                          ctx.ints(range(axis, x.rank))], keepdims=1)
+    square = ctx.node("Pow", [value, ctx.const(2, t)]) if nonempty else ctx.node("Mul", [value, value])
+    mean_square = ctx.node("ReduceMean", [square, ctx.ints(range(axis, x.rank))], keepdims=1)
     result = ctx.node("Div", [value, ctx.node("Sqrt", [ctx.node("Add", [mean_square, ctx.const(eps, t)])])])
     if weight is not None:
         result = ctx.node("Mul", [result, ctx.as_dtype(weight, t)])

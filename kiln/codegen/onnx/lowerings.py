@@ -610,9 +610,13 @@ def _sum_like(op_type: str) -> Lowering:
         if compute.is_bool or compute in (dtypes.int8, dtypes.int16, dtypes.uint8):
             compute = dtypes.int64
         axes = normalize_axes(dim, x.rank) if x.rank else []
+        if dtype is not None and out is not x.dtype:  # ATen converts the input to `dtype` first (to bool: != 0)
+            value = ctx.graph.cast(_truthy(ctx, x) if out.is_bool else ctx.as_dtype(x, out), out, compute)
+        else:
+            value = ctx.as_dtype(x, compute)
         if op_type == "ReduceProd" and compute is dtypes.int64 and all(isinstance(d, int) for d in x.shape):
-            return _wrapping_product(ctx, ctx.as_dtype(x, compute), x, axes, keepdim)
-        return ctx.graph.cast(_reduce(ctx, op_type, ctx.as_dtype(x, compute), axes, keepdim), compute, out)
+            return _wrapping_product(ctx, value, x, axes, keepdim)
+        return ctx.graph.cast(_reduce(ctx, op_type, value, axes, keepdim), compute, out)
     return lower
 
 
@@ -626,8 +630,10 @@ def _wrapping_product(ctx: LoweringContext, value: str, x: Value, axes: list[int
         value = ctx.node("Transpose", [value], perm=axes + kept)
     value = ctx.node("Reshape", [value, ctx.ints([count] + rest)], allowzero=1)
     one = ctx.const(1, dtypes.int64)
+    if count == 0:  # no elements: the product is 1
+        value, count = ctx.node("Expand", [one, ctx.ints([1] + rest)]), 1
     while count != 1:
-        if count % 2 or count == 0:  # pad with the identity to an even count (0 elements: the product is 1)
+        if count % 2:  # pad with the identity to an even count
             value = ctx.node("Concat", [value, ctx.node("Expand", [one, ctx.ints([1] + rest)])], axis=0)
             count += 1
         half = count // 2
@@ -1532,10 +1538,16 @@ def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], strid
 
 
 def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) -> str:
-    """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool may skip a NaN that
-    ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
+    """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool skips a NaN that
+    ATen's returns (torch.onnx's files differ from torch there), so a second MaxPool of the NaN marks puts NaN back
+    into each window that holds one (found by differential fuzzing)."""
     value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
-    return ctx.graph.cast(_unbatch(ctx, ctx.node("MaxPool", [value], **attributes), unbatched), t, x.dtype)
+    values = ctx.node("MaxPool", [value], **attributes)
+    if x.dtype.is_floating_point:
+        nan_marks = ctx.node("Where", [ctx.node("IsNaN", [value]), ctx.const(1, t), ctx.const(0, t)])
+        has_nan = ctx.node("Greater", [ctx.node("MaxPool", [nan_marks], **attributes), ctx.const(0, t)])
+        values = ctx.node("Where", [has_nan, ctx.const(math.nan, t), values])
+    return ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype)
 
 
 @lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
@@ -1674,7 +1686,9 @@ def _layer_norm(ctx: LoweringContext, x: Value, normalized_shape: list[Any], wei
                 bias: Value | None, eps: float) -> list[str]:
     t = _compute_dtype(x.dtype)
     axis = x.rank - len(normalized_shape)
-    if t is dtypes.float64:  # onnxruntime's LayerNormalization has no float64 statistics
+    if t is dtypes.float64 or not all(isinstance(d, int) and d > 0 for d in normalized_shape):
+        # onnxruntime's LayerNormalization has no float64 statistics and refuses an empty normalized shape (which a
+        # symbolic dim may be at run time): the reductions, in float64
         return _layer_norm64(ctx, x, axis, weight, bias, eps)
     statistics = len(ctx.result_types) > 1 and any(result.uses for result in ctx.op.results[1:])
     scale = (ctx.as_dtype(weight, t) if weight is not None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.ir.meta import dtype_of, require, shape_of, tensor
+from kiln.ir.meta import broadcast_shapes, dtype_of, numel, require, require_dtype, shape_of, tensor
 from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.symbolic import sym_eq
 
@@ -13,7 +13,15 @@ def _linear_meta(input, weight, bias=None):
     in_features = shape_of(weight)[-1]
     require(len(shape_of(input)) >= 1 and sym_eq(shape_of(input)[-1], in_features), op,
             f"input shape {list(shape_of(input))} does not end with in_features={in_features}")
+    others = [dtype_of(weight)] + ([] if bias is None else [dtype_of(bias)])
+    require_dtype(all(d is dtype_of(input) for d in others), op,
+                  f"input, weight and bias must have the same dtype, got {dtype_of(input)} and "
+                  f"{', '.join(map(str, others))}", fix="convert them to one dtype first")
     out = list(shape_of(input)[:-1]) + ([shape_of(weight)[0]] if len(shape_of(weight)) == 2 else [])
+    if bias is not None:  # the bias broadcasts to the result without growing it (ATen adds or expands it)
+        grown = broadcast_shapes(op, out, shape_of(bias))
+        require(len(grown) == len(out) and all(sym_eq(a, b) for a, b in zip(grown, out)), op,
+                f"bias of shape {list(shape_of(bias))} does not broadcast to the result's shape {out}")
     return tensor(out, dtype_of(input))
 
 
@@ -32,7 +40,8 @@ def _linear_decomposition(input, weight, bias=None):
     aten = ops.aten
     weight_t = aten.permute.default(weight, [1, 0])
     batch = shape_of(input)[:-1]
-    flat = aten.view.default(input, [-1, shape_of(input)[-1]]) if len(shape_of(input)) != 2 else input
+    # the row count spelled out: with 0 in_features, -1 would be ambiguous
+    flat = aten.view.default(input, [numel(batch), shape_of(input)[-1]]) if len(shape_of(input)) != 2 else input
     if bias is None:
         out = aten.mm.default(flat, weight_t)
     else:

@@ -23,7 +23,7 @@ import sympy
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kiln.ir import dtypes
-from kiln.ir.errors import InputError
+from kiln.ir.errors import InputError, UnsupportedError
 from kiln.ir.meta import (
     broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
 )
@@ -132,6 +132,9 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
                   fix="convert the input or the weight so that both have one dtype")
     require_dtype(not dtype_of(input).is_bool and not dtype_of(input).is_complex, op,
                   f"{dtype_of(input)} convolution is not supported")
+    require_dtype(bias is None or dtype_of(bias) is dtype_of(input), op,
+                  f"input ({dtype_of(input)}) and bias ({dtype_of(bias) if bias is not None else None}) must have the "
+                  "same dtype", fix="convert the bias to the input's dtype")
     stride, padding, dilation = (_per_dim(op, name, value, n) for name, value in
                                  (("stride", stride), ("padding", padding), ("dilation", dilation)))
     output_padding = _per_dim(op, "output_padding", output_padding, n) if transposed else [0] * n
@@ -434,23 +437,24 @@ def _adaptive_avg_pool_meta(n):
     return meta
 
 
-def _adaptive_average_matrix(size: int, out: int, dtype) -> np.ndarray:
-    """Row i averages input [floor(i * size / out), ceil((i + 1) * size / out)), ATen's adaptive windows."""
+def _adaptive_average(x: np.ndarray, axis: int, out: int) -> np.ndarray:
+    """Output i averages input [floor(i * size / out), ceil((i + 1) * size / out)) along `axis`, ATen's adaptive
+    windows. Window by window, so a NaN or inf reaches only the windows that hold it (a matrix of weights would
+    multiply it by zero everywhere else)."""
+    size = x.shape[axis]
     index = np.arange(out)
-    start = (index * size) // out
-    end = -((-(index + 1) * size) // out)
-    position = np.arange(size)
-    inside = (position >= start[:, None]) & (position < end[:, None])
-    return (inside / np.maximum(end - start, 1)[:, None]).astype(dtype)
+    starts, ends = (index * size) // out, -((-(index + 1) * size) // out)
+    windows = [x.take(np.arange(start, end), axis=axis).mean(axis=axis, keepdims=True)
+               for start, end in zip(starts, ends)]
+    return np.concatenate(windows, axis=axis) if windows else np.zeros((*x.shape[:axis], 0, *x.shape[axis + 1:]),
+                                                                          x.dtype)
 
 
 def _adaptive_avg_pool_kernel(n):
     def kernel(self, output_size):
-        acc = _accumulation(self.dtype)
-        x = self.astype(acc)
+        x = self.astype(_accumulation(self.dtype))
         for axis, out in zip(range(self.ndim - n, self.ndim), output_size):
-            matrix = _adaptive_average_matrix(self.shape[axis], int(out), acc)
-            x = np.moveaxis(np.tensordot(x, matrix, axes=([axis], [1])), -1, axis)
+            x = _adaptive_average(x, axis, int(out))
         return x
     return kernel
 
@@ -1309,7 +1313,6 @@ defop("_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size)
 # Composites. Each has a reference kernel built from the core kernels above (or numpy directly) and a
 # decomposition written with kiln.ops.aten handles only.
 
-from kiln.ir.errors import KilnError  # noqa: E402
 from kiln.ir.registry import ops, register_decomposition  # noqa: E402
 
 
@@ -2152,9 +2155,9 @@ def _vec_scale_factors(op: str, input, output_size, scales):
                   and all(isinstance(size, int) for size in shape[2:])
                   and [_scaled_size(size, s) for size, s in zip(shape[2:], scales)] == list(output_size))
     if not reproduced:
-        raise KilnError(f"{op}: output_size {list(output_size)} with scales {list(scales)} cannot be expressed "
-                        f"with the .vec overload (the scales would give a different output size)",
-                        fix="pass either output_size or matching scale factors")
+        raise UnsupportedError(f"{op}: output_size {list(output_size)} with scales {list(scales)} cannot be "
+                               f"expressed with the .vec overload (the scales would give a different output size)",
+                               fix="pass either output_size or matching scale factors")
     return None, list(scales)
 
 
@@ -2338,9 +2341,10 @@ def _bicubic_decomposition(input, output_size, align_corners, scale_factors):
     op = "aten.upsample_bicubic2d.vec"
     result = _bicubic_meta(input, output_size, align_corners, scale_factors)
     sizes = [*shape_of(input)[2:], *result.shape[2:]]
-    require(all(isinstance(s, int) for s in sizes), op,
-            f"the decomposition needs static spatial sizes, got input {list(shape_of(input))} and output "
-            f"{list(result.shape)}", fix="keep H and W static in dynamic_shapes (batch and channels may vary)")
+    if not all(isinstance(s, int) for s in sizes):  # a limit of kiln's, not an error in the program: unsupported
+        raise UnsupportedError(f"{op}: the decomposition needs static spatial sizes, got input "
+                               f"{list(shape_of(input))} and output {list(result.shape)}",
+                               fix="keep H and W static in dynamic_shapes (batch and channels may vary)")
     aten = ops.aten
     dtype = dtype_of(input)
     compute = dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
@@ -2435,8 +2439,13 @@ def _weight_norm_meta(v, g, dim=0):
     op = "aten._weight_norm.default"
     require_dtype(_is_floating(dtype_of(v)) and _is_floating(dtype_of(g)), op,
                   f"expected floating-point v and g, got {dtype_of(v)} and {dtype_of(g)}")
-    _weight_norm_dims(op, v, dim)
-    return tensor(broadcast_shapes(op, shape_of(v), shape_of(g)), dtypes.promote_types(dtype_of(v), dtype_of(g)))
+    dims = _weight_norm_dims(op, v, dim)
+    require_dtype(dim == -1 or dtype_of(v) is dtype_of(g), op,  # ATen's fused kernel; dim=-1 is composite
+                  f"v and g must have the same dtype (unless dim=-1), got {dtype_of(v)} and {dtype_of(g)}")
+    # v * (g / norm), promoted as those ops promote: a 0-d g (or the whole-tensor norm) does not widen v's dtype
+    norm = tensor([] if dims is None else [1 if i in dims else d for i, d in enumerate(shape_of(v))], dtype_of(v))
+    quotient = tensor(broadcast_shapes(op, shape_of(g), shape_of(norm)), dtypes.result_type(g, norm))
+    return tensor(broadcast_shapes(op, shape_of(v), shape_of(quotient)), dtypes.result_type(v, quotient))
 
 
 def _weight_norm(v, g, dim=0):

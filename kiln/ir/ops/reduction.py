@@ -31,6 +31,7 @@ import numpy as np
 import sympy
 
 from kiln.ir import dtypes
+from kiln.ir.errors import UnsupportedError
 from kiln.ir.dtypes import DType
 from kiln.ir.meta import (
     canonical_dim, canonical_dims, dtype_of, like, reduced_shape, require, require_arg, require_dtype, shape_of,
@@ -331,14 +332,24 @@ def _extremum_kernel(reduce):
     return kernel
 
 
-defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", _extremum_meta("aten.amax.default", "amax"),
-      _extremum_kernel(np.max))
-defop("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", _extremum_meta("aten.amin.default", "amin"),
-      _extremum_kernel(np.min))
-defop("max(Tensor self) -> Tensor", _extremum_meta("aten.max.default", "max"), _extremum_kernel(np.max),
-      tags=("composite",))
-defop("min(Tensor self) -> Tensor", _extremum_meta("aten.min.default", "min"), _extremum_kernel(np.min),
-      tags=("composite",))
+def _checked(meta, kernel):
+    """`kernel` after `meta` on the arrays: a symbolic size that is 0 at run time gets the meta rule's error (a
+    reduction without an identity), as ATen raises it then."""
+    def checked(*args, **kwargs):
+        meta(*args, **kwargs)
+        return kernel(*args, **kwargs)
+    return checked
+
+
+def _extremum(op: str, name: str, reduce):
+    meta = _extremum_meta(op, name)
+    return meta, _checked(meta, _extremum_kernel(reduce))
+
+
+defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", *_extremum("aten.amax.default", "amax", np.max))
+defop("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", *_extremum("aten.amin.default", "amin", np.min))
+defop("max(Tensor self) -> Tensor", *_extremum("aten.max.default", "max", np.max), tags=("composite",))
+defop("min(Tensor self) -> Tensor", *_extremum("aten.min.default", "min", np.min), tags=("composite",))
 
 
 @register_decomposition("aten.max.default")
@@ -386,9 +397,9 @@ def _arg_kernel(pick):
 
 
 defop("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", _arg_meta("aten.argmax.default", "argmax"),
-      _arg_kernel(np.argmax))
+      _checked(_arg_meta("aten.argmax.default", "argmax"), _arg_kernel(np.argmax)))
 defop("argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", _arg_meta("aten.argmin.default", "argmin"),
-      _arg_kernel(np.argmin))
+      _checked(_arg_meta("aten.argmin.default", "argmin"), _arg_kernel(np.argmin)))
 
 
 def _max_dim_meta(op: str, name: str):
@@ -414,9 +425,9 @@ def _max_dim_kernel(pick):
 
 
 defop("max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
-      _max_dim_meta("aten.max.dim", "max"), _max_dim_kernel(np.argmax))
+      _max_dim_meta("aten.max.dim", "max"), _checked(_max_dim_meta("aten.max.dim", "max"), _max_dim_kernel(np.argmax)))
 defop("min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
-      _max_dim_meta("aten.min.dim", "min"), _max_dim_kernel(np.argmin))
+      _max_dim_meta("aten.min.dim", "min"), _checked(_max_dim_meta("aten.min.dim", "min"), _max_dim_kernel(np.argmin)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,8 +544,9 @@ def _cumprod_decomposition(self, dim, dtype=None):
         return aten._to_copy.default(self, dtype=result_dtype)
     dim = canonical_dim("aten.cumprod.default", dim, len(shape))
     size = shape[dim]
-    require_arg(isinstance(size, int), "aten.cumprod.default",
-                f"the decomposition needs a static size along dim {dim}, got {size}")
+    if not isinstance(size, int):  # a limit of kiln's, not an error in the program: unsupported
+        raise UnsupportedError(f"aten.cumprod.default: the decomposition needs a static size along dim {dim}, got "
+                               f"{size}", fix="keep that dim static in dynamic_shapes")
     compute_dtype = dtypes.opmath_dtype(result_dtype)
     values = _cast(_cast(self, result_dtype), compute_dtype)  # dtype= rounds the input first, like the kernel
     shift = 1

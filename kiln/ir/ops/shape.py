@@ -252,9 +252,9 @@ for _name in ("view_as", "reshape_as"):
 
 
 def _flatten_shape(op, shape, start_dim, end_dim):
+    start, end = canonical_dim(op, start_dim, len(shape)), canonical_dim(op, end_dim, len(shape))  # 0-d: 0 or -1
     if not shape:
         return [1]
-    start, end = canonical_dim(op, start_dim, len(shape)), canonical_dim(op, end_dim, len(shape))
     require(start <= end, op, "flatten() has invalid args: start_dim cannot come after end_dim")
     return list(shape[:start]) + [numel(shape[start:end + 1])] + list(shape[end + 1:])
 

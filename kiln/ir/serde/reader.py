@@ -770,6 +770,8 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     returned, output_specs = [], []
     names_by_arg = dict(zip(builder.block.args, arg_specs))
     for original, latest in mutated.items():  # torch's training IR mutates in place: make it a mutation output
+        if original not in names_by_arg:  # a value computed in the graph (batch_norm's running stats): no one sees it
+            continue
         kind, spec = _union(names_by_arg[original], "an input spec")
         if kind == "buffer":
             returned.append(latest)

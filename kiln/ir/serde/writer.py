@@ -401,9 +401,10 @@ class _GraphWriter:
         for argument, value in zip(opdef.schema.arguments, bound_arguments(op)):
             if opdef.name == "aten.view.default" and argument.name == "size":
                 argument = Argument("shape", argument.type)
-            if argument.kwarg_only and not argument.type.is_tensor and (
-                    value is None or (argument.has_default and value == argument.default)):
-                continue  # torch omits keyword arguments left at their defaults
+            if argument.kwarg_only and not argument.type.is_tensor and argument.has_default and (
+                    value == argument.default):
+                continue  # torch omits keyword arguments left at their defaults (one without a default, even None,
+                # like div.Scalar_mode's rounding_mode, must be written: torch's reader requires it)
             inputs.append({"name": argument.name, "arg": self.argument(argument.type, value),
                            "kind": 2 if argument.kwarg_only else 1})
         results = list(op.results)

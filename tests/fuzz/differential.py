@@ -1,0 +1,413 @@
+"""Differential runs: programs through the reference interpreter (the oracle) and every backend, compared at
+torch.testing.assert_close's default tolerances per dtype, NaN where the oracle has NaN.
+
+Backends: ONNX in onnxruntime, C at every CPU capability this machine runs, the .pt2 round trip (kiln.save, then
+kiln.load and the interpreter), and torch eager through the .pt2 (torch.export.load, then the module). A batch of
+cases builds into one program per backend (one C compile for many DAGs); when a backend fails on a batch, halves
+are retried until the failing case is alone. A backend's documented refusal (UnsupportedError) is counted, not
+failed; any other exception is a crash.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import multiprocessing
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+from xdsl.ir import OpResult
+
+from kiln.ir import dtypes
+from kiln.ir.closeness import closeness, default_tolerances
+from kiln.ir.errors import KilnError, UnsupportedError, VerificationError
+from kiln.ir.interpreter import run_program
+from kiln.ir.program import ExportedProgram, OutputKind
+from kiln.ir.types import TensorType
+
+from tests.fuzz.programs import Case, build_program
+
+# -- backends
+
+
+def _onnx(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
+    from kiln.codegen.onnx import export_program
+    return export_program(program).run(inputs)
+
+
+def _c_precheck(program: ExportedProgram) -> None:
+    """What kiln.compile does before rendering and building, which raises UnsupportedError for what C refuses."""
+    from kiln.codegen.driver import DEFAULT_PIPELINE, backend
+    from kiln.codegen.legalize import legalize
+    from kiln.passes import run as run_passes
+    emitter = backend("c")
+    emitter.plan(legalize(run_passes(program, DEFAULT_PIPELINE), emitter.TARGET))
+
+
+@contextlib.contextmanager
+def _capability(capability: str) -> Iterator[None]:
+    saved = os.environ.get("KILN_CPU_CAPABILITY")
+    os.environ["KILN_CPU_CAPABILITY"] = capability
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["KILN_CPU_CAPABILITY"]
+        else:
+            os.environ["KILN_CPU_CAPABILITY"] = saved
+
+
+def _c(capability: str) -> Callable[..., list[np.ndarray]]:
+    def run(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
+        from kiln.compiler import compile as compile_c
+        with _capability(capability):
+            model = compile_c(program, output=workdir / f"c_{capability}")
+        outputs = model(*inputs)
+        return list(outputs) if isinstance(outputs, tuple) else [outputs]
+    return run
+
+
+def _pt2(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
+    import kiln
+    kiln.save(program, workdir / "program.pt2")
+    loaded = kiln.load(workdir / "program.pt2")
+    # the user outputs (an op like batch_norm in training mode also writes in place to an input: torch's file says
+    # so with an output of its own, which kiln reads back)
+    return [value for value, spec in zip(run_program(loaded, inputs), loaded.graph_signature.output_specs)
+            if spec.kind is OutputKind.USER_OUTPUT]
+
+
+class TorchRefused(Exception):
+    """torch.export.load could not load the file (the torch path is skipped for it)."""
+
+
+def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
+    import kiln
+    import torch
+    from tests.torch_oracle import to_numpy, to_torch
+    path = workdir / "torch.pt2"
+    kiln.save(program, path)
+    try:
+        module = torch.export.load(path).module()
+    except Exception as error:  # noqa: BLE001  (torch's own refusal, of any type)
+        raise TorchRefused(f"{type(error).__name__}: {error}") from error
+    with torch.no_grad():
+        outputs = module(*[to_torch(np.asarray(x)) for x in inputs])
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    return [np.asarray(to_numpy(o)) for o in outputs]
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    run: Callable[[ExportedProgram, list[np.ndarray], pathlib.Path], list[np.ndarray]]
+    precheck: Callable[[ExportedProgram], None] | None = None  # cheap: raises UnsupportedError where run would
+
+
+def available_backends() -> list[Backend]:
+    found = [Backend("onnx", _onnx)]
+    if shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc"):
+        from kiln.codegen.c import supported_capabilities
+        found += [Backend(f"c[{cap}]", _c(cap), _c_precheck) for cap in supported_capabilities()]
+    found.append(Backend("pt2", _pt2))
+    try:
+        import torch  # noqa: F401
+        found.append(Backend("torch", _torch))
+    except ImportError:
+        pass
+    return found
+
+
+def select_backends(names: Sequence[str] | None) -> list[Backend]:
+    """Backends by name; "c" names every capability (`c[AVX2]`, ...)."""
+    every = available_backends()
+    if names is None:
+        return every
+    return [b for b in every if b.name in names or b.name.split("[")[0] in names]
+
+
+# -- comparing
+
+
+def compare(got: Any, want: Any, computed_in: Sequence[dtypes.DType] = ()) -> str | None:
+    """Why `got` is not `want` (None when close): dtype, shape, or values at the default tolerances of the loosest of
+    its dtype and the floating dtypes it was `computed_in` (a float64 sum of float32 results is as exact as they)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return f"got {dtypes.dtype(got.dtype).name}{list(got.shape)}, expected " \
+               f"{dtypes.dtype(want.dtype).name}{list(want.shape)}"
+    kind = dtypes.dtype(want.dtype)
+    if kind is dtypes.bfloat16 or kind is dtypes.float16:  # numpy's comparisons want a native float
+        got, want = got.astype(np.float32), want.astype(np.float32)
+    rtol, atol = default_tolerances(kind, *(d for d in computed_in if d.is_floating_point)) \
+        if kind.is_floating_point else default_tolerances(kind)
+    close = closeness(got, want, rtol, atol, equal_nan=True)
+    if close.ok:
+        return None
+    (absolute, at), _ = close.greatest(mismatches_only=True)
+    return (f"{close.mismatched}/{close.close.size} elements differ ({kind.name}, rtol {rtol}, atol {atol}); "
+            f"greatest difference {absolute} at {list(at)}: got {got[at]!r}, expected {want[at]!r}")
+
+
+# -- outcomes and the report
+
+
+@dataclass
+class Failure:
+    backend: str
+    kind: str  # "mismatch" or "crash"
+    message: str
+    case: Case
+
+    def __str__(self) -> str:
+        return f"{self.backend} {self.kind}: {self.message}"
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        """What makes two failures the same bug, roughly: the backend, the kind, and the message without its numbers
+        (for a mismatch, up to the dtype)."""
+        message = re.sub(r"\b[su]\d+\b", "s#", self.message)  # symbols
+        message = re.sub(r"(?<![A-Za-z_\d])-?\d+(\.\d+)?(e[-+]?\d+)?", "#", message)  # numbers; float32 stays
+        return self.backend, self.kind, message.split(", rtol")[0] if self.kind == "mismatch" else message[:200]
+
+
+@dataclass
+class Report:
+    """Figures of a fuzz run: programs the oracle ran, ops they covered, and per backend the cases that matched,
+    mismatched, crashed or were refused."""
+
+    programs: int = 0
+    rejected: collections.Counter = field(default_factory=collections.Counter)  # oracle refusals by reason
+    ops: collections.Counter = field(default_factory=collections.Counter)
+    outcomes: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(
+        collections.Counter))
+    refusals: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(
+        collections.Counter))
+    failures: list[Failure] = field(default_factory=list)
+
+    def record(self, backend: str, outcome: str, detail: str = "") -> None:
+        self.outcomes[backend][outcome] += 1
+        if outcome == "unsupported":
+            self.refusals[backend][detail] += 1
+
+    def summary(self, registry_ops: int | None = None) -> str:
+        covered = f"{len(self.ops)}" + (f" of {registry_ops} in scope" if registry_ops else "")
+        lines = [f"programs: {self.programs} (oracle refused {sum(self.rejected.values())} more)",
+                 f"ops covered: {covered}, {sum(self.ops.values())} op applications",
+                 f"mismatches: {sum(c['mismatch'] for c in self.outcomes.values())}",
+                 f"crashes: {sum(c['crash'] for c in self.outcomes.values())}"]
+        lines.append(f"{'backend':<14}{'programs':>9}{'matched':>9}{'mismatch':>9}{'crash':>7}{'unsupported':>12}")
+        for name, counts in self.outcomes.items():
+            lines.append(f"{name:<14}{sum(counts.values()):>9}{counts['matched']:>9}{counts['mismatch']:>9}"
+                         f"{counts['crash']:>7}{counts['unsupported']:>12}")
+        return "\n".join(lines)
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+
+
+def _refusal(error: BaseException) -> str | None:
+    """A backend's documented refusal (its first line), or None for a crash."""
+    if isinstance(error, (UnsupportedError, TorchRefused)) or isinstance(error, BackendFailed) and error.refused:
+        return _first_line(error)
+    return None
+
+
+# -- the worker process backends run in
+
+BACKEND_SECONDS = 600  # for one program (a batch of cases)
+
+
+def _run_in_worker(name: str, text: str, inputs: list[np.ndarray]) -> tuple[str, Any]:
+    """In the worker: ("ok", outputs), or ("refused" or "crash", the error's first line)."""
+    import warnings
+
+    import onnxruntime
+    warnings.filterwarnings("ignore")
+    onnxruntime.set_default_logger_severity(3)  # a failing session's log lines repeat the failure
+    backend = {b.name: b for b in available_backends()}[name]
+    with tempfile.TemporaryDirectory(prefix="kiln_fuzz_") as workdir:
+        try:
+            outputs = backend.run(ExportedProgram.from_mlir(text), inputs, pathlib.Path(workdir))
+            return "ok", [np.asarray(o) for o in outputs]
+        except Exception as error:  # noqa: BLE001
+            refusal = _refusal(error)
+            return ("refused", refusal) if refusal else ("crash", _first_line(error))
+
+
+class BackendFailed(Exception):
+    """A backend's failure in the worker, as its first line."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
+
+
+class Worker:
+    """The process backends run in, so that a crash in native code (a compiled model, onnxruntime or torch reading out
+    of bounds) or a hang is a recorded crash instead of the end of the run. The program travels as MLIR text, which
+    round-trips exactly. Started on first use, and replaced after it dies."""
+
+    def __init__(self) -> None:
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def run(self, backend: Backend, program: ExportedProgram, inputs: list[np.ndarray],
+            seconds: float = BACKEND_SECONDS) -> list[np.ndarray]:
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        future = self._pool.submit(_run_in_worker, backend.name, program.to_mlir(), inputs)
+        try:
+            status, payload = future.result(timeout=seconds)
+        except concurrent.futures.TimeoutError:
+            self.stop()
+            raise BackendFailed(f"Timeout: no result after {seconds}s") from None
+        except concurrent.futures.process.BrokenProcessPool:
+            self.stop()
+            raise BackendFailed("WorkerDied: the backend's process died (a crash in native code)") from None
+        if status != "ok":
+            raise BackendFailed(payload, refused=status == "refused")
+        return payload
+
+    def stop(self) -> None:
+        if self._pool is not None:
+            for process in list(self._pool._processes.values()):  # the executor has no kill of its own
+                process.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+WORKER = Worker()
+
+
+# -- running
+
+
+def computed_in(program: ExportedProgram) -> list[set[dtypes.DType]]:
+    """Per output, the dtypes of the values it is computed from."""
+    found = []
+    for output in program.body.last_op.operands:
+        seen, kinds, pending = set(), set(), [output]
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            if isinstance(value.type, TensorType):
+                kinds.add(value.type.dtype)
+            if isinstance(value, OpResult):
+                pending += list(value.op.operands)
+        found.append(kinds)
+    return found
+
+
+def oracle(case: Case, report: Report) -> tuple[list[Any], list[set[dtypes.DType]]] | Failure | None:
+    """The interpreter's outputs for `case` and the dtypes each is computed from; None when it refuses the inputs (a
+    data-dependent error, like an index out of range), a Failure when it crashes."""
+    program = build_program([case.dag])
+    try:
+        return run_program(program, case.inputs), computed_in(program)
+    except VerificationError as error:  # a kernel disagreeing with its meta rule
+        return Failure("interpreter", "crash", _first_line(error), case)
+    except KilnError as error:
+        report.rejected[_first_line(error)[:120]] += 1
+        return None
+    except Exception as error:  # noqa: BLE001
+        return Failure("interpreter", "crash", _first_line(error), case)
+
+
+def run_backend(backend: Backend, items: list[tuple[Case, list[Any]]], report: Report) -> list[Failure]:
+    """`backend` on the cases of `items` (each with the oracle's outputs): the cases its precheck takes, as one
+    program, halved on failure until the failing case is alone."""
+    failures = []
+    if backend.precheck is not None and len(items) > 1:
+        kept = []
+        for item in items:
+            verdict = _precheck(backend, item, report)
+            if verdict is None:
+                kept.append(item)
+            failures += verdict or []
+        items = kept
+    return failures + _run_group(backend, items, report)
+
+
+def _run_group(backend: Backend, items: list[tuple[Case, list[Any]]], report: Report) -> list[Failure]:
+    if not items:
+        return []
+    program = build_program([case.dag for case, _ in items])
+    inputs = [x for case, _ in items for x in case.inputs]
+    try:
+        outputs = WORKER.run(backend, program, inputs)
+    except Exception as error:  # noqa: BLE001
+        if len(items) > 1 and not str(error).startswith("Timeout"):
+            half = len(items) // 2
+            return _run_group(backend, items[:half], report) + _run_group(backend, items[half:], report)
+        refusal = _refusal(error)
+        report.record(backend.name, "unsupported" if refusal else "crash", refusal or "")
+        return [] if refusal else [Failure(backend.name, "crash", _first_line(error), items[0][0])]
+    failures, start = [], 0
+    for case, (expected, kinds) in items:
+        got = outputs[start:start + len(expected)]
+        start += len(expected)
+        problems = [f"output {i}: {why}" for i, (g, e, k) in enumerate(zip(got, expected, kinds))
+                    if (why := compare(g, e, k))]
+        if len(got) != len(expected):
+            problems.append(f"{len(got)} outputs, expected {len(expected)}")
+        report.record(backend.name, "mismatch" if problems else "matched")
+        if problems:
+            failures.append(Failure(backend.name, "mismatch", "; ".join(problems), case))
+    return failures
+
+
+def _precheck(backend: Backend, item: tuple[Case, list[Any]], report: Report) -> list[Failure] | None:
+    """None when the backend takes the case, [] when it refuses it, a crash otherwise."""
+    try:
+        backend.precheck(build_program([item[0].dag]))
+    except Exception as error:  # noqa: BLE001
+        refusal = _refusal(error)
+        report.record(backend.name, "unsupported" if refusal else "crash", refusal or "")
+        return [] if refusal else [Failure(backend.name, "crash", _first_line(error), item[0])]
+    return None
+
+
+def run_cases(cases: Sequence[Case], report: Report, backends: Sequence[Backend] | None = None) -> list[Failure]:
+    """Every case through the oracle, then through each backend; the failures, and the figures in `report`."""
+    backends = available_backends() if backends is None else backends
+    failures, items = [], []
+    for case in cases:
+        expected = oracle(case, report)
+        if isinstance(expected, Failure):
+            failures.append(expected)
+        elif expected is not None:
+            items.append((case, expected))
+            report.programs += 1
+            report.ops.update(step.op for step in case.dag.steps)
+    for backend in backends:
+        failures += run_backend(backend, items, report)
+    report.failures += failures
+    return failures
+
+
+def check_program(program: ExportedProgram, inputs: list[np.ndarray], backends: Sequence[str] | None = None) -> None:
+    """Assert that every backend (or those named) computes what the interpreter computes for `program` on
+    `inputs`; a refusal fails too (a regression case must keep running where it once failed)."""
+    expected, kinds = run_program(program, inputs), computed_in(program)
+    problems = []
+    for backend in select_backends(backends):
+        try:
+            got = WORKER.run(backend, program, inputs)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"{backend.name}: {_first_line(error)}")
+            continue
+        problems += [f"{backend.name} output {i}: {why}" for i, (g, e, k) in enumerate(zip(got, expected, kinds))
+                     if (why := compare(g, e, k))]
+        if len(got) != len(expected):
+            problems.append(f"{backend.name}: {len(got)} outputs, expected {len(expected)}")
+    assert not problems, "\n".join(problems)

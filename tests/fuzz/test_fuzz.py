@@ -1,0 +1,77 @@
+"""Differential fuzzing: random programs (tests/fuzz/programs.py) agree across the interpreter, ONNX, C at every
+capability, the .pt2 round trip and torch eager. A failure is shrunk by hypothesis and shown as a pytest test to add
+to tests/regressions/. `make fuzz` runs the 10,000-program budget (tests/fuzz/__main__.py).
+
+The two differential tests run only with KILN_FUZZ=1 while the bugs the fuzzer has found are open (issue 20: a
+300-program run found about 20 kinds, and each fixed seed here still hits one), so that `make test` stays a gate for
+what is fixed; the generator's own tests below always run, and each fixed bug keeps a test in tests/regressions/.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from tests.fuzz.differential import Report, run_cases
+from tests.fuzz.programs import Case, batches, cases, dags
+from tests.fuzz.reproduce import case_source
+
+SUPPRESSED = list(HealthCheck)
+open_bugs = pytest.mark.skipif(not os.environ.get("KILN_FUZZ"), reason="differential fuzzing finds open bugs "
+                               "(issue 20): KILN_FUZZ=1 runs it; `make fuzz` runs the big budget")
+
+
+def check(batch: list[Case]) -> Report:
+    report = Report()
+    failures = run_cases(batch, report)
+    assert not failures, "\n\n".join(f"{failure}\n{case_source(failure.case, backends=(failure.backend,))}"
+                                      for failure in failures[:3])
+    return report
+
+
+@open_bugs
+@seed(20261202)
+@settings(max_examples=3, database=None, deadline=None, suppress_health_check=SUPPRESSED)
+@given(batches(max_cases=30, max_steps=25))
+def test_random_programs_agree_across_backends(batch):
+    check(batch)
+
+
+@open_bugs
+@pytest.mark.slow
+@seed(7)
+@settings(max_examples=14, database=None, deadline=None, suppress_health_check=SUPPRESSED,
+          phases=[Phase.explicit, Phase.generate, Phase.shrink])
+@given(batches(max_cases=40))
+def test_random_programs_agree_across_backends_long(batch):
+    check(batch)
+
+
+@seed(1)
+@settings(max_examples=100, database=None, deadline=None, suppress_health_check=SUPPRESSED)
+@given(dags())
+def test_generated_dags_build_and_verify(dag):
+    """Every drawn DAG replays into a program that verifies, with ops and an output."""
+    from tests.fuzz.programs import build_program
+    program = build_program([dag])
+    program.verify()
+    assert dag.steps and dag.outputs
+
+
+@seed(2)
+@settings(max_examples=30, database=None, deadline=None, suppress_health_check=SUPPRESSED)
+@given(cases(max_steps=10))
+def test_case_source_reproduces_the_program(case):
+    """The printed reproduction builds the same program as the recipe."""
+    import numpy as np
+
+    from tests.fuzz.programs import build_program
+    from tests.fuzz.reproduce import HEADER
+    namespace: dict = {}
+    source = HEADER + case_source(case).replace("    check_program(program, inputs)", "    return program, inputs")
+    exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102  (the printer's own output)
+    program, inputs = namespace["test_case"]()
+    assert program.to_mlir() == build_program([case.dag]).to_mlir()
+    assert all(np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in zip(inputs, case.inputs))
