@@ -48,7 +48,7 @@ __version__ = "0.1.0"
 # Every public subpackage is an attribute of `kiln`, as torch.export and torch.onnx are of torch; these import on
 # first use, so `import kiln` pays only for the IR and the frontend.
 _LAZY_SUBMODULES = ("cli", "codegen", "compiler", "models", "onnx", "passes", "quantization", "runtime", "testing",
-                    "training")
+                    "training", "verification")
 _LAZY_ATTRIBUTES = {"compile": ("kiln.compiler", "compile"),  # kiln.compile: build a package and load it
                     # kiln.verify: name the first op where a backend disagrees with the reference interpreter
                     "verify": ("kiln.verification", "verify"), "VerifyResult": ("kiln.verification", "VerifyResult")}

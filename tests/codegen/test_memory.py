@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import kiln
 import kiln.models
 from kiln.cli.main import main
+from kiln.codegen.c.packing import tile_sizes
 from kiln.codegen.c.render import dim_expr
 from kiln.codegen.memory import (
     Lifetime, MemoryPlanError, align, buffer_bytes, kernel_reads, kernel_writes, lifetimes, plan_memory, verify_plan)
@@ -241,7 +242,13 @@ def test_inspect_package_shows_signature_and_peak_memory(mlp_package, capsys):
     assert main(["inspect", str(path)]) == 0
     text = capsys.readouterr().out
     assert "x: f32[batch, 32]" in text and "_log_softmax: f32[batch, 10]" in text and "batch: [1, 4096]" in text
-    assert "weights.bin: 6 tensors, 6,922 values, 27.0 KiB" in text
+    # MLP 32->64->64->10: three biases as they are, three weights only as the compiler packed them, in panels of
+    # KILN_NR columns (the 10 outputs pad to one panel)
+    capability = kiln.runtime.load(path).manifest["cpu_capability"]
+    _, nr = tile_sizes(capability)
+    values = 64 + 64 + 10 + sum(k * -(-n // nr) * nr for k, n in [(32, 64), (64, 64), (64, 10)])
+    assert f"weights.bin: 6 tensors, {values:,} values, " in text
+    assert f"of which 3 packed by the compiler for {capability}'s GEMM tiles" in text
     assert "peak temporary memory: 512*batch bytes" in text
     assert "naive (no reuse): 512*batch + 64*ceiling(5*batch/8) bytes; 2 arena slots for 3 temporaries" in text
     assert "at the largest sizes (batch=4096): 2.0 MiB" in text
@@ -276,12 +283,12 @@ def test_inspect_package_without_memory_entry(mlp_package, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     (None, "without manifest.json"),
-    ("{not json", "not readable JSON"),
+    ("{not json", "cannot read the package manifest"),
     ('{"format": "something-else"}', "not a kiln package manifest"),
     ('{"format": "kiln-c-package", "inputs": []}', "malformed"),
     ('{"format": "kiln-c-package", "inputs": [{"name": "x", "dtype": "float32", "shape": ["n"]}], "outputs": [],'
      ' "symbols": [], "weights": [], "memory": {"arena_bytes": "1"}}', "malformed"),
-    ('[1, 2]', "malformed"),
+    ('[1, 2]', "not an object"),
     ('{"format": "kiln-c-package", "inputs": [], "outputs": [], "symbols": [], "weights": [], "memory": '
      '{"arena_bytes": "64*(", "unplanned_bytes": "1", "slots": 1, "temps": 1}}', "malformed size formula"),
 ])
