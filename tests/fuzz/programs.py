@@ -186,7 +186,10 @@ CONVERSIONS = frozenset({name for name, opdef in REGISTRY.items()
 # Ops that convert floats to integers inside (fake quantization rounds x / scale to an integer, then clamps): NaN and
 # inf are undefined there as in a conversion (torch eager gives quant_min for NaN, by the C conversion's accident), so
 # their operand is made representable too.
-INTERNAL_CONVERSIONS = frozenset(name for name in REGISTRY if ".fake_quantize_" in f".{name.split('.')[1]}")
+INTERNAL_CONVERSIONS = frozenset(name for name in REGISTRY if "fake_quantize_" in name)
+# Ops whose ONNX form is MaxPool without indices, which skips NaN where ATen returns it, as torch.onnx's files do
+# (a documented divergence, docs/onnx.md): their operand gets no NaN (DagDrawer._nan_free).
+NAN_SKIPPED_IN_ONNX = frozenset(name for name in REGISTRY if "max_pool" in name and "backward" not in name)
 # No value grows past this many elements (chains of cat, repeat or expand double sizes at each step).
 MAX_ELEMENTS = 4096
 EXCLUDED_TAGS = frozenset({"random", "sparse", "quantize", "backward"})
@@ -397,10 +400,15 @@ class DagDrawer:
         self._commit_inputs()
         first = next((i for i, a in enumerate(opdef.schema.arguments) if a.type.is_tensor and not a.type.is_list
                       and isinstance(bound[i], Ref)), None)
-        if name in CONVERSIONS | INTERNAL_CONVERSIONS and first is not None and \
-                self.type(bound[first]).dtype.is_floating_point:
-            integral = [r.type.dtype for r in result if r.type.dtype.is_integral] or \
-                ([dtypes.int32] if name in INTERNAL_CONVERSIONS else [])
+        if name in INTERNAL_CONVERSIONS:  # the input, scale and zero point all meet a float -> int conversion
+            for index, argument in enumerate(opdef.schema.arguments):
+                if argument.type.is_tensor and not argument.type.is_list and isinstance(bound[index], Ref) and \
+                        self.type(bound[index]).dtype.is_floating_point:
+                    bound[index] = self._representable(bound[index], dtypes.int32)
+        elif name in NAN_SKIPPED_IN_ONNX and first is not None and self.type(bound[first]).dtype.is_floating_point:
+            bound[first] = self._nan_free(bound[first])
+        elif name in CONVERSIONS and first is not None and self.type(bound[first]).dtype.is_floating_point:
+            integral = [r.type.dtype for r in result if r.type.dtype.is_integral]
             if integral:
                 bound[first] = self._representable(bound[first], integral[0])
         self._record(opdef, bound, result)
@@ -432,6 +440,10 @@ class DagDrawer:
         mask = self._apply("aten.isnan.default", ref)
         zeroed = self._apply("aten.where.ScalarSelf", mask, 0.0, ref)
         return self._apply("aten.clamp.default", zeroed, low, 100.0)
+
+    def _nan_free(self, ref: Ref) -> Ref:
+        """`ref` with NaN as 0 (infinities stay)."""
+        return self._apply("aten.where.ScalarSelf", self._apply("aten.isnan.default", ref), 0.0, ref)
 
     def _apply(self, name: str, *args: Any) -> Ref:
         opdef = REGISTRY[name]

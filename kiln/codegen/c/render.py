@@ -44,6 +44,9 @@ C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int
 
 
 def c_type(dtype: dtypes.DType) -> str:
+    if dtype not in C_TYPES:  # an op on such values is refused when legalized; an unused input reaches here
+        raise UnsupportedError(f"the C backend has no {dtype.name} tensors",
+                               fix=f"convert the model's {dtype.name} inputs and weights to float32 first")
     return C_TYPES[dtype]
 
 
@@ -1550,6 +1553,8 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     space, reduce, dtype = detail["space"], detail["reduce"], out.dtype
     exprs, target = _Exprs(len(kernel.shape)), f"{buffer_name(out)}"
     lines = _loops(kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail['input'])};"], simd=True)
+    if any(isinstance(d, int) and d == 0 for d in space):  # no indices: only the copy (ATen then skips its checks,
+        return lines  # so the index's rank may differ from self's, and the scatter's coordinates would not exist)
     exprs = _Exprs(len(space))
     checks, coords, counted = [], [], None
     for d, where in enumerate(detail["targets"]):

@@ -183,6 +183,8 @@ class OnnxGraph:
         """Append a node; returns its output name (or the list of names when `outputs` > 1)."""
         names = [self.model.fresh(f"{self.hint}_{op_type.lower()}") for _ in range(outputs)]
         attributes = {k: v for k, v in attributes.items() if v is not None}
+        if op_type == "Reshape":  # ATen's 0 is an empty dim, never ONNX's default "copy the input's dim"
+            attributes.setdefault("allowzero", 1)
         self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attributes))
         return names[0] if outputs == 1 else names
 

@@ -823,7 +823,13 @@ def _softmax_like(op_type: str) -> Lowering:
         axis = normalize_axis(dim, x.rank)
         if op_type == "LogSoftmax" and ctx.declared_dtype in _LOW_PRECISION and axis == x.rank - 1:
             return ctx.graph.cast(_reduced_log_softmax(ctx, ctx.as_dtype(x, compute), axis), compute, ctx.out_dtype)
-        result = ctx.node(op_type, [ctx.as_dtype(x, compute)], axis=axis)
+        value = ctx.as_dtype(x, compute)
+        result = ctx.node(op_type, [value], axis=axis)
+        if op_type == "LogSoftmax" and compute is dtypes.float64:
+            # onnxruntime's float64 kernel gives -inf, not NaN, beside a +inf (its float32 one agrees with ATen):
+            # adding max - max (NaN where the max is +inf, else 0) puts ATen's NaN back (found by fuzzing)
+            peak = ctx.node("ReduceMax", [value, ctx.ints([axis])], keepdims=1)
+            result = ctx.node("Add", [result, ctx.node("Sub", [peak, peak])])
         return ctx.graph.cast(result, compute, ctx.out_dtype)
     return lower
 
@@ -1083,12 +1089,20 @@ def _index64(ctx: LoweringContext, index: Value) -> str:
 def _gather(ctx: LoweringContext, x: Value, dim: int, index: Value, *, sparse_grad: bool = False) -> str:
     if x.rank == 0:
         return ctx.node("Expand", [x.name, ctx.shape(index)])
-    if any(d == 0 for d in index.shape):  # onnxruntime's GatherElements refuses empty indices
+    if _no_indices(index):  # onnxruntime's GatherElements refuses empty indices (of any rank, in ATen)
         return ctx.node("Expand", [ctx.const(0, x.dtype), ctx.dims(ctx.out.shape)])
     return ctx.node("GatherElements", [x.name, _index64(ctx, index)], axis=normalize_axis(dim, x.rank))
 
 
+def _no_indices(index: Value) -> bool:
+    """An index with no elements (statically): scatter writes nothing. ATen then skips its checks, so the index's
+    rank may differ from self's, which ScatterElements refuses."""
+    return any(d == 0 for d in index.shape)
+
+
 def _scatter_elements(ctx: LoweringContext, x: Value, dim: int, index: Value, src: str, reduction: str) -> str:
+    if _no_indices(index):
+        return ctx.node("Identity", [x.name])
     if x.rank == 0:  # every index is 0: scatter into a 1-element view
         flat = ctx.node("Reshape", [x.name, ctx.ints([1])])
         positions = ctx.node("Reshape", [_index64(ctx, index), ctx.ints([-1])])
@@ -1129,6 +1143,8 @@ _SCATTER_REDUCTIONS = {"sum": ("add", 0), "prod": ("mul", 1), "amax": ("max", -m
 @lowers("aten.scatter_reduce.two")
 def _scatter_reduce(ctx: LoweringContext, x: Value, dim: int, index: Value, src: Value, reduce: str, *,
                     include_self: bool = True) -> str:
+    if _no_indices(index):
+        return ctx.node("Identity", [x.name])
     if x.dtype.is_bool:  # onnxruntime has no bool ScatterElements reductions; max/min/sum on 0/1 agree with ATen's
         compute = dtypes.int32
         wide = _scatter_reduce(ctx, Value(ctx.as_dtype(x, compute), x.type.with_dtype(compute)), dim, index,
@@ -1538,16 +1554,10 @@ def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], strid
 
 
 def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) -> str:
-    """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool skips a NaN that
-    ATen's returns (torch.onnx's files differ from torch there), so a second MaxPool of the NaN marks puts NaN back
-    into each window that holds one (found by differential fuzzing)."""
+    """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool may skip a NaN that
+    ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
     value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
-    values = ctx.node("MaxPool", [value], **attributes)
-    if x.dtype.is_floating_point:
-        nan_marks = ctx.node("Where", [ctx.node("IsNaN", [value]), ctx.const(1, t), ctx.const(0, t)])
-        has_nan = ctx.node("Greater", [ctx.node("MaxPool", [nan_marks], **attributes), ctx.const(0, t)])
-        values = ctx.node("Where", [has_nan, ctx.const(math.nan, t), values])
-    return ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype)
+    return ctx.graph.cast(_unbatch(ctx, ctx.node("MaxPool", [value], **attributes), unbatched), t, x.dtype)
 
 
 @lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")

@@ -17,6 +17,9 @@ def _linear_meta(input, weight, bias=None):
     require_dtype(all(d is dtype_of(input) for d in others), op,
                   f"input, weight and bias must have the same dtype, got {dtype_of(input)} and "
                   f"{', '.join(map(str, others))}", fix="convert them to one dtype first")
+    require(not (len(shape_of(input)) == 2 and len(shape_of(weight)) == 1 and bias is not None), op,
+            "mat2 must be a matrix, got 1-D tensor (ATen takes addmm for a 2-D input with a bias)",
+            fix="give the weight a leading dim of 1 and squeeze the result's last dim")
     out = list(shape_of(input)[:-1]) + ([shape_of(weight)[0]] if len(shape_of(weight)) == 2 else [])
     if bias is not None:  # the bias broadcasts to the result without growing it (ATen adds or expands it)
         grown = broadcast_shapes(op, out, shape_of(bias))
@@ -38,6 +41,9 @@ defop("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", _linea
 @register_decomposition("aten.linear.default")
 def _linear_decomposition(input, weight, bias=None):
     aten = ops.aten
+    if len(shape_of(weight)) == 1:  # ATen's input.matmul(weight.t()): a 1-D weight gives one value per row
+        out = aten.matmul.default(input, weight)
+        return out if bias is None else aten.add.Tensor(out, bias)
     weight_t = aten.permute.default(weight, [1, 0])
     batch = shape_of(input)[:-1]
     # the row count spelled out: with 0 in_features, -1 would be ambiguous

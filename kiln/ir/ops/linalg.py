@@ -15,6 +15,7 @@ import numpy as np
 import sympy
 
 from kiln.ir import dtypes
+from kiln.ir.errors import OpArgumentError
 from kiln.ir.meta import (
     broadcast_shapes, dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor,
 )
@@ -53,6 +54,9 @@ def _scalar_for(dtype: dtypes.DType, value):
     """alpha/beta as ATen applies them: truncated to an integer for integral results."""
     if dtype.is_floating_point or dtype.is_complex:
         return float(value)
+    if isinstance(value, float) and not math.isfinite(value):  # ATen: "cannot be converted ... without overflow"
+        raise OpArgumentError(f"alpha/beta {value} cannot be converted to {dtype.name} without overflow",
+                              fix="use a finite alpha and beta with integer tensors")
     return int(value)
 
 
