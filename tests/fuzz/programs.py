@@ -187,6 +187,10 @@ CONVERSIONS = frozenset({name for name, opdef in REGISTRY.items()
 # inf are undefined there as in a conversion (torch eager gives quant_min for NaN, by the C conversion's accident), so
 # their operand is made representable too.
 INTERNAL_CONVERSIONS = frozenset(name for name in REGISTRY if "fake_quantize_" in name)
+# Ops whose ATen result for an infinity depends on the kernel path: float32 gelu(+inf) is inf on the scalar path and
+# NaN on the vectorized one (torch 2.13, any tensor of 5 or more elements). Their operands are made finite too.
+PATH_DEPENDENT_AT_INFINITY = frozenset({"aten.gelu.default"})
+FINITE_OPERANDS = INTERNAL_CONVERSIONS | PATH_DEPENDENT_AT_INFINITY
 # Ops whose ONNX form is MaxPool without indices, which skips NaN where ATen returns it, as torch.onnx's files do
 # (a documented divergence, docs/onnx.md): their operand gets no NaN (DagDrawer._nan_free).
 NAN_SKIPPED_IN_ONNX = frozenset(name for name in REGISTRY if "max_pool" in name and "backward" not in name)
@@ -400,7 +404,7 @@ class DagDrawer:
         self._commit_inputs()
         first = next((i for i, a in enumerate(opdef.schema.arguments) if a.type.is_tensor and not a.type.is_list
                       and isinstance(bound[i], Ref)), None)
-        if name in INTERNAL_CONVERSIONS:  # the input, scale and zero point all meet a float -> int conversion
+        if name in FINITE_OPERANDS:  # (fake quantize: input, scale and zero point all meet a float -> int conversion)
             for index, argument in enumerate(opdef.schema.arguments):
                 if argument.type.is_tensor and not argument.type.is_list and isinstance(bound[index], Ref) and \
                         self.type(bound[index]).dtype.is_floating_point:

@@ -21,7 +21,7 @@ from kiln.ir.errors import GuardError
 from kiln.ir.meta import (
     canonical_dim, dtype_of, like, numel, require, require_arg, shape_of, tensor,
 )
-from kiln.ir.registry import defop, ops, register_decomposition
+from kiln.ir.registry import REGISTRY, defop, ops, register_decomposition
 from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool
 from kiln.ir.types import SymIntType
 
@@ -1257,10 +1257,15 @@ def _circular_pad(self, pad):
     return self
 
 
-defop('pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor',
-      lambda self, pad, mode="constant", value=None: like(
-          self, shape=_pad_shape("aten.pad.default", shape_of(self), pad, mode, value)),
-      _pad, tags=("composite",))
+def _pad_meta(self, pad, mode="constant", value=None):
+    shape = _pad_shape("aten.pad.default", shape_of(self), pad, mode, value)
+    if mode == "reflect":  # ATen runs reflection_pad{1,2,3}d, whose checks (no empty channels, ...) apply
+        REGISTRY[f"aten.reflection_pad{len(pad) // 2}d.default"].meta(self, list(pad))
+    return like(self, shape=shape)
+
+
+defop('pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor', _pad_meta, _pad,
+      tags=("composite",))
 
 
 @register_decomposition("aten.pad.default")
