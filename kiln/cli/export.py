@@ -285,26 +285,11 @@ def _load_pt2_request(model_spec: str, inputs: list[str], dynamic: list[str],
 
 
 def example_inputs(program: Any) -> tuple[tuple, dict[str, Any]]:
-    """(args, kwargs) of random values that fit a program's user inputs, each symbol at an example size."""
-    import numpy as np
-    import sympy
-
-    from kiln.ir.program import InputKind
+    """(args, kwargs) of random values that fit a program's user inputs (kiln.verification.random_inputs), in the
+    structure the program was called with."""
     from kiln.ir.pytree import tree_unflatten
-    sizes = {symbol: _example_size(r.lower, r.upper)
-             for symbol, r in program.range_constraints.items() if isinstance(symbol, sympy.Symbol)}
-    rng = np.random.default_rng(0)
-    arrays = []
-    for spec, value in zip(program.graph_signature.input_specs, program.body.args):
-        if spec.kind is not InputKind.USER_INPUT:
-            continue
-        shape = [dim if isinstance(dim, int) else int(dim.subs({s: sizes.get(s, 2) for s in dim.free_symbols}))
-                 for dim in value.type.shape]
-        dtype = value.type.dtype
-        if dtype.is_floating_point:
-            arrays.append(rng.standard_normal(shape).astype(np.float32).astype(dtype.numpy))
-        else:
-            arrays.append(np.zeros(shape, dtype=dtype.numpy))
+    from kiln.verification import random_inputs
+    arrays = random_inputs(program)
     if program.in_spec is None:
         return tuple(arrays), {}
     supplied = iter(arrays)
