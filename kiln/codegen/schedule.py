@@ -746,7 +746,8 @@ class _Scheduler:
         parts, start = [], sympy.Integer(0)
         for value in args[0]:
             shape = list(value.type.shape)
-            if len(shape) != len(out_shape):  # legacy 1-D empty inputs take no part
+            # legacy 1-D empty inputs take no part (and when all are, `dim` may be past the [0] result's rank)
+            if len(shape) != len(out_shape) or dim >= len(out_shape):
                 continue
             parts.append((_load(self.materialized(value), shape), shape, start))
             start = sympy.expand(start + _dim(shape[dim]))

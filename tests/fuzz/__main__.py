@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.fuzz.differential import Backend, Failure, Report, run_cases, select_backends
-from tests.fuzz.programs import META_CRASHES, TEMPLATES, Case, batches
+from tests.fuzz.programs import META_CRASHES, TEMPLATES, Case, batches, fixed_constant_pool
 from tests.fuzz.reduce import reduce
 from tests.fuzz.reproduce import case_source
 
@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     backends = select_backends(args.backends)
     started = time.perf_counter()
     report = Report()
-    found = fuzz(args.programs, args.batch, args.seed, backends, report, not args.no_shrink, sys.stderr)
+    with fixed_constant_pool():
+        found = fuzz(args.programs, args.batch, args.seed, backends, report, not args.no_shrink, sys.stderr)
     print(f"\nfuzz: seed {args.seed}, {time.perf_counter() - started:.0f}s, backends "
           f"{', '.join(b.name for b in backends)}")
     print(report.summary(registry_ops=len(TEMPLATES)))

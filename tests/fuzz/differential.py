@@ -84,8 +84,11 @@ def _pt2(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Pa
             if spec.kind is OutputKind.USER_OUTPUT]
 
 
-# torch eager's errors about strides, which a functional program (no strides) cannot be held to
-TORCH_LAYOUT_REFUSALS = ("requires contiguous input", "view size is not compatible with input tensor's size and stride")
+# torch eager's errors about strides, which a functional program (no strides) cannot be held to, and its kernels'
+# refusals of empty dims that its own shape rules accept (convolution and pooling over an empty spatial dim; batch
+# norm over zero channels reads channel 0)
+TORCH_KERNEL_REFUSALS = ("requires contiguous input", "view size is not compatible with input tensor's size and stride",
+                         "Only zero batch or zero channel inputs are supported", "out of range for tensor of size [0]")
 
 
 class TorchRefused(Exception):
@@ -105,12 +108,13 @@ def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.
     with torch.no_grad():
         try:
             outputs = module(*[to_torch(np.asarray(x)) for x in inputs])
-        except (NotImplementedError, RuntimeError) as error:
+        except (NotImplementedError, RuntimeError, IndexError) as error:
             if not isinstance(error, NotImplementedError) and not any(
-                    pattern in str(error) for pattern in TORCH_LAYOUT_REFUSALS):
+                    pattern in str(error) for pattern in TORCH_KERNEL_REFUSALS):
                 raise
-            # torch eager has no kernel for the dtype ("max_pool1d_impl" not implemented for 'Long'), or wants a
-            # memory layout kiln's functional IR has no notion of: torch's limit, not a wrong answer of kiln's
+            # torch eager has no kernel for the dtype ("max_pool1d_impl" not implemented for 'Long'), wants a
+            # memory layout kiln's functional IR has no notion of, or has no kernel for the empty dims its shape
+            # rules accept: torch's limit, not a wrong answer of kiln's
             raise TorchRefused(f"{type(error).__name__}: {error}") from error
     outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
     return [np.asarray(to_numpy(o)) for o in outputs]

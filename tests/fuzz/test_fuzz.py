@@ -2,10 +2,8 @@
 capability, the .pt2 round trip and torch eager. A failure is shrunk by hypothesis and shown as a pytest test to add
 to tests/regressions/. `make fuzz` runs the 10,000-program budget (tests/fuzz/__main__.py).
 
-The two differential tests run only with KILN_FUZZ=1 for now (issue 20): the long one's fixed seed still hits an
-open bug, and the short one passed alone but failed once in a run with other tests (its draws depend on state another
-test leaves behind, under hypothesis's CI profile), so `make test` stays a deterministic gate for what is fixed. The
-generator's own tests below and every regression in tests/regressions/ always run.
+Each test's draws depend on its seed alone (fixed_constant_pool: hypothesis would otherwise draw from literals in
+whichever kiln modules other tests had imported), so a run of `make test` checks the same programs every time.
 """
 
 from __future__ import annotations
@@ -16,12 +14,18 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.fuzz.differential import Report, run_cases
-from tests.fuzz.programs import Case, batches, cases, dags
+from tests.fuzz.programs import Case, batches, cases, dags, fixed_constant_pool
 from tests.fuzz.reproduce import case_source
 
 SUPPRESSED = list(HealthCheck)
 open_bugs = pytest.mark.skipif(not os.environ.get("KILN_FUZZ"), reason="differential fuzzing finds open bugs "
                                "(issue 20): KILN_FUZZ=1 runs it; `make fuzz` runs the big budget")
+
+
+@pytest.fixture(autouse=True)
+def _draws_from_the_seed_alone():
+    with fixed_constant_pool():
+        yield
 
 
 def check(batch: list[Case]) -> Report:
@@ -32,7 +36,6 @@ def check(batch: list[Case]) -> Report:
     return report
 
 
-@open_bugs
 @seed(20261202)
 @settings(max_examples=3, database=None, deadline=None, suppress_health_check=SUPPRESSED)
 @given(batches(max_cases=30, max_steps=25))

@@ -222,8 +222,11 @@ def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
     result = tensor_dtypes[0]
     for d in tensor_dtypes[1:]:
         result = dtypes.promote_types(result, d)
+    # a Python scalar of a higher category raises the compute type (as torch.result_type): bool == -2 is false
     if any(isinstance(a, float) for a in args) and not result.is_floating_point:
         result = dtypes.float64
+    elif result.is_bool and any(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        result = dtypes.int64
     return result
 
 
@@ -1173,7 +1176,8 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
             f"const int64_t cin0 = (i1 / {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}) * {cig};"]
     # The kernel taps whose input position lies inside the input (padding contributes zero): r in [lo, hi).
     for k in range(n):
-        stride, padding, dilation = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+        stride, dilation = int(detail["stride"][k]), int(detail["dilation"][k])
+        padding = dim_expr(detail["padding"][k])  # symbolic for padding='same' with a symbolic kernel size
         size, taps = dim_expr(x.shape[2 + k]), dim_expr(w.shape[2 + k])
         body += [f"const int64_t base{k} = i{2 + k} * {stride} - {padding};",
                  f"const int64_t lo{k} = base{k} >= 0 ? 0 : (-base{k} + {dilation - 1}) / {dilation};",

@@ -317,6 +317,8 @@ def _indexing_shape(op, self, indices):
         else:
             advanced.append((position, tuple(index_shape)))
             position += 1
+    # (a mask indexes as many dims as it has: x[mask_2d, i] needs three)
+    require(position <= len(shape), op, f"too many indices for tensor of dimension {len(shape)} (got {position})")
     broadcast = list(broadcast_shapes(op, *[s for _, s in advanced]))
     dims = [d for d, _ in advanced]
     if dims == list(range(dims[0], dims[-1] + 1)):

@@ -638,7 +638,7 @@ def _group_norm_meta(input, weight, bias, N, C, HxW, group, eps):
     require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
     require(sym_eq(shape[0], N) and sym_eq(shape[1], C) and sym_eq(numel(shape), N * C * HxW), op,
             f"input of shape {list(shape)} does not match N={N}, C={C}, HxW={HxW}")
-    require_arg(group > 0, op, f"group must be positive, got {group}")
+    require_arg(guard_bool(sympy.Gt(group, 0)), op, f"group must be positive, got {group}")  # symbolic from legalize
     require(guard_bool(sympy.Eq(sympy.Mod(C, group), 0)), op,
             f"expected the number of channels {C} to be divisible by group={group}",
             fix="use a group count that divides the channel count")
@@ -2443,7 +2443,15 @@ def _weight_norm_meta(v, g, dim=0):
     require_dtype(dim == -1 or dtype_of(v) is dtype_of(g), op,  # ATen's fused kernel; dim=-1 is composite
                   f"v and g must have the same dtype (unless dim=-1), got {dtype_of(v)} and {dtype_of(g)}")
     # v * (g / norm), promoted as those ops promote: a 0-d g (or the whole-tensor norm) does not widen v's dtype
-    norm = tensor([] if dims is None else [1 if i in dims else d for i, d in enumerate(shape_of(v))], dtype_of(v))
+    norm_shape = [] if dims is None else [1 if i in dims else d for i, d in enumerate(shape_of(v))]
+    if dims is not None:
+        # ATen's fused kernel (dim 0 or the last) scales the i-th slice along `dim` by the i-th element of g and gives
+        # v's shape whatever g's: g must be norm_except_dim's shape (broadcasting any other g would disagree with it)
+        padded = [1] * (len(norm_shape) - len(shape_of(g))) + list(shape_of(g))
+        require(len(padded) == len(norm_shape) and all(sym_eq(a, b) for a, b in zip(padded, norm_shape)), op,
+                f"g must have the shape of norm_except_dim(v, 2, {dim}), {norm_shape}; got {list(shape_of(g))}",
+                fix=f"reshape g to {norm_shape} (the shape torch.nn.utils.weight_norm gives it)")
+    norm = tensor(norm_shape, dtype_of(v))
     quotient = tensor(broadcast_shapes(op, shape_of(g), shape_of(norm)), dtypes.result_type(g, norm))
     return tensor(broadcast_shapes(op, shape_of(v), shape_of(quotient)), dtypes.result_type(v, quotient))
 

@@ -806,6 +806,14 @@ def fake_quantize_tensor_qparams_meta(self, scale, zero_point, quant_min, quant_
     return like(self)
 
 
+def fake_quantize_learnable_per_tensor_meta(self, scale, zero_point, quant_min, quant_max, grad_factor=1.0):
+    # the kernel reads scale[0] and zero_point[0]: a 0-d one (which the tensor_qparams op takes) has no element 0
+    for value, what in ((scale, "scale"), (zero_point, "zero_point")):
+        require_arg(len(shape_of(value)) >= 1, _op(), f"expects a 1-D one-element {what} tensor, got a 0-d one",
+                    fix=f"pass {what}.reshape(1), as torch.ao's FakeQuantize modules hold it")
+    return fake_quantize_tensor_qparams_meta(self, scale, zero_point, quant_min, quant_max, grad_factor)
+
+
 def fake_quantize_per_channel_meta(self, scale, zero_point, axis, quant_min, quant_max, grad_factor=None):
     _fake_quant_input(self)
     _fake_quant_range(quant_min, quant_max)
@@ -843,7 +851,7 @@ for _schema, _meta, _kernel, _decomposition in [
      "int quant_max) -> Tensor", fake_quantize_per_channel_meta, _fake_quantize_per_channel_kernel,
      fake_quantize_per_channel_affine),
     ("_fake_quantize_learnable_per_tensor_affine(Tensor self, Tensor scale, Tensor zero_point, int quant_min, "
-     "int quant_max, float grad_factor=1.) -> Tensor", fake_quantize_tensor_qparams_meta,
+     "int quant_max, float grad_factor=1.) -> Tensor", fake_quantize_learnable_per_tensor_meta,
      _fake_quantize_learnable_per_tensor_affine, None),
     ("_fake_quantize_learnable_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, "
      "int quant_min, int quant_max, float grad_factor=1.) -> Tensor", fake_quantize_per_channel_meta,

@@ -246,7 +246,9 @@ for _name in ("view_as", "reshape_as"):
     defop(f"{_name}(Tensor(a) self, Tensor other) -> Tensor(a)",
           lambda self, other, _op=f"aten.{_name}.default": like(
               self, shape=infer_size(_op, shape_of(self), shape_of(other))),
-          lambda self, other: np.reshape(self, other.shape), tags=("composite", "view"))
+          # (the kernel checks the sizes again: `other`'s may be data-dependent, known only now)
+          lambda self, other, _op=f"aten.{_name}.default": np.reshape(self, infer_size(_op, self.shape, other.shape)),
+          tags=("composite", "view"))
     register_decomposition(f"aten.{_name}.default")(
         lambda self, other: aten.view.default(self, list(shape_of(other))))
 
@@ -1153,7 +1155,9 @@ def _constant_pad_shape(op, shape, pad):
         axis = len(shape) - 1 - pair
         before, after = pad[2 * pair], pad[2 * pair + 1]
         result[axis] = as_dim(shape[axis] + before + after)
-        require(not _is_negative_int(result[axis]) and holds(sympy.Ge(result[axis], 0)), op,
+        # ATen crops (narrows) for the negative pads before it pads: the crops alone must leave a size >= 0
+        cropped = as_dim(shape[axis] + sympy.Min(before, 0) + sympy.Min(after, 0))
+        require(not _is_negative_int(cropped) and holds(sympy.Ge(cropped, 0)), op,
                 f"the input size {shape[axis]}, plus negative padding {before} and {after} resulted in a "
                 f"negative output size, which is invalid. Check dimension {axis} of your input")
     return result

@@ -205,6 +205,8 @@ class _GraphWriter:
                     self.sym_nodes[combined] = self._operator_node(operator, accumulated, term, combined)
                 accumulated = combined
             name = self.sym_nodes[accumulated]
+        elif isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 1:  # s0**2 (flattening [s0, s0])
+            name = self._operator_node("mul", expr.base ** (expr.exp - 1), expr.base, expr)
         elif isinstance(expr, sympy.floor):
             numerator, denominator = expr.args[0].as_numer_denom()
             name = self._operator_node("floordiv", numerator, denominator, expr)
