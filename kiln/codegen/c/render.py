@@ -330,10 +330,10 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     index = ["bi", "row + r", "j * KILN_NR + c"] if rank == 3 else ["row + r", "j * KILN_NR + c"]
     value = "(double)tile[r * KILN_NR + c]"
     if "bias" in detail:
-        bias = exprs.render(detail["bias"])
-        value = f"{literal(detail['beta'])} * (double){bias} + {literal(detail['alpha'])} * {value}"
+        value = _addmm_value(detail, exprs.render(detail["bias"]), value)
     lines += _tile_loop(ukernel, [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
-                        f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr), out)
+                        f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr),
+                        accumulator_type(kernel))
     lines.append("}")
     return ["    " + line for line in lines]
 
@@ -429,6 +429,26 @@ def _packs_a(kernel: Kernel, packed: dict) -> bool:
         not (sympy.sympify(kernel.shape[0]).is_Integer and int(kernel.shape[0]) < 2 * _MAX_MR)
 
 
+def accumulator_type(kernel: Kernel) -> str:
+    """The C type of `acc_value`, the GEMM or convolution result its epilogue reads: the Accumulator's dtype, which
+    differs from the output's when the epilogue converts (a fused comparison writes bool)."""
+    def find(node: Any) -> dtypes.DType | None:
+        if isinstance(node, Accumulator):
+            return node.dtype
+        if isinstance(node, Apply):
+            return next((d for d in map(find, node.args) if d is not None), None)
+        return None
+    return c_type(find(kernel.expr) or kernel.outputs[0].dtype)
+
+
+def _addmm_value(detail: dict[str, Any], bias: str, product: str) -> str:
+    """addmm's `beta * bias + alpha * product`, as ATen computes it: a zero alpha skips the product and a zero beta
+    the bias (their NaN and infinities do not reach the result)."""
+    terms = ([f"{literal(detail['beta'])} * (double){bias}"] if detail["beta"] != 0 else []) + \
+        ([f"{literal(detail['alpha'])} * {product}"] if detail["alpha"] != 0 else [])
+    return " + ".join(terms) or "0.0"
+
+
 def _chunking(units: str, integer: bool = False) -> list[str]:
     """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
     defines M, N and what a unit is). `integer`: the int8 GEMM's tiles (kiln_qgemm.h) instead of float32's."""
@@ -437,7 +457,7 @@ def _chunking(units: str, integer: bool = False) -> list[str]:
     return [
         f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
         f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
-        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
+        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
         f"const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
@@ -591,7 +611,7 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "const int64_t mr = many_rows ? KILN_MR : KILN_WMR;",
         "const int64_t panels = kiln_wpanels(N), row_blocks = (M + mr - 1) / mr;",
         "const int64_t units = panels, wanted = 4 * (int64_t)omp_get_num_threads();",
-        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;",
+        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
         "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * mr;",
@@ -723,9 +743,9 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines if line]
 
 
-def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, out: Buffer) -> list[str]:
-    """Register tiles down one chunk of rows; each tile goes through the epilogue into the output."""
-    result_type = c_type(out.dtype)
+def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
+    """Register tiles down one chunk of rows; each tile goes through the epilogue (reading `value` as
+    `result_type`'s acc_value) into the output."""
     return [
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;",
@@ -753,12 +773,10 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
     row, col = f"i{rank - 2}", f"i{rank - 1}"
     a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
     b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
-    result_type = c_type(out.dtype)
+    result_type = accumulator_type(kernel)
     value = "acc"
     if "bias" in detail:
-        alpha, beta = detail["alpha"], detail["beta"]
-        bias = exprs.render(detail["bias"])
-        value = f"{literal(beta)} * (double){bias} + {literal(alpha)} * acc"
+        value = _addmm_value(detail, exprs.render(detail["bias"]), value)
     a_name, b_name, k_size = buffer_name(a_buf), buffer_name(b_buf), dim_expr(detail["k"])
     if sympy.sympify(a_strides[2]) == 1 and sympy.sympify(b_strides[1]) == 1:
         # Both operands run contiguously along k: eight independent double partial sums let the compiler
@@ -1060,7 +1078,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
     and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
     With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
-    detail, out = kernel.detail, kernel.outputs[0]
+    detail = kernel.detail
     w, bias = detail["weight"], detail["bias"]
     groups = int(detail["groups"])
     taps = [dim_expr(d) for d in w.shape[2:]]
@@ -1086,7 +1104,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     else:
         a_line = f"const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"
         ukernel = "kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);"
-    tiles = _tile_loop(ukernel, indices, target, value, epilogue, out)
+    tiles = _tile_loop(ukernel, indices, target, value, epilogue, accumulator_type(kernel))
     if not whole:
         lines += ["#pragma omp for collapse(4) schedule(static)",
                   "for (int64_t bi = 0; bi < BATCH; ++bi)",
@@ -1208,7 +1226,7 @@ def _multiply_accumulate(kernel: Kernel, depth: str, x_index: str, w_index: str)
     lines.append("}")
     if bias is not None:
         lines.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
-    result_type = c_type(out.dtype)
+    result_type = accumulator_type(kernel)
     return lines + [f"const {result_type} acc_value = ({result_type})acc;",
                     f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
 
@@ -1754,7 +1772,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     value = f"(double)by_row[m * {group} + r]"
     if detail["bias"] is not None:
         value = f"{value} + (double){exprs.render(detail['bias'])}"
-    result_type = c_type(out.dtype)
+    result_type = accumulator_type(kernel)
     x, x_transposed = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}", buffer_name(detail["xT"])
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
@@ -1813,7 +1831,7 @@ def _sparse_conv(kernel: Kernel, state: RenderState) -> list[str]:
     value = "(double)tile[r * KILN_SMB + c]"
     if detail["bias"] is not None:
         value = f"{value} + (double){buffer_name(detail['bias'].buffer)}[{_view_index(detail['bias'], ['i1'])}]"
-    result_type = c_type(kernel.outputs[0].dtype)
+    result_type = accumulator_type(kernel)
     pixels = " * ".join(dim_expr(d) for d in kernel.shape[2:])
     whole = _whole_im2col(kernel)
     block_row = [
@@ -1831,7 +1849,8 @@ def _sparse_conv(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int R = {block_rows}, CT = {block_cols * taps};  /* a block: R rows x CT im2col rows */",
         "const int64_t panels = kiln_panels(N), block_rows = M / R;",
         f"const int64_t units = BATCH{'' if whole else ' * panels'}, wanted = 4 * (int64_t)omp_get_num_threads();",
-        "int64_t chunks = units >= wanted ? 1 : (wanted + units - 1) / units;  /* few units: split the channels */",
+        "/* few units: split the channels */",
+        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
         "if (chunks > block_rows) chunks = block_rows;",
         "const int64_t chunk_blocks = (block_rows + chunks - 1) / chunks;",
         "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",

@@ -299,8 +299,8 @@ def _with_alpha(op_type: str) -> Callable[..., str]:
     def build(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType, alpha: Any = 1) -> str:
         if dtype.is_bool:
             alpha = bool(alpha)
-            if not alpha:
-                return a
+            if not alpha:  # `a`, broadcast with `b` as the sum would be
+                return ctx.node("Expand", [a, ctx.dims(ctx.out.shape)])
         if alpha != 1:
             b = ctx.node("Mul", [b, ctx.as_dtype(alpha, dtype)])
         if dtype.is_bool:  # bool + bool is logical or in ATen
@@ -1322,8 +1322,8 @@ def _matmul(ctx: LoweringContext, a: Value, b: Value) -> str:
 @lowers("aten.addmm.default")
 def _addmm(ctx: LoweringContext, bias: Value, a: Value, b: Value, *, beta: Any = 1, alpha: Any = 1) -> str:
     t = _matmul_dtype(ctx.out_dtype)
-    if alpha == 0:  # ATen skips the product (NaN in it does not propagate)
-        offset = ctx.node("Mul", [ctx.as_dtype(bias, t), ctx.as_dtype(beta, t)])
+    if alpha == 0:  # ATen skips the product (NaN in it does not propagate), and the bias too when beta is 0
+        offset = ctx.node("Mul", [ctx.as_dtype(bias, t), ctx.as_dtype(beta, t)]) if beta != 0 else ctx.const(0, t)
         return ctx.graph.cast(ctx.node("Expand", [offset, ctx.dims(ctx.out.shape)]), t, ctx.out_dtype)
     if beta != 0 and t in (dtypes.float32, dtypes.float64) and a.rank == 2 and b.rank == 2 and bias.rank <= 2:
         # one Gemm: alpha * a @ b + beta * bias (bias broadcast to the product, as addmm's is)
