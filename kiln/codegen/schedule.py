@@ -11,6 +11,8 @@ carry's double-buffered slot). Renderers (C, Triton) turn this schedule into sou
 
 from __future__ import annotations
 
+import math
+
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
@@ -639,7 +641,10 @@ class _Scheduler:
         if name in CHANNEL_OPS:
             expr = self.channel_expr(op, name, args, out_shape, carried)
         elif name == "aten.arange.start_step":
-            expr = Iota(args[0], args[2], result.type.dtype)
+            start, step = args[0], args[2]
+            if result.type.dtype.is_integral:  # ATen counts from the truncated start and step (in int64)
+                start, step = (math.trunc(v) if isinstance(v, float) else v for v in (start, step))
+            expr = Iota(start, step, result.type.dtype)
         elif name == "aten.embedding.default":
             index = self.operand_expr(args[1], out_shape[:-1], carried)
             expr = Gather(self.materialized(args[0]), index, result.type.dtype)

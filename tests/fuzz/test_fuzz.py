@@ -79,3 +79,31 @@ def test_case_source_reproduces_the_program(case):
     program, inputs = namespace["test_case"]()
     assert program.to_mlir() == build_program([case.dag]).to_mlir()
     assert all(np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in zip(inputs, case.inputs))
+
+
+def test_rounding_through_an_ill_conditioned_computation_is_told_apart():
+    """exp of a float32 dot product near 21: onnxruntime's float32 dot rounds differently from the interpreter's, and
+    exp turns that into a relative difference of 1.9e-6 (over float32's rtol); 1-ulp input changes move the oracle
+    as far, so the fuzzer files it as ill-conditioned. A result off by more than that stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    a = builder.add_input('a', TensorType.of([5], kiln.float32))
+    b = builder.add_input('b', TensorType.of([5], kiln.float32))
+    with builder:
+        y = aten.exp.default(aten.matmul.default(a, b))
+    program = builder.build([y])
+    inputs = [np.array([0.12396046, 0.39251572, 1.3828124, 4.431549, 12.182431], np.float32),
+              np.array([0.07457414, -1.0886683, -0.14138953, 2.783895, 0.77073717], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert compare(onnx_result, expected) is not None  # beyond float32's default tolerance
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected * np.float32(1.001)], [0])

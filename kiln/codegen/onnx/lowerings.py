@@ -826,10 +826,11 @@ def _softmax_like(op_type: str) -> Lowering:
         value = ctx.as_dtype(x, compute)
         result = ctx.node(op_type, [value], axis=axis)
         if op_type == "LogSoftmax" and compute is dtypes.float64:
-            # onnxruntime's float64 kernel gives -inf, not NaN, beside a +inf (its float32 one agrees with ATen):
-            # adding max - max (NaN where the max is +inf, else 0) puts ATen's NaN back (found by fuzzing)
-            peak = ctx.node("ReduceMax", [value, ctx.ints([axis])], keepdims=1)
-            result = ctx.node("Add", [result, ctx.node("Sub", [peak, peak])])
+            # onnxruntime's float64 kernel gives -inf, not NaN, beside a +inf, and finite numbers beside a NaN (its
+            # float32 one agrees with ATen): adding NaN to the rows holding either puts ATen's NaN back (fuzzing)
+            poisoned = ctx.node("Or", [ctx.node("IsNaN", [value]), ctx.node("IsInf", [value], detect_negative=0)])
+            poison = ctx.node("Where", [poisoned, ctx.const(float("nan"), compute), ctx.const(0, compute)])
+            result = ctx.node("Add", [result, ctx.node("ReduceSum", [poison, ctx.ints([axis])], keepdims=1)])
         return ctx.graph.cast(result, compute, ctx.out_dtype)
     return lower
 
