@@ -184,10 +184,12 @@ def build_program(dags: list[Dag]) -> ExportedProgram:
 CONVERSIONS = frozenset({name for name, opdef in REGISTRY.items()
                          if any(a.type.base == "ScalarType" for a in opdef.schema.arguments)}
                         | {"aten.type_as.default", "aten.to.other"})
-# Ops that convert floats to integers inside (fake quantization rounds x / scale to an integer, then clamps): NaN and
-# inf are undefined there as in a conversion (torch eager gives quant_min for NaN, by the C conversion's accident), so
-# their operand is made representable too.
-INTERNAL_CONVERSIONS = frozenset(name for name in REGISTRY if "fake_quantize_" in name)
+# Ops that convert floats to integers inside (fake quantization rounds x / scale to an integer, then clamps; grid
+# sampling turns coordinates into pixel indices): NaN and inf are undefined there as in a conversion (torch eager
+# gives quant_min for NaN, by the C conversion's accident, and a NaN grid coordinate samples pixel 0 or NaN by
+# padding mode), so their operands are made representable too, and a fake quantization's scale positive (x / 0 is
+# such a NaN or inf).
+INTERNAL_CONVERSIONS = frozenset(name for name in REGISTRY if "fake_quantize_" in name or "grid_sampler" in name)
 # Ops whose ATen result for an infinity depends on the kernel path (torch 2.13), not on the values: float32
 # gelu(+inf) is inf on the scalar path and NaN on the vectorized one (any tensor of 5 or more elements); a bfloat16
 # convolution gives NaN where float32 gives inf (oneDNN's blocked layouts multiply padding zeros with it); and the
@@ -201,6 +203,10 @@ PATH_DEPENDENT_AT_INFINITY = frozenset(
 # Ops whose ONNX form is MaxPool without indices, which skips NaN where ATen returns it, as torch.onnx's files do
 # (a documented divergence, docs/onnx.md): their operand gets no NaN (DagDrawer._nan_free).
 NAN_SKIPPED_IN_ONNX = frozenset(name for name in REGISTRY if "max_pool" in name and "backward" not in name)
+# Views that read the operand's storage (as_strided's sizes and strides): torch eager's intermediate values keep
+# their operands' strides (relu of a transposed value is transposed in memory), kiln's functional IR reads a value as
+# contiguous, so the generator gives them a program input, contiguous in both.
+STORAGE_VIEWS = frozenset(name for name in REGISTRY if name.startswith("aten.as_strided"))
 # No value grows past this many elements (chains of cat, repeat or expand double sizes at each step).
 MAX_ELEMENTS = 4096
 EXCLUDED_TAGS = frozenset({"random", "sparse", "quantize", "backward"})
@@ -417,6 +423,9 @@ class DagDrawer:
                         self.type(bound[index]).dtype.is_floating_point:
                     bound[index] = (self._representable(bound[index], dtypes.int32) if name in INTERNAL_CONVERSIONS
                                     else self._finite(bound[index]))
+                    if name in INTERNAL_CONVERSIONS and argument.name == "scale":  # a 0 scale divides 0 by 0
+                        bound[index] = self._apply("aten.clamp.default", self._apply("aten.abs.default",
+                                                                                     bound[index]), 1e-3)
         elif name in NAN_SKIPPED_IN_ONNX and first is not None and self.type(bound[first]).dtype.is_floating_point:
             bound[first] = self._nan_free(bound[first])
         elif name in CONVERSIONS and first is not None and self.type(bound[first]).dtype.is_floating_point:
@@ -521,6 +530,8 @@ def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> t
     def replace(array: np.ndarray) -> Ref:
         dtype = dtypes.dtype(array.dtype)
         candidates = drawer.pool(lambda t: _matches(modes[1 if anchor else 0], t, dtype, array.ndim))
+        if name in STORAGE_VIEWS and not anchor:  # a program input: torch has it contiguous, as kiln reads it
+            candidates = [ref for ref in candidates if ref.name.startswith("x")]
         chosen = drawer.choose(candidates or ([] if anchor else drawer.pool()), fresh=True)
         if not anchor:
             anchor.extend([array.shape, drawer.type(chosen) if chosen else None])

@@ -25,7 +25,7 @@ def reproduce(case: Case, like: Failure, backends: Sequence[Backend]) -> Failure
 
 def as_input(case: Case, ref: Ref) -> Case | None:
     """`case` with value `ref` made an input holding the interpreter's value for it (None for a data-dependent
-    shape, which no input can have)."""
+    shape, which no input can have, or a value the pruned piece cannot compute alone)."""
     piece = prune(case, [ref])
     builder = GraphBuilder()
     [value] = emit_dag(builder, piece.dag)
@@ -33,7 +33,10 @@ def as_input(case: Case, ref: Ref) -> Case | None:
     symbols = {s.name for s in case.dag.symbols}
     if any(str(s) not in symbols for d in type_.shape if isinstance(d, sympy.Basic) for s in d.free_symbols):
         return None
-    [array] = run_program(builder.build([value]), piece.inputs)
+    try:
+        [array] = run_program(builder.build([value]), piece.inputs)
+    except Exception:  # noqa: BLE001  (the piece alone lacks a binding a pruned input gave, or it is the crash)
+        return None
     dag = case.dag
     new = Ref(f"x{len(dag.inputs)}")
 

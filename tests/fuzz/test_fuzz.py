@@ -107,3 +107,6 @@ def test_rounding_through_an_ill_conditioned_computation_is_told_apart():
     assert compare(onnx_result, expected) is not None  # beyond float32's default tolerance
     assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
     assert not ill_conditioned(program, inputs, [expected], [expected * np.float32(1.001)], [0])
+    assert not ill_conditioned(program, inputs, [expected], [np.full_like(expected, np.nan)], [0])
+    overflowing = [x * np.float32(4) for x in inputs]  # exp(16 x 21) is inf whichever way it rounds
+    assert not ill_conditioned(program, overflowing, [program(*overflowing)], [np.float32(3e38)], [0])

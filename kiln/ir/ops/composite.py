@@ -48,8 +48,9 @@ def _linear_decomposition(input, weight, bias=None):
     batch = shape_of(input)[:-1]
     # the row count spelled out: with 0 in_features, -1 would be ambiguous
     flat = aten.view.default(input, [numel(batch), shape_of(input)[-1]]) if len(shape_of(input)) != 2 else input
-    if bias is None:
+    if bias is None or len(shape_of(bias)) > 1:  # a bias of more dims broadcasts to the output, not to the rows
         out = aten.mm.default(flat, weight_t)
     else:
         out = aten.addmm.default(bias, flat, weight_t)
-    return aten.view.default(out, [*batch, shape_of(weight)[0]]) if len(shape_of(input)) != 2 else out
+    out = aten.view.default(out, [*batch, shape_of(weight)[0]]) if len(shape_of(input)) != 2 else out
+    return out if bias is None or len(shape_of(bias)) <= 1 else aten.add.Tensor(out, bias)

@@ -852,8 +852,10 @@ def _pad_meta(kind: str, n: int):
 
 def _pad_kernel(kind: str, n: int):
     mode = "reflect" if kind == "reflection" else "edge"
+    check = _pad_meta(kind, n)
 
     def kernel(self, padding):
+        check(tensor(list(self.shape), dtypes.dtype(self.dtype)), padding)  # symbolic sizes are known only now
         before = [padding[2 * i] for i in reversed(range(n))]
         after = [padding[2 * i + 1] for i in reversed(range(n))]
         lead = [(0, 0)] * (self.ndim - n)
@@ -1594,6 +1596,8 @@ def _instance_norm_decomposition(input, weight, bias, running_mean, running_var,
     _instance_norm_meta(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
                         cudnn_enabled)
     shape = list(shape_of(input))
+    if any(_is_const(d, 0) for d in shape):  # nothing to normalize (batch norm refuses an empty input; ATen returns it)
+        return aten.clone.default(input)
     n, c = shape[:2]
     folded = aten.view.default(input, [1, as_dim(n * c), *shape[2:]])
     weight, bias = _tiled(weight, n), _tiled(bias, n)

@@ -635,6 +635,7 @@ def _topk_meta(self, k, dim=-1, largest=True, sorted=True):
 
 
 def _topk_kernel(self, k, dim=-1, largest=True, sorted=True):
+    _topk_meta(tensor(list(self.shape), dtypes.dtype(self.dtype)), k, dim)  # the dim's size is known only now
     if self.ndim == 0:
         return self.copy(), np.zeros((), np.int64)
     dim = canonical_dim("aten.topk.default", dim, self.ndim)
@@ -822,6 +823,7 @@ def _norm_meta(self, ord=2, dim=None, keepdim=False, dtype=None):
 
 
 def _norm_kernel(self, ord=2, dim=None, keepdim=False, dtype=None):
+    _norm_meta(tensor(list(self.shape), dtypes.dtype(self.dtype)), ord, dim, keepdim, dtype)  # sizes known only now
     result_dtype = dtypes.complex_to_real(dtype or dtypes.dtype(self.dtype))
     dims = canonical_dims("aten.linalg_vector_norm.default", dim, self.ndim)
     axes = _axes(self, dims)
