@@ -24,6 +24,9 @@ def _batch_norm_batch_stats(input, weight, bias, training, momentum, eps):
     row per channel, then back."""
     shape = list(shape_of(input))
     channels, rows = shape[1], shape[0] * math.prod(shape[2:])
+    if isinstance(channels, int) and channels == 0:  # no channel, no group: the empty results as they are
+        empty = aten.sum.dim_IntList(input, [d for d in range(len(shape)) if d != 1])
+        return aten.clone.default(input), empty, empty
     order = [1, 0, *range(2, len(shape))]  # swapping the first two dims is its own inverse
     by_channel = aten.reshape.default(aten.permute.default(input, order), [1, channels, rows])
     out, mean, rstd = aten.native_group_norm.default(by_channel, weight, bias, 1, channels, rows, channels, eps)

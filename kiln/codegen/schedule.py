@@ -24,7 +24,7 @@ from kiln.ir import dtypes
 from kiln.ir.control_flow import MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
-from kiln.ir.ops.shape import fill_value  # the registry's conversion of a fill value to a dtype
+from kiln.ir.ops.shape import fill_value, slice_bounds  # the registry's fill-value conversion and slice arithmetic
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.types import TensorType
@@ -919,11 +919,9 @@ class _Scheduler:
             strides = [s for i, s in enumerate(strides) if i not in drop]
         elif name == "aten.slice.Tensor":
             dim = _norm_dim(args[1], rank)
-            start = args[2] if args[2] is not None else 0
-            if isinstance(start, int) and start < 0:
-                start = start + source.shape[dim]
-            if isinstance(start, int) and isinstance(source.shape[dim], int):
-                start = max(0, min(start, source.shape[dim]))
+            # ATen's arithmetic: a negative start wraps, then clamps into [0, size]; over a symbolic size that is
+            # a Max/Min the generated code evaluates (-3 + s0 read before the buffer when s0 was 1)
+            start, _, _ = slice_bounds(name, source.shape[dim], args[2], args[3], args[4])
             offset = sympy.expand(offset + _dim(start) * strides[dim])
             strides[dim] = sympy.expand(strides[dim] * args[4])
         elif name == "aten.flip.default":  # negative strides: start at the last element of each flipped dim

@@ -14,7 +14,7 @@ import contextvars
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 import sympy
 
@@ -595,3 +595,41 @@ def evaluate_dim(value: SymInt, bindings: dict[sympy.Symbol, int]) -> int:
         missing = ", ".join(sorted(str(s) for s in result.free_symbols))
         raise GuardError(f"dim `{value}` needs values for {missing or 'its symbols'}")
     return int(result)
+
+
+def dims_function(symbols: list[sympy.Symbol], dims: list[SymInt]) -> Callable[..., tuple[int, ...]]:
+    """A fast function of the symbols' values giving `dims`, in exact integer arithmetic: floor(a/b) is a // b, not
+    a float division rounded down (sympy.lambdify's floor(7/3 - 3/3 + 2/3) is 1, where the size is 2). Dims it cannot
+    write that way are evaluated by `evaluate_dim`."""
+    names = {s: f"a{k}" for k, s in enumerate(symbols)}
+    try:
+        body = ", ".join(_integer_python(sympy.sympify(d), names) for d in dims)
+    except ValueError:
+        return lambda *values: tuple(evaluate_dim(d, dict(zip(symbols, values))) for d in dims)
+    return eval(f"lambda {', '.join(names.values())}: ({body}{',' if len(dims) == 1 else ''})")  # noqa: S307
+
+
+def _integer_python(expr: sympy.Expr, names: dict[sympy.Symbol, str]) -> str:
+    """`expr` as Python integer arithmetic over `names` (ValueError for what has no exact integer form)."""
+    def write(e: sympy.Expr) -> str:
+        if e.is_Integer:
+            return str(int(e))
+        if e.is_Symbol:
+            if e not in names:
+                raise ValueError(f"unbound symbol {e}")
+            return names[e]
+        if e.is_Add or (e.is_Mul and all(a.is_integer for a in e.args)):
+            return "(" + (" + " if e.is_Add else " * ").join(write(a) for a in e.args) + ")"
+        if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
+            return f"({write(e.base)} ** {int(e.exp)})"
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if isinstance(e, sympy.floor):
+                return f"({write(num)} // {write(den)})"
+            return f"(-((-{write(num)}) // {write(den)}))"
+        if isinstance(e, sympy.Mod):  # sympy's Mod floors, as Python's % does
+            return f"({write(e.args[0])} % {write(e.args[1])})"
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            return f"{'min' if isinstance(e, sympy.Min) else 'max'}({', '.join(write(a) for a in e.args)})"
+        raise ValueError(f"no integer form for {e}")
+    return write(expr)

@@ -24,7 +24,7 @@ from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.files import path_inside
 from kiln.ir.interpreter import bind_symbols
-from kiln.ir.symbolic import ValueRange, parse_dim
+from kiln.ir.symbolic import ValueRange, dims_function, parse_dim
 from kiln.ir.types import TensorType
 
 
@@ -252,8 +252,8 @@ class Signature:
         """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with
         a few integer compares; anything else, and every failure, goes through bind_symbols for its full error."""
         self._output_shapes = [
-            (sympy.lambdify(self.symbols, sympy.Tuple(*shape), modules="math") if self.symbols
-             else (lambda shape=shape: shape), dtype) for shape, dtype in self._outputs]
+            (dims_function(self.symbols, shape) if self.symbols else (lambda shape=shape: shape), dtype)
+            for shape, dtype in self._outputs]
         position = {sym: k for k, sym in enumerate(self.symbols)}
         bounds = [(s["lower"] if s["lower"] is not None else 0,
                    s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
