@@ -12,7 +12,6 @@ carry's double-buffered slot). Renderers (C, Triton) turn this schedule into sou
 from __future__ import annotations
 
 import math
-
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator

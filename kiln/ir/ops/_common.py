@@ -37,3 +37,13 @@ def ignore_fp_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args)
     kernel.__name__ = getattr(fn, "__name__", "kernel")
     return kernel
+
+
+def checked(meta: Callable[..., Any], kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel` after `meta` on the arrays: a check the meta rule could not decide for a symbolic size (a reduction
+    without an identity over a dim that is 0, padding larger than the dim, topk's k past it) raises the meta rule's
+    error at run time, as ATen raises it then."""
+    def kernel_after_meta(*args: Any, **kwargs: Any) -> Any:
+        meta(*args, **kwargs)
+        return kernel(*args, **kwargs)
+    return kernel_after_meta

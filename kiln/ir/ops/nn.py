@@ -27,6 +27,7 @@ from kiln.ir.errors import InputError, UnsupportedError
 from kiln.ir.meta import (
     broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
 )
+from kiln.ir.ops._common import checked
 from kiln.ir.registry import defop
 from kiln.ir.symbolic import SymInt, as_dim, guard_bool, sym_eq
 
@@ -852,10 +853,8 @@ def _pad_meta(kind: str, n: int):
 
 def _pad_kernel(kind: str, n: int):
     mode = "reflect" if kind == "reflection" else "edge"
-    check = _pad_meta(kind, n)
 
     def kernel(self, padding):
-        check(tensor(list(self.shape), dtypes.dtype(self.dtype)), padding)  # symbolic sizes are known only now
         before = [padding[2 * i] for i in reversed(range(n))]
         after = [padding[2 * i + 1] for i in reversed(range(n))]
         lead = [(0, 0)] * (self.ndim - n)
@@ -870,7 +869,7 @@ def _pad_kernel(kind: str, n: int):
 for _kind, _dims in (("reflection", (1, 2, 3)), ("replication", (2, 3))):
     for _n in _dims:
         defop(f"{_kind}_pad{_n}d(Tensor self, SymInt[{2 * _n}] padding) -> Tensor",
-              _pad_meta(_kind, _n), _pad_kernel(_kind, _n))
+              _pad_meta(_kind, _n), checked(_pad_meta(_kind, _n), _pad_kernel(_kind, _n)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from kiln.ir.meta import (
     canonical_dim, canonical_dims, dtype_of, like, reduced_shape, require, require_arg, require_dtype, shape_of,
     tensor,
 )
-from kiln.ir.ops._common import ignore_fp_errors
+from kiln.ir.ops._common import checked, ignore_fp_errors
 from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.symbolic import ShapeEnv, current_shape_env
 
@@ -332,18 +332,9 @@ def _extremum_kernel(reduce):
     return kernel
 
 
-def _checked(meta, kernel):
-    """`kernel` after `meta` on the arrays: a symbolic size that is 0 at run time gets the meta rule's error (a
-    reduction without an identity), as ATen raises it then."""
-    def checked(*args, **kwargs):
-        meta(*args, **kwargs)
-        return kernel(*args, **kwargs)
-    return checked
-
-
 def _extremum(op: str, name: str, reduce):
     meta = _extremum_meta(op, name)
-    return meta, _checked(meta, _extremum_kernel(reduce))
+    return meta, checked(meta, _extremum_kernel(reduce))
 
 
 defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", *_extremum("aten.amax.default", "amax", np.max))
@@ -397,9 +388,9 @@ def _arg_kernel(pick):
 
 
 defop("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", _arg_meta("aten.argmax.default", "argmax"),
-      _checked(_arg_meta("aten.argmax.default", "argmax"), _arg_kernel(np.argmax)))
+      checked(_arg_meta("aten.argmax.default", "argmax"), _arg_kernel(np.argmax)))
 defop("argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", _arg_meta("aten.argmin.default", "argmin"),
-      _checked(_arg_meta("aten.argmin.default", "argmin"), _arg_kernel(np.argmin)))
+      checked(_arg_meta("aten.argmin.default", "argmin"), _arg_kernel(np.argmin)))
 
 
 def _max_dim_meta(op: str, name: str):
@@ -425,9 +416,9 @@ def _max_dim_kernel(pick):
 
 
 defop("max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
-      _max_dim_meta("aten.max.dim", "max"), _checked(_max_dim_meta("aten.max.dim", "max"), _max_dim_kernel(np.argmax)))
+      _max_dim_meta("aten.max.dim", "max"), checked(_max_dim_meta("aten.max.dim", "max"), _max_dim_kernel(np.argmax)))
 defop("min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
-      _max_dim_meta("aten.min.dim", "min"), _checked(_max_dim_meta("aten.min.dim", "min"), _max_dim_kernel(np.argmin)))
+      _max_dim_meta("aten.min.dim", "min"), checked(_max_dim_meta("aten.min.dim", "min"), _max_dim_kernel(np.argmin)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,7 +626,6 @@ def _topk_meta(self, k, dim=-1, largest=True, sorted=True):
 
 
 def _topk_kernel(self, k, dim=-1, largest=True, sorted=True):
-    _topk_meta(tensor(list(self.shape), dtypes.dtype(self.dtype)), k, dim)  # the dim's size is known only now
     if self.ndim == 0:
         return self.copy(), np.zeros((), np.int64)
     dim = canonical_dim("aten.topk.default", dim, self.ndim)
@@ -645,7 +635,7 @@ def _topk_kernel(self, k, dim=-1, largest=True, sorted=True):
 
 
 defop("topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> "
-      "(Tensor values, Tensor indices)", _topk_meta, _topk_kernel)
+      "(Tensor values, Tensor indices)", _topk_meta, checked(_topk_meta, _topk_kernel))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,7 +813,6 @@ def _norm_meta(self, ord=2, dim=None, keepdim=False, dtype=None):
 
 
 def _norm_kernel(self, ord=2, dim=None, keepdim=False, dtype=None):
-    _norm_meta(tensor(list(self.shape), dtypes.dtype(self.dtype)), ord, dim, keepdim, dtype)  # sizes known only now
     result_dtype = dtypes.complex_to_real(dtype or dtypes.dtype(self.dtype))
     dims = canonical_dims("aten.linalg_vector_norm.default", dim, self.ndim)
     axes = _axes(self, dims)
@@ -845,7 +834,7 @@ def _norm_kernel(self, ord=2, dim=None, keepdim=False, dtype=None):
 
 
 defop("linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, "
-      "ScalarType? dtype=None) -> Tensor", _norm_meta, _norm_kernel, tags=("composite",))
+      "ScalarType? dtype=None) -> Tensor", _norm_meta, checked(_norm_meta, _norm_kernel), tags=("composite",))
 
 
 @register_decomposition("aten.linalg_vector_norm.default")
