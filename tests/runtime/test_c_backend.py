@@ -280,21 +280,25 @@ def test_bmm_with_strided_operands(tmp_path):
 
 
 # Images of <= 128 output pixels pack their whole im2col matrix at once (render._whole_im2col); larger ones go
-# panel by panel. Every configuration runs both ways.
-_CONV_IMAGES = {"whole im2col": (9, 10), "panels": (40, 29)}
+# panel by panel; few pixels with output channels that fill the KILN_NR-wide panels better than the pixels do take
+# the pixels as the GEMM's rows (packing.conv_weight_layout: 128 channels, 4 groups of 32). Every configuration runs
+# all three ways: (height, width), output channels, and the marker of the path in model.c.
+_CONV_IMAGES = {"whole im2col": ((9, 10), 12, "packed_image"), "panels": ((40, 29), 12, None),
+                "pixel rows": ((7, 9), 128, "packed_unit")}
+_CONV_MARKERS = ("packed_image", "packed_unit")
 
 
 @pytest.mark.parametrize("image", _CONV_IMAGES)
 @pytest.mark.parametrize("config", [dict(stride=1, padding=1), dict(stride=2, padding=3, dilation=2),
                                     dict(stride=1, padding=0, groups=4), dict(stride=3, padding=2, bias=False)])
 def test_conv_as_gemm(config, image, tmp_path):
-    conv = kiln.nn.Conv2d(8, 12, 3, **config).eval()
+    size, channels, marker = _CONV_IMAGES[image]
+    conv = kiln.nn.Conv2d(8, channels, 3, **config).eval()
     batch = kiln.Dim("batch", max=16)
-    size = _CONV_IMAGES[image]
     program = kiln.export(conv, (kiln.randn(2, 8, *size),), dynamic_shapes={"input": {0: batch}})
     compiled = compile_c(program, output=tmp_path / "conv")
-    whole = "packed_image" in (tmp_path / "conv" / "model.c").read_text()
-    assert whole == (image == "whole im2col")
+    source = (tmp_path / "conv" / "model.c").read_text()
+    assert [m for m in _CONV_MARKERS if m in source] == ([marker] if marker else [])
     for n in (1, 2, 5):
         x = np.random.default_rng(n).standard_normal((n, 8, *size)).astype(np.float32)
         _check(compiled(x), program(x))
@@ -312,12 +316,40 @@ def test_strided_rgb_stem_convolution(size, tmp_path):
         _check(compiled(x), program(x))
 
 
+def _torch_conv3d():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch.nn.Conv3d(4, 32, 3, padding=1, stride=(1, 2, 1)).eval()
+
+
+@pytest.mark.parametrize("build,size", [(lambda: kiln.nn.Conv1d(16, 64, 3, padding=1), (20,)),
+                                        (_torch_conv3d, (4, 5, 6)), (lambda: kiln.nn.Conv2d(24, 96, 1), (5, 5))],
+                         ids=["conv1d", "conv3d", "conv2d 1x1"])
+def test_conv_with_pixels_as_rows_in_any_dimension(build, size, tmp_path):
+    """1-D, 3-D and 1x1 convolutions whose output channels fill their panels better than their pixels do: pixels as
+    the GEMM's rows (row blocks of the im2col packed per image), weights as B panels of output channels."""
+    conv = build().eval()
+    example = np.random.default_rng(0).standard_normal((2, conv.in_channels, *size)).astype(np.float32)
+    batch = {"input": {0: kiln.Dim("batch", max=8)}}
+    if isinstance(conv, kiln.nn.Module):
+        program = kiln.export(conv, (kiln.tensor(example),), dynamic_shapes=batch)
+    else:
+        import torch
+        program = kiln.from_torch(conv, (torch.from_numpy(example),),
+                                  dynamic_shapes={"input": {0: torch.export.Dim("batch", max=8)}})
+    compiled = compile_c(program, output=tmp_path / "conv")
+    assert "packed_unit" in (tmp_path / "conv" / "model.c").read_text()
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, conv.in_channels, *size)).astype(np.float32)
+        _check(compiled(x), program(x))
+
+
 class _ConvTransposedResidual(kiln.nn.Module):
     """A residual read transposed: the fused epilogue indexes it by (row, column), not by flat pixel."""
 
-    def __init__(self):
+    def __init__(self, channels):
         super().__init__()
-        self.conv = kiln.nn.Conv2d(5, 7, 3, padding=1)
+        self.conv = kiln.nn.Conv2d(5, channels, 3, padding=1)
 
     def forward(self, x, residual):
         return kiln.relu(self.conv(x) + residual.transpose(2, 3))
@@ -325,12 +357,13 @@ class _ConvTransposedResidual(kiln.nn.Module):
 
 @pytest.mark.parametrize("image", _CONV_IMAGES)
 def test_conv_epilogue_with_a_transposed_operand(image, tmp_path):
-    height, width = _CONV_IMAGES[image]
-    args = (kiln.randn(2, 5, height, width), kiln.randn(2, 7, width, height))
-    program = kiln.export(_ConvTransposedResidual().eval(), args)
+    (height, width), channels, marker = _CONV_IMAGES[image]
+    args = (kiln.randn(2, 5, height, width), kiln.randn(2, channels, width, height))
+    program = kiln.export(_ConvTransposedResidual(channels).eval(), args)
     compiled = compile_c(program, output=tmp_path / "conv")
     source = (tmp_path / "conv" / "model.c").read_text()
-    assert "out1[c]" in source and ("packed_image" in source) == (image == "whole im2col")
+    positions = "p % INT64_C(9)" if image == "pixel rows" else "out1[c]"  # a pixel's column, by division or table
+    assert positions in source and [m for m in _CONV_MARKERS if m in source] == ([marker] if marker else [])
     rng = np.random.default_rng(0)
     x, residual = (rng.standard_normal(a.shape).astype(np.float32) for a in args)
     _check(compiled(x, residual), program(x, residual))

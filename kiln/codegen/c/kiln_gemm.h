@@ -211,11 +211,12 @@ static inline void kiln_gather_row(const float* plane, const int32_t* restrict s
 #endif
 }
 
-/* The step at which a tap row's valid columns read the input, source[c] = start + step * c: 1 (stride 1 along the
- * pixels; in a "same" convolution even across output rows, since pixel p then reads p + a per-tap offset), 2 with
- * AVX2 (stride 2: ResNet's stem and downsampling convolutions), or 0 (gather the row). With a step, `start` and the
- * valid-column bits let kiln_masked_row or kiln_every_other_row copy the row with vector loads. */
-static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t* valid)
+/* The step at which a tap row's valid columns read the input, source[c] = start + step * c over its first `lanes`
+ * columns: 1 (stride 1 along the pixels; in a "same" convolution even across output rows, since pixel p then reads
+ * p + a per-tap offset), 2 with AVX2 (stride 2: ResNet's stem and downsampling convolutions), or 0 (gather the
+ * row). With a step, `start` and the valid-column bits let kiln_masked_row, kiln_every_other_row or kiln_block_row
+ * copy the row with vector loads. */
+static inline int kiln_row_step_lanes(const int32_t* source, int lanes, int32_t* start, uint32_t* valid)
 {
 #if defined(KILN_AVX2_GEMM)
     const int steps = 2;
@@ -226,19 +227,25 @@ static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t*
         int32_t first = 0;
         uint32_t bits = 0;
         int c = 0;
-        for (; c < KILN_NR; ++c) {
+        for (; c < lanes; ++c) {
             if (source[c] < 0) continue;
             if (!bits) first = source[c] - step * c;
             else if (source[c] - step * c != first) break;
             bits |= 1u << c;
         }
-        if (c == KILN_NR) {
+        if (c == lanes) {
             *start = first;
             *valid = bits;
             return step;
         }
     }
     return 0;
+}
+
+/* kiln_row_step_lanes over a whole KILN_NR-column panel row. */
+static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t* valid)
+{
+    return kiln_row_step_lanes(source, KILN_NR, start, valid);
 }
 
 #if defined(KILN_AVX2_GEMM)
@@ -250,6 +257,37 @@ static inline __m256 kiln_valid_lanes(uint32_t valid, int c)
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(chosen, lane_bits));
 }
 #endif
+
+/* One k-row of an im2col row block (KILN_MR output pixels, the A operand of a convolution whose weights are the B
+ * panels): dst[r] = plane[start + r] for the valid pixels of a step-1 row (kiln_row_step_lanes), else
+ * plane[source[r]], and 0 in the padding. Only the KILN_MR lanes are stored (the block's next k-row follows). */
+static inline void kiln_block_row(const float* plane, int step, int32_t start, uint32_t valid,
+                                  const int32_t* restrict source, float* restrict dst)
+{
+#if defined(__AVX512F__)
+    const __mmask16 lanes = (__mmask16)((1u << KILN_MR) - 1);
+    if (step == 1) {  /* masked-off lanes are never read, so addresses outside the plane are safe */
+        _mm512_mask_storeu_ps(dst, lanes, _mm512_maskz_loadu_ps((__mmask16)valid & lanes, plane + start));
+        return;
+    }
+    const __m512i offsets = _mm512_maskz_loadu_epi32(lanes, source);
+    const __mmask16 inside = _mm512_mask_cmpge_epi32_mask(lanes, offsets, _mm512_setzero_si512());
+    _mm512_mask_storeu_ps(dst, lanes, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside, offsets, plane, 4));
+#elif defined(KILN_AVX2_GEMM)
+    const __m256i lanes = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);  /* KILN_MR = 6 */
+    if (step == 1) {
+        const __m256 mask = _mm256_and_ps(kiln_valid_lanes(valid, 0), _mm256_castsi256_ps(lanes));
+        _mm256_maskstore_ps(dst, lanes, _mm256_maskload_ps(plane + start, _mm256_castps_si256(mask)));
+        return;
+    }
+    for (int r = 0; r < KILN_MR; ++r) dst[r] = source[r] >= 0 ? plane[source[r]] : 0.0f;
+#else
+    if (step == 1)
+        for (int r = 0; r < KILN_MR; ++r) dst[r] = (valid >> r) & 1u ? plane[start + r] : 0.0f;
+    else
+        for (int r = 0; r < KILN_MR; ++r) dst[r] = source[r] >= 0 ? plane[source[r]] : 0.0f;
+#endif
+}
 
 /* dst[c] = plane[start + c] for the valid columns, 0 elsewhere. Masked-off lanes are never read by a masked load
  * (AVX-512 and AVX2 masked loads suppress faults), so the addresses before or after the plane they would name are

@@ -20,7 +20,7 @@ import sympy
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.build import get_cpu_capability
-from kiln.codegen.c.packing import packed_weight, tile_sizes
+from kiln.codegen.c.packing import conv_weight_layout, packed_weight, tile_sizes
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
@@ -1001,10 +1001,13 @@ def _whole_im2col(kernel: Kernel) -> bool:
     return pixels.is_Integer and int(pixels) <= _WHOLE_IM2COL_PIXELS
 
 
-def _im2col_panel(kernel: Kernel, weight_shape: list) -> tuple[list[str], list[str]]:
+def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tuple[list[str], list[str]]:
     """Lines computing one KILN_NR-pixel panel's output positions (`out{k}[c]`, `inside[c]`), and lines packing its
     im2col rows [C_in/g * taps][KILN_NR] of image `bi`, channels from `cin0`, into `panel` (zeros in the padding).
-    The caller defines `j` (the panel), `N` (pixels) and the weight shape's channels and taps."""
+    The caller defines `j` (the panel), `N` (pixels) and the weight shape's channels and taps. With `rows`, the
+    same for one KILN_MR-pixel row block of the pixels-as-rows orientation (`conv_weight_layout` "panels"): block
+    `b` of `M` pixels, packed [C_in/g * taps][KILN_MR] into `panel`."""
+    lanes, block, pixel_count = ("KILN_MR", "b", "M") if rows else ("KILN_NR", "j", "N")
     detail = kernel.detail
     x = detail["input"]
     n = len(kernel.shape) - 2
@@ -1013,9 +1016,10 @@ def _im2col_panel(kernel: Kernel, weight_shape: list) -> tuple[list[str], list[s
     in_sizes = [dim_expr(d) for d in x.shape[2:]]
     cig = dim_expr(weight_shape[1])
     # Each pixel column's output position, once per panel (the epilogue reuses it).
-    positions = [*[f"int64_t base{k}[KILN_NR];" for k in range(n)], *[f"int64_t out{k}[KILN_NR];" for k in range(n)],
-                 "bool inside[KILN_NR];",
-                 "for (int c = 0; c < KILN_NR; ++c)", "{", "    int64_t p = j * KILN_NR + c;", "    inside[c] = p < N;"]
+    positions = [*[f"int64_t base{k}[{lanes}];" for k in range(n)], *[f"int64_t out{k}[{lanes}];" for k in range(n)],
+                 f"bool inside[{lanes}];",
+                 f"for (int c = 0; c < {lanes}; ++c)", "{", f"    int64_t p = {block} * {lanes} + c;",
+                 f"    inside[c] = p < {pixel_count};"]
     for k in reversed(range(n)):
         stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
         positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
@@ -1038,38 +1042,52 @@ def _im2col_panel(kernel: Kernel, weight_shape: list) -> tuple[list[str], list[s
     # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 8 with AVX-512,
     # where an RGB stem's check cost more than the gathers it saved; 1 with AVX2, whose gathers are slower).
     row_copies = narrow and sympy.sympify(weight_shape[1]).is_Integer
-    packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][KILN_NR];"]
+    packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][{lanes}];"]
     depth = ""
     for k in range(n):
         packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
-    packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < KILN_NR; ++c)", f"{depth}    {{",
+    packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < {lanes}; ++c)", f"{depth}    {{",
                 *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
                   for k in range(n)],
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
-                *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
-                   f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
-                   "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if row_copies else []),
-                f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
-                f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
-                f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
-                *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"]
-                  if row_copies else []),
-                f"    for (int t = 0; t < {tap_count}; ++t)",
-                # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
-                # row lies inside the input's buffer), rows of every other element (stride 2) loads and shuffles;
-                # the others gather.
-                *([f"        if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
-                   f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
-                   f"        else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, "
-                   f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
-                   f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
-                  if row_copies else
-                  [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
-                  if narrow else
-                  [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
-                   "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
-                "}"]
+    ]
+    if rows:  # each k-row of the block a masked copy (step 1) or a gather of KILN_MR lanes
+        row = f"panel + (ci * {tap_count} + t) * KILN_MR"
+        steps = [f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
+                 f"for (int t = 0; t < {tap_count}; ++t) step[t] = kiln_row_step_lanes(source[t], KILN_MR, "
+                 "&start[t], &valid[t]);"]
+        copy = (f"kiln_block_row(plane, step[t], start[t], valid[t], source[t], {row});" if narrow else
+                f"for (int c = 0; c < KILN_MR; ++c) ({row})[c] = source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;")
+        return positions, packing + [
+            *(steps if narrow else []),
+            f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
+            f"    const float* plane = {buffer_name(x.buffer)} + {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+            f"    for (int t = 0; t < {tap_count}; ++t) {copy}", "}"]
+    packing += [
+            *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
+               f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
+               "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if row_copies else []),
+            f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
+            f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+            f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
+            *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"]
+              if row_copies else []),
+            f"    for (int t = 0; t < {tap_count}; ++t)",
+            # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
+            # row lies inside the input's buffer), rows of every other element (stride 2) loads and shuffles;
+            # the others gather.
+            *([f"        if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
+               f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
+               f"        else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, "
+               f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
+               f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
+              if row_copies else
+              [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
+              if narrow else
+              [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
+               "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
+            "}"]
     return positions, packing
 
 
@@ -1078,6 +1096,8 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
     and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
     With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
+    if kernel in state.packed and conv_weight_layout(kernel, get_cpu_capability()) == "panels":
+        return _conv_pixel_rows(kernel, state)
     detail = kernel.detail
     w, bias = detail["weight"], detail["bias"]
     groups = int(detail["groups"])
@@ -1138,20 +1158,79 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines]
 
 
-def _conv_epilogue(kernel: Kernel, channel: str) -> tuple[list[str], str, str, bool]:
-    """A convolution tile's epilogue at (image `bi`, channel `channel`, panel `j`'s pixel column `c`): the lines
-    defining its indices, the output element, the fused expression, and whether it indexes by flat pixel (else it
-    reads the panel's `out{k}[c]` positions)."""
+def _conv_pixel_rows(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 convolution with its output pixels as the GEMM's rows (packing.conv_weight_layout "panels"): a thread
+    packs an image's im2col (its chunk of it) into KILN_MR-pixel row blocks once, then runs them against each B panel
+    of KILN_NR output channels its units name, the next panel prefetched meanwhile; the epilogue stores each
+    channel of a tile as a run of pixels."""
+    detail = kernel.detail
+    w, bias = detail["weight"], detail["bias"]
+    groups = int(detail["groups"])
+    taps = [dim_expr(d) for d in w.shape[2:]]
+    cig = dim_expr(w.shape[1])
+    positions, packing = _im2col_panel(kernel, w.shape, rows=True)
+    indices, target, epilogue, _ = _conv_epilogue(kernel, "g * N + j * KILN_NR + c", pixel="row + r")
+    value = "(double)tile[r * KILN_NR + c]"
+    if bias is not None:
+        value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
+    result_type = accumulator_type(kernel)
+    lines = [
+        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
+        f"const int64_t M = {' * '.join(dim_expr(d) for d in kernel.shape[2:])}, "
+        f"N = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, K = {cig} * {' * '.join(taps)};",
+        *_chunking("BATCH * GROUPS * panels"),
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        "int64_t packed_unit = -1;  /* (bi * GROUPS + g) * chunks + chunk: whose row blocks `pack` holds */",
+        "#pragma omp for collapse(4) schedule(static)",
+        "for (int64_t bi = 0; bi < BATCH; ++bi)",
+        "for (int64_t g = 0; g < GROUPS; ++g)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+        "for (int64_t j = 0; j < panels; ++j)", "{",
+        f"    const int64_t cin0 = g * {cig};",
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    if (packed_unit != (bi * GROUPS + g) * chunks + chunk)", "    {",
+        "        packed_unit = (bi * GROUPS + g) * chunks + chunk;",
+        "        for (int64_t b = chunk * chunk_rows / KILN_MR; b * KILN_MR < row_end; ++b)", "        {",
+        "            float* panel = pack + b * K * KILN_MR;",
+        *["            " + line for line in positions + packing],
+        "        }", "    }",
+        f"    const float* weights = ctx->packed[{state.packed[kernel]}] + (g * panels + j) * K * KILN_NR;",
+        "    const float* ahead = j + 1 < panels ? weights + K * KILN_NR : weights;  /* prefetched meanwhile */",
+        "    const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
+        "        kiln_ukernel(rows, K, pack + row * K, 1, KILN_MR, weights, ahead, tile);",
+        "        for (int64_t c = 0; c < width; ++c)",
+        "            _Pragma(\"omp simd\") for (int r = 0; r < rows; ++r)", "            {",
+        *[f"                {line}" for line in indices],
+        f"                const {result_type} acc_value = ({result_type})({value});",
+        f"                {target} = {epilogue};",
+        "            }", "    }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
+def _conv_epilogue(kernel: Kernel, channel: str, pixel: str | None = None) -> tuple[list[str], str, str, bool]:
+    """A convolution tile's epilogue at (image `bi`, channel `channel`, panel `j`'s pixel column `c`), or at the flat
+    output pixel `pixel`: the lines defining its indices, the output element, the fused expression, and whether it
+    indexes by flat pixel (else it reads the panel's `out{k}[c]` positions, or divides `pixel` into them)."""
     out = kernel.outputs[0]
     flat_epilogue = _flatten_spatial(kernel.expr, kernel.shape)
     if flat_epilogue is not None:
         # Every operand is contiguous over the spatial dims (or constant across them): index the epilogue by
         # (image, channel, pixel) so its loads and the store run contiguously along the panel's columns.
         flat_shape = [kernel.shape[0], kernel.shape[1], sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])]
-        return ([f"const int64_t i0 = bi, i1 = {channel}, i2 = j * KILN_NR + c;"],
+        return ([f"const int64_t i0 = bi, i1 = {channel}, i2 = {pixel or 'j * KILN_NR + c'};"],
                 f"{buffer_name(out)}[{_flat(flat_shape)}]", _Exprs(3).render(flat_epilogue), True)
-    indices = [f"const int64_t i0 = bi, i1 = {channel};",
-               *[f"const int64_t i{2 + k} = out{k}[c];" for k in range(len(kernel.shape) - 2)]]
+    spatial = len(kernel.shape) - 2
+    if pixel is None:
+        positions = [f"const int64_t i{2 + k} = out{k}[c];" for k in range(spatial)]
+    else:
+        positions = [f"int64_t p = {pixel};"]
+        for k in reversed(range(spatial)):
+            size = dim_expr(kernel.shape[2 + k])
+            positions.append(f"const int64_t i{2 + k} = p % {size}; p /= {size};")
+    indices = [f"const int64_t i0 = bi, i1 = {channel};", *positions]
     return (indices, f"{buffer_name(out)}[{_flat(kernel.shape)}]", _Exprs(len(kernel.shape)).render(kernel.expr),
             False)
 
@@ -2109,6 +2188,10 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         cols = 64 * sympy.ceiling(48 * 4 * sympy.ceiling(k / 4) / 64) if kernel.kind == "qconv" else 0
         panel = sympy.ceiling(k / 2) * 2 * 32 * 2 + 32 * 4 if kernel not in packed else 0
         return cols + panel if cols + panel != 0 else None
+    if kernel.kind == "conv" and kernel in packed and conv_weight_layout(kernel, get_cpu_capability()) == "panels":
+        pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
+        return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
+            *[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 4
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
