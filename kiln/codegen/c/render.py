@@ -1039,8 +1039,8 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
                                        for d, stride in zip(x.shape[2:], x.strides[2:])))
     narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
     # Consecutive tap rows are copied with (masked) vector loads when the input has at least
-    # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 8 with AVX-512,
-    # where an RGB stem's check cost more than the gathers it saved; 1 with AVX2, whose gathers are slower).
+    # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 1 with AVX2 and
+    # AVX-512, whose checks are vector code; 8 in portable C, where an RGB stem's check cost more than it saved).
     row_copies = narrow and sympy.sympify(weight_shape[1]).is_Integer
     packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][{lanes}];"]
     depth = ""
