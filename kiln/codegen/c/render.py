@@ -1013,31 +1013,37 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
     n = len(kernel.shape) - 2
     taps = [dim_expr(d) for d in weight_shape[2:]]
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
-    in_sizes = [dim_expr(d) for d in x.shape[2:]]
     cig = dim_expr(weight_shape[1])
     # Each pixel column's output position, once per panel (the epilogue reuses it).
-    positions = [*[f"int64_t base{k}[{lanes}];" for k in range(n)], *[f"int64_t out{k}[{lanes}];" for k in range(n)],
-                 f"bool inside[{lanes}];",
+    # In-plane offsets fit int32 (one vector gather per 16 columns) when the input plane is static and small; the tap
+    # table is then int32 arithmetic, which vectorizes (in int64 it took a third of an RGB stem's time).
+    plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
+                                       for d, stride in zip(x.shape[2:], x.strides[2:])))
+    narrow = plane_elements.is_Integer and int(plane_elements) < 2**30  # room for taps just outside the plane
+    offset_type = "int32_t" if narrow else "int64_t"
+    positions = [*[f"{offset_type} base{k}[{lanes}];" for k in range(n)],
+                 *[f"int64_t out{k}[{lanes}];" for k in range(n)],
+                 f"int32_t inside[{lanes}];",  # int32, not bool: GCC vectorizes the tap table only then
                  f"for (int c = 0; c < {lanes}; ++c)", "{", f"    int64_t p = {block} * {lanes} + c;",
                  f"    inside[c] = p < {pixel_count};"]
     for k in reversed(range(n)):
         stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
         positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
-        positions.append(f"    base{k}[c] = out{k}[c] * {stride} - {padding};")
+        positions.append(f"    base{k}[c] = ({offset_type})(out{k}[c] * {stride} - {padding});")
     positions.append("}")
     tap_count = math.prod(int(d) for d in weight_shape[2:])
     # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
     # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
     # masked gather the compiler vectorizes.
-    plane_offset = " + ".join(f"q{k} * {dim_expr(x.strides[2 + k])}" for k in range(n))
-    inside = " && ".join(["inside[c]"] + [f"q{k} >= 0 && q{k} < {in_sizes[k]}" for k in range(n)])
+    def narrowed(size: Any) -> str:  # a static size as an int literal in the int32 table (int64 would widen it)
+        size = sympy.sympify(size)
+        return str(int(size)) if narrow and size.is_Integer else dim_expr(size)
+    plane_offset = " + ".join(f"q{k} * {narrowed(x.strides[2 + k])}" for k in range(n))
+    # bitwise, not short-circuit: GCC vectorizes the table only without branches
+    inside = " & ".join(["inside[c]"] + [f"(q{k} >= 0) & (q{k} < {narrowed(x.shape[2 + k])})" for k in range(n)])
     tap_index = "0"
     for k in range(n):
         tap_index = f"({tap_index}) * {taps[k]} + r{k}"
-    # In-plane offsets fit int32 (one vector gather per 16 columns) when the input plane is static and small.
-    plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
-                                       for d, stride in zip(x.shape[2:], x.strides[2:])))
-    narrow = plane_elements.is_Integer and int(plane_elements) < 2**31
     # Consecutive tap rows are copied with (masked) vector loads when the input has at least
     # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 1 with AVX2 and
     # AVX-512, whose checks are vector code; 8 in portable C, where an RGB stem's check cost more than it saved).
@@ -1047,8 +1053,8 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
     for k in range(n):
         packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
     packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < {lanes}; ++c)", f"{depth}    {{",
-                *[f"{depth}        const int64_t q{k} = base{k}[c] + r{k} * {int(detail['dilation'][k])};"
-                  for k in range(n)],
+                *[f"{depth}        const {offset_type} q{k} = base{k}[c] + ({offset_type})r{k} * "
+                  f"{int(detail['dilation'][k])};" for k in range(n)],
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
     ]
