@@ -211,19 +211,14 @@ static inline void kiln_gather_row(const float* plane, const int32_t* restrict s
 #endif
 }
 
-/* The step at which a tap row's valid columns read the input, source[c] = start + step * c over its first `lanes`
- * columns: 1 (stride 1 along the pixels; in a "same" convolution even across output rows, since pixel p then reads
- * p + a per-tap offset), 2 with AVX2 (stride 2: ResNet's stem and downsampling convolutions), or 0 (gather the
- * row). With a step, `start` and the valid-column bits let kiln_masked_row, kiln_every_other_row or kiln_block_row
- * copy the row with vector loads. */
-static inline int kiln_row_step_lanes(const int32_t* source, int lanes, int32_t* start, uint32_t* valid)
+/* The step, at most `max_step`, at which a tap row's valid columns read the input, source[c] = start + step * c over
+ * its first `lanes` columns: 1 (stride 1 along the pixels; in a "same" convolution even across output rows, since
+ * pixel p then reads p + a per-tap offset), 2 (stride 2: ResNet's stem and downsampling convolutions), or 0 (gather
+ * the row). With a step, `start` and the valid-column bits let kiln_masked_row, kiln_every_other_row or
+ * kiln_block_row copy the row with vector loads. */
+static inline int kiln_row_step_lanes(const int32_t* source, int lanes, int max_step, int32_t* start, uint32_t* valid)
 {
-#if defined(KILN_AVX2_GEMM)
-    const int steps = 2;
-#else
-    const int steps = 1;  /* AVX-512 gathers are fast enough */
-#endif
-    for (int step = 1; step <= steps; ++step) {
+    for (int step = 1; step <= max_step; ++step) {
         int32_t first = 0;
         uint32_t bits = 0;
         int c = 0;
@@ -242,8 +237,9 @@ static inline int kiln_row_step_lanes(const int32_t* source, int lanes, int32_t*
     return 0;
 }
 
-/* kiln_row_step_lanes over a whole KILN_NR-column panel row. With AVX-512, vectorized, for steps 1 and 2: a
- * dozen instructions instead of a 32-iteration loop per tap, so an RGB stem's three channels repay the check. */
+/* kiln_row_step_lanes over a whole KILN_NR-column panel row, up to the steps kiln_every_other_row copies with vector
+ * code (2 with AVX2 and AVX-512, 1 in portable C). With AVX-512, vectorized: a dozen instructions instead of a
+ * 32-iteration loop per tap, so an RGB stem's three channels repay the check. */
 static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t* valid)
 {
 #if defined(__AVX512F__)
@@ -267,8 +263,10 @@ static inline int kiln_row_step(const int32_t* source, int32_t* start, uint32_t*
         }
     }
     return 0;
+#elif defined(KILN_AVX2_GEMM)
+    return kiln_row_step_lanes(source, KILN_NR, 2, start, valid);
 #else
-    return kiln_row_step_lanes(source, KILN_NR, start, valid);
+    return kiln_row_step_lanes(source, KILN_NR, 1, start, valid);
 #endif
 }
 
@@ -283,8 +281,8 @@ static inline __m256 kiln_valid_lanes(uint32_t valid, int c)
 #endif
 
 /* One k-row of an im2col row block (KILN_MR output pixels, the A operand of a convolution whose weights are the B
- * panels): dst[r] = plane[start + r] for the valid pixels of a step-1 row (kiln_row_step_lanes), else
- * plane[source[r]], and 0 in the padding. Only the KILN_MR lanes are stored (the block's next k-row follows). */
+ * panels): dst[r] = plane[start + r] for the valid pixels of a step-1 row (kiln_row_step_lanes with max_step 1),
+ * else plane[source[r]], and 0 in the padding. Only the KILN_MR lanes are stored (the block's next k-row follows). */
 static inline void kiln_block_row(const float* plane, int step, int32_t start, uint32_t valid,
                                   const int32_t* restrict source, float* restrict dst)
 {
@@ -298,7 +296,8 @@ static inline void kiln_block_row(const float* plane, int step, int32_t start, u
     const __mmask16 inside = _mm512_mask_cmpge_epi32_mask(lanes, offsets, _mm512_setzero_si512());
     _mm512_mask_storeu_ps(dst, lanes, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside, offsets, plane, 4));
 #elif defined(KILN_AVX2_GEMM)
-    const __m256i lanes = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);  /* KILN_MR = 6 */
+    _Static_assert(KILN_MR == 6, "the AVX2 row-block lanes below are KILN_MR's");
+    const __m256i lanes = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     if (step == 1) {
         const __m256 mask = _mm256_and_ps(kiln_valid_lanes(valid, 0), _mm256_castsi256_ps(lanes));
         _mm256_maskstore_ps(dst, lanes, _mm256_maskload_ps(plane + start, _mm256_castps_si256(mask)));

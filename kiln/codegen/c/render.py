@@ -1058,42 +1058,34 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
     ]
-    if rows:  # each k-row of the block a masked copy (step 1) or a gather of KILN_MR lanes
-        row = f"panel + (ci * {tap_count} + t) * KILN_MR"
-        steps = [f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
-                 f"for (int t = 0; t < {tap_count}; ++t) step[t] = kiln_row_step_lanes(source[t], KILN_MR, "
+    row = f"panel + (ci * {tap_count} + t) * {lanes}"  # where tap t of input channel ci goes
+    steps: list[str] = []
+    if not narrow:
+        copy = [f"for (int c = 0; c < {lanes}; ++c) ({row})[c] = source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]
+    elif rows:  # each k-row of a row block a masked copy (step 1) or a gather of KILN_MR lanes
+        steps = [f"for (int t = 0; t < {tap_count}; ++t) step[t] = kiln_row_step_lanes(source[t], KILN_MR, 1, "
                  "&start[t], &valid[t]);"]
-        copy = (f"kiln_block_row(plane, step[t], start[t], valid[t], source[t], {row});" if narrow else
-                f"for (int c = 0; c < KILN_MR; ++c) ({row})[c] = source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;")
-        return positions, packing + [
-            *(steps if narrow else []),
-            f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
-            f"    const float* plane = {buffer_name(x.buffer)} + {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
-            f"    for (int t = 0; t < {tap_count}; ++t) {copy}", "}"]
+        copy = [f"kiln_block_row(plane, step[t], start[t], valid[t], source[t], {row});"]
+    elif row_copies:
+        steps = [f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
+                 "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"]
+        # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole row lies
+        # inside the input's buffer), rows of every other element (stride 2) loads and shuffles; the others gather.
+        copy = [f"if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, plane_end, {row});",
+                f"else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, plane_end, {row});",
+                f"else kiln_gather_row(plane, source[t], {row});"]
+    else:
+        copy = [f"kiln_gather_row(plane, source[t], {row});"]
+    step_arrays = f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];"
+    bounds = row_copies and not rows  # kiln_masked_row and kiln_every_other_row read the input buffer's bounds
     packing += [
-            *([f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];",
-               f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
-               "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"] if row_copies else []),
-            f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
-            f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
-            f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
-            *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"]
-              if row_copies else []),
-            f"    for (int t = 0; t < {tap_count}; ++t)",
-            # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole
-            # row lies inside the input's buffer), rows of every other element (stride 2) loads and shuffles;
-            # the others gather.
-            *([f"        if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, "
-               f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
-               f"        else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, "
-               f"plane_end, panel + (ci * {tap_count} + t) * KILN_NR);",
-               f"        else kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
-              if row_copies else
-              [f"        kiln_gather_row(plane, source[t], panel + (ci * {tap_count} + t) * KILN_NR);"]
-              if narrow else
-              [f"        for (int c = 0; c < KILN_NR; ++c) panel[(ci * {tap_count} + t) * KILN_NR + c] = "
-               "source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]),
-            "}"]
+        *([step_arrays, *steps] if steps else []),
+        f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
+        f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+        f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
+        *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"] if bounds else []),
+        f"    for (int t = 0; t < {tap_count}; ++t)", "    {", *[f"        {line}" for line in copy], "    }",
+        "}"]
     return positions, packing
 
 
@@ -1102,7 +1094,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
     and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
     With few pixels (`_whole_im2col`) a unit is one row block of output channels instead, against every panel."""
-    if kernel in state.packed and conv_weight_layout(kernel, get_cpu_capability()) == "panels":
+    if _pixel_rows(kernel, state.packed):
         return _conv_pixel_rows(kernel, state)
     detail = kernel.detail
     w, bias = detail["weight"], detail["bias"]
@@ -1162,6 +1154,13 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
               *(["        " + line for line in positions] if not flat else []),
               *["    " + line for line in tiles], "    }", "}"]
     return ["    " + line for line in lines]
+
+
+def _pixel_rows(kernel: Kernel, packed: dict) -> bool:
+    """Whether a convolution runs with its output pixels as the GEMM's rows: its weights are packed by the compiler
+    (render._prepacked) into B panels (packing.conv_weight_layout)."""
+    return (kernel.kind == "conv" and kernel in packed
+            and conv_weight_layout(kernel, get_cpu_capability()) == "panels")
 
 
 def _conv_pixel_rows(kernel: Kernel, state: RenderState) -> list[str]:
@@ -2194,7 +2193,7 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         cols = 64 * sympy.ceiling(48 * 4 * sympy.ceiling(k / 4) / 64) if kernel.kind == "qconv" else 0
         panel = sympy.ceiling(k / 2) * 2 * 32 * 2 + 32 * 4 if kernel not in packed else 0
         return cols + panel if cols + panel != 0 else None
-    if kernel.kind == "conv" and kernel in packed and conv_weight_layout(kernel, get_cpu_capability()) == "panels":
+    if _pixel_rows(kernel, packed):
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
         return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
             *[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 4
