@@ -8,9 +8,12 @@ builds as several compiler processes at once, one per part of its kernel bodies 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import os
 import pathlib
+import platform
 import re
 import shutil
 import subprocess
@@ -33,13 +36,36 @@ CAPABILITIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "AVX512_VNNI": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx2", "fma", "f16c"),
                     ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
                      "-mavx512vnni", "-mprefer-vector-width=512")),
+    # AMX's int8 tiles (Sapphire Rapids on) for the integer kernels; float code is AVX512_VNNI's
+    "AVX512_AMX": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx2", "fma", "f16c", "amx_tile",
+                    "amx_int8"),
+                   ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                    "-mavx512vnni", "-mamx-tile", "-mamx-int8", "-mprefer-vector-width=512")),
 }
 
 
 def supported_capabilities() -> list[str]:
-    """The capabilities this CPU runs, weakest first."""
+    """The capabilities this CPU runs, weakest first. AMX also needs the OS to grant the tiles' state."""
     flags = cpu_flags()
-    return [name for name, (needs, _) in CAPABILITIES.items() if all(f in flags for f in needs)]
+    return [name for name, (needs, _) in CAPABILITIES.items()
+            if all(f in flags for f in needs) and ("amx_tile" not in needs or os_grants_amx())]
+
+
+@functools.cache
+def os_grants_amx() -> bool:
+    """Whether Linux gives this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM, as compiled models ask
+    when they are created): kernels before 5.16, and VMs that expose the CPU flags without the state, refuse."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
 
 
 def get_cpu_capability() -> str:

@@ -59,14 +59,34 @@ typedef int8_t kiln_qb_t;
 #define KILN_QNARROW 0
 #endif
 
-/* Output pixels a convolution unit gathers (im2col) and runs against every panel: a few register tiles. */
-#define KILN_QPB (4 * KILN_QMR)
+/* AMX (the AVX512_AMX capability): tdpbusd multiplies a tile of 16 rows x 64 uint8 activations by a tile of 16 k-quad
+ * rows x 16 columns of int8 weights into 16 x 16 int32 sums, 16 K products per instruction. The VNNI panels are
+ * already its B layout (a group's 32 columns are 128 bytes, columns 0-15 in the first 64), stored with K padded to
+ * whole 64-byte k-blocks. A step is 32 rows against one panel: four accumulator tiles, two of A, two of B. */
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && KILN_QK == 4 && KILN_QNR == 32
+#define KILN_QAMX 1
+#define KILN_QROWS 32 /* rows per step: two tiles of 16 */
+#else
+#define KILN_QAMX 0
+#define KILN_QROWS KILN_QMR /* rows per step: one register tile */
+#endif
+/* Whether a convolution's gather flips int8 activations into uint8 (x + 128) as it copies them, instead of the
+ * micro-kernel as it reads them: tiles load bytes as they are. */
+#define KILN_QCOLS_FLIP KILN_QAMX
+
+/* Output pixels a convolution unit gathers (im2col) and runs against every panel: a few steps of rows. */
+#define KILN_QPB (KILN_QAMX ? 2 * KILN_QROWS : 4 * KILN_QMR)
 
 /* k values per packed group, and bytes per packed weight, of a layer's B. */
 static inline int64_t kiln_qk(int narrow) { return KILN_QNARROW && narrow ? 4 : KILN_QK; }
 static inline size_t kiln_qb_size(int narrow) { return KILN_QNARROW && narrow ? 1 : sizeof(kiln_qb_t); }
 
-static inline int64_t kiln_qgroups(int64_t K, int narrow) { return (K + kiln_qk(narrow) - 1) / kiln_qk(narrow); }
+/* Groups of k a row of activations spans, and the groups a panel stores (whole 64-byte k-blocks for AMX). */
+static inline int64_t kiln_qsteps(int64_t K, int narrow) { return (K + kiln_qk(narrow) - 1) / kiln_qk(narrow); }
+static inline int64_t kiln_qgroups(int64_t K, int narrow)
+{
+    return KILN_QAMX ? (kiln_qsteps(K, narrow) + 15) / 16 * 16 : kiln_qsteps(K, narrow);
+}
 static inline int64_t kiln_qpanels(int64_t N) { return (N + KILN_QNR - 1) / KILN_QNR; }
 
 /* Bytes of one packed panel (a multiple of 32: QNR * QK * size >= 32; 64 for the narrow k-quads). */
@@ -86,10 +106,10 @@ static inline size_t kiln_qpacked_bytes(int64_t K, int64_t N, int narrow)
     return kiln_qpanel_bytes(K, N, narrow) + (size_t)kiln_qpanels(N) * KILN_QNR * sizeof(int32_t);
 }
 
-/* Bytes of a convolution unit's im2col rows, [KILN_QPB][K rounded up to whole groups] uint8, to a cache line. */
+/* Bytes of a convolution unit's im2col rows, [KILN_QPB][K rounded up to whole stored groups] uint8, to a cache line. */
 static inline size_t kiln_qcols_bytes(int64_t K)
 {
-    return ((size_t)KILN_QPB * (size_t)((K + 3) / 4 * 4) + 63) / 64 * 64;
+    return ((size_t)KILN_QPB * (size_t)(KILN_QAMX ? (K + 63) / 64 * 64 : (K + 3) / 4 * 4) + 63) / 64 * 64;
 }
 
 /* Pack columns [j * QNR, (j + 1) * QNR) of W^T (W [N x K], row-major int8) into one zero-padded panel
@@ -150,7 +170,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         __m512i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) { lo[r] = _mm512_setzero_si512(); hi[r] = lo[r]; } \
-        const int64_t groups = kiln_qgroups(K, 0), full = K / KILN_QK;                                            \
+        const int64_t groups = kiln_qsteps(K, 0), full = K / KILN_QK;                                            \
         const int32_t flips = KILN_QK == 4 ? (int32_t)(flip * 0x01010101u) : (int32_t)(flip * 0x00010001u);    \
         for (int64_t g = 0; g < groups; ++g) {                                                                    \
             const __m512i b0 = _mm512_load_si512((const void*)(panel + g * KILN_QNR * KILN_QK));                 \
@@ -187,7 +207,7 @@ static inline int32_t kiln_qgroup(const uint8_t* row, int64_t k, int64_t K, uint
     {                                                                                                             \
         __m256i lo[MR], hi[MR];                                                                                   \
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }  \
-        const int64_t groups = kiln_qgroups(K, 0);                                                                \
+        const int64_t groups = kiln_qsteps(K, 0);                                                                 \
         /* Two groups per step from one 4-byte broadcast: vpshufb spreads bytes (0, 1) or (2, 3) into the int16    \
          * pair every lane multiplies, instead of building each pair in scalar registers. */                        \
         const __m256i pick0 = _mm256_setr_epi8(0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1,             \
@@ -267,7 +287,7 @@ KILN_DEFINE_QNUKERNEL(6)
     {                                                                                                             \
         int32_t acc[MR][KILN_QNR];                                                                                \
         memset(acc, 0, sizeof acc);                                                                               \
-        for (int64_t g = 0; g < kiln_qgroups(K, 0); ++g)                                                          \
+        for (int64_t g = 0; g < kiln_qsteps(K, 0); ++g)                                                           \
             for (int r = 0; r < MR; ++r) {                                                                        \
                 int32_t x[KILN_QK];                                                                               \
                 for (int t = 0; t < KILN_QK; ++t)                                                                 \
@@ -345,64 +365,418 @@ __attribute__((noinline)) static void kiln_qukernel(int rows, int64_t K, const u
 }
 
 
+#if KILN_QAMX
+/* Steps of fewer rows take the VNNI register tiles: a tile instruction costs as much for one row as for 16. */
+#define KILN_QAMX_MIN_ROWS 9
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} kiln_amx_config;
+
+long syscall(long number, ...); /* <unistd.h> declares it only for _GNU_SOURCE; model.c is ISO C */
+
+/* Linux gives a process the tiles' state only when asked (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); a
+ * tile instruction before that raises SIGILL. kiln_create asks, for every thread of the process. 0 on success. */
+static int kiln_amx_request(void) { return (int)syscall(158 /* SYS_arch_prctl */, 0x1023, 18); }
+
+/* Per thread, around an integer kernel: every tile 16 rows x 64 bytes. Releasing the tiles after it spares the OS
+ * saving 8 KB of tile state whenever it switches the thread out. */
+static inline void kiln_qbegin(void)
+{
+    kiln_amx_config config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        config.rows[t] = 16;
+        config.bytes_per_row[t] = 64;
+    }
+    _tile_loadconfig(&config);
+}
+static inline void kiln_qend(void) { _tile_release(); }
+
+/* tile[32][KILN_QNR] (rows >= 16 of it only for rows > 16) = A x one packed panel over KB 64-byte k-blocks. A's
+ * 16-row tiles: the one of k-block kb at a + kb * a_block, its rows `lda` bytes apart, the second 16 rows after
+ * those; every row of a tile is read, so rows past `rows` must be readable (their sums are not stored). The panel's
+ * k-quads past K are zero. Tiles 0-3 accumulate, 4-5 hold A, 6-7 the panel's two halves. */
+static inline void kiln_amx_step(int rows, int64_t KB, const uint8_t* a, int64_t lda, int64_t a_block,
+                                 const int8_t* panel, int32_t* tile)
+{
+    const int64_t pitch = KILN_QNR * 4; /* bytes between a panel's k-quad rows */
+    _tile_zero(0);
+    _tile_zero(1);
+    if (rows > 16) {
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < KB; ++kb) {
+            const int8_t* b = panel + kb * 16 * pitch;
+            _tile_loadd(6, b, pitch);
+            _tile_loadd(7, b + 64, pitch);
+            _tile_loadd(4, a + kb * a_block, lda);
+            _tile_loadd(5, a + kb * a_block + 16 * lda, lda);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        }
+        _tile_stored(2, tile + 16 * KILN_QNR, pitch);
+        _tile_stored(3, tile + 16 * KILN_QNR + 16, pitch);
+    } else {
+        for (int64_t kb = 0; kb < KB; ++kb) {
+            const int8_t* b = panel + kb * 16 * pitch;
+            _tile_loadd(6, b, pitch);
+            _tile_loadd(7, b + 64, pitch);
+            _tile_loadd(4, a + kb * a_block, lda);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+        }
+    }
+    _tile_stored(0, tile, pitch);
+    _tile_stored(1, tile + 16, pitch);
+}
+
+/* Rows [first, end) of a linear layer's activations x [. x K], flipped, in AMX tile order: step s (32 rows), k-block
+ * kb at dst + (s * KB + kb) * 2048, its rows 64 bytes apart, zero past K and past `end`. Tile loads then read 1 KB
+ * in a row (x's own rows, K bytes apart, were 16 lines in as many pages: 4 KB apart, all in one L1 set). */
+static void kiln_amx_pack_rows(const uint8_t* x, int64_t first, int64_t end, int64_t K, uint32_t flip, uint8_t* dst)
+{
+    const int64_t KB = (K + 63) / 64, steps = (end - first + 31) / 32;
+    for (int64_t s = 0; s < steps; ++s)
+        for (int r = 0; r < 32; ++r) {
+            const int64_t row = first + s * 32 + r;
+            for (int64_t kb = 0; kb < KB; ++kb) {
+                uint8_t* to = dst + ((s * KB + kb) * 32 + r) * 64;
+                const int64_t copied = row >= end ? 0 : K - kb * 64 < 64 ? K - kb * 64 : 64;
+                const uint8_t* from = x + row * K + kb * 64;
+                for (int64_t t = 0; t < copied; ++t) to[t] = from[t] ^ (uint8_t)flip;
+                if (copied < 64) memset(to + copied, 0, (size_t)(64 - copied));
+            }
+        }
+}
+#else
+static inline void kiln_qbegin(void) {}
+static inline void kiln_qend(void) {}
+#endif
+
+/* A thread's copy of one chunk of a linear layer's rows for AMX steps (kiln_amx_pack_rows), kept while the thread's
+ * run of units over panels shares the chunk. `first`: the chunk's first row, -1 for none yet. */
+typedef struct {
+    uint8_t* rows;
+    int64_t first;
+} kiln_qrow_block;
+
+/* The most rows of a K-wide linear layer a chunk takes (AMX: its copy stays within 256 KB, one 32-row step at
+ * least, in L2 beside the panels streaming through; otherwise no limit), and the bytes of that copy. */
+static inline int64_t kiln_qchunk_rows(int64_t K)
+{
+    const int64_t rows = (int64_t)(256 * 1024) / ((K + 63) / 64 * 64) / 32 * 32;
+    return KILN_QAMX ? (rows > 32 ? rows : 32) : INT64_MAX;
+}
+static inline size_t kiln_qrow_block_bytes(int64_t K, int64_t M)
+{
+    const int64_t rows = (M + 31) / 32 * 32, most = kiln_qchunk_rows(K);
+    return KILN_QAMX ? (size_t)(rows < most ? rows : most) * (size_t)((K + 63) / 64 * 64) : 0;
+}
+
+/* One step of a linear layer: tile[rows][KILN_QNR] = rows [row, row + rows) of x [. x K] (uint8, or int8 read with
+ * `flip`), in the chunk [first, end), against one packed panel. AMX steps read the chunk's rows from `block`, copied
+ * there by the first step that needs them. */
+static inline void kiln_qlinear_step(int rows, int64_t row, int64_t first, int64_t end, int64_t K, const uint8_t* x,
+                                     uint32_t flip, const void* panel, int32_t* tile, int narrow,
+                                     kiln_qrow_block* block)
+{
+#if KILN_QAMX
+    if (rows >= KILN_QAMX_MIN_ROWS) {
+        const int64_t KB = (K + 63) / 64;
+        if (block->first != first) {
+            kiln_amx_pack_rows(x, first, end, K, flip, block->rows);
+            block->first = first;
+        }
+        kiln_amx_step(rows, KB, block->rows + (row - first) / 32 * KB * 2048, 64, 2048, (const int8_t*)panel, tile);
+        return;
+    }
+#endif
+    (void)first;
+    (void)end;
+    (void)block;
+    for (int r = 0; r < rows; r += KILN_QMR)
+        kiln_qukernel(rows - r < KILN_QMR ? rows - r : KILN_QMR, K, x + (row + r) * K, K, flip, panel,
+                      tile + r * KILN_QNR, narrow);
+}
+
+/* One step of a convolution: tile[rows][KILN_QNR] = `rows` im2col rows (KP bytes apart, a whole KILN_QPB-row buffer
+ * behind them) against one packed panel. */
+static inline void kiln_qcols_step(int rows, int64_t KP, const uint8_t* cols, uint32_t flip, const void* panel,
+                                   int32_t* tile, int narrow)
+{
+#if KILN_QAMX
+    if (rows >= KILN_QAMX_MIN_ROWS && !flip) { /* tiles cannot flip: AMX builds flip int8 as they gather */
+        kiln_amx_step(rows, KP / 64, cols, KP, 64, (const int8_t*)panel, tile);
+        return;
+    }
+#endif
+    for (int r = 0; r < rows; r += KILN_QMR)
+        kiln_qukernel(rows - r < KILN_QMR ? rows - r : KILN_QMR, KP, cols + r * KP, KP, flip, panel,
+                      tile + r * KILN_QNR, narrow);
+}
+
 /* The fused epilogue of one tile row, KILN_QNR int32 sums of a panel's columns: the activations' zero point out
  * (zcol[c] = zero point x column sum), times the column's scale (x_scale x weight scale), plus its bias (NULL: none),
- * plus a residual (float, `residual_stride` apart per column; NULL: none), ReLU, then stored as float32 (kind 0) or
+ * plus a residual (float, `residual_stride` apart per column; NULL: none), the post-op (relu, or gelu as kiln_math.h's
+ * kiln_geluf / kiln_gelu_tanhf compute it for float32 pointwise kernels), then stored as float32 (kind 0) or
  * requantized as quantize_per_tensor does: round half to even, the zero point, the clamp [low, high], uint8 (kind 1)
  * or int8 (kind 2). Only columns below `width` are stored. Each path does the same float operations in the same
  * order (multiply, then add: model.c is ISO C, which contracts nothing into FMAs), so they give the same bits. */
 enum { KILN_QOUT_F32 = 0, KILN_QOUT_U8 = 1, KILN_QOUT_S8 = 2 };
+enum { KILN_QPOST_NONE = 0, KILN_QPOST_RELU = 1, KILN_QPOST_GELU = 2, KILN_QPOST_GELU_TANH = 3 };
+
+static inline void kiln_qgelu(float* y, int post_op)
+{
+    if (post_op == KILN_QPOST_GELU) {
+        _Pragma("omp simd") for (int c = 0; c < KILN_QNR; ++c) y[c] = kiln_geluf(y[c]);
+    } else if (post_op == KILN_QPOST_GELU_TANH) {
+        _Pragma("omp simd") for (int c = 0; c < KILN_QNR; ++c) y[c] = kiln_gelu_tanhf(y[c]);
+    }
+}
 
 static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, const float* scale, const float* bias,
-                                  const float* residual, int64_t residual_stride, int relu, int kind,
+                                  const float* residual, int64_t residual_stride, int post_op, int kind,
                                   float inverse_scale, float zero_point, float low, float high, int64_t width,
                                   void* out)
 {
     float y[KILN_QNR] __attribute__((aligned(64)));
-    uint8_t bytes[KILN_QNR];
-#if defined(__AVX2__)
+    uint8_t bytes[KILN_QNR] __attribute__((aligned(64)));
     float extra[KILN_QNR] __attribute__((aligned(64)));
     if (residual)
         for (int64_t c = 0; c < KILN_QNR; ++c) extra[c] = c < width ? residual[c * residual_stride] : 0.0f;
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && KILN_QNR % 16 == 0
+    for (int h = 0; h < KILN_QNR; h += 16) {
+        const __m512i sums = _mm512_sub_epi32(_mm512_load_si512((const void*)(tile + h)),
+                                              _mm512_loadu_si512((const void*)(zcol + h)));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_loadu_ps(scale + h));
+        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + h));
+        if (residual) v = _mm512_add_ps(v, _mm512_load_ps(extra + h));
+        if (post_op == KILN_QPOST_RELU) v = _mm512_max_ps(v, _mm512_setzero_ps()); /* NaN and -0.0 as y > 0 ? y : 0 */
+        _mm512_store_ps(y + h, v);
+    }
+    kiln_qgelu(y, post_op);
+    /* Masked stores straight to `out` (bytes stored in halves, then copied as one 32-byte block, stalled on store
+     * forwarding: 15% of the uint8 stem convolution). */
+    for (int h = 0; h < KILN_QNR; h += 16) {
+        const int64_t left = width - h;
+        const __mmask16 lanes = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        if (kind == KILN_QOUT_F32) {
+            _mm512_mask_storeu_ps((float*)out + h, lanes, _mm512_load_ps(y + h));
+            continue;
+        }
+        __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_load_ps(y + h), _mm512_set1_ps(inverse_scale)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm512_add_ps(q, _mm512_set1_ps(zero_point));
+        q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(low)), _mm512_set1_ps(high));
+        const __m512i ints = _mm512_cvtps_epi32(q); /* whole numbers in [low, high]: exact */
+        _mm_mask_storeu_epi8((uint8_t*)out + h, lanes, kind == KILN_QOUT_U8 ? _mm512_cvtusepi32_epi8(ints)
+                                                                              : _mm512_cvtsepi32_epi8(ints));
+    }
+    (void)bytes;
+    return;
+#elif defined(__AVX2__)
     for (int h = 0; h < KILN_QNR; h += 8) {
         const __m256i sums = _mm256_sub_epi32(_mm256_load_si256((const __m256i*)(tile + h)),
                                               _mm256_loadu_si256((const __m256i*)(zcol + h)));
         __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(scale + h));
         if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + h));
         if (residual) v = _mm256_add_ps(v, _mm256_load_ps(extra + h));
-        if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps()); /* y > 0 ? y : 0, NaN and -0.0 included */
-        if (kind == KILN_QOUT_F32) {
-            _mm256_store_ps(y + h, v);
-            continue;
-        }
-        __m256 q = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(inverse_scale)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        q = _mm256_add_ps(q, _mm256_set1_ps(zero_point));
-        q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(low)), _mm256_set1_ps(high));
-        const __m256i ints = _mm256_cvtps_epi32(q); /* whole numbers in [low, high]: exact */
-        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(ints), _mm256_extracti128_si256(ints, 1));
-        _mm_storel_epi64((__m128i*)(bytes + h),
-                         kind == KILN_QOUT_U8 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words));
+        if (post_op == KILN_QPOST_RELU) v = _mm256_max_ps(v, _mm256_setzero_ps()); /* NaN and -0.0 as y > 0 ? y : 0 */
+        _mm256_store_ps(y + h, v);
     }
+    kiln_qgelu(y, post_op);
+    if (kind != KILN_QOUT_F32)
+        for (int h = 0; h < KILN_QNR; h += 8) {
+            __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_load_ps(y + h), _mm256_set1_ps(inverse_scale)),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm256_add_ps(q, _mm256_set1_ps(zero_point));
+            q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(low)), _mm256_set1_ps(high));
+            const __m256i ints = _mm256_cvtps_epi32(q); /* whole numbers in [low, high]: exact */
+            const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(ints), _mm256_extracti128_si256(ints, 1));
+            /* whole rows straight to `out` (a copy of bytes stored in halves would stall on store forwarding) */
+            _mm_storel_epi64((__m128i*)(width == KILN_QNR ? (uint8_t*)out + h : bytes + h),
+                             kind == KILN_QOUT_U8 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words));
+        }
+    if (kind != KILN_QOUT_F32 && width == KILN_QNR) return;
 #else
     for (int64_t c = 0; c < KILN_QNR; ++c) {
         float v = (float)(tile[c] - zcol[c]) * scale[c];
         if (bias) v += bias[c];
-        if (residual) v += c < width ? residual[c * residual_stride] : 0.0f;
-        if (relu) v = v > 0.0f ? v : 0.0f;
-        if (kind == KILN_QOUT_F32) {
-            y[c] = v;
-            continue;
-        }
-        const float q = nearbyintf(v * inverse_scale) + zero_point;
-        const float clamped = q < low ? low : q > high ? high : q;
-        bytes[c] = kind == KILN_QOUT_U8 ? (uint8_t)clamped : (uint8_t)(int8_t)clamped;
+        if (residual) v += extra[c];
+        if (post_op == KILN_QPOST_RELU) v = v > 0.0f ? v : 0.0f;
+        y[c] = v;
     }
+    kiln_qgelu(y, post_op);
+    if (kind != KILN_QOUT_F32)
+        for (int64_t c = 0; c < KILN_QNR; ++c) {
+            const float q = nearbyintf(y[c] * inverse_scale) + zero_point;
+            const float clamped = q < low ? low : q > high ? high : q;
+            bytes[c] = kind == KILN_QOUT_U8 ? (uint8_t)clamped : (uint8_t)(int8_t)clamped;
+        }
 #endif
     const size_t size = kind == KILN_QOUT_F32 ? sizeof(float) : 1;
     if (width == KILN_QNR) memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, KILN_QNR * size); /* moves */
     else memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, (size_t)width * size);
 }
+
+#if KILN_QAMX
+/* ---------------------------------------------------------------------------------------------------------------
+ * Direct convolutions on AMX (layers of 16 or more input channels per group): no im2col. The output channels are
+ * the tile rows and the output pixels the columns, C[couts][pixels] += W_tap[couts][channels] x X_tap[channels]
+ * [pixels] for every tap (ki, kj): tdpbsud multiplies the int8 weights (A) by the uint8 activations (B). B's rows
+ * are channel quads, its 64 bytes 16 pixels x 4 channels, so a unit first copies its band of input rows once into
+ * that layout (kiln_qdirect_input: padded with the zero point, split by column phase for strides), and every tap's
+ * B tile is then a plain load from it. Channels per k-step: all of them (rounded to 4) up to 64, else 64 at a time.
+ */
+
+/* A layer with few channels per group (an RGB stem) folds its kernel's columns into the channels: channel
+ * ci * KW + kj of the copied input is channel ci shifted by tap column kj (and its stride), so each step runs KH
+ * taps of CG x KW channels instead of KH x KW taps of CG (3 channels would pad every tap's k-step to 4 at least). */
+
+/* Bytes of a k-step of channels: a group's channels rounded up to 4 (at most 64), or 64. */
+static inline int64_t kiln_qdirect_kbytes(int64_t CG) { return CG <= 64 ? (CG + 3) / 4 * 4 : 64; }
+static inline int64_t kiln_qdirect_ksteps(int64_t CG) { return CG <= 64 ? 1 : (CG + 63) / 64; }
+
+/* Tiles 0-3 accumulate 16 x 16 int32; 4-5 (A) are 16 rows of `kbytes`, 6-7 (B) kbytes / 4 rows of 64 bytes. */
+static inline void kiln_qbegin_direct(int64_t kbytes)
+{
+    kiln_amx_config config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        config.rows[t] = t >= 6 ? (uint8_t)(kbytes / 4) : 16;
+        config.bytes_per_row[t] = t == 4 || t == 5 ? (uint16_t)kbytes : 64;
+    }
+    _tile_loadconfig(&config);
+}
+
+/* Bytes of a group's packed weights for CG (folded: CG x KW) channels and `taps` taps: per 32-channel panel, per
+ * tap, per k-step, 32 rows of 64 bytes (two A tiles); then each output channel's weight sum (int32). */
+static inline size_t kiln_qdirect_weight_bytes(int64_t COG, int64_t CG, int64_t taps)
+{
+    return (size_t)kiln_qpanels(COG) * (size_t)(taps * kiln_qdirect_ksteps(CG)) * 2048 + (size_t)kiln_qpanels(COG) * 128;
+}
+
+/* Pack one group's weights W [COG][CG][KH][KW] (int8) for direct steps, zero past COG and the channels; `fold`:
+ * channel ci * KW + kj of tap ki (else channel ci of tap ki * KW + kj). */
+static void kiln_qpack_direct(int64_t COG, int64_t CG, int64_t KH, int64_t KW, int fold, const int8_t* w,
+                              void* restrict dst)
+{
+    const int64_t channels = fold ? CG * KW : CG, taps = fold ? KH : KH * KW;
+    const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qpanels(COG);
+    int8_t* packed = (int8_t*)dst;
+    int32_t* sums = (int32_t*)(packed + (size_t)panels * (size_t)(taps * steps) * 2048);
+    memset(packed, 0, (size_t)panels * (size_t)(taps * steps) * 2048);
+    for (int64_t co = 0; co < panels * 32; ++co) {
+        int32_t sum = 0;
+        for (int64_t ci = 0; ci < CG && co < COG; ++ci)
+            for (int64_t ki = 0; ki < KH; ++ki)
+                for (int64_t kj = 0; kj < KW; ++kj) {
+                    const int8_t v = w[((co * CG + ci) * KH + ki) * KW + kj];
+                    const int64_t channel = fold ? ci * KW + kj : ci, tap = fold ? ki : ki * KW + kj;
+                    packed[(((co / 32) * taps + tap) * steps + channel / 64) * 2048 + (co % 32) * 64 + channel % 64] =
+                        v;
+                    sum += v;
+                }
+        sums[co] = sum;
+    }
+}
+
+/* Rows [row0, row0 + rows) of one image's group of CG channels (x: [CG][H][W]), as B tiles read them: for channel
+ * quad q, row r, column phase f, column c: 4 bytes (channels 4q..4q+3) at dst + (((q * rows + r) * phases + f) *
+ * cols + c) * 4. Unfolded (fold_kw 1), channel ci reads input column iw = f + c * sw - pw, in `sw` phases (a stride's
+ * output columns then read consecutive columns of one phase); folded, channel ci * fold_kw + kj reads
+ * iw = c * sw + kj * dw - pw, in one phase. Positions outside the image (or past the channels) hold `pad`, the zero
+ * point. Bytes flip (x + 128 for int8) as they copy. */
+static void kiln_qdirect_input(const uint8_t* x, int64_t CG, int64_t H, int64_t W, int64_t row0, int64_t rows,
+                               int64_t sw, int64_t dw, int64_t pw, int64_t fold_kw, int64_t cols, uint8_t pad,
+                               uint8_t flip, uint8_t* restrict dst)
+{
+    const int64_t channels = CG * fold_kw, phases = fold_kw > 1 ? 1 : sw;
+    const int64_t quads = kiln_qdirect_ksteps(channels) * kiln_qdirect_kbytes(channels) / 4;
+    for (int64_t q = 0; q < quads; ++q)
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t ih = row0 + r;
+            for (int64_t f = 0; f < phases; ++f) {
+                uint8_t* to = dst + (((q * rows + r) * phases + f) * cols) * 4;
+                for (int t = 0; t < 4; ++t) {
+                    const int64_t channel = q * 4 + t, ci = channel / fold_kw;
+                    if (channel >= channels || ih < 0 || ih >= H) {
+                        for (int64_t c = 0; c < cols; ++c) to[c * 4 + t] = pad;
+                        continue;
+                    }
+                    const uint8_t* line = x + (ci * H + ih) * W;
+                    const int64_t first = fold_kw > 1 ? (channel % fold_kw) * dw - pw : f - pw;
+                    for (int64_t c = 0; c < cols; ++c) {
+                        const int64_t iw = first + c * sw;
+                        to[c * 4 + t] = iw >= 0 && iw < W ? (uint8_t)(line[iw] ^ flip) : pad;
+                    }
+                }
+            }
+        }
+}
+
+/* The epilogue of one output channel's row of a direct step: kiln_qepilogue with the channel's constants (zero
+ * point x weight sum, scale, bias) over its pixels, the residual's and output's pixels consecutive. */
+static inline void kiln_qdirect_epilogue(const int32_t* tile_row, int32_t zsum, float scale, const float* bias,
+                                         const float* residual, int post_op, int kind, float inverse_scale,
+                                         float zero_point, float low, float high, int64_t width, void* out)
+{
+    int32_t zcol[KILN_QNR] __attribute__((aligned(64)));
+    float scales[KILN_QNR] __attribute__((aligned(64))), biases[KILN_QNR] __attribute__((aligned(64)));
+    for (int c = 0; c < KILN_QNR; ++c) {
+        zcol[c] = zsum;
+        scales[c] = scale;
+        biases[c] = bias ? *bias : 0.0f;
+    }
+    kiln_qepilogue(tile_row, zcol, scales, bias ? biases : NULL, residual, 1, post_op, kind, inverse_scale,
+                   zero_point, low, high, width, out);
+}
+
+/* tile[32 output channels][32 pixels] = one panel's weights x the unit's input over every tap: pixels from column
+ * `column` of output row `row` (band-relative input row row * sh), `pixels` of them (<= 16: one B tile), `couts`
+ * output channels (<= 16: one A tile). */
+static inline void kiln_qdirect_step(int couts, int pixels, const int8_t* panel, int64_t taps, int64_t KW,
+                                     int64_t steps, const uint8_t* input, int64_t rows, int64_t cols, int64_t sw,
+                                     int64_t dh, int64_t dw, int64_t row, int64_t column, int32_t* tile)
+{
+    const int64_t plane = rows * sw * cols * 4, pitch = KILN_QNR * 4; /* (folded layers: KW, sw, dw of 1) */
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < taps; ++t) {
+        const int64_t ki = t / KW, kj = t % KW, r = row + ki * dh;
+        const int64_t phase = (kj * dw) % sw, c = column + (kj * dw) / sw;
+        for (int64_t s = 0; s < steps; ++s) {
+            const int8_t* a = panel + (t * steps + s) * 2048;
+            const uint8_t* b = input + s * 16 * plane + ((r * sw + phase) * cols + c) * 4;
+            _tile_loadd(4, a, 64);
+            _tile_loadd(6, b, plane);
+            _tile_dpbsud(0, 4, 6);
+            if (pixels > 16) {
+                _tile_loadd(7, b + 64, plane);
+                _tile_dpbsud(1, 4, 7);
+            }
+            if (couts > 16) {
+                _tile_loadd(5, a + 1024, 64);
+                _tile_dpbsud(2, 5, 6);
+                if (pixels > 16) _tile_dpbsud(3, 5, 7);
+            }
+        }
+    }
+    _tile_stored(0, tile, pitch);
+    _tile_stored(1, tile + 16, pitch);
+    _tile_stored(2, tile + 16 * KILN_QNR, pitch);
+    _tile_stored(3, tile + 16 * KILN_QNR + 16, pitch);
+}
+#endif
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Weight-only linear layers: C[M x N] (float) = A[M x K] (float activations, rows in place) * W^T, W int8 or int4

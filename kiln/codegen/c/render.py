@@ -451,8 +451,9 @@ def _addmm_value(detail: dict[str, Any], bias: str, product: str) -> str:
 
 def _chunking(units: str, integer: bool = False) -> list[str]:
     """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
-    defines M, N and what a unit is). `integer`: the int8 GEMM's tiles (kiln_qgemm.h) instead of float32's."""
-    mr, panels, tile = ("KILN_QMR", "kiln_qpanels", "int32_t tile[KILN_QMR * KILN_QNR]") if integer else \
+    defines M, N and what a unit is). `integer`: the int8 GEMM's steps (kiln_qgemm.h) instead of float32's tiles,
+    in chunks whose AMX copy of their rows stays small (kiln_qchunk_rows)."""
+    mr, panels, tile = ("KILN_QROWS", "kiln_qpanels", "int32_t tile[KILN_QROWS * KILN_QNR]") if integer else \
         ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]")
     return [
         f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
@@ -460,7 +461,10 @@ def _chunking(units: str, integer: bool = False) -> list[str]:
         "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
-        f"const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
+        f"{'' if integer else 'const '}int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
+        *(["if (chunk_rows > kiln_qchunk_rows(K))", "{",
+           "    chunk_rows = kiln_qchunk_rows(K);", "    chunks = (M + chunk_rows - 1) / chunk_rows;", "}"]
+          if integer else []),
         f"{tile} __attribute__((aligned(64)));",
     ]
 
@@ -492,18 +496,28 @@ def _epilogue_columns(detail: dict, first_column: str) -> list[str]:
     ]
 
 
+# quant.QLINEAR_POST_OPS as kiln_qepilogue's post-op codes
+_POST_OPS = {"none": "KILN_QPOST_NONE", "relu": "KILN_QPOST_RELU", "gelu": "KILN_QPOST_GELU",
+             "gelu_tanh": "KILN_QPOST_GELU_TANH"}
+
+
+def _output_form(detail: dict, out: Buffer) -> tuple[str, float, float, float]:
+    """kiln_qepilogue's output kind, zero point and clamp [low, high] for an integer kernel's output."""
+    kind = {dtypes.float32: "KILN_QOUT_F32", dtypes.uint8: "KILN_QOUT_U8", dtypes.int8: "KILN_QOUT_S8"}[out.dtype]
+    if out.dtype == dtypes.float32:
+        return kind, 0.0, 0.0, 0.0
+    return kind, float(detail["output_zero_point"]), float(detail["quant_min"]), float(detail["quant_max"])
+
+
 def _epilogue(detail: dict, out: Buffer, row: str, target: str, residual: tuple[str, str] | None = None) -> str:
     """kiln_qepilogue of tile row `row` into `target` (a pointer): the zero point's correction, scales, bias, the
     residual (a pointer to its first column's element, and the stride between columns), the post-op, and float32
     or requantized output (round half to even, the zero point, the clamp, as quantize_per_tensor does)."""
-    kind = {dtypes.float32: "KILN_QOUT_F32", dtypes.uint8: "KILN_QOUT_U8", dtypes.int8: "KILN_QOUT_S8"}[out.dtype]
-    quantized = out.dtype != dtypes.float32
-    low, high = (float(detail["quant_min"]), float(detail["quant_max"])) if quantized else (0.0, 0.0)
-    zero_point = float(detail["output_zero_point"]) if quantized else 0.0
+    kind, zero_point, low, high = _output_form(detail, out)
     bias = "bias" if detail["bias"] is not None else "NULL"
     extra, stride = residual or ("NULL", "0")
     return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, {extra}, {stride}, "
-            f"{int(detail['post_op'] == 'relu')}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
+            f"{_POST_OPS[detail['post_op']]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
             f"{high!r}f, width, {target});")
 
 
@@ -544,31 +558,38 @@ def _flip(detail: dict) -> str:
 
 
 def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units, each running register
-    tiles down its rows against one weight panel."""
+    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units, each running steps of
+    KILN_QROWS rows (a register tile, or AMX tiles) down its rows against one weight panel. Consecutive units of a
+    thread share their rows, which an AMX step copies once (kiln_qrow_block) where it cannot read them in place."""
     detail, out = kernel.detail, kernel.outputs[0]
     rows = detail["x"]
-    setup, per_panel = _weight_panels(
-        kernel, state, "N", "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride")
+    scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
+    setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M)")
     lines = [
         f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
         *_chunking("panels", integer=True), *setup,
         "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
+        f"kiln_qrow_block block = {{(uint8_t*)({scratch}), -1}};",
         *_qparams(detail),
-        _shared_units(2, "chunks * panels"),
+        "kiln_qbegin();",
+        # Static shares: each thread streams a contiguous run of panels and copies its rows once (the int8 MLP at
+        # batch 32 took 0.93-0.95x the time of dynamic chunks' on an AMX Xeon; convolutions keep dynamic chunks)
+        "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
         "for (int64_t j = 0; j < panels; ++j)", "{",
         "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
         "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
         *[f"    {line}" for line in per_panel],
         *[f"    {line}" for line in _epilogue_columns(detail, "j * KILN_QNR")],
-        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QMR)", "    {",
-        "        const int rows = (int)(row_end - row < KILN_QMR ? row_end - row : KILN_QMR);",
-        f"        kiln_qukernel(rows, K, x + row * K, K, {_flip(detail)}, panel, tile, {int(detail['narrow'])});",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QROWS)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_QROWS ? row_end - row : KILN_QROWS);",
+        f"        kiln_qlinear_step(rows, row, chunk * chunk_rows, row_end, K, x, {_flip(detail)}, panel, tile, "
+        f"{int(detail['narrow'])}, &block);",
         "        for (int r = 0; r < rows; ++r)",
         f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}",
         "    }", "}",
+        "kiln_qend();",
     ]
     return ["    " + line for line in lines if line]
 
@@ -657,7 +678,106 @@ def _view_start(view: Any) -> str:
     return f"({buffer_name(view.buffer)} + {dim_expr(view.offset)})"
 
 
+# Below this many input channels per group, an AMX build's direct convolution folds the kernel's columns into the
+# channels (kiln_qgemm.h): an RGB stem's 3 channels would pad each tap's k-step to 4, and take 3x the taps.
+_FOLD_BELOW_CHANNELS = 16
+
+
+def _qconv_direct(kernel: Kernel, packed: dict) -> bool:
+    """Whether an AMX build of this quant.qconv2d_pointwise convolves directly: its weights are packed at create."""
+    return kernel.kind == "qconv" and kernel in packed
+
+
+def _direct_shape(kernel: Kernel) -> tuple[int, int, int, int]:
+    """(fold_kw, channels, KH taps x KW' taps, KW') of a direct convolution: fold_kw is KW where the columns fold
+    into the channels (1 where they do not), channels and taps those of its steps."""
+    _, channels, kh, kw = (int(d) for d in kernel.detail["weight"].shape)
+    if channels < _FOLD_BELOW_CHANNELS:
+        return kw, channels * kw, kh, 1
+    return 1, channels, kh * kw, kw
+
+
 def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qconv2d_pointwise: direct AMX steps where the model is built for AMX and the layer has the channels
+    (`_qconv_direct`), else im2col rows through the GEMM steps."""
+    if _qconv_direct(kernel, state.packed):
+        return ["#if KILN_QAMX", *_qconv_amx(kernel, state), "#else", *_qconv_im2col(kernel, state), "#endif"]
+    return _qconv_im2col(kernel, state)
+
+
+def _qconv_amx(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qconv2d_pointwise on AMX, directly (kiln_qgemm.h): the team shares (image, group, band of output rows)
+    units. A unit copies its band's input rows into B-tile layout once, then for every panel of 32 output channels
+    runs steps of 32 pixels along each output row over every tap, and each channel's row of the tile through the
+    epilogue into the NCHW output."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, weight = detail["x"], detail["weight"]
+    n, channels, height, width = x.shape
+    out_channels, _, kh, kw = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
+    fold, step_channels, taps, step_kw = _direct_shape(kernel)
+    # a folded layer's steps see one column tap, stride 1: the copy applied the columns' stride and dilation
+    step_sw, step_dw = (1, 1) if fold > 1 else (sw, dw)
+    x_type = c_type(x.buffer.dtype)
+    target = f"{buffer_name(out)} + ((b * COUT + co) * OH + oh) * OW + column"
+    residual = "NULL"
+    if detail["other"] is not None:
+        other = detail["other"]
+        residual = f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + ((b * COUT + co) * OH + oh) * OW + column"
+    kind, zero_point, low, high = _output_form(detail, out)
+    lines = [
+        f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
+        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
+        f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])};",
+        f"const int64_t KH = {dim_expr(kh)}, CG = C / G, COG = COUT / G, taps = {taps}, channels = {step_channels};",
+        "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qpanels(COG);",
+        # bands of output rows: enough units to keep the team busy on few images
+        "int64_t bands = (4 * (int64_t)omp_get_num_threads() + NB * G - 1) / (NB * G);",
+        "if (bands > OH) bands = OH;",
+        "if (bands < 1) bands = 1;",
+        "const int64_t band = (OH + bands - 1) / bands;",
+        f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
+        "int32_t tile[KILN_QROWS * KILN_QNR] __attribute__((aligned(64)));",
+        "uint8_t* input = (uint8_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];",
+        f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
+        *_qparams(detail),
+        f"const uint8_t flip = {_flip(detail)};",
+        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) ^ flip);",
+        "kiln_qbegin_direct(kiln_qdirect_kbytes(channels));",
+        _shared_units(3, "NB * G * bands"),
+        "for (int64_t b = 0; b < NB; ++b)",
+        "for (int64_t g = 0; g < G; ++g)",
+        "for (int64_t part = 0; part < bands; ++part)", "{",
+        "    const int64_t oh0 = part * band, oh1 = oh0 + band < OH ? oh0 + band : OH;",
+        "    if (oh0 >= oh1) continue;",
+        f"    const int64_t rows = (oh1 - oh0 - 1) * {sh} + (KH - 1) * {dh} + 1;",
+        f"    kiln_qdirect_input((const uint8_t*)(x + (b * C + g * CG) * H * W), CG, H, W, oh0 * {sh} - {ph}, rows, "
+        f"{sw}, {dw}, {pw}, {fold}, cols, pad, flip, input);",
+        "    const char* packed_group = packed + g * kiln_qdirect_weight_bytes(COG, channels, taps);",
+        "    const int32_t* sums = (const int32_t*)(packed_group + panels * taps * steps * 2048);",
+        "    for (int64_t j = 0; j < panels; ++j)", "    {",
+        "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
+        "        const int32_t* colsum = sums + j * KILN_QNR;",
+        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
+        "        const int8_t* panel = (const int8_t*)packed_group + j * taps * steps * 2048;",
+        "        for (int64_t oh = oh0; oh < oh1; ++oh)",
+        "            for (int64_t column = 0; column < OW; column += 32)", "            {",
+        "                const int pixels = (int)(OW - column < 32 ? OW - column : 32);",
+        f"                kiln_qdirect_step((int)width, pixels, panel, taps, {step_kw}, steps, input, rows, cols, "
+        f"{step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
+        "                for (int64_t r = 0; r < width; ++r)", "                {",
+        "                    const int64_t co = g * COG + j * KILN_QNR + r;",
+        f"                    kiln_qdirect_epilogue(tile + r * KILN_QNR, zcol[r], scale[r], "
+        f"{'bias + r' if detail['bias'] is not None else 'NULL'}, {residual}, {_POST_OPS[detail['post_op']]}, "
+        f"{kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, {high!r}f, pixels, {target});",
+        "                }", "            }", "    }", "}",
+        "kiln_qend();",
+    ]
+    return ["    " + line for line in lines if line]
+
+
+def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
     """quant.qconv2d_pointwise: the team shares (image, group, block of KILN_QPB output pixels) units. A unit
     gathers its pixels' receptive fields into uint8 rows (im2col; padding reads the zero point, the quantized 0.0),
     then runs them against every weight panel of its group, storing each tile into the NCHW output."""
@@ -682,13 +802,17 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         # im2col rows padded to whole k-groups: the micro-kernel then never takes its partial-group path
         f"const int64_t KP = kiln_qgroups(K, {int(detail['narrow'])}) * kiln_qk({int(detail['narrow'])});",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
-        "int32_t tile[KILN_QMR * KILN_QNR] __attribute__((aligned(64)));",
+        "int32_t tile[KILN_QROWS * KILN_QNR] __attribute__((aligned(64)));",
         f"{c_type(out.dtype)} staged[KILN_QPB * KILN_QNR] __attribute__((aligned(64)));",
+        # AMX tiles load bytes as they are: there the gather flips int8 into uint8, elsewhere the micro-kernel does
+        f"const uint8_t cols_flip = KILN_QCOLS_FLIP ? {_flip(detail)} : 0u, step_flip = {_flip(detail)} ^ cols_flip;",
         f"uint8_t* cols = (uint8_t*)({scratch});",
         *setup,
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
         *_qparams(detail),
-        f"const uint8_t pad = (uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0});",
+        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) "
+        "^ cols_flip);",
+        "kiln_qbegin();",
         _shared_units(3, "NB * G * blocks"),
         "for (int64_t b = 0; b < NB; ++b)",
         "for (int64_t g = 0; g < G; ++g)",
@@ -706,7 +830,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "                for (int64_t ki = 0; ki < KH; ++ki)", "                {",
         f"                    const {x_type}* line = image + (ci * H + top + ki * {dh}) * W + left;",
         "                    uint8_t* to = row + (ci * KH + ki) * KW;",
-        f"                    for (int64_t kj = 0; kj < KW; ++kj) to[kj] = (uint8_t)line[kj * {dw}];",
+        f"                    for (int64_t kj = 0; kj < KW; ++kj) to[kj] = (uint8_t)line[kj * {dw}] ^ cols_flip;",
         "                }",
         "            continue;", "        }",
         "        for (int64_t ci = 0; ci < CG; ++ci)",
@@ -716,7 +840,8 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "                const " + x_type + "* line = image + (ci * H + (inside ? ih : 0)) * W;",
         "                for (int64_t kj = 0; kj < KW; ++kj)", "                {",
         f"                    const int64_t iw = left + kj * {dw};",
-        "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? (uint8_t)line[iw] : pad;",
+        "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? "
+        "(uint8_t)((uint8_t)line[iw] ^ cols_flip) : pad;",
         "                }", "            }", "    }",
         f"    const char* packed_group = packed + g * kiln_qpacked_bytes(K, COG, {int(detail['narrow'])});"
         if kernel in state.packed else "    const int8_t* w_group = w + g * COG * K;",
@@ -724,10 +849,9 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
         *[f"        {line}" for line in per_panel],
         *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
-        "        for (int64_t row = 0; row < count; row += KILN_QMR)", "        {",
-        "            const int rows = (int)(count - row < KILN_QMR ? count - row : KILN_QMR);",
-        f"            kiln_qukernel(rows, KP, cols + row * KP, KP, {_flip(detail)}, panel, tile, "
-        f"{int(detail['narrow'])});",
+        "        for (int64_t row = 0; row < count; row += KILN_QROWS)", "        {",
+        "            const int rows = (int)(count - row < KILN_QROWS ? count - row : KILN_QROWS);",
+        f"            kiln_qcols_step(rows, KP, cols + row * KP, step_flip, panel, tile, {int(detail['narrow'])});",
         # The epilogue runs along the tile's columns (vectorized) into `staged`, the block's pixels channels-last;
         # the copy out runs along its rows, which are consecutive pixels of one channel in NCHW (storing from the
         # first loop would write each pixel's channels P elements apart: twice as slow on the 3-channel stem;
@@ -739,6 +863,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
         "        for (int64_t c = 0; c < width; ++c)",
         "            for (int64_t r = 0; r < count; ++r) to[c * P + r] = staged[r * KILN_QNR + c];",
         "    }", "}",
+        "kiln_qend();",
     ]
     return ["    " + line for line in lines if line]
 
@@ -2170,6 +2295,19 @@ class KernelBodies:
         return lines + ["}"]
 
 
+def _direct_input_bytes(kernel: Kernel) -> Any:
+    """An upper bound of kiln_qdirect_input's bytes for a direct convolution: a band of every output row."""
+    detail = kernel.detail
+    fold, channels, _, step_kw = _direct_shape(kernel)
+    kh = int(detail["weight"].shape[2])
+    (sh, sw), (dh, dw) = detail["stride"], detail["dilation"]
+    phases, step_dw = (1, 1) if fold > 1 else (int(sw), int(dw))
+    padded = -4 * (-channels // 4) if channels <= 64 else -64 * (-channels // 64)
+    rows = (sympy.sympify(kernel.shape[2]) - 1) * int(sh) + (kh - 1) * int(dh) + 1
+    cols = -32 * sympy.floor(-sympy.sympify(kernel.shape[3]) / 32) + (step_kw - 1) * step_dw // phases
+    return padded * rows * phases * cols
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
@@ -2187,12 +2325,23 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         k = sympy.sympify(kernel.detail["k"])
         return _wpanel_bytes(kernel) + k * 32 * 4
     if kernel.kind in ("qlinear", "qconv"):
+        # Sizes that hold at every capability, since model.c builds at any (kiln_qgemm.h): K padded to whole k-quads,
+        # or (AMX) to whole 64-byte k-blocks.
+        def rounded(size: Any, step: int) -> Any:  # up to a multiple of step, as dim_expr renders it
+            return -step * sympy.floor(-sympy.sympify(size) / step)
         k = sympy.sympify(kernel.detail["k"])
-        # a convolution's im2col rows (KILN_QPB <= 48 of K bytes, 64-aligned); one weight panel (int16 pairs at most)
-        # and its column sums when the weight is an input
-        cols = 64 * sympy.ceiling(48 * 4 * sympy.ceiling(k / 4) / 64) if kernel.kind == "qconv" else 0
-        panel = sympy.ceiling(k / 2) * 2 * 32 * 2 + 32 * 4 if kernel not in packed else 0
-        return cols + panel if cols + panel != 0 else None
+        quads, blocks = rounded(k, 4), rounded(k, 64)
+        # a convolution's im2col rows (KILN_QPB: 48 rows of quads, or 64 of blocks), or a linear layer's AMX copy of
+        # one chunk of rows (kiln_qrow_block_bytes: M in whole 32-row steps, at most 256 KB or one step)
+        if kernel.kind == "qconv":
+            rows = sympy.Max(48 * quads, 64 * blocks)
+            if _qconv_direct(kernel, packed):  # or (AMX, directly) a band of input rows in B-tile layout
+                rows = sympy.Max(rows, _direct_input_bytes(kernel))
+        else:
+            rows = sympy.Min(rounded(kernel.detail["m"], 32) * blocks, sympy.Max(32 * blocks, 256 * 1024))
+        # one weight panel (int16 pairs, or blocks) and its column sums when the weight is an input
+        panel = sympy.Max(quads * 32 * 2, blocks * 32) + 32 * 4 if kernel not in packed else 0
+        return rows + panel  # (rows: a multiple of 64 bytes either way)
     if _pixel_rows(kernel, packed):
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
         return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
@@ -2252,10 +2401,15 @@ def _packed_bytes(kernel: Kernel) -> int:
     if kernel.kind == "wlinear":  # int8 bytes (int4 takes half), then the groups' scales and offsets, at 32 columns
         n, k = -(-int(kernel.detail["n"]) // 32) * 32, int(kernel.detail["k"])
         return n * k + n // 32 * 64 + n * (k // int(kernel.detail["group_size"])) * 8
-    if kernel.kind in ("qlinear", "qconv"):  # int16 pairs (the largest layout kiln_qgemm.h packs), column sums
-        groups, rows, k = _qweight_shape(kernel)
+    if kernel.kind in ("qlinear", "qconv"):  # int16 pairs or AMX's 64-byte k-blocks (the largest layouts
+        groups, rows, k = _qweight_shape(kernel)  # kiln_qgemm.h packs), column sums
         n = -(-rows // 32) * 32
-        return groups * (n * -(-k // 2) * 4 + n * 4)
+        per_group = n * max(-(-k // 2) * 4, -(-k // 64) * 64) + n * 4
+        if kernel.kind == "qconv":  # or (AMX, direct) 32 x 64 bytes per panel, tap and k-step of channels
+            _, channels, taps, _ = _direct_shape(kernel)
+            steps = 1 if channels <= 64 else -(-channels // 64)
+            per_group = max(per_group, n // 32 * taps * steps * 2048 + n * 4)
+        return groups * per_group
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
@@ -2404,12 +2558,22 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             groups, n, k = _qweight_shape(kernel)
             narrow = int(kernel.detail["narrow"])
             source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
-            lines += [f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
-                      f"{identifier(weight.buffer.weight_key)} */",
-                      *_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n}, {narrow})"),
+            lines.append(f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
+                         f"{identifier(weight.buffer.weight_key)} */")
+            panels = [*_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n}, {narrow})"),
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
                       f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
                       f"(char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n}, {narrow}), {narrow});"]
+            if _qconv_direct(kernel, packed):  # AMX builds convolve directly, from per-tap tiles
+                fold, channels, taps, _ = _direct_shape(kernel)
+                _, _, kh, kw = (int(d) for d in weight.shape)
+                size = f"kiln_qdirect_weight_bytes({n}, {channels}, {taps})"
+                panels = ["#if KILN_QAMX", *_allocate(slot, f"{groups} * {size}"),
+                          f"    for (int64_t g = 0; g < {groups}; ++g)",
+                          f"        kiln_qpack_direct({n}, {int(weight.shape[1])}, {kh}, {kw}, {int(fold > 1)}, "
+                          f"{source} + g * {n * k}, (char*)m->packed[{slot}] + g * {size});",
+                          "#else", *panels, "#endif"]
+            lines += panels
             continue
         if kernel.kind == "conv":
             weight = kernel.detail["weight"]
@@ -2512,6 +2676,9 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
                           ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
     pack_lines = "\n".join(_pack_weights(schedule, state.packed, weight_offsets))
+    # the integer kernels' AMX tiles need the OS's leave first (kiln_qgemm.h)
+    amx_request = ("#if KILN_QAMX\n    if (kiln_amx_request() != 0) { free(m); return NULL; }\n#endif\n"
+                   if QGEMM_LIBRARY in out else "")
     if any(_packed_at_compile_time(kernel) for kernel in state.packed):
         capability = get_cpu_capability()
         mr, nr = tile_sizes(capability)
@@ -2558,7 +2725,7 @@ kiln_model* kiln_create(const void* weights, size_t size)
     kiln_model* m = (kiln_model*)calloc(1, sizeof(kiln_model));
     if (!m) return NULL;
     m->weights = (const unsigned char*)weights;
-{pack_lines}
+{amx_request}{pack_lines}
     return m;
 }}
 

@@ -492,7 +492,9 @@ for _name, _fn in [
 # The reference kernel is the pattern itself, so a lowered program computes exactly what the Q/DQ program did.
 
 KERNEL_NAMESPACE = "quant"
-QLINEAR_POST_OPS = ("none", "relu")
+# The activation after the layer: onednn.qlinear_pointwise's post-op names; "gelu_tanh" is its gelu with the "tanh"
+# algorithm (aten.gelu's approximate="tanh").
+QLINEAR_POST_OPS = ("none", "relu", "gelu", "gelu_tanh")
 
 
 def _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min, output_quant_max,
@@ -542,6 +544,8 @@ def _output(result, post_op, output_scale, output_zero_point, output_quant_min, 
     """The post-op, then the requantization (none for a float32 output)."""
     if post_op == "relu":
         result = aten.relu.default(result)
+    elif post_op in ("gelu", "gelu_tanh"):
+        result = aten.gelu.default(result, approximate="tanh" if post_op == "gelu_tanh" else "none")
     if dtypes.dtype(output_dtype) is dtypes.float32:
         return result
     return quantized.quantize_per_tensor.default(result, output_scale, output_zero_point, output_quant_min,

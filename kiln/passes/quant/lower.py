@@ -1,6 +1,6 @@
 """Integer lowering: the reference Q/DQ patterns of a converted program become kiln's fused integer-kernel ops.
 
-- `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu] → quantize` becomes one
+- `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu | gelu] → quantize` becomes one
   `quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (the residual add
   of conv → add → relu fused too); a layer whose result stays float (the last layer, or each layer of the dynamic
   scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output.
@@ -31,6 +31,8 @@ QUANTIZED_ACTIVATIONS = (dtypes.uint8, dtypes.int8)
 # The int32 accumulators hold sum_k x_k * w_k for |x| <= 255, |w| <= 128 when K is at most this: longer rows stay
 # in float.
 MAX_INTEGER_K = (2 ** 31 - 1) // (255 * 128)
+# Activations the integer ops apply to their float result before requantizing it (their post_op).
+ACTIVATIONS = (aten.relu.default, aten.gelu.default)
 
 
 def _is_float32(value: Any) -> bool:
@@ -112,14 +114,22 @@ def _layer_operands(layer: Match) -> tuple | None:
             groups or 1), handle.default if overload == "default" else handle.tensor
 
 
+def _post_op(activation: Match) -> str:
+    """The integer ops' name for a relu or gelu (quant.QLINEAR_POST_OPS)."""
+    if activation.name == "aten.relu.default":
+        return "relu"
+    approximate = activation.kwargs.get("approximate", activation.args[1] if len(activation.args) > 1 else "none")
+    return "gelu_tanh" if approximate == "tanh" else "gelu"
+
+
 def _fusable_layer(value: Any, replaced: bool = False) -> tuple[Match, Any, str] | None:
     """The linear or conv2d that `value` is computed from: the layer, then (conv2d only) a residual add of a float
-    tensor of its shape, then a relu, each read only by the next (`value` itself may have other readers when
+    tensor of its shape, then a relu or gelu, each read only by the next (`value` itself may have other readers when
     `replaced`: the fused op replaces it); returns (layer, the residual or None, post-op)."""
     post_op, other, last = "none", None, True
-    relu = producer(value, aten.relu.default)
-    if relu is not None and (relu.has_one_use or replaced):
-        value, post_op, last = relu.args[0], "relu", False
+    activation = producer(value, *ACTIVATIONS)
+    if activation is not None and (activation.has_one_use or replaced):
+        value, post_op, last = activation.args[0], _post_op(activation), False
     add = producer(value, aten.add.Tensor)
     if add is not None and (add.has_one_use or (replaced and last)) and add.kwargs.get("alpha", 1) == 1:
         for mine, theirs in ((0, 1), (1, 0)):
@@ -155,7 +165,7 @@ def _claimed_downstream(value: Any, layer: Any) -> bool:
         if user.name == "quantized_decomposed.quantize_per_tensor.default":
             found = _fusable_layer(user.args[0]) if dtypes.dtype(user.args[5]) in QUANTIZED_ACTIVATIONS else None
             return found is not None and found[0].op is layer
-        if user.name not in ("aten.relu.default", "aten.add.Tensor"):
+        if user.name not in ("aten.relu.default", "aten.gelu.default", "aten.add.Tensor"):
             return False
         found = _fusable_layer(user.result, replaced=True)  # as that op's own pattern would see it
         if found is not None and found[0].op is layer:
@@ -166,7 +176,7 @@ def _claimed_downstream(value: Any, layer: Any) -> bool:
 
 @register_pass
 class LowerQuantized(RewritePass):
-    """Match dequantize → linear/conv2d → [add] → [relu] → [quantize] into kiln's integer-kernel ops."""
+    """Match dequantize → linear/conv2d → [add] → [relu | gelu] → [quantize] into kiln's integer-kernel ops."""
 
     name = "lower-quantized"
 
@@ -197,9 +207,9 @@ class LowerQuantized(RewritePass):
             return None
         return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
 
-    @pattern(aten.linear.default, aten.conv2d.default, aten.relu.default, aten.add.Tensor)
+    @pattern(aten.linear.default, aten.conv2d.default, *ACTIVATIONS, aten.add.Tensor)
     def float_output(self, *args, **kwargs):
-        """A layer (with its residual add and relu) whose result stays float: the integer op with a float32
+        """A layer (with its residual add and activation) whose result stays float: the integer op with a float32
         output."""
         result = current_op().results[0]
         found = _fusable_layer(result, replaced=True)

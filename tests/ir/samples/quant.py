@@ -159,6 +159,8 @@ def _torch_output(torch, result, post_op, output_scale, output_zero_point, outpu
                   output_dtype):
     if post_op == "relu":
         result = torch.relu(result)
+    elif post_op in ("gelu", "gelu_tanh"):
+        result = torch.nn.functional.gelu(result, approximate="tanh" if post_op == "gelu_tanh" else "none")
     if output_dtype == torch.float32:
         return result
     return torch.ops.quantized_decomposed.quantize_per_tensor(result, output_scale, output_zero_point,
@@ -201,6 +203,10 @@ def qlinear_pointwise(rng):
     yield Sample((x, 0.02, -4, w, s, None, 1.0, 0, 0, 0, dtypes.float32, "none"), note="int8 in, float out")
     x, w, s, b = _qlinear_operands(rng, (4,), 16, 6)
     yield Sample((x, 0.05, 64, w, s, b, 0.09, -5, -128, 127, dtypes.int8, "none"), note="int8 out")
+    x, w, s, b = _qlinear_operands(rng, (6,), 20, 8)
+    yield Sample((x, 0.03, 128, w, s, b, 0.05, 10, 0, 255, dtypes.uint8, "gelu"), note="gelu, uint8 out")
+    x, w, s, b = _qlinear_operands(rng, (3,), 12, 5, "int8")
+    yield Sample((x, 0.04, 2, w, s, b, 1.0, 0, 0, 0, dtypes.float32, "gelu_tanh"), note="tanh gelu, float out")
 
 
 @samples("quant.qlinear_pointwise.tensor")
@@ -256,6 +262,8 @@ def qconv2d_pointwise(rng):
     other = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
     yield Sample((x, 0.05, 100, w, s, b, [1, 1], [1, 1], [1, 1], 1, other, 0.1, 0, 0, 255, dtypes.uint8, "relu"),
                  note="residual add, relu")
+    yield Sample((x, 0.05, 100, w, s, b, [1, 1], [1, 1], [1, 1], 1, None, 0.1, 0, 0, 255, dtypes.uint8, "gelu"),
+                 note="gelu")
 
 
 @samples("quant.qconv2d_pointwise.tensor")
