@@ -29,9 +29,10 @@ from kiln.passes import run as run_passes
 
 # A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
 # onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
+# A GELU written out in elementary ops becomes one op (recognize-gelu), which an integer layer fuses.
 # Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
 # once, here, and the quantize ops left around them compute in float.
-DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,lower-quantized,fold-dequantized-weights,"
+DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,fold-dequantized-weights,"
                     "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
 ALIGN = 64
 

@@ -400,14 +400,31 @@ def test_lowering_fuses_every_layer_and_changes_no_value(dynamic):
     np.testing.assert_array_equal(lowered(x), reference(x))
 
 
+class _ReshapedFFN(kiln.nn.Module):
+    """Linear → GELU → Linear with the activation on [1, tokens, features], as Hugging Face's GPT-2 MLP has it."""
+
+    def __init__(self, approximate: str):
+        super().__init__()
+        self.up, self.down = kiln.nn.Linear(32, 64), kiln.nn.Linear(64, 16)
+        self.act = kiln.nn.GELU(approximate=approximate)
+
+    def forward(self, x):
+        hidden = self.act(self.up(x).view(1, x.shape[0], 64))
+        return self.down(hidden.view(-1, 64))
+
+
+@pytest.mark.parametrize("reshaped", [False, True])
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_gelu_fuses_into_the_layer_before_it(dynamic, approximate):
+def test_gelu_fuses_into_the_layer_before_it(dynamic, approximate, reshaped):
     """Linear → GELU → quantize (a transformer's FFN under the X86 recipe, which leaves GELU in float) is one integer
-    op with a gelu post-op: its uint8 output (static) or float output (dynamic) comes straight from the tile."""
+    op with a gelu post-op, reshapes around the GELU included: its uint8 output (static) or float output (dynamic)
+    comes straight from the tile."""
     nn = kiln.nn
     rng = np.random.default_rng(7)
-    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(approximate=approximate), nn.Linear(64, 16)).eval()
+    model = _ReshapedFFN(approximate) if reshaped else \
+        nn.Sequential(nn.Linear(32, 64), nn.GELU(approximate=approximate), nn.Linear(64, 16))
+    model.eval()
     batches = [rng.standard_normal((8, 32)).astype(np.float32) for _ in range(3)]
     reference = _calibrated(model, kq.X86InductorQuantizer().set_global(
         kq.get_default_x86_inductor_quantization_config(is_dynamic=dynamic)), batches)

@@ -23,7 +23,7 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.registry import ops
 from kiln.passes.base import register_pass
-from kiln.passes.rewrite import Match, RewritePass, constant, current_op, pattern, producer, value_of
+from kiln.passes.rewrite import Match, RewritePass, constant, current_op, op_names, pattern, producer, value_of
 
 aten = ops.aten
 quantized = ops.quantized_decomposed
@@ -33,6 +33,7 @@ QUANTIZED_ACTIVATIONS = (dtypes.uint8, dtypes.int8)
 MAX_INTEGER_K = (2 ** 31 - 1) // (255 * 128)
 # Activations the integer ops apply to their float result before requantizing it (their post_op).
 ACTIVATIONS = (aten.relu.default, aten.gelu.default)
+VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _is_float32(value: Any) -> bool:
@@ -122,25 +123,38 @@ def _post_op(activation: Match) -> str:
     return "gelu_tanh" if approximate == "tanh" else "gelu"
 
 
+def _before_views(value: Any, shared: bool) -> Any:
+    """What `value` reshapes: back through view and reshape ops, each read only by the next (the first, `value`'s
+    own producer, may have other readers when `shared`)."""
+    while (view := producer(value, *VIEWS)) is not None and (view.has_one_use or shared):
+        value, shared = view.args[0], False
+    return value
+
+
 def _fusable_layer(value: Any, replaced: bool = False) -> tuple[Match, Any, str] | None:
     """The linear or conv2d that `value` is computed from: the layer, then (conv2d only) a residual add of a float
-    tensor of its shape, then a relu or gelu, each read only by the next (`value` itself may have other readers when
-    `replaced`: the fused op replaces it); returns (layer, the residual or None, post-op)."""
-    post_op, other, last = "none", None, True
-    activation = producer(value, *ACTIVATIONS)
-    if activation is not None and (activation.has_one_use or replaced):
-        value, post_op, last = activation.args[0], _post_op(activation), False
-    add = producer(value, aten.add.Tensor)
+    tensor of its shape, then a relu or gelu, each read only by the next, with reshapes before and after the
+    activation (a transformer's MLP reshapes [tokens, features] to [batch, seq, features] and back around it) as long
+    as `value` has the layer's shape (`value` itself may have other readers when `replaced`: the fused op replaces
+    it); returns (layer, the residual or None, post-op)."""
+    shape = list(value.type.shape)
+    inner = _before_views(value, replaced)
+    post_op, other, last = "none", None, inner is value
+    activation = producer(inner, *ACTIVATIONS)
+    if activation is not None and (activation.has_one_use or (replaced and last)):
+        inner, post_op, last = _before_views(activation.args[0], False), _post_op(activation), False
+    add = producer(inner, aten.add.Tensor)
     if add is not None and (add.has_one_use or (replaced and last)) and add.kwargs.get("alpha", 1) == 1:
         for mine, theirs in ((0, 1), (1, 0)):
             conv = producer(add.args[mine], aten.conv2d.default)
             residual = add.args[theirs]
             if (conv is not None and getattr(residual, "type", None) == conv.result.type and conv.has_one_use
-                    and _layer_operands(conv) is not None):
+                    and _layer_operands(conv) is not None and list(conv.result.type.shape) == shape):
                 return conv, residual, post_op
         return None
-    layer = producer(value, aten.linear.default, aten.conv2d.default)
-    if layer is None or not (layer.has_one_use or (replaced and last)) or _layer_operands(layer) is None:
+    layer = producer(inner, aten.linear.default, aten.conv2d.default)
+    if layer is None or not (layer.has_one_use or (replaced and last)) or _layer_operands(layer) is None \
+            or list(layer.result.type.shape) != shape:
         return None
     return layer, other, post_op
 
@@ -153,9 +167,10 @@ def _emit(layer: Match, other: Any, output_qparams: tuple, post_op: str) -> Any:
 
 
 def _claimed_downstream(value: Any, layer: Any) -> bool:
-    """Whether an op after `value` (an add, a relu or a quantize, each reading the one before only) takes `layer`
-    into its fusion: the last op of the chain that can, emits it."""
-    for _ in range(3):
+    """Whether an op after `value` (an add, an activation, a reshape or a quantize, each reading the one before only)
+    takes `layer` into its fusion: the last op of the chain that can, emits it."""
+    chain_ops = {name for handle in (*ACTIVATIONS, *VIEWS, aten.add.Tensor) for name in op_names(handle)}
+    for _ in range(6):
         uses = list(value.uses)
         if len(uses) != 1 or not uses[0].operation.results:
             return False
@@ -165,7 +180,7 @@ def _claimed_downstream(value: Any, layer: Any) -> bool:
         if user.name == "quantized_decomposed.quantize_per_tensor.default":
             found = _fusable_layer(user.args[0]) if dtypes.dtype(user.args[5]) in QUANTIZED_ACTIVATIONS else None
             return found is not None and found[0].op is layer
-        if user.name not in ("aten.relu.default", "aten.gelu.default", "aten.add.Tensor"):
+        if user.name not in chain_ops:
             return False
         found = _fusable_layer(user.result, replaced=True)  # as that op's own pattern would see it
         if found is not None and found[0].op is layer:
@@ -207,7 +222,7 @@ class LowerQuantized(RewritePass):
             return None
         return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
 
-    @pattern(aten.linear.default, aten.conv2d.default, *ACTIVATIONS, aten.add.Tensor)
+    @pattern(aten.linear.default, aten.conv2d.default, *ACTIVATIONS, aten.add.Tensor, *VIEWS)
     def float_output(self, *args, **kwargs):
         """A layer (with its residual add and activation) whose result stays float: the integer op with a float32
         output."""
