@@ -157,7 +157,8 @@ def run_row(name: str, threads: int, rounds: int, folder: Path, peers: list[str]
         outputs = {peer: np.asarray(run().detach() if hasattr(run(), "detach") else run())
                    for peer, run in runners.items()}
     base = medians["onnxruntime fp32"]
-    print(f"\n{name}: {shape}, {threads} thread(s), {cpu_name()}")
+    from kiln.codegen.c import get_cpu_capability
+    print(f"\n{name}: {shape}, {threads} thread(s), {cpu_name()}, kiln C at {get_cpu_capability()}")
     print(f"{'peer':<48} {'ms':>9} {'/ ORT fp32':>11} {'SQNR dB':>9}")
     for peer, seconds in medians.items():
         print(f"{peer:<48} {seconds * 1e3:9.3f} {seconds / base:11.2f} {_sqnr(reference, outputs[peer]):9.1f}")
@@ -207,7 +208,8 @@ def run_gpt2() -> None:
         runners[f"kiln C {name}"] = _kiln_int8(kiln, quantized, held_out[0][0], 2)
     medians = interleaved_medians(runners, 7)
     base = medians["kiln C fp32"]
-    print(f"\nGPT-2 small in C, batch 1, seq 128, 2 threads ({cpu_name()})")
+    from kiln.codegen.c import get_cpu_capability
+    print(f"\nGPT-2 small in C, batch 1, seq 128, 2 threads ({cpu_name()}, {get_cpu_capability()})")
     for peer, seconds in medians.items():
         print(f"{peer:<40} {seconds * 1e3:9.2f} ms {seconds / base:6.2f}x")
 

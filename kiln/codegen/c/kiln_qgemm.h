@@ -541,9 +541,9 @@ static inline void kiln_qgelu(float* y, int post_op)
 }
 
 static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, const float* scale, const float* bias,
-                                  const float* residual, int64_t residual_stride, int post_op, int kind,
-                                  float inverse_scale, float zero_point, float low, float high, int64_t width,
-                                  void* out)
+                                  int per_column, const float* residual, int64_t residual_stride, int post_op,
+                                  int kind, float inverse_scale, float zero_point, float low, float high,
+                                  int64_t width, void* out)
 {
     float y[KILN_QNR] __attribute__((aligned(64)));
     uint8_t bytes[KILN_QNR] __attribute__((aligned(64)));
@@ -553,9 +553,11 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
 #if defined(__AVX512BW__) && defined(__AVX512VL__) && KILN_QNR % 16 == 0
     for (int h = 0; h < KILN_QNR; h += 16) {
         const __m512i sums = _mm512_sub_epi32(_mm512_load_si512((const void*)(tile + h)),
-                                              _mm512_loadu_si512((const void*)(zcol + h)));
-        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_loadu_ps(scale + h));
-        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + h));
+                                              per_column ? _mm512_loadu_si512((const void*)(zcol + h))
+                                                         : _mm512_set1_epi32(zcol[0]));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sums),
+                                 per_column ? _mm512_loadu_ps(scale + h) : _mm512_set1_ps(scale[0]));
+        if (bias) v = _mm512_add_ps(v, per_column ? _mm512_loadu_ps(bias + h) : _mm512_set1_ps(bias[0]));
         if (residual) v = _mm512_add_ps(v, _mm512_load_ps(extra + h));
         if (post_op == KILN_QPOST_RELU) v = _mm512_max_ps(v, _mm512_setzero_ps()); /* NaN and -0.0 as y > 0 ? y : 0 */
         _mm512_store_ps(y + h, v);
@@ -583,9 +585,11 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
 #elif defined(__AVX2__)
     for (int h = 0; h < KILN_QNR; h += 8) {
         const __m256i sums = _mm256_sub_epi32(_mm256_load_si256((const __m256i*)(tile + h)),
-                                              _mm256_loadu_si256((const __m256i*)(zcol + h)));
-        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(scale + h));
-        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + h));
+                                              per_column ? _mm256_loadu_si256((const __m256i*)(zcol + h))
+                                                         : _mm256_set1_epi32(zcol[0]));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums),
+                                 per_column ? _mm256_loadu_ps(scale + h) : _mm256_set1_ps(scale[0]));
+        if (bias) v = _mm256_add_ps(v, per_column ? _mm256_loadu_ps(bias + h) : _mm256_set1_ps(bias[0]));
         if (residual) v = _mm256_add_ps(v, _mm256_load_ps(extra + h));
         if (post_op == KILN_QPOST_RELU) v = _mm256_max_ps(v, _mm256_setzero_ps()); /* NaN and -0.0 as y > 0 ? y : 0 */
         _mm256_store_ps(y + h, v);
@@ -606,8 +610,9 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
     if (kind != KILN_QOUT_F32 && width == KILN_QNR) return;
 #else
     for (int64_t c = 0; c < KILN_QNR; ++c) {
-        float v = (float)(tile[c] - zcol[c]) * scale[c];
-        if (bias) v += bias[c];
+        const int64_t k = per_column ? c : 0;
+        float v = (float)(tile[c] - zcol[k]) * scale[k];
+        if (bias) v += bias[k];
         if (residual) v += extra[c];
         if (post_op == KILN_QPOST_RELU) v = v > 0.0f ? v : 0.0f;
         y[c] = v;
@@ -625,15 +630,32 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
     else memcpy(out, kind == KILN_QOUT_F32 ? (void*)y : (void*)bytes, (size_t)width * size);
 }
 
-#if KILN_QAMX
 /* ---------------------------------------------------------------------------------------------------------------
- * Direct convolutions on AMX (layers of 16 or more input channels per group): no im2col. The output channels are
- * the tile rows and the output pixels the columns, C[couts][pixels] += W_tap[couts][channels] x X_tap[channels]
- * [pixels] for every tap (ki, kj): tdpbsud multiplies the int8 weights (A) by the uint8 activations (B). B's rows
- * are channel quads, its 64 bytes 16 pixels x 4 channels, so a unit first copies its band of input rows once into
- * that layout (kiln_qdirect_input: padded with the zero point, split by column phase for strides), and every tap's
- * B tile is then a plain load from it. Channels per k-step: all of them (rounded to 4) up to 64, else 64 at a time.
+ * Direct convolutions (AMX, AVX-512 VNNI and AVX2): no im2col. Output channels are the rows of a step and output
+ * pixels its columns, C[couts][pixels] += W_tap[couts][channels] x X_tap[channels][pixels] for every tap (ki, kj).
+ * The activations' layout is channel quads: 4 bytes per pixel (4 channels), 16 pixels in 64 bytes, as AMX's B tiles
+ * and vpdpbusd's lanes take them. A unit first copies its band of input rows once into that layout
+ * (kiln_qdirect_input: padded with the zero point, split by column phase for strides), and every tap then reads its
+ * pixels with plain loads from it. Channels per k-step: all of them (rounded to 4) up to 64, else 64 at a time.
+ * A step is 32 output channels (a packed panel) by KILN_QNR pixels:
+ *   - AMX: tdpbsud, the int8 weights (A tiles) times the uint8 activations (B tiles);
+ *   - AVX-512 VNNI: vpdpbusd, 16 pixels' quads per zmm times one output channel's 4 weights broadcast, 8 channels x
+ *     32 pixels of accumulators;
+ *   - AVX2, narrow (7-bit) activations only: vpmaddubsw then vpmaddwd against ones, 4 channels x 16 pixels.
+ * Channel quads at their natural stride make the packing the same for every ISA.
  */
+#if KILN_QAMX || (defined(__AVX512VNNI__) && defined(__AVX512BW__))
+#define KILN_QDIRECT 1
+#define kiln_qdirect_takes(narrow) 1
+#elif defined(__AVX2__) && !defined(__AVX512BW__)
+#define KILN_QDIRECT 1
+/* Full 8-bit activations, widened to int16 for vpmaddwd (two sums per pixel, added at the end), ran the CNN's
+ * convolutions in 1.15x the im2col path's time: only narrow layers convolve directly on AVX2. */
+#define kiln_qdirect_takes(narrow) (narrow)
+#else
+#define KILN_QDIRECT 0
+#endif
+#if KILN_QDIRECT
 
 /* A layer with few channels per group (an RGB stem) folds its kernel's columns into the channels: channel
  * ci * KW + kj of the copied input is channel ci shifted by tap column kj (and its stride), so each step runs KH
@@ -642,10 +664,15 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
 /* Bytes of a k-step of channels: a group's channels rounded up to 4 (at most 64), or 64. */
 static inline int64_t kiln_qdirect_kbytes(int64_t CG) { return CG <= 64 ? (CG + 3) / 4 * 4 : 64; }
 static inline int64_t kiln_qdirect_ksteps(int64_t CG) { return CG <= 64 ? 1 : (CG + 63) / 64; }
+/* Panels of 32 output channels. */
+static inline int64_t kiln_qdirect_panels(int64_t COG) { return (COG + 31) / 32; }
 
-/* Tiles 0-3 accumulate 16 x 16 int32; 4-5 (A) are 16 rows of `kbytes`, 6-7 (B) kbytes / 4 rows of 64 bytes. */
+/* AMX: tiles 0-3 accumulate 16 x 16 int32; 4-5 (A) are 16 rows of `kbytes`, 6-7 (B) kbytes / 4 rows of 64 bytes. */
 static inline void kiln_qbegin_direct(int64_t kbytes)
 {
+#if !KILN_QAMX
+    (void)kbytes;
+#else
     kiln_amx_config config;
     memset(&config, 0, sizeof config);
     config.palette = 1;
@@ -654,13 +681,14 @@ static inline void kiln_qbegin_direct(int64_t kbytes)
         config.bytes_per_row[t] = t == 4 || t == 5 ? (uint16_t)kbytes : 64;
     }
     _tile_loadconfig(&config);
+#endif
 }
 
 /* Bytes of a group's packed weights for CG (folded: CG x KW) channels and `taps` taps: per 32-channel panel, per
  * tap, per k-step, 32 rows of 64 bytes (two A tiles); then each output channel's weight sum (int32). */
 static inline size_t kiln_qdirect_weight_bytes(int64_t COG, int64_t CG, int64_t taps)
 {
-    return (size_t)kiln_qpanels(COG) * (size_t)(taps * kiln_qdirect_ksteps(CG)) * 2048 + (size_t)kiln_qpanels(COG) * 128;
+    return (size_t)kiln_qdirect_panels(COG) * (size_t)(taps * kiln_qdirect_ksteps(CG)) * 2048 + (size_t)kiln_qdirect_panels(COG) * 128;
 }
 
 /* Pack one group's weights W [COG][CG][KH][KW] (int8) for direct steps, zero past COG and the channels; `fold`:
@@ -669,7 +697,7 @@ static void kiln_qpack_direct(int64_t COG, int64_t CG, int64_t KH, int64_t KW, i
                               void* restrict dst)
 {
     const int64_t channels = fold ? CG * KW : CG, taps = fold ? KH : KH * KW;
-    const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qpanels(COG);
+    const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);
     int8_t* packed = (int8_t*)dst;
     int32_t* sums = (int32_t*)(packed + (size_t)panels * (size_t)(taps * steps) * 2048);
     memset(packed, 0, (size_t)panels * (size_t)(taps * steps) * 2048);
@@ -723,30 +751,100 @@ static void kiln_qdirect_input(const uint8_t* x, int64_t CG, int64_t H, int64_t 
 }
 
 /* The epilogue of one output channel's row of a direct step: kiln_qepilogue with the channel's constants (zero
- * point x weight sum, scale, bias) over its pixels, the residual's and output's pixels consecutive. */
+ * point x weight sum, scale, bias) for all its pixels, the residual's and output's pixels consecutive. */
 static inline void kiln_qdirect_epilogue(const int32_t* tile_row, int32_t zsum, float scale, const float* bias,
                                          const float* residual, int post_op, int kind, float inverse_scale,
                                          float zero_point, float low, float high, int64_t width, void* out)
 {
-    int32_t zcol[KILN_QNR] __attribute__((aligned(64)));
-    float scales[KILN_QNR] __attribute__((aligned(64))), biases[KILN_QNR] __attribute__((aligned(64)));
-    for (int c = 0; c < KILN_QNR; ++c) {
-        zcol[c] = zsum;
-        scales[c] = scale;
-        biases[c] = bias ? *bias : 0.0f;
-    }
-    kiln_qepilogue(tile_row, zcol, scales, bias ? biases : NULL, residual, 1, post_op, kind, inverse_scale,
-                   zero_point, low, high, width, out);
+    kiln_qepilogue(tile_row, &zsum, &scale, bias, 0, residual, 1, post_op, kind, inverse_scale, zero_point, low, high,
+                   width, out);
 }
 
-/* tile[32 output channels][32 pixels] = one panel's weights x the unit's input over every tap: pixels from column
- * `column` of output row `row` (band-relative input row row * sh), `pixels` of them (<= 16: one B tile), `couts`
- * output channels (<= 16: one A tile). */
-static inline void kiln_qdirect_step(int couts, int pixels, const int8_t* panel, int64_t taps, int64_t KW,
-                                     int64_t steps, const uint8_t* input, int64_t rows, int64_t cols, int64_t sw,
+#if !KILN_QAMX && defined(__AVX512VNNI__)
+#define KILN_QDIRECT_ROWS 8
+/* tile[r][0..32) for the 8 output channels whose packed weights start at `weights`: each tap's and k-step's quads,
+ * two zmm of 16 pixels' activations each, times each channel's 4 weights broadcast (vpdpbusd). */
+static inline void kiln_qdirect_regs(const int8_t* weights, int64_t taps, int64_t KW, int64_t steps, int64_t quads,
+                                     int narrow, const uint8_t* input, int64_t plane, int64_t cols, int64_t sw,
                                      int64_t dh, int64_t dw, int64_t row, int64_t column, int32_t* tile)
 {
-    const int64_t plane = rows * sw * cols * 4, pitch = KILN_QNR * 4; /* (folded layers: KW, sw, dw of 1) */
+    __m512i lo[8], hi[8];
+    (void)narrow; /* vpdpbusd is exact on every uint8 */
+    _Pragma("GCC unroll 8") for (int r = 0; r < 8; ++r) { lo[r] = _mm512_setzero_si512(); hi[r] = lo[r]; }
+    for (int64_t t = 0; t < taps; ++t) {
+        const int64_t ki = t / KW, kj = t % KW;
+        const uint8_t* b = input + (((row + ki * dh) * sw + (kj * dw) % sw) * cols + column + (kj * dw) / sw) * 4;
+        for (int64_t s = 0; s < steps; ++s) {
+            const uint8_t* a = (const uint8_t*)weights + (t * steps + s) * 2048;
+            const uint8_t* x = b + s * 16 * plane;
+            for (int64_t q = 0; q < quads; ++q) {
+                const __m512i x0 = _mm512_loadu_si512((const void*)(x + q * plane));
+                const __m512i x1 = _mm512_loadu_si512((const void*)(x + q * plane + 64));
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; ++r) {
+                    const __m512i w = _mm512_set1_epi32(kiln_load_four(a + r * 64 + q * 4));
+                    lo[r] = _mm512_dpbusd_epi32(lo[r], x0, w);
+                    hi[r] = _mm512_dpbusd_epi32(hi[r], x1, w);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < 8; ++r) {
+        _mm512_storeu_si512((void*)(tile + r * KILN_QNR), lo[r]);
+        _mm512_storeu_si512((void*)(tile + r * KILN_QNR + 16), hi[r]);
+    }
+}
+#elif !KILN_QAMX
+#define KILN_QDIRECT_ROWS 4
+/* tile[r][0..16) for the 4 output channels whose packed weights start at `weights`, of a narrow layer (7-bit
+ * activations): vpmaddubsw of 8 pixels' quads (32 bytes) by a channel's 4 weights broadcast, then vpmaddwd against
+ * ones: exact, as 2 x 127 x 128 fits int16. */
+static inline void kiln_qdirect_regs(const int8_t* weights, int64_t taps, int64_t KW, int64_t steps, int64_t quads,
+                                     int narrow, const uint8_t* input, int64_t plane, int64_t cols, int64_t sw,
+                                     int64_t dh, int64_t dw, int64_t row, int64_t column, int32_t* tile)
+{
+    (void)narrow; /* (only narrow layers convolve directly on AVX2) */
+    {
+        __m256i lo[4], hi[4];
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int r = 0; r < 4; ++r) { lo[r] = _mm256_setzero_si256(); hi[r] = lo[r]; }
+        for (int64_t t = 0; t < taps; ++t) {
+            const int64_t ki = t / KW, kj = t % KW;
+            const uint8_t* b = input + (((row + ki * dh) * sw + (kj * dw) % sw) * cols + column + (kj * dw) / sw) * 4;
+            for (int64_t s = 0; s < steps; ++s) {
+                const uint8_t* a = (const uint8_t*)weights + (t * steps + s) * 2048;
+                const uint8_t* x = b + s * 16 * plane;
+                for (int64_t q = 0; q < quads; ++q) {
+                    const __m256i x0 = _mm256_loadu_si256((const __m256i*)(x + q * plane));
+                    const __m256i x1 = _mm256_loadu_si256((const __m256i*)(x + q * plane + 32));
+                    for (int r = 0; r < 4; ++r) {
+                        const __m256i w = _mm256_set1_epi32(kiln_load_four(a + r * 64 + q * 4));
+                        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x0, w), ones));
+                        hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < 4; ++r) {
+            _mm256_storeu_si256((__m256i*)(tile + r * KILN_QNR), lo[r]);
+            _mm256_storeu_si256((__m256i*)(tile + r * KILN_QNR + 8), hi[r]);
+        }
+    }
+}
+#endif
+
+/* tile[32 output channels][KILN_QNR pixels] (rows KILN_QNR apart) = one panel's weights x the unit's input over every
+ * tap: pixels from column `column` of output row `row` (band-relative input row row * sh), `pixels` of them,
+ * `couts` output channels, k-steps of `quads` channel quads. Folded layers have KW, sw and dw of 1. */
+static inline void kiln_qdirect_step(int couts, int pixels, const int8_t* panel, int64_t taps, int64_t KW,
+                                     int64_t steps, int64_t quads, int narrow, const uint8_t* input, int64_t rows,
+                                     int64_t cols, int64_t sw, int64_t dh, int64_t dw, int64_t row, int64_t column,
+                                     int32_t* tile)
+{
+    const int64_t plane = rows * sw * cols * 4;
+#if KILN_QAMX  /* 16 x 16 tiles: channels 0-15 and 16-31 by pixels 0-15 and 16-31 */
+    const int64_t pitch = KILN_QNR * 4;
+    (void)quads;
+    (void)narrow;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -775,9 +873,14 @@ static inline void kiln_qdirect_step(int couts, int pixels, const int8_t* panel,
     _tile_stored(1, tile + 16, pitch);
     _tile_stored(2, tile + 16 * KILN_QNR, pitch);
     _tile_stored(3, tile + 16 * KILN_QNR + 16, pitch);
+#else /* register steps of KILN_QDIRECT_ROWS output channels */
+    (void)pixels;
+    for (int r = 0; r < couts; r += KILN_QDIRECT_ROWS)
+        kiln_qdirect_regs(panel + r * 64, taps, KW, steps, quads, narrow, input, plane, cols, sw, dh, dw, row, column,
+                          tile + r * KILN_QNR);
+#endif
 }
 #endif
-
 /* ---------------------------------------------------------------------------------------------------------------
  * Weight-only linear layers: C[M x N] (float) = A[M x K] (float activations, rows in place) * W^T, W int8 or int4
  * values with a scale and a zero point per group of `gs` consecutive k of each column (per channel: gs = K).

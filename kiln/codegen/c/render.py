@@ -478,16 +478,16 @@ def _shared_units(loops: int, units: str) -> str:
     return f"#pragma omp for collapse({loops}) schedule(dynamic, (int)(({units}) / (16 * omp_get_num_threads()) + 1))"
 
 
-def _epilogue_columns(detail: dict, first_column: str) -> list[str]:
-    """Per panel (`colsum`, `width` defined): its columns' constants for kiln_qepilogue, zero past `width` so whole
-    tile rows compute: zero point x column sum, x_scale x weight scale, bias."""
+def _epilogue_columns(detail: dict, first_column: str, columns: str = "KILN_QNR") -> list[str]:
+    """Per panel (`colsum`, `width` defined): its `columns` output channels' constants for kiln_qepilogue, zero past
+    `width` so whole tile rows compute: zero point x column sum, x_scale x weight scale, bias."""
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
     bias = detail["bias"]
     return [
-        "int32_t zcol[KILN_QNR] __attribute__((aligned(64)));",
-        "float scale[KILN_QNR] __attribute__((aligned(64))), bias[KILN_QNR] __attribute__((aligned(64)));",
-        "for (int64_t c = 0; c < KILN_QNR; ++c)", "{",
+        f"int32_t zcol[{columns}] __attribute__((aligned(64)));",
+        f"float scale[{columns}] __attribute__((aligned(64))), bias[{columns}] __attribute__((aligned(64)));",
+        f"for (int64_t c = 0; c < {columns}; ++c)", "{",
         f"    const int64_t n = {first_column} + c;",
         "    zcol[c] = x_zero_point * colsum[c];",
         f"    scale[c] = c < width ? x_scale * {column(detail['weight_scale'])} : 0.0f;",
@@ -516,7 +516,7 @@ def _epilogue(detail: dict, out: Buffer, row: str, target: str, residual: tuple[
     kind, zero_point, low, high = _output_form(detail, out)
     bias = "bias" if detail["bias"] is not None else "NULL"
     extra, stride = residual or ("NULL", "0")
-    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, {extra}, {stride}, "
+    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, 1, {extra}, {stride}, "
             f"{_POST_OPS[detail['post_op']]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
             f"{high!r}f, width, {target});")
 
@@ -678,13 +678,14 @@ def _view_start(view: Any) -> str:
     return f"({buffer_name(view.buffer)} + {dim_expr(view.offset)})"
 
 
-# Below this many input channels per group, an AMX build's direct convolution folds the kernel's columns into the
-# channels (kiln_qgemm.h): an RGB stem's 3 channels would pad each tap's k-step to 4, and take 3x the taps.
+# Below this many input channels per group, a direct convolution folds the kernel's columns into the channels
+# (kiln_qgemm.h): an RGB stem's 3 channels would pad each tap's k-step to 4, and take 3x the taps.
 _FOLD_BELOW_CHANNELS = 16
 
 
 def _qconv_direct(kernel: Kernel, packed: dict) -> bool:
-    """Whether an AMX build of this quant.qconv2d_pointwise convolves directly: its weights are packed at create."""
+    """Whether a build with direct convolutions convolves this quant.qconv2d_pointwise directly where its ISA takes the
+    layer (kiln_qgemm.h's kiln_qdirect_takes): its weights are packed at create."""
     return kernel.kind == "qconv" and kernel in packed
 
 
@@ -698,18 +699,21 @@ def _direct_shape(kernel: Kernel) -> tuple[int, int, int, int]:
 
 
 def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qconv2d_pointwise: direct AMX steps where the model is built for AMX and the layer has the channels
-    (`_qconv_direct`), else im2col rows through the GEMM steps."""
+    """quant.qconv2d_pointwise: direct steps where the model's ISA takes the layer (kiln_qdirect_takes: AMX, AVX-512
+    VNNI, AVX2 for 7-bit activations) and its weights are packed at create (`_qconv_direct`), else im2col rows through
+    the GEMM steps."""
     if _qconv_direct(kernel, state.packed):
-        return ["#if KILN_QAMX", *_qconv_amx(kernel, state), "#else", *_qconv_im2col(kernel, state), "#endif"]
+        return ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({int(kernel.detail['narrow'])}))", "    {",
+                *["    " + line for line in _qconv_direct_lines(kernel, state)], "    }", "    else", "#endif",
+                "    {", *["    " + line for line in _qconv_im2col(kernel, state)], "    }"]
     return _qconv_im2col(kernel, state)
 
 
-def _qconv_amx(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qconv2d_pointwise on AMX, directly (kiln_qgemm.h): the team shares (image, group, band of output rows)
-    units. A unit copies its band's input rows into B-tile layout once, then for every panel of 32 output channels
-    runs steps of 32 pixels along each output row over every tap, and each channel's row of the tile through the
-    epilogue into the NCHW output."""
+def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qconv2d_pointwise convolved directly (kiln_qgemm.h, KILN_QDIRECT): the team shares (image, group, band
+    of output rows) units. A unit copies its band's input rows into channel-quad layout once, then for every panel of
+    32 output channels runs steps of KILN_QNR pixels along each output row over every tap, and each channel's row of
+    the step through the epilogue into the NCHW output."""
     detail, out = kernel.detail, kernel.outputs[0]
     x, weight = detail["x"], detail["weight"]
     n, channels, height, width = x.shape
@@ -730,14 +734,15 @@ def _qconv_amx(kernel: Kernel, state: RenderState) -> list[str]:
         f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
         f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])};",
         f"const int64_t KH = {dim_expr(kh)}, CG = C / G, COG = COUT / G, taps = {taps}, channels = {step_channels};",
-        "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qpanels(COG);",
+        "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);",
+        "const int64_t quads = kiln_qdirect_kbytes(channels) / 4;",
         # bands of output rows: enough units to keep the team busy on few images
         "int64_t bands = (4 * (int64_t)omp_get_num_threads() + NB * G - 1) / (NB * G);",
         "if (bands > OH) bands = OH;",
         "if (bands < 1) bands = 1;",
         "const int64_t band = (OH + bands - 1) / bands;",
         f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
-        "int32_t tile[KILN_QROWS * KILN_QNR] __attribute__((aligned(64)));",
+        "int32_t tile[32 * KILN_QNR] __attribute__((aligned(64)));",
         "uint8_t* input = (uint8_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
         f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];",
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
@@ -757,17 +762,17 @@ def _qconv_amx(kernel: Kernel, state: RenderState) -> list[str]:
         "    const char* packed_group = packed + g * kiln_qdirect_weight_bytes(COG, channels, taps);",
         "    const int32_t* sums = (const int32_t*)(packed_group + panels * taps * steps * 2048);",
         "    for (int64_t j = 0; j < panels; ++j)", "    {",
-        "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
-        "        const int32_t* colsum = sums + j * KILN_QNR;",
-        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
+        "        const int64_t width = COG - j * 32 < 32 ? COG - j * 32 : 32;",
+        "        const int32_t* colsum = sums + j * 32;",
+        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * 32", "32")],
         "        const int8_t* panel = (const int8_t*)packed_group + j * taps * steps * 2048;",
         "        for (int64_t oh = oh0; oh < oh1; ++oh)",
-        "            for (int64_t column = 0; column < OW; column += 32)", "            {",
-        "                const int pixels = (int)(OW - column < 32 ? OW - column : 32);",
-        f"                kiln_qdirect_step((int)width, pixels, panel, taps, {step_kw}, steps, input, rows, cols, "
-        f"{step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
+        "            for (int64_t column = 0; column < OW; column += KILN_QNR)", "            {",
+        "                const int pixels = (int)(OW - column < KILN_QNR ? OW - column : KILN_QNR);",
+        f"                kiln_qdirect_step((int)width, pixels, panel, taps, {step_kw}, steps, quads, "
+        f"{int(detail['narrow'])}, input, rows, cols, {step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
         "                for (int64_t r = 0; r < width; ++r)", "                {",
-        "                    const int64_t co = g * COG + j * KILN_QNR + r;",
+        "                    const int64_t co = g * COG + j * 32 + r;",
         f"                    kiln_qdirect_epilogue(tile + r * KILN_QNR, zcol[r], scale[r], "
         f"{'bias + r' if detail['bias'] is not None else 'NULL'}, {residual}, {_POST_OPS[detail['post_op']]}, "
         f"{kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, {high!r}f, pixels, {target});",
@@ -2564,15 +2569,16 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                       f"    for (int64_t g = 0; g < {groups}; ++g)",
                       f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
                       f"(char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n}, {narrow}), {narrow});"]
-            if _qconv_direct(kernel, packed):  # AMX builds convolve directly, from per-tap tiles
+            if _qconv_direct(kernel, packed):  # direct convolutions read weights per tap
                 fold, channels, taps, _ = _direct_shape(kernel)
                 _, _, kh, kw = (int(d) for d in weight.shape)
                 size = f"kiln_qdirect_weight_bytes({n}, {channels}, {taps})"
-                panels = ["#if KILN_QAMX", *_allocate(slot, f"{groups} * {size}"),
+                panels = ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({narrow}))", "    {",
+                          *_allocate(slot, f"{groups} * {size}"),
                           f"    for (int64_t g = 0; g < {groups}; ++g)",
                           f"        kiln_qpack_direct({n}, {int(weight.shape[1])}, {kh}, {kw}, {int(fold > 1)}, "
                           f"{source} + g * {n * k}, (char*)m->packed[{slot}] + g * {size});",
-                          "#else", *panels, "#endif"]
+                          "    }", "    else", "#endif", "    {", *panels, "    }"]
             lines += panels
             continue
         if kernel.kind == "conv":
