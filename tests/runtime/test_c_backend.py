@@ -688,3 +688,28 @@ def test_pointwise_ops_after_a_flattened_convolution_read_the_right_elements():
     program = kiln.export(Model(), (kiln.randn(8, 2, 4, 4),))
     x = np.random.default_rng(0).standard_normal((8, 2, 4, 4)).astype(np.float32)
     np.testing.assert_array_equal(compile_c(program)(x), program(x))
+
+
+class _Extrema(kiln.nn.Module):
+    def forward(self, x):
+        return kiln.amax(x), kiln.amin(x * 2.0)
+
+
+@pytest.mark.parametrize("special", ["none", "nan late", "nan early", "inf", "equal"])
+def test_whole_tensor_extrema_are_shared_across_threads(special, tmp_path):
+    """A whole tensor's amin / amax (dynamic quantization's choose_qparams) is split across the team, each thread's
+    share combined by one: the interpreter's value exactly, NaN anywhere in any share included."""
+    x = np.random.default_rng(4).standard_normal((512, 4096)).astype(np.float32)  # work for two threads
+    if special == "nan late":
+        x[-1, -1] = np.nan
+    elif special == "nan early":
+        x[0, 3] = np.nan
+    elif special == "inf":
+        x[300, 5], x[2, 2] = np.inf, -np.inf
+    elif special == "equal":
+        x[:] = -0.0
+    program = kiln.export(_Extrema(), (kiln.tensor(x),))
+    compiled = compile_c(program, output=tmp_path / "pkg", num_threads=2)
+    assert (tmp_path / "pkg" / "model.c").read_text().count("share[0] = m;") == 2
+    for got, expected in zip(compiled(x), program(x)):
+        np.testing.assert_array_equal(got, _array(expected))

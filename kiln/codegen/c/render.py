@@ -1100,10 +1100,43 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         body.append(f"const double EPS = {literal(float(detail['eps']))};")
     for constant, value in detail.get("constants", {}).items():
         body.append(f"const double {constant} = {literal(float(value))};")
+    if _shared_extremum(kernel):
+        return ["    {", *[f"        {line}" for line in body + _shared_extremum_body(op)], "    }"]
     body += [_row_body(kernel, op), "(void)YS;", "#undef X"]
     if op in NORM_OPS:
         body += ["#undef W", "#undef B"]
     return _loops(outer, body)
+
+
+def _shared_extremum(kernel: Kernel) -> bool:
+    """Whether a kernel is a whole tensor's float amin or amax (the activations' range that dynamic quantization's
+    choose_qparams takes), which the team shares: one row would run on one thread."""
+    return (kernel.kind == "rows" and kernel.ops[-1] in ("aten.amin.default", "aten.amax.default")
+            and len(kernel.shape) == 1 and kernel.outputs[0].dtype.is_floating_point)
+
+
+def _shared_extremum_body(op: str) -> list[str]:
+    """Each thread's share of the row into its scratch (the extremum and a NaN flag), then one thread combines them:
+    the same result as one pass, since min and max do not depend on the order."""
+    reduce, start, better = ("max", "-INFINITY", ">") if op == "aten.amax.default" else ("min", "INFINITY", "<")
+    return [
+        "const int T = omp_get_num_threads();",
+        "#pragma omp for schedule(static)",
+        "for (int t = 0; t < T; ++t)", "{",
+        "    double* share = (double*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        f"    double m = {start}; int nan = 0;",
+        f"    _Pragma(\"omp simd reduction({reduce}:m) reduction(|:nan)\")",
+        "    for (int64_t k = L * t / T; k < L * (t + 1) / T; ++k)",
+        f"    {{ const double v = X(k); nan |= v != v; m = v {better} m ? v : m; }}",
+        "    share[0] = m; share[1] = nan;", "}",
+        "#pragma omp single", "{",
+        f"    double m = {start}; int nan = 0;",
+        "    for (int t = 0; t < T; ++t)", "    {",
+        "        const double* share = (const double*)(ctx->scratch + (size_t)t * ctx->scratch_stride);",
+        f"        nan |= share[1] != 0.0; m = share[0] {better} m ? share[0] : m;", "    }",
+        "    Y0[0] = nan ? NAN : m;", "}",
+        "(void)row; (void)YS;", "#undef X",
+    ]
 
 
 def _view_index(view: Any, variables: list[str]) -> str:
@@ -2359,6 +2392,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
         return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight_shape"][1:]]) * 32 * 4 * panels
+    if _shared_extremum(kernel):  # each thread's share: its extremum and NaN flag
+        return sympy.Integer(16)
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
         return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
     if kernel.kind == "scatter" and kernel.detail["reduce"] == "mean":  # an int64 count per element of a line
