@@ -37,6 +37,8 @@ def kernel_work(kernel: Kernel) -> Any:
         return 2 * pixels * stored + pixels * size(kernel.detail["weight_shape"][1:])
     if kernel.kind == "rows":
         return 4 * out
+    if kernel.kind == "qpool":  # an add per input element
+        return size(kernel.detail["x"].shape)
     if kernel.kind == "distance":
         return 3 * out * sympy.sympify(kernel.detail["columns"])
     return out * max(1, len(kernel.ops))

@@ -103,12 +103,14 @@ QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tenso
 QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"}
 # Weight-only linear layers: float activations against int8 / int4 weights converted in registers.
 WLINEAR_OPS = {"quant.linear_weight_only.default"}
+# Quantized adaptive average pools: integer window sums, requantized.
+QPOOL_OPS = {"quant.qadaptive_avg_pool2d.default"}
 # Every op the scheduler groups into a kernel kind (a target supports these or a subset)
 # Region ops that become a `loop` kernel over the scheduled kernels of their body.
 LOOP_OPS = {"kiln.scan", "kiln.map", "kiln.while_loop"}
 SCHEDULED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
                  | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS
-                 | WLINEAR_OPS)
+                 | WLINEAR_OPS | QPOOL_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -623,7 +625,7 @@ class _Scheduler:
                               (PAD_OPS, self.schedule_pad), (SCATTER_OPS, self.schedule_scatter),
                               (DISTANCE_OPS, self.schedule_distance), (BAG_OPS, self.schedule_bags),
                               (QLINEAR_OPS, self.schedule_qlinear), (QCONV_OPS, self.schedule_qconv),
-                              (WLINEAR_OPS, self.schedule_wlinear)):
+                              (WLINEAR_OPS, self.schedule_wlinear), (QPOOL_OPS, self.schedule_qpool)):
             if name in kinds:
                 method(op, name, args)
                 return
@@ -1161,6 +1163,18 @@ class _Scheduler:
     def contiguous_operand(self, value: Any) -> View:
         view = self.materialized(value)
         return view if view.is_contiguous else _contiguous(self.copy(view, value))
+
+    def schedule_qpool(self, op: Any, name: str, args: list) -> None:
+        """quant.qadaptive_avg_pool2d: contiguous NCHW integers, the input's and output's qparams."""
+        x, x_scale, x_zero_point, _, output_scale, output_zero_point, quant_min, quant_max, _ = args
+        result = op.results[0]
+        detail = {"x": self.contiguous_operand(x), "x_scale": x_scale, "x_zero_point": x_zero_point,
+                  "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
+                  "quant_max": quant_max}
+        buf = self.buffer(result)
+        self.kernels.append(Kernel("qpool", f"qpool_{buf.name}", [name], [buf], list(result.type.shape), None,
+                                   detail))
+        self.views[result] = _contiguous(buf)
 
     def schedule_qconv(self, op: Any, name: str, args: list) -> None:
         """quant.qconv2d_pointwise: contiguous NCHW activations and [C_out, C / groups, kH, kW] weights (packed

@@ -327,6 +327,34 @@ def test_max_pool_runs_on_the_integers(padding, tmp_path):
     np.testing.assert_array_equal(kiln.compile(program, output=tmp_path / "pkg")(x), program(x))
 
 
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_average_pool_sums_the_integers(capability, monkeypatch, tmp_path):
+    """quantize(adaptive_avg_pool2d(dequantize(x))) becomes quant.qadaptive_avg_pool2d: the integers summed per window,
+    the mean requantized; within one step of the reference (which averages dequantized float32 values)."""
+    use_capability(capability, monkeypatch)
+    builder = GraphBuilder()
+    cases = [((2, 5, 9, 7), [1, 1], dtypes.uint8, (0.02, 128), (0.02, 128)),  # global, shared qparams (X86)
+             ((1, 3, 10, 6), [3, 4], dtypes.int8, (0.05, -4), (0.03, 7))]
+    inputs, outputs = [], []
+    rng = np.random.default_rng(8)
+    for index, (shape, size, dtype, (x_scale, x_zp), (out_scale, out_zp)) in enumerate(cases):
+        low, high = (0, 255) if dtype is dtypes.uint8 else (-128, 127)
+        inputs.append(rng.uniform((low - x_zp) * x_scale, (high - x_zp) * x_scale, shape).astype(np.float32))
+        value = builder.add_input(f"x{index}", TensorType.of(shape, dtypes.float32))
+        with builder:
+            q = quantized.quantize_per_tensor.default(value, x_scale, x_zp, low, high, dtype)
+            pooled = kiln.ops.aten.adaptive_avg_pool2d.default(
+                quantized.dequantize_per_tensor.default(q, x_scale, x_zp, low, high, dtype), size)
+            outputs.append(quantized.quantize_per_tensor.default(pooled, out_scale, out_zp, low, high, dtype))
+    program = builder.build(outputs)
+    lowered = run(program, "lower-quantized")
+    assert lowered.op_histogram()["quant.qadaptive_avg_pool2d.default"] == 2
+    np.testing.assert_array_equal(lowered(*inputs)[0], program(*inputs)[0])
+    for got, expected in zip(kiln.compile(program, output=tmp_path / "pkg")(*inputs), program(*inputs)):
+        assert got.dtype == expected.dtype
+        assert np.abs(got.astype(np.int64) - expected.astype(np.int64)).max() <= 1
+
+
 @pytest.mark.parametrize("rows", [7, 40])
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_weight_only_layers_match_the_reference(capability, rows, monkeypatch, tmp_path):

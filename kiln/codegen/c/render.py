@@ -873,6 +873,34 @@ def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
     return ["    " + line for line in lines if line]
 
 
+def _qpool(kernel: Kernel, state: RenderState) -> list[str]:
+    """quant.qadaptive_avg_pool2d: each output's window (ATen's adaptive bounds) summed in int32, its mean
+    dequantized in double, then requantized as quantize_per_tensor does (round half to even, the zero point, the
+    clamp). The reference dequantizes each value to float32 before averaging, so the two means differ by float32
+    rounding: at most one step apart after requantization."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x = detail["x"]
+    height, width = (dim_expr(d) for d in x.shape[2:])
+    oh, ow = (dim_expr(d) for d in kernel.shape[2:])
+    body = [
+        f"const int64_t h0 = (i2 * {height}) / {oh}, h1 = ((i2 + 1) * {height} + {oh} - 1) / {oh};",
+        f"const int64_t w0 = (i3 * {width}) / {ow}, w1 = ((i3 + 1) * {width} + {ow} - 1) / {ow};",
+        f"const {c_type(x.buffer.dtype)}* plane = {buffer_name(x.buffer)} + {dim_expr(x.offset)} + "
+        f"(i0 * {dim_expr(x.shape[1])} + i1) * {height} * {width};",
+        "int32_t sum = 0;",
+        "for (int64_t h = h0; h < h1; ++h)",
+        "    for (int64_t w = w0; w < w1; ++w) sum += plane[h * " + width + " + w];",
+        "const int64_t count = (h1 - h0) * (w1 - w0);",
+        f"const float mean = (float)({literal(float(detail['x_scale']))} * "
+        f"(double)(sum - count * (int64_t){int(detail['x_zero_point'])}) / (double)count);",
+        f"const float q = nearbyintf(mean * (float)(1.0 / {literal(float(detail['output_scale']))})) + "
+        f"{float(detail['output_zero_point'])!r}f;",
+        f"const float low = {float(detail['quant_min'])!r}f, high = {float(detail['quant_max'])!r}f;",
+        f"{buffer_name(out)}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})(q < low ? low : q > high ? high : q);",
+    ]
+    return _loops(kernel.shape, body)
+
+
 def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
     """Register tiles down one chunk of rows; each tile goes through the epilogue (reading `value` as
     `result_type`'s acc_value) into the output."""
@@ -2149,7 +2177,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat,
     "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
-    "qconv": _qconv, "wlinear": _wlinear, "sparse_linear": _sparse_linear,
+    "qconv": _qconv, "wlinear": _wlinear, "qpool": _qpool, "sparse_linear": _sparse_linear,
     "sparse_conv": _sparse_conv,
 }
 

@@ -618,6 +618,35 @@ _define_static_and_dynamic(
     "int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor", qconv2d_pointwise_meta, _qconv2d_pointwise)
 
 
+def qadaptive_avg_pool2d_meta(x, x_scale, x_zero_point, output_size, output_scale, output_zero_point,
+                              output_quant_min, output_quant_max, output_dtype):
+    require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
+                  f"expects a uint8 or int8 input, got {dtype_of(x).name}")
+    require_arg(len(shape_of(x)) == 4 and len(output_size) == 2 and all(isinstance(s, int) and s > 0
+                                                                         for s in output_size), _op(),
+                f"expects an input [N, C, H, W] and two positive output sizes, got {list(shape_of(x))} and "
+                f"{list(output_size)}")
+    output_dtype = dtypes.dtype(output_dtype)
+    _check_bounds(output_quant_min, output_quant_max, output_dtype)
+    return tensor([*shape_of(x)[:2], *output_size], output_dtype)
+
+
+def qadaptive_avg_pool2d(x, x_scale, x_zero_point, output_size, output_scale, output_zero_point, output_quant_min,
+                         output_quant_max, output_dtype):
+    """dequantize → adaptive_avg_pool2d → quantize: a quantized CNN's global average pool (the X86 recipe shares
+    the input's qparams with it)."""
+    low, high = QVALUE_BOUNDS[dtype_of(x)]
+    floats = quantized.dequantize_per_tensor.default(x, x_scale, x_zero_point, low, high, dtype_of(x))
+    return quantized.quantize_per_tensor.default(aten.adaptive_avg_pool2d.default(floats, output_size), output_scale,
+                                                 output_zero_point, output_quant_min, output_quant_max, output_dtype)
+
+
+defop(f"{KERNEL_NAMESPACE}::qadaptive_avg_pool2d(Tensor x, float x_scale, int x_zero_point, int[2] output_size, "
+      "float output_scale, int output_zero_point, int output_quant_min, int output_quant_max, "
+      "ScalarType output_dtype) -> Tensor", qadaptive_avg_pool2d_meta, qadaptive_avg_pool2d, tags=("quantize",))
+register_decomposition(f"{KERNEL_NAMESPACE}.qadaptive_avg_pool2d.default")(qadaptive_avg_pool2d)
+
+
 def linear_weight_only_meta(x, weight, scales, zero_points, bias, group_size, quant_min, quant_max):
     require_dtype(dtype_of(x) is dtypes.float32, _op(), f"expects a float32 input, got {dtype_of(x).name}")
     require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")

@@ -6,7 +6,8 @@
   scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output.
 - A float linear of a dequantized int8 / int4-valued weight (the weight-only schemes) becomes
   `quant.linear_weight_only`.
-- A max pool between a dequantize and a quantize with the same qparams runs on the integers.
+- A max pool between a dequantize and a quantize with the same qparams runs on the integers, and an adaptive average
+  pool between them becomes `quant.qadaptive_avg_pool2d` (the integers summed, then requantized).
 
 The ops' reference kernels are these patterns, so the program computes exactly what it did; backends with integer
 kernels (C) run them as uint8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero
@@ -221,6 +222,17 @@ class LowerQuantized(RewritePass):
                 list(dq.args[1:6]) != [scale, zero_point, quant_min, quant_max, dtypes.dtype(dtype)]:
             return None
         return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
+
+    @pattern(quantized.quantize_per_tensor.default)
+    def average_pool(self, input, scale, zero_point, quant_min, quant_max, dtype):
+        """quantize(adaptive_avg_pool2d(dequantize(x))): quant.qadaptive_avg_pool2d, which sums the integers."""
+        pool = producer(input, aten.adaptive_avg_pool2d.default)
+        found = _quantized_input(pool.args[0]) if pool is not None and pool.has_one_use else None
+        if found is None or found[3] != "default" or dtypes.dtype(dtype) not in QUANTIZED_ACTIVATIONS:
+            return None
+        x, x_scale, x_zero_point, _ = found
+        return ops.quant.qadaptive_avg_pool2d.default(x, x_scale, x_zero_point, list(pool.args[1]), scale, zero_point,
+                                                      quant_min, quant_max, dtype)
 
     @pattern(aten.linear.default, aten.conv2d.default, *ACTIVATIONS, aten.add.Tensor, *VIEWS)
     def float_output(self, *args, **kwargs):

@@ -219,6 +219,30 @@ def qlinear_pointwise_tensor(rng):
                  note="0-d float32 scale, int8 in, uint8 out")
 
 
+def _torch_qadaptive_avg_pool2d(torch):
+    quantized = torch.ops.quantized_decomposed
+
+    def pool(x, x_scale, x_zero_point, output_size, output_scale, output_zero_point, output_quant_min,
+             output_quant_max, output_dtype):
+        info = torch.iinfo(x.dtype)
+        floats = quantized.dequantize_per_tensor(x, x_scale, x_zero_point, info.min, info.max, x.dtype)
+        return quantized.quantize_per_tensor(torch.nn.functional.adaptive_avg_pool2d(floats, output_size),
+                                             output_scale, output_zero_point, output_quant_min, output_quant_max,
+                                             output_dtype)
+    return pool
+
+
+TORCH_EQUIVALENTS["quant.qadaptive_avg_pool2d.default"] = _torch_qadaptive_avg_pool2d
+
+
+@samples("quant.qadaptive_avg_pool2d.default")
+def qadaptive_avg_pool2d(rng):
+    x = rng.integers(0, 256, (2, 3, 7, 6)).astype(np.uint8)
+    yield Sample((x, 0.02, 100, [1, 1], 0.02, 100, 0, 255, dtypes.uint8), note="global, shared qparams")
+    x = rng.integers(-128, 128, (1, 4, 9, 5)).astype(np.int8)
+    yield Sample((x, 0.05, -3, [4, 2], 0.03, 5, -128, 127, dtypes.int8), note="int8, uneven windows")
+
+
 def _torch_qconv2d(dequantize: str):
     return lambda torch: _torch_qconv2d_of(torch, dequantize)
 
