@@ -145,7 +145,9 @@ def check_manifest(folder: pathlib.Path, manifest: dict) -> dict[str, pathlib.Pa
 
 # Identities (device, inode) of the library files loaded from each path, in load order; see _open_library.
 _LOADED_FILES: dict[str, list[tuple[int, int]]] = {}
-_LOADED_FILES_LOCK = threading.Lock()
+# Reentrant: the garbage collector may run a dropped model's __del__ (which closes its library under this lock)
+# inside ctypes.CDLL's allocations, while _open_library holds the lock in the same thread (a plain lock hung CI).
+_LOADED_FILES_LOCK = threading.RLock()
 
 
 def _open_library(path: pathlib.Path) -> ctypes.CDLL:
