@@ -327,6 +327,26 @@ def test_max_pool_runs_on_the_integers(padding, tmp_path):
     np.testing.assert_array_equal(kiln.compile(program, output=tmp_path / "pkg")(x), program(x))
 
 
+def test_flatten_between_shared_qparams_moves_the_integers(tmp_path):
+    """quantize(flatten(dequantize(x))) with the same qparams (a CNN's classifier input) is flatten(x), exactly."""
+    builder = GraphBuilder()
+    value = builder.add_input("x", TensorType.of([2, 6, 1, 1], dtypes.float32))
+    with builder:
+        q = quantized.quantize_per_tensor.default(value, 0.05, 3, 0, 255, dtypes.uint8)
+        floats = quantized.dequantize_per_tensor.default(q, 0.05, 3, 0, 255, dtypes.uint8)
+        again = quantized.quantize_per_tensor.default(kiln.ops.aten.flatten.using_ints(floats, 1), 0.05, 3, 0, 255,
+                                                      dtypes.uint8)
+        other = quantized.quantize_per_tensor.default(kiln.ops.aten.flatten.using_ints(floats, 1), 0.04, 3, 0, 255,
+                                                      dtypes.uint8)  # other qparams: stays
+    program = builder.build([again, other])
+    lowered = run(program, "lower-quantized").op_histogram()
+    assert lowered["quantized_decomposed.quantize_per_tensor.default"] == 2  # the input's, and the other one
+    assert lowered["quantized_decomposed.dequantize_per_tensor.default"] == 1
+    x = np.random.default_rng(9).uniform(-1, 10, (2, 6, 1, 1)).astype(np.float32)
+    for got, expected in zip(kiln.compile(program, output=tmp_path / "pkg")(x), program(x)):
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_average_pool_sums_the_integers(capability, monkeypatch, tmp_path):
     """quantize(adaptive_avg_pool2d(dequantize(x))) becomes quant.qadaptive_avg_pool2d: the integers summed per window,

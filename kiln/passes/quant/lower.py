@@ -6,8 +6,9 @@
   scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output.
 - A float linear of a dequantized int8 / int4-valued weight (the weight-only schemes) becomes
   `quant.linear_weight_only`.
-- A max pool between a dequantize and a quantize with the same qparams runs on the integers, and an adaptive average
-  pool between them becomes `quant.qadaptive_avg_pool2d` (the integers summed, then requantized).
+- A max pool, a flatten or a view between a dequantize and a quantize with the same qparams runs on the integers,
+  and an adaptive average pool between them becomes `quant.qadaptive_avg_pool2d` (the integers summed, then
+  requantized).
 
 The ops' reference kernels are these patterns, so the program computes exactly what it did; backends with integer
 kernels (C) run them as uint8 × int8 → int32 GEMMs with the requantization fused. Patterns that do not fit (non-zero
@@ -213,15 +214,17 @@ class LowerQuantized(RewritePass):
         return None if found is None else ops.quant.linear_weight_only.default(input, *found[:3], bias, *found[3:])
 
     @pattern(quantized.quantize_per_tensor.default)
-    def max_pool_in_integers(self, input, scale, zero_point, quant_min, quant_max, dtype):
-        """quantize(max_pool2d(dequantize(x))) with the same qparams (the X86 recipe shares them) is max_pool2d
-        of x: dequantizing is monotonic, and quantizing a dequantized value gives it back."""
-        pool = producer(input, aten.max_pool2d.default)
-        dq = producer(pool.args[0], quantized.dequantize_per_tensor.default) if pool and pool.has_one_use else None
+    def in_integers(self, input, scale, zero_point, quant_min, quant_max, dtype):
+        """quantize(op(dequantize(x))) with the same qparams (the X86 recipe shares them) is op(x) for a max pool
+        (dequantizing is monotonic) or an op that only moves values (a flatten before a classifier): quantizing a
+        dequantized value gives it back."""
+        moved = producer(input, aten.max_pool2d.default, aten.flatten.using_ints, *VIEWS)
+        dq = producer(moved.args[0], quantized.dequantize_per_tensor.default) \
+            if moved and moved.has_one_use else None
         if dq is None or dq.kwargs.get("out_dtype") not in (None, dtypes.float32) or \
                 list(dq.args[1:6]) != [scale, zero_point, quant_min, quant_max, dtypes.dtype(dtype)]:
             return None
-        return aten.max_pool2d.default(dq.args[0], *pool.args[1:], **pool.kwargs)
+        return moved.handle(dq.args[0], *moved.args[1:], **moved.kwargs)
 
     @pattern(quantized.quantize_per_tensor.default)
     def average_pool(self, input, scale, zero_point, quant_min, quant_max, dtype):
