@@ -964,6 +964,16 @@ static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
     if (bits == 4) v = high ? _mm512_srai_epi32(v, 4) : _mm512_srai_epi32(_mm512_slli_epi32(v, 28), 28);
     return _mm512_cvtepi32_ps(v);
 }
+/* 16 columns' int4 weights of a k pair (k even in each byte's low nibble, k odd in its high one) as floats, looked up
+ * from a table of the 16 values by the nibble (vpermps reads an index's low 4 bits): one load and widen, a shift and
+ * two lookups for 32 weights, where converting each k took a load, a widen, shifts and a conversion. */
+static inline void kiln_w16_nibbles(const unsigned char* p, __m512* even, __m512* odd)
+{
+    const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p));
+    *even = _mm512_permutexvar_ps(bytes, values);
+    *odd = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), values);
+}
 #define KILN_DEFINE_WUKERNEL(MR)                                                                                  \
     static inline void kiln_wukernel_##MR(int64_t K, int64_t gs, int bits, int zeros, const float* a, int64_t lda,\
                                           const unsigned char* restrict panel, const float* restrict params,     \
@@ -977,7 +987,21 @@ static inline __m512 kiln_w16(const unsigned char* p, int bits, int high)
             _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                                \
                 plo[r] = _mm512_setzero_ps(); phi[r] = plo[r]; asum[r] = 0.0f;                                    \
             }                                                                                                     \
-            for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {                                                     \
+            int64_t k = g * gs;                                                                                   \
+            if (bits == 4) /* k pairs from each byte (groups of an even size start on a pair) */                \
+                for (; k + 1 < (g + 1) * gs && k % 2 == 0; k += 2) {                                              \
+                    __m512 e0, e1, d0, d1;                                                                        \
+                    kiln_w16_nibbles(panel + (k / 2) * KILN_WNR, &e0, &d0);                                       \
+                    kiln_w16_nibbles(panel + (k / 2) * KILN_WNR + 16, &e1, &d1);                                  \
+                    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                        \
+                        const float v = a[r * lda + k], u = a[r * lda + k + 1];                                   \
+                        const __m512 x = _mm512_set1_ps(v), y = _mm512_set1_ps(u);                                \
+                        plo[r] = _mm512_fmadd_ps(y, d0, _mm512_fmadd_ps(x, e0, plo[r]));                          \
+                        phi[r] = _mm512_fmadd_ps(y, d1, _mm512_fmadd_ps(x, e1, phi[r]));                          \
+                        if (zeros) { asum[r] += v; asum[r] += u; }                                                \
+                    }                                                                                             \
+                }                                                                                                 \
+            for (; k < (g + 1) * gs; ++k) {                                                                       \
                 const unsigned char* row = panel + (bits == 4 ? k / 2 : k) * KILN_WNR;                           \
                 const __m512 w0 = kiln_w16(row, bits, (int)(k & 1)), w1 = kiln_w16(row + 16, bits, (int)(k & 1));\
                 _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                                            \
