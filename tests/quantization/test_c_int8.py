@@ -8,6 +8,7 @@ same integers within float32 tolerance.
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -219,6 +220,19 @@ def test_integer_math_is_exact(capability, layers, monkeypatch, tmp_path):
     assert compiled.manifest["cpu_capability"] == capability
     for got, expected in zip(compiled(*inputs), program(*inputs)):
         assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("capability", ["AVX2", "AVX512_VNNI", "AVX512_AMX"])
+def test_direct_convolutions_in_bands_of_one_row(capability, monkeypatch, tmp_path):
+    """Direct convolutions copy their input in bands of output rows; with the band limit at its floor every band is
+    one output row (its kernel's rows of input), and the results stay exact."""
+    use_capability(capability, monkeypatch)
+    monkeypatch.setattr(importlib.import_module("kiln.codegen.c.render"), "_DIRECT_BAND_BYTES", 1)
+    program, inputs, params = _conv_program(np.random.default_rng(0), dyadic=True)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    assert "int64_t most = (1 / row_bytes" in (tmp_path / "pkg" / "model.c").read_text()
+    for got, expected in zip(compiled(*inputs), program(*inputs)):
         np.testing.assert_array_equal(got, expected)
 
 

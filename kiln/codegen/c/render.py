@@ -737,11 +737,16 @@ def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
         "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);",
         "const int64_t quads = kiln_qdirect_kbytes(channels) / 4;",
         # bands of output rows: enough units to keep the team busy on few images
+        f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
         "int64_t bands = (4 * (int64_t)omp_get_num_threads() + NB * G - 1) / (NB * G);",
         "if (bands > OH) bands = OH;",
         "if (bands < 1) bands = 1;",
-        "const int64_t band = (OH + bands - 1) / bands;",
-        f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
+        "int64_t band = (OH + bands - 1) / bands;",
+        # and few enough rows that a band's copy stays within _DIRECT_BAND_BYTES (one output row's at least)
+        f"const int64_t row_bytes = steps * kiln_qdirect_kbytes(channels) * {step_sw} * cols;",
+        f"int64_t most = ({_DIRECT_BAND_BYTES} / row_bytes - (KH - 1) * {dh} - 1) / {sh} + 1;",
+        "if (most < 1) most = 1;",
+        "if (band > most) { band = most; bands = (OH + band - 1) / band; }",
         "int32_t tile[32 * KILN_QNR] __attribute__((aligned(64)));",
         "uint8_t* input = (uint8_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
         f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];",
@@ -2361,8 +2366,13 @@ class KernelBodies:
         return lines + ["}"]
 
 
+# A direct convolution's band of input rows (kiln_qdirect_input) stays within this many bytes, or one output row's.
+_DIRECT_BAND_BYTES = 1 << 20
+
+
 def _direct_input_bytes(kernel: Kernel) -> Any:
-    """An upper bound of kiln_qdirect_input's bytes for a direct convolution: a band of every output row."""
+    """An upper bound of kiln_qdirect_input's bytes for a direct convolution: a band of every output row, or as
+    many as _DIRECT_BAND_BYTES holds (one output row's at least)."""
     detail = kernel.detail
     fold, channels, _, step_kw = _direct_shape(kernel)
     kh = int(detail["weight"].shape[2])
@@ -2371,7 +2381,8 @@ def _direct_input_bytes(kernel: Kernel) -> Any:
     padded = -4 * (-channels // 4) if channels <= 64 else -64 * (-channels // 64)
     rows = (sympy.sympify(kernel.shape[2]) - 1) * int(sh) + (kh - 1) * int(dh) + 1
     cols = -32 * sympy.floor(-sympy.sympify(kernel.shape[3]) / 32) + (step_kw - 1) * step_dw // phases
-    return padded * rows * phases * cols
+    row_bytes = padded * phases * cols
+    return sympy.Min(rows * row_bytes, sympy.Max(_DIRECT_BAND_BYTES, ((kh - 1) * int(dh) + 1) * row_bytes))
 
 
 def _count(number: int, noun: str) -> str:
