@@ -228,7 +228,7 @@ def test_direct_convolutions_in_bands_of_one_row(capability, monkeypatch, tmp_pa
     """Direct convolutions copy their input in bands of output rows; with the band limit at its floor every band is
     one output row (its kernel's rows of input), and the results stay exact."""
     use_capability(capability, monkeypatch)
-    monkeypatch.setattr(importlib.import_module("kiln.codegen.c.render"), "_DIRECT_BAND_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("kiln.codegen.c.quantized"), "_DIRECT_BAND_BYTES", 1)
     program, inputs, params = _conv_program(np.random.default_rng(0), dyadic=True)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
     assert "int64_t most = (1 / row_bytes" in (tmp_path / "pkg" / "model.c").read_text()

@@ -2,7 +2,8 @@
 
 Pointwise ops are a table of rules (op name -> C expression over already-cast operands), like tinygrad's
 cstyle renderer. Floating ops compute in double and round to the op's dtype after every op, so fused chains
-give the same values as running the ops one by one.
+give the same values as running the ops one by one. The integer kernels render in quantized.py; the C text both
+write (types, literals, sizes, expressions, loops) is ctext.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import hashlib
 import math
 import pathlib
 import re
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,12 +21,16 @@ from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.packing import conv_weight_layout, packed_weight, tile_sizes
-from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.schedule import (
     SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
     same_dim,
+)
+from kiln.codegen.c import quantized
+from kiln.codegen.c.ctext import (
+    RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _view_index, buffer_name,
+    c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal, symbol_name,
 )
 
 ABI_VERSION = 3
@@ -37,241 +41,6 @@ SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
 QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
 # Sparse x dense products, pasted only into models with sparse linear layers.
 SPARSE_LIBRARY = (pathlib.Path(__file__).parent / "kiln_sparse.h").read_text()
-
-C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
-           dtypes.int16: "int16_t", dtypes.int8: "int8_t",
-           dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
-
-
-def c_type(dtype: dtypes.DType) -> str:
-    if dtype not in C_TYPES:  # an op on such values is refused when legalized; an unused input reaches here
-        raise UnsupportedError(f"the C backend has no {dtype.name} tensors",
-                               fix=f"convert the model's {dtype.name} inputs and weights to float32 first")
-    return C_TYPES[dtype]
-
-
-def compute_type(dtype: dtypes.DType) -> str:
-    return "double" if dtype.is_floating_point else c_type(dtype)
-
-
-def identifier(name: str) -> str:
-    """A C identifier from a model name: nothing from the model reaches the source unsanitized."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", name)[:60]
-    return name if name and not name[0].isdigit() else f"v_{name}"
-
-
-def literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return f"INT64_C({value})"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NAN"
-        if math.isinf(value):
-            return "INFINITY" if value > 0 else "(-INFINITY)"
-        return repr(value)
-    if isinstance(value, sympy.Expr) and value.is_integer:  # a size (every kernel binds the symbols)
-        return dim_expr(value)
-    raise UnsupportedError(f"cannot render the scalar {value!r} in C")
-
-
-def symbol_name(symbol: sympy.Symbol) -> str:
-    return f"sym_{identifier(str(symbol))}"
-
-
-def dim_expr(expr: Any) -> str:
-    """An integer sympy expression over the symbols as C."""
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return f"INT64_C({int(expr)})"
-    if expr.is_Symbol:
-        return symbol_name(expr)
-    if expr.is_Add:
-        return "(" + " + ".join(dim_expr(a) for a in expr.args) + ")"
-    if expr.is_Mul:
-        return "(" + " * ".join(dim_expr(a) for a in expr.args) + ")"
-    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
-        return "(" + " * ".join([dim_expr(expr.base)] * int(expr.exp)) + ")"
-    if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
-        num, den = sympy.fraction(sympy.together(expr.args[0]))
-        return f"kiln_floordiv({dim_expr(num)}, {dim_expr(den)})"
-    if isinstance(expr, sympy.Mod):  # Python's (floor) modulo, as sympy's Mod
-        num, den = dim_expr(expr.args[0]), dim_expr(expr.args[1])
-        return f"({num} - {den} * kiln_floordiv({num}, {den}))"
-    if isinstance(expr, (sympy.Min, sympy.Max)):  # diagonal lengths
-        text, op = dim_expr(expr.args[0]), "<" if isinstance(expr, sympy.Min) else ">"
-        for arg in expr.args[1:]:
-            other = dim_expr(arg)
-            text = f"({text} {op} {other} ? {text} : {other})"
-        return text
-    raise UnsupportedError(f"cannot render the size expression {expr} in C")
-
-
-def condition_expr(condition: Any) -> str:
-    """A condition on the symbols (a runtime assertion: `u0 <= s0`, `Eq(Mod(s0, 4), 0)`) as a C expression."""
-    relations = {"==": "==", "!=": "!=", "<=": "<=", "<": "<", ">=": ">=", ">": ">"}
-    if isinstance(condition, sympy.core.relational.Relational) and condition.rel_op in relations:
-        return f"({dim_expr(condition.lhs)} {relations[condition.rel_op]} {dim_expr(condition.rhs)})"
-    if isinstance(condition, (sympy.And, sympy.Or)):
-        joiner = " && " if isinstance(condition, sympy.And) else " || "
-        return "(" + joiner.join(condition_expr(arg) for arg in condition.args) + ")"
-    if isinstance(condition, sympy.Not):
-        return f"(!{condition_expr(condition.args[0])})"
-    raise UnsupportedError(f"cannot render the runtime assertion {condition} in C")
-
-
-class _Exprs:
-    """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
-
-    def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None):
-        self.rank = rank
-        self.accumulator = accumulator
-        self.variables = variables if variables is not None else [f"i{k}" for k in range(rank)]
-
-    def index(self, strides: list, offset: Any, variables: list[str] | None = None) -> str:
-        variables = variables if variables is not None else self.variables
-        terms = [dim_expr(offset)] if sympy.sympify(offset) != 0 else []
-        for var, stride in zip(variables, strides):
-            if sympy.sympify(stride) != 0:
-                terms.append(var if sympy.sympify(stride) == 1 else f"{var} * {dim_expr(stride)}")
-        return " + ".join(terms) or "0"
-
-    def render(self, node: Any) -> str:
-        if isinstance(node, Load):
-            element = f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
-            if node.buffer.dtype == dtypes.bool_:  # read as bytes: GCC does not vectorize loads of _Bool
-                return f"(((const uint8_t*){buffer_name(node.buffer)})[{self.index(node.strides, node.offset)}] != 0)"
-            return element
-        if isinstance(node, Accumulator):
-            return self.accumulator
-        if isinstance(node, Constant):
-            return f"(({c_type(node.dtype)}){literal(node.value)})"
-        if isinstance(node, Iota):
-            return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
-        if isinstance(node, Tile):  # repeat: each index modulo the source's size
-            variables = [v if size is None else f"({v} % {dim_expr(size)})"
-                         for v, size in zip(self.variables, node.sizes)]
-            place = self.index(node.strides, node.offset, variables)
-            if node.buffer.dtype == dtypes.bool_:
-                return f"(((const uint8_t*){buffer_name(node.buffer)})[{place}] != 0)"
-            return f"{buffer_name(node.buffer)}[{place}]"
-        if isinstance(node, Gather) and node.stride is not None:  # index.Tensor: checked, wrapped indices
-            table, unused = node.table, []
-            place = self.index(table.strides, table.offset)
-            for index, size, dim, stride in zip(node.index, node.size, node.dim, node.stride):
-                checked = checked_index(self.render(index), size, dim, node.op, wrap=True)
-                if sympy.sympify(stride) != 0:
-                    place = f"{place} + ({checked}) * {dim_expr(stride)}"
-                else:  # a size-1 dim: the index is still checked
-                    unused.append(f"(void)({checked}), ")
-            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
-                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
-            return f"({''.join(unused)}{element})" if unused else element
-        if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
-            checked = checked_index(self.render(node.index), node.size, node.dim, node.op, wrap=False)
-            table, variables = node.table, list(self.variables)
-            variables[node.dim] = f"({checked})"
-            place = self.index(table.strides, table.offset, variables)
-            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
-                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
-            return element if sympy.sympify(table.strides[node.dim]) != 0 else f"((void)({checked}), {element})"
-        if isinstance(node, Gather):
-            row = f"(int64_t)({self.render(node.index)})"
-            table = node.table
-            column = self.variables[-1]
-            offset = self.index([1, table.strides[1]], table.offset, [f"{row} * {dim_expr(table.strides[0])}", column])
-            return f"{buffer_name(table.buffer)}[{offset}]"
-        if isinstance(node, Apply):
-            cast_kind, rule = POINTWISE_RULES[node.op]
-            tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
-            if cast_kind == "promote":
-                target = compute_type(_promote(tensor_dtypes, node.args))
-            else:
-                target = compute_type(node.dtype)
-            operands = []
-            for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
-                if dtype is not None:
-                    text = self.render(arg)
-                    operands.append(text if cast_kind == "where" and position == 0 else f"({target})({text})")
-                elif isinstance(arg, str):
-                    operands.append(arg)
-                elif arg is None or isinstance(arg, dtypes.DType):
-                    operands.append("")
-                else:
-                    operands.append(f"({target}){literal(arg)}")
-            if cast_kind == "where":
-                # A function call evaluates both branches: a ternary makes the compiler load only on one side,
-                # and such masked loads keep the loop from vectorizing.
-                select = f"kiln_where_{compute_type(node.dtype).replace('_t', '')}"
-                return f"(({c_type(node.dtype)})({select}({operands[0]}, {operands[1]}, {operands[2]})))"
-            if node.dtype == dtypes.float32 and node.op in FLOAT32_RULES:
-                rule = FLOAT32_RULES[node.op]
-            return f"(({c_type(node.dtype)})({rule(operands)}))"
-        raise UnsupportedError(f"cannot render {type(node).__name__}")
-
-
-def checked_index(index: str, size: Any, dim: int, op: str, wrap: bool) -> str:
-    """C for an index value checked against `size` (an out-of-range one fails the run, naming `op`); negative
-    values wrap first when `wrap` (index.Tensor, index_put), as ATen."""
-    check = "kiln_index_wrap" if wrap else "kiln_index"
-    return f"{check}((int64_t)({index}), {dim_expr(size)}, {dim}, {_cstr(op)}, ctx)"
-
-
-def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
-    result = tensor_dtypes[0]
-    for d in tensor_dtypes[1:]:
-        result = dtypes.promote_types(result, d)
-    # a Python scalar of a higher category raises the compute type (as torch.result_type): bool == -2 is false
-    if any(isinstance(a, float) for a in args) and not result.is_floating_point:
-        result = dtypes.float64
-    elif result.is_bool and any(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        result = dtypes.int64
-    return result
-
-
-def buffer_name(buffer: Buffer) -> str:
-    return f"b{buffer.index}_{identifier(buffer.name)}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernels
-
-@dataclass
-class RenderState:
-    """What kernels need from the model beyond their buffers: prepacked weight panels and per-thread scratch."""
-
-    packed: dict = field(default_factory=dict)  # kernel -> index into ctx->packed (B operands packed at create)
-    scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
-
-
-def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False) -> list[str]:
-    """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
-    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). The team
-    shares the outer dims; the innermost loop stays a plain loop (collapsing it too would cost a division per
-    element to recover the indices), vectorized with `simd`."""
-    lines = []
-    rank = len(shape)
-    if rank == 0:
-        lines.append(f"{indent}#pragma omp single")
-    elif rank == 1:
-        lines.append(f"{indent}#pragma omp for{' simd' if simd else ''} schedule(static)")
-    else:
-        lines.append(f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)")
-    for k, d in enumerate(shape):
-        if simd and k == rank - 1 and rank > 1:
-            lines.append(f"{indent}{'    ' * k}#pragma omp simd")
-        lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
-    inner = indent + "    " * rank
-    lines.append(f"{inner}{{")
-    lines += [f"{inner}    {line}" for line in body]
-    lines.append(f"{inner}}}")
-    return lines
-
-
-def _flat(shape: list) -> str:
-    return _Exprs(len(shape)).index(contiguous_strides(shape), 0)
-
 
 def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     out = kernel.outputs[0]
@@ -447,463 +216,6 @@ def _addmm_value(detail: dict[str, Any], bias: str, product: str) -> str:
     terms = ([f"{literal(detail['beta'])} * (double){bias}"] if detail["beta"] != 0 else []) + \
         ([f"{literal(detail['alpha'])} * {product}"] if detail["alpha"] != 0 else [])
     return " + ".join(terms) or "0.0"
-
-
-def _chunking(units: str, integer: bool = False) -> list[str]:
-    """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
-    defines M, N and what a unit is). `integer`: the int8 GEMM's steps (kiln_qgemm.h) instead of float32's tiles,
-    in chunks whose AMX copy of their rows stays small (kiln_qchunk_rows)."""
-    mr, panels, tile = ("KILN_QROWS", "kiln_qpanels", "int32_t tile[KILN_QROWS * KILN_QNR]") if integer else \
-        ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]")
-    return [
-        f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
-        f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
-        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
-        "if (chunks > row_blocks) chunks = row_blocks;",
-        "if (chunks < 1) chunks = 1;",
-        f"{'' if integer else 'const '}int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
-        *(["if (chunk_rows > kiln_qchunk_rows(K))", "{",
-           "    chunk_rows = kiln_qchunk_rows(K);", "    chunks = (M + chunk_rows - 1) / chunk_rows;", "}"]
-          if integer else []),
-        f"{tile} __attribute__((aligned(64)));",
-    ]
-
-
-def _shared_units(loops: int, units: str) -> str:
-    """The work-sharing pragma of `loops` collapsed loops over `units` (an expression) units of similar work: dynamic
-    chunks of a sixteenth of a thread's share, so a thread the VM delays hands its remaining chunks to the others
-    instead of the team waiting for it at the barrier (static shares: the int8 CNN's convolutions took 1.2x as
-    long on the 2-vCPU VM; chunks keep runs of neighbouring units together, which share input rows and output
-    cache lines)."""
-    return f"#pragma omp for collapse({loops}) schedule(dynamic, (int)(({units}) / (16 * omp_get_num_threads()) + 1))"
-
-
-def _epilogue_columns(detail: dict, first_column: str, columns: str = "KILN_QNR") -> list[str]:
-    """Per panel (`colsum`, `width` defined): its `columns` output channels' constants for kiln_qepilogue, zero past
-    `width` so whole tile rows compute: zero point x column sum, x_scale x weight scale, bias."""
-    def column(view: Any) -> str:  # a [N] operand at column n
-        return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
-    bias = detail["bias"]
-    return [
-        f"int32_t zcol[{columns}] __attribute__((aligned(64)));",
-        f"float scale[{columns}] __attribute__((aligned(64))), bias[{columns}] __attribute__((aligned(64)));",
-        f"for (int64_t c = 0; c < {columns}; ++c)", "{",
-        f"    const int64_t n = {first_column} + c;",
-        "    zcol[c] = x_zero_point * colsum[c];",
-        f"    scale[c] = c < width ? x_scale * {column(detail['weight_scale'])} : 0.0f;",
-        f"    bias[c] = c < width ? {column(bias) if bias is not None else '0.0f'} : 0.0f;",
-        "}",
-    ]
-
-
-# quant.QLINEAR_POST_OPS as kiln_qepilogue's post-op codes
-_POST_OPS = {"none": "KILN_QPOST_NONE", "relu": "KILN_QPOST_RELU", "gelu": "KILN_QPOST_GELU",
-             "gelu_tanh": "KILN_QPOST_GELU_TANH"}
-
-
-def _output_form(detail: dict, out: Buffer) -> tuple[str, float, float, float]:
-    """kiln_qepilogue's output kind, zero point and clamp [low, high] for an integer kernel's output."""
-    kind = {dtypes.float32: "KILN_QOUT_F32", dtypes.uint8: "KILN_QOUT_U8", dtypes.int8: "KILN_QOUT_S8"}[out.dtype]
-    if out.dtype == dtypes.float32:
-        return kind, 0.0, 0.0, 0.0
-    return kind, float(detail["output_zero_point"]), float(detail["quant_min"]), float(detail["quant_max"])
-
-
-def _epilogue(detail: dict, out: Buffer, row: str, target: str, residual: tuple[str, str] | None = None) -> str:
-    """kiln_qepilogue of tile row `row` into `target` (a pointer): the zero point's correction, scales, bias, the
-    residual (a pointer to its first column's element, and the stride between columns), the post-op, and float32
-    or requantized output (round half to even, the zero point, the clamp, as quantize_per_tensor does)."""
-    kind, zero_point, low, high = _output_form(detail, out)
-    bias = "bias" if detail["bias"] is not None else "NULL"
-    extra, stride = residual or ("NULL", "0")
-    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, 1, {extra}, {stride}, "
-            f"{_POST_OPS[detail['post_op']]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
-            f"{high!r}f, width, {target});")
-
-
-def _qparams(detail: dict) -> list[str]:
-    """x_scale, x_zero_point (int8 activations are read as uint8 with the sign bit flipped, x + 128: the zero point
-    moves with them) and the output's inverse scale, as constants of the kernel."""
-    scalars = _Exprs(0)
-
-    def qparam(value: Any) -> str:  # a number, or the .tensor overload's one-element tensor
-        return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
-    return [f"const float x_scale = (float)({qparam(detail['x_scale'])});",
-            f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])})"
-            f" + {128 if detail['signed'] else 0};",
-            f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});",
-            "(void)output_inverse_scale;"]
-
-
-def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> tuple[list[str], list[str]]:
-    """(setup lines, per-panel lines) that define `panel` and `colsum` for panel j of the [n x K] weight at `w`:
-    packed when the model is created, or (a weight that is an input) packed by the unit into its scratch."""
-    narrow = int(kernel.detail["narrow"])
-    if kernel in state.packed:
-        return ([f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];"],
-                [f"const void* panel = packed_group + j * kiln_qpanel_stride(K, {narrow});",
-                 f"const int32_t* colsum = (const int32_t*)(packed_group + kiln_qpanel_bytes(K, {n}, {narrow}))"
-                 " + j * KILN_QNR;"])
-    weight = kernel.detail["weight"]
-    return ([f"void* pack = (void*)({scratch});",
-             f"int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR, {narrow}));",
-             f"const int8_t* w = (const int8_t*){buffer_name(weight.buffer)} + {dim_expr(weight.offset)};"],
-            [f"kiln_qpack_panel(K, {n}, j, w_group, pack, pack_sums, {narrow});",
-             "const void* panel = pack; const int32_t* colsum = pack_sums;"])
-
-
-def _flip(detail: dict) -> str:
-    """The byte kiln_qgemm.h XORs into int8 activations to read them as uint8 (x + 128)."""
-    return "0x80u" if detail["signed"] else "0u"
-
-
-def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qlinear_pointwise on kiln_qgemm.h: the team shares (row chunk, panel) units, each running steps of
-    KILN_QROWS rows (a register tile, or AMX tiles) down its rows against one weight panel. Consecutive units of a
-    thread share their rows, which an AMX step copies once (kiln_qrow_block) where it cannot read them in place."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    rows = detail["x"]
-    scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
-    setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M)")
-    lines = [
-        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
-        *_chunking("panels", integer=True), *setup,
-        "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
-        f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
-        f"kiln_qrow_block block = {{(uint8_t*)({scratch}), -1}};",
-        *_qparams(detail),
-        "kiln_qbegin();",
-        # Static shares: each thread streams a contiguous run of panels and copies its rows once (the int8 MLP at
-        # batch 32 took 0.93-0.95x the time of dynamic chunks' on an AMX Xeon; convolutions keep dynamic chunks)
-        "#pragma omp for collapse(2) schedule(static)",
-        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
-        "for (int64_t j = 0; j < panels; ++j)", "{",
-        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
-        "    const int64_t width = N - j * KILN_QNR < KILN_QNR ? N - j * KILN_QNR : KILN_QNR;",
-        *[f"    {line}" for line in per_panel],
-        *[f"    {line}" for line in _epilogue_columns(detail, "j * KILN_QNR")],
-        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QROWS)", "    {",
-        "        const int rows = (int)(row_end - row < KILN_QROWS ? row_end - row : KILN_QROWS);",
-        f"        kiln_qlinear_step(rows, row, chunk * chunk_rows, row_end, K, x, {_flip(detail)}, panel, tile, "
-        f"{int(detail['narrow'])}, &block);",
-        "        for (int r = 0; r < rows; ++r)",
-        f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}",
-        "    }", "}",
-        "kiln_qend();",
-    ]
-    return ["    " + line for line in lines if line]
-
-
-# Above this many rows a weight-only layer dequantizes each panel to float once and runs the float32 micro-kernel
-# (GPT-2 small at 128 tokens: converting in registers took 1.3x the float32 time, the float panels ~1x); at or below,
-# its weights convert in registers (memory-bound decoding reads a quarter / an eighth of float32's bytes).
-_WEIGHT_ONLY_FLOAT_ROWS = 16
-
-
-def _wpanel_bytes(kernel: Kernel) -> Any:
-    """An upper bound of kiln_wpanel_bytes for a weight-only kernel (int8 bytes, 32 columns), a multiple of 64."""
-    k = sympy.sympify(kernel.detail["k"])
-    return 64 * sympy.ceiling((k * 32 + 64 + k / int(kernel.detail["group_size"]) * 2 * 32 * 4) / 64)
-
-
-def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.linear_weight_only (kiln_qgemm.h's weight-only micro-kernel): the team shares (row chunk, panel) units;
-    each tile of float sums gets the bias and is stored."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    rows, bits, group_size = detail["x"], int(detail["bits"]), int(detail["group_size"])
-    if kernel in state.packed:
-        panel = [f"const unsigned char* panel = (const unsigned char*)ctx->packed[{state.packed[kernel]}] + "
-                 f"(size_t)j * kiln_wpanel_bytes(K, {group_size}, {bits});"]
-    else:  # weights that are inputs: each unit packs its panel into scratch
-        zero_points = detail["zero_points"]
-        zeros = f"{_view_start(zero_points)}, {zero_points.buffer.dtype.itemsize}" if zero_points else "NULL, 0"
-        panel = ["unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
-                 "ctx->scratch_stride);  /* below the float panel */",
-                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, 0, "
-                 f"(const float*){_view_start(detail['scales'])}, {zeros}, panel);"]
-    value = "tile[r * KILN_WNR + c]"
-    if detail["bias"] is not None:
-        bias = detail["bias"]
-        value += f" + {buffer_name(bias.buffer)}[{dim_expr(bias.offset)} + n * {dim_expr(bias.strides[0])}]"
-    lines = [
-        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
-        # Few rows (decoding) take the weights in registers; many (prefill, batches) dequantize panels to float.
-        f"const int many_rows = M > {_WEIGHT_ONLY_FLOAT_ROWS};",
-        "const int64_t mr = many_rows ? KILN_MR : KILN_WMR;",
-        "const int64_t panels = kiln_wpanels(N), row_blocks = (M + mr - 1) / mr;",
-        "const int64_t units = panels, wanted = 4 * (int64_t)omp_get_num_threads();",
-        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
-        "if (chunks > row_blocks) chunks = row_blocks;",
-        "if (chunks < 1) chunks = 1;",
-        "const int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * mr;",
-        "float tile[KILN_WMR * KILN_WNR] __attribute__((aligned(64)));",
-        "float ftile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
-        "float* floats = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride + "
-        f"{dim_expr(_wpanel_bytes(kernel))});  /* after a panel packed per call */",
-        f"const float* x = {_view_start(rows)};",
-        "#pragma omp for collapse(2) schedule(static)",
-        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
-        "for (int64_t j = 0; j < panels; ++j)", "{",
-        *[f"    {line}" for line in panel],
-        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
-        "    const int64_t width = N - j * KILN_WNR < KILN_WNR ? N - j * KILN_WNR : KILN_WNR;",
-        # Many rows: dequantize the panel once (the reference's values) and run the float32 micro-kernel on it.
-        "    if (many_rows)", "    {",
-        f"        kiln_wpanel_to_float(K, {group_size}, {bits}, panel, floats);",
-        "        for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "        {",
-        "            const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
-        "            kiln_ukernel(rows, K, x + row * K, K, 1, floats, floats, ftile);",
-        "            for (int r = 0; r < rows; ++r)",
-        "                _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "                {",
-        "                    const int64_t n = j * KILN_WNR + c;",
-        f"                    {buffer_name(out)}[(row + r) * N + n] = "
-        f"{value.replace('tile[r * KILN_WNR + c]', 'ftile[r * KILN_NR + c]')};",
-        "                }", "        }",
-        "        continue;", "    }",
-        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
-        "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
-        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail['zero_points'] is not None)}, x + row * K, "
-        "K, panel, tile);",
-        "        for (int r = 0; r < rows; ++r)",
-        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
-        "                const int64_t n = j * KILN_WNR + c;",
-        f"                {buffer_name(out)}[(row + r) * N + n] = {value};",
-        "            }", "    }", "}",
-    ]
-    return ["    " + line for line in lines]
-
-
-def _view_start(view: Any) -> str:
-    """A pointer to a view's first element."""
-    return f"({buffer_name(view.buffer)} + {dim_expr(view.offset)})"
-
-
-# Below this many input channels per group, a direct convolution folds the kernel's columns into the channels
-# (kiln_qgemm.h): an RGB stem's 3 channels would pad each tap's k-step to 4, and take 3x the taps.
-_FOLD_BELOW_CHANNELS = 16
-
-
-def _qconv_direct(kernel: Kernel, packed: dict) -> bool:
-    """Whether a build with direct convolutions convolves this quant.qconv2d_pointwise directly where its ISA takes the
-    layer (kiln_qgemm.h's kiln_qdirect_takes): its weights are packed at create."""
-    return kernel.kind == "qconv" and kernel in packed
-
-
-def _direct_shape(kernel: Kernel) -> tuple[int, int, int, int]:
-    """(fold_kw, channels, KH taps x KW' taps, KW') of a direct convolution: fold_kw is KW where the columns fold
-    into the channels (1 where they do not), channels and taps those of its steps."""
-    _, channels, kh, kw = (int(d) for d in kernel.detail["weight"].shape)
-    if channels < _FOLD_BELOW_CHANNELS:
-        return kw, channels * kw, kh, 1
-    return 1, channels, kh * kw, kw
-
-
-def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qconv2d_pointwise: direct steps where the model's ISA takes the layer (kiln_qdirect_takes: AMX, AVX-512
-    VNNI, AVX2 for 7-bit activations) and its weights are packed at create (`_qconv_direct`), else im2col rows through
-    the GEMM steps."""
-    if _qconv_direct(kernel, state.packed):
-        return ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({int(kernel.detail['narrow'])}))", "    {",
-                *["    " + line for line in _qconv_direct_lines(kernel, state)], "    }", "    else", "#endif",
-                "    {", *["    " + line for line in _qconv_im2col(kernel, state)], "    }"]
-    return _qconv_im2col(kernel, state)
-
-
-def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qconv2d_pointwise convolved directly (kiln_qgemm.h, KILN_QDIRECT): the team shares (image, group, band
-    of output rows) units. A unit copies its band's input rows into channel-quad layout once, then for every panel of
-    32 output channels runs steps of KILN_QNR pixels along each output row over every tap, and each channel's row of
-    the step through the epilogue into the NCHW output."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    x, weight = detail["x"], detail["weight"]
-    n, channels, height, width = x.shape
-    out_channels, _, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
-    fold, step_channels, taps, step_kw = _direct_shape(kernel)
-    # a folded layer's steps see one column tap, stride 1: the copy applied the columns' stride and dilation
-    step_sw, step_dw = (1, 1) if fold > 1 else (sw, dw)
-    x_type = c_type(x.buffer.dtype)
-    target = f"{buffer_name(out)} + ((b * COUT + co) * OH + oh) * OW + column"
-    residual = "NULL"
-    if detail["other"] is not None:
-        other = detail["other"]
-        residual = f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + ((b * COUT + co) * OH + oh) * OW + column"
-    kind, zero_point, low, high = _output_form(detail, out)
-    lines = [
-        f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
-        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
-        f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])};",
-        f"const int64_t KH = {dim_expr(kh)}, CG = C / G, COG = COUT / G, taps = {taps}, channels = {step_channels};",
-        "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);",
-        "const int64_t quads = kiln_qdirect_kbytes(channels) / 4;",
-        # bands of output rows: enough units to keep the team busy on few images
-        f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
-        "int64_t bands = (4 * (int64_t)omp_get_num_threads() + NB * G - 1) / (NB * G);",
-        "if (bands > OH) bands = OH;",
-        "if (bands < 1) bands = 1;",
-        "int64_t band = (OH + bands - 1) / bands;",
-        # and few enough rows that a band's copy stays within _DIRECT_BAND_BYTES (one output row's at least)
-        f"const int64_t row_bytes = steps * kiln_qdirect_kbytes(channels) * {step_sw} * cols;",
-        f"int64_t most = ({_DIRECT_BAND_BYTES} / row_bytes - (KH - 1) * {dh} - 1) / {sh} + 1;",
-        "if (most < 1) most = 1;",
-        "if (band > most) { band = most; bands = (OH + band - 1) / band; }",
-        "int32_t tile[32 * KILN_QNR] __attribute__((aligned(64)));",
-        "uint8_t* input = (uint8_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
-        f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];",
-        f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
-        *_qparams(detail),
-        f"const uint8_t flip = {_flip(detail)};",
-        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) ^ flip);",
-        "kiln_qbegin_direct(kiln_qdirect_kbytes(channels));",
-        _shared_units(3, "NB * G * bands"),
-        "for (int64_t b = 0; b < NB; ++b)",
-        "for (int64_t g = 0; g < G; ++g)",
-        "for (int64_t part = 0; part < bands; ++part)", "{",
-        "    const int64_t oh0 = part * band, oh1 = oh0 + band < OH ? oh0 + band : OH;",
-        "    if (oh0 >= oh1) continue;",
-        f"    const int64_t rows = (oh1 - oh0 - 1) * {sh} + (KH - 1) * {dh} + 1;",
-        f"    kiln_qdirect_input((const uint8_t*)(x + (b * C + g * CG) * H * W), CG, H, W, oh0 * {sh} - {ph}, rows, "
-        f"{sw}, {dw}, {pw}, {fold}, cols, pad, flip, input);",
-        "    const char* packed_group = packed + g * kiln_qdirect_weight_bytes(COG, channels, taps);",
-        "    const int32_t* sums = (const int32_t*)(packed_group + panels * taps * steps * 2048);",
-        "    for (int64_t j = 0; j < panels; ++j)", "    {",
-        "        const int64_t width = COG - j * 32 < 32 ? COG - j * 32 : 32;",
-        "        const int32_t* colsum = sums + j * 32;",
-        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * 32", "32")],
-        "        const int8_t* panel = (const int8_t*)packed_group + j * taps * steps * 2048;",
-        "        for (int64_t oh = oh0; oh < oh1; ++oh)",
-        "            for (int64_t column = 0; column < OW; column += KILN_QNR)", "            {",
-        "                const int pixels = (int)(OW - column < KILN_QNR ? OW - column : KILN_QNR);",
-        f"                kiln_qdirect_step((int)width, pixels, panel, taps, {step_kw}, steps, quads, "
-        f"{int(detail['narrow'])}, input, rows, cols, {step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
-        "                for (int64_t r = 0; r < width; ++r)", "                {",
-        "                    const int64_t co = g * COG + j * 32 + r;",
-        f"                    kiln_qdirect_epilogue(tile + r * KILN_QNR, zcol[r], scale[r], "
-        f"{'bias + r' if detail['bias'] is not None else 'NULL'}, {residual}, {_POST_OPS[detail['post_op']]}, "
-        f"{kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, {high!r}f, pixels, {target});",
-        "                }", "            }", "    }", "}",
-        "kiln_qend();",
-    ]
-    return ["    " + line for line in lines if line]
-
-
-def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qconv2d_pointwise: the team shares (image, group, block of KILN_QPB output pixels) units. A unit
-    gathers its pixels' receptive fields into uint8 rows (im2col; padding reads the zero point, the quantized 0.0),
-    then runs them against every weight panel of its group, storing each tile into the NCHW output."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    x, weight = detail["x"], detail["weight"]
-    n, channels, height, width = x.shape
-    out_channels, _, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
-    scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
-    setup, per_panel = _weight_panels(kernel, state, "COG", f"{scratch} + kiln_qcols_bytes(K)")
-    residual = None
-    if detail["other"] is not None:  # the residual's element of the row's pixel in the panel's first channel
-        other = detail["other"]
-        residual = (f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + (b * COUT + g * COG + j * KILN_QNR) * P"
-                    " + p0 + row + r", "P")
-    x_type = c_type(x.buffer.dtype)
-    lines = [
-        f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
-        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
-        f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])}, P = OH * OW;",
-        f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
-        # im2col rows padded to whole k-groups: the micro-kernel then never takes its partial-group path
-        f"const int64_t KP = kiln_qgroups(K, {int(detail['narrow'])}) * kiln_qk({int(detail['narrow'])});",
-        "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
-        "int32_t tile[KILN_QROWS * KILN_QNR] __attribute__((aligned(64)));",
-        f"{c_type(out.dtype)} staged[KILN_QPB * KILN_QNR] __attribute__((aligned(64)));",
-        # AMX tiles load bytes as they are: there the gather flips int8 into uint8, elsewhere the micro-kernel does
-        f"const uint8_t cols_flip = KILN_QCOLS_FLIP ? {_flip(detail)} : 0u, step_flip = {_flip(detail)} ^ cols_flip;",
-        f"uint8_t* cols = (uint8_t*)({scratch});",
-        *setup,
-        f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
-        *_qparams(detail),
-        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) "
-        "^ cols_flip);",
-        "kiln_qbegin();",
-        _shared_units(3, "NB * G * blocks"),
-        "for (int64_t b = 0; b < NB; ++b)",
-        "for (int64_t g = 0; g < G; ++g)",
-        "for (int64_t block = 0; block < blocks; ++block)", "{",
-        "    const int64_t p0 = block * KILN_QPB, count = P - p0 < KILN_QPB ? P - p0 : KILN_QPB;",
-        "    for (int64_t i = 0; i < count; ++i)", "    {",
-        "        const int64_t oh = (p0 + i) / OW, ow = (p0 + i) % OW;",
-        f"        const int64_t top = oh * {sh} - {ph}, left = ow * {sw} - {pw};",
-        "        uint8_t* row = cols + i * KP;",
-        "        for (int64_t k = K; k < KP; ++k) row[k] = 0;  /* against the packed weights' zero padding */",
-        "        const " + x_type + "* image = x + (b * C + g * CG) * H * W;",
-        # Pixels whose window lies inside the image (most of them) copy without bounds checks.
-        f"        if (top >= 0 && top + (KH - 1) * {dh} < H && left >= 0 && left + (KW - 1) * {dw} < W)", "        {",
-        "            for (int64_t ci = 0; ci < CG; ++ci)",
-        "                for (int64_t ki = 0; ki < KH; ++ki)", "                {",
-        f"                    const {x_type}* line = image + (ci * H + top + ki * {dh}) * W + left;",
-        "                    uint8_t* to = row + (ci * KH + ki) * KW;",
-        f"                    for (int64_t kj = 0; kj < KW; ++kj) to[kj] = (uint8_t)line[kj * {dw}] ^ cols_flip;",
-        "                }",
-        "            continue;", "        }",
-        "        for (int64_t ci = 0; ci < CG; ++ci)",
-        "            for (int64_t ki = 0; ki < KH; ++ki)", "            {",
-        f"                const int64_t ih = top + ki * {dh};",
-        "                const int inside = ih >= 0 && ih < H;",
-        "                const " + x_type + "* line = image + (ci * H + (inside ? ih : 0)) * W;",
-        "                for (int64_t kj = 0; kj < KW; ++kj)", "                {",
-        f"                    const int64_t iw = left + kj * {dw};",
-        "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? "
-        "(uint8_t)((uint8_t)line[iw] ^ cols_flip) : pad;",
-        "                }", "            }", "    }",
-        f"    const char* packed_group = packed + g * kiln_qpacked_bytes(K, COG, {int(detail['narrow'])});"
-        if kernel in state.packed else "    const int8_t* w_group = w + g * COG * K;",
-        "    for (int64_t j = 0; j < panels; ++j)", "    {",
-        "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
-        *[f"        {line}" for line in per_panel],
-        *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
-        "        for (int64_t row = 0; row < count; row += KILN_QROWS)", "        {",
-        "            const int rows = (int)(count - row < KILN_QROWS ? count - row : KILN_QROWS);",
-        f"            kiln_qcols_step(rows, KP, cols + row * KP, step_flip, panel, tile, {int(detail['narrow'])});",
-        # The epilogue runs along the tile's columns (vectorized) into `staged`, the block's pixels channels-last;
-        # the copy out runs along its rows, which are consecutive pixels of one channel in NCHW (storing from the
-        # first loop would write each pixel's channels P elements apart: twice as slow on the 3-channel stem;
-        # SSE2 16x16 byte transposes for this copy measured within 3% of it, so it stays plain).
-        "            for (int r = 0; r < rows; ++r)",
-        f"                {_epilogue(detail, out, 'r', 'staged + (row + r) * KILN_QNR', residual)}",
-        "        }",
-        f"        {c_type(out.dtype)}* to = {buffer_name(out)} + (b * COUT + g * COG + j * KILN_QNR) * P + p0;",
-        "        for (int64_t c = 0; c < width; ++c)",
-        "            for (int64_t r = 0; r < count; ++r) to[c * P + r] = staged[r * KILN_QNR + c];",
-        "    }", "}",
-        "kiln_qend();",
-    ]
-    return ["    " + line for line in lines if line]
-
-
-def _qpool(kernel: Kernel, state: RenderState) -> list[str]:
-    """quant.qadaptive_avg_pool2d: each output's window (ATen's adaptive bounds) summed in int32, its mean
-    dequantized in double, then requantized as quantize_per_tensor does (round half to even, the zero point, the
-    clamp). The reference dequantizes each value to float32 before averaging, so the two means differ by float32
-    rounding: at most one step apart after requantization."""
-    detail, out = kernel.detail, kernel.outputs[0]
-    x = detail["x"]
-    height, width = (dim_expr(d) for d in x.shape[2:])
-    oh, ow = (dim_expr(d) for d in kernel.shape[2:])
-    body = [
-        f"const int64_t h0 = (i2 * {height}) / {oh}, h1 = ((i2 + 1) * {height} + {oh} - 1) / {oh};",
-        f"const int64_t w0 = (i3 * {width}) / {ow}, w1 = ((i3 + 1) * {width} + {ow} - 1) / {ow};",
-        f"const {c_type(x.buffer.dtype)}* plane = {buffer_name(x.buffer)} + {dim_expr(x.offset)} + "
-        f"(i0 * {dim_expr(x.shape[1])} + i1) * {height} * {width};",
-        "int32_t sum = 0;",
-        "for (int64_t h = h0; h < h1; ++h)",
-        "    for (int64_t w = w0; w < w1; ++w) sum += plane[h * " + width + " + w];",
-        "const int64_t count = (h1 - h0) * (w1 - w0);",
-        f"const float mean = (float)({literal(float(detail['x_scale']))} * "
-        f"(double)(sum - count * (int64_t){int(detail['x_zero_point'])}) / (double)count);",
-        f"const float q = nearbyintf(mean * (float)(1.0 / {literal(float(detail['output_scale']))})) + "
-        f"{float(detail['output_zero_point'])!r}f;",
-        f"const float low = {float(detail['quant_min'])!r}f, high = {float(detail['quant_max'])!r}f;",
-        f"{buffer_name(out)}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})(q < low ? low : q > high ? high : q);",
-    ]
-    return _loops(kernel.shape, body)
 
 
 def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
@@ -1170,11 +482,6 @@ def _shared_extremum_body(op: str) -> list[str]:
         "    Y0[0] = nan ? NAN : m;", "}",
         "(void)row; (void)YS;", "#undef X",
     ]
-
-
-def _view_index(view: Any, variables: list[str]) -> str:
-    """The flat element offset of a View (shape, strides, offset) at index `variables`."""
-    return _Exprs(len(variables)).index(view.strides, view.offset, variables)
 
 
 def _conv_as_gemm(kernel: Kernel) -> bool:
@@ -2180,10 +1487,8 @@ def _sparse_parts(kernel: Kernel, state: RenderState) -> dict[str, str]:
 
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
-    "window": _window, "cat": _cat,
-    "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags, "qlinear": _qlinear,
-    "qconv": _qconv, "wlinear": _wlinear, "qpool": _qpool, "sparse_linear": _sparse_linear,
-    "sparse_conv": _sparse_conv,
+    "window": _window, "cat": _cat, "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
+    "sparse_linear": _sparse_linear, "sparse_conv": _sparse_conv, **quantized.RENDERERS,
 }
 
 PRELUDE = """\
@@ -2366,25 +1671,6 @@ class KernelBodies:
         return lines + ["}"]
 
 
-# A direct convolution's band of input rows (kiln_qdirect_input) stays within this many bytes, or one output row's.
-_DIRECT_BAND_BYTES = 1 << 20
-
-
-def _direct_input_bytes(kernel: Kernel) -> Any:
-    """An upper bound of kiln_qdirect_input's bytes for a direct convolution: a band of every output row, or as
-    many as _DIRECT_BAND_BYTES holds (one output row's at least)."""
-    detail = kernel.detail
-    fold, channels, _, step_kw = _direct_shape(kernel)
-    kh = int(detail["weight"].shape[2])
-    (sh, sw), (dh, dw) = detail["stride"], detail["dilation"]
-    phases, step_dw = (1, 1) if fold > 1 else (int(sw), int(dw))
-    padded = -4 * (-channels // 4) if channels <= 64 else -64 * (-channels // 64)
-    rows = (sympy.sympify(kernel.shape[2]) - 1) * int(sh) + (kh - 1) * int(dh) + 1
-    cols = -32 * sympy.floor(-sympy.sympify(kernel.shape[3]) / 32) + (step_kw - 1) * step_dw // phases
-    row_bytes = padded * phases * cols
-    return sympy.Min(rows * row_bytes, sympy.Max(_DIRECT_BAND_BYTES, ((kh - 1) * int(dh) + 1) * row_bytes))
-
-
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
@@ -2398,27 +1684,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
-    if kernel.kind == "wlinear":  # a float panel, after a packed one (room for it whether or not it is used)
-        k = sympy.sympify(kernel.detail["k"])
-        return _wpanel_bytes(kernel) + k * 32 * 4
-    if kernel.kind in ("qlinear", "qconv"):
-        # Sizes that hold at every capability, since model.c builds at any (kiln_qgemm.h): K padded to whole k-quads,
-        # or (AMX) to whole 64-byte k-blocks.
-        def rounded(size: Any, step: int) -> Any:  # up to a multiple of step, as dim_expr renders it
-            return -step * sympy.floor(-sympy.sympify(size) / step)
-        k = sympy.sympify(kernel.detail["k"])
-        quads, blocks = rounded(k, 4), rounded(k, 64)
-        # a convolution's im2col rows (KILN_QPB: 48 rows of quads, or 64 of blocks), or a linear layer's AMX copy of
-        # one chunk of rows (kiln_qrow_block_bytes: M in whole 32-row steps, at most 256 KB or one step)
-        if kernel.kind == "qconv":
-            rows = sympy.Max(48 * quads, 64 * blocks)
-            if _qconv_direct(kernel, packed):  # or (AMX, directly) a band of input rows in B-tile layout
-                rows = sympy.Max(rows, _direct_input_bytes(kernel))
-        else:
-            rows = sympy.Min(rounded(kernel.detail["m"], 32) * blocks, sympy.Max(32 * blocks, 256 * 1024))
-        # one weight panel (int16 pairs, or blocks) and its column sums when the weight is an input
-        panel = sympy.Max(quads * 32 * 2, blocks * 32) + 32 * 4 if kernel not in packed else 0
-        return rows + panel  # (rows: a multiple of 64 bytes either way)
+    if kernel.kind in quantized.RENDERERS:
+        return quantized.scratch_bytes(kernel, packed)
     if _pixel_rows(kernel, packed):
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
         return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
@@ -2462,13 +1729,6 @@ def _conv_weight_shape(kernel: Kernel) -> tuple[int, int, int]:
     return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
 
 
-def _qweight_shape(kernel: Kernel) -> tuple[int, int, int]:
-    """(groups, output columns per group, K) of an integer kernel's int8 weight."""
-    weight = kernel.detail["weight"]
-    groups = int(kernel.detail.get("groups", 1))
-    return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
-
-
 def _packed_bytes(kernel: Kernel) -> int:
     """Bytes of a static operand packed at create: a GEMM's B in zero-padded KILN_NR-wide panels, or a
     convolution's weights in zero-padded KILN_MR-row blocks per group."""
@@ -2477,18 +1737,8 @@ def _packed_bytes(kernel: Kernel) -> int:
     if kernel.kind == "conv":
         groups, rows, k = _conv_weight_shape(kernel)
         return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
-    if kernel.kind == "wlinear":  # int8 bytes (int4 takes half), then the groups' scales and offsets, at 32 columns
-        n, k = -(-int(kernel.detail["n"]) // 32) * 32, int(kernel.detail["k"])
-        return n * k + n // 32 * 64 + n * (k // int(kernel.detail["group_size"])) * 8
-    if kernel.kind in ("qlinear", "qconv"):  # int16 pairs or AMX's 64-byte k-blocks (the largest layouts
-        groups, rows, k = _qweight_shape(kernel)  # kiln_qgemm.h packs), column sums
-        n = -(-rows // 32) * 32
-        per_group = n * max(-(-k // 2) * 4, -(-k // 64) * 64) + n * 4
-        if kernel.kind == "qconv":  # or (AMX, direct) 32 x 64 bytes per panel, tap and k-step of channels
-            _, channels, taps, _ = _direct_shape(kernel)
-            steps = 1 if channels <= 64 else -(-channels // 64)
-            per_group = max(per_group, n // 32 * taps * steps * 2048 + n * 4)
-        return groups * per_group
+    if kernel.kind in quantized.RENDERERS:
+        return quantized.packed_bytes(kernel)
     return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
 
 
@@ -2560,13 +1810,6 @@ def int4_weights(schedule: Schedule) -> set[str]:
                    for kernel in kernels)}
 
 
-def _allocate(slot: int, size: str) -> list[str]:
-    """Create-time lines: a 64-byte-aligned block of `size` bytes (a multiple of 64) for packed slot `slot`."""
-    return [f"    m->packed[{slot}] = (float*)aligned_alloc(64, {size});",
-            f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
-            f"    m->packed_owned[{slot}] = 1;"]
-
-
 def _packed_at_compile_time(kernel: Kernel) -> bool:
     """Whether a kernel with a packed operand (render._prepacked) reads it from weights.bin, packed by the compiler
     (packing.py: the float32 GEMMs and convolutions), rather than packing it when the model is created."""
@@ -2617,43 +1860,8 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                 lines.append(f"    kiln_sell_pack({int(kernel.detail['n'])}, {crow}, {parts['col_indices']}, "
                              f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});")
             continue
-        if kernel.kind == "wlinear":
-            detail = kernel.detail
-            k, n, bits, group_size = int(detail["k"]), int(detail["n"]), int(detail["bits"]), int(detail["group_size"])
-
-            def start(view: Any, ctype: str) -> str:
-                return f"({ctype}*)(m->weights + {weight_offsets[view.buffer.weight_key]}) + {int(view.offset)}"
-            zero_points = detail["zero_points"]
-            zero_points = (f"{start(zero_points, 'const ' + c_type(zero_points.buffer.dtype))}, "
-                           f"{zero_points.buffer.dtype.itemsize}") if zero_points else "NULL, 0"
-            lines += [f"    /* {kernel.name}: int{bits} W [{n} x {k}], groups of {group_size} */",
-                      *_allocate(slot, f"kiln_wpanels({n}) * kiln_wpanel_bytes({k}, {group_size}, {bits})"),
-                      f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail['weight'], 'const int8_t')}, "
-                      f"{int(detail['weight'].buffer.weight_key in nibbles)}, "
-                      f"{start(detail['scales'], 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
-            continue
-        if kernel.kind in ("qlinear", "qconv"):
-            weight = kernel.detail["weight"]
-            groups, n, k = _qweight_shape(kernel)
-            narrow = int(kernel.detail["narrow"])
-            source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
-            lines.append(f"    /* {kernel.name}: int8 W [{groups} x {n} x {k}] of "
-                         f"{identifier(weight.buffer.weight_key)} */")
-            panels = [*_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n}, {narrow})"),
-                      f"    for (int64_t g = 0; g < {groups}; ++g)",
-                      f"        kiln_qpack_b({k}, {n}, {source} + g * {n * k}, "
-                      f"(char*)m->packed[{slot}] + g * kiln_qpacked_bytes({k}, {n}, {narrow}), {narrow});"]
-            if _qconv_direct(kernel, packed):  # direct convolutions read weights per tap
-                fold, channels, taps, _ = _direct_shape(kernel)
-                _, _, kh, kw = (int(d) for d in weight.shape)
-                size = f"kiln_qdirect_weight_bytes({n}, {channels}, {taps})"
-                panels = ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({narrow}))", "    {",
-                          *_allocate(slot, f"{groups} * {size}"),
-                          f"    for (int64_t g = 0; g < {groups}; ++g)",
-                          f"        kiln_qpack_direct({n}, {int(weight.shape[1])}, {kh}, {kw}, {int(fold > 1)}, "
-                          f"{source} + g * {n * k}, (char*)m->packed[{slot}] + g * {size});",
-                          "    }", "    else", "#endif", "    {", *panels, "    }"]
-            lines += panels
+        if kernel.kind in quantized.RENDERERS:
+            lines += quantized.pack_lines(kernel, packed, slot, weight_offsets, nibbles)
             continue
         if kernel.kind == "conv":
             weight = kernel.detail["weight"]
@@ -2925,6 +2133,3 @@ kiln_model* kiln_create_from_file(const char* path)
     rest = out[bodies_at:] + run
     return "\n".join(out[:bodies_at] + _grouped_bodies(bodies.definitions, sum(map(len, rest))) + rest)
 
-
-def _cstr(text: str) -> str:
-    return '"' + "".join(c if c.isalnum() or c in "_.-" else f"\\{ord(c) & 0xFF:03o}" for c in text) + '"'

@@ -1,0 +1,298 @@
+"""C text shared by the C renderers (render.py, quantized.py): types, literals, size expressions, the index and
+expression printer, loop nests and the work-sharing pragmas kernels run their units under."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
+from kiln.codegen.schedule import (
+    Accumulator, Apply, Buffer, Constant, Gather, Iota, Load, Tile, contiguous_strides,
+)
+from kiln.ir import dtypes
+from kiln.ir.errors import UnsupportedError
+
+C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
+           dtypes.int16: "int16_t", dtypes.int8: "int8_t",
+           dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
+
+
+def c_type(dtype: dtypes.DType) -> str:
+    if dtype not in C_TYPES:  # an op on such values is refused when legalized; an unused input reaches here
+        raise UnsupportedError(f"the C backend has no {dtype.name} tensors",
+                               fix=f"convert the model's {dtype.name} inputs and weights to float32 first")
+    return C_TYPES[dtype]
+
+
+def compute_type(dtype: dtypes.DType) -> str:
+    return "double" if dtype.is_floating_point else c_type(dtype)
+
+
+def identifier(name: str) -> str:
+    """A C identifier from a model name: nothing from the model reaches the source unsanitized."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name)[:60]
+    return name if name and not name[0].isdigit() else f"v_{name}"
+
+
+def literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return f"INT64_C({value})"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        return repr(value)
+    if isinstance(value, sympy.Expr) and value.is_integer:  # a size (every kernel binds the symbols)
+        return dim_expr(value)
+    raise UnsupportedError(f"cannot render the scalar {value!r} in C")
+
+
+def symbol_name(symbol: sympy.Symbol) -> str:
+    return f"sym_{identifier(str(symbol))}"
+
+
+def dim_expr(expr: Any) -> str:
+    """An integer sympy expression over the symbols as C."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return f"INT64_C({int(expr)})"
+    if expr.is_Symbol:
+        return symbol_name(expr)
+    if expr.is_Add:
+        return "(" + " + ".join(dim_expr(a) for a in expr.args) + ")"
+    if expr.is_Mul:
+        return "(" + " * ".join(dim_expr(a) for a in expr.args) + ")"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return "(" + " * ".join([dim_expr(expr.base)] * int(expr.exp)) + ")"
+    if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"kiln_floordiv({dim_expr(num)}, {dim_expr(den)})"
+    if isinstance(expr, sympy.Mod):  # Python's (floor) modulo, as sympy's Mod
+        num, den = dim_expr(expr.args[0]), dim_expr(expr.args[1])
+        return f"({num} - {den} * kiln_floordiv({num}, {den}))"
+    if isinstance(expr, (sympy.Min, sympy.Max)):  # diagonal lengths
+        text, op = dim_expr(expr.args[0]), "<" if isinstance(expr, sympy.Min) else ">"
+        for arg in expr.args[1:]:
+            other = dim_expr(arg)
+            text = f"({text} {op} {other} ? {text} : {other})"
+        return text
+    raise UnsupportedError(f"cannot render the size expression {expr} in C")
+
+
+def condition_expr(condition: Any) -> str:
+    """A condition on the symbols (a runtime assertion: `u0 <= s0`, `Eq(Mod(s0, 4), 0)`) as a C expression."""
+    relations = {"==": "==", "!=": "!=", "<=": "<=", "<": "<", ">=": ">=", ">": ">"}
+    if isinstance(condition, sympy.core.relational.Relational) and condition.rel_op in relations:
+        return f"({dim_expr(condition.lhs)} {relations[condition.rel_op]} {dim_expr(condition.rhs)})"
+    if isinstance(condition, (sympy.And, sympy.Or)):
+        joiner = " && " if isinstance(condition, sympy.And) else " || "
+        return "(" + joiner.join(condition_expr(arg) for arg in condition.args) + ")"
+    if isinstance(condition, sympy.Not):
+        return f"(!{condition_expr(condition.args[0])})"
+    raise UnsupportedError(f"cannot render the runtime assertion {condition} in C")
+
+
+class _Exprs:
+    """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
+
+    def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None):
+        self.rank = rank
+        self.accumulator = accumulator
+        self.variables = variables if variables is not None else [f"i{k}" for k in range(rank)]
+
+    def index(self, strides: list, offset: Any, variables: list[str] | None = None) -> str:
+        variables = variables if variables is not None else self.variables
+        terms = [dim_expr(offset)] if sympy.sympify(offset) != 0 else []
+        for var, stride in zip(variables, strides):
+            if sympy.sympify(stride) != 0:
+                terms.append(var if sympy.sympify(stride) == 1 else f"{var} * {dim_expr(stride)}")
+        return " + ".join(terms) or "0"
+
+    def render(self, node: Any) -> str:
+        if isinstance(node, Load):
+            element = f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
+            if node.buffer.dtype == dtypes.bool_:  # read as bytes: GCC does not vectorize loads of _Bool
+                return f"(((const uint8_t*){buffer_name(node.buffer)})[{self.index(node.strides, node.offset)}] != 0)"
+            return element
+        if isinstance(node, Accumulator):
+            return self.accumulator
+        if isinstance(node, Constant):
+            return f"(({c_type(node.dtype)}){literal(node.value)})"
+        if isinstance(node, Iota):
+            return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
+        if isinstance(node, Tile):  # repeat: each index modulo the source's size
+            variables = [v if size is None else f"({v} % {dim_expr(size)})"
+                         for v, size in zip(self.variables, node.sizes)]
+            place = self.index(node.strides, node.offset, variables)
+            if node.buffer.dtype == dtypes.bool_:
+                return f"(((const uint8_t*){buffer_name(node.buffer)})[{place}] != 0)"
+            return f"{buffer_name(node.buffer)}[{place}]"
+        if isinstance(node, Gather) and node.stride is not None:  # index.Tensor: checked, wrapped indices
+            table, unused = node.table, []
+            place = self.index(table.strides, table.offset)
+            for index, size, dim, stride in zip(node.index, node.size, node.dim, node.stride):
+                checked = checked_index(self.render(index), size, dim, node.op, wrap=True)
+                if sympy.sympify(stride) != 0:
+                    place = f"{place} + ({checked}) * {dim_expr(stride)}"
+                else:  # a size-1 dim: the index is still checked
+                    unused.append(f"(void)({checked}), ")
+            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
+                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
+            return f"({''.join(unused)}{element})" if unused else element
+        if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
+            checked = checked_index(self.render(node.index), node.size, node.dim, node.op, wrap=False)
+            table, variables = node.table, list(self.variables)
+            variables[node.dim] = f"({checked})"
+            place = self.index(table.strides, table.offset, variables)
+            element = (f"(((const uint8_t*){buffer_name(table.buffer)})[{place}] != 0)"
+                       if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
+            return element if sympy.sympify(table.strides[node.dim]) != 0 else f"((void)({checked}), {element})"
+        if isinstance(node, Gather):
+            row = f"(int64_t)({self.render(node.index)})"
+            table = node.table
+            column = self.variables[-1]
+            offset = self.index([1, table.strides[1]], table.offset, [f"{row} * {dim_expr(table.strides[0])}", column])
+            return f"{buffer_name(table.buffer)}[{offset}]"
+        if isinstance(node, Apply):
+            cast_kind, rule = POINTWISE_RULES[node.op]
+            tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
+            if cast_kind == "promote":
+                target = compute_type(_promote(tensor_dtypes, node.args))
+            else:
+                target = compute_type(node.dtype)
+            operands = []
+            for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
+                if dtype is not None:
+                    text = self.render(arg)
+                    operands.append(text if cast_kind == "where" and position == 0 else f"({target})({text})")
+                elif isinstance(arg, str):
+                    operands.append(arg)
+                elif arg is None or isinstance(arg, dtypes.DType):
+                    operands.append("")
+                else:
+                    operands.append(f"({target}){literal(arg)}")
+            if cast_kind == "where":
+                # A function call evaluates both branches: a ternary makes the compiler load only on one side,
+                # and such masked loads keep the loop from vectorizing.
+                select = f"kiln_where_{compute_type(node.dtype).replace('_t', '')}"
+                return f"(({c_type(node.dtype)})({select}({operands[0]}, {operands[1]}, {operands[2]})))"
+            if node.dtype == dtypes.float32 and node.op in FLOAT32_RULES:
+                rule = FLOAT32_RULES[node.op]
+            return f"(({c_type(node.dtype)})({rule(operands)}))"
+        raise UnsupportedError(f"cannot render {type(node).__name__}")
+
+
+def checked_index(index: str, size: Any, dim: int, op: str, wrap: bool) -> str:
+    """C for an index value checked against `size` (an out-of-range one fails the run, naming `op`); negative
+    values wrap first when `wrap` (index.Tensor, index_put), as ATen."""
+    check = "kiln_index_wrap" if wrap else "kiln_index"
+    return f"{check}((int64_t)({index}), {dim_expr(size)}, {dim}, {_cstr(op)}, ctx)"
+
+
+def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
+    result = tensor_dtypes[0]
+    for d in tensor_dtypes[1:]:
+        result = dtypes.promote_types(result, d)
+    # a Python scalar of a higher category raises the compute type (as torch.result_type): bool == -2 is false
+    if any(isinstance(a, float) for a in args) and not result.is_floating_point:
+        result = dtypes.float64
+    elif result.is_bool and any(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        result = dtypes.int64
+    return result
+
+
+def buffer_name(buffer: Buffer) -> str:
+    return f"b{buffer.index}_{identifier(buffer.name)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+@dataclass
+class RenderState:
+    """What kernels need from the model beyond their buffers: prepacked weight panels and per-thread scratch."""
+
+    packed: dict = field(default_factory=dict)  # kernel -> index into ctx->packed (B operands packed at create)
+    scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
+
+
+def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False) -> list[str]:
+    """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
+    region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). The team
+    shares the outer dims; the innermost loop stays a plain loop (collapsing it too would cost a division per
+    element to recover the indices), vectorized with `simd`."""
+    lines = []
+    rank = len(shape)
+    if rank == 0:
+        lines.append(f"{indent}#pragma omp single")
+    elif rank == 1:
+        lines.append(f"{indent}#pragma omp for{' simd' if simd else ''} schedule(static)")
+    else:
+        lines.append(f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)")
+    for k, d in enumerate(shape):
+        if simd and k == rank - 1 and rank > 1:
+            lines.append(f"{indent}{'    ' * k}#pragma omp simd")
+        lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
+    inner = indent + "    " * rank
+    lines.append(f"{inner}{{")
+    lines += [f"{inner}    {line}" for line in body]
+    lines.append(f"{inner}}}")
+    return lines
+
+
+def _flat(shape: list) -> str:
+    return _Exprs(len(shape)).index(contiguous_strides(shape), 0)
+
+
+def _chunking(units: str, integer: bool = False) -> list[str]:
+    """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
+    defines M, N and what a unit is). `integer`: the int8 GEMM's steps (kiln_qgemm.h) instead of float32's tiles,
+    in chunks whose AMX copy of their rows stays small (kiln_qchunk_rows)."""
+    mr, panels, tile = ("KILN_QROWS", "kiln_qpanels", "int32_t tile[KILN_QROWS * KILN_QNR]") if integer else \
+        ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]")
+    return [
+        f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
+        f"const int64_t units = {units}, wanted = 4 * (int64_t)omp_get_num_threads();",
+        "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
+        "if (chunks > row_blocks) chunks = row_blocks;",
+        "if (chunks < 1) chunks = 1;",
+        f"{'' if integer else 'const '}int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
+        *(["if (chunk_rows > kiln_qchunk_rows(K))", "{",
+           "    chunk_rows = kiln_qchunk_rows(K);", "    chunks = (M + chunk_rows - 1) / chunk_rows;", "}"]
+          if integer else []),
+        f"{tile} __attribute__((aligned(64)));",
+    ]
+
+
+def _shared_units(loops: int, units: str) -> str:
+    """The work-sharing pragma of `loops` collapsed loops over `units` (an expression) units of similar work: dynamic
+    chunks of a sixteenth of a thread's share, so a thread the VM delays hands its remaining chunks to the others
+    instead of the team waiting for it at the barrier (static shares: the int8 CNN's convolutions took 1.2x as
+    long on the 2-vCPU VM; chunks keep runs of neighbouring units together, which share input rows and output
+    cache lines)."""
+    return f"#pragma omp for collapse({loops}) schedule(dynamic, (int)(({units}) / (16 * omp_get_num_threads()) + 1))"
+
+
+def _view_index(view: Any, variables: list[str]) -> str:
+    """The flat element offset of a View (shape, strides, offset) at index `variables`."""
+    return _Exprs(len(variables)).index(view.strides, view.offset, variables)
+
+
+def _allocate(slot: int, size: str) -> list[str]:
+    """Create-time lines: a 64-byte-aligned block of `size` bytes (a multiple of 64) for packed slot `slot`."""
+    return [f"    m->packed[{slot}] = (float*)aligned_alloc(64, {size});",
+            f"    if (!m->packed[{slot}]) {{ kiln_destroy(m); return NULL; }}",
+            f"    m->packed_owned[{slot}] = 1;"]
+
+
+def _cstr(text: str) -> str:
+    """A C string literal of `text`, every character but letters, digits and _.- escaped."""
+    return '"' + "".join(c if c.isalnum() or c in "_.-" else f"\\{ord(c) & 0xFF:03o}" for c in text) + '"'
