@@ -3,6 +3,7 @@
  *
  * C[M x N] (int32) = A[M x K] (uint8, the quantized activations, rows in place) * B[K x N] (int8, W^T of a linear
  * layer's [N x K] weight). Products accumulate exactly in int32, whatever the ISA:
+ *   - AMX: tdpbusd on 16 x 64-byte tiles, steps of 32 rows (below); B in VNNI's k-quads, K padded to 64;
  *   - AVX-512 VNNI: vpdpbusd sums four u8 x s8 products per int32 lane; B is packed in k-quads, [K/4][NR][4] int8;
  *   - AVX-512 and AVX2: vpmaddwd sums two s16 x s16 products per lane; B is packed in k-pairs, [K/2][NR][2]:
  *     int16 on AVX-512, int8 on AVX2, widened as it loads (an 8-bit MLP at batch 1 reads its weights at twice
@@ -22,6 +23,8 @@
  * B panels are packed once, when the model is created (or per call, panel by panel, when the weight is an input),
  * with each column's sum of weights: the caller subtracts zero_point x column sum from the tile, so
  * sum_k (a - zero_point) * b needs no per-element offset.
+ * Convolutions with packed weights convolve directly where the ISA takes them (kiln_qdirect_takes, further down),
+ * else through im2col rows and the same GEMM steps. Weight-only layers (float activations) are at the end.
  */
 #ifndef KILN_QGEMM_H
 #define KILN_QGEMM_H
