@@ -273,8 +273,8 @@ def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t KH = {dim_expr(kh)}, CG = C / G, COG = COUT / G, taps = {taps}, channels = {step_channels};",
         "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);",
         "const int64_t quads = kiln_qdirect_kbytes(channels) / 4;",
-        # bands of output rows: enough units to keep the team busy on few images
         f"const int64_t cols = (OW + 31) / 32 * 32 + ({step_kw} - 1) * {step_dw} / {step_sw};",
+        # bands of output rows: enough units to keep the team busy on few images
         "int64_t bands = (4 * (int64_t)omp_get_num_threads() + NB * G - 1) / (NB * G);",
         "if (bands > OH) bands = OH;",
         "if (bands < 1) bands = 1;",
