@@ -139,7 +139,7 @@ def _tensor_like(value: Any) -> tuple[str, np.ndarray | None]:
 # take precedence for some dtypes and are dropped while the fault is in).
 _LOWERING_TABLES = {
     "onnx": ("kiln.codegen.onnx.export", "LOWERING_TABLE", None),
-    "c": ("kiln.codegen.c.render", "POINTWISE_RULES", "FLOAT32_RULES"),
+    "c": ("kiln.codegen.c.pointwise", "POINTWISE_RULES", "FLOAT32_RULES"),
     "triton": ("kiln.codegen.triton.render", "POINTWISE_RULES", None),
 }
 
