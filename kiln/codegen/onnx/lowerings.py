@@ -14,6 +14,7 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
+from kiln.ir.ops.nn import linear_taps, nearest_source  # ATen's interpolation taps, defined once with the ops
 
 from kiln.codegen.onnx.context import Lowering, LoweringContext, normalize_axes, normalize_axis
 from kiln.codegen.onnx.graph import INT64_MAX, INT64_MIN, Value, onnx_dtype
@@ -362,7 +363,50 @@ def _remainder(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str
 def _pow(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
     if dtype.is_bool:  # x ** y on bools: true unless x is false and y true
         return ctx.node("Or", [a, ctx.node("Not", [b])])
+    if dtype.is_integral:
+        return _integer_pow(ctx, a, b, dtype)
     return ctx.node("Pow", [a, b])
+
+
+def _integer_pow(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    """ATen's `powi`: square and multiply in the integer type, wrapping, and for a negative exponent 1 (base 1),
+    ±1 (base -1, by the exponent's parity) or 0. onnxruntime's integer Pow goes through double, which rounds
+    large powers and turns 0 ** -n into INT64_MIN.
+
+    `dtype` (the kernel's) may be wider than the result's n-bit type, which keeps the same residues mod 2**n. Those
+    depend on the exponent's low n - 2 bits for an odd base (its order mod 2**n divides 2**(n-2)), and an even base
+    to the n-th power or more is 0, so n - 2 steps of the square-and-multiply suffice; a constant exponent takes
+    only the steps its bits need."""
+    bits = ctx.out_dtype.itemsize * 8
+    zero, one = ctx.const(0, dtype), ctx.const(1, dtype)
+    constant = ctx.graph.model.constant(b)
+    exponent = int(constant.item()) if constant is not None and constant.size == 1 and constant.item() >= 0 else None
+    steps = max(exponent.bit_length(), 1) if exponent is not None else bits - 2
+    result, power = None, a
+    for step in range(steps):
+        if exponent is None or exponent >> step & 1:
+            taken = power if result is None else ctx.node("Mul", [result, power])
+            if exponent is None:  # the step's bit of each exponent
+                bit = ctx.node("Equal", [ctx.node("BitwiseAnd", [b, ctx.const(1 << step, dtype)]), zero])
+                taken = ctx.node("Where", [bit, one if result is None else result, taken])
+            result = taken
+        if step + 1 < steps:
+            power = ctx.node("Mul", [power, power])
+    result = one if result is None else result
+    if exponent is not None:
+        return result if exponent else ctx.node("Expand", [one, ctx.node("Shape", [a])])
+    if bits > 2:
+        even_base = ctx.node("Equal", [ctx.node("BitwiseAnd", [a, one]), zero])
+        vanishes = ctx.node("And", [even_base, ctx.node("GreaterOrEqual", [b, ctx.const(bits, dtype)])])
+        result = ctx.node("Where", [vanishes, zero, result])
+    if not ctx.out_dtype.is_signed:
+        return result
+    minus_one = ctx.const(-1, dtype)
+    odd_exponent = ctx.node("Not", [ctx.node("Equal", [ctx.node("BitwiseAnd", [b, one]), zero])])
+    base_minus_one = ctx.node("Where", [odd_exponent, minus_one, one])
+    negative = ctx.node("Where", [ctx.node("Equal", [a, one]), one,
+                                  ctx.node("Where", [ctx.node("Equal", [a, minus_one]), base_minus_one, zero])])
+    return ctx.node("Where", [ctx.node("Less", [b, zero]), negative, result])
 
 
 def _sign_bit(ctx: LoweringContext, x: str, dtype: dtypes.DType) -> str:
@@ -707,9 +751,15 @@ def _nan_reduce(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.
     return ctx.node("Where", [ctx.node("Cast", [has_nan], to=onnx_dtype(dtypes.bool_)), nan, result])
 
 
+def _ordered_compute_dtype(dtype: dtypes.DType) -> dtypes.DType:
+    """The dtype onnxruntime's ReduceMax/ReduceMin and ArgMax/ArgMin compute `dtype` in: they have no bool or int16
+    kernels, and int32 orders those values the same."""
+    return dtypes.int32 if dtype.is_bool or dtype is dtypes.int16 else _compute_dtype(dtype)
+
+
 def _extreme(op_type: str) -> Lowering:
     def lower(ctx: LoweringContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
-        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        compute = _ordered_compute_dtype(x.dtype)
         axes = normalize_axes(dim, x.rank) if x.rank else []
         return ctx.graph.cast(_nan_reduce(ctx, op_type, ctx.as_dtype(x, compute), compute, axes, keepdim),
                               compute, x.dtype)
@@ -734,7 +784,7 @@ LOWERING_TABLE["aten.amin.default"] = _extreme("ReduceMin")
 
 def _arg_extreme(op_type: str) -> Lowering:
     def lower(ctx: LoweringContext, x: Value, dim: int | None = None, keepdim: bool = False) -> str:
-        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        compute = _ordered_compute_dtype(x.dtype)
         value = ctx.as_dtype(x, compute)
         if dim is None or x.rank == 0:
             flat = ctx.node("Reshape", [value, ctx.ints([-1])])
@@ -752,7 +802,7 @@ def _value_and_index(reduce_op: str, arg_op: str) -> Lowering:
     def lower(ctx: LoweringContext, x: Value, dim: int, keepdim: bool = False) -> list[str]:
         if x.rank == 0:
             return [ctx.node("Identity", [x.name]), ctx.const(np.asarray(0, dtype=np.int64))]
-        compute = dtypes.int32 if x.dtype.is_bool else _compute_dtype(x.dtype)
+        compute = _ordered_compute_dtype(x.dtype)
         value = ctx.as_dtype(x, compute)
         axis = normalize_axis(dim, x.rank)
         values = _nan_reduce(ctx, reduce_op, value, compute, [axis], keepdim)
@@ -1092,7 +1142,15 @@ def _gather(ctx: LoweringContext, x: Value, dim: int, index: Value, *, sparse_gr
         return ctx.node("Expand", [x.name, ctx.shape(index)])
     if _no_indices(index):  # onnxruntime's GatherElements refuses empty indices (of any rank, in ATen)
         return ctx.node("Expand", [ctx.const(0, x.dtype), ctx.dims(ctx.out.shape)])
+    if index.rank == 0:  # ATen takes a 0-d index for a 1-d self (as a 1-element one); GatherElements wants ranks equal
+        return ctx.node("Reshape", [ctx.node("GatherElements", [x.name, _as_vector(ctx, _index64(ctx, index))],
+                                             axis=0), ctx.ints([])])
     return ctx.node("GatherElements", [x.name, _index64(ctx, index)], axis=normalize_axis(dim, x.rank))
+
+
+def _as_vector(ctx: LoweringContext, name: str) -> str:
+    """A 0-d value as a 1-element vector: ATen counts a 0-d operand of scatter and gather as 1-d."""
+    return ctx.node("Reshape", [name, ctx.ints([1])])
 
 
 def _no_indices(index: Value) -> bool:
@@ -1110,6 +1168,9 @@ def _scatter_elements(ctx: LoweringContext, x: Value, dim: int, index: Value, sr
         updates = ctx.node("Reshape", [src, ctx.ints([-1])])
         result = ctx.node("ScatterElements", [flat, positions, updates], axis=0, reduction=reduction)
         return ctx.node("Reshape", [result, ctx.ints([])])
+    if index.rank == 0:  # a 1-d self: one element written, as through 1-element index and src
+        return ctx.node("ScatterElements", [x.name, _as_vector(ctx, _index64(ctx, index)), _as_vector(ctx, src)],
+                        axis=0, reduction=reduction)
     return ctx.node("ScatterElements", [x.name, _index64(ctx, index), src], axis=normalize_axis(dim, x.rank),
                     reduction=reduction)
 
@@ -1119,6 +1180,11 @@ def _fit_to_index(ctx: LoweringContext, src: Value, index: Value, dtype: Any) ->
     value = ctx.as_dtype(src, dtype)
     if list(src.shape) == list(index.shape):
         return value
+    if index.rank == 0:  # a 0-d index reads src's first element
+        first = ctx.node("Slice", [ctx.node("Reshape", [value, ctx.ints([-1])]), ctx.ints([0]), ctx.ints([1])])
+        return ctx.node("Reshape", [first, ctx.ints([])])
+    if src.rank == 0:  # ATen counts a 0-d src as 1-d: its one element, the index's one element
+        return ctx.node("Reshape", [value, ctx.ints([1] * index.rank)])
     return ctx.node("Slice", [value, ctx.ints([0] * index.rank), ctx.shape(index), ctx.ints(range(index.rank))])
 
 
@@ -1773,12 +1839,8 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     t = _compute_dtype(x.dtype)
     sizes_in, sizes_out = list(x.shape[-2:]), list(ctx.out.shape[-2:])
     if t is dtypes.float64 and all(isinstance(d, int) for d in sizes_in + sizes_out):
-        # onnxruntime's Resize has no float64 kernel: interpolate with two float64 matrix products instead
-        rows, columns = (_interpolation_matrix(size_in, size_out, None if scale_factors is None else scale, bilinear,
-                                               align_corners)
-                         for size_in, size_out, scale in zip(sizes_in, sizes_out, scale_factors or [None, None]))
-        result = ctx.node("MatMul", [ctx.const(rows), ctx.as_dtype(x, t)])
-        return ctx.node("MatMul", [result, ctx.const(np.ascontiguousarray(columns.T))])
+        return _resample64(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None], bilinear,
+                           align_corners)
     attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
     if bilinear:
         attributes["coordinate_transformation_mode"] = "align_corners" if align_corners else "pytorch_half_pixel"
@@ -1796,30 +1858,28 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     return ctx.graph.cast(result, t, x.dtype)
 
 
-def _interpolation_matrix(size_in: int, size_out: int, scale: float | None, bilinear: bool,
-                          align_corners: bool) -> np.ndarray:
-    """[size_out, size_in] weights of ATen's upsample_nearest/upsample_bilinear along one axis."""
-    matrix = np.zeros((size_out, size_in))
-    target = np.arange(size_out)
-    if not bilinear:  # nearest: floor(dst * scale) in float, with ATen's exact shortcuts for 1x and 2x
-        ratio = np.float32(1 / scale if scale else size_in / size_out)
-        source = np.minimum(np.floor(target.astype(np.float32) * ratio).astype(np.int64), size_in - 1)
-        if size_out == size_in:
-            source = target
-        elif size_out == 2 * size_in:
-            source = target >> 1
-        matrix[target, source] = 1
-        return matrix
-    if align_corners:
-        source = target * ((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
-    else:
-        source = np.maximum((target + 0.5) * (1 / scale if scale else size_in / size_out) - 0.5, 0)
-    low = source.astype(np.int64)
-    high = np.where(low < size_in - 1, low + 1, low)
-    weight = source - low
-    np.add.at(matrix, (target, low), 1 - weight)
-    np.add.at(matrix, (target, high), weight)
-    return matrix
+def _resample64(ctx: LoweringContext, x: str, sizes_in: list[int], sizes_out: list[int], scales: list[Any],
+                bilinear: bool, align_corners: bool) -> str:
+    """onnxruntime's Resize has no float64 kernel: gather ATen's taps along each axis and weigh them in ATen's order
+    (columns, then rows). A dense interpolation matrix would also multiply an infinity by the zero weights of its
+    row and spread NaN over every output of the row."""
+    if not bilinear:
+        rows, columns = (nearest_source(size_in, size_out, scale)
+                         for size_in, size_out, scale in zip(sizes_in, sizes_out, scales))
+        return ctx.node("Gather", [ctx.node("Gather", [x, ctx.const(rows)], axis=-2), ctx.const(columns)], axis=-1)
+    (top, bottom, w_top, w_bottom), (left, right, w_left, w_right) = (
+        linear_taps(size_in, size_out, align_corners, scale, np.dtype(np.float64))
+        for size_in, size_out, scale in zip(sizes_in, sizes_out, scales))
+
+    def across_columns(rows: str) -> str:
+        return ctx.node("Add", [ctx.node("Mul", [ctx.node("Gather", [rows, ctx.const(left)], axis=-1),
+                                                 ctx.const(w_left)]),
+                                ctx.node("Mul", [ctx.node("Gather", [rows, ctx.const(right)], axis=-1),
+                                                 ctx.const(w_right)])])
+    upper = across_columns(ctx.node("Gather", [x, ctx.const(top)], axis=-2))
+    lower = across_columns(ctx.node("Gather", [x, ctx.const(bottom)], axis=-2))
+    return ctx.node("Add", [ctx.node("Mul", [upper, ctx.const(w_top[:, None])]),
+                            ctx.node("Mul", [lower, ctx.const(w_bottom[:, None])])])
 
 
 _GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}

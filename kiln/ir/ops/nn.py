@@ -909,7 +909,7 @@ def _nearest_meta(input, output_size, scale_factors):
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
-def _nearest_source(size: int, out: int, scale) -> np.ndarray:
+def nearest_source(size: int, out: int, scale) -> np.ndarray:
     """ATen's nearest_idx: float32 arithmetic, floor(dst * scale) (not the 'exact' half-pixel rule)."""
     if out == size:
         return np.arange(out)
@@ -920,8 +920,8 @@ def _nearest_source(size: int, out: int, scale) -> np.ndarray:
 
 
 def _nearest_resample(input, out_h: int, out_w: int, scale_h, scale_w):
-    rows = _nearest_source(input.shape[2], out_h, scale_h)
-    cols = _nearest_source(input.shape[3], out_w, scale_w)
+    rows = nearest_source(input.shape[2], out_h, scale_h)
+    cols = nearest_source(input.shape[3], out_w, scale_w)
     return input[:, :, rows[:, None], cols[None, :]]
 
 
@@ -943,7 +943,7 @@ def _bilinear_meta(input, output_size, align_corners, scale_factors):
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
-def _linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
+def linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
     """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision.
     A dim whose size does not change is copied (ATen skips interpolating it, whatever the scale)."""
     one = dtype.type(1)
@@ -965,8 +965,8 @@ def _linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
 def _bilinear_resample(input, out_h: int, out_w: int, align_corners: bool, scale_h, scale_w):
     dtype = _opmath(input.dtype)
     x = input.astype(dtype)
-    top, bottom, w_top, w_bottom = _linear_taps(input.shape[2], out_h, align_corners, scale_h, dtype)
-    left, right, w_left, w_right = _linear_taps(input.shape[3], out_w, align_corners, scale_w, dtype)
+    top, bottom, w_top, w_bottom = linear_taps(input.shape[2], out_h, align_corners, scale_h, dtype)
+    left, right, w_left, w_right = linear_taps(input.shape[3], out_w, align_corners, scale_w, dtype)
     upper = x[:, :, top][..., left] * w_left + x[:, :, top][..., right] * w_right
     lower = x[:, :, bottom][..., left] * w_left + x[:, :, bottom][..., right] * w_right
     return upper * w_top[:, None] + lower * w_bottom[:, None]
