@@ -140,10 +140,33 @@ class _Parser:
             raise SerdeError(f"malformed {name} in symbolic expression {self.text[:200]!r}: {error}") from error
 
 
+def _has_fraction(expr: sympy.Basic) -> bool:
+    """A fractional coefficient outside floor/ceiling (which write their own division)."""
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        return False
+    if isinstance(expr, sympy.Rational):
+        return not expr.is_Integer
+    return any(_has_fraction(arg) for arg in expr.args)
+
+
+def integral_form(expr: SymInt) -> SymInt:
+    """A size that sympy left with a fractional coefficient, `(40*s0 + 120)*(s1 + 3)/2` (a view's inferred dim),
+    spelled in integers, as torch's SymInt arithmetic needs: factored, `20*(s0 + 3)*(s1 + 3)`, where that clears
+    the fraction, else `floor(p / q)`, which is exact because a size is an integer."""
+    if not isinstance(expr, sympy.Expr) or not _has_fraction(expr):
+        return expr
+    factored = sympy.factor_terms(expr)
+    if not _has_fraction(factored):
+        return factored
+    numerator, denominator = sympy.fraction(sympy.together(expr))
+    return sympy.floor(numerator / denominator, evaluate=False)
+
+
 def print_srepr(expr: SymInt, rename: dict[sympy.Symbol, str]) -> str:
     """A kiln dim as torch's `srepr` text, with torch's integer functions (`FloorDiv`, not `floor(a/b)`)."""
     if isinstance(expr, int) or (isinstance(expr, sympy.Expr) and expr.is_Integer):
         return f"Integer({int(expr)})"
+    expr = integral_form(expr)
     if isinstance(expr, sympy.Symbol):
         return f"Symbol('{rename.get(expr, str(expr))}', positive=True, integer=True)"
     if isinstance(expr, sympy.floor):

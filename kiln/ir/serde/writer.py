@@ -19,10 +19,11 @@ from xdsl.ir import Block, SSAValue
 from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
+from kiln.ir.registry import REGISTRY
 from kiln.ir.schema import Argument, ArgType
 from kiln.ir.serde import formats
 from kiln.ir.serde.errors import SerdeError
-from kiln.ir.serde.symexpr import print_srepr
+from kiln.ir.serde.symexpr import integral_form, print_srepr
 from kiln.ir.symbolic import INF
 from kiln.ir.types import ScalarType, SymIntType, TensorType
 
@@ -192,6 +193,10 @@ class _GraphWriter:
         found = self.sym_nodes.get(expr)
         if found is not None:
             return found
+        integral = integral_form(expr)
+        if integral is not expr:
+            name = self.sym_nodes[expr] = self.sym_node(integral)
+            return name
         if isinstance(expr, sympy.Symbol):
             name = self._size_node(expr)
         elif isinstance(expr, (sympy.Add, sympy.Mul)):
@@ -398,9 +403,12 @@ class _GraphWriter:
         return _value_argument(value.type, self.name(value))
 
     def _aten(self, op: Any) -> None:
-        opdef = op.opdef
+        results = list(op.results)
+        if not results:  # an empty list (unbind of a 0-size dim): no one reads it, and torch's reader cannot
+            return  # read a node without outputs
+        opdef, arguments = _functional_spelling(op.opdef, bound_arguments(op))
         inputs = []
-        for argument, value in zip(opdef.schema.arguments, bound_arguments(op)):
+        for argument, value in zip(opdef.schema.arguments, arguments):
             if opdef.name == "aten.view.default" and argument.name == "size":
                 argument = Argument("shape", argument.type)
             if argument.kwarg_only and not argument.type.is_tensor and argument.has_default and (
@@ -409,7 +417,6 @@ class _GraphWriter:
                 # like div.Scalar_mode's rounding_mode, must be written: torch's reader requires it)
             inputs.append({"name": argument.name, "arg": self.argument(argument.type, value),
                            "kind": 2 if argument.kwarg_only else 1})
-        results = list(op.results)
         for result in results:
             self.define(result)
         # a node is named after its value; a node with several (or a list of) outputs needs a name of its own
@@ -492,6 +499,17 @@ class _GraphWriter:
                 "sym_int_values": self.sym_int_values, "sym_bool_values": self.sym_bool_values,
                 "is_single_tensor_return": False,
                 "custom_obj_values": {}, "sym_float_values": self.sym_float_values}
+
+
+def _functional_spelling(opdef: Any, arguments: list[Any]) -> tuple[Any, list[Any]]:
+    """The op as torch should run it to compute what kiln's functional op computes. A training batch norm in kiln
+    reads its running statistics from no one and updates none (a program that updates them spells it out); torch's
+    updates them in place when they are given, which would change what later readers of those values see."""
+    if opdef.name == "aten.batch_norm.default" and arguments[5] is True:
+        return opdef, [*arguments[:3], None, None, *arguments[5:]]
+    if opdef.name == "aten._native_batch_norm_legit.default" and arguments[5] is True:
+        return REGISTRY["aten._native_batch_norm_legit.no_stats"], [*arguments[:3], *arguments[5:]]
+    return opdef, arguments
 
 
 def _metadata(op: Any) -> dict[str, str]:
