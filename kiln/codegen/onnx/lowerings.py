@@ -1092,8 +1092,32 @@ def _pads(ctx: LoweringContext, pad: list[Any], rank: int) -> str:
 
 def _spatial_pad(mode: str) -> Lowering:
     def lower(ctx: LoweringContext, x: Value, padding: list[Any]) -> str:
-        return ctx.node("Pad", [x.name, _pads(ctx, padding, x.rank)], mode=mode)
+        if all(isinstance(p, int) and p >= 0 for p in padding):
+            return ctx.node("Pad", [x.name, _pads(ctx, padding, x.rank)], mode=mode)
+        # ONNX's Pad crops a negative pad first and refuses to replicate or reflect an extent cropped to nothing;
+        # ATen reads every output from the uncropped input: gather its positions along each padded axis
+        result = x.name
+        for index in range(len(padding) // 2):
+            axis, left = x.rank - 1 - index, padding[2 * index]
+            if left != 0 or padding[2 * index + 1] != 0:
+                positions = _padded_positions(ctx, x.shape[axis], ctx.out.shape[axis], left, mode)
+                result = ctx.node("Gather", [result, positions], axis=axis)
+        return result
     return lower
+
+
+def _padded_positions(ctx: LoweringContext, size: Any, out: Any, left: Any, mode: str) -> str:
+    """The input position ATen's reflection / replication pad reads for each output position j along one axis:
+    i = j - left, clamped into [0, size) (edge) or mirrored at both ends (reflect: size - 1 - |size - 1 - |i||)."""
+    if all(isinstance(v, int) for v in (size, out, left)):
+        shifted = np.arange(out, dtype=np.int64) - left
+        last = size - 1
+        return ctx.const(np.clip(shifted, 0, last) if mode == "edge" else last - np.abs(last - np.abs(shifted)))
+    shifted = ctx.node("Sub", [ctx.node("Range", [ctx.scalar(0), ctx.scalar(out), ctx.scalar(1)]), ctx.scalar(left)])
+    last = ctx.scalar(sympy.sympify(size) - 1)
+    if mode == "edge":
+        return ctx.node("Max", [ctx.node("Min", [shifted, last]), ctx.scalar(0)])
+    return ctx.node("Sub", [last, ctx.node("Abs", [ctx.node("Sub", [last, ctx.node("Abs", [shifted])])])])
 
 
 for _name in ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"):
