@@ -1694,6 +1694,8 @@ def _max_pool_specials(ctx: LoweringContext, x: Value, value: str, values: str, 
 
 def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -> str:
     spatial = len(output_size)
+    if any(d == 0 for d in x.shape[:-spatial]):  # nothing to average; onnxruntime's blocked pools refuse 0 channels
+        return ctx.node("ConstantOfShape", [ctx.dims(ctx.out.shape)], value=_scalar_tensor(0, x.dtype))
     t = _compute_dtype(x.dtype)
     value, unbatched = _batched(ctx, x, spatial, t)
     inputs = list(x.shape[-spatial:])

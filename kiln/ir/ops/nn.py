@@ -429,7 +429,11 @@ def _adaptive_avg_pool_meta(n):
     op = f"aten._adaptive_avg_pool{n}d.default"
 
     def meta(self, output_size):
-        shape = _spatial_input_shape(op, self, n)
+        shape = shape_of(self)
+        require(len(shape) in (n + 1, n + 2), op,
+                f"expected a {n + 1}-D or {n + 2}-D (batched) input, got shape {list(shape)}")
+        # ATen: the 2-D pool needs its two spatial dims non-empty, the 3-D one every dim after the first
+        _nonzero_dims(op, shape, len(shape) - 2 if n == 2 else 1, f"a {n + 1}-D or {n + 2}-D input")
         require_arg(len(output_size) == n, op, f"output_size must have {n} elements, got {list(output_size)}")
         require_arg(all(_at_least(s, 0) for s in output_size), op,
                     f"output_size must be non-negative, got {list(output_size)}")
@@ -462,7 +466,7 @@ def _adaptive_avg_pool_kernel(n):
 
 for _n in (2, 3):
     defop(f"_adaptive_avg_pool{_n}d(Tensor self, SymInt[{_n}] output_size) -> Tensor",
-          _adaptive_avg_pool_meta(_n), _adaptive_avg_pool_kernel(_n))
+          _adaptive_avg_pool_meta(_n), checked(_adaptive_avg_pool_meta(_n), _adaptive_avg_pool_kernel(_n)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1874,7 +1878,8 @@ def _avg_pool1d_decomposition(self, kernel_size, stride=(), padding=(0,), ceil_m
 
 def _adaptive_avg_pool_composite(n: int):
     defop(f"adaptive_avg_pool{n}d(Tensor self, SymInt[{n}] output_size) -> Tensor",
-          _adaptive_avg_pool_meta(n), _adaptive_avg_pool_kernel(n), tags=("composite",))
+          _adaptive_avg_pool_meta(n), checked(_adaptive_avg_pool_meta(n), _adaptive_avg_pool_kernel(n)),
+          tags=("composite",))
 
     def decomposition(self, output_size):
         return getattr(ops.aten, f"_adaptive_avg_pool{n}d").default(self, output_size)
