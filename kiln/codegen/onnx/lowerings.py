@@ -1380,11 +1380,12 @@ def _masked_scatter(ctx: LoweringContext, x: Value, mask: Value, source: Value) 
 
 @lowers("aten.nonzero.default")
 def _nonzero(ctx: LoweringContext, x: Value) -> str:
+    truth = _truthy(ctx, x)  # onnxruntime's NonZero has kernels for a few dtypes only (not int8, int16, float64)
     if x.rank == 0:  # [n, 0]: the rows of a 1-element view, with no columns
-        rows = ctx.node("Transpose", [ctx.node("NonZero", [ctx.node("Reshape", [x.name, ctx.ints([1])])])],
+        rows = ctx.node("Transpose", [ctx.node("NonZero", [ctx.node("Reshape", [truth, ctx.ints([1])])])],
                         perm=[1, 0])
         return ctx.node("Slice", [rows, ctx.ints([0]), ctx.ints([0]), ctx.ints([1])])
-    return ctx.node("Transpose", [ctx.node("NonZero", [x.name])], perm=[1, 0])
+    return ctx.node("Transpose", [ctx.node("NonZero", [truth])], perm=[1, 0])
 
 
 @lowers("aten.embedding.default")
