@@ -39,3 +39,12 @@ def test_a_g_of_the_norm_shape_agrees_with_torch(g_shape, dim):
     expected = v * (g.reshape([2, 1] if dim == 0 else [1, 2]) / np.linalg.norm(v, axis=1 - dim, keepdims=True))
     np.testing.assert_allclose(program(v, g), expected, rtol=1.3e-6, atol=1e-5)
     check_program(program, [v, g], backends=("onnx", "c", "torch"))
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_a_0d_v_is_refused_as_aten_refuses_it(dim):  # found by the differential fuzzer (seed 900)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(IndexError, match="tensor has no dimensions"):
+        torch.ops.aten._weight_norm.default(torch.tensor(2.0), torch.tensor(2.0), dim)
+    with pytest.raises(ShapeError, match="v must have dims"):
+        weight_norm_program([], [], dim)

@@ -2439,7 +2439,8 @@ def _glu_decomposition(self, dim=-1):
 
 def _weight_norm_dims(op, v, dim):
     rank = len(shape_of(v))
-    require_arg(-1 <= dim < max(rank, 1), op, f"dim must be -1 or in [0, {rank}), got {dim}")
+    require(rank > 0, op, "v must have dims, got a 0-d tensor (ATen wraps dim into v's dims: there are none)")
+    require_arg(-1 <= dim < rank, op, f"dim must be -1 or in [0, {rank}), got {dim}")
     return None if dim == -1 else [d for d in range(rank) if d != dim]
 
 
