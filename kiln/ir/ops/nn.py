@@ -495,11 +495,14 @@ def _channel_vectors(op: str, channels, **vectors) -> None:
                     f"expected {name} to have shape [{channels}], got {list(shape_of(value))}")
 
 
-def _batch_norm_meta(op, input, weight, bias, running_mean, running_var, *, uses_batch_stats):
+def _batch_norm_meta(op, input, weight, bias, running_mean, running_var, *, uses_batch_stats, empty_ok=False):
+    """`empty_ok`: torch's composite batch_norm returns an empty input as it is; the core ops refuse it when they
+    need batch statistics (checked again on the run-time shape where a size is symbolic)."""
     shape = shape_of(input)
     require(len(shape) >= 2, op, f"expected an input of at least 2 dims (N, C, ...), got shape {list(shape)}")
-    if uses_batch_stats and all(isinstance(d, int) for d in shape):
-        require(math.prod(shape) > 0, op, f"batch statistics need at least one element, got shape {list(shape)}")
+    if uses_batch_stats and not empty_ok:
+        require(not any(_is_const(d, 0) for d in shape), op,
+                f"batch statistics need at least one element, got shape {list(shape)}")
     channels = shape[1]
     _channel_vectors(op, channels, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     stats = _statistics_dtype(op, input, weight, bias, running_mean, running_var)
@@ -552,7 +555,7 @@ def _native_batch_norm_legit_kernel(input, weight, bias, running_mean, running_v
 
 defop("_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, "
       "Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
-      _native_batch_norm_legit_meta, _native_batch_norm_legit_kernel,
+      _native_batch_norm_legit_meta, checked(_native_batch_norm_legit_meta, _native_batch_norm_legit_kernel),
       doc="Returns (out, save_mean, save_invstd); when training, batch statistics normalize the input. torch "
           "also updates running_mean/running_var in place then; kiln's functional IR only computes the outputs. "
           "Without training the running statistics are used and save_mean/save_invstd are empty.")
@@ -570,7 +573,8 @@ def _no_stats_kernel(input, weight, bias, training, momentum, eps):
 
 
 defop("_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, "
-      "float momentum, float eps) -> (Tensor, Tensor, Tensor)", _no_stats_meta, _no_stats_kernel)
+      "float momentum, float eps) -> (Tensor, Tensor, Tensor)", _no_stats_meta,
+      checked(_no_stats_meta, _no_stats_kernel))
 
 
 def _no_training_meta(input, weight, bias, running_mean, running_var, momentum, eps):
@@ -1517,7 +1521,8 @@ def _batch_norm_composite_meta(input, weight, bias, running_mean, running_var, t
     op = "aten.batch_norm.default"
     route = _batch_norm_route(op, running_mean, running_var, training)
     return _batch_norm_meta(op, input, weight, bias, running_mean if route != "no_stats" else None,
-                            running_var if route != "no_stats" else None, uses_batch_stats=training)[0]
+                            running_var if route != "no_stats" else None, uses_batch_stats=training,
+                            empty_ok=True)[0]
 
 
 def _batch_norm_composite_kernel(input, weight, bias, running_mean, running_var, training, momentum, eps,
@@ -1539,6 +1544,8 @@ def _batch_norm_decomposition(input, weight, bias, running_mean, running_var, tr
                               cudnn_enabled):
     aten = ops.aten
     route = _batch_norm_route("aten.batch_norm.default", running_mean, running_var, training)
+    if route != "no_training" and any(isinstance(d, int) and d == 0 for d in shape_of(input)):
+        return aten.clone.default(input)  # torch's composite returns an empty input as it is (a copy)
     if route == "no_training":
         return aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var,
                                                                  momentum, eps)[0]
