@@ -28,7 +28,8 @@ from xdsl.ir import OpResult
 from kiln.ir import dtypes
 from kiln.ir.closeness import closeness, default_tolerances
 from kiln.ir.errors import KilnError, UnsupportedError, VerificationError
-from kiln.ir.interpreter import run_program
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.interpreter import run_program, watching
 from kiln.ir.program import ExportedProgram, OutputKind
 from kiln.ir.types import TensorType
 
@@ -254,6 +255,56 @@ def ill_conditioned(program: ExportedProgram, inputs: list[np.ndarray], expected
     return True
 
 
+# Ops that return indices ATen leaves unspecified among equal values, by the position of that index result: topk,
+# and sort / argsort unless stable=True.
+TIE_ORDERED = {"aten.topk.default": 1, "aten.sort.default": 1, "aten.sort.stable": 1, "aten.argsort.default": 0,
+               "aten.argsort.stable": 0}
+
+
+def tie_dependent(program: ExportedProgram, inputs: list[np.ndarray], outputs: list[int]) -> bool:
+    """Whether each mismatching output in `outputs` is computed from the indices a topk or an unstable sort chose
+    among equal values (its operand, as the oracle computes it, holds a repeated value): which of the tied
+    positions comes first is the kernel's choice, so a backend may choose another and be right."""
+    orders = {}  # index result -> the op's operand
+    for op in program.body.walk():
+        position = TIE_ORDERED.get(getattr(getattr(op, "opdef", None), "name", ""))
+        if position is not None and not dict(zip((a.name for a in op.opdef.schema.arguments),
+                                                 bound_arguments(op))).get("stable"):
+            orders[op.results[position]] = op.operands[0]
+    if not orders:
+        return False
+    returned = program.body.last_op.operands
+    reached = []
+    for index in outputs:
+        seen, pending, found = set(), [returned[index]], set()
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            if value in orders:
+                found.add(value)
+            if isinstance(value, OpResult):
+                pending += list(value.op.operands)
+        if not found:
+            return False
+        reached.append(found)
+    operands: dict[Any, np.ndarray] = {}
+    wanted = {orders[v] for found in reached for v in found}
+    try:
+        with watching(lambda value, array: operands.__setitem__(value, array) if value in wanted else None):
+            run_program(program, inputs)
+    except Exception:  # noqa: BLE001
+        return False
+
+    def tied(value: Any) -> bool:
+        array = np.asarray(operands.get(orders[value], []))
+        if array.dtype.kind not in "biu":
+            array = array.astype(np.float64)
+        return array.size > np.unique(array).size  # (NaNs count as equal)
+    return all(any(tied(v) for v in found) for found in reached)
+
+
 # -- outcomes and the report
 
 
@@ -303,12 +354,15 @@ class Report:
                  f"mismatches: {sum(c['mismatch'] for c in self.outcomes.values())}",
                  f"crashes: {sum(c['crash'] for c in self.outcomes.values())}",
                  f"ill-conditioned (float rounding amplified, within {SPREAD_FACTOR}x the oracle's spread under 1-ulp "
-                 f"input changes): {sum(c['ill-conditioned'] for c in self.outcomes.values())}"]
+                 f"input changes): {sum(c['ill-conditioned'] for c in self.outcomes.values())}",
+                 f"tie-dependent (indices a topk or unstable sort chose among equal values): "
+                 f"{sum(c['tie-dependent'] for c in self.outcomes.values())}"]
         lines.append(f"{'backend':<14}{'programs':>9}{'matched':>9}{'mismatch':>9}{'crash':>7}{'unsupported':>12}"
-                     f"{'ill-cond.':>10}")
+                     f"{'ill-cond.':>10}{'ties':>6}")
         for name, counts in self.outcomes.items():
             lines.append(f"{name:<14}{sum(counts.values()):>9}{counts['matched']:>9}{counts['mismatch']:>9}"
-                         f"{counts['crash']:>7}{counts['unsupported']:>12}{counts['ill-conditioned']:>10}")
+                         f"{counts['crash']:>7}{counts['unsupported']:>12}{counts['ill-conditioned']:>10}"
+                         f"{counts['tie-dependent']:>6}")
         return "\n".join(lines)
 
 
@@ -464,6 +518,9 @@ def _run_group(backend: Backend, items: list[tuple[Case, list[Any]]], report: Re
             problems.append(f"{len(got)} outputs, expected {len(expected)}")
         elif problems and ill_conditioned(build_program([case.dag]), case.inputs, expected, got, differing):
             report.record(backend.name, "ill-conditioned")
+            continue
+        elif problems and tie_dependent(build_program([case.dag]), case.inputs, differing):
+            report.record(backend.name, "tie-dependent")
             continue
         report.record(backend.name, "mismatch" if problems else "matched")
         if problems:

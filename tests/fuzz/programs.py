@@ -15,6 +15,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -498,6 +499,12 @@ MATCH_MODES = (EXACT,) * 8 + (SAME_DTYPE,) * 6 + (SAME_RANK,) * 3 + (ANY,) * 3
 FIRST_MATCH_MODES = (SAME_DTYPE,) * 2 + (ANY,) * 2 + (EXACT,)
 # Replacements for a float Scalar argument (None keeps the sample's)
 SPECIAL_SCALARS = (None,) * 6 + (float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 1e-3, -2.5, 1e4)
+# Ops whose alpha and beta scale inside BLAS (ATen's addmm family): BLAS may fold alpha into a packed operand, so an
+# infinite alpha gives inf - inf = NaN in torch eager where alpha * (A @ B) is an infinity (kernel-path dependent, as
+# PATH_DEPENDENT_AT_INFINITY): they draw finite replacements.
+BLAS_SCALED = frozenset(name for name in REGISTRY
+                        if name.split(".")[1] in ("addmm", "addmv", "addbmm", "baddbmm", "addr"))
+FINITE_SPECIAL_SCALARS = tuple(s for s in SPECIAL_SCALARS if s is None or math.isfinite(s))
 
 
 def _matches(mode: int, found: TensorType, dtype: dtypes.DType, rank: int) -> bool:
@@ -547,7 +554,7 @@ def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> t
             bound[position] = ([None if v is None else replace(np.asarray(v)) for v in value]
                                if argument.type.is_list else replace(np.asarray(value)))
         elif argument.type.base == "Scalar" and type(value) is float:
-            special = draw(st.sampled_from(SPECIAL_SCALARS))
+            special = draw(st.sampled_from(FINITE_SPECIAL_SCALARS if name in BLAS_SCALED else SPECIAL_SCALARS))
             if special is not None:
                 bound[position] = special
     return split_bound(opdef, bound)

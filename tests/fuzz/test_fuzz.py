@@ -110,3 +110,38 @@ def test_rounding_through_an_ill_conditioned_computation_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [np.full_like(expected, np.nan)], [0])
     overflowing = [x * np.float32(4) for x in inputs]  # exp(16 x 21) is inf whichever way it rounds
     assert not ill_conditioned(program, overflowing, [program(*overflowing)], [np.float32(3e38)], [0])
+
+
+def test_indices_chosen_among_equal_values_are_told_apart():
+    """topk of a row holding a repeated value: torch eager returned index 9 where the interpreter returned 8 (both
+    hold the k-th largest value), which the fuzzer now files as tie-dependent; indices that differ where the values
+    are distinct, or a stable sort's, stay mismatches."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import tie_dependent
+    aten = ops.aten
+
+    def program_of(op):
+        builder = GraphBuilder()
+        x = builder.add_input('x', TensorType.of([6], kiln.float32))
+        with builder:
+            values, indices = op(x)
+            shifted = aten.add.Scalar(indices, 1)
+        return builder.build([values, shifted])
+
+    topk = program_of(lambda x: aten.topk.default(x, 3))
+    tied = np.array([0.5, 2.0, -1.0, 2.0, 3.0, 0.0], np.float32)
+    expected = topk(tied)
+    swapped = [expected[0], expected[1][[0, 2, 1]]]  # the two positions of 2.0 in the other order
+    assert np.array_equal(swapped[0], expected[0]) and not np.array_equal(swapped[1], expected[1])
+    assert tie_dependent(topk, [tied], [1])
+    assert not tie_dependent(topk, [tied], [0])  # the values do not depend on the choice
+    distinct = np.array([0.5, 2.0, -1.0, 2.5, 3.0, 0.0], np.float32)
+    assert not tie_dependent(topk, [distinct], [1])
+    stable = program_of(lambda x: aten.sort.stable(x, stable=True))
+    assert not tie_dependent(stable, [tied], [1])
+    assert tie_dependent(program_of(lambda x: aten.sort.stable(x, stable=False)), [tied], [1])
