@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -32,6 +33,7 @@ from kiln.passes.quant.ranges import integer_range
 if TYPE_CHECKING:
     from kiln.codegen.target import Target
 
+COMPARISON_OPS = {f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")}
 # Ops fused into pointwise kernels; each renderer supplies one rule per name it supports.
 POINTWISE_OPS = {
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.mul.Tensor",
@@ -40,7 +42,7 @@ POINTWISE_OPS = {
     "aten.rsqrt.default", "aten.abs.default", "aten.erf.default", "aten.gelu.default", "aten.where.self",
     "aten.copy.default",
     "aten.maximum.default", "aten.minimum.default", "aten._to_copy.default", "aten.clone.default",
-    *(f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")),
+    *COMPARISON_OPS,
     *(f"aten.{name}.default" for name in (
         "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "expm1", "log10",
         "log1p", "log2", "atan2", "reciprocal", "ceil", "floor", "round", "trunc", "sign", "isnan", "isinf",
@@ -222,6 +224,9 @@ class Apply:
     args: list  # expression nodes for tensors, Python values for other arguments
     dtype: dtypes.DType
     arg_dtypes: list = field(default_factory=list)
+    # comparisons: the dtype ATen converts every operand to first (torch.result_type: a 0-d tensor or a Python
+    # scalar takes a dimensioned operand's dtype in its category, wrapping integers and rounding floats)
+    operand_dtype: dtypes.DType | None = None
 
 
 @dataclass(eq=False)
@@ -681,7 +686,9 @@ class _Scheduler:
             space = self.chain_space(args, out_shape)
             nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
             arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
-            expr = Apply(name, nodes, result.type.dtype, arg_dtypes)
+            operand_dtype = (dtypes.result_type(*(a.type if _is_tensor(a) else a for a in args))
+                             if name in COMPARISON_OPS else None)
+            expr = Apply(name, nodes, result.type.dtype, arg_dtypes, operand_dtype)
             self.finish(result, expr, carried[0], space)
             return
         self.finish(result, expr, carried[0])
@@ -1376,7 +1383,7 @@ def _respace(expr: Any, shape: list, space: list) -> Any:
         if isinstance(node, Apply):
             args = [convert(arg) if isinstance(arg, (Load, Apply, Constant, Accumulator, Gather, Iota, Tile)) else arg
                     for arg in node.args]
-            return None if any(a is None for a in args) else Apply(node.op, args, node.dtype, node.arg_dtypes)
+            return None if any(a is None for a in args) else dataclasses.replace(node, args=args)
         if not isinstance(node, Load):
             return None  # accumulators, gathers and iotas are tied to their own index space
         strides: list = []

@@ -190,6 +190,16 @@ def _combine_categories(higher: DType | None, lower: DType | None) -> DType | No
     return higher
 
 
+def convert_scalar(value: Any, dtype: DType | None) -> Any:
+    """A Python scalar converted to `dtype` as ATen converts an operand to an op's common dtype: integers wrap,
+    floats round (as is without a dtype)."""
+    if dtype is None:
+        return value
+    with np.errstate(all="ignore"):
+        converted = np.asarray(value).astype(dtype.numpy)
+    return bool(converted) if dtype.is_bool else float(converted) if dtype.is_floating_point else int(converted)
+
+
 def result_type(*operands: Any) -> DType:
     """`torch.result_type` over tensors (anything with `.dtype` and `.shape`), Python scalars or dtypes.
 

@@ -164,21 +164,24 @@ class _Exprs:
         if isinstance(node, Apply):
             cast_kind, rule = POINTWISE_RULES[node.op]
             tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
+            converted = node.operand_dtype  # comparisons: every operand in that dtype first, as ATen
             if cast_kind == "promote":
-                target = compute_type(_promote(tensor_dtypes, node.args))
+                target = compute_type(converted or _promote(tensor_dtypes, node.args))
             else:
                 target = compute_type(node.dtype)
             operands = []
             for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
                 if dtype is not None:
                     text = self.render(arg)
+                    if converted is not None and dtype is not converted:
+                        text = f"({c_type(converted)})({text})"
                     operands.append(text if cast_kind == "where" and position == 0 else f"({target})({text})")
                 elif isinstance(arg, str):
                     operands.append(arg)
                 elif arg is None or isinstance(arg, dtypes.DType):
                     operands.append("")
                 else:
-                    operands.append(f"({target}){literal(arg)}")
+                    operands.append(f"({target}){literal(dtypes.convert_scalar(arg, converted))}")
             if cast_kind == "where":
                 # A function call evaluates both branches: a ternary makes the compiler load only on one side,
                 # and such masked loads keep the loop from vectorizing.

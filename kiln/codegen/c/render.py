@@ -8,6 +8,7 @@ write (types, literals, sizes, expressions, loops) is ctext.py's.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import pathlib
@@ -762,7 +763,7 @@ def _flatten_spatial(expr: Any, shape: list) -> Any:
                 if arg is None:
                     return None
             args.append(arg)
-        return Apply(expr.op, args, expr.dtype, expr.arg_dtypes)
+        return dataclasses.replace(expr, args=args)
     return None
 
 

@@ -410,17 +410,22 @@ class Exprs:
         cast_kind, rule = POINTWISE_RULES[node.op]
         tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
         target = compute_type(node.dtype)
+        converted = node.operand_dtype  # comparisons: every operand in that dtype first, as ATen
         if cast_kind == "promote":
-            target = tensor_dtypes[0]
-            for dtype in tensor_dtypes[1:]:
-                target = dtypes.promote_types(target, dtype)
-            if any(isinstance(a, float) for a in node.args) and not target.is_floating_point:
-                target = dtypes.float64
+            target = converted
+            if target is None:
+                target = tensor_dtypes[0]
+                for dtype in tensor_dtypes[1:]:
+                    target = dtypes.promote_types(target, dtype)
+                if any(isinstance(a, float) for a in node.args) and not target.is_floating_point:
+                    target = dtypes.float64
             target = compute_type(target)
         operands = []
         for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
             if dtype is not None:
                 text = self.render(arg)
+                if converted is not None and dtype is not converted:
+                    text = self.cast(text, converted)
                 if cast_kind == "logical" or (cast_kind == "where" and position == 0):
                     operands.append(text if dtype == dtypes.bool_ else f"({text} != 0)")
                 else:
@@ -430,7 +435,7 @@ class Exprs:
             elif isinstance(arg, str):
                 operands.append(repr(arg))
             else:
-                operands.append(self.scalar_literal(arg, target))
+                operands.append(self.scalar_literal(dtypes.convert_scalar(arg, converted), target))
         return self.cast(rule(operands), node.dtype)
 
     @staticmethod
