@@ -2115,12 +2115,20 @@ def _pixel_shuffle_meta(op: str, factor_name: str, inverse: bool):
             require(guard_bool(sympy.Eq(sympy.Mod(h, factor), 0)) and guard_bool(sympy.Eq(sympy.Mod(w, factor), 0)),
                     op, f"height {h} and width {w} must be divisible by {factor_name}={factor}")
             out = [as_dim(c * factor * factor), _floordiv(h, factor), _floordiv(w, factor)]
+            if _empty_unshuffle(shape):
+                out = [c, h, w]
         else:
             require(guard_bool(sympy.Eq(sympy.Mod(c, factor * factor), 0)), op,
                     f"channels {c} must be divisible by {factor_name}^2={factor * factor}")
             out = [_floordiv(c, factor * factor), as_dim(h * factor), as_dim(w * factor)]
         return tensor([*shape[:-3], *out], dtype_of(self))
     return meta
+
+
+def _empty_unshuffle(shape) -> bool:
+    """ATen's pixel_unshuffle returns an empty input as it is (a copy), where pixel_shuffle reshapes it (seen when
+    a size is 0 statically; a symbolic size that is 0 at run time is not)."""
+    return any(_is_const(d, 0) for d in shape)
 
 
 def _pixel_shuffle_layout(shape, factor, inverse):
@@ -2144,12 +2152,16 @@ for _name, _factor, _inverse in (("pixel_shuffle", "upscale_factor", False),
         meta = _pixel_shuffle_meta(f"aten.{name}.default", factor_name, inverse)
 
         def kernel(self, factor):
+            if inverse and _empty_unshuffle(self.shape):
+                return self.copy()
             split, order, final = _pixel_shuffle_layout(self.shape, factor, inverse)
             return self.reshape(split).transpose(order).reshape(final)
 
         def decomposition(self, factor):
             aten = ops.aten
             meta(self, factor)
+            if inverse and _empty_unshuffle(shape_of(self)):
+                return aten.clone.default(self)
             split, order, final = _pixel_shuffle_layout(shape_of(self), factor, inverse)
             moved = aten.permute.default(aten.view.default(self, split), order)
             return aten.view.default(aten.clone.default(moved), final)
