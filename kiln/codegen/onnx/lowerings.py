@@ -1739,6 +1739,8 @@ def _affine(ctx: LoweringContext, normalized: str, x: Value, weight: Value | Non
     if bias is not None:
         normalized = ctx.node("Add", [normalized, ctx.node("Reshape", [ctx.as_dtype(bias, t),
                                                                        ctx.dims(_channel_shape(x))])])
+    elif weight is not None:  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
+        normalized = ctx.node("Add", [normalized, ctx.const(0, t)])
     return normalized
 
 
@@ -1797,7 +1799,10 @@ def _layer_norm(ctx: LoweringContext, x: Value, normalized_shape: list[Any], wei
     statistics = len(ctx.result_types) > 1 and any(result.uses for result in ctx.op.results[1:])
     scale = (ctx.as_dtype(weight, t) if weight is not None
              else ctx.node("Expand", [ctx.const(1, t), ctx.dims(normalized_shape)]))
-    inputs = [ctx.as_dtype(x, t), scale] + ([ctx.as_dtype(bias, t)] if bias is not None else [])
+    shift = ctx.as_dtype(bias, t) if bias is not None else None
+    if shift is None and weight is not None:  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
+        shift = ctx.node("Expand", [ctx.const(0, t), ctx.dims(normalized_shape)])
+    inputs = [ctx.as_dtype(x, t), scale] + ([shift] if shift is not None else [])
     if not statistics:  # layer_norm, or the mean and rstd unused: the one-output form
         out = ctx.node("LayerNormalization", inputs, axis=axis, epsilon=float(eps), stash_type=onnx_dtype(t))
         return [ctx.graph.cast(out, t, x.dtype)] + [ctx.const(0, dtypes.float32)] * (len(ctx.result_types) - 1)
@@ -1821,6 +1826,8 @@ def _layer_norm64(ctx: LoweringContext, x: Value, axis: int, weight: Value | Non
         out = ctx.node("Mul", [out, ctx.as_dtype(weight, t)])
     if bias is not None:
         out = ctx.node("Add", [out, ctx.as_dtype(bias, t)])
+    elif weight is not None:  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
+        out = ctx.node("Add", [out, ctx.const(0, t)])
     statistics = [ctx.graph.cast(value, t, result.dtype) for value, result in zip((mean, rstd), ctx.result_types[1:])]
     return [ctx.graph.cast(out, t, x.dtype)] + statistics
 

@@ -519,6 +519,8 @@ def _affine(normalized, weight, bias, rank, acc):
         normalized = normalized * _broadcast_channel(weight.astype(acc), rank)
     if bias is not None:
         normalized = normalized + _broadcast_channel(bias.astype(acc), rank)
+    elif weight is not None:
+        normalized = normalized + 0.0  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
     return normalized
 
 
@@ -633,6 +635,8 @@ def _layer_norm_kernel(input, normalized_shape, weight, bias, eps):
             out = out * weight.astype(np.float64)
         if bias is not None:
             out = out + bias.astype(np.float64)
+        elif weight is not None:
+            out = out + 0.0  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
     return out, mean, rstd
 
 
