@@ -415,7 +415,7 @@ def _addmv_decomposition(self, mat, vec, beta=1, alpha=1):
     aten = ops.aten
     _addmv_meta(self, mat, vec, beta, alpha)
     rows = shape_of(mat)[0]
-    bias = _view(self, [rows, 1]) if len(shape_of(self)) == 1 else self
+    bias = _view(self, [shape_of(self)[0], 1]) if len(shape_of(self)) == 1 else self  # (a [1] self broadcasts)
     out = aten.addmm.default(bias, mat, _view(vec, [shape_of(vec)[0], 1]), beta=beta, alpha=alpha)
     return _view(out, [rows])
 
