@@ -506,9 +506,15 @@ class _Equation:
 
 
 def _label_sizes(op: str, equation: _Equation, shapes) -> dict[str, object]:
-    """Each label's size; 1 broadcasts against any size, like torch.einsum."""
+    """Each label's size; 1 broadcasts against any size between operands, like torch.einsum, but a label repeated
+    within one operand (a diagonal, 'ii') needs equal sizes there."""
     sizes: dict[str, object] = {}
-    for labels, shape in zip(equation.inputs, shapes):
+    for index, (labels, shape) in enumerate(zip(equation.inputs, shapes)):
+        for label in set(labels):
+            repeated = [size for other, size in zip(labels, shape) if other == label]
+            require(all(sym_eq(repeated[0], size) for size in repeated[1:]), op,
+                    f"subscript {label!r} is repeated for operand {index} but the sizes don't match: "
+                    f"{', '.join(map(str, repeated))}", fix="a diagonal's dims must have equal sizes")
         for label, size in zip(labels, shape):
             current = sizes.get(label)
             if current is None or (isinstance(current, int) and current == 1):
