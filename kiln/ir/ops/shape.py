@@ -21,6 +21,7 @@ from kiln.ir.errors import GuardError
 from kiln.ir.meta import (
     canonical_dim, dtype_of, like, numel, require, require_arg, shape_of, tensor,
 )
+from kiln.ir.ops._common import checked
 from kiln.ir.registry import REGISTRY, defop, ops, register_decomposition
 from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool
 from kiln.ir.types import SymIntType
@@ -1263,13 +1264,19 @@ def _circular_pad(self, pad):
 
 def _pad_meta(self, pad, mode="constant", value=None):
     shape = _pad_shape("aten.pad.default", shape_of(self), pad, mode, value)
+    pairs = len(pad) // 2
     if mode == "reflect":  # ATen runs reflection_pad{1,2,3}d, whose checks (no empty channels, ...) apply
-        REGISTRY[f"aten.reflection_pad{len(pad) // 2}d.default"].meta(self, list(pad))
+        REGISTRY[f"aten.reflection_pad{pairs}d.default"].meta(self, list(pad))
+    elif mode == "replicate" and pairs == 1:  # replication_pad1d's checks: replication_pad2d's over a unit height
+        lifted = tensor([*shape_of(self)[:-1], 1, shape_of(self)[-1]], dtype_of(self))
+        REGISTRY["aten.replication_pad2d.default"].meta(lifted, list(pad) + [0, 0])
+    elif mode == "replicate":
+        REGISTRY[f"aten.replication_pad{pairs}d.default"].meta(self, list(pad))
     return like(self, shape=shape)
 
 
-defop('pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor', _pad_meta, _pad,
-      tags=("composite",))
+defop('pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor', _pad_meta,
+      checked(_pad_meta, _pad), tags=("composite",))
 
 
 @register_decomposition("aten.pad.default")
