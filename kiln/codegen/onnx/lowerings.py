@@ -1698,18 +1698,29 @@ def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -
     if any(d == 0 for d in x.shape[:-spatial]):  # nothing to average; onnxruntime's blocked pools refuse 0 channels
         return ctx.node("ConstantOfShape", [ctx.dims(ctx.out.shape)], value=_scalar_tensor(0, x.dtype))
     t = _compute_dtype(x.dtype)
-    value, unbatched = _batched(ctx, x, spatial, t)
     inputs = list(x.shape[-spatial:])
+    folded = not isinstance(x.shape[-spatial - 1], int)
+    if folded:  # channels that may be 0 at run time, which onnxruntime's pools refuse (only N may be 0): each
+        # channel is pooled alone, so they fold into the batch
+        value, unbatched = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([-1, 1, *inputs])]), False
+    else:
+        value, unbatched = _batched(ctx, x, spatial, t)
+
+    def finish(result: str) -> str:
+        result = ctx.node("Reshape", [result, ctx.dims(ctx.out.shape)]) if folded else _unbatch(ctx, result, unbatched)
+        return ctx.graph.cast(result, t, x.dtype)
     if all(o == 1 for o in output_size):
-        return ctx.graph.cast(_unbatch(ctx, ctx.node("GlobalAveragePool", [value]), unbatched), t, x.dtype)
+        if t is dtypes.float64:  # onnxruntime's GlobalAveragePool has no float64 kernel for every rank
+            return finish(ctx.node("ReduceMean", [value, ctx.ints(range(2, spatial + 2))], keepdims=1))
+        return finish(ctx.node("GlobalAveragePool", [value]))
     if not all(isinstance(v, int) for v in inputs + list(output_size)):
         raise UnsupportedError("adaptive_avg_pool with symbolic spatial sizes has no ONNX lowering",
                                fix="export with static spatial sizes, or use an output size of 1")
-    if all(i % o == 0 for i, o in zip(inputs, output_size)):
+    if all(i % o == 0 for i, o in zip(inputs, output_size)) and t is not dtypes.float64:
         kernel = [i // o for i, o in zip(inputs, output_size)]
-        result = ctx.node("AveragePool", [value], kernel_shape=kernel, strides=kernel)
-        return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
-    # Uneven windows: average each window separately (ATen's start = floor(i*in/out), end = ceil((i+1)*in/out)).
+        return finish(ctx.node("AveragePool", [value], kernel_shape=kernel, strides=kernel))
+    # Uneven windows (and float64): average each window separately (ATen's start = floor(i*in/out), end =
+    # ceil((i+1)*in/out)).
     result = value
     rank = spatial + 2
     for offset, (size_in, size_out) in enumerate(zip(inputs, output_size)):
@@ -1720,7 +1731,7 @@ def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -
             window = ctx.node("Slice", [result, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
             pieces.append(ctx.node("ReduceMean", [window, ctx.ints([axis])], keepdims=1))
         result = ctx.node("Concat", pieces, axis=axis)
-    return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
+    return finish(result)
 
 
 LOWERING_TABLE["aten._adaptive_avg_pool2d.default"] = _adaptive_avg_pool
