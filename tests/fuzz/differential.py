@@ -29,7 +29,7 @@ from kiln.ir import dtypes
 from kiln.ir.closeness import closeness, default_tolerances
 from kiln.ir.errors import KilnError, UnsupportedError, VerificationError
 from kiln.ir.dialect import bound_arguments
-from kiln.ir.interpreter import run_program, watching
+from kiln.ir.interpreter import bind_symbols, run_program, watching
 from kiln.ir.program import ExportedProgram, OutputKind
 from kiln.ir.types import TensorType
 
@@ -111,6 +111,11 @@ def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.
         try:
             outputs = module(*[to_torch(np.asarray(x)) for x in inputs])
         except (NotImplementedError, RuntimeError, IndexError) as error:
+            if str(error).startswith("Expected input at") and 0 in bind_symbols(program, inputs).values():
+                # torch's backed sizes are positive: its guards simplify size expressions assuming so (Min(1, s1)
+                # is 1), so a size symbol that is 0 at run time fails them
+                raise TorchRefused(f"a size symbol is 0 at run time, which torch assumes never happens: {error}") \
+                    from error
             if not isinstance(error, NotImplementedError) and not any(
                     pattern in str(error) for pattern in TORCH_KERNEL_REFUSALS):
                 raise
