@@ -23,9 +23,10 @@ def _scaled(a: list[str]) -> str:
 
 
 def _batch_norm(a: list[str]) -> str:
-    value = f"({a[0]} - {a[3]}) * (1.0 / sqrt({a[4]} + {a[6]}))"
-    value = f"{value} * {a[1]}" if a[1] else value
-    return f"{value} + {a[2]}" if a[2] else value
+    """ATen's x * alpha + (bias - mean * alpha), alpha = weight / sqrt(var + eps): an infinite weight gives NaN
+    (inf - inf) where (x - mean) * alpha + bias would give an infinity, and a zero is +0."""
+    alpha = f"(1.0 / sqrt({a[4]} + {a[6]}))" + (f" * {a[1]}" if a[1] else "")
+    return f"{a[0]} * ({alpha}) + ({a[2] or '0.0'} - {a[3]} * ({alpha}))"
 
 
 def _clamp(a: list[str]) -> str:

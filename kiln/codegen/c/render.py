@@ -333,7 +333,10 @@ ROW_BODIES: dict[str, str] = {
                                       "Y0[(k) * YS] = ((double)Y0[(k) * YS] - mean) * rstd * W(k) + B(k); "
                                       "Y1[0] = mean; Y2[0] = rstd;",
 }
-ROW_BODIES["aten.native_group_norm.default"] = ROW_BODIES["aten.native_layer_norm.default"]  # W, B by channel
+# W, B by channel; ATen's group norm computes x * alpha + (bias - mean * alpha), alpha = rstd * weight
+ROW_BODIES["aten.native_group_norm.default"] = ROW_BODIES["aten.native_layer_norm.default"].replace(
+    "((double)Y0[(k) * YS] - mean) * rstd * W(k) + B(k)",
+    "(double)Y0[(k) * YS] * (rstd * W(k)) + (B(k) - mean * (rstd * W(k)))")
 ROW_BODIES["aten.prod.default"] = ROW_BODIES["aten.prod.dim_int"]
 ROW_BODIES["aten.var.dim"] = ROW_BODIES["aten.var.correction"]
 

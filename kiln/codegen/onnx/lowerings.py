@@ -1742,17 +1742,15 @@ def _channel_shape(x: Value) -> list[Any]:
     return [1, x.shape[1]] + [1] * (x.rank - 2)
 
 
-def _affine(ctx: LoweringContext, normalized: str, x: Value, weight: Value | None, bias: Value | None,
-            t: dtypes.DType) -> str:
-    if weight is not None:
-        normalized = ctx.node("Mul", [normalized, ctx.node("Reshape", [ctx.as_dtype(weight, t),
-                                                                       ctx.dims(_channel_shape(x))])])
-    if bias is not None:
-        normalized = ctx.node("Add", [normalized, ctx.node("Reshape", [ctx.as_dtype(bias, t),
-                                                                       ctx.dims(_channel_shape(x))])])
-    elif weight is not None:  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
-        normalized = ctx.node("Add", [normalized, ctx.const(0, t)])
-    return normalized
+def _scaled_and_shifted(ctx: LoweringContext, value: str, mean: str, rstd: str, x: Value, weight: Value | None,
+                        bias: Value | None, t: dtypes.DType) -> str:
+    """ATen's batch and group norm: x * alpha + (bias - mean * alpha), alpha = rstd * weight, with per-channel
+    `mean` and `rstd` (an infinite weight gives inf - inf = NaN there, and a zero comes out +0)."""
+    def channel(vector: Value) -> str:
+        return ctx.node("Reshape", [ctx.as_dtype(vector, t), ctx.dims(_channel_shape(x))])
+    alpha = rstd if weight is None else ctx.node("Mul", [rstd, channel(weight)])
+    shift = ctx.node("Sub", [ctx.const(0, t) if bias is None else channel(bias), ctx.node("Mul", [mean, alpha])])
+    return ctx.node("Add", [ctx.node("Mul", [value, alpha]), shift])
 
 
 def _batch_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None, mean: Value | None,
@@ -1765,7 +1763,7 @@ def _batch_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Valu
         centered = ctx.node("Sub", [value, batch_mean])
         batch_var = ctx.node("ReduceMean", [ctx.node("Mul", [centered, centered]), ctx.ints(axes)], keepdims=1)
         rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [batch_var, ctx.const(eps, t)])])])
-        out = _affine(ctx, ctx.node("Mul", [centered, rstd]), x, weight, bias, t)
+        out = _scaled_and_shifted(ctx, value, batch_mean, rstd, x, weight, bias, t)
         save_mean = ctx.node("Reshape", [batch_mean, ctx.ints([-1])])
         save_rstd = ctx.node("Reshape", [rstd, ctx.ints([-1])])
         return [ctx.graph.cast(out, t, x.dtype), ctx.graph.cast(save_mean, t, ctx.result_types[1].dtype),
@@ -1774,7 +1772,7 @@ def _batch_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Valu
     running_mean = ctx.node("Reshape", [ctx.as_dtype(mean, t), shape])
     running_var = ctx.node("Reshape", [ctx.as_dtype(var, t), shape])  # type: ignore[arg-type]
     rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [running_var, ctx.const(eps, t)])])])
-    out = _affine(ctx, ctx.node("Mul", [ctx.node("Sub", [value, running_mean]), rstd]), x, weight, bias, t)
+    out = _scaled_and_shifted(ctx, value, running_mean, rstd, x, weight, bias, t)
     empty = [ctx.const(np.zeros([d if isinstance(d, int) else 0 for d in r.shape], dtype=r.dtype.numpy))
              for r in ctx.result_types[1:]]
     return [ctx.graph.cast(out, t, x.dtype)] + empty
@@ -1855,8 +1853,11 @@ def _group_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Valu
     centered = ctx.node("Sub", [grouped, mean])
     var = ctx.node("ReduceMean", [ctx.node("Mul", [centered, centered]), axes], keepdims=1)
     rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [var, ctx.const(eps, t)])])])
-    normalized = ctx.node("Reshape", [ctx.node("Mul", [centered, rstd]), ctx.shape(x)])
-    out = _affine(ctx, normalized, x, weight, bias, t)
+
+    def per_channel(statistic: str) -> str:  # [n, group, 1] -> [n, C, 1, ...]
+        spread = ctx.node("Expand", [statistic, ctx.dims([n, group, sympy.sympify(c) // group])])
+        return ctx.node("Reshape", [spread, ctx.dims([n, c] + [1] * (x.rank - 2))], allowzero=1)
+    out = _scaled_and_shifted(ctx, ctx.as_dtype(x, t), per_channel(mean), per_channel(rstd), x, weight, bias, t)
     stats = ctx.dims([n, group])
     return [ctx.graph.cast(out, t, x.dtype),
             ctx.graph.cast(ctx.node("Reshape", [mean, stats]), t, ctx.result_types[1].dtype),

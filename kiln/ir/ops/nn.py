@@ -516,14 +516,12 @@ def _broadcast_channel(vector: np.ndarray, rank: int) -> np.ndarray:
     return vector.reshape(1, -1, *[1] * (rank - 2))
 
 
-def _affine(normalized, weight, bias, rank, acc):
-    if weight is not None:
-        normalized = normalized * _broadcast_channel(weight.astype(acc), rank)
-    if bias is not None:
-        normalized = normalized + _broadcast_channel(bias.astype(acc), rank)
-    elif weight is not None:
-        normalized = normalized + 0.0  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
-    return normalized
+def _scaled_and_shifted(x, mean, invstd, weight, bias):
+    """ATen's batch and group norm kernels: x * alpha + beta, alpha = invstd * weight and beta = bias - mean * alpha
+    (weight 1 and bias 0 when absent), each per channel. An infinite weight then gives inf - inf = NaN where
+    (x - mean) * invstd * weight + bias would give an infinity, and a zero comes out +0."""
+    alpha = invstd if weight is None else invstd * weight
+    return x * alpha + ((0.0 if bias is None else bias) - mean * alpha)
 
 
 def _batch_norm_training(input, weight, bias, eps):
@@ -533,15 +531,18 @@ def _batch_norm_training(input, weight, bias, eps):
     mean = x.mean(axis=axes)
     var = ((x - _broadcast_channel(mean, x.ndim)) ** 2).mean(axis=axes)  # biased, like ATen's batch stats
     invstd = 1 / np.sqrt(var + eps)
-    out = (x - _broadcast_channel(mean, x.ndim)) * _broadcast_channel(invstd, x.ndim)
-    return _affine(out, weight, bias, x.ndim, acc), mean, invstd
+    return _batch_norm_output(x, mean, invstd, weight, bias), mean, invstd
 
 
 def _batch_norm_with_running_stats(input, weight, bias, running_mean, running_var, eps):
-    x = input.astype(np.float64)
-    mean = _broadcast_channel(running_mean.astype(np.float64), x.ndim)
-    invstd = 1 / np.sqrt(_broadcast_channel(running_var.astype(np.float64), x.ndim) + eps)
-    return _affine((x - mean) * invstd, weight, bias, x.ndim, np.float64)
+    invstd = 1 / np.sqrt(running_var.astype(np.float64) + eps)
+    return _batch_norm_output(input.astype(np.float64), running_mean.astype(np.float64), invstd, weight, bias)
+
+
+def _batch_norm_output(x, mean, invstd, weight, bias):
+    def channel(vector):
+        return None if vector is None else _broadcast_channel(vector.astype(np.float64), x.ndim)
+    return _scaled_and_shifted(x, channel(mean), channel(invstd), channel(weight), channel(bias))
 
 
 def _native_batch_norm_legit_meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -671,8 +672,10 @@ def _group_norm_kernel(input, weight, bias, N, C, HxW, group, eps):
         else:
             mean = var = np.zeros((N, group))
         rstd = 1 / np.sqrt(var + eps)
-        out = ((x - mean[..., None]) * rstd[..., None]).reshape(input.shape)
-        return _affine(out, weight, bias, input.ndim, np.float64), mean, rstd
+        per_channel = [np.repeat(v, C // group, axis=1)[..., None] for v in (mean, rstd)]  # [N, C, 1]
+        weight, bias = (None if v is None else v.astype(np.float64)[:, None] for v in (weight, bias))
+        out = _scaled_and_shifted(x.reshape(N, C, HxW), *per_channel, weight, bias)
+        return out.reshape(input.shape), mean, rstd
 
 
 defop("native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, "
