@@ -2208,7 +2208,7 @@ def _nearest_default_kernel(self, output_size, scales_h=None, scales_w=None):
 
 
 defop("upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor",
-      _nearest_default_meta, _nearest_default_kernel, tags=("composite",))
+      _nearest_default_meta, checked(_nearest_default_meta, _nearest_default_kernel), tags=("composite",))
 
 
 @register_decomposition("aten.upsample_nearest2d.default")
@@ -2229,7 +2229,8 @@ def _bilinear_default_kernel(self, output_size, align_corners, scales_h=None, sc
 
 
 defop("upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, "
-      "float? scales_w=None) -> Tensor", _bilinear_default_meta, _bilinear_default_kernel, tags=("composite",))
+      "float? scales_w=None) -> Tensor", _bilinear_default_meta,
+      checked(_bilinear_default_meta, _bilinear_default_kernel), tags=("composite",))
 
 
 @register_decomposition("aten.upsample_bilinear2d.default")
