@@ -338,9 +338,12 @@ def _floor_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str
     round_up = ctx.node("Greater", [ctx.node("Sub", [div, floored]), ctx.const(0.5, dtype)])
     floored = ctx.node("Where", [round_up, ctx.node("Add", [floored, one]), floored])
     quotient = ctx.node("Div", [a, b])
-    # a zero quotient keeps a / b's sign (|a / b| < 1 there, so multiplying by 0 cannot give NaN)
+    # a zero quotient keeps a / b's sign (|a / b| < 1 there, so multiplying by 0 cannot give NaN). onnxruntime's
+    # Where turns a -0 it takes from its true branch into +0, so the signed zero goes in the false one, under a
+    # condition its optimizer does not swap back (it rewrites Where(Not(c), x, y) as Where(c, y, x))
     signed_zero = ctx.node("Mul", [quotient, ctx.const(0, dtype)])
-    floored = ctx.node("Where", [ctx.node("Equal", [div, ctx.const(0, dtype)]), signed_zero, floored])
+    nonzero = ctx.node("Greater", [ctx.node("Abs", [div]), ctx.const(0, dtype)])
+    floored = ctx.node("Where", [nonzero, floored, signed_zero])
     return ctx.node("Where", [ctx.node("Equal", [b, ctx.const(0, dtype)]), quotient, floored])
 
 
