@@ -148,6 +148,9 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
     require(_at_least(w[0], 1), op, f"expected weight to have at least one channel at dimension 0, got {list(w)}")
     require(not any(_is_const(k, 0) for k in kernel), op,
             f"kernel size should be greater than zero, got weight of shape {list(w)}")
+    require(transposed or not _is_const(channels, 0), op,
+            f"a convolution over 0 input channels (input {list(x)}): ATen returns an empty [N, 0, ...] result "
+            "there, not the output channels' bias", fix="give the convolution at least one input channel")
     require(guard_bool(sympy.Eq(sympy.Mod(w[0], groups), 0)), op,
             f"groups={groups} must divide weight dimension 0, got weight of shape {list(w)}",
             fix="use a group count that divides both the input and the output channels")
