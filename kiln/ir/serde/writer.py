@@ -215,6 +215,9 @@ class _GraphWriter:
         elif isinstance(expr, sympy.floor):
             numerator, denominator = expr.args[0].as_numer_denom()
             name = self._operator_node("floordiv", numerator, denominator, expr)
+        elif isinstance(expr, sympy.ceiling) and expr.args[0].as_numer_denom()[1].is_positive:
+            numerator, denominator = expr.args[0].as_numer_denom()  # ceil(n / d) = (n + d - 1) // d for d > 0
+            name = self._operator_node("floordiv", numerator + denominator - 1, denominator, expr)
         elif isinstance(expr, sympy.Mod):
             name = self._operator_node("mod", expr.args[0], expr.args[1], expr)
         elif isinstance(expr, (sympy.Min, sympy.Max)):  # torch.sym_min/sym_max take two
