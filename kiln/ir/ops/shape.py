@@ -1251,14 +1251,20 @@ def _circular_pad(self, pad):
             self = aten.slice.Tensor(self, axis, max(-before, 0) if isinstance(before, int) else 0,
                                      as_dim(size - max(-after, 0)) if isinstance(after, int) else size)
             size = shape_of(self)[axis]
-        pieces = []
-        if not (isinstance(before, int) and before <= 0):
-            pieces.append(aten.slice.Tensor(self, axis, as_dim(size - before), size))
-        pieces.append(self)
-        if not (isinstance(after, int) and after <= 0):
-            pieces.append(aten.slice.Tensor(self, axis, 0, after))
-        if len(pieces) > 1:
-            self = aten.cat.default(pieces, axis)
+        left, right = (max(p, 0) if isinstance(p, int) else p for p in (before, after))
+        if not all(isinstance(v, int) for v in (left, right, size)) or (left <= size and right <= size):
+            pieces = []
+            if not (isinstance(before, int) and before <= 0):
+                pieces.append(aten.slice.Tensor(self, axis, as_dim(size - before), size))
+            pieces.append(self)
+            if not (isinstance(after, int) and after <= 0):
+                pieces.append(aten.slice.Tensor(self, axis, 0, after))
+            if len(pieces) > 1:
+                self = aten.cat.default(pieces, axis)
+        else:  # a pad longer than what the other side's crop left: ATen wraps around it again (its checks compare
+            # the pads with the uncropped size), position j reads (j - left) mod size
+            positions = aten.arange.start_step(-left, size + right, dtype=dtypes.int64)
+            self = aten.index_select.default(self, axis, aten.remainder.Scalar(positions, size))
     return self
 
 
