@@ -1,6 +1,6 @@
 """floor_divide of 0 by a negative number is -0.0 in ATen (rsqrt of it is -inf); kiln's ONNX lowering computed the
 signed zero but selected it through the true branch of a Where, and onnxruntime's Where gives +0 for a -0 taken
-from its true branch (seen in onnxruntime 1.23, float32 and float64). The signed zero now goes through the false
+from its true branch (seen in onnxruntime 1.32, float32 and float64). The signed zero now goes through the false
 branch. Found by the differential fuzzer (seed 1400)."""
 
 import numpy as np
