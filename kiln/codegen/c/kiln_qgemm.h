@@ -534,6 +534,14 @@ static inline void kiln_qcols_step(int rows, int64_t KP, const uint8_t* cols, ui
 enum { KILN_QOUT_F32 = 0, KILN_QOUT_U8 = 1, KILN_QOUT_S8 = 2 };
 enum { KILN_QPOST_NONE = 0, KILN_QPOST_RELU = 1, KILN_QPOST_GELU = 2, KILN_QPOST_GELU_TANH = 3 };
 
+/* One value requantized as quantize_per_tensor does: round half to even (the current rounding mode), the zero
+ * point, the clamp [low, high]; the result is a whole number in the output type's range. */
+static inline float kiln_requantize(float v, float inverse_scale, float zero_point, float low, float high)
+{
+    const float q = nearbyintf(v * inverse_scale) + zero_point;
+    return q < low ? low : q > high ? high : q;
+}
+
 static inline void kiln_qgelu(float* y, int post_op)
 {
     if (post_op == KILN_QPOST_GELU) {
@@ -623,8 +631,7 @@ static inline void kiln_qepilogue(const int32_t* tile, const int32_t* zcol, cons
     kiln_qgelu(y, post_op);
     if (kind != KILN_QOUT_F32)
         for (int64_t c = 0; c < KILN_QNR; ++c) {
-            const float q = nearbyintf(y[c] * inverse_scale) + zero_point;
-            const float clamped = q < low ? low : q > high ? high : q;
+            const float clamped = kiln_requantize(y[c], inverse_scale, zero_point, low, high);
             bytes[c] = kind == KILN_QOUT_U8 ? (uint8_t)clamped : (uint8_t)(int8_t)clamped;
         }
 #endif

@@ -68,8 +68,12 @@ def _qparams(detail: dict) -> list[str]:
     return [f"const float x_scale = (float)({qparam(detail['x_scale'])});",
             f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])})"
             f" + {128 if detail['signed'] else 0};",
-            f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});",
-            "(void)output_inverse_scale;"]
+            _output_inverse_scale(detail), "(void)output_inverse_scale;"]
+
+
+def _output_inverse_scale(detail: dict) -> str:
+    """The kernel's constant 1 / output_scale, in float32 as quantize_per_tensor multiplies by it."""
+    return f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});"
 
 
 def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> tuple[list[str], list[str]]:
@@ -435,10 +439,10 @@ def _qpool(kernel: Kernel, state: RenderState) -> list[str]:
         "const int64_t count = (h1 - h0) * (w1 - w0);",
         f"const float mean = (float)({literal(float(detail['x_scale']))} * "
         f"(double)(sum - count * (int64_t){int(detail['x_zero_point'])}) / (double)count);",
-        f"const float q = nearbyintf(mean * (float)(1.0 / {literal(float(detail['output_scale']))})) + "
-        f"{float(detail['output_zero_point'])!r}f;",
-        f"const float low = {float(detail['quant_min'])!r}f, high = {float(detail['quant_max'])!r}f;",
-        f"{buffer_name(out)}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})(q < low ? low : q > high ? high : q);",
+        _output_inverse_scale(detail),
+        f"{buffer_name(out)}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})kiln_requantize(mean, "
+        f"output_inverse_scale, {float(detail['output_zero_point'])!r}f, {float(detail['quant_min'])!r}f, "
+        f"{float(detail['quant_max'])!r}f);",
     ]
     return _loops(kernel.shape, body)
 

@@ -1941,7 +1941,7 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
     kernels = schedule.all_kernels()
-    if any(kernel.kind in ("qlinear", "qconv", "wlinear") for kernel in kernels):
+    if any(kernel.kind in quantized.RENDERERS for kernel in kernels):
         out.append(QGEMM_LIBRARY)
     if any(kernel.kind in SPARSE_KERNELS for kernel in kernels):
         out.append(SPARSE_LIBRARY)
