@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from kiln.codegen.target import Target
 
 COMPARISON_OPS = {f"aten.{cmp}.{kind}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")}
+# Ops that compute in their operands' common dtype (torch.result_type), not in their bool result's: Apply carries it
+PROMOTING_OPS = COMPARISON_OPS | {"aten.isnan.default", "aten.isinf.default"}
 # Ops fused into pointwise kernels; each renderer supplies one rule per name it supports.
 POINTWISE_OPS = {
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.mul.Tensor",
@@ -224,7 +226,7 @@ class Apply:
     args: list  # expression nodes for tensors, Python values for other arguments
     dtype: dtypes.DType
     arg_dtypes: list = field(default_factory=list)
-    # comparisons: the dtype ATen converts every operand to first (torch.result_type: a 0-d tensor or a Python
+    # PROMOTING_OPS: the dtype ATen converts every operand to first (torch.result_type: a 0-d tensor or a Python
     # scalar takes a dimensioned operand's dtype in its category, wrapping integers and rounding floats)
     operand_dtype: dtypes.DType | None = None
 
@@ -687,7 +689,7 @@ class _Scheduler:
             nodes = [self.operand_expr(a, out_shape, carried, space) if _is_tensor(a) else a for a in args]
             arg_dtypes = [a.type.dtype if _is_tensor(a) else None for a in args]
             operand_dtype = (dtypes.result_type(*(a.type if _is_tensor(a) else a for a in args))
-                             if name in COMPARISON_OPS else None)
+                             if name in PROMOTING_OPS else None)
             expr = Apply(name, nodes, result.type.dtype, arg_dtypes, operand_dtype)
             self.finish(result, expr, carried[0], space)
             return

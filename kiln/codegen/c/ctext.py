@@ -163,12 +163,8 @@ class _Exprs:
             return f"{buffer_name(table.buffer)}[{offset}]"
         if isinstance(node, Apply):
             cast_kind, rule = POINTWISE_RULES[node.op]
-            tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
-            converted = node.operand_dtype  # comparisons: every operand in that dtype first, as ATen
-            if cast_kind == "promote":
-                target = compute_type(converted or _promote(tensor_dtypes, node.args))
-            else:
-                target = compute_type(node.dtype)
+            converted = node.operand_dtype  # (schedule.PROMOTING_OPS) every operand in that dtype first, as ATen
+            target = compute_type(converted if cast_kind == "promote" else node.dtype)
             operands = []
             for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
                 if dtype is not None:
@@ -198,18 +194,6 @@ def checked_index(index: str, size: Any, dim: int, op: str, wrap: bool) -> str:
     values wrap first when `wrap` (index.Tensor, index_put), as ATen."""
     check = "kiln_index_wrap" if wrap else "kiln_index"
     return f"{check}((int64_t)({index}), {dim_expr(size)}, {dim}, {_cstr(op)}, ctx)"
-
-
-def _promote(tensor_dtypes: list, args: list) -> dtypes.DType:
-    result = tensor_dtypes[0]
-    for d in tensor_dtypes[1:]:
-        result = dtypes.promote_types(result, d)
-    # a Python scalar of a higher category raises the compute type (as torch.result_type): bool == -2 is false
-    if any(isinstance(a, float) for a in args) and not result.is_floating_point:
-        result = dtypes.float64
-    elif result.is_bool and any(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        result = dtypes.int64
-    return result
 
 
 def buffer_name(buffer: Buffer) -> str:

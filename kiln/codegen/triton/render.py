@@ -408,18 +408,8 @@ class Exprs:
 
     def apply(self, node: Apply) -> str:
         cast_kind, rule = POINTWISE_RULES[node.op]
-        tensor_dtypes = [d for d in node.arg_dtypes if d is not None]
-        target = compute_type(node.dtype)
-        converted = node.operand_dtype  # comparisons: every operand in that dtype first, as ATen
-        if cast_kind == "promote":
-            target = converted
-            if target is None:
-                target = tensor_dtypes[0]
-                for dtype in tensor_dtypes[1:]:
-                    target = dtypes.promote_types(target, dtype)
-                if any(isinstance(a, float) for a in node.args) and not target.is_floating_point:
-                    target = dtypes.float64
-            target = compute_type(target)
+        converted = node.operand_dtype  # (schedule.PROMOTING_OPS) every operand in that dtype first, as ATen
+        target = compute_type(converted if cast_kind == "promote" else node.dtype)
         operands = []
         for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
             if dtype is not None:
