@@ -639,10 +639,8 @@ def _layer_norm_kernel(input, normalized_shape, weight, bias, eps):
         out = (x - mean) * rstd
         if weight is not None:
             out = out * weight.astype(np.float64)
-        if bias is not None:
-            out = out + bias.astype(np.float64)
-        elif weight is not None:
-            out = out + 0.0  # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
+        # ATen adds the bias or 0: a negative weight times +0 gives +0, not -0
+        out = out + (0.0 if bias is None else bias.astype(np.float64))
     return out, mean, rstd
 
 
@@ -1556,7 +1554,7 @@ def _batch_norm_decomposition(input, weight, bias, running_mean, running_var, tr
                               cudnn_enabled):
     aten = ops.aten
     route = _batch_norm_route("aten.batch_norm.default", running_mean, running_var, training)
-    if route != "no_training" and any(isinstance(d, int) and d == 0 for d in shape_of(input)):
+    if route != "no_training" and any(_is_const(d, 0) for d in shape_of(input)):
         return aten.clone.default(input)  # torch's composite returns an empty input as it is (a copy)
     if route == "no_training":
         return aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var,
