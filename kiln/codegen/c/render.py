@@ -1153,7 +1153,9 @@ def _reduce_identity(reduce: str, dtype: dtypes.DType) -> str:
         return "0" if low else "1"
     if dtype.is_floating_point:
         return "(-INFINITY)" if low else "INFINITY"
-    bits = 64 if dtype == dtypes.int64 else 32
+    if dtype == dtypes.uint8:
+        return "0" if low else "UINT8_MAX"
+    bits = 8 * dtype.itemsize  # the dtype's own limits: INT32_MIN cast to int8 would be 0
     return f"INT{bits}_MIN" if low else f"INT{bits}_MAX"
 
 
