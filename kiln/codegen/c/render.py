@@ -109,8 +109,8 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 def _attention(kernel: Kernel, state: RenderState) -> list[str]:
-    """Fused attention (kiln/codegen/c/attention.py): the team shares (batch, block of KILN_MR queries) units. A
-    thread packs Kᵀ and V of each batch entry it reaches into panels once, computes its block's score rows (the
+    """Fused attention (matched by kiln/codegen/attention.py): the team shares (batch, block of KILN_MR queries)
+    units. A thread packs Kᵀ and V of each batch entry it reaches into panels once, computes its block's score rows (the
     scores GEMM's epilogue applied: scale, mask) into `scores`, takes each row's float32 softmax there as the rows
     kernel does (torch's safe softmax: a row that is all -inf gives zeros), and multiplies by V with the output
     GEMM's epilogue. Scratch per thread: the panels and one block of score rows (render._scratch_bytes)."""
