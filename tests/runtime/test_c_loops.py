@@ -12,7 +12,6 @@ import pytest
 
 import kiln
 from kiln.compiler import compile as compile_c
-from kiln.ir.errors import UnsupportedError
 from tests.runtime.support import use_capability
 
 torch = pytest.importorskip("torch")
@@ -222,9 +221,3 @@ def test_inspect_lists_the_loop_after_its_step_kernels(tmp_path, capsys):
     assert listed[loop - 1] == "matmul: aten.addmm.default, aten.add.Tensor, aten.tanh.default"
     assert "each step runs the 1 kernel above" in (tmp_path / "pkg" / "model.c").read_text()
 
-
-def test_triton_refuses_loops_clearly(tmp_path):
-    program = kiln.export(kiln.nn.GRU(4, 8).eval(), (kiln.randn(5, 2, 4),),
-                          dynamic_shapes={"input": {0: kiln.Dim("seq")}})
-    with pytest.raises(UnsupportedError, match=r"kiln\.scan \(no Triton lowering\)"):
-        kiln.codegen.driver.build_package(program, "triton", output=tmp_path / "pkg")

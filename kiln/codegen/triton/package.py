@@ -7,9 +7,10 @@ import hashlib
 import pathlib
 from typing import Any, Callable
 
+from kiln.codegen.attention import fuse_attention
 from kiln.codegen.memory import MemoryPlan
 from kiln.codegen.schedule import Schedule, schedule
-from kiln.codegen.triton.render import render
+from kiln.codegen.triton.module import render
 from kiln.codegen.triton.target import TARGET
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
@@ -18,7 +19,8 @@ FORMAT = "kiln-triton-package"
 
 
 def plan(program: ExportedProgram) -> Schedule:
-    return schedule(program, TARGET)
+    """The schedule, attention chains fused into one flash-attention kernel each (triton/attention.py)."""
+    return fuse_attention(schedule(program, TARGET))
 
 
 def nibble_weights(plan: Schedule) -> set[str]:

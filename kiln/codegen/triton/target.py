@@ -1,25 +1,22 @@
-"""The Triton backend's `Target`: the ops render.py has kernels and rules for, the dtypes they take, and the
-argument forms beyond the shared ones (kiln/codegen/target.py) that its math helpers render exactly."""
+"""The Triton backend's `Target`: the ops its kernel renderers (render.py and the modules beside it) take, the
+dtypes they take, and the argument forms beyond the shared ones (kiln/codegen/target.py) they render exactly."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kiln.codegen.cost import kernel_work
-from kiln.codegen.schedule import (
-    CHANNEL_OPS, CONCAT_OPS, CONV_OPS, INDEX_OPS, MATMUL_OPS, PAD_OPS, POINTWISE_OPS, SOURCE_OPS, VIEW_OPS,
-)
+from kiln.codegen.schedule import CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS
 from kiln.codegen.target import Target, kernel_argument_limits
-from kiln.codegen.triton.render import POINTWISE_RULES, POW_EXPONENTS, ROW_OPS
+from kiln.codegen.triton.render import POINTWISE_RULES
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 
-POOLS = {"aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default", "aten.avg_pool2d.default",
-         "aten.avg_pool3d.default", "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default"}
 DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int64, dtypes.int32,
                     dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.bool_})
-OPS = frozenset((POINTWISE_OPS & set(POINTWISE_RULES)) | SOURCE_OPS | INDEX_OPS | VIEW_OPS | MATMUL_OPS
-                | CHANNEL_OPS | ROW_OPS | CONCAT_OPS | CONV_OPS | POOLS | PAD_OPS)
+# Every op the scheduler groups into kernels (each kind has a renderer in module.KERNEL_RENDERERS), the pointwise
+# ones that have a rule, and the loops.
+OPS = frozenset((SCHEDULED_OPS - POINTWISE_OPS) | (POINTWISE_OPS & set(POINTWISE_RULES)) | LOOP_OPS)
 # Ops whose Triton rule is floating-point math: integer results would need C's integer forms.
 FLOAT_ONLY = {"aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.fmod.Tensor", "aten.fmod.Scalar",
               "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.round.default", "aten.trunc.default",
@@ -34,8 +31,6 @@ def unsupported_arguments(op: Any) -> str | None:
     args = bound_arguments(op)
     if name in FLOAT_ONLY and not op.results[0].type.dtype.is_floating_point:
         return "integer results are not supported"
-    if name == "aten.pow.Tensor_Scalar" and (isinstance(args[1], bool) or float(args[1]) not in POW_EXPONENTS):
-        return f"exponent {args[1]!r} (Triton renders {', '.join(map(str, POW_EXPONENTS))})"
     if name in MATMUL_OPS | CONV_OPS and op.results[0].type.dtype not in (dtypes.float32, dtypes.float64):
         return "only float32 and float64 matmuls and convolutions are supported"
     if name in CONV_OPS and (args[6] or not all(isinstance(d, int) for d in op.operands[1].type.shape[2:])):
@@ -43,6 +38,11 @@ def unsupported_arguments(op: Any) -> str | None:
     if name.startswith("aten._adaptive") and not all(
             isinstance(d, int) for value in (op.operands[0], op.results[0]) for d in value.type.shape[2:]):
         return "only adaptive pooling over static spatial sizes is supported"
+    if name in QCONV_OPS and isinstance(args[2], int) and any(args[7]) and not (
+            (-128 if op.operands[0].type.dtype is dtypes.int8 else 0) <= args[2] <= (
+            127 if op.operands[0].type.dtype is dtypes.int8 else 255)):
+        # (the im2col tile pads with the zero point as one of the activations' bytes)
+        return f"a padded convolution whose activations' zero point {args[2]} lies outside their dtype's range"
     return None
 
 
