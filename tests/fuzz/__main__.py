@@ -1,6 +1,6 @@
 """The fuzz run (`make fuzz`): random programs through every backend until the budget is spent, then the figures.
 
-    python -m tests.fuzz --programs 10000 --seed 0 [--batch 50] [--backends onnx c pt2 torch] [--no-shrink]
+    python -m tests.fuzz --programs 10000 --seed 0 [--batch 50] [--backends onnx c triton pt2 torch] [--no-shrink]
 
 Hypothesis draws batches of DAGs (tests/fuzz/programs.py) and the differential runner checks them (differential.py).
 The first failure of each kind is shrunk by hypothesis at once and the run carries on with the next seed; at the end
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import time
 from typing import Any
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton runs on CPU through its interpreter (before its import)
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 

@@ -1,7 +1,8 @@
 """Differential runs: programs through the reference interpreter (the oracle) and every backend, compared at
 torch.testing.assert_close's default tolerances per dtype, NaN where the oracle has NaN.
 
-Backends: ONNX in onnxruntime, C at every CPU capability this machine runs, the .pt2 round trip (kiln.save, then
+Backends: ONNX in onnxruntime, C at every CPU capability this machine runs, Triton through its interpreter on CPU
+(where TRITON_INTERPRET=1 and triton and torch import), the .pt2 round trip (kiln.save, then
 kiln.load and the interpreter), and torch eager through the .pt2 (torch.export.load, then the module). A batch of
 cases builds into one program per backend (one C compile for many DAGs); when a backend fails on a batch, halves
 are retried until the failing case is alone. A backend's documented refusal (UnsupportedError) is counted, not
@@ -43,13 +44,15 @@ def _onnx(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.P
     return export_program(program).run(inputs)
 
 
-def _c_precheck(program: ExportedProgram) -> None:
-    """What kiln.compile does before rendering and building, which raises UnsupportedError for what C refuses."""
-    from kiln.codegen.driver import DEFAULT_PIPELINE, backend
-    from kiln.codegen.legalize import legalize
-    from kiln.passes import run as run_passes
-    emitter = backend("c")
-    emitter.plan(legalize(run_passes(program, DEFAULT_PIPELINE), emitter.TARGET))
+def _planning(target: str) -> Callable[[ExportedProgram], None]:
+    """What kiln.compile does before rendering, which raises UnsupportedError for what `target` refuses."""
+    def precheck(program: ExportedProgram) -> None:
+        from kiln.codegen.driver import DEFAULT_PIPELINE, backend
+        from kiln.codegen.legalize import legalize
+        from kiln.passes import run as run_passes
+        emitter = backend(target)
+        emitter.plan(legalize(run_passes(program, DEFAULT_PIPELINE), emitter.TARGET))
+    return precheck
 
 
 @contextlib.contextmanager
@@ -73,6 +76,14 @@ def _c(capability: str) -> Callable[..., list[np.ndarray]]:
         outputs = model(*inputs)
         return list(outputs) if isinstance(outputs, tuple) else [outputs]
     return run
+
+
+def _triton(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
+    """Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, set before triton's first import)."""
+    from kiln.compiler import compile as compile_program
+    model = compile_program(program, target="triton", output=workdir / "triton")
+    outputs = model(*inputs)
+    return list(outputs) if isinstance(outputs, tuple) else [outputs]
 
 
 def _pt2(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
@@ -138,7 +149,14 @@ def available_backends() -> list[Backend]:
     found = [Backend("onnx", _onnx)]
     if shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc"):
         from kiln.codegen.c import supported_capabilities
-        found += [Backend(f"c[{cap}]", _c(cap), _c_precheck) for cap in supported_capabilities()]
+        found += [Backend(f"c[{cap}]", _c(cap), _planning("c")) for cap in supported_capabilities()]
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        try:
+            import triton  # noqa: F401
+            import torch  # noqa: F401  (the Triton target launches kernels on torch tensors)
+            found.append(Backend("triton", _triton, _planning("triton")))
+        except ImportError:
+            pass
     found.append(Backend("pt2", _pt2))
     try:
         import torch  # noqa: F401

@@ -394,6 +394,10 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
 }
 
 
+# Arithmetic on bools that counts (then is nonzero), where int1's own arithmetic would wrap around.
+BOOLEAN_SUMS = {"aten.add.Tensor", "aten.add.Scalar", "aten.mul.Tensor", "aten.mul.Scalar"}
+
+
 def compute_type(dtype: dtypes.DType) -> dtypes.DType:
     """Half-precision floats compute in float32 and round once per op, as ATen's CPU kernels do."""
     return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
@@ -499,6 +503,8 @@ class Exprs:
         cast_kind, rule = POINTWISE_RULES[node.op]
         converted = node.operand_dtype  # (schedule.PROMOTING_OPS) every operand in that dtype first, as ATen
         target = compute_type(converted if cast_kind == "promote" else node.dtype)
+        if target == dtypes.bool_ and node.op in BOOLEAN_SUMS:
+            target = dtypes.int8  # ATen's True + True is True: int1 would wrap around to False
         operands = []
         for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
             if dtype is not None:
@@ -663,8 +669,10 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     out_dtype = kernel.outputs[0].dtype
 
     def loop(lines: list[str]) -> list[str]:
+        # (a row that is one broadcast element loads a scalar: made a block, as every line below expects)
         return [f"for start in range(0, {length}, BLOCK):", "    k = start + tl.arange(0, BLOCK)",
-                f"    m = k < {length}", f"    v = ({value}).to({compute})", *["    " + line for line in lines]]
+                f"    m = k < {length}", f"    v = tl.broadcast_to(({value}).to({compute}), [BLOCK])",
+                *["    " + line for line in lines]]
 
     kind = REDUCTIONS.get(op)
     if kind in ("sum", "mean", "var"):
