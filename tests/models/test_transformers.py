@@ -47,3 +47,21 @@ def test_from_torch_converts_the_same_modules(name):
         got, _ = tree_flatten(program(**{key: value.numpy() for key, value in inputs.items()}))
         for g, e in zip(got, torch_outputs(model, inputs), strict=True):
             torch.testing.assert_close(torch.from_numpy(np.asarray(g)), e)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_triton_package_matches_torch(name, tmp_path):
+    """GPT-2 and BERT through the Triton backend (Triton's interpreter on CPU), one package for both sizes."""
+    pytest.importorskip("triton")
+    from kiln.compiler import compile as compile_program
+    architecture = ARCHITECTURES[name]
+    model = architecture.model()
+    program = kiln.from_torch(model, (), architecture.make_inputs(*SIZES[0]),
+                              dynamic_shapes=architecture.dynamic_shapes())
+    package = compile_program(program, target="triton", output=tmp_path / "pkg")
+    names = [spec["name"] for spec in package.manifest["inputs"]]
+    for size in SIZES:
+        inputs = architecture.make_inputs(*size)
+        got, _ = tree_flatten(package(*[inputs[name].numpy() for name in names]))
+        for g, e in zip(got, torch_outputs(model, inputs), strict=True):
+            torch.testing.assert_close(torch.from_numpy(np.asarray(g)), e)
