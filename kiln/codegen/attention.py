@@ -18,7 +18,7 @@ import sympy
 
 from kiln.codegen.memory import kernel_reads
 from kiln.codegen.schedule import (
-    Apply, Buffer, Constant, Kernel, Load, Schedule, View, contiguous_strides, same_dim as _same,
+    Apply, AttentionDetail, Buffer, Constant, Kernel, Load, Schedule, View, contiguous_strides, same_dim as _same,
 )
 from kiln.ir import dtypes
 
@@ -38,9 +38,9 @@ def fuse_attention(schedule: Schedule) -> Schedule:
 
 
 def _is_f32_bmm(kernel: Kernel | None) -> bool:
-    if kernel is None or kernel.kind != "matmul" or len(kernel.shape) != 3 or "bias" in kernel.detail:
+    if kernel is None or kernel.kind != "matmul" or len(kernel.shape) != 3 or kernel.detail.bias is not None:
         return False
-    return kernel.detail["a"][0].dtype == kernel.detail["b"][0].dtype == kernel.outputs[0].dtype == dtypes.float32
+    return kernel.detail.a[0].dtype == kernel.detail.b[0].dtype == kernel.outputs[0].dtype == dtypes.float32
 
 
 def _reads_rows(load: Any, shape: list, row_values: bool) -> bool:
@@ -78,8 +78,8 @@ class _Graph:
         `second` is the output GEMM of an attention chain."""
         if not _is_f32_bmm(second):
             return None
-        probs, probs_strides, probs_offset = second.detail["a"]
-        batch, queries, keys = second.shape[0], second.shape[1], second.detail["k"]
+        probs, probs_strides, probs_offset = second.detail.a
+        batch, queries, keys = second.shape[0], second.shape[1], second.detail.k
         if not (_same(probs_offset, 0) and all(_same(s, c) for s, c in zip(
                 probs_strides, contiguous_strides([batch, queries, keys])))
                 and self.read_only_by(probs, second)):
@@ -93,8 +93,8 @@ class _Graph:
         if softmax is None or softmax.kind != "rows" or softmax.ops != ["aten._softmax.default"] \
                 or softmax.outputs[0].dtype != dtypes.float32:
             return None
-        scores = softmax.detail.get("input")
-        if scores is None or softmax.detail["dim"] != len(scores.shape) - 1:
+        scores = softmax.detail.input
+        if scores is None or softmax.detail.dim != len(scores.shape) - 1:
             return None
         first = self.writer.get(id(scores.buffer))
         if not _is_f32_bmm(first) or not _whole(scores, first.outputs[0]):
@@ -122,10 +122,10 @@ class _Graph:
                 and _reads_rows(test.args[0], eq.shape, row_values=False)):
             return None
         amax = self.writer.get(id(test.args[0].buffer))
-        scores = softmax.detail.get("input")
+        scores = softmax.detail.input
         if amax is None or amax.kind != "rows" or amax.ops != ["aten.amax.default"] or scores is None \
-                or not _whole(amax.detail.get("input"), scores.buffer) \
-                or amax.detail["dim"] != len(scores.shape) - 1:
+                or not _whole(amax.detail.input, scores.buffer) \
+                or amax.detail.dim != len(scores.shape) - 1:
             return None
         if not (self.read_only_by(value.buffer, where) and self.read_only_by(condition.buffer, where)
                 and self.read_only_by(test.args[0].buffer, eq)):
@@ -134,13 +134,10 @@ class _Graph:
 
 
 def _fused_kernel(replaced: list[Kernel], first: Kernel, second: Kernel, safe: bool) -> Kernel:
-    """The "attention" kernel: shape and outputs the output GEMM's, its expr the output GEMM's epilogue. Detail: "q"
-    and "k" (the scores GEMM's A and B views: Q [batch, queries, dim], Kᵀ [batch, dim, keys]), "dim", "keys",
-    "scores" (the scores GEMM's epilogue, over acc_value and (i0, i1, i2) = (batch, query, key)), "v" (the output
-    GEMM's B: V [batch, keys, value dim]) and "safe" (the chain had the safe softmax's `where`: a row of scores that
-    is all -inf gives zeros, not NaN)."""
-    detail = {"q": first.detail["a"], "k": first.detail["b"], "dim": first.detail["k"], "keys": first.shape[2],
-              "scores": first.expr, "v": second.detail["b"], "safe": safe}
+    """The "attention" kernel: shape and outputs the output GEMM's, its expr the output GEMM's epilogue, its detail
+    an AttentionDetail (`safe`: the chain had the safe softmax's `where`)."""
+    detail = AttentionDetail(q=first.detail.a, k=first.detail.b, dim=first.detail.k, keys=first.shape[2],
+                             scores=first.expr, v=second.detail.b, safe=safe)
     ops = list(dict.fromkeys(op for kernel in [*replaced, second] for op in kernel.ops))
     return Kernel("attention", f"attention_{second.outputs[0].name}", ops, second.outputs, second.shape,
                   second.expr, detail)

@@ -49,7 +49,7 @@ def _unique(buffers: Iterator[Buffer]) -> list[Buffer]:
 
 
 def kernel_reads(kernel: Kernel) -> list[Buffer]:
-    """The buffers a kernel reads: everything its expression tree and its detail entries refer to."""
+    """The buffers a kernel reads: everything its expression tree and its detail's fields refer to."""
     seen: set[int] = set()
     return _unique(b for part in (kernel.expr, kernel.detail) for b in _buffers_in(part, seen))
 

@@ -233,7 +233,9 @@ class Apply:
 
 @dataclass(eq=False)
 class Kernel:
-    """One loop nest. kind: pointwise | matmul | conv | rows | window | cat | pad. `ops` names its aten ops."""
+    """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
+    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention) and `detail` holds what the
+    template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
 
     kind: str
     name: str
@@ -241,7 +243,7 @@ class Kernel:
     outputs: list[Buffer]
     shape: list  # the iteration shape (pointwise, matmul: the output's)
     expr: Any = None  # pointwise value, or the matmul epilogue (over an Accumulator)
-    detail: dict = field(default_factory=dict)
+    detail: KernelDetail | None = None
 
 
 @dataclass(eq=False)
@@ -269,6 +271,301 @@ class Window:
     offset: Any = 0
 
 
+# ---------------------------------------------------------------------------------------------
+# Kernel details: what each kind's template needs besides the iteration shape and epilogue
+
+# A GEMM operand: its buffer, its strides over [batch, rows, columns] (batch stride 0 for mm and addmm), its offset.
+GemmOperand = tuple[Buffer, list, Any]
+
+
+@dataclass(eq=False)
+class MatmulDetail:
+    """mm / addmm / bmm: A [.., M, K] and B [.., K, N]; addmm's `bias` (a Load over the output) enters as
+    beta * bias + alpha * A @ B."""
+
+    a: GemmOperand
+    b: GemmOperand
+    k: Any
+    bias: Load | None = None
+    beta: Any = 1
+    alpha: Any = 1
+
+
+@dataclass(eq=False)
+class ConvDetail:
+    """convolution: the input, the weight [C_out, C_in / groups, *taps] (transposed: [C_in, C_out / groups, *taps]),
+    the bias per output channel, and per-spatial-dim stride, padding and dilation."""
+
+    input: View
+    weight: View
+    bias: View | None
+    stride: list
+    padding: list
+    dilation: list
+    groups: int
+    transposed: bool
+
+
+@dataclass(eq=False)
+class RowsDetail:
+    """A row kernel (reductions, softmax, cumsum, sort, layer and group norm) over `dim` of `input`; a fused
+    pointwise producer instead of an input is `input_expr` over `input_shape`. `constants` are the op's named
+    constants (var's CORR); `descending` is sort's; `weight`, `bias`, `eps` are the norms', and group norm's
+    channel of element k in row (n, group) is group * per_group + k // hxw."""
+
+    input: View | None
+    dim: int
+    constants: dict[str, float] = field(default_factory=dict)
+    descending: bool | None = None
+    input_expr: Any = None
+    input_shape: list | None = None
+    weight: View | None = None
+    bias: View | None = None
+    eps: float | None = None
+    per_group: Any = None
+    hxw: Any = None
+
+
+@dataclass(eq=False)
+class WindowDetail:
+    """A window kernel over the `n` trailing spatial dims of `input`. Pools: `kernel`, `stride`, `padding`,
+    `dilation` per dim (adaptive pools: none), avg_pool's `count_include_pad` and `divisor_override`. Upsampling:
+    `scales` per dim (None: from the sizes), bilinear's `align_corners`. grid_sampler_2d: `grid`, `interpolation`,
+    `padding_mode` (ATen's codes) and `align_corners`."""
+
+    input: View
+    n: int
+    kernel: list | None = None
+    stride: list | None = None
+    padding: list | None = None
+    dilation: list | None = None
+    count_include_pad: bool | None = None
+    divisor_override: int | None = None
+    grid: View | None = None
+    interpolation: int | None = None
+    padding_mode: int | None = None
+    align_corners: bool | None = None
+    scales: list | None = None
+
+
+@dataclass(eq=False)
+class CatDetail:
+    """cat along `dim`: each part as (a Load over its shape, its shape, its start along `dim`)."""
+
+    parts: list[tuple[Load, list, Any]]
+    dim: int
+
+
+@dataclass(eq=False)
+class PadDetail:
+    """A pad: output element i reads `input` at i - before; outside it, `mode` "constant" gives `value`, "reflect"
+    mirrors about the edges and "replicate" clamps to them."""
+
+    input: View
+    before: list
+    value: Any
+    mode: str
+
+
+@dataclass(eq=False)
+class ScatterDetail:
+    """A copy of `input` (a Load over the output), then `value` (an expression over `space`) combined by `reduce`
+    (assign, sum, prod, mean, amax, amin) into the target each element of `space` picks: `targets` has per output
+    dim a space dim (int) or a ScatterIndex. `parallel` marks the space dims that may split between threads
+    (distinct values target distinct elements); `mask` (index_put's bool index) skips elements; `include_self`
+    is scatter_reduce's."""
+
+    input: Load
+    space: list
+    parallel: list[bool]
+    targets: list
+    value: Any
+    mask: Load | None
+    reduce: str
+    include_self: bool
+
+
+@dataclass(eq=False)
+class DistanceDetail:
+    """cdist (two `sides`) or pdist (one): Loads over [..., rows, columns]; a `p`-norm over `columns`.
+    `compute_mode` is cdist's: whether p = 2 takes the matrix-product formula (None or 0: past 25 rows, 1: always,
+    2: never)."""
+
+    sides: list[Load]
+    rows: list
+    columns: Any
+    p: float
+    compute_mode: int | None
+
+
+@dataclass(eq=False)
+class BagsDetail:
+    """_embedding_bag: rows of `weight` picked by `indices`, bags between `offsets`, reduced by `mode` (0 sum,
+    1 mean, 2 max), optionally scaled by `per_sample_weights`."""
+
+    weight: View
+    indices: View
+    offsets: View
+    mode: int
+    per_sample_weights: View | None
+    include_last_offset: bool
+    padding_idx: int | None
+
+
+@dataclass(eq=False)
+class QLinearDetail:
+    """quant.qlinear_pointwise: activations `x` as [M, K] rows, the int8 `weight` [N, K] with per-column
+    `weight_scale` and `bias`; `x_scale` and `x_zero_point` (numbers, or Loads for the .tensor overload); the
+    output qparams; `post_op`. `signed`: int8 activations; `narrow`: uint8 proven at most 127."""
+
+    x: View
+    weight: View
+    weight_scale: View
+    bias: View | None
+    x_scale: Any
+    x_zero_point: Any
+    output_scale: float
+    output_zero_point: int
+    quant_min: int
+    quant_max: int
+    post_op: str
+    m: Any
+    k: Any
+    n: Any
+    signed: bool
+    narrow: bool
+
+
+@dataclass(eq=False)
+class WLinearDetail:
+    """quant.linear_weight_only: float rows `x` [M, K] against an int8 or int4 (`bits`) `weight` [N, K] with
+    `scales` and `zero_points` per `group_size` columns."""
+
+    x: View
+    weight: View
+    scales: View
+    zero_points: View | None
+    bias: View | None
+    group_size: int
+    bits: int
+    m: Any
+    k: Any
+    n: Any
+
+
+@dataclass(eq=False)
+class QPoolDetail:
+    """quant.qadaptive_avg_pool2d: integer NCHW `x`, its qparams and the output's."""
+
+    x: View
+    x_scale: float
+    x_zero_point: int
+    output_scale: float
+    output_zero_point: int
+    quant_min: int
+    quant_max: int
+
+
+@dataclass(eq=False)
+class QConvDetail:
+    """quant.qconv2d_pointwise: NCHW integer `x`, the int8 `weight` [C_out, C / groups, kH, kW] with per-channel
+    `weight_scale` and `bias`, an optional float residual `other`; qparams, `post_op`, `signed` and `narrow` as
+    QLinearDetail's; `k` = C / groups * kH * kW."""
+
+    x: View
+    weight: View
+    weight_scale: View
+    bias: View | None
+    other: View | None
+    x_scale: Any
+    x_zero_point: Any
+    stride: list
+    padding: list
+    dilation: list
+    groups: int
+    output_scale: float
+    output_zero_point: int
+    quant_min: int
+    quant_max: int
+    post_op: str
+    signed: bool
+    narrow: bool
+    k: Any
+
+
+@dataclass(eq=False)
+class SparseLinearDetail:
+    """linear with a sparse weight [N, K] (`layout` sparse_csr, sparse_bsr or semi_structured, `block` its
+    blocksize): rows `x` [M, K], first transposed into `xT`; `components` names the weight's buffers (values,
+    col_indices, ...); `bias` is a Load over the output."""
+
+    x: View
+    xT: Buffer
+    m: Any
+    k: Any
+    n: Any
+    layout: str
+    block: tuple
+    components: dict[str, Buffer]
+    bias: Load | None
+
+
+@dataclass(eq=False)
+class SparseConvDetail:
+    """convolution with a hybrid BSR weight of `weight_shape` (blocks over [C_out, C_in * taps]), fields as
+    ConvDetail's and SparseLinearDetail's."""
+
+    input: View
+    weight_shape: list
+    components: dict[str, Buffer]
+    layout: str
+    block: tuple
+    bias: View | None
+    stride: list
+    padding: list
+    dilation: list
+    groups: int
+
+
+@dataclass(eq=False)
+class LoopDetail:
+    """A loop's `body` kernels, run once per step, its `carries`, the windows it points at each step's slice of an
+    x (`slices`) or of a stacked output (`stacked`). A while loop (no trip count) also has `cond`, the kernels that
+    compute its `predicate` before each step."""
+
+    body: list[Kernel]
+    carries: list[Carry]
+    slices: list[Window]
+    stacked: list[Window]
+    cond: list[Kernel] | None = None
+    predicate: View | None = None
+
+    def region_kernels(self) -> list[Kernel]:
+        """The cond's kernels (a while loop's), then the body's."""
+        return (self.cond or []) + self.body
+
+
+@dataclass(eq=False)
+class AttentionDetail:
+    """The fused attention kernel (kiln/codegen/attention.py): `q` and `k` are the scores GEMM's operands
+    (Q [batch, queries, dim], Kᵀ [batch, dim, keys]), `scores` its epilogue (over acc_value and (i0, i1, i2) =
+    (batch, query, key)), `v` the output GEMM's B (V [batch, keys, value dim]); `safe`: a row of scores that is all
+    -inf gives zeros, not NaN (torch's safe softmax)."""
+
+    q: GemmOperand
+    k: GemmOperand
+    dim: Any
+    keys: Any
+    scores: Any
+    v: GemmOperand
+    safe: bool
+
+
+KernelDetail = (MatmulDetail | ConvDetail | RowsDetail | WindowDetail | CatDetail | PadDetail | ScatterDetail
+                | DistanceDetail | BagsDetail | QLinearDetail | WLinearDetail | QPoolDetail | QConvDetail
+                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail)
+
+
 @dataclass
 class Schedule:
     buffers: list[Buffer]
@@ -289,7 +586,7 @@ def flatten_kernels(kernels: list[Kernel]) -> list[Kernel]:
     for kernel in kernels:
         found.append(kernel)
         if kernel.kind == "loop":
-            found += flatten_kernels(kernel.detail.get("cond", []) + kernel.detail["body"])
+            found += flatten_kernels(kernel.detail.region_kernels())
     return found
 
 
@@ -716,12 +1013,12 @@ class _Scheduler:
         result = op.results[0]
         out_shape = list(result.type.shape)
         n = len(out_shape) - 2
-        detail: dict[str, Any] = {
+        detail = ConvDetail(
             # A strided weight (a backward pass's flipped kernel) is copied once, so the GEMM path takes it.
-            "input": self.materialized(args[0]), "weight": self.contiguous_operand(args[1]),
-            "bias": self.materialized(args[2]) if args[2] is not None else None,
-            "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
-            "groups": args[8], "transposed": bool(args[6])}
+            input=self.materialized(args[0]), weight=self.contiguous_operand(args[1]),
+            bias=self.materialized(args[2]) if args[2] is not None else None,
+            stride=_per_dim(args[3], n), padding=_per_dim(args[4], n), dilation=_per_dim(args[5], n),
+            groups=args[8], transposed=bool(args[6]))
         kernel = Kernel("conv", "convolution", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
@@ -735,20 +1032,20 @@ class _Scheduler:
         outputs = [self.buffer(r) for r in results]
         out_shape = list(op.results[0].type.shape)
         n = 3 if "3d" in name else 2
-        detail: dict[str, Any] = {"input": source, "n": n}
+        detail = WindowDetail(source, n)
         if "max_pool" in name or "avg_pool" in name:
             kernel = _per_dim(args[1], n)
-            detail.update(kernel=kernel, stride=_per_dim(args[2], n) if len(args) > 2 and args[2] else kernel,
-                          padding=_per_dim(args[3] if len(args) > 3 else 0, n),
-                          dilation=_per_dim(args[4] if "max_pool" in name and len(args) > 4 else 1, n))
+            detail.kernel, detail.stride = kernel, _per_dim(args[2], n) if len(args) > 2 and args[2] else kernel
+            detail.padding = _per_dim(args[3] if len(args) > 3 else 0, n)
+            detail.dilation = _per_dim(args[4] if "max_pool" in name and len(args) > 4 else 1, n)
         if "avg_pool" in name and not name.startswith("aten._adaptive"):
-            detail.update(count_include_pad=args[5], divisor_override=args[6])
+            detail.count_include_pad, detail.divisor_override = args[5], args[6]
         if name == "aten.grid_sampler_2d.default":
-            detail.update(grid=self.materialized(args[1]), interpolation=args[2], padding_mode=args[3],
-                          align_corners=bool(args[4]))
+            detail.grid, detail.interpolation, detail.padding_mode = self.materialized(args[1]), args[2], args[3]
+            detail.align_corners = bool(args[4])
         if "upsample" in name:
             scales = args[-1] if args[-1] is not None else [None, None]
-            detail.update(scales=list(scales), align_corners=args[2] if "bilinear" in name else None)
+            detail.scales, detail.align_corners = list(scales), args[2] if "bilinear" in name else None
         short = name.split(".")[1].lstrip("_")
         self.kernels.append(Kernel("window", f"{short}_{outputs[0].name}", [name], outputs, out_shape, None, detail))
         for r, buf in zip(results, outputs):
@@ -768,7 +1065,7 @@ class _Scheduler:
             start = sympy.expand(start + _dim(shape[dim]))
         buf = self.buffer(result)
         self.kernels.append(Kernel("cat", f"cat_{buf.name}", [name], [buf], out_shape, None,
-                                   {"parts": parts, "dim": dim}))
+                                   CatDetail(parts, dim)))
         self.views[result] = _contiguous(buf)
 
     def schedule_pad(self, op: Any, name: str, args: list) -> None:
@@ -784,7 +1081,7 @@ class _Scheduler:
         value = fill_value(name, args[2], result.type.dtype).item() if mode == "constant" else 0
         buf = self.buffer(result)
         self.kernels.append(Kernel("pad", f"{name.split('.')[1]}_{buf.name}", [name], [buf], list(result.type.shape),
-                                   None, {"input": source, "before": before, "value": value, "mode": mode}))
+                                   None, PadDetail(source, before, value, mode)))
         self.views[result] = _contiguous(buf)
 
     def schedule_scatter(self, op: Any, name: str, args: list) -> None:
@@ -846,8 +1143,7 @@ class _Scheduler:
                 reduce = {"max": "amax", "min": "amin"}.get(args[4], args[4])
                 include_self = bool(args[5])
         buf = self.buffer(result)
-        detail = {"input": _load(source, shape), "space": space, "parallel": parallel, "targets": targets,
-                  "value": value, "mask": mask, "reduce": reduce, "include_self": include_self}
+        detail = ScatterDetail(_load(source, shape), space, parallel, targets, value, mask, reduce, include_self)
         self.kernels.append(Kernel("scatter", f"{name.split('.')[1]}_{buf.name}", [name], [buf], shape, None, detail))
         self.views[result] = _contiguous(buf)
 
@@ -865,8 +1161,8 @@ class _Scheduler:
             sides = [_load(x1, [*batch, *x1.shape[-2:]]), _load(x2, [*batch, *x2.shape[-2:]])]
             p, mode = args[2], args[3]
         buf = self.buffer(result)
-        detail = {"sides": sides, "rows": [x1.shape[-2], (x2 if len(sides) == 2 else x1).shape[-2]],
-                  "columns": x1.shape[-1], "p": float(p), "compute_mode": mode}
+        detail = DistanceDetail(sides, rows=[x1.shape[-2], (x2 if len(sides) == 2 else x1).shape[-2]],
+                                columns=x1.shape[-1], p=float(p), compute_mode=mode)
         self.kernels.append(Kernel("distance", f"{name.split('.')[1].lstrip('_')}_{buf.name}", [name], [buf],
                                    shape, None, detail))
         self.views[result] = _contiguous(buf)
@@ -876,10 +1172,10 @@ class _Scheduler:
         offset2bag is empty where its meta rule says ATen's fused float sum skips it."""
         outputs = [self.buffer(r) for r in op.results]
         psw = args[6]
-        detail = {"weight": self.materialized(args[0]), "indices": self.materialized(args[1]),
-                  "offsets": self.materialized(args[2]), "mode": args[4],
-                  "per_sample_weights": self.materialized(psw) if psw is not None else None,
-                  "include_last_offset": bool(args[7]), "padding_idx": args[8]}
+        detail = BagsDetail(weight=self.materialized(args[0]), indices=self.materialized(args[1]),
+                            offsets=self.materialized(args[2]), mode=args[4],
+                            per_sample_weights=self.materialized(psw) if psw is not None else None,
+                            include_last_offset=bool(args[7]), padding_idx=args[8])
         self.kernels.append(Kernel("bags", f"embedding_bag_{outputs[0].name}", [name], outputs,
                                    list(op.results[0].type.shape), None, detail))
         for r, buf in zip(op.results, outputs):
@@ -960,21 +1256,19 @@ class _Scheduler:
     def schedule_matmul(self, op: Any, name: str, args: list) -> None:
         result = op.results[0]
         out_shape = list(result.type.shape)
-        detail: dict[str, Any] = {}
+        bias, beta, alpha = None, 1, 1
         if name == "aten.addmm.default":
-            detail["bias"] = _load(self.materialized(args[0]), out_shape)
+            bias = _load(self.materialized(args[0]), out_shape)
             a, b = args[1], args[2]
-            detail["beta"], detail["alpha"] = args[3], args[4]
+            beta, alpha = args[3], args[4]
         else:
             a, b = args[0], args[1]
         va, vb = self.materialized(a), self.materialized(b)
-        if len(out_shape) == 2:
-            detail["a"] = (va.buffer, [0, va.strides[0], va.strides[1]], va.offset)
-            detail["b"] = (vb.buffer, [0, vb.strides[0], vb.strides[1]], vb.offset)
+        if len(out_shape) == 2:  # a batch of one
+            a_operand, b_operand = ((v.buffer, [0, v.strides[0], v.strides[1]], v.offset) for v in (va, vb))
         else:
-            detail["a"] = (va.buffer, list(va.strides), va.offset)
-            detail["b"] = (vb.buffer, list(vb.strides), vb.offset)
-        detail["k"] = va.shape[-1]
+            a_operand, b_operand = ((v.buffer, list(v.strides), v.offset) for v in (va, vb))
+        detail = MatmulDetail(a_operand, b_operand, va.shape[-1], bias, beta, alpha)
         kernel = Kernel("matmul", name.split(".")[1], [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
@@ -989,12 +1283,13 @@ class _Scheduler:
         result = op.results[0]
         rows, weights = self.contiguous_operand(x), self.contiguous_operand(weight)
         scalar = self.scalar_operand
-        detail = {"x": rows, "weight": weights, "weight_scale": self.materialized(weight_scale),
-                  "bias": self.materialized(bias) if bias is not None else None, "x_scale": scalar(x_scale),
-                  "x_zero_point": scalar(x_zero_point), "output_scale": output_scale,
-                  "output_zero_point": output_zero_point, "quant_min": quant_min, "quant_max": quant_max,
-                  "post_op": post_op, "m": sympy.Mul(*map(_dim, x.type.shape[:-1])), "k": _dim(x.type.shape[-1]),
-                  "n": _dim(weight.type.shape[0]), "signed": x.type.dtype is dtypes.int8, "narrow": _narrow(x)}
+        detail = QLinearDetail(
+            x=rows, weight=weights, weight_scale=self.materialized(weight_scale),
+            bias=self.materialized(bias) if bias is not None else None, x_scale=scalar(x_scale),
+            x_zero_point=scalar(x_zero_point), output_scale=output_scale, output_zero_point=output_zero_point,
+            quant_min=quant_min, quant_max=quant_max, post_op=post_op, m=sympy.Mul(*map(_dim, x.type.shape[:-1])),
+            k=_dim(x.type.shape[-1]), n=_dim(weight.type.shape[0]), signed=x.type.dtype is dtypes.int8,
+            narrow=_narrow(x))
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1005,13 +1300,13 @@ class _Scheduler:
         together when the model is created: they must be constants), the bias."""
         x, weight, scales, zero_points, bias, group_size, quant_min, quant_max = args
         result = op.results[0]
-        detail = {"x": self.contiguous_operand(x), "weight": self.contiguous_operand(weight),
-                  "scales": self.contiguous_operand(scales),
-                  "zero_points": self.contiguous_operand(zero_points) if zero_points is not None else None,
-                  "bias": self.materialized(bias) if bias is not None else None, "group_size": group_size,
-                  "bits": 4 if quant_min >= -8 and quant_max <= 7 else 8,
-                  "m": sympy.Mul(*map(_dim, x.type.shape[:-1])), "k": _dim(x.type.shape[-1]),
-                  "n": _dim(weight.type.shape[0])}
+        detail = WLinearDetail(
+            x=self.contiguous_operand(x), weight=self.contiguous_operand(weight),
+            scales=self.contiguous_operand(scales),
+            zero_points=self.contiguous_operand(zero_points) if zero_points is not None else None,
+            bias=self.materialized(bias) if bias is not None else None, group_size=group_size,
+            bits=4 if quant_min >= -8 and quant_max <= 7 else 8,
+            m=sympy.Mul(*map(_dim, x.type.shape[:-1])), k=_dim(x.type.shape[-1]), n=_dim(weight.type.shape[0]))
         buf = self.buffer(result)
         self.kernels.append(Kernel("wlinear", f"wlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1030,9 +1325,10 @@ class _Scheduler:
         transposed = self.buffer(None, shape=[k, -8 * sympy.floor(-m / 8)], dtype=x.type.dtype)
         transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
-        detail = {"x": rows, "xT": transposed, "m": m, "k": k, "n": _dim(weight.type.shape[0]), "layout": layout.kind,
-                  "block": layout.blocksize or (1, 1), "components": self.sparse_weights[weight],
-                  "bias": _load(self.materialized(bias), out_shape) if bias is not None else None}
+        detail = SparseLinearDetail(
+            x=rows, xT=transposed, m=m, k=k, n=_dim(weight.type.shape[0]), layout=layout.kind,
+            block=layout.blocksize or (1, 1), components=self.sparse_weights[weight],
+            bias=_load(self.materialized(bias), out_shape) if bias is not None else None)
         kernel = Kernel("sparse_linear", "sparse_linear", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
@@ -1048,12 +1344,11 @@ class _Scheduler:
         n = len(out_shape) - 2
         weight = args[1]
         layout = weight.type.layout
-        detail = {"input": self.materialized(args[0]), "weight_shape": list(weight.type.shape),
-                  "components": self.sparse_weights[weight], "layout": layout.kind,
-                  "block": layout.blocksize or (1, 1),
-                  "bias": self.materialized(args[2]) if args[2] is not None else None,
-                  "stride": _per_dim(args[3], n), "padding": _per_dim(args[4], n), "dilation": _per_dim(args[5], n),
-                  "groups": 1}
+        detail = SparseConvDetail(
+            input=self.materialized(args[0]), weight_shape=list(weight.type.shape),
+            components=self.sparse_weights[weight], layout=layout.kind, block=layout.blocksize or (1, 1),
+            bias=self.materialized(args[2]) if args[2] is not None else None,
+            stride=_per_dim(args[3], n), padding=_per_dim(args[4], n), dilation=_per_dim(args[5], n), groups=1)
         kernel = Kernel("sparse_conv", "sparse_conv", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)
@@ -1094,7 +1389,7 @@ class _Scheduler:
         name = self.names[op.results[0]] if op.results else "loop"
         self.kernels.append(Kernel("loop", f"{op.name.split('.')[1]}_{name}", [op.name], outputs,
                                    [xs[0].type.shape[0]], None,
-                                   {"body": body, "carries": carries, "slices": slices, "stacked": stacked}))
+                                   LoopDetail(body, carries, slices, stacked)))
 
     def schedule_while(self, op: Any) -> None:
         """kiln.while_loop: a `loop` kernel with no trip count. Each iteration runs the cond region's kernels, stops
@@ -1121,8 +1416,8 @@ class _Scheduler:
         carries = [self.carry(*parts) for parts in zip(starts, reads, writes, op.results)]
         name = self.names[op.results[0]] if op.results else "loop"
         self.kernels.append(Kernel("loop", f"while_loop_{name}", [op.name], [c.final for c in carries], [None], None,
-                                   {"cond": cond, "predicate": predicate_view, "body": body, "carries": carries,
-                                    "slices": [], "stacked": []}))
+                                   LoopDetail(body, carries, slices=[], stacked=[], cond=cond,
+                                              predicate=predicate_view)))
 
     @contextmanager
     def collecting(self, kernels: list[Kernel]) -> Iterator[None]:
@@ -1177,9 +1472,8 @@ class _Scheduler:
         """quant.qadaptive_avg_pool2d: contiguous NCHW integers, the input's and output's qparams."""
         x, x_scale, x_zero_point, _, output_scale, output_zero_point, quant_min, quant_max, _ = args
         result = op.results[0]
-        detail = {"x": self.contiguous_operand(x), "x_scale": x_scale, "x_zero_point": x_zero_point,
-                  "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
-                  "quant_max": quant_max}
+        detail = QPoolDetail(self.contiguous_operand(x), x_scale, x_zero_point, output_scale, output_zero_point,
+                             quant_min, quant_max)
         buf = self.buffer(result)
         self.kernels.append(Kernel("qpool", f"qpool_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1191,17 +1485,15 @@ class _Scheduler:
         (x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups, other,
          output_scale, output_zero_point, quant_min, quant_max, output_dtype, post_op) = args
         result = op.results[0]
-        detail = {"x": self.contiguous_operand(x), "weight": self.contiguous_operand(weight),
-                  "weight_scale": self.materialized(weight_scale),
-                  "bias": self.materialized(bias) if bias is not None else None,
-                  "other": self.contiguous_operand(other) if other is not None else None,
-                  "x_scale": self.scalar_operand(x_scale), "x_zero_point": self.scalar_operand(x_zero_point),
-                  "stride": _per_dim(stride, 2),
-                  "padding": _per_dim(padding, 2), "dilation": _per_dim(dilation, 2), "groups": groups,
-                  "output_scale": output_scale, "output_zero_point": output_zero_point, "quant_min": quant_min,
-                  "quant_max": quant_max, "post_op": post_op, "signed": x.type.dtype is dtypes.int8,
-                  "narrow": _narrow(x),
-                  "k": sympy.Mul(*map(_dim, weight.type.shape[1:]))}
+        detail = QConvDetail(
+            x=self.contiguous_operand(x), weight=self.contiguous_operand(weight),
+            weight_scale=self.materialized(weight_scale), bias=self.materialized(bias) if bias is not None else None,
+            other=self.contiguous_operand(other) if other is not None else None,
+            x_scale=self.scalar_operand(x_scale), x_zero_point=self.scalar_operand(x_zero_point),
+            stride=_per_dim(stride, 2), padding=_per_dim(padding, 2), dilation=_per_dim(dilation, 2), groups=groups,
+            output_scale=output_scale, output_zero_point=output_zero_point, quant_min=quant_min,
+            quant_max=quant_max, post_op=post_op, signed=x.type.dtype is dtypes.int8, narrow=_narrow(x),
+            k=sympy.Mul(*map(_dim, weight.type.shape[1:])))
         buf = self.buffer(result)
         self.kernels.append(Kernel("qconv", f"qconv_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1258,23 +1550,23 @@ class _Scheduler:
                 source = _contiguous(self.copy(permuted, args[0]))
                 merged = _row_view(source, list(range(rank - len(reduced), rank)))
             source, dim = merged
-        detail: dict[str, Any] = {"input": source, "dim": dim}
+        detail = RowsDetail(source, dim)
         if name == "aten.var.correction":
-            detail["constants"] = {"CORR": 1.0 if args[2] is None else float(args[2])}
+            detail.constants = {"CORR": 1.0 if args[2] is None else float(args[2])}
         if name == "aten.var.dim":  # unbiased: correction 1, else 0
-            detail["constants"] = {"CORR": 0.0 if args[2] is False else 1.0}
+            detail.constants = {"CORR": 0.0 if args[2] is False else 1.0}
         if name in SORT_OPS:  # topk(sorted=False) is sorted too, as the interpreter's kernel returns it
-            detail["descending"] = bool(args[2] if name == "aten.sort.default" else args[3])
+            detail.descending = bool(args[2] if name == "aten.sort.default" else args[3])
         if input_expr is not None:
-            detail.update(input=None, input_expr=input_expr, input_shape=list(source.shape))
+            detail.input, detail.input_expr, detail.input_shape = None, input_expr, list(source.shape)
         if name == "aten.native_group_norm.default":
-            detail.update(weight=self.materialized(args[1]) if args[1] is not None else None,
-                          bias=self.materialized(args[2]) if args[2] is not None else None, eps=args[7],
-                          per_group=per_group, hxw=hxw)
+            detail.weight = self.materialized(args[1]) if args[1] is not None else None
+            detail.bias = self.materialized(args[2]) if args[2] is not None else None
+            detail.eps, detail.per_group, detail.hxw = args[7], per_group, hxw
         if name == "aten.native_layer_norm.default":
-            detail["weight"] = self.materialized(args[2]) if args[2] is not None else None
-            detail["bias"] = self.materialized(args[3]) if args[3] is not None else None
-            detail["eps"] = args[4]
+            detail.weight = self.materialized(args[2]) if args[2] is not None else None
+            detail.bias = self.materialized(args[3]) if args[3] is not None else None
+            detail.eps = args[4]
         fused = expression_ops(input_expr) if input_expr is not None else []
         self.kernels.append(Kernel("rows", f"{name.split('.')[1].lstrip('_')}_{outputs[0].name}", [*fused, name],
                                    outputs, list(source.shape), None, detail))

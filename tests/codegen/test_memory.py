@@ -20,7 +20,9 @@ from kiln.codegen.c.render import dim_expr
 from kiln.codegen.memory import (
     Lifetime, MemoryPlanError, align, buffer_bytes, kernel_reads, kernel_writes, lifetimes, plan_memory, verify_plan)
 from kiln.codegen.c.target import TARGET
-from kiln.codegen.schedule import Apply, Buffer, Gather, Kernel, Load, Schedule, View, schedule
+from kiln.codegen.schedule import (
+    Apply, Buffer, CatDetail, Gather, Kernel, Load, MatmulDetail, PadDetail, Schedule, View, WindowDetail, schedule,
+)
 from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 from kiln.ir.symbolic import ValueRange, evaluate_dim, parse_dim, symbol
@@ -133,7 +135,7 @@ def test_unread_temp_holds_bytes_while_its_writer_runs():
     t0, values, indices, out = _buffer(1, [N]), _buffer(2, [N]), _buffer(3, [N], dtype=dtypes.int64), \
         _buffer(4, [N], "output")
     pool = Kernel("window", "pool", ["aten.max_pool2d_with_indices.default"], [values, indices], [N], None,
-                  {"input": View(t0, [N], [sympy.Integer(1)])})
+                  WindowDetail(View(t0, [N], [sympy.Integer(1)]), 2))
     sched = _schedule([x, t0, values, indices, out], [_unary(x, t0), pool, _unary(values, out)])
     plan = plan_memory(sched)
     assert plan.lifetimes[indices] == Lifetime(1, 1)
@@ -169,14 +171,17 @@ def test_reuse_grow_and_new_slot_policy():
 def test_kernel_reads_walks_every_detail_shape():
     buffers = [_buffer(i, [N]) for i in range(8)]
     a, b, bias, table, index, part, view_only, out = buffers
-    detail = {"a": (a, [0, 1, 1], 0), "b": (b, [0, 1, 1], 0), "bias": Load(bias, [1], 0),
-              "parts": [(Load(part, [1], 0), [N], 0)], "input": View(view_only, [N], [1]), "k": N, "alpha": 1.0}
+    detail = MatmulDetail((a, [0, 1, 1], 0), (b, [0, 1, 1], 0), N, bias=Load(bias, [1], 0), alpha=1.0)
     expr = Apply("aten.add.Tensor", [Gather(View(table, [N, 4], [4, 1]), Load(index, [1], 0), F32),
                                      Load(a, [1], 0), 1], F32)
-    kernel = Kernel("matmul", "mm", ["aten.mm.default"], [out], [N], expr, detail)
-    assert set(kernel_reads(kernel)) == {a, b, bias, table, index, part, view_only}
-    assert len(kernel_reads(kernel)) == 7  # each once
+    kernel = Kernel("matmul", "addmm", ["aten.addmm.default"], [out], [N], expr, detail)
+    assert set(kernel_reads(kernel)) == {a, b, bias, table, index}
+    assert len(kernel_reads(kernel)) == 5  # each once
     assert kernel_writes(kernel) == [out]
+    cat = Kernel("cat", "cat", ["aten.cat.default"], [out], [N], None, CatDetail([(Load(part, [1], 0), [N], 0)], 0))
+    pad = Kernel("pad", "pad", ["aten.constant_pad_nd.default"], [out], [N], None,
+                 PadDetail(View(view_only, [N], [1]), [0], 0.0, "constant"))
+    assert kernel_reads(cat) == [part] and kernel_reads(pad) == [view_only]
 
 
 def test_verify_plan_rejects_overlapping_live_buffers():

@@ -247,7 +247,7 @@ def test_narrow_kernels_where_the_range_is_proven():
         program, _, _ = build(np.random.default_rng(0), dyadic=False)
         kernels = [k for k in schedule(run(program, DEFAULT_PIPELINE), TARGET).kernels
                    if k.kind in ("qlinear", "qconv")]
-        assert [k.detail["narrow"] for k in kernels] == [kind == UINT7 for kind in activations]
+        assert [k.detail.narrow for k in kernels] == [kind == UINT7 for kind in activations]
     # a uint8 program input: no producer proves a range
     builder, constants, constant = _constants_builder()
     q = builder.add_input("q", TensorType.of([4, 8], dtypes.uint8))
@@ -258,7 +258,7 @@ def test_narrow_kernels_where_the_range_is_proven():
         y = kiln.ops.aten.linear.default(quantized.dequantize_per_tensor.default(q, 0.1, 0, 0, 127, dtypes.uint8),
                                          weights)
     kernels = schedule(run(builder.build([y], constants=constants), DEFAULT_PIPELINE), TARGET).kernels
-    assert [k.detail["narrow"] for k in kernels if k.kind == "qlinear"] == [False]
+    assert [k.detail.narrow for k in kernels if k.kind == "qlinear"] == [False]
 
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))

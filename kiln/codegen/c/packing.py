@@ -41,14 +41,14 @@ def packed_weight(kernel: Kernel, capability: str) -> PackedWeight | None:
     render._prepacked for which kernels keep a packed operand at all)."""
     mr, nr = tile_sizes(capability)
     if kernel.kind == "matmul":
-        b_buf, b_strides, b_offset = kernel.detail["b"]
-        k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
+        b_buf, b_strides, b_offset = kernel.detail.b
+        k, n = int(kernel.detail.k), int(kernel.shape[-1])
         layout = (int(b_offset), int(b_strides[1]), int(b_strides[2]), k, n, nr)
         return PackedWeight(_name(b_buf.weight_key, "panels", layout), b_buf.weight_key, "panels",
                             lambda weight: _panels(weight, *layout))
     if kernel.kind == "conv":
-        weight = kernel.detail["weight"]
-        groups = int(kernel.detail["groups"])
+        weight = kernel.detail.weight
+        groups = int(kernel.detail.groups)
         rows = int(weight.shape[0]) // groups
         k = int(np.prod([int(d) for d in weight.shape[1:]]))
         if conv_weight_layout(kernel, capability) == "panels":  # each group's W^T [k x rows]
@@ -76,7 +76,7 @@ def conv_weight_layout(kernel: Kernel, capability: str) -> str:
     if not all(d.is_Integer for d in sizes):
         return "row_blocks"
     pixels = math.prod(int(d) for d in sizes)
-    channels = int(kernel.detail["weight"].shape[0]) // int(kernel.detail["groups"])
+    channels = int(kernel.detail.weight.shape[0]) // int(kernel.detail.groups)
     def fill(n: int) -> float:  # the share of KILN_NR-wide panels' columns that n columns use
         return n / (-(-n // nr) * nr)
     return "panels" if 0 < pixels <= PIXEL_ROWS_LIMIT and fill(channels) > fill(pixels) else "row_blocks"

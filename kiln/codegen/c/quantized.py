@@ -12,22 +12,23 @@ from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _Exprs, _flat, _loops, _shared_units, buffer_name, c_type, dim_expr,
     identifier, literal,
 )
-from kiln.codegen.schedule import Buffer, Kernel
+from kiln.codegen.schedule import Buffer, Kernel, QConvDetail, QLinearDetail, QPoolDetail
 from kiln.ir import dtypes
 
-def _epilogue_columns(detail: dict, first_column: str, columns: str = "KILN_QNR") -> list[str]:
+
+def _epilogue_columns(detail: QLinearDetail | QConvDetail, first_column: str, columns: str = "KILN_QNR") -> list[str]:
     """Per panel (`colsum`, `width` defined): its `columns` output channels' constants for kiln_qepilogue, zero past
     `width` so whole tile rows compute: zero point x column sum, x_scale x weight scale, bias."""
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
-    bias = detail["bias"]
+    bias = detail.bias
     return [
         f"int32_t zcol[{columns}] __attribute__((aligned(64)));",
         f"float scale[{columns}] __attribute__((aligned(64))), bias[{columns}] __attribute__((aligned(64)));",
         f"for (int64_t c = 0; c < {columns}; ++c)", "{",
         f"    const int64_t n = {first_column} + c;",
         "    zcol[c] = x_zero_point * colsum[c];",
-        f"    scale[c] = c < width ? x_scale * {column(detail['weight_scale'])} : 0.0f;",
+        f"    scale[c] = c < width ? x_scale * {column(detail.weight_scale)} : 0.0f;",
         f"    bias[c] = c < width ? {column(bias) if bias is not None else '0.0f'} : 0.0f;",
         "}",
     ]
@@ -38,54 +39,55 @@ _POST_OPS = {"none": "KILN_QPOST_NONE", "relu": "KILN_QPOST_RELU", "gelu": "KILN
              "gelu_tanh": "KILN_QPOST_GELU_TANH"}
 
 
-def _output_form(detail: dict, out: Buffer) -> tuple[str, float, float, float]:
+def _output_form(detail: QLinearDetail | QConvDetail, out: Buffer) -> tuple[str, float, float, float]:
     """kiln_qepilogue's output kind, zero point and clamp [low, high] for an integer kernel's output."""
     kind = {dtypes.float32: "KILN_QOUT_F32", dtypes.uint8: "KILN_QOUT_U8", dtypes.int8: "KILN_QOUT_S8"}[out.dtype]
     if out.dtype == dtypes.float32:
         return kind, 0.0, 0.0, 0.0
-    return kind, float(detail["output_zero_point"]), float(detail["quant_min"]), float(detail["quant_max"])
+    return kind, float(detail.output_zero_point), float(detail.quant_min), float(detail.quant_max)
 
 
-def _epilogue(detail: dict, out: Buffer, row: str, target: str, residual: tuple[str, str] | None = None) -> str:
+def _epilogue(detail: QLinearDetail | QConvDetail, out: Buffer, row: str, target: str,
+              residual: tuple[str, str] | None = None) -> str:
     """kiln_qepilogue of tile row `row` into `target` (a pointer): the zero point's correction, scales, bias, the
     residual (a pointer to its first column's element, and the stride between columns), the post-op, and float32
     or requantized output (round half to even, the zero point, the clamp, as quantize_per_tensor does)."""
     kind, zero_point, low, high = _output_form(detail, out)
-    bias = "bias" if detail["bias"] is not None else "NULL"
+    bias = "bias" if detail.bias is not None else "NULL"
     extra, stride = residual or ("NULL", "0")
     return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, 1, {extra}, {stride}, "
-            f"{_POST_OPS[detail['post_op']]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
+            f"{_POST_OPS[detail.post_op]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
             f"{high!r}f, width, {target});")
 
 
-def _qparams(detail: dict) -> list[str]:
+def _qparams(detail: QLinearDetail | QConvDetail) -> list[str]:
     """x_scale, x_zero_point (int8 activations are read as uint8 with the sign bit flipped, x + 128: the zero point
     moves with them) and the output's inverse scale, as constants of the kernel."""
     scalars = _Exprs(0)
 
     def qparam(value: Any) -> str:  # a number, or the .tensor overload's one-element tensor
         return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
-    return [f"const float x_scale = (float)({qparam(detail['x_scale'])});",
-            f"const int32_t x_zero_point = (int32_t)({qparam(detail['x_zero_point'])})"
-            f" + {128 if detail['signed'] else 0};",
+    return [f"const float x_scale = (float)({qparam(detail.x_scale)});",
+            f"const int32_t x_zero_point = (int32_t)({qparam(detail.x_zero_point)})"
+            f" + {128 if detail.signed else 0};",
             _output_inverse_scale(detail), "(void)output_inverse_scale;"]
 
 
-def _output_inverse_scale(detail: dict) -> str:
+def _output_inverse_scale(detail: QLinearDetail | QConvDetail | QPoolDetail) -> str:
     """The kernel's constant 1 / output_scale, in float32 as quantize_per_tensor multiplies by it."""
-    return f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail['output_scale']))});"
+    return f"const float output_inverse_scale = (float)(1.0 / {literal(float(detail.output_scale))});"
 
 
 def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> tuple[list[str], list[str]]:
     """(setup lines, per-panel lines) that define `panel` and `colsum` for panel j of the [n x K] weight at `w`:
     packed when the model is created, or (a weight that is an input) packed by the unit into its scratch."""
-    narrow = int(kernel.detail["narrow"])
+    narrow = int(kernel.detail.narrow)
     if kernel in state.packed:
         return ([f"const char* packed = (const char*)ctx->packed[{state.packed[kernel]}];"],
                 [f"const void* panel = packed_group + j * kiln_qpanel_stride(K, {narrow});",
                  f"const int32_t* colsum = (const int32_t*)(packed_group + kiln_qpanel_bytes(K, {n}, {narrow}))"
                  " + j * KILN_QNR;"])
-    weight = kernel.detail["weight"]
+    weight = kernel.detail.weight
     return ([f"void* pack = (void*)({scratch});",
              f"int32_t* pack_sums = (int32_t*)((char*)pack + kiln_qpanel_bytes(K, KILN_QNR, {narrow}));",
              f"const int8_t* w = (const int8_t*){buffer_name(weight.buffer)} + {dim_expr(weight.offset)};"],
@@ -93,9 +95,9 @@ def _weight_panels(kernel: Kernel, state: RenderState, n: str, scratch: str) -> 
              "const void* panel = pack; const int32_t* colsum = pack_sums;"])
 
 
-def _flip(detail: dict) -> str:
+def _flip(detail: QLinearDetail | QConvDetail) -> str:
     """The byte kiln_qgemm.h XORs into int8 activations to read them as uint8 (x + 128)."""
-    return "0x80u" if detail["signed"] else "0u"
+    return "0x80u" if detail.signed else "0u"
 
 
 def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
@@ -103,11 +105,11 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     KILN_QROWS rows (a register tile, or AMX tiles) down its rows against one weight panel. Consecutive units of a
     thread share their rows, which an AMX step copies once (kiln_qrow_block) where it cannot read them in place."""
     detail, out = kernel.detail, kernel.outputs[0]
-    rows = detail["x"]
+    rows = detail.x
     scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
     setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M)")
     lines = [
-        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
         *_chunking("panels", integer=True), *setup,
         "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
@@ -126,7 +128,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QROWS)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QROWS ? row_end - row : KILN_QROWS);",
         f"        kiln_qlinear_step(rows, row, chunk * chunk_rows, row_end, K, x, {_flip(detail)}, panel, tile, "
-        f"{int(detail['narrow'])}, &block);",
+        f"{int(detail.narrow)}, &block);",
         "        for (int r = 0; r < rows; ++r)",
         f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}",
         "    }", "}",
@@ -143,31 +145,31 @@ _WEIGHT_ONLY_FLOAT_ROWS = 16
 
 def _wpanel_bytes(kernel: Kernel) -> Any:
     """An upper bound of kiln_wpanel_bytes for a weight-only kernel (int8 bytes, 32 columns), a multiple of 64."""
-    k = sympy.sympify(kernel.detail["k"])
-    return 64 * sympy.ceiling((k * 32 + 64 + k / int(kernel.detail["group_size"]) * 2 * 32 * 4) / 64)
+    k = sympy.sympify(kernel.detail.k)
+    return 64 * sympy.ceiling((k * 32 + 64 + k / int(kernel.detail.group_size) * 2 * 32 * 4) / 64)
 
 
 def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
     """quant.linear_weight_only (kiln_qgemm.h's weight-only micro-kernel): the team shares (row chunk, panel) units;
     each tile of float sums gets the bias and is stored."""
     detail, out = kernel.detail, kernel.outputs[0]
-    rows, bits, group_size = detail["x"], int(detail["bits"]), int(detail["group_size"])
+    rows, bits, group_size = detail.x, int(detail.bits), int(detail.group_size)
     if kernel in state.packed:
         panel = [f"const unsigned char* panel = (const unsigned char*)ctx->packed[{state.packed[kernel]}] + "
                  f"(size_t)j * kiln_wpanel_bytes(K, {group_size}, {bits});"]
     else:  # weights that are inputs: each unit packs its panel into scratch
-        zero_points = detail["zero_points"]
+        zero_points = detail.zero_points
         zeros = f"{_view_start(zero_points)}, {zero_points.buffer.dtype.itemsize}" if zero_points else "NULL, 0"
         panel = ["unsigned char* panel = (unsigned char*)(ctx->scratch + (size_t)omp_get_thread_num() * "
                  "ctx->scratch_stride);  /* below the float panel */",
-                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail['weight'])}, 0, "
-                 f"(const float*){_view_start(detail['scales'])}, {zeros}, panel);"]
+                 f"kiln_wpack_panel(K, N, {group_size}, {bits}, j, (const int8_t*){_view_start(detail.weight)}, 0, "
+                 f"(const float*){_view_start(detail.scales)}, {zeros}, panel);"]
     value = "tile[r * KILN_WNR + c]"
-    if detail["bias"] is not None:
-        bias = detail["bias"]
+    if detail.bias is not None:
+        bias = detail.bias
         value += f" + {buffer_name(bias.buffer)}[{dim_expr(bias.offset)} + n * {dim_expr(bias.strides[0])}]"
     lines = [
-        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
         # Few rows (decoding) take the weights in registers; many (prefill, batches) dequantize panels to float.
         f"const int many_rows = M > {_WEIGHT_ONLY_FLOAT_ROWS};",
         "const int64_t mr = many_rows ? KILN_MR : KILN_WMR;",
@@ -203,7 +205,7 @@ def _wlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "        continue;", "    }",
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_WMR)", "    {",
         "        const int rows = (int)(row_end - row < KILN_WMR ? row_end - row : KILN_WMR);",
-        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail['zero_points'] is not None)}, x + row * K, "
+        f"        kiln_wukernel(rows, K, {group_size}, {bits}, {int(detail.zero_points is not None)}, x + row * K, "
         "K, panel, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
@@ -233,7 +235,7 @@ def _qconv_direct(kernel: Kernel, packed: dict) -> bool:
 def _direct_shape(kernel: Kernel) -> tuple[int, int, int, int]:
     """(fold_kw, channels, KH taps x KW' taps, KW') of a direct convolution: fold_kw is KW where the columns fold
     into the channels (1 where they do not), channels and taps those of its steps."""
-    _, channels, kh, kw = (int(d) for d in kernel.detail["weight"].shape)
+    _, channels, kh, kw = (int(d) for d in kernel.detail.weight.shape)
     if channels < _FOLD_BELOW_CHANNELS:
         return kw, channels * kw, kh, 1
     return 1, channels, kh * kw, kw
@@ -244,7 +246,7 @@ def _qconv(kernel: Kernel, state: RenderState) -> list[str]:
     VNNI, AVX2 for 7-bit activations) and its weights are packed at create (`_qconv_direct`), else im2col rows through
     the GEMM steps."""
     if _qconv_direct(kernel, state.packed):
-        return ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({int(kernel.detail['narrow'])}))", "    {",
+        return ["#if KILN_QDIRECT", f"    if (kiln_qdirect_takes({int(kernel.detail.narrow)}))", "    {",
                 *["    " + line for line in _qconv_direct_lines(kernel, state)], "    }", "    else", "#endif",
                 "    {", *["    " + line for line in _qconv_im2col(kernel, state)], "    }"]
     return _qconv_im2col(kernel, state)
@@ -256,23 +258,23 @@ def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
     32 output channels runs steps of KILN_QNR pixels along each output row over every tap, and each channel's row of
     the step through the epilogue into the NCHW output."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, weight = detail["x"], detail["weight"]
+    x, weight = detail.x, detail.weight
     n, channels, height, width = x.shape
     out_channels, _, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
+    (sh, sw), (ph, pw), (dh, dw) = detail.stride, detail.padding, detail.dilation
     fold, step_channels, taps, step_kw = _direct_shape(kernel)
     # a folded layer's steps see one column tap, stride 1: the copy applied the columns' stride and dilation
     step_sw, step_dw = (1, 1) if fold > 1 else (sw, dw)
     x_type = c_type(x.buffer.dtype)
     target = f"{buffer_name(out)} + ((b * COUT + co) * OH + oh) * OW + column"
     residual = "NULL"
-    if detail["other"] is not None:
-        other = detail["other"]
+    if detail.other is not None:
+        other = detail.other
         residual = f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + ((b * COUT + co) * OH + oh) * OW + column"
     kind, zero_point, low, high = _output_form(detail, out)
     lines = [
         f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
-        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
+        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail.groups)};",
         f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])};",
         f"const int64_t KH = {dim_expr(kh)}, CG = C / G, COG = COUT / G, taps = {taps}, channels = {step_channels};",
         "const int64_t steps = kiln_qdirect_ksteps(channels), panels = kiln_qdirect_panels(COG);",
@@ -294,7 +296,7 @@ def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
         *_qparams(detail),
         f"const uint8_t flip = {_flip(detail)};",
-        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) ^ flip);",
+        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail.signed else 0}) ^ flip);",
         "kiln_qbegin_direct(kiln_qdirect_kbytes(channels));",
         _shared_units(3, "NB * G * bands"),
         "for (int64_t b = 0; b < NB; ++b)",
@@ -316,11 +318,11 @@ def _qconv_direct_lines(kernel: Kernel, state: RenderState) -> list[str]:
         "            for (int64_t column = 0; column < OW; column += KILN_QNR)", "            {",
         "                const int pixels = (int)(OW - column < KILN_QNR ? OW - column : KILN_QNR);",
         f"                kiln_qdirect_step((int)width, pixels, panel, taps, {step_kw}, steps, quads, "
-        f"{int(detail['narrow'])}, input, rows, cols, {step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
+        f"{int(detail.narrow)}, input, rows, cols, {step_sw}, {dh}, {step_dw}, (oh - oh0) * {sh}, column, tile);",
         "                for (int64_t r = 0; r < width; ++r)", "                {",
         "                    const int64_t co = g * COG + j * 32 + r;",
         f"                    kiln_qdirect_epilogue(tile + r * KILN_QNR, zcol[r], scale[r], "
-        f"{'bias + r' if detail['bias'] is not None else 'NULL'}, {residual}, {_POST_OPS[detail['post_op']]}, "
+        f"{'bias + r' if detail.bias is not None else 'NULL'}, {residual}, {_POST_OPS[detail.post_op]}, "
         f"{kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, {high!r}f, pixels, {target});",
         "                }", "            }", "    }", "}",
         "kiln_qend();",
@@ -333,25 +335,25 @@ def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
     gathers its pixels' receptive fields into uint8 rows (im2col; padding reads the zero point, the quantized 0.0),
     then runs them against every weight panel of its group, storing each tile into the NCHW output."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, weight = detail["x"], detail["weight"]
+    x, weight = detail.x, detail.weight
     n, channels, height, width = x.shape
     out_channels, _, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = detail["stride"], detail["padding"], detail["dilation"]
+    (sh, sw), (ph, pw), (dh, dw) = detail.stride, detail.padding, detail.dilation
     scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
     setup, per_panel = _weight_panels(kernel, state, "COG", f"{scratch} + kiln_qcols_bytes(K)")
     residual = None
-    if detail["other"] is not None:  # the residual's element of the row's pixel in the panel's first channel
-        other = detail["other"]
+    if detail.other is not None:  # the residual's element of the row's pixel in the panel's first channel
+        other = detail.other
         residual = (f"{buffer_name(other.buffer)} + {dim_expr(other.offset)} + (b * COUT + g * COG + j * KILN_QNR) * P"
                     " + p0 + row + r", "P")
     x_type = c_type(x.buffer.dtype)
     lines = [
         f"const int64_t NB = {dim_expr(n)}, C = {dim_expr(channels)}, H = {dim_expr(height)}, "
-        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail['groups'])};",
+        f"W = {dim_expr(width)}, COUT = {dim_expr(out_channels)}, G = {int(detail.groups)};",
         f"const int64_t OH = {dim_expr(out.shape[2])}, OW = {dim_expr(out.shape[3])}, P = OH * OW;",
         f"const int64_t KH = {dim_expr(kh)}, KW = {dim_expr(kw)}, CG = C / G, COG = COUT / G, K = CG * KH * KW;",
         # im2col rows padded to whole k-groups: the micro-kernel then never takes its partial-group path
-        f"const int64_t KP = kiln_qgroups(K, {int(detail['narrow'])}) * kiln_qk({int(detail['narrow'])});",
+        f"const int64_t KP = kiln_qgroups(K, {int(detail.narrow)}) * kiln_qk({int(detail.narrow)});",
         "const int64_t blocks = (P + KILN_QPB - 1) / KILN_QPB, panels = kiln_qpanels(COG);",
         "int32_t tile[KILN_QROWS * KILN_QNR] __attribute__((aligned(64)));",
         f"{c_type(out.dtype)} staged[KILN_QPB * KILN_QNR] __attribute__((aligned(64)));",
@@ -361,7 +363,7 @@ def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
         *setup,
         f"const {x_type}* x = {buffer_name(x.buffer)} + {dim_expr(x.offset)};",
         *_qparams(detail),
-        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail['signed'] else 0}) "
+        f"const uint8_t pad = (uint8_t)((uint8_t)({x_type})(x_zero_point - {128 if detail.signed else 0}) "
         "^ cols_flip);",
         "kiln_qbegin();",
         _shared_units(3, "NB * G * blocks"),
@@ -394,7 +396,7 @@ def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
         "                    row[(ci * KH + ki) * KW + kj] = inside && iw >= 0 && iw < W ? "
         "(uint8_t)((uint8_t)line[iw] ^ cols_flip) : pad;",
         "                }", "            }", "    }",
-        f"    const char* packed_group = packed + g * kiln_qpacked_bytes(K, COG, {int(detail['narrow'])});"
+        f"    const char* packed_group = packed + g * kiln_qpacked_bytes(K, COG, {int(detail.narrow)});"
         if kernel in state.packed else "    const int8_t* w_group = w + g * COG * K;",
         "    for (int64_t j = 0; j < panels; ++j)", "    {",
         "        const int64_t width = COG - j * KILN_QNR < KILN_QNR ? COG - j * KILN_QNR : KILN_QNR;",
@@ -402,7 +404,7 @@ def _qconv_im2col(kernel: Kernel, state: RenderState) -> list[str]:
         *[f"        {line}" for line in _epilogue_columns(detail, "g * COG + j * KILN_QNR")],
         "        for (int64_t row = 0; row < count; row += KILN_QROWS)", "        {",
         "            const int rows = (int)(count - row < KILN_QROWS ? count - row : KILN_QROWS);",
-        f"            kiln_qcols_step(rows, KP, cols + row * KP, step_flip, panel, tile, {int(detail['narrow'])});",
+        f"            kiln_qcols_step(rows, KP, cols + row * KP, step_flip, panel, tile, {int(detail.narrow)});",
         # The epilogue runs along the tile's columns (vectorized) into `staged`, the block's pixels channels-last;
         # the copy out runs along its rows, which are consecutive pixels of one channel in NCHW (storing from the
         # first loop would write each pixel's channels P elements apart: twice as slow on the 3-channel stem;
@@ -425,7 +427,7 @@ def _qpool(kernel: Kernel, state: RenderState) -> list[str]:
     clamp). The reference dequantizes each value to float32 before averaging, so the two means differ by float32
     rounding: at most one step apart after requantization."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x = detail["x"]
+    x = detail.x
     height, width = (dim_expr(d) for d in x.shape[2:])
     oh, ow = (dim_expr(d) for d in kernel.shape[2:])
     body = [
@@ -437,12 +439,12 @@ def _qpool(kernel: Kernel, state: RenderState) -> list[str]:
         "for (int64_t h = h0; h < h1; ++h)",
         "    for (int64_t w = w0; w < w1; ++w) sum += plane[h * " + width + " + w];",
         "const int64_t count = (h1 - h0) * (w1 - w0);",
-        f"const float mean = (float)({literal(float(detail['x_scale']))} * "
-        f"(double)(sum - count * (int64_t){int(detail['x_zero_point'])}) / (double)count);",
+        f"const float mean = (float)({literal(float(detail.x_scale))} * "
+        f"(double)(sum - count * (int64_t){int(detail.x_zero_point)}) / (double)count);",
         _output_inverse_scale(detail),
         f"{buffer_name(out)}[{_flat(kernel.shape)}] = ({c_type(out.dtype)})kiln_requantize(mean, "
-        f"output_inverse_scale, {float(detail['output_zero_point'])!r}f, {float(detail['quant_min'])!r}f, "
-        f"{float(detail['quant_max'])!r}f);",
+        f"output_inverse_scale, {float(detail.output_zero_point)!r}f, {float(detail.quant_min)!r}f, "
+        f"{float(detail.quant_max)!r}f);",
     ]
     return _loops(kernel.shape, body)
 
@@ -456,8 +458,8 @@ def _direct_input_bytes(kernel: Kernel) -> Any:
     many as _DIRECT_BAND_BYTES holds (one output row's at least)."""
     detail = kernel.detail
     fold, channels, _, step_kw = _direct_shape(kernel)
-    kh = int(detail["weight"].shape[2])
-    (sh, sw), (dh, dw) = detail["stride"], detail["dilation"]
+    kh = int(detail.weight.shape[2])
+    (sh, sw), (dh, dw) = detail.stride, detail.dilation
     phases, step_dw = (1, 1) if fold > 1 else (int(sw), int(dw))
     padded = -4 * (-channels // 4) if channels <= 64 else -64 * (-channels // 64)
     rows = (sympy.sympify(kernel.shape[2]) - 1) * int(sh) + (kh - 1) * int(dh) + 1
@@ -468,8 +470,8 @@ def _direct_input_bytes(kernel: Kernel) -> Any:
 
 def _qweight_shape(kernel: Kernel) -> tuple[int, int, int]:
     """(groups, output columns per group, K) of an integer kernel's int8 weight."""
-    weight = kernel.detail["weight"]
-    groups = int(kernel.detail.get("groups", 1))
+    weight = kernel.detail.weight
+    groups = int(kernel.detail.groups) if kernel.kind == "qconv" else 1
     return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
 
 
@@ -480,12 +482,12 @@ def scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     if kernel.kind == "qpool":
         return None
     if kernel.kind == "wlinear":  # a float panel, after a packed one (room for it whether or not it is used)
-        k = sympy.sympify(kernel.detail["k"])
+        k = sympy.sympify(kernel.detail.k)
         return _wpanel_bytes(kernel) + k * 32 * 4
 
     def rounded(size: Any, step: int) -> Any:  # up to a multiple of step, as dim_expr renders it
         return -step * sympy.floor(-sympy.sympify(size) / step)
-    k = sympy.sympify(kernel.detail["k"])
+    k = sympy.sympify(kernel.detail.k)
     quads, blocks = rounded(k, 4), rounded(k, 64)
     # a convolution's im2col rows (KILN_QPB: 48 rows of quads, or 64 of blocks), or a linear layer's AMX copy of
     # one chunk of rows (kiln_qrow_block_bytes: M in whole 32-row steps, at most 256 KB or one step)
@@ -494,7 +496,7 @@ def scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         if _qconv_direct(kernel, packed):  # or (AMX, directly) a band of input rows in B-tile layout
             rows = sympy.Max(rows, _direct_input_bytes(kernel))
     else:
-        rows = sympy.Min(rounded(kernel.detail["m"], 32) * blocks, sympy.Max(32 * blocks, 256 * 1024))
+        rows = sympy.Min(rounded(kernel.detail.m, 32) * blocks, sympy.Max(32 * blocks, 256 * 1024))
     # one weight panel (int16 pairs, or blocks) and its column sums when the weight is an input
     panel = sympy.Max(quads * 32 * 2, blocks * 32) + 32 * 4 if kernel not in packed else 0
     return rows + panel  # (rows: a multiple of 64 bytes either way)
@@ -503,8 +505,8 @@ def scratch_bytes(kernel: Kernel, packed: dict) -> Any:
 def packed_bytes(kernel: Kernel) -> int:
     """Bytes of an integer kernel's weights packed at create."""
     if kernel.kind == "wlinear":  # int8 bytes (int4 takes half), then the groups' scales and offsets, at 32 columns
-        n, k = -(-int(kernel.detail["n"]) // 32) * 32, int(kernel.detail["k"])
-        return n * k + n // 32 * 64 + n * (k // int(kernel.detail["group_size"])) * 8
+        n, k = -(-int(kernel.detail.n) // 32) * 32, int(kernel.detail.k)
+        return n * k + n // 32 * 64 + n * (k // int(kernel.detail.group_size)) * 8
     if kernel.kind not in ("qlinear", "qconv"):
         return 0
     # int16 pairs or AMX's 64-byte k-blocks (the largest layouts kiln_qgemm.h packs), column sums
@@ -523,21 +525,21 @@ def pack_lines(kernel: Kernel, packed: dict, slot: int, weight_offsets: dict[str
     the package stores two per byte)."""
     if kernel.kind == "wlinear":
         detail = kernel.detail
-        k, n, bits, group_size = int(detail["k"]), int(detail["n"]), int(detail["bits"]), int(detail["group_size"])
+        k, n, bits, group_size = int(detail.k), int(detail.n), int(detail.bits), int(detail.group_size)
 
         def start(view: Any, ctype: str) -> str:
             return f"({ctype}*)(m->weights + {weight_offsets[view.buffer.weight_key]}) + {int(view.offset)}"
-        zero_points = detail["zero_points"]
+        zero_points = detail.zero_points
         zero_points = (f"{start(zero_points, 'const ' + c_type(zero_points.buffer.dtype))}, "
                        f"{zero_points.buffer.dtype.itemsize}") if zero_points else "NULL, 0"
         return [f"    /* {kernel.name}: int{bits} W [{n} x {k}], groups of {group_size} */",
                 *_allocate(slot, f"kiln_wpanels({n}) * kiln_wpanel_bytes({k}, {group_size}, {bits})"),
-                f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail['weight'], 'const int8_t')}, "
-                f"{int(detail['weight'].buffer.weight_key in nibbles)}, "
-                f"{start(detail['scales'], 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
-    weight = kernel.detail["weight"]
+                f"    kiln_wpack({k}, {n}, {group_size}, {bits}, {start(detail.weight, 'const int8_t')}, "
+                f"{int(detail.weight.buffer.weight_key in nibbles)}, "
+                f"{start(detail.scales, 'const float')}, {zero_points}, (unsigned char*)m->packed[{slot}]);"]
+    weight = kernel.detail.weight
     groups, n, k = _qweight_shape(kernel)
-    narrow = int(kernel.detail["narrow"])
+    narrow = int(kernel.detail.narrow)
     source = f"(const int8_t*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
     panels = [*_allocate(slot, f"{groups} * kiln_qpacked_bytes({k}, {n}, {narrow})"),
               f"    for (int64_t g = 0; g < {groups}; ++g)",

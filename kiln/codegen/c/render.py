@@ -25,8 +25,8 @@ from kiln.codegen.c.packing import conv_weight_layout, packed_weight, tile_sizes
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.schedule import (
-    SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Schedule, Tile, contiguous_strides,
-    same_dim,
+    SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, MatmulDetail, Schedule, Tile,
+    contiguous_strides, same_dim,
 )
 from kiln.codegen.c import quantized
 from kiln.codegen.c.ctext import (
@@ -50,7 +50,7 @@ def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 def _gemm_operands_f32(kernel: Kernel) -> bool:
-    a, b, out = kernel.detail["a"][0], kernel.detail["b"][0], kernel.outputs[0]
+    a, b, out = kernel.detail.a[0], kernel.detail.b[0], kernel.outputs[0]
     return a.dtype == b.dtype == out.dtype == dtypes.float32
 
 
@@ -60,14 +60,14 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     detail, out = kernel.detail, kernel.outputs[0]
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
-    a_buf, a_strides, a_offset = detail["a"]
-    b_buf, b_strides, b_offset = detail["b"]
+    a_buf, a_strides, a_offset = detail.a
+    b_buf, b_strides, b_offset = detail.b
     batch = kernel.shape[0] if rank == 3 else 1
     a_base = exprs.index(a_strides, a_offset, ["bi", "0", "0"])
     b_base = exprs.index(b_strides, b_offset, ["bi", "0", "0"])
     lines = [
         f"const int64_t M = {dim_expr(kernel.shape[-2])}, N = {dim_expr(kernel.shape[-1])}, "
-        f"K = {dim_expr(detail['k'])}, BATCH = {dim_expr(batch)};",
+        f"K = {dim_expr(detail.k)}, BATCH = {dim_expr(batch)};",
         *_chunking("BATCH * panels"),
     ]
     slot = state.packed.get(kernel)
@@ -99,8 +99,8 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
                   "    const float* ahead = j + 1 < panels ? panel + K * KILN_NR : panel;  /* prefetched meanwhile */"]
     index = ["bi", "row + r", "j * KILN_NR + c"] if rank == 3 else ["row + r", "j * KILN_NR + c"]
     value = "(double)tile[r * KILN_NR + c]"
-    if "bias" in detail:
-        value = _addmm_value(detail, exprs.render(detail["bias"]), value)
+    if detail.bias is not None:
+        value = _addmm_value(detail, exprs.render(detail.bias), value)
     lines += _tile_loop(ukernel, [f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
                         f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr),
                         accumulator_type(kernel))
@@ -116,13 +116,13 @@ def _attention(kernel: Kernel, state: RenderState) -> list[str]:
     GEMM's epilogue. Scratch per thread: the panels and one block of score rows (render._scratch_bytes)."""
     detail, out = kernel.detail, kernel.outputs[0]
     exprs = _Exprs(3)
-    q_buf, q_strides, q_offset = detail["q"]
-    k_buf, k_strides, k_offset = detail["k"]
-    v_buf, v_strides, v_offset = detail["v"]
+    q_buf, q_strides, q_offset = detail.q
+    k_buf, k_strides, k_offset = detail.k
+    v_buf, v_strides, v_offset = detail.v
     base = ["bi", "0", "0"]
     lines = [
         f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, M = {dim_expr(kernel.shape[1])}, "
-        f"L = {dim_expr(detail['keys'])}, D = {dim_expr(detail['dim'])}, DV = {dim_expr(kernel.shape[2])};",
+        f"L = {dim_expr(detail.keys)}, D = {dim_expr(detail.dim)}, DV = {dim_expr(kernel.shape[2])};",
         "const int64_t key_panels = kiln_panels(L), value_panels = kiln_panels(DV), padded = key_panels * KILN_NR;",
         "const int64_t row_blocks = (M + KILN_MR - 1) / KILN_MR;",
         "float tile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
@@ -151,12 +151,12 @@ def _attention(kernel: Kernel, state: RenderState) -> list[str]:
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
         "                const int64_t i0 = bi, i1 = row + r, i2 = j * KILN_NR + c;",
         "                const float acc_value = tile[r * KILN_NR + c];",
-        f"                scores[r * padded + i2] = {exprs.render(detail['scores'])};",
+        f"                scores[r * padded + i2] = {exprs.render(detail.scores)};",
         "            }", "    }",
         "    for (int r = 0; r < rows; ++r)  /* each score row's softmax, in place: the rows kernel's body */", "    {",
         "        float* x = scores + r * padded;",
     ]
-    if detail["safe"]:  # amax(row) == -inf (no NaN in the row): where(..., 0, softmax) gives zeros
+    if detail.safe:  # amax(row) == -inf (no NaN in the row): where(..., 0, softmax) gives zeros
         lines += ["        float m = -INFINITY; int nan = 0;",
                   "        _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") for (int64_t k = 0; k < L; ++k) "
                   "{ nan |= x[k] != x[k]; m = x[k] > m ? x[k] : m; }",
@@ -184,7 +184,7 @@ def _attention_scratch(kernel: Kernel) -> Any:
     """Bytes of `_attention`'s per-thread scratch, sized for the widest panels and tallest tiles of any ISA."""
     def padded(n: Any) -> Any:
         return -32 * sympy.floor(-sympy.sympify(n) / 32)
-    keys, dim, value_dim = kernel.detail["keys"], sympy.sympify(kernel.detail["dim"]), kernel.shape[2]
+    keys, dim, value_dim = kernel.detail.keys, sympy.sympify(kernel.detail.dim), kernel.shape[2]
     return 4 * (padded(keys) * dim + padded(value_dim) * sympy.sympify(keys) + _MAX_MR * padded(keys))
 
 
@@ -211,11 +211,11 @@ def accumulator_type(kernel: Kernel) -> str:
     return c_type(find(kernel.expr) or kernel.outputs[0].dtype)
 
 
-def _addmm_value(detail: dict[str, Any], bias: str, product: str) -> str:
+def _addmm_value(detail: MatmulDetail, bias: str, product: str) -> str:
     """addmm's `beta * bias + alpha * product`, as ATen computes it: a zero alpha skips the product and a zero beta
     the bias (their NaN and infinities do not reach the result)."""
-    terms = ([f"{literal(detail['beta'])} * (double){bias}"] if detail["beta"] != 0 else []) + \
-        ([f"{literal(detail['alpha'])} * {product}"] if detail["alpha"] != 0 else [])
+    terms = ([f"{literal(detail.beta)} * (double){bias}"] if detail.beta != 0 else []) + \
+        ([f"{literal(detail.alpha)} * {product}"] if detail.alpha != 0 else [])
     return " + ".join(terms) or "0.0"
 
 
@@ -243,17 +243,17 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
     detail, out = kernel.detail, kernel.outputs[0]
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
-    a_buf, a_strides, a_offset = detail["a"]
-    b_buf, b_strides, b_offset = detail["b"]
+    a_buf, a_strides, a_offset = detail.a
+    b_buf, b_strides, b_offset = detail.b
     batch = "i0" if rank == 3 else "0"
     row, col = f"i{rank - 2}", f"i{rank - 1}"
     a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
     b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
     result_type = accumulator_type(kernel)
     value = "acc"
-    if "bias" in detail:
-        value = _addmm_value(detail, exprs.render(detail["bias"]), value)
-    a_name, b_name, k_size = buffer_name(a_buf), buffer_name(b_buf), dim_expr(detail["k"])
+    if detail.bias is not None:
+        value = _addmm_value(detail, exprs.render(detail.bias), value)
+    a_name, b_name, k_size = buffer_name(a_buf), buffer_name(b_buf), dim_expr(detail.k)
     if sympy.sympify(a_strides[2]) == 1 and sympy.sympify(b_strides[1]) == 1:
         # Both operands run contiguously along k: eight independent double partial sums let the compiler
         # vectorize the dot product without reassociating a single float chain.
@@ -368,11 +368,11 @@ def _sort_body(kernel: Kernel) -> str:
     stable argsort. `AFTER(r, l)`: the right run's value r must come before the left run's l."""
     value_type = c_type(kernel.outputs[0].dtype)
     floating = kernel.outputs[0].dtype.is_floating_point
-    if kernel.detail["descending"]:
+    if kernel.detail.descending:
         after = "((r) > (l) || ((r) != (r) && (l) == (l)))" if floating else "((r) > (l))"
     else:
         after = "((r) < (l) || ((l) != (l) && (r) == (r)))" if floating else "((r) < (l))"
-    dim = kernel.detail["dim"]
+    dim = kernel.detail.dim
     return (f"const int64_t K = {dim_expr(kernel.outputs[0].shape[dim])}; "
             "int64_t* ai = (int64_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride); "
             f"int64_t* bi = ai + L; {value_type}* av = ({value_type}*)(bi + L); {value_type}* bv = av + L;"
@@ -412,9 +412,9 @@ def _row_body(kernel: Kernel, op: str) -> str:
 
 def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     detail = kernel.detail
-    source = detail["input"]
+    source = detail.input
     # One row per index of the other dims; the row runs along `dim` (the last dim for layer norm).
-    dim = detail["dim"]
+    dim = detail.dim
     outer = [d for k, d in enumerate(kernel.shape) if k != dim]
     length = kernel.shape[dim]
     op = kernel.ops[-1]  # the row op; any before it are a fused producer's
@@ -428,7 +428,7 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
         variables = [f"i{k}" for k in range(len(outer))]
         variables.insert(dim, "(k)")
-        body.append(f"#define X(k) ({_Exprs(len(kernel.shape), variables=variables).render(detail['input_expr'])})")
+        body.append(f"#define X(k) ({_Exprs(len(kernel.shape), variables=variables).render(detail.input_expr)})")
     else:
         base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
         body += [f"const int64_t base = {base};",
@@ -438,16 +438,14 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         body.append(f"{c_type(out.dtype)}* Y{n} = {buffer_name(out)} + {out_base if whole else 'row'};")
     if op in NORM_OPS:
         # group norm: row position k of group i1 is channel i1 * C/G + k / HxW
-        channel = (f"(i1 * {dim_expr(detail['per_group'])} + (k) / {dim_expr(detail['hxw'])})"
+        channel = (f"(i1 * {dim_expr(detail.per_group)} + (k) / {dim_expr(detail.hxw)})"
                    if op == "aten.native_group_norm.default" else "(k)")
-        for macro, key in (("W", "weight"), ("B", "bias")):
-            view = detail[key]
-            default = "1.0" if key == "weight" else "0.0"
+        for macro, view, default in (("W", detail.weight, "1.0"), ("B", detail.bias, "0.0")):
             body.append(f"#define {macro}(k) ((double)" + (
                 f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + {channel} * {dim_expr(view.strides[0])}])"
                 if view is not None else f"{default})"))
-        body.append(f"const double EPS = {literal(float(detail['eps']))};")
-    for constant, value in detail.get("constants", {}).items():
+        body.append(f"const double EPS = {literal(float(detail.eps))};")
+    for constant, value in detail.constants.items():
         body.append(f"const double {constant} = {literal(float(value))};")
     if _shared_extremum(kernel):
         return ["    {", *[f"        {line}" for line in body + _shared_extremum_body(op)], "    }"]
@@ -490,9 +488,9 @@ def _shared_extremum_body(op: str) -> list[str]:
 
 def _conv_as_gemm(kernel: Kernel) -> bool:
     detail, out = kernel.detail, kernel.outputs[0]
-    x, w = detail["input"], detail["weight"]
+    x, w = detail.input, detail.weight
     return (x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
-            and not detail.get("transposed")
+            and not detail.transposed
             and all(sympy.sympify(d).is_Integer for d in w.shape[2:]))  # im2col unrolls the taps
 
 
@@ -516,7 +514,7 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
     `b` of `M` pixels, packed [C_in/g * taps][KILN_MR] into `panel`."""
     lanes, block, pixel_count = ("KILN_MR", "b", "M") if rows else ("KILN_NR", "j", "N")
     detail = kernel.detail
-    x = detail["input"]
+    x = detail.input
     n = len(kernel.shape) - 2
     taps = [dim_expr(d) for d in weight_shape[2:]]
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
@@ -534,7 +532,7 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
                  f"for (int c = 0; c < {lanes}; ++c)", "{", f"    int64_t p = {block} * {lanes} + c;",
                  f"    inside[c] = p < {pixel_count};"]
     for k in reversed(range(n)):
-        stride, padding = int(detail["stride"][k]), int(detail["padding"][k])
+        stride, padding = int(detail.stride[k]), int(detail.padding[k])
         positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
         positions.append(f"    base{k}[c] = ({offset_type})(out{k}[c] * {stride} - {padding});")
     positions.append("}")
@@ -561,7 +559,7 @@ def _im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tup
         packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
     packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < {lanes}; ++c)", f"{depth}    {{",
                 *[f"{depth}        const {offset_type} q{k} = base{k}[c] + ({offset_type})r{k} * "
-                  f"{int(detail['dilation'][k])};" for k in range(n)],
+                  f"{int(detail.dilation[k])};" for k in range(n)],
                 f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
                 f"{depth}    }}",
     ]
@@ -604,8 +602,8 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     if _pixel_rows(kernel, state.packed):
         return _conv_pixel_rows(kernel, state)
     detail = kernel.detail
-    w, bias = detail["weight"], detail["bias"]
-    groups = int(detail["groups"])
+    w, bias = detail.weight, detail.bias
+    groups = int(detail.groups)
     taps = [dim_expr(d) for d in w.shape[2:]]
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
     cig = dim_expr(w.shape[1])
@@ -676,8 +674,8 @@ def _conv_pixel_rows(kernel: Kernel, state: RenderState) -> list[str]:
     of KILN_NR output channels its units name, the next panel prefetched meanwhile; the epilogue stores each
     channel of a tile as a run of pixels."""
     detail = kernel.detail
-    w, bias = detail["weight"], detail["bias"]
-    groups = int(detail["groups"])
+    w, bias = detail.weight, detail.bias
+    groups = int(detail.groups)
     taps = [dim_expr(d) for d in w.shape[2:]]
     cig = dim_expr(w.shape[1])
     positions, packing = _im2col_panel(kernel, w.shape, rows=True)
@@ -774,19 +772,19 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
     """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
     if _conv_as_gemm(kernel):
         return _conv_gemm_f32(kernel, state)
-    if kernel.detail.get("transposed"):
+    if kernel.detail.transposed:
         return _conv_transposed(kernel)
     detail = kernel.detail
-    x, w = detail["input"], detail["weight"]
+    x, w = detail.input, detail.weight
     n = len(kernel.shape) - 2
-    groups = detail["groups"]
+    groups = detail.groups
     cig = dim_expr(w.shape[1])
     body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
             f"const int64_t cin0 = (i1 / {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}) * {cig};"]
     # The kernel taps whose input position lies inside the input (padding contributes zero): r in [lo, hi).
     for k in range(n):
-        stride, dilation = int(detail["stride"][k]), int(detail["dilation"][k])
-        padding = dim_expr(detail["padding"][k])  # symbolic for padding='same' with a symbolic kernel size
+        stride, dilation = int(detail.stride[k]), int(detail.dilation[k])
+        padding = dim_expr(detail.padding[k])  # symbolic for padding='same' with a symbolic kernel size
         size, taps = dim_expr(x.shape[2 + k]), dim_expr(w.shape[2 + k])
         body += [f"const int64_t base{k} = i{2 + k} * {stride} - {padding};",
                  f"const int64_t lo{k} = base{k} >= 0 ? 0 : (-base{k} + {dilation - 1}) / {dilation};",
@@ -796,7 +794,7 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
     depth = "    "
     positions = []
     for k in range(n):
-        dilation = int(detail["dilation"][k])
+        dilation = int(detail.dilation[k])
         body += [f"{depth}for (int64_t r{k} = lo{k}; r{k} < hi{k}; ++r{k})", f"{depth}{{",
                  f"{depth}    const int64_t p{k} = base{k} + r{k} * {dilation};"]
         depth += "    "
@@ -809,7 +807,7 @@ def _conv(kernel: Kernel, state: RenderState) -> list[str]:
 def _multiply_accumulate(kernel: Kernel, depth: str, x_index: str, w_index: str) -> list[str]:
     """The innermost line of a direct convolution's tap loops, closing them, then bias and the epilogue."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    x, w, bias = detail.input, detail.weight, detail.bias
     lines = [f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * (double){buffer_name(w.buffer)}[{w_index}];"]
     while len(depth) > 4:  # the tap loops; then the input-channel loop at the top level
         depth = depth[:-4]
@@ -827,9 +825,9 @@ def _conv_transposed(kernel: Kernel) -> list[str]:
     o = i * stride - padding + r * dilation, i.e. i = (o + padding - r * dilation) / stride when that divides
     exactly and lies inside the input. Weights are [C_in, C_out / groups, taps...]; double accumulator."""
     detail = kernel.detail
-    x, w = detail["input"], detail["weight"]
+    x, w = detail.input, detail.weight
     n = len(kernel.shape) - 2
-    groups = int(detail["groups"])
+    groups = int(detail.groups)
     cout_per_group = dim_expr(w.shape[1])
     cin_per_group = dim_expr(sympy.sympify(x.shape[1]) / groups)
     body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
@@ -837,7 +835,7 @@ def _conv_transposed(kernel: Kernel) -> list[str]:
             f"for (int64_t c = g * {cin_per_group}; c < (g + 1) * {cin_per_group}; ++c)", "{"]
     depth = "    "
     for k in range(n):
-        stride, padding, dilation = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+        stride, padding, dilation = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
         body += [f"{depth}for (int64_t r{k} = 0; r{k} < {dim_expr(w.shape[2 + k])}; ++r{k})", f"{depth}{{",
                  f"{depth}    const int64_t q{k} = i{2 + k} + {padding} - r{k} * {dilation};",
                  f"{depth}    if (q{k} < 0 || q{k} % {stride} != 0 || q{k} / {stride} >= {dim_expr(x.shape[2 + k])}) "
@@ -857,7 +855,7 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
         return _upsample(kernel)
     if op == "aten.grid_sampler_2d.default":
         return _grid_sample(kernel)
-    x, n = detail["input"], detail["n"]
+    x, n = detail.input, detail.n
     if "max_pool" in op and len(kernel.outputs) == 1 and x.buffer.dtype in (dtypes.float32, dtypes.float64,
                                                                              dtypes.uint8, dtypes.int8):
         return _max_pool_values(kernel)
@@ -873,14 +871,14 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
     if "max_pool" in op:
         plane_start = "0"
         for k in range(n):
-            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+            s, p, d = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
             body.append(f"int64_t s{k} = i{rank - n + k} * {s} - {p}; while (s{k} < 0) s{k} += {d};")
             plane_start = f"({plane_start}) * {sizes[k]} + s{k}"
         body += ["double best = -INFINITY;", f"int64_t best_index = {plane_start};"]
         plane = "0"
         for k in range(n):
-            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
-            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+            s, p, d = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
+            body += [f"for (int64_t r{k} = 0; r{k} < {int(detail.kernel[k])}; ++r{k})", "{",
                      f"const int64_t p{k} = i{rank - n + k} * {s} - {p} + r{k} * {d};",
                      f"if (p{k} < 0 || p{k} >= {sizes[k]}) continue;"]
             plane = f"({plane}) * {sizes[k]} + p{k}"
@@ -894,14 +892,14 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
         # ATen's divisor: the window cut at input + padding, or (count_include_pad=False) at the input alone.
         divisor = []
         for k in range(n):
-            s, p, size = int(detail["stride"][k]), int(detail["padding"][k]), sizes[k]
+            s, p, size = int(detail.stride[k]), int(detail.padding[k]), sizes[k]
             body += [f"const int64_t s{k} = i{rank - n + k} * {s} - {p};",
-                     f"const int64_t e{k} = s{k} + {int(detail['kernel'][k])} < {size} + {p} ? "
-                     f"s{k} + {int(detail['kernel'][k])} : {size} + {p};",
+                     f"const int64_t e{k} = s{k} + {int(detail.kernel[k])} < {size} + {p} ? "
+                     f"s{k} + {int(detail.kernel[k])} : {size} + {p};",
                      f"const int64_t lo{k} = s{k} > 0 ? s{k} : 0, hi{k} = e{k} < {size} ? e{k} : {size};"]
-            divisor.append(f"(e{k} - s{k})" if detail["count_include_pad"] else f"(hi{k} - lo{k})")
-        if detail["divisor_override"] is not None:
-            divisor = [str(int(detail["divisor_override"]))]
+            divisor.append(f"(e{k} - s{k})" if detail.count_include_pad else f"(hi{k} - lo{k})")
+        if detail.divisor_override is not None:
+            divisor = [str(int(detail.divisor_override))]
         body += ["double acc = 0.0;", f"const int64_t divisor = {' * '.join(divisor)};"]
         for k in range(n):
             body += [f"for (int64_t p{k} = lo{k}; p{k} < hi{k}; ++p{k})", "{"]
@@ -935,11 +933,12 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     at a time, one vectorized loop over the columns whose tap is inside the input (1.1 ms). Rows cost more than
     single outputs on short rows without padding (2x2 pools over 32 columns: 13 -> 61 us)."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, n = detail["input"], detail["n"]
+    x, n = detail.input, detail.n
     rank = len(kernel.shape)
     lead = [f"i{k}" for k in range(rank - 1)]
     sizes = [dim_expr(d) for d in x.shape[rank - n:]]
-    stride, padding, dilation = ([int(detail[key][k]) for k in range(n)] for key in ("stride", "padding", "dilation"))
+    stride, padding, dilation = ([int(v) for v in values[:n]] for values in (detail.stride, detail.padding,
+                                                                              detail.dilation))
     real = c_type(out.dtype)
     # the identity of max: -inf, or an integer type's least value (int8/uint8 pools of quantized programs)
     lowest = "-INFINITY" if out.dtype.is_floating_point else str(int(np.iinfo(out.dtype.numpy).min))
@@ -949,7 +948,7 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
         lines = []
         for k in dims:
             outside = f"p{k} >= {sizes[k]}" if not padding[k] else f"p{k} < 0 || p{k} >= {sizes[k]}"
-            lines += [f"for (int64_t r{k} = 0; r{k} < {int(detail['kernel'][k])}; ++r{k})", "{",
+            lines += [f"for (int64_t r{k} = 0; r{k} < {int(detail.kernel[k])}; ++r{k})", "{",
                       f"const int64_t p{k} = i{rank - n + k} * {stride[k]} - {padding[k]} + r{k} * {dilation[k]};",
                       f"if ({outside}) continue;"]
         return lines, ["}"] * len(dims)
@@ -970,7 +969,7 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
             f"for (int64_t c = 0; c < {columns}; ++c) row[c] = {lowest};", *loops]
     tap = f"c * {stride[last]} - {padding[last]} + r{last} * {dilation[last]}"
     positions = [f"p{k}" for k in range(last)] + [f"({tap})"]
-    body += [f"for (int64_t r{last} = 0; r{last} < {int(detail['kernel'][last])}; ++r{last})", "{",
+    body += [f"for (int64_t r{last} = 0; r{last} < {int(detail.kernel[last])}; ++r{last})", "{",
              "/* the columns whose tap lies inside the input */",
              f"int64_t lo = 0, hi = {columns};",
              f"while (lo < hi && lo * {stride[last]} - {padding[last]} + r{last} * {dilation[last]} < 0) ++lo;",
@@ -986,11 +985,11 @@ def _upsample(kernel: Kernel) -> list[str]:
     """upsample_nearest2d / upsample_bilinear2d over (N, C, H, W), computing source positions as ATen does:
     in float32 for float32 inputs (opmath), a dim whose size is unchanged is copied."""
     detail, op, out = kernel.detail, kernel.ops[0], kernel.outputs[0]
-    x = detail["input"]
+    x = detail.input
     real = "float" if x.buffer.dtype == dtypes.float32 else "double"
     body = []
     for k in range(2):
-        size, target, scale = dim_expr(x.shape[2 + k]), dim_expr(kernel.shape[2 + k]), detail["scales"][k]
+        size, target, scale = dim_expr(x.shape[2 + k]), dim_expr(kernel.shape[2 + k]), detail.scales[k]
         given = scale is not None and scale > 0
         body.append(f"const int64_t in{k} = {size}, out{k} = {target}, o{k} = i{2 + k};")
         if "nearest" in op:
@@ -1000,7 +999,7 @@ def _upsample(kernel: Kernel) -> list[str]:
                      f"else if (out{k} != in{k}) {{ lo{k} = (int64_t)floorf((float)o{k} * ({ratio})); "
                      f"if (lo{k} > in{k} - 1) lo{k} = in{k} - 1; }}"]
             continue
-        if detail["align_corners"]:
+        if detail.align_corners:
             source = (f"const {real} ratio{k} = out{k} > 1 ? ({real})(in{k} - 1) / ({real})(out{k} - 1) : ({real})0; "
                       f"const {real} src{k} = ratio{k} * ({real})o{k};")
         else:
@@ -1032,8 +1031,8 @@ def _grid_sample(kernel: Kernel) -> list[str]:
     (bicubic pads each of its 16 taps instead), then nearest (round half to even), bilinear or bicubic taps. A tap
     outside the input (or at a non-finite position) reads 0."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, grid, T = detail["input"], detail["grid"], c_type(out.dtype)
-    align, padding, mode = detail["align_corners"], detail["padding_mode"], detail["interpolation"]
+    x, grid, T = detail.input, detail.grid, c_type(out.dtype)
+    align, padding, mode = detail.align_corners, detail.padding_mode, detail.interpolation
     height, width = dim_expr(x.shape[2]), dim_expr(x.shape[3])
 
     def unnormalize(g: str, size: str) -> str:
@@ -1097,20 +1096,20 @@ def _pad(kernel: Kernel, state: RenderState) -> list[str]:
     """constant_pad_nd: the input at (index - left pad) where that lies inside it, else the fill value;
     reflection / replication pads mirror that position about the input's edges or clamp it to them."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, before = detail["input"], detail["before"]
+    x, before = detail.input, detail.before
     positions, inside = [], []
     for k, (size, out_size, pad) in enumerate(zip(x.shape, kernel.shape, before)):
         if sympy.sympify(pad) == 0 and sympy.expand(sympy.sympify(size) - sympy.sympify(out_size)) == 0:
             positions.append(f"i{k}")
             continue
-        if detail.get("mode", "constant") != "constant":  # mirror (reflect) or clamp (replicate) into the input
+        if detail.mode != "constant":  # mirror (reflect) or clamp (replicate) into the input
             q, last = f"(i{k} - {dim_expr(pad)})", f"({dim_expr(size)} - 1)"
-            low, high = (f"-{q}", f"2 * {last} - {q}") if detail["mode"] == "reflect" else ("0", last)
+            low, high = (f"-{q}", f"2 * {last} - {q}") if detail.mode == "reflect" else ("0", last)
             positions.append(f"({q} < 0 ? {low} : {q} > {last} ? {high} : {q})")
             continue
         positions.append(f"(i{k} - {dim_expr(pad)})")
         inside.append(f"i{k} - {dim_expr(pad)} >= 0 && i{k} - {dim_expr(pad)} < {dim_expr(size)}")
-    value = f"({c_type(out.dtype)}){literal(detail['value'])}"
+    value = f"({c_type(out.dtype)}){literal(detail.value)}"
     load = f"{buffer_name(x.buffer)}[{_view_index(x, positions)}]"
     element = f"({' && '.join(inside)}) ? {load} : {value}" if inside else load
     return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {element};"])
@@ -1118,11 +1117,11 @@ def _pad(kernel: Kernel, state: RenderState) -> list[str]:
 
 def _cat(kernel: Kernel, state: RenderState) -> list[str]:
     """One loop nest per input, each writing its slab of the output along `dim`."""
-    out, dim = kernel.outputs[0], kernel.detail["dim"]
+    out, dim = kernel.outputs[0], kernel.detail.dim
     rank = len(kernel.shape)
     strides = contiguous_strides(kernel.shape)
     lines = []
-    for load, shape, start in kernel.detail["parts"]:
+    for load, shape, start in kernel.detail.parts:
         variables = [f"i{k}" if k != dim else f"(i{k} + {dim_expr(start)})" for k in range(rank)]
         target = _Exprs(rank).index(strides, 0, variables)
         value = _Exprs(rank).render(load)
@@ -1165,14 +1164,14 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     schedule_scatter), and every thread walks the other dims serially, so duplicates combine in a fixed order.
     Each target index is checked (an out-of-range one fails the run instead of writing outside the output)."""
     detail, out, op = kernel.detail, kernel.outputs[0], kernel.ops[-1]
-    space, reduce, dtype = detail["space"], detail["reduce"], out.dtype
+    space, reduce, dtype = detail.space, detail.reduce, out.dtype
     exprs, target = _Exprs(len(kernel.shape)), f"{buffer_name(out)}"
-    lines = _loops(kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail['input'])};"], simd=True)
+    lines = _loops(kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail.input)};"], simd=True)
     if any(isinstance(d, int) and d == 0 for d in space):  # no indices: only the copy (ATen then skips its checks,
         return lines  # so the index's rank may differ from self's, and the scatter's coordinates would not exist)
     exprs = _Exprs(len(space))
     checks, coords, counted = [], [], None
-    for d, where in enumerate(detail["targets"]):
+    for d, where in enumerate(detail.targets):
         if isinstance(where, int):
             coords.append(f"i{where}")
             continue
@@ -1182,10 +1181,10 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
         counted = where
     strides = contiguous_strides(kernel.shape)
     place = [*checks, f"const int64_t at = {exprs.index(strides, 0, coords)};"]
-    if detail["mask"] is not None:
-        place.insert(0, f"if (!{exprs.render(detail['mask'])}) continue;")
-    parallel = [k for k, shared in enumerate(detail["parallel"]) if shared]
-    serial = [k for k, shared in enumerate(detail["parallel"]) if not shared]
+    if detail.mask is not None:
+        place.insert(0, f"if (!{exprs.render(detail.mask)}) continue;")
+    parallel = [k for k, shared in enumerate(detail.parallel) if shared]
+    serial = [k for k, shared in enumerate(detail.parallel) if not shared]
 
     def nest(body: list[str], before: list[str] = (), after: list[str] = ()) -> list[str]:
         head = [f"#pragma omp for collapse({len(parallel)}) schedule(static)" if parallel else "#pragma omp single"]
@@ -1195,9 +1194,9 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
                                               "    {", *[f"        {b}" for b in body], "    }",
                                               *[f"    {a}" for a in after], "}"]]
 
-    if reduce != "assign" and not detail["include_self"]:  # targeted self elements start from the identity
+    if reduce != "assign" and not detail.include_self:  # targeted self elements start from the identity
         lines += nest([*place, f"{target}[at] = ({c_type(dtype)}){_reduce_identity(reduce, dtype)};"])
-    step = [*place, f"{target}[at] = {_combine(reduce, dtype, f'{target}[at]', exprs.render(detail['value']))};"]
+    step = [*place, f"{target}[at] = {_combine(reduce, dtype, f'{target}[at]', exprs.render(detail.value))};"]
     if reduce != "mean":
         lines += nest(step)
         return lines
@@ -1206,7 +1205,7 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     size, d = dim_expr(counted.size), counted.dim
     line = list(coords)
     line[d] = "j"
-    divisor = f"(counts[j] + {1 if detail['include_self'] else 0})"
+    divisor = f"(counts[j] + {1 if detail.include_self else 0})"
     quotient = (f"(double){target}[at] / (double){divisor}" if dtype.is_floating_point
                 else f"kiln_floordiv((int64_t){target}[at], {divisor})")
     before = ["int64_t* counts = (int64_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
@@ -1237,13 +1236,13 @@ def _distance(kernel: Kernel, state: RenderState) -> list[str]:
     ATen's matrix-product formula sqrt(max(|a|^2 + |b|^2 - 2ab, 0)) when compute_mode asks for it or, by default,
     when either side has more than 25 rows (decided at run time: the rows may be symbolic)."""
     detail, out = kernel.detail, kernel.outputs[0]
-    columns, p = dim_expr(detail["columns"]), detail["p"]
+    columns, p = dim_expr(detail.columns), detail.p
     target = buffer_name(out)
-    if len(detail["sides"]) == 1:  # pdist: pairs i < j of one matrix, in row-major order of the pairs
-        x = detail["sides"][0]
+    if len(detail.sides) == 1:  # pdist: pairs i < j of one matrix, in row-major order of the pairs
+        x = detail.sides[0]
         exprs = _Exprs(2)
         a, b = (f"{buffer_name(x.buffer)}[{exprs.index(x.strides, x.offset, [row, 'k'])}]" for row in ("i", "j"))
-        n = dim_expr(detail["rows"][0])
+        n = dim_expr(detail.rows[0])
         body = _norm_lines(p, a, b, columns, nan_max=True)
         return ["    #pragma omp for schedule(dynamic, 1)", f"    for (int64_t i = 0; i < {n}; ++i)",
                 f"        for (int64_t j = i + 1; j < {n}; ++j)", "        {",
@@ -1253,13 +1252,13 @@ def _distance(kernel: Kernel, state: RenderState) -> list[str]:
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
     batch = [f"i{k}" for k in range(rank - 2)]
-    x1, x2 = detail["sides"]
+    x1, x2 = detail.sides
     a = f"{buffer_name(x1.buffer)}[{exprs.index(x1.strides, x1.offset, [*batch, f'i{rank - 2}', 'k'])}]"
     b = f"{buffer_name(x2.buffer)}[{exprs.index(x2.strides, x2.offset, [*batch, f'i{rank - 1}', 'k'])}]"
     body = _norm_lines(p, a, b, columns, nan_max=False)
-    if p == 2.0 and detail["compute_mode"] != 2:
-        rows1, rows2 = (dim_expr(r) for r in detail["rows"])
-        product = "1" if detail["compute_mode"] == 1 else f"({rows1} > 25 || {rows2} > 25)"
+    if p == 2.0 and detail.compute_mode != 2:
+        rows1, rows2 = (dim_expr(r) for r in detail.rows)
+        product = "1" if detail.compute_mode == 1 else f"({rows1} > 25 || {rows2} > 25)"
         body = ["double dist;", f"if ({product})", "{",
                 "    double aa = 0.0, bb = 0.0, ab = 0.0;",
                 f"    for (int64_t k = 0; k < {columns}; ++k) {{ const double u = (double){a}, v = (double){b}; "
@@ -1275,8 +1274,8 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
     per column. Bag b runs from offsets[b] to offsets[b + 1] (the last one to the end of the indices); offsets that
     do not start at 0, decrease or pass the end, and indices outside the weight, fail the run."""
     detail, (out, offset2bag, bag_size, max_indices) = kernel.detail, kernel.outputs
-    weight, indices, offsets, psw = detail["weight"], detail["indices"], detail["offsets"], detail["per_sample_weights"]
-    mode, pad, op = detail["mode"], detail["padding_idx"], kernel.ops[-1]
+    weight, indices, offsets, psw = detail.weight, detail.indices, detail.offsets, detail.per_sample_weights
+    mode, pad, op = detail.mode, detail.padding_idx, kernel.ops[-1]
 
     def at(view: Any, *variables: str) -> str:
         return f"{buffer_name(view.buffer)}[{_Exprs(len(variables)).index(view.strides, view.offset, list(variables))}]"
@@ -1286,7 +1285,7 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
     row = checked_index(at(indices, "i"), weight.shape[0], 0, op, wrap=False)
     skip = f"if (r == INT64_C({pad})) continue; " if pad >= 0 else ""
     scale = f" * (double){at(psw, 'i')}" if psw is not None else ""
-    last = f" || (b == {bags} - 1 && end != {count})" if detail["include_last_offset"] else ""
+    last = f" || (b == {bags} - 1 && end != {count})" if detail.include_last_offset else ""
     body = [f"int64_t start = (int64_t){at(offsets, 'b')}, end = b + 1 < {noff} ? (int64_t){at(offsets, '(b + 1)')} "
             f": {count};",
             f"if ((b == 0 && start != 0) || start < 0 || start > end || end > {count}{last})",
@@ -1333,8 +1332,8 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     detail, out = kernel.detail, kernel.outputs[0]
     offsets = _sparse_offsets(kernel)
     parts = _sparse_parts(kernel, state)
-    layout, (block_rows, block_cols) = detail["layout"], detail["block"]
-    rows = detail["x"]
+    layout, (block_rows, block_cols) = detail.layout, detail.block
+    rows = detail.x
     group = block_rows if layout == "sparse_bsr" else _SPARSE_FEATURES
     if layout == "semi_structured":
         compute = [f"kiln_24_rows(K, width, {parts['values']} + n0 * (K / 2), {parts['metadata']} + n0 * (K / 8), "
@@ -1363,12 +1362,12 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
                            f"const int64_t i0 = {rest};")
         rest = f"({rest} / ({size}))"
     value = f"(double)by_row[m * {group} + r]"
-    if detail["bias"] is not None:
-        value = f"{value} + (double){exprs.render(detail['bias'])}"
+    if detail.bias is not None:
+        value = f"{value} + (double){exprs.render(detail.bias)}"
     result_type = accumulator_type(kernel)
-    x, x_transposed = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}", buffer_name(detail["xT"])
+    x, x_transposed = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}", buffer_name(detail.xT)
     lines = [
-        f"const int64_t M = {dim_expr(detail['m'])}, N = {dim_expr(detail['n'])}, K = {dim_expr(detail['k'])};",
+        f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
         f"const int R = {block_rows}, C = {block_cols}; (void)C; (void)R;",
         f"const int64_t units = (N + {group} - 1) / {group}, chunks = (M + KILN_SMB - 1) / KILN_SMB;",
         f"const float* x = {x};",
@@ -1416,14 +1415,14 @@ def _sparse_conv(kernel: Kernel, state: RenderState) -> list[str]:
     from memory once (panel by panel, 512 channels at 7 x 7 ran at 0.36x dense with 20% zero blocks)."""
     detail = kernel.detail
     parts = _sparse_parts(kernel, state)
-    block_rows, block_cols = detail["block"]
-    shape = detail["weight_shape"]
+    block_rows, block_cols = detail.block
+    shape = detail.weight_shape
     taps = math.prod(int(d) for d in shape[2:])
     positions, packing = _im2col_panel(kernel, shape)
     indices, target, epilogue, flat = _conv_epilogue(kernel, "ib * R + r")
     value = "(double)tile[r * KILN_SMB + c]"
-    if detail["bias"] is not None:
-        value = f"{value} + (double){buffer_name(detail['bias'].buffer)}[{_view_index(detail['bias'], ['i1'])}]"
+    if detail.bias is not None:
+        value = f"{value} + (double){buffer_name(detail.bias.buffer)}[{_view_index(detail.bias, ['i1'])}]"
     result_type = accumulator_type(kernel)
     pixels = " * ".join(dim_expr(d) for d in kernel.shape[2:])
     whole = _whole_im2col(kernel)
@@ -1488,7 +1487,7 @@ def _sparse_parts(kernel: Kernel, state: RenderState) -> dict[str, str]:
     """C expressions of a sparse weight's components in its packed block (copied there at create)."""
     offsets = _sparse_offsets(kernel)
     return {name: f"((const {c_type(buf.dtype)}*)((const char*)ctx->packed[{state.packed[kernel]}] + {offsets[name]}))"
-            for name, buf in kernel.detail["components"].items()}
+            for name, buf in kernel.detail.components.items()}
 
 
 KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
@@ -1616,7 +1615,7 @@ class KernelBodies:
                 found.append(f"kernel_{prefix}_{region}{index}_{identifier(inner.name)}(ctx);")
             return found
 
-        cond_calls, body_calls = calls(detail.get("cond", []), "c"), calls(detail["body"], "")
+        cond_calls, body_calls = calls(detail.cond or [], "c"), calls(detail.body, "")
         step, last = sympy.Symbol("step"), sympy.Symbol("last")  # the loop's counter, and its final value
         i = symbol_name(step)
 
@@ -1634,9 +1633,9 @@ class KernelBodies:
                     f"{depth}}}"] if statements else []
 
         reads, writes, lasts = [], [], []
-        for w in [*detail["slices"], *detail["stacked"]]:
+        for w in [*detail.slices, *detail.stacked]:
             reads.append(f"loop->buf[{w.window.index}] = {address(w.source, w.offset + step * w.window.numel)};")
-        for carry in detail["carries"]:
+        for carry in detail.carries:
             if carry.stacked is not None:  # step t reads the stacked output's slice t - 1
                 w = carry.stacked
                 reads.append(f"loop->buf[{carry.read.index}] = {i} == 0 ? "
@@ -1647,7 +1646,7 @@ class KernelBodies:
             first, second = (f"loop->buf[{slot.index}]" for slot in carry.slots)
             reads.append(f"loop->buf[{carry.read.index}] = {i} == 0 ? "
                          f"{address(carry.init.buffer, carry.init.offset)} : {i} % 2 ? {first} : {second};")
-            ending = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if "cond" not in detail else ""
+            ending = f"{i} == trips - 1 ? loop->buf[{carry.final.index}] : " if detail.cond is None else ""
             writes.append(f"loop->buf[{carry.write.index}] = {ending}{i} % 2 ? {second} : {first};")
         # the kind comment `kiln inspect` lists, after the step's kernels above it
         lines += [f"/* loop: {', '.join(kernel.ops)} */",
@@ -1655,19 +1654,19 @@ class KernelBodies:
                   f"static void {name}(const kiln_ctx* ctx)", "{",
                   "    kiln_ctx* loop = (kiln_ctx*)ctx;  /* the call's context: the loop moves its windows */",
                   *self.symbol_prologue()]
-        if "cond" in detail:  # while: the cond region's kernels decide each step; the last carries read are the results
-            predicate = detail["predicate"]
+        if detail.cond is not None:  # while: the cond kernels decide each step; the last carries read are the results
+            predicate = detail.predicate
             test = f"((const bool*)loop->buf[{predicate.buffer.index}])[{dim_expr(predicate.offset)}]"
             lines += [f"    for (int64_t {i} = 0;; ++{i})", "    {", *single(reads, "        "),
                       *(f"        {call}" for call in cond_calls),
                       "        #pragma omp barrier",
                       f"        if (!{test})", "        {",
-                      *single([copy(c, f"loop->buf[{c.read.index}]") for c in detail["carries"]], "            "),
+                      *single([copy(c, f"loop->buf[{c.read.index}]") for c in detail.carries], "            "),
                       "            return;", "        }", *single(writes, "        "),
                       *(f"        {call}" for call in body_calls), "    }", "}"]
             return lines
         lines.append(f"    const int64_t trips = {dim_expr(kernel.shape[0])};")
-        finals = [copy(c, address(c.init.buffer, c.init.offset)) for c in detail["carries"]]
+        finals = [copy(c, address(c.init.buffer, c.init.offset)) for c in detail.carries]
         if finals:  # zero steps: the final carries are the initial ones
             lines += ["    if (trips == 0)", "    {", *single(finals, "        "), "        return;", "    }"]
         lines += [f"    for (int64_t {i} = 0; {i} < trips; ++{i})", "    {", *single(reads + writes, "        "),
@@ -1684,10 +1683,10 @@ def _count(number: int, noun: str) -> str:
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
     if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed:
-        return sympy.sympify(kernel.detail["k"]) * 32 * 4
+        return sympy.sympify(kernel.detail.k) * 32 * 4
     if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
         rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
-        return sympy.Min(rows * sympy.sympify(kernel.detail["k"]), _PACKED_A_LIMIT) * 4
+        return sympy.Min(rows * sympy.sympify(kernel.detail.k), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
     if kernel.kind in quantized.RENDERERS:
@@ -1695,21 +1694,21 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     if _pixel_rows(kernel, packed):
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
         return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
-            *[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 4
+            *[sympy.sympify(d) for d in kernel.detail.weight.shape[1:]]) * 4
     if kernel.kind == "conv" and _conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
-        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight"].shape[1:]]) * 32 * 4 * panels
+        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail.weight.shape[1:]]) * 32 * 4 * panels
     if kernel.kind == "sparse_conv":  # one im2col panel, or a whole image's (`_whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if _whole_im2col(kernel) else 1
-        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail["weight_shape"][1:]]) * 32 * 4 * panels
+        return sympy.Mul(*[sympy.sympify(d) for d in kernel.detail.weight_shape[1:]]) * 32 * 4 * panels
     if _shared_extremum(kernel):  # each thread's share: its extremum and NaN flag
         return sympy.Integer(16)
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
-        return sympy.sympify(kernel.shape[kernel.detail["dim"]]) * 32
-    if kernel.kind == "scatter" and kernel.detail["reduce"] == "mean":  # an int64 count per element of a line
-        scattered = next(t for t in kernel.detail["targets"] if not isinstance(t, int))
+        return sympy.sympify(kernel.shape[kernel.detail.dim]) * 32
+    if kernel.kind == "scatter" and kernel.detail.reduce == "mean":  # an int64 count per element of a line
+        scattered = next(t for t in kernel.detail.targets if not isinstance(t, int))
         return sympy.sympify(scattered.size) * 8
     return None
 
@@ -1730,8 +1729,8 @@ def runtime_memory(schedule: Schedule) -> dict[str, Any]:
 
 def _conv_weight_shape(kernel: Kernel) -> tuple[int, int, int]:
     """(groups, rows per group, K) of a convolution's weight matrix [C_out/g, C_in/g * taps] per group."""
-    weight = kernel.detail["weight"]
-    groups = int(kernel.detail["groups"])
+    weight = kernel.detail.weight
+    groups = int(kernel.detail.groups)
     return groups, int(weight.shape[0]) // groups, math.prod(int(d) for d in weight.shape[1:])
 
 
@@ -1745,7 +1744,7 @@ def _packed_bytes(kernel: Kernel) -> int:
         return -(-groups * -(-rows // _MAX_MR) * _MAX_MR * k * 4 // 64) * 64  # aligned_alloc wants a multiple of 64
     if kernel.kind in quantized.RENDERERS:
         return quantized.packed_bytes(kernel)
-    return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail["k"]) * 4
+    return (int(kernel.shape[-1]) + 31) // 32 * 32 * int(kernel.detail.k) * 4
 
 
 SPARSE_KERNELS = ("sparse_linear", "sparse_conv")  # kernels reading a sparse weight's components
@@ -1755,7 +1754,7 @@ def _sparse_offsets(kernel: Kernel) -> dict[str | None, int]:
     """Where each component of a sparse weight lies in its packed block (64-byte aligned); None: the block's size."""
     offsets: dict[str | None, int] = {}
     size = 0
-    for name, buf in kernel.detail["components"].items():
+    for name, buf in kernel.detail.components.items():
         offsets[name] = size
         size += -(-int(buf.numel) * buf.dtype.itemsize // 64) * 64
     offsets[None] = max(size, 64)
@@ -1766,8 +1765,8 @@ def _uses_sell(kernel: Kernel) -> bool:
     """A CSR linear layer that may see one activation row also keeps its weight as SELL-8 (kiln_sparse.h)."""
     if kernel.kind != "sparse_linear":
         return False
-    rows = sympy.sympify(kernel.detail["m"])
-    return kernel.detail["layout"] == "sparse_csr" and not (rows.is_Integer and int(rows) > 1)
+    rows = sympy.sympify(kernel.detail.m)
+    return kernel.detail.layout == "sparse_csr" and not (rows.is_Integer and int(rows) > 1)
 
 
 def _prepacked(schedule: Schedule) -> dict:
@@ -1779,21 +1778,22 @@ def _prepacked(schedule: Schedule) -> dict:
             packed[kernel] = len(packed)    # a layer at batch 1 ran 3.7x faster (2:4, Zen 3)
             continue
         if kernel.kind in ("qlinear", "qconv", "wlinear"):
-            constants = [kernel.detail[key] for key in ("weight", "scales", "zero_points") if kernel.detail.get(key)]
+            scales = [kernel.detail.scales, kernel.detail.zero_points] if kernel.kind == "wlinear" else []
+            constants = [view for view in (kernel.detail.weight, *scales) if view is not None]
             if all(view.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in [*view.shape, view.offset])
                    for view in constants):
                 packed[kernel] = len(packed)
             continue
         if kernel.kind == "conv" and _conv_as_gemm(kernel):
-            weight = kernel.detail["weight"]
+            weight = kernel.detail.weight
             if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
                                                       [*weight.shape, weight.offset]):
                 packed[kernel] = len(packed)
             continue
         if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel):
             continue
-        b_buf, b_strides, b_offset = kernel.detail["b"]
-        static = [kernel.detail["k"], kernel.shape[-1], *b_strides, b_offset]
+        b_buf, b_strides, b_offset = kernel.detail.b
+        static = [kernel.detail.k, kernel.shape[-1], *b_strides, b_offset]
         if b_buf.kind == "weight" and all(sympy.sympify(d).is_Integer for d in static):
             packed[kernel] = len(packed)
     return packed
@@ -1810,9 +1810,9 @@ def int4_weights(schedule: Schedule) -> set[str]:
             if buf.kind == "weight":
                 readers.setdefault(buf.weight_key, []).append(kernel)
     return {key for key, kernels in readers.items()
-            if all(kernel.kind == "wlinear" and int(kernel.detail["bits"]) == 4
-                   and kernel.detail["weight"].buffer.weight_key == key
-                   and sympy.sympify(kernel.detail["weight"].offset) == 0
+            if all(kernel.kind == "wlinear" and int(kernel.detail.bits) == 4
+                   and kernel.detail.weight.buffer.weight_key == key
+                   and sympy.sympify(kernel.detail.weight.offset) == 0
                    for kernel in kernels)}
 
 
@@ -1851,11 +1851,11 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                          f"/* {kernel.name}: packed by the compiler */")
             continue
         if kernel.kind in SPARSE_KERNELS:
-            offsets, components = _sparse_offsets(kernel), kernel.detail["components"]
+            offsets, components = _sparse_offsets(kernel), kernel.detail.components
             size = f"{offsets[None]}"
             if _uses_sell(kernel):  # CSR's form for one activation row, after the components (int32, as written)
                 crow = f"(const int32_t*)(m->weights + {weight_offsets[components['crow_indices'].weight_key]})"
-                size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail['n'])}, {crow})"
+                size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail.n)}, {crow})"
             lines += [f"    /* {kernel.name}: sparse weight components */", *_allocate(slot, size)]
             for name, buf in components.items():
                 lines.append(f"    memcpy((char*)m->packed[{slot}] + {offsets[name]}, m->weights + "
@@ -1863,14 +1863,14 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             if _uses_sell(kernel):
                 parts = {name: f"(const {c_type(buf.dtype)}*)((char*)m->packed[{slot}] + {offsets[name]})"
                          for name, buf in components.items()}
-                lines.append(f"    kiln_sell_pack({int(kernel.detail['n'])}, {crow}, {parts['col_indices']}, "
+                lines.append(f"    kiln_sell_pack({int(kernel.detail.n)}, {crow}, {parts['col_indices']}, "
                              f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});")
             continue
         if kernel.kind in quantized.RENDERERS:
             lines += quantized.pack_lines(kernel, packed, slot, weight_offsets, nibbles)
             continue
         if kernel.kind == "conv":
-            weight = kernel.detail["weight"]
+            weight = kernel.detail.weight
             groups, rows, k = _conv_weight_shape(kernel)
             source = f"(const float*)(m->weights + {weight_offsets[weight.buffer.weight_key]}) + {int(weight.offset)}"
             lines += [f"    /* {kernel.name}: weights [{groups} x {rows} x {k}] of "
@@ -1880,8 +1880,8 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
                       f"        kiln_pack_a({rows}, {k}, {source} + g * {rows * k}, {k}, 1, "
                       f"m->packed[{slot}] + g * (({rows} + KILN_MR - 1) / KILN_MR) * KILN_MR * {k});"]
             continue
-        b_buf, b_strides, b_offset = kernel.detail["b"]
-        k, n = int(kernel.detail["k"]), int(kernel.shape[-1])
+        b_buf, b_strides, b_offset = kernel.detail.b
+        k, n = int(kernel.detail.k), int(kernel.shape[-1])
         source = f"(const float*)(m->weights + {weight_offsets[b_buf.weight_key]}) + {int(b_offset)}"
         lines += [f"    /* {kernel.name}: B [{k} x {n}] of {identifier(b_buf.weight_key)} */",
                   *_allocate(slot, f"(size_t){_packed_bytes(kernel)}"),

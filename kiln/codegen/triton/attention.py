@@ -24,10 +24,10 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     otherwise, as a plain softmax of an all -inf row does; a NaN score makes its row NaN either way."""
     detail, out = kernel.detail, kernel.outputs[0]
     args = KernelArgs()
-    (q_buf, q_strides, q_offset), (k_buf, k_strides, k_offset) = detail["q"], detail["k"]
-    v_buf, v_strides, v_offset = detail["v"]
+    (q_buf, q_strides, q_offset), (k_buf, k_strides, k_offset) = detail.q, detail.k
+    v_buf, v_strides, v_offset = detail.v
     batch, queries, value_dim = kernel.shape
-    M, L, D, DV = (args.size(size) for size in (queries, detail["keys"], detail["dim"], value_dim))
+    M, L, D, DV = (args.size(size) for size in (queries, detail.keys, detail.dim, value_dim))
     views = Exprs(args, [], "mask")
     q_index = views.index(q_strides, q_offset, ["pid_b", "rm[:, None]", "rd[None, :]"])
     k_index = views.index(k_strides, k_offset, ["pid_b", "rd[:, None]", "rn[None, :]"])
@@ -38,7 +38,7 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     epilogue = Exprs(args, outputs, "mask", accumulator="acc_value").render(kernel.expr)
     flat = Exprs(args, outputs, "mask").index(contiguous_strides(kernel.shape), 0)
     # Under the safe softmax an all -inf row (a NaN score leaves l_i NaN, so not one of these) keeps acc = 0 @ V.
-    total = "tl.where((m_i == NEG_INF) & (l_i == l_i), 1.0, l_i)" if detail["safe"] else "l_i"
+    total = "tl.where((m_i == NEG_INF) & (l_i == l_i), 1.0, l_i)" if detail.safe else "l_i"
     body = [
         "pid_m, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)",
         "NEG_INF = float('-inf')",
@@ -54,7 +54,7 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         f"    k = tl.load({k} + ({k_index}), mask=(rd[:, None] < {D}) & (rn[None, :] < {L}), other=0.0)",
         "    acc_value = tl.dot(q, k.to(tl.float32), input_precision=\"ieee\")",
         f"    mask = (rm[:, None] < {M}) & (rn[None, :] < {L})",
-        f"    s = tl.where(rn[None, :] < {L}, ({scores.render(detail['scores'])}).to(tl.float32), NEG_INF)",
+        f"    s = tl.where(rn[None, :] < {L}, ({scores.render(detail.scores)}).to(tl.float32), NEG_INF)",
         "    m_new = tl.maximum(m_i, tl.max(s, 1))",
         "    shift = tl.where(m_new == NEG_INF, 0.0, m_new)",
         "    p = tl.exp(s - shift[:, None])",
@@ -73,6 +73,6 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     numel = py_dim(batch * queries * value_dim)
     launch = [f"if {numel} > 0:",
               f"    {name}[lambda META: (triton.cdiv({py_dim(queries)}, META['BM']), {py_dim(batch)})]"
-              f"({', '.join(args.arguments())}, BD=max(16, triton.next_power_of_2({py_dim(detail['dim'])})), "
+              f"({', '.join(args.arguments())}, BD=max(16, triton.next_power_of_2({py_dim(detail.dim)})), "
               f"BDV=max(16, triton.next_power_of_2({py_dim(value_dim)})))"]
     return source, launch

@@ -59,7 +59,7 @@ def _copy_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     args = KernelArgs()
     numel = _numel(kernel.shape)
     variables = [f"i{k}" for k in range(len(kernel.shape))]
-    value = Exprs(args, variables, "mask").render(kernel.detail["input"])
+    value = Exprs(args, variables, "mask").render(kernel.detail.input)
     body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             f"mask = offs < {args.size(numel)}", *unravel(kernel.shape, "offs", args),
             f"tl.store({args.buffer(kernel.outputs[0])} + offs, {value}, mask=mask)"]
@@ -72,14 +72,14 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     shared by several threads reads what the last step wrote). Each target index is checked at run time. mean
     counts each output element's contributions, then divides in a pass over the output."""
     detail, out, op = kernel.detail, kernel.outputs[0], kernel.ops[-1]
-    space, reduce, dtype = detail["space"], detail["reduce"], out.dtype
+    space, reduce, dtype = detail.space, detail.reduce, out.dtype
     sources, launches = _copy_kernel(f"{name}_copy", kernel)
     if any(sympy.sympify(d) == 0 for d in space):  # no indices: only the copy (ATen then skips its checks, so the
         return sources, launches  # index's rank may differ from self's, and the scatter's coordinates would not exist)
     args = KernelArgs()
     target = args.buffer(out)
-    parallel = [k for k, shared in enumerate(detail["parallel"]) if shared]
-    serial = [k for k, shared in enumerate(detail["parallel"]) if not shared]
+    parallel = [k for k, shared in enumerate(detail.parallel) if shared]
+    serial = [k for k, shared in enumerate(detail.parallel) if not shared]
     lanes, steps = _numel([space[k] for k in parallel]), _numel([space[k] for k in serial])
     exprs = Exprs(args, [f"i{k}" for k in range(len(space))], "mask", block_dims=set(parallel))
     head = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
@@ -88,13 +88,13 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     walk = ["step = position + tl.zeros([1], tl.int64)", *unravel([space[k] for k in serial], "step", args, "s"),
             *[f"i{k} = s{j}" for j, k in enumerate(serial)]]
     coords = []
-    for d, where in enumerate(detail["targets"]):
+    for d, where in enumerate(detail.targets):
         if isinstance(where, ScatterIndex):
             walk.append(f"j{d} = {exprs.checked(where.index, where.size, d, op, where.wrap)}")
             coords.append(f"j{d}")
         else:
             coords.append(f"i{where}")
-    active = "mask" if detail["mask"] is None else f"mask & ({exprs.render(detail['mask'])} != 0)"
+    active = "mask" if detail.mask is None else f"mask & ({exprs.render(detail.mask)} != 0)"
     walk += [f"at = {exprs.index(contiguous_strides(kernel.shape), 0, coords)} + tl.zeros([BLOCK], tl.int64)",
              f"active = {active}"]
 
@@ -103,11 +103,11 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                 *[f"    {line}" for line in walk + lines + ["tl.debug_barrier()"]]]
 
     body = list(head)
-    if reduce != "assign" and not detail["include_self"]:  # targeted self elements start from the identity
+    if reduce != "assign" and not detail.include_self:  # targeted self elements start from the identity
         identity = f"tl.full([BLOCK], {_reduce_identity(reduce, dtype)}, {TL_TYPES[dtype]})"
         body += serially([f"tl.store({target} + at, {identity}, mask=active)"])
     step = [f"old = tl.load({target} + at, mask=active, other=0)",
-            f"tl.store({target} + at, {_combine(reduce, dtype, 'old', exprs.render(detail['value']))}, mask=active)"]
+            f"tl.store({target} + at, {_combine(reduce, dtype, 'old', exprs.render(detail.value))}, mask=active)"]
     extra = ["BLOCK: tl.constexpr"]
     if reduce == "mean":
         step.append("tl.store(counts + at, tl.load(counts + at, mask=active, other=0) + 1, mask=active)")
@@ -136,7 +136,7 @@ def _mean_kernel(name: str, kernel: Kernel, counts: str) -> tuple[list[str], lis
     out = kernel.outputs[0]
     args = KernelArgs()
     target, numel = args.buffer(out), _numel(kernel.shape)
-    divisor = f"tl.maximum(count + {1 if kernel.detail['include_self'] else 0}, 1)"  # untouched elements keep theirs
+    divisor = f"tl.maximum(count + {1 if kernel.detail.include_self else 0}, 1)"  # untouched elements keep theirs
     if out.dtype.is_floating_point:
         wide = TL_TYPES[compute_type(out.dtype)]
         quotient = Exprs.cast(f"value.to({wide}) / {divisor}.to({wide})", out.dtype)
@@ -164,8 +164,8 @@ def bags_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     propagates NaN and names the first row reaching the maximum. Offsets that do not start at 0, decrease or pass
     the end, and indices outside the weight, fail the run."""
     detail, (out, offset2bag, bag_size, max_indices) = kernel.detail, kernel.outputs
-    weight, indices, offsets, psw = detail["weight"], detail["indices"], detail["offsets"], detail["per_sample_weights"]
-    mode, pad, op = detail["mode"], detail["padding_idx"], kernel.ops[-1]
+    weight, indices, offsets, psw = detail.weight, detail.indices, detail.offsets, detail.per_sample_weights
+    mode, pad, op = detail.mode, detail.padding_idx, kernel.ops[-1]
     args = KernelArgs()
     args.checks_indices = True
     exprs = Exprs(args, [], "cm")
@@ -176,7 +176,7 @@ def bags_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
 
     count, bags = args.size(indices.shape[0]), args.size(kernel.shape[0])
     columns, rows, noff = args.size(kernel.shape[1]), args.size(weight.shape[0]), args.size(offsets.shape[0])
-    last = f" | ((b == {bags} - 1) & (end != {count}))" if detail["include_last_offset"] else ""
+    last = f" | ((b == {bags} - 1) & (end != {count}))" if detail.include_last_offset else ""
     checked_op = CHECKED_OPS.index(op)
 
     def row(index: str, mask: str) -> str:

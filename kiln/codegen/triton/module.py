@@ -67,8 +67,8 @@ class _Module:
         wrote; steps alternate between two slots and the last writes the result; a carry kept in a stacked output
         reads its previous slice instead."""
         detail = kernel.detail
-        cond = self.kernels(f"{name}_c", detail.get("cond", []))
-        body = self.kernels(f"{name}_", detail["body"])
+        cond = self.kernels(f"{name}_c", detail.cond or [])
+        body = self.kernels(f"{name}_", detail.body)
         step = sympy.Symbol(f"{name}_step")  # one counter per loop, so nested loops keep their own
         i = symbol_name(step)
         trips = f"trips_{name}"
@@ -81,10 +81,10 @@ class _Module:
             return f"{buffer_name(carry.final)}.copy_({source})"
 
         reads, writes, lasts = [], [], []
-        for w in [*detail["slices"], *detail["stacked"]]:
+        for w in [*detail.slices, *detail.stacked]:
             here = part(w.source, w.offset + step * w.window.numel, w.window.numel)
             reads.append(f"{buffer_name(w.window)} = {here}")
-        for carry in detail["carries"]:
+        for carry in detail.carries:
             init = part(carry.init.buffer, carry.init.offset, carry.final.numel)
             read = buffer_name(carry.read)
             if carry.stacked is not None:
@@ -97,19 +97,19 @@ class _Module:
             first, second = (buffer_name(slot) for slot in carry.slots)
             reads.append(f"{read} = {init} if {i} == 0 else ({first} if {i} % 2 else {second})")
             slot = f"({second} if {i} % 2 else {first})"
-            if "cond" not in detail:  # a scan's last step writes the result
+            if detail.cond is None:  # a scan's last step writes the result
                 slot = f"{buffer_name(carry.final)} if {i} == {trips} - 1 else {slot}"
             writes.append(f"{buffer_name(carry.write)} = {slot}")
         lines = [f"# loop: {', '.join(kernel.ops)}: each step launches the kernels of its regions"]
-        if "cond" in detail:  # while: the cond region decides each step; the last carries read are the results
-            predicate = detail["predicate"]
+        if detail.cond is not None:  # while: the cond region decides each step; the last carries read are the results
+            predicate = detail.predicate
             test = f"{buffer_name(predicate.buffer)}[{py_dim(predicate.offset)}]"
             return lines + [f"{i} = 0", "while True:", *(f"    {line}" for line in reads + cond),
                             f"    if not bool({test}):",
-                            *(f"        {copy(c, buffer_name(c.read))}" for c in detail["carries"]),
+                            *(f"        {copy(c, buffer_name(c.read))}" for c in detail.carries),
                             "        break", *(f"    {line}" for line in writes + body), f"    {i} += 1"]
         lines.append(f"{trips} = {py_dim(kernel.shape[0])}")
-        finals = [copy(c, part(c.init.buffer, c.init.offset, c.final.numel)) for c in detail["carries"]]
+        finals = [copy(c, part(c.init.buffer, c.init.offset, c.final.numel)) for c in detail.carries]
         if finals:  # zero steps: the final carries are the initial ones
             lines += [f"if {trips} == 0:", *(f"    {line}" for line in finals)]
         lines += [f"for {i} in range({trips}):",

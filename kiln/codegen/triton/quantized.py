@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from kiln.codegen.schedule import Kernel
+from kiln.codegen.schedule import Kernel, QConvDetail, QLinearDetail, QPoolDetail
 from kiln.codegen.triton.render import (
     POINTWISE_RULES, TL_TYPES, Exprs, KernelArgs, blocked, py_dim, tiled, unravel,
 )
@@ -25,28 +25,28 @@ def _float32(value: float) -> str:
     return repr(float(np.float32(value)))
 
 
-def _qparams(args: KernelArgs, detail: dict) -> list[str]:
+def _qparams(args: KernelArgs, detail: QLinearDetail | QConvDetail) -> list[str]:
     """`x_scale` (float32) and `x_zero` (int32: the zero point in the shifted bytes the dot product reads) of an
     integer layer's activations: numbers, or the .tensor overloads' one-element tensors."""
     exprs = Exprs(args, [], "mask")
-    scale, zero_point = detail["x_scale"], detail["x_zero_point"]
-    shift = 0 if detail["signed"] else _UINT8_SHIFT
+    scale, zero_point = detail.x_scale, detail.x_zero_point
+    shift = 0 if detail.signed else _UINT8_SHIFT
     scale = _float32(scale) if isinstance(scale, (int, float)) else f"{exprs.render(scale)}.to(tl.float32)"
     zero = f"tl.full([1], {int(zero_point) - shift}, tl.int32)" if isinstance(zero_point, (int, float)) else \
         f"{exprs.render(zero_point)}.to(tl.int32) - {shift}"
     return [f"x_scale = {scale}", f"x_zero = {zero}"]
 
 
-def _signed_bytes(value: str, detail: dict) -> str:
+def _signed_bytes(value: str, detail: QLinearDetail | QConvDetail) -> str:
     """Activation bytes as the int8 operand of `tl.dot`."""
-    return value if detail["signed"] else f"({value}.to(tl.int32) - {_UINT8_SHIFT}).to(tl.int8)"
+    return value if detail.signed else f"({value}.to(tl.int32) - {_UINT8_SHIFT}).to(tl.int8)"
 
 
-def _requantized(detail: dict, value: str, dtype: dtypes.DType) -> list[str]:
+def _requantized(detail: QLinearDetail | QConvDetail | QPoolDetail, value: str, dtype: dtypes.DType) -> list[str]:
     """Lines setting `result` to float32 `value` requantized as quantize_per_tensor does: times the float32 inverse
     scale, rounded half to even, plus the zero point, clamped, converted to the output's integer type."""
-    inverse = _float32(1.0 / float(detail["output_scale"]))
-    zero_point, low, high = (float(detail[key]) for key in ("output_zero_point", "quant_min", "quant_max"))
+    inverse = _float32(1.0 / float(detail.output_scale))
+    zero_point, low, high = float(detail.output_zero_point), float(detail.quant_min), float(detail.quant_max)
     return [f"rounded = kiln_round({value} * {inverse})",
             f"clamped = tl.minimum(tl.maximum(rounded + {zero_point!r}, {low!r}), {high!r})",
             f"result = clamped.to(tl.int32).to({TL_TYPES[dtype]})"]
@@ -62,7 +62,7 @@ def _post_op(post_op: str) -> list[str]:
     return []
 
 
-def _epilogue(detail: dict, out_dtype: dtypes.DType, channel_scale: str, bias: str | None,
+def _epilogue(detail: QLinearDetail | QConvDetail, out_dtype: dtypes.DType, channel_scale: str, bias: str | None,
               residual: str | None) -> list[str]:
     """Lines from the corrected int32 sums `acc` to `result`, in kiln_qepilogue's order of float32 operations:
     times x_scale x the channel's weight scale, plus the bias, plus the residual, the post-op, then float32 out or
@@ -72,7 +72,7 @@ def _epilogue(detail: dict, out_dtype: dtypes.DType, channel_scale: str, bias: s
         lines.append(f"value = value + {bias}")
     if residual is not None:
         lines.append(f"value = value + {residual}")
-    lines += _post_op(detail["post_op"])
+    lines += _post_op(detail.post_op)
     if out_dtype == dtypes.float32:
         return [*lines, "result = value"]
     return [*lines, *_requantized(detail, "value", out_dtype)]
@@ -89,12 +89,12 @@ def qlinear_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     each column's weight sum taking the activations' zero point out, then the float epilogue."""
     detail, out = kernel.detail, kernel.outputs[0]
     args = KernelArgs()
-    rows, weight = detail["x"], detail["weight"]
-    M, N, K = args.size(detail["m"]), args.size(detail["n"]), args.size(detail["k"])
+    rows, weight = detail.x, detail.weight
+    M, N, K = args.size(detail.m), args.size(detail.n), args.size(detail.k)
     exprs = Exprs(args, [], "mask")
-    x_index = exprs.index([detail["k"], 1], rows.offset, ["rm[:, None]", "rk[None, :]"])
-    w_index = exprs.index([detail["k"], 1], weight.offset, ["rn[None, :]", "rk[:, None]"])
-    bias = detail["bias"]
+    x_index = exprs.index([detail.k, 1], rows.offset, ["rm[:, None]", "rk[None, :]"])
+    w_index = exprs.index([detail.k, 1], weight.offset, ["rn[None, :]", "rk[:, None]"])
+    bias = detail.bias
     body = ["pid_m, pid_n = tl.program_id(0), tl.program_id(1)",
             "rm = pid_m.to(tl.int64) * BM + tl.arange(0, BM)",
             "rn = pid_n.to(tl.int64) * BN + tl.arange(0, BN)",
@@ -111,11 +111,11 @@ def qlinear_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             "    weight_sums += tl.sum(w.to(tl.int32), axis=0)",
             "acc = acc - x_zero * weight_sums[None, :]",
             f"in_range = rn < {N}",
-            *_epilogue(detail, out.dtype, f"{_vector(args, detail['weight_scale'], 'rn', 'in_range')}[None, :]",
+            *_epilogue(detail, out.dtype, f"{_vector(args, detail.weight_scale, 'rn', 'in_range')}[None, :]",
                        None if bias is None else f"{_vector(args, bias, 'rn', 'in_range')}[None, :]", None),
             f"tl.store({args.buffer(out)} + rm[:, None] * {N} + rn[None, :], result, "
             f"mask=(rm[:, None] < {M}) & (rn[None, :] < {N}))"]
-    grid = f"(triton.cdiv({py_dim(detail['m'])}, META['BM']), triton.cdiv({py_dim(detail['n'])}, META['BN']))"
+    grid = f"(triton.cdiv({py_dim(detail.m)}, META['BM']), triton.cdiv({py_dim(detail.n)}, META['BN']))"
     return tiled(name, kernel, args, body, grid)
 
 
@@ -124,22 +124,23 @@ def qconv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     BM x BN tiles of int8 `tl.dot`, the im2col tile gathered from NCHW bytes (the zero point in the padding, so it
     dequantizes to the reference's zeros), then the float epilogue with the optional float residual."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, weight, bias, other = detail["x"], detail["weight"], detail["bias"], detail["other"]
+    x, weight, bias, other = detail.x, detail.weight, detail.bias, detail.other
     args = KernelArgs()
-    groups = int(detail["groups"])
+    groups = int(detail.groups)
     batch, _, height, width = x.shape
     out_channels, group_channels, kh, kw = weight.shape
     taps = sympy.sympify(kh) * sympy.sympify(kw)
     cog = sympy.sympify(out_channels) / groups
-    M, K = args.size(cog), args.size(detail["k"])
+    M, K = args.size(cog), args.size(detail.k)
     pixels = sympy.sympify(kernel.shape[2]) * sympy.sympify(kernel.shape[3])
     P = args.size(pixels)
-    (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in detail[key]) for key in ("stride", "padding", "dilation"))
+    (sh, sw), (ph, pw), (dh, dw) = ([int(v) for v in values] for values in (detail.stride, detail.padding,
+                                                                             detail.dilation))
     exprs = Exprs(args, [], "mask")
     channel = f"(g * {M} + co)"
     x_index = exprs.index(x.strides, x.offset, ["image", f"(g * {args.size(group_channels)} + ci[:, None])", "ih",
                                                 "iw"])
-    w_index = exprs.index([detail["k"], 1], weight.offset, [f"(g * {M} + co[:, None])", "k[None, :]"])
+    w_index = exprs.index([detail.k, 1], weight.offset, [f"(g * {M} + co[:, None])", "k[None, :]"])
     flat = f"(image * {args.size(out_channels)} + {channel}[:, None]) * {P} + p[None, :]"
     residual = None
     if other is not None:
@@ -172,7 +173,7 @@ def qconv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             "acc = acc - x_zero * weight_sums[:, None]",
             f"in_range = co < {M}",
             f"mask = (co[:, None] < {M}) & (p[None, :] < {P})",
-            *_epilogue(detail, out.dtype, f"{_vector(args, detail['weight_scale'], channel, 'in_range')}[:, None]",
+            *_epilogue(detail, out.dtype, f"{_vector(args, detail.weight_scale, channel, 'in_range')}[:, None]",
                        None if bias is None else f"{_vector(args, bias, channel, 'in_range')}[:, None]", residual),
             f"tl.store({args.buffer(out)} + {flat}, result, mask=mask)"]
     grid = (f"(triton.cdiv({py_dim(cog)}, META['BM']), triton.cdiv({py_dim(pixels)}, META['BN']), "
@@ -186,14 +187,13 @@ def wlinear_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     then the bias."""
     detail, out = kernel.detail, kernel.outputs[0]
     args = KernelArgs()
-    rows, weight, scales, zero_points, bias = (detail[key] for key in ("x", "weight", "scales", "zero_points",
-                                                                        "bias"))
-    M, N, K = args.size(detail["m"]), args.size(detail["n"]), args.size(detail["k"])
-    group_size = int(detail["group_size"])
-    groups = args.size(sympy.floor(sympy.sympify(detail["k"]) / group_size))
+    rows, weight, scales, zero_points, bias = detail.x, detail.weight, detail.scales, detail.zero_points, detail.bias
+    M, N, K = args.size(detail.m), args.size(detail.n), args.size(detail.k)
+    group_size = int(detail.group_size)
+    groups = args.size(sympy.floor(sympy.sympify(detail.k) / group_size))
     exprs = Exprs(args, [], "mask")
-    x_index = exprs.index([detail["k"], 1], rows.offset, ["rm[:, None]", "rk[None, :]"])
-    w_index = exprs.index([detail["k"], 1], weight.offset, ["rn[None, :]", "rk[:, None]"])
+    x_index = exprs.index([detail.k, 1], rows.offset, ["rm[:, None]", "rk[None, :]"])
+    w_index = exprs.index([detail.k, 1], weight.offset, ["rn[None, :]", "rk[:, None]"])
     group = f"rn[None, :] * {groups} + (rk // {group_size})[:, None]"  # each weight's (row, group) position
     tile_mask = f"(rk[:, None] < {K}) & (rn[None, :] < {N})"
     dequantize = [f"    scale = tl.load({args.buffer(scales.buffer)} + ({exprs.index([1], scales.offset, [group])}), "
@@ -221,7 +221,7 @@ def wlinear_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         body.append(f"acc = acc + {_vector(args, bias, 'rn', f'rn < {N}')}[None, :]")
     body.append(f"tl.store({args.buffer(out)} + rm[:, None] * {N} + rn[None, :], acc, "
                 f"mask=(rm[:, None] < {M}) & (rn[None, :] < {N}))")
-    grid = f"(triton.cdiv({py_dim(detail['m'])}, META['BM']), triton.cdiv({py_dim(detail['n'])}, META['BN']))"
+    grid = f"(triton.cdiv({py_dim(detail.m)}, META['BM']), triton.cdiv({py_dim(detail.n)}, META['BN']))"
     return tiled(name, kernel, args, body, grid)
 
 
@@ -238,14 +238,14 @@ def qpool_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     dequantized in float32, each window column's mean, then the mean of those, in float64 (the sums are exact there),
     rounded to float32 and requantized."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x = detail["x"]
+    x = detail.x
     args = KernelArgs()
     _, channels, height, width = x.shape
     out_h, out_w = (int(d) for d in kernel.shape[2:])
     H, W = args.size(height), args.size(width)
     numel = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape])
     start = f"{args.size(x.offset)} + " if sympy.sympify(x.offset) != 0 else ""
-    scale, zero_point = _float32(float(detail["x_scale"])), float(int(detail["x_zero_point"]))
+    scale, zero_point = _float32(float(detail.x_scale)), float(int(detail.x_zero_point))
     body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             f"mask = offs < {args.size(numel)}",
             *unravel(kernel.shape, "offs", args),

@@ -591,8 +591,8 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     detail, out = kernel.detail, kernel.outputs[0]
     args = KernelArgs()
     rank = len(kernel.shape)
-    (a_buf, a_strides, a_offset), (b_buf, b_strides, b_offset) = detail["a"], detail["b"]
-    m, n, k = kernel.shape[-2], kernel.shape[-1], detail["k"]
+    (a_buf, a_strides, a_offset), (b_buf, b_strides, b_offset) = detail.a, detail.b
+    m, n, k = kernel.shape[-2], kernel.shape[-1], detail.k
     batch = kernel.shape[0] if rank == 3 else 1
     exprs = Exprs(args, [], "mask")
     a, b = args.buffer(a_buf), args.buffer(b_buf)
@@ -601,9 +601,9 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     variables = ["pid_b", "rm[:, None]", "rn[None, :]"] if rank == 3 else ["rm[:, None]", "rn[None, :]"]
     accumulate = "tl.float64" if out.dtype == dtypes.float64 else "tl.float32"
     value = "acc"
-    if detail.get("bias") is not None:
-        bias = Exprs(args, variables, "mask").render(detail["bias"])
-        alpha, beta = detail.get("alpha", 1), detail.get("beta", 1)
+    if detail.bias is not None:
+        bias = Exprs(args, variables, "mask").render(detail.bias)
+        alpha, beta = detail.alpha, detail.beta
         scaled = "acc" if alpha == 1 else f"{literal(alpha)} * acc"
         shift = f"({bias}).to({accumulate})" if beta == 1 else f"{literal(beta)} * ({bias}).to({accumulate})"
         value = f"({scaled} + {shift})"
@@ -650,18 +650,18 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """One program per row (the other dims' index), looping over the row in blocks."""
     detail, op = kernel.detail, kernel.ops[-1]
     args = KernelArgs()
-    dim = detail["dim"]
+    dim = detail.dim
     outer = [d for k, d in enumerate(kernel.shape) if k != dim]
     length = args.size(kernel.shape[dim])
     body = ["row = tl.program_id(0).to(tl.int64)", *unravel(outer, "row", args, prefix="o")]
     variables = [f"o{k}" for k in range(len(outer))]
     variables.insert(dim, "k")
     row_exprs = Exprs(args, variables, "m", block_dims={dim})
-    if detail["input"] is None:  # a fused pointwise producer, evaluated at (outer index, k)
-        value = row_exprs.render(detail["input_expr"])
-        source_dtype = detail["input_expr"].dtype
+    if detail.input is None:  # a fused pointwise producer, evaluated at (outer index, k)
+        value = row_exprs.render(detail.input_expr)
+        source_dtype = detail.input_expr.dtype
     else:
-        view = detail["input"]
+        view = detail.input
         value = row_exprs.load(view.buffer, row_exprs.index(view.strides, view.offset), row_exprs.scalar(view.strides))
         source_dtype = view.buffer.dtype
     compute = "tl.float64" if source_dtype == dtypes.float64 else "tl.float32"
@@ -679,7 +679,7 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         body += [f"total = tl.zeros([BLOCK], {compute})", *loop(["total += tl.where(m, v, 0.0)"]),
                  f"mean = tl.sum(total, axis=0) / {length}"]
         if kind == "var":
-            correction = literal(detail["constants"]["CORR"])
+            correction = literal(detail.constants["CORR"])
             body += [f"squares = tl.zeros([BLOCK], {compute})",
                      *loop(["squares += tl.where(m, (v - mean) * (v - mean), 0.0)"]),
                      f"result = tl.sum(squares, axis=0) / tl.maximum({length} - {correction}, 0.0)"]
@@ -733,11 +733,10 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         out_index = Exprs(args, variables, "m").index(strides, 0)
         if op in ("aten.native_layer_norm.default", "aten.native_group_norm.default"):
             # group norm: row position k of group o1 is channel o1 * C/G + k / HxW
-            channel = (f"(o1 * {args.size(detail['per_group'])} + k // {args.size(detail['hxw'])})"
+            channel = (f"(o1 * {args.size(detail.per_group)} + k // {args.size(detail.hxw)})"
                        if op == "aten.native_group_norm.default" else "k")
             affine = ""
-            for key, combine in (("weight", "*"), ("bias", "+")):
-                view = detail[key]
+            for view, combine in ((detail.weight, "*"), (detail.bias, "+")):
                 if view is not None:
                     place = Exprs(args, [channel], "m").index(view.strides, view.offset)
                     read = f"tl.load({args.buffer(view.buffer)} + ({place}), mask=m, other=0)"
@@ -746,7 +745,7 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                      f"mean = tl.sum(total, axis=0) / {length}",
                      f"squares = tl.zeros([BLOCK], {compute})",
                      *loop(["squares += tl.where(m, (v - mean) * (v - mean), 0.0)"]),
-                     f"rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / {length} + {literal(float(detail['eps']))})",
+                     f"rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / {length} + {literal(float(detail.eps))})",
                      *loop([f"tl.store({outs[0]} + ({out_index}), "
                             f"{Exprs.cast(f'(v - mean) * rstd{affine}', out_dtype)}, mask=m)"])]
             for position, stat in ((1, "mean"), (2, "rstd")):
@@ -775,11 +774,11 @@ def cat_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     detail, out = kernel.detail, kernel.outputs[0]
     sources, launches = [], []
     out_strides = contiguous_strides(kernel.shape)
-    for number, (load, shape, start) in enumerate(detail["parts"]):
+    for number, (load, shape, start) in enumerate(detail.parts):
         args = KernelArgs()
         variables = [f"i{k}" for k in range(len(shape))]
         shifted = list(variables)
-        shifted[detail["dim"]] = f"(i{detail['dim']} + {args.size(start)})"
+        shifted[detail.dim] = f"(i{detail.dim} + {args.size(start)})"
         numel = sympy.Mul(*[sympy.sympify(d) for d in shape])
         exprs = Exprs(args, variables, "mask")
         body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
@@ -796,25 +795,25 @@ def pad_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """constant_pad_nd: each output element reads the input at (index - before), or is the fill value outside;
     reflection / replication pads mirror that position about the input's edges or clamp it to them."""
     detail, out = kernel.detail, kernel.outputs[0]
-    source = detail["input"]
+    source = detail.input
     args = KernelArgs()
     variables = [f"i{k}" for k in range(len(kernel.shape))]
     numel = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape])
     body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             f"mask = offs < {args.size(numel)}", *unravel(kernel.shape, "offs", args)]
     shifted: list[str] = []
-    for k, (before, size) in enumerate(zip(detail["before"], source.shape)):
+    for k, (before, size) in enumerate(zip(detail.before, source.shape)):
         body.append(f"q{k} = i{k} - {args.size(before)}")
-        if detail["mode"] != "constant":  # mirror (reflect) or clamp (replicate) into the input
+        if detail.mode != "constant":  # mirror (reflect) or clamp (replicate) into the input
             last = f"({args.size(size)} - 1)"
-            low, high = (f"-q{k}", f"2 * {last} - q{k}") if detail["mode"] == "reflect" else ("0", last)
+            low, high = (f"-q{k}", f"2 * {last} - q{k}") if detail.mode == "reflect" else ("0", last)
             body += [f"q{k} = tl.where(q{k} < 0, {low}, q{k})", f"q{k} = tl.where(q{k} > {last}, {high}, q{k})"]
         shifted.append(f"q{k}")
     inside = " & ".join(["mask"] + [f"({q} >= 0) & ({q} < {args.size(d)})" for q, d in zip(shifted, source.shape)])
     exprs = Exprs(args, variables, "inside")
     body += [f"inside = {inside}",
              f"value = {exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted))}",
-            f"fill = tl.full([BLOCK], {literal(detail['value'])}, {TL_TYPES[out.dtype]})",
+            f"fill = tl.full([BLOCK], {literal(detail.value)}, {TL_TYPES[out.dtype]})",
             f"tl.store({args.buffer(out)} + offs, tl.where(inside, {Exprs.cast('value', out.dtype)}, fill), mask=mask)"]
     return blocked(name, args, body, numel)
 
@@ -824,10 +823,10 @@ def conv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     pixels] in BM x BN tiles of `tl.dot`, the im2col tile gathered from the input (zeros in the padding), the
     epilogue (bias, folded batch norm, activation, residual) fused."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, w, bias = detail["input"], detail["weight"], detail["bias"]
+    x, w, bias = detail.input, detail.weight, detail.bias
     args = KernelArgs()
     n = len(kernel.shape) - 2
-    groups = int(detail["groups"])
+    groups = int(detail.groups)
     taps = [int(d) for d in w.shape[2:]]
     tap_count = math.prod(taps)
     channels = sympy.sympify(kernel.shape[1]) / groups
@@ -852,7 +851,7 @@ def conv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     inside = [f"(k[:, None] < {K})", f"(p[None, :] < {N})"]
     positions = []
     for d in range(n):
-        stride, padding, dilation = (int(detail[key][d]) for key in ("stride", "padding", "dilation"))
+        stride, padding, dilation = int(detail.stride[d]), int(detail.padding[d]), int(detail.dilation[d])
         body.append(f"    q{d} = o{d}[None, :] * {stride} - {padding} + r{d}[:, None] * {dilation}")
         inside.append(f"(q{d} >= 0) & (q{d} < {args.size(x.shape[2 + d])})")
         positions.append(f"q{d}")
@@ -883,7 +882,7 @@ def window_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """max_pool (values, and ATen's flat in-plane indices), average and adaptive average pooling: one output element
     per lane, its window's taps in unrolled loops."""
     detail, op = kernel.detail, kernel.ops[0]
-    x, n = detail["input"], detail["n"]
+    x, n = detail.input, detail.n
     args = KernelArgs()
     rank = len(kernel.shape)
     variables = [f"i{k}" for k in range(rank)]
@@ -903,7 +902,7 @@ def window_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     if "max_pool" in op:
         plane_start, plane = "0", "0"
         for k in range(n):
-            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
+            s, p, d = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
             body += [f"s{k} = i{rank - n + k} * {s} - {p}",
                      f"s{k} = tl.where(s{k} < 0, s{k} + ((-s{k} + {d - 1}) // {d}) * {d}, s{k})"]
             plane_start = f"({plane_start}) * {sizes[k]} + s{k}"
@@ -911,8 +910,8 @@ def window_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         body += [f"best = tl.full([BLOCK], float('-inf'), {compute})", f"best_index = {plane_start}"]
         depth = ""
         for k in range(n):
-            s, p, d = (int(detail[key][k]) for key in ("stride", "padding", "dilation"))
-            body += [f"{depth}for r{k} in tl.static_range({int(detail['kernel'][k])}):",
+            s, p, d = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
+            body += [f"{depth}for r{k} in tl.static_range({int(detail.kernel[k])}):",
                      f"{depth}    q{k} = i{rank - n + k} * {s} - {p} + r{k} * {d}"]
             depth += "    "
         valid = " & ".join(["mask"] + [f"(q{k} >= 0) & (q{k} < {sizes[k]})" for k in range(n)])
@@ -933,16 +932,16 @@ def window_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                          f"hi{k} = (({o} + 1) * {sizes[k]} + {out_size} - 1) // {out_size}"]
                 divisor.append(f"(hi{k} - lo{k})")
             else:
-                s, p, kernel_size = int(detail["stride"][k]), int(detail["padding"][k]), int(detail["kernel"][k])
+                s, p, kernel_size = int(detail.stride[k]), int(detail.padding[k]), int(detail.kernel[k])
                 body += [f"s{k} = {o} * {s} - {p}", f"e{k} = tl.minimum(s{k} + {kernel_size}, {sizes[k]} + {p})",
                          f"lo{k} = tl.maximum(s{k}, 0)", f"hi{k} = tl.minimum(e{k}, {sizes[k]})"]
-                divisor.append(f"(e{k} - s{k})" if detail["count_include_pad"] else f"(hi{k} - lo{k})")
-        if not adaptive and detail["divisor_override"] is not None:
-            divisor = [str(int(detail["divisor_override"]))]
+                divisor.append(f"(e{k} - s{k})" if detail.count_include_pad else f"(hi{k} - lo{k})")
+        if not adaptive and detail.divisor_override is not None:
+            divisor = [str(int(detail.divisor_override))]
         body += [f"acc = tl.zeros([BLOCK], {compute})", f"divisor = {' * '.join(divisor)}"]
         depth = ""
         for k in range(n):  # the widest window: adaptive windows span at most ceil(in / out) + 1
-            width = int(detail["kernel"][k]) if not adaptive else \
+            width = int(detail.kernel[k]) if not adaptive else \
                 -(-int(x.shape[rank - n + k]) // int(kernel.shape[rank - n + k])) + 1
             body += [f"{depth}for r{k} in tl.static_range({width}):", f"{depth}    q{k} = lo{k} + r{k}"]
             depth += "    "

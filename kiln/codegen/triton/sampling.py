@@ -59,12 +59,12 @@ def upsample_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     float32 (floor(dst * in / out), or 1 / scale when given, halving when the size doubles); bilinear in float32 for
     float32 inputs (opmath), float64 otherwise. A dim whose size is unchanged is copied."""
     detail, op, out = kernel.detail, kernel.ops[0], kernel.outputs[0]
-    x = detail["input"]
+    x = detail.input
     args = KernelArgs()
     body, numel = _start(kernel, args)
     real = "tl.float32" if "nearest" in op else _real_type(x.buffer.dtype)
     for k in range(2):
-        scale = detail["scales"][k]
+        scale = detail.scales[k]
         given = scale is not None and scale > 0
         body += [f"in{k} = {_block_of(args.size(x.shape[2 + k]))}",
                  f"out{k} = {_block_of(args.size(kernel.shape[2 + k]))}", f"o{k} = i{2 + k}"]
@@ -75,7 +75,7 @@ def upsample_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                      f"lo{k} = tl.where(out{k} == 2 * in{k}, o{k} >> 1, lo{k})",
                      f"lo{k} = tl.where(out{k} == in{k}, o{k}, lo{k})"]
             continue
-        if detail["align_corners"]:
+        if detail.align_corners:
             # one output: ratio 0 (the denominator kept nonzero for the lanes tl.where discards)
             ratio = _divide(f"(in{k} - 1).to({real})", f"tl.maximum(out{k} - 1, 1).to({real})", real)
             body += [f"ratio{k} = tl.where(out{k} > 1, {ratio}, 0.0)",
@@ -112,8 +112,8 @@ def grid_sample_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]
     then nearest (round half to even), bilinear or bicubic taps. A tap outside the input (or at a non-finite
     position) reads 0. Divisions round to nearest, and NaN passes through the clamps, as in numpy."""
     detail, out = kernel.detail, kernel.outputs[0]
-    x, grid = detail["input"], detail["grid"]
-    align, padding, mode = detail["align_corners"], detail["padding_mode"], detail["interpolation"]
+    x, grid = detail.input, detail.grid
+    align, padding, mode = detail.align_corners, detail.padding_mode, detail.interpolation
     args = KernelArgs()
     body, numel = _start(kernel, args)
     real = TL_TYPES[out.dtype]
@@ -230,13 +230,13 @@ def distance_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     Euclidean cdist takes ATen's matrix-product formula sqrt(max(|a|^2 + |b|^2 - 2ab, 0)) when compute_mode asks
     for it or, by default, when either side has more than 25 rows (decided at run time: the rows may be symbolic)."""
     detail, out = kernel.detail, kernel.outputs[0]
-    p, columns = detail["p"], detail["columns"]
+    p, columns = detail.p, detail.columns
     args = KernelArgs()
     exprs = Exprs(args, [], "m")
     result = args.buffer(out)
-    if len(detail["sides"]) == 1:  # pdist: a program per (row i, block of rows j > i), pairs in row-major order
-        x = detail["sides"][0]
-        n = args.size(detail["rows"][0])
+    if len(detail.sides) == 1:  # pdist: a program per (row i, block of rows j > i), pairs in row-major order
+        x = detail.sides[0]
+        n = args.size(detail.rows[0])
         body = ["i = tl.program_id(0).to(tl.int64)",
                 "j = tl.program_id(1).to(tl.int64) * PAIRS + tl.arange(0, PAIRS)", f"lanes = (j > i) & (j < {n})"]
         u = exprs.load(x.buffer, exprs.index(x.strides, x.offset, ["i", "k[None, :]"]))
@@ -245,7 +245,7 @@ def distance_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         body += [*_columns_loop(args, columns, u, v, setup, step), f"dist = {value}",
                  f"tl.store({result} + (i * {n} - i * (i + 1) // 2 + (j - i - 1)), "
                  f"{Exprs.cast('dist', out.dtype)}, mask=lanes)"]
-        rows = py_dim(detail["rows"][0])
+        rows = py_dim(detail.rows[0])
         grid = f"({rows}, triton.cdiv({rows}, {DISTANCE_PAIRS}))"
         launch_if = f"{rows} > 1"
     else:  # cdist: a lane per output element [..., i, j]
@@ -254,14 +254,14 @@ def distance_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         body = ["offs = tl.program_id(0).to(tl.int64) * PAIRS + tl.arange(0, PAIRS)",
                 f"lanes = offs < {args.size(numel)}", *unravel(kernel.shape, "offs", args)]
         batch = [f"i{k}[:, None]" for k in range(rank - 2)]
-        x1, x2 = detail["sides"]
+        x1, x2 = detail.sides
         u = exprs.load(x1.buffer, exprs.index(x1.strides, x1.offset, [*batch, f"i{rank - 2}[:, None]", "k[None, :]"]))
         v = exprs.load(x2.buffer, exprs.index(x2.strides, x2.offset, [*batch, f"i{rank - 1}[:, None]", "k[None, :]"]))
         setup, step, value = _norm(p, nan_wins=False, power=f"{name}_power")
         flag = None
-        if p == 2.0 and detail["compute_mode"] != 2:
-            rows1, rows2 = (sympy.sympify(r) for r in detail["rows"])
-            flag = sympy.Integer(1) if detail["compute_mode"] == 1 else \
+        if p == 2.0 and detail.compute_mode != 2:
+            rows1, rows2 = (sympy.sympify(r) for r in detail.rows)
+            flag = sympy.Integer(1) if detail.compute_mode == 1 else \
                 sympy.Min(sympy.Max(rows1 - 25, rows2 - 25, 0), 1)
             if flag == 0:
                 flag = None

@@ -38,7 +38,7 @@ def sort_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """sort / topk: a program per (row, block of BLOCK row positions) ranks its block against the whole row and
     writes each element whose rank is below K (the row length for sort) to that place, with its index."""
     detail = kernel.detail
-    dim = detail["dim"]
+    dim = detail.dim
     args = KernelArgs()
     outer = [d for k, d in enumerate(kernel.shape) if k != dim]
     length = args.size(kernel.shape[dim])
@@ -50,12 +50,12 @@ def sort_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         variables = [f"o{k}" for k in range(len(outer))]
         variables.insert(dim, position)
         exprs = Exprs(args, variables, mask, block_dims={dim})
-        if detail["input"] is None:
-            return exprs.render(detail["input_expr"])
-        view = detail["input"]
+        if detail.input is None:
+            return exprs.render(detail.input_expr)
+        view = detail.input
         return exprs.load(view.buffer, exprs.index(view.strides, view.offset), exprs.scalar(view.strides))
 
-    value_dtype = detail["input_expr"].dtype if detail["input"] is None else detail["input"].buffer.dtype
+    value_dtype = detail.input_expr.dtype if detail.input is None else detail.input.buffer.dtype
     value_type = TL_TYPES[value_dtype]
     # a scalar read (a row broadcast along its dim) or a constant becomes a full block
     body = ["row = tl.program_id(0).to(tl.int64)", *unravel(outer, "row", args, prefix="o"),
@@ -66,7 +66,7 @@ def sort_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             "    kj = start + tl.arange(0, BLOCK)", f"    mj = kj < {length}",
             f"    b = tl.where(mj, {row_values('kj', 'mj')}, tl.zeros([BLOCK], {value_type}))[None, :]",
             "    tie = (b == a) | ((a != a) & (b != b))",
-            f"    before = mj[None, :] & (({_ahead(detail['descending'])}) | (tie & (kj[None, :] < ki[:, None])))",
+            f"    before = mj[None, :] & (({_ahead(detail.descending)}) | (tie & (kj[None, :] < ki[:, None])))",
             "    rank += tl.sum(before.to(tl.int64), axis=1)",
             f"keep = mi & (rank < {kept})"]
     variables = [f"o{k}" for k in range(len(outer))]
