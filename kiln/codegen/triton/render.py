@@ -91,6 +91,33 @@ def kiln_expm1(x):
 
 
 @triton.jit
+def kiln_fmod(a, b):  # C's fmod, exact (a - trunc(a / b) * b rounds the quotient first)
+    if INTERPRET:
+        return a % b
+    else:
+        return libdevice.fmod(a, b)
+
+
+@triton.jit
+def kiln_remainder(a, b):  # Python's %: the divisor's sign
+    r = kiln_fmod(a, b)
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def kiln_div_floor(a, b):
+    """c10::div_floor_floating: the floor of the exact quotient (through fmod, so 5 // 0.001 is 4999 where
+    floor(5 / 0.001) is 5000), IEEE results for division by zero, a signed zero."""
+    mod = kiln_fmod(a, b)
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floored = tl.floor(div)
+    rounded = tl.where(div - floored > 0.5, floored + 1.0, floored)
+    signed_zero = tl.where(kiln_negative(a / b), -0.0, 0.0)
+    return tl.where(b == 0, a / b, tl.where(div == 0, signed_zero, rounded))
+
+
+@triton.jit
 def kiln_atan(x):  # in float64: Cephes' atan (range reduced about tan(3pi/8) and 0.66), about 1 ulp of double
     if INTERPRET:
         a = tl.abs(x.to(tl.float64))
@@ -283,7 +310,7 @@ def _batch_norm(a: list[str]) -> str:
 def _divide(a: list[str]) -> str:
     if a[2] == "'trunc'":
         return f"kiln_trunc({a[0]} / {a[1]})"
-    return f"tl.floor({a[0]} / {a[1]})" if a[2] == "'floor'" else f"{a[0]} / {a[1]}"
+    return f"kiln_div_floor({a[0]}, {a[1]})" if a[2] == "'floor'" else f"{a[0]} / {a[1]}"
 
 
 def _pow_scalar(a: list[str]) -> str:
@@ -380,9 +407,8 @@ POINTWISE_RULES: dict[str, tuple[str, Rule]] = {
     "aten.leaky_relu.default": ("result", lambda a: f"tl.where({a[0]} > 0, {a[0]}, {a[0]} * {a[1]})"),
     "aten.elu.default": ("result", lambda a: f"tl.where({a[0]} > 0, {a[0]} * {a[2]}, "
                                               f"kiln_expm1({a[0]} * {a[3]}) * ({a[1]} * {a[2]}))"),
-    **{f"aten.fmod.{kind}": ("result", lambda a: f"({a[0]} - kiln_trunc({a[0]} / {a[1]}) * {a[1]})")
-       for kind in ("Tensor", "Scalar")},
-    **{f"aten.remainder.{kind}": ("result", lambda a: f"({a[0]} - tl.floor({a[0]} / {a[1]}) * {a[1]})")
+    **{f"aten.fmod.{kind}": ("result", lambda a: f"kiln_fmod({a[0]}, {a[1]})") for kind in ("Tensor", "Scalar")},
+    **{f"aten.remainder.{kind}": ("result", lambda a: f"kiln_remainder({a[0]}, {a[1]})")
        for kind in ("Tensor", "Scalar")},
     "aten.pow.Tensor_Scalar": ("result", _pow_scalar),
     "aten.pow.Tensor_Tensor": ("result", lambda a: f"kiln_pow({a[0]}, {a[1]})"),
@@ -455,7 +481,9 @@ class Exprs:
     def load(self, buffer: Buffer, index: str, scalar: bool = False) -> str:
         """A masked read at `index`; an index no variable reaches (a broadcast scalar) is one unmasked read."""
         if scalar:
-            return f"tl.load({self.args.buffer(buffer)} + ({index}))"
+            read = f"tl.load({self.args.buffer(buffer)} + ({index}))"
+            # a block of it where there are blocks: Triton's interpreter cannot combine a 0-d float comparison with one
+            return f"tl.broadcast_to({read}, {self.mask}.shape)" if self.variables else read
         return f"tl.load({self.args.buffer(buffer)} + ({index}), mask={self.mask}, other=0)"
 
     def render(self, node: Any) -> str:
@@ -753,12 +781,17 @@ def rows_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
                     body.append(f"tl.store({outs[position]} + row, {Exprs.cast(stat, kernel.outputs[position].dtype)})")
         else:
             log = op == "aten._log_softmax.default"
-            result = "v - top - tl.log(total_sum)" if log else "tl.exp(v - top) / total_sum"
+            result = "v - top - log_total" if log else "tl.exp(v - top) / total_sum"
+            log_total = "tl.log(total_sum)"
+            if out_dtype in (dtypes.float16, dtypes.bfloat16) and dim == len(kernel.shape) - 1:
+                # ATen's CPU kernel over the last dim keeps the sum and its log in the input's dtype
+                rounded_sum = Exprs.cast("total_sum", out_dtype)
+                log_total = Exprs.cast(f"tl.log({rounded_sum}.to(tl.float32))", out_dtype)
             body += [f"best = tl.full([BLOCK], -INF, {compute})",
                      *loop(["best = tl.maximum(best, tl.where(m, v, -INF))"]),
                      "top = tl.max(best, axis=0)",
                      f"total = tl.zeros([BLOCK], {compute})", *loop(["total += tl.where(m, tl.exp(v - top), 0.0)"]),
-                     "total_sum = tl.sum(total, axis=0)",
+                     "total_sum = tl.sum(total, axis=0)", f"log_total = ({log_total}).to({compute})",
                      *loop([f"tl.store({outs[0]} + ({out_index}), {Exprs.cast(result, out_dtype)}, mask=m)"])]
     rows = py_dim(sympy.Mul(*[sympy.sympify(d) for d in outer])) if outer else "1"
     source = ["@triton.jit", signature(name, args, ["INF", "BLOCK: tl.constexpr"]), *["    " + line for line in body]]
