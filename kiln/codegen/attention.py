@@ -17,7 +17,7 @@ from typing import Any
 import sympy
 
 from kiln.codegen.memory import kernel_reads
-from kiln.codegen.schedule import (
+from kiln.codegen.kernels import (
     Apply, AttentionDetail, Buffer, Constant, Kernel, Load, Schedule, View, contiguous_strides, same_dim as _same,
 )
 from kiln.ir import dtypes

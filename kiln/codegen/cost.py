@@ -7,7 +7,7 @@ from typing import Any
 
 import sympy
 
-from kiln.codegen.schedule import Kernel
+from kiln.codegen.kernels import Kernel
 
 
 def kernel_work(kernel: Kernel) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 from kiln.codegen import COMPILE_TARGETS
 from kiln.codegen.legalize import legalize
 from kiln.codegen.memory import format_bytes, plan_memory
-from kiln.codegen.schedule import Schedule
+from kiln.codegen.kernels import Schedule
 from kiln.ir.errors import KilnError
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram

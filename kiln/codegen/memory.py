@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import sympy
 
-from kiln.codegen.schedule import Buffer, Kernel, Schedule
+from kiln.codegen.kernels import Buffer, Kernel, Schedule
 from kiln.ir.errors import KilnError
 from kiln.ir.symbolic import INF, ValueRange, bound_expr, evaluate_dim, format_dim
 

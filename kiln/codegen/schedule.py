@@ -6,7 +6,8 @@ row), softmax, log_softmax and layer norm over the last dim are row kernels; vie
 arithmetic on a buffer (a copy kernel only when a reshape needs one). `kiln.scan` and `kiln.map` are loop
 kernels: their body's ops schedule into kernels of their own that run once per step, reading and writing
 *windows* (buffers whose address the loop sets each step: the step's slice of an x or of a stacked output, a
-carry's double-buffered slot). Renderers (C, Triton) turn this schedule into source.
+carry's double-buffered slot). Renderers (C, Triton) turn this schedule into source; what it is made of
+(buffers, views, expression nodes, kernels and their typed details) is kernels.py.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 import dataclasses
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 import sympy
 from xdsl.dialects import func
 
+from kiln.codegen.kernels import (
+    Accumulator, Apply, BagsDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather, Iota,
+    Kernel, Load, LoopDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail, RowsDetail,
+    ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View, WLinearDetail, Window,
+    WindowDetail, as_dim, contiguous_strides, same_dim,
+)
 from kiln.ir import dtypes
 from kiln.ir.control_flow import MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
@@ -117,499 +123,6 @@ SCHEDULED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | 
                  | WLINEAR_OPS | QPOOL_OPS)
 
 
-# ---------------------------------------------------------------------------------------------
-# Schedule data
-
-@dataclass(eq=False)
-class Buffer:
-    """A contiguous allocation: a program input, a weight, an output, or a temporary."""
-
-    index: int
-    name: str
-    dtype: dtypes.DType
-    shape: list  # dims: ints or sympy expressions over the program's symbols
-    kind: str = "temp"  # "input" | "weight" | "temp" | "output" | "window" (placed by its loop every step)
-    weight_key: str | None = None
-    io_index: int = -1  # position among user inputs / outputs
-
-    @property
-    def numel(self) -> Any:
-        return sympy.Mul(*[sympy.Integer(d) if isinstance(d, int) else d for d in self.shape])
-
-
-@dataclass(eq=False)
-class View:
-    """A strided window on a buffer: element i is at offset + sum(i_k * strides[k])."""
-
-    buffer: Buffer
-    shape: list
-    strides: list
-    offset: Any = 0
-
-    @property
-    def is_contiguous(self) -> bool:
-        expected = contiguous_strides(self.shape)
-        return all(same_dim(d, 1) or same_dim(s, e) for d, s, e in zip(self.shape, self.strides, expected))
-
-
-@dataclass(eq=False)
-class Load:
-    """Read a view at the kernel's output index; `strides` are per output dim (0 where broadcast)."""
-
-    buffer: Buffer
-    strides: list
-    offset: Any
-
-
-@dataclass(eq=False)
-class Gather:
-    """embedding: row `index` of a 2-D view, column = the kernel's last index. With `dim` set (index_select,
-    gather): `table` (the source, of the kernel's rank) at the kernel's index with dim `dim` replaced by `index`,
-    which the kernel checks against `size` at run time. index.Tensor: `index`, `dim`, `size` and `stride` are
-    lists (one entry per index tensor); each checked, wrapped index adds index * stride to the table position."""
-
-    table: View
-    index: Any  # an expression node (index.Tensor: a list of them)
-    dtype: dtypes.DType
-    dim: Any = None
-    size: Any = None
-    op: str = "aten.embedding.default"
-    stride: Any = None
-
-
-@dataclass(eq=False)
-class Tile:
-    """repeat: read `buffer` at offset + sum((i_k % sizes[k]) * strides[k]) (no modulo where sizes[k] is None)."""
-
-    buffer: Buffer
-    strides: list
-    offset: Any
-    sizes: list
-    op: str = "aten.repeat.default"
-
-
-@dataclass(eq=False)
-class ScatterIndex:
-    """A scatter's target position along `dim`: the index tensor's element (a Load over the iteration space),
-    checked against `size` at run time; negative values wrap when `wrap` (index_put), else they are errors."""
-
-    index: Load
-    size: Any
-    dim: int
-    wrap: bool
-
-
-@dataclass(eq=False)
-class Iota:
-    start: Any
-    step: Any
-    dtype: dtypes.DType
-
-
-@dataclass(eq=False)
-class Constant:
-    value: Any
-    dtype: dtypes.DType
-    op: str = "aten.scalar_tensor.default"
-
-
-@dataclass(eq=False)
-class Accumulator:
-    """The GEMM result inside a matmul kernel's epilogue."""
-
-    dtype: dtypes.DType
-
-
-@dataclass(eq=False)
-class Apply:
-    op: str  # the aten op name; the renderer's rule table is keyed by it
-    args: list  # expression nodes for tensors, Python values for other arguments
-    dtype: dtypes.DType
-    arg_dtypes: list = field(default_factory=list)
-    # PROMOTING_OPS: the dtype ATen converts every operand to first (torch.result_type: a 0-d tensor or a Python
-    # scalar takes a dimensioned operand's dtype in its category, wrapping integers and rounding floats)
-    operand_dtype: dtypes.DType | None = None
-
-
-@dataclass(eq=False)
-class Kernel:
-    """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
-    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention) and `detail` holds what the
-    template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
-
-    kind: str
-    name: str
-    ops: list[str]
-    outputs: list[Buffer]
-    shape: list  # the iteration shape (pointwise, matmul: the output's)
-    expr: Any = None  # pointwise value, or the matmul epilogue (over an Accumulator)
-    detail: KernelDetail | None = None
-
-
-@dataclass(eq=False)
-class Carry:
-    """A loop-carried value of a `loop` kernel: the body reads it through the `read` window and writes the next
-    one through the `write` window. Step 0 reads `init`; the steps in between alternate between the two `slots`;
-    the last step writes `final` (which holds `init` after zero steps). A carry the body also yields as a per-step
-    output has no slots: it is `stacked`, step t reading slice t - 1, and its last slice is copied to `final`."""
-
-    init: View
-    read: Buffer
-    write: Buffer
-    slots: list[Buffer]
-    final: Buffer
-    stacked: "Window | None" = None
-
-
-@dataclass(eq=False)
-class Window:
-    """A buffer the body sees as one step's slice of `source` (an x, read) or of `stacked` (an output, written):
-    `source`'s elements from `offset + step * numel(window)`."""
-
-    window: Buffer
-    source: Buffer
-    offset: Any = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernel details: what each kind's template needs besides the iteration shape and epilogue
-
-# A GEMM operand: its buffer, its strides over [batch, rows, columns] (batch stride 0 for mm and addmm), its offset.
-GemmOperand = tuple[Buffer, list, Any]
-
-
-@dataclass(eq=False)
-class MatmulDetail:
-    """mm / addmm / bmm: A [.., M, K] and B [.., K, N]; addmm's `bias` (a Load over the output) enters as
-    beta * bias + alpha * A @ B."""
-
-    a: GemmOperand
-    b: GemmOperand
-    k: Any
-    bias: Load | None = None
-    beta: Any = 1
-    alpha: Any = 1
-
-
-@dataclass(eq=False)
-class ConvDetail:
-    """convolution: the input, the weight [C_out, C_in / groups, *taps] (transposed: [C_in, C_out / groups, *taps]),
-    the bias per output channel, and per-spatial-dim stride, padding and dilation."""
-
-    input: View
-    weight: View
-    bias: View | None
-    stride: list
-    padding: list
-    dilation: list
-    groups: int
-    transposed: bool
-
-
-@dataclass(eq=False)
-class RowsDetail:
-    """A row kernel (reductions, softmax, cumsum, sort, layer and group norm) over `dim` of `input`; a fused
-    pointwise producer instead of an input is `input_expr` over `input_shape`. `constants` are the op's named
-    constants (var's CORR); `descending` is sort's; `weight`, `bias`, `eps` are the norms', and group norm's
-    channel of element k in row (n, group) is group * per_group + k // hxw."""
-
-    input: View | None
-    dim: int
-    constants: dict[str, float] = field(default_factory=dict)
-    descending: bool | None = None
-    input_expr: Any = None
-    input_shape: list | None = None
-    weight: View | None = None
-    bias: View | None = None
-    eps: float | None = None
-    per_group: Any = None
-    hxw: Any = None
-
-
-@dataclass(eq=False)
-class WindowDetail:
-    """A window kernel over the `n` trailing spatial dims of `input`. Pools: `kernel`, `stride`, `padding`,
-    `dilation` per dim (adaptive pools: none), avg_pool's `count_include_pad` and `divisor_override`. Upsampling:
-    `scales` per dim (None: from the sizes), bilinear's `align_corners`. grid_sampler_2d: `grid`, `interpolation`,
-    `padding_mode` (ATen's codes) and `align_corners`."""
-
-    input: View
-    n: int
-    kernel: list | None = None
-    stride: list | None = None
-    padding: list | None = None
-    dilation: list | None = None
-    count_include_pad: bool | None = None
-    divisor_override: int | None = None
-    grid: View | None = None
-    interpolation: int | None = None
-    padding_mode: int | None = None
-    align_corners: bool | None = None
-    scales: list | None = None
-
-
-@dataclass(eq=False)
-class CatDetail:
-    """cat along `dim`: each part as (a Load over its shape, its shape, its start along `dim`)."""
-
-    parts: list[tuple[Load, list, Any]]
-    dim: int
-
-
-@dataclass(eq=False)
-class PadDetail:
-    """A pad: output element i reads `input` at i - before; outside it, `mode` "constant" gives `value`, "reflect"
-    mirrors about the edges and "replicate" clamps to them."""
-
-    input: View
-    before: list
-    value: Any
-    mode: str
-
-
-@dataclass(eq=False)
-class ScatterDetail:
-    """A copy of `input` (a Load over the output), then `value` (an expression over `space`) combined by `reduce`
-    (assign, sum, prod, mean, amax, amin) into the target each element of `space` picks: `targets` has per output
-    dim a space dim (int) or a ScatterIndex. `parallel` marks the space dims that may split between threads
-    (distinct values target distinct elements); `mask` (index_put's bool index) skips elements; `include_self`
-    is scatter_reduce's."""
-
-    input: Load
-    space: list
-    parallel: list[bool]
-    targets: list
-    value: Any
-    mask: Load | None
-    reduce: str
-    include_self: bool
-
-
-@dataclass(eq=False)
-class DistanceDetail:
-    """cdist (two `sides`) or pdist (one): Loads over [..., rows, columns]; a `p`-norm over `columns`.
-    `compute_mode` is cdist's: whether p = 2 takes the matrix-product formula (None or 0: past 25 rows, 1: always,
-    2: never)."""
-
-    sides: list[Load]
-    rows: list
-    columns: Any
-    p: float
-    compute_mode: int | None
-
-
-@dataclass(eq=False)
-class BagsDetail:
-    """_embedding_bag: rows of `weight` picked by `indices`, bags between `offsets`, reduced by `mode` (0 sum,
-    1 mean, 2 max), optionally scaled by `per_sample_weights`."""
-
-    weight: View
-    indices: View
-    offsets: View
-    mode: int
-    per_sample_weights: View | None
-    include_last_offset: bool
-    padding_idx: int | None
-
-
-@dataclass(eq=False)
-class QLinearDetail:
-    """quant.qlinear_pointwise: activations `x` as [M, K] rows, the int8 `weight` [N, K] with per-column
-    `weight_scale` and `bias`; `x_scale` and `x_zero_point` (numbers, or Loads for the .tensor overload); the
-    output qparams; `post_op`. `signed`: int8 activations; `narrow`: uint8 proven at most 127."""
-
-    x: View
-    weight: View
-    weight_scale: View
-    bias: View | None
-    x_scale: Any
-    x_zero_point: Any
-    output_scale: float
-    output_zero_point: int
-    quant_min: int
-    quant_max: int
-    post_op: str
-    m: Any
-    k: Any
-    n: Any
-    signed: bool
-    narrow: bool
-
-
-@dataclass(eq=False)
-class WLinearDetail:
-    """quant.linear_weight_only: float rows `x` [M, K] against an int8 or int4 (`bits`) `weight` [N, K] with
-    `scales` and `zero_points` per `group_size` columns."""
-
-    x: View
-    weight: View
-    scales: View
-    zero_points: View | None
-    bias: View | None
-    group_size: int
-    bits: int
-    m: Any
-    k: Any
-    n: Any
-
-
-@dataclass(eq=False)
-class QPoolDetail:
-    """quant.qadaptive_avg_pool2d: integer NCHW `x`, its qparams and the output's."""
-
-    x: View
-    x_scale: float
-    x_zero_point: int
-    output_scale: float
-    output_zero_point: int
-    quant_min: int
-    quant_max: int
-
-
-@dataclass(eq=False)
-class QConvDetail:
-    """quant.qconv2d_pointwise: NCHW integer `x`, the int8 `weight` [C_out, C / groups, kH, kW] with per-channel
-    `weight_scale` and `bias`, an optional float residual `other`; qparams, `post_op`, `signed` and `narrow` as
-    QLinearDetail's; `k` = C / groups * kH * kW."""
-
-    x: View
-    weight: View
-    weight_scale: View
-    bias: View | None
-    other: View | None
-    x_scale: Any
-    x_zero_point: Any
-    stride: list
-    padding: list
-    dilation: list
-    groups: int
-    output_scale: float
-    output_zero_point: int
-    quant_min: int
-    quant_max: int
-    post_op: str
-    signed: bool
-    narrow: bool
-    k: Any
-
-
-@dataclass(eq=False)
-class SparseLinearDetail:
-    """linear with a sparse weight [N, K] (`layout` sparse_csr, sparse_bsr or semi_structured, `block` its
-    blocksize): rows `x` [M, K], first transposed into `xT`; `components` names the weight's buffers (values,
-    col_indices, ...); `bias` is a Load over the output."""
-
-    x: View
-    xT: Buffer
-    m: Any
-    k: Any
-    n: Any
-    layout: str
-    block: tuple
-    components: dict[str, Buffer]
-    bias: Load | None
-
-
-@dataclass(eq=False)
-class SparseConvDetail:
-    """convolution with a hybrid BSR weight of `weight_shape` (blocks over [C_out, C_in * taps]), fields as
-    ConvDetail's and SparseLinearDetail's."""
-
-    input: View
-    weight_shape: list
-    components: dict[str, Buffer]
-    layout: str
-    block: tuple
-    bias: View | None
-    stride: list
-    padding: list
-    dilation: list
-    groups: int
-
-
-@dataclass(eq=False)
-class LoopDetail:
-    """A loop's `body` kernels, run once per step, its `carries`, the windows it points at each step's slice of an
-    x (`slices`) or of a stacked output (`stacked`). A while loop (no trip count) also has `cond`, the kernels that
-    compute its `predicate` before each step."""
-
-    body: list[Kernel]
-    carries: list[Carry]
-    slices: list[Window]
-    stacked: list[Window]
-    cond: list[Kernel] | None = None
-    predicate: View | None = None
-
-    def region_kernels(self) -> list[Kernel]:
-        """The cond's kernels (a while loop's), then the body's."""
-        return (self.cond or []) + self.body
-
-
-@dataclass(eq=False)
-class AttentionDetail:
-    """The fused attention kernel (kiln/codegen/attention.py): `q` and `k` are the scores GEMM's operands
-    (Q [batch, queries, dim], Kᵀ [batch, dim, keys]), `scores` its epilogue (over acc_value and (i0, i1, i2) =
-    (batch, query, key)), `v` the output GEMM's B (V [batch, keys, value dim]); `safe`: a row of scores that is all
-    -inf gives zeros, not NaN (torch's safe softmax)."""
-
-    q: GemmOperand
-    k: GemmOperand
-    dim: Any
-    keys: Any
-    scores: Any
-    v: GemmOperand
-    safe: bool
-
-
-KernelDetail = (MatmulDetail | ConvDetail | RowsDetail | WindowDetail | CatDetail | PadDetail | ScatterDetail
-                | DistanceDetail | BagsDetail | QLinearDetail | WLinearDetail | QPoolDetail | QConvDetail
-                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail)
-
-
-@dataclass
-class Schedule:
-    buffers: list[Buffer]
-    kernels: list[Kernel]
-    inputs: list[Buffer]
-    outputs: list[tuple[Buffer, list]]  # buffer and the output's shape
-    symbols: list[sympy.Symbol]
-    output_names: list[str]
-    input_names: list[str]
-
-    def all_kernels(self) -> list[Kernel]:
-        """Every kernel, those inside loop kernels' bodies included (each after its loop)."""
-        return flatten_kernels(self.kernels)
-
-
-def flatten_kernels(kernels: list[Kernel]) -> list[Kernel]:
-    found = []
-    for kernel in kernels:
-        found.append(kernel)
-        if kernel.kind == "loop":
-            found += flatten_kernels(kernel.detail.region_kernels())
-    return found
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-def _dim(d: Any) -> Any:
-    return sympy.Integer(d) if isinstance(d, int) else d
-
-
-def same_dim(a: Any, b: Any) -> bool:
-    """Two dims (ints or sympy expressions) provably equal."""
-    return sympy.expand(_dim(a) - _dim(b)) == 0
-
-
-def contiguous_strides(shape: list) -> list:
-    strides, running = [], sympy.Integer(1)
-    for d in reversed(shape):
-        strides.append(running)
-        running = sympy.expand(running * _dim(d))
-    return list(reversed(strides))
-
-
 def _narrow(activations: Any) -> bool:
     """Whether an integer layer's activations are uint8 proven to be at most 127 (reduce_range): backends may
     multiply them with instructions that would saturate on full 8-bit values (AVX2's vpmaddubsw)."""
@@ -651,7 +164,7 @@ def _broadcast(shapes: list[list]) -> list:
     for shape in shapes:
         for k, d in enumerate(shape, rank - len(shape)):
             if not same_dim(d, 1):
-                result[k] = _dim(d)
+                result[k] = as_dim(d)
     return result
 
 
@@ -728,7 +241,7 @@ class _Scheduler:
             view = self.materialized(value)
             buf = view.buffer
             if (buf.kind == "temp" and buf not in claimed and view.is_contiguous and same_dim(view.offset, 0)
-                    and same_dim(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
+                    and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel)):
                 buf.kind = "output"
             else:
                 buf = self.copy(view, value)
@@ -1062,7 +575,7 @@ class _Scheduler:
             if len(shape) != len(out_shape) or dim >= len(out_shape):
                 continue
             parts.append((_load(self.materialized(value), shape), shape, start))
-            start = sympy.expand(start + _dim(shape[dim]))
+            start = sympy.expand(start + as_dim(shape[dim]))
         buf = self.buffer(result)
         self.kernels.append(Kernel("cat", f"cat_{buf.name}", [name], [buf], out_shape, None,
                                    CatDetail(parts, dim)))
@@ -1075,7 +588,7 @@ class _Scheduler:
         rank = len(source.shape)
         before = [sympy.Integer(0)] * rank
         for pair in range(len(args[1]) // 2):
-            before[rank - 1 - pair] = _dim(args[1][2 * pair])
+            before[rank - 1 - pair] = as_dim(args[1][2 * pair])
         # reflection / replication: positions outside the input mirror about its edges or clamp to them.
         mode = "reflect" if "reflection" in name else "replicate" if "replication" in name else "constant"
         value = fill_value(name, args[2], result.type.dtype).item() if mode == "constant" else 0
@@ -1200,7 +713,7 @@ class _Scheduler:
                 shape = list(source.shape)
                 shape[dim] = value.type.shape[dim]
                 self.views[value] = View(source.buffer, shape, list(source.strides), offset)
-                start = sympy.expand(start + _dim(size))
+                start = sympy.expand(start + as_dim(size))
             return
         out_shape = list(results[0].type.shape)
         strides, offset = list(source.strides), source.offset
@@ -1228,11 +741,11 @@ class _Scheduler:
             # ATen's arithmetic: a negative start wraps, then clamps into [0, size]; over a symbolic size that is
             # a Max/Min the generated code evaluates (-3 + s0 read before the buffer when s0 was 1)
             start, _, _ = slice_bounds(name, source.shape[dim], args[2], args[3], args[4])
-            offset = sympy.expand(offset + _dim(start) * strides[dim])
+            offset = sympy.expand(offset + as_dim(start) * strides[dim])
             strides[dim] = sympy.expand(strides[dim] * args[4])
         elif name == "aten.flip.default":  # negative strides: start at the last element of each flipped dim
             for dim in {_norm_dim(d, rank) for d in args[1]} if rank else ():  # a 0-d flip is the identity
-                offset = sympy.expand(offset + (_dim(source.shape[dim]) - 1) * strides[dim])
+                offset = sympy.expand(offset + (as_dim(source.shape[dim]) - 1) * strides[dim])
                 strides[dim] = sympy.expand(-strides[dim])
         elif name == "aten.diagonal.default":  # the diagonal dim goes last; offset moves the start
             shift, d1, d2 = args[1], _norm_dim(args[2], rank), _norm_dim(args[3], rank)
@@ -1242,14 +755,14 @@ class _Scheduler:
         elif name == "aten.as_strided.default":  # strides into the source's contiguous storage (copied if need be)
             if not source.is_contiguous:
                 source = _contiguous(self.copy(source, args[0]))
-            strides = [_dim(s) for s in args[2]]
-            offset = sympy.expand(source.offset + _dim(args[3] or 0))
+            strides = [as_dim(s) for s in args[2]]
+            offset = sympy.expand(source.offset + as_dim(args[3] or 0))
         elif name == "aten.select.int":
             dim = _norm_dim(args[1], rank)
             index = args[2]
             if isinstance(index, int) and index < 0:
                 index = index + source.shape[dim]
-            offset = sympy.expand(offset + _dim(index) * strides[dim])
+            offset = sympy.expand(offset + as_dim(index) * strides[dim])
             del strides[dim]
         self.views[results[0]] = View(source.buffer, out_shape, strides, offset)
 
@@ -1287,8 +800,8 @@ class _Scheduler:
             x=rows, weight=weights, weight_scale=self.materialized(weight_scale),
             bias=self.materialized(bias) if bias is not None else None, x_scale=scalar(x_scale),
             x_zero_point=scalar(x_zero_point), output_scale=output_scale, output_zero_point=output_zero_point,
-            quant_min=quant_min, quant_max=quant_max, post_op=post_op, m=sympy.Mul(*map(_dim, x.type.shape[:-1])),
-            k=_dim(x.type.shape[-1]), n=_dim(weight.type.shape[0]), signed=x.type.dtype is dtypes.int8,
+            quant_min=quant_min, quant_max=quant_max, post_op=post_op, m=sympy.Mul(*map(as_dim, x.type.shape[:-1])),
+            k=as_dim(x.type.shape[-1]), n=as_dim(weight.type.shape[0]), signed=x.type.dtype is dtypes.int8,
             narrow=_narrow(x))
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
@@ -1306,7 +819,7 @@ class _Scheduler:
             zero_points=self.contiguous_operand(zero_points) if zero_points is not None else None,
             bias=self.materialized(bias) if bias is not None else None, group_size=group_size,
             bits=4 if quant_min >= -8 and quant_max <= 7 else 8,
-            m=sympy.Mul(*map(_dim, x.type.shape[:-1])), k=_dim(x.type.shape[-1]), n=_dim(weight.type.shape[0]))
+            m=sympy.Mul(*map(as_dim, x.type.shape[:-1])), k=as_dim(x.type.shape[-1]), n=as_dim(weight.type.shape[0]))
         buf = self.buffer(result)
         self.kernels.append(Kernel("wlinear", f"wlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1320,13 +833,13 @@ class _Scheduler:
         result = op.results[0]
         out_shape = list(result.type.shape)
         rows = self.contiguous_operand(x)
-        m, k = sympy.Mul(*map(_dim, x.type.shape[:-1])), _dim(x.type.shape[-1])
+        m, k = sympy.Mul(*map(as_dim, x.type.shape[:-1])), as_dim(x.type.shape[-1])
         # written by the kernel's first pass: rows padded to a multiple of 8 columns (zeros), for whole vectors
         transposed = self.buffer(None, shape=[k, -8 * sympy.floor(-m / 8)], dtype=x.type.dtype)
         transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
         detail = SparseLinearDetail(
-            x=rows, xT=transposed, m=m, k=k, n=_dim(weight.type.shape[0]), layout=layout.kind,
+            x=rows, xT=transposed, m=m, k=k, n=as_dim(weight.type.shape[0]), layout=layout.kind,
             block=layout.blocksize or (1, 1), components=self.sparse_weights[weight],
             bias=_load(self.materialized(bias), out_shape) if bias is not None else None)
         kernel = Kernel("sparse_linear", "sparse_linear", [name], [], out_shape, None, detail)
@@ -1454,7 +967,7 @@ class _Scheduler:
         buf = view.buffer
         if not (buf.index >= first_body_buffer and buf.kind == "temp" and buf not in claimed
                 and view.is_contiguous and same_dim(view.offset, 0)
-                and same_dim(sympy.Mul(*map(_dim, view.shape)), buf.numel)):
+                and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel)):
             buf = self.copy(view, value)
         buf.kind = "window"
         claimed.add(buf)
@@ -1493,7 +1006,7 @@ class _Scheduler:
             stride=_per_dim(stride, 2), padding=_per_dim(padding, 2), dilation=_per_dim(dilation, 2), groups=groups,
             output_scale=output_scale, output_zero_point=output_zero_point, quant_min=quant_min,
             quant_max=quant_max, post_op=post_op, signed=x.type.dtype is dtypes.int8, narrow=_narrow(x),
-            k=sympy.Mul(*map(_dim, weight.type.shape[1:])))
+            k=sympy.Mul(*map(as_dim, weight.type.shape[1:])))
         buf = self.buffer(result)
         self.kernels.append(Kernel("qconv", f"qconv_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))
@@ -1533,8 +1046,8 @@ class _Scheduler:
             # One row per (n, group): its C/G channels' HxW elements, contiguous in a contiguous input.
             if not source.is_contiguous:
                 source = _contiguous(self.copy(source, args[0]))
-            group, per_group = args[6], _dim(shape[1]) // args[6]
-            hxw = sympy.expand(sympy.Mul(*[_dim(d) for d in shape[2:]]))
+            group, per_group = args[6], as_dim(shape[1]) // args[6]
+            hxw = sympy.expand(sympy.Mul(*[as_dim(d) for d in shape[2:]]))
             length = sympy.expand(per_group * hxw)
             source = View(source.buffer, [shape[0], group, length], [sympy.expand(group * length), length, 1],
                           source.offset)
@@ -1619,12 +1132,12 @@ def _row_view(view: View, dims: list[int]) -> tuple[View, int] | None:
     if not dims:
         return View(view.buffer, [*view.shape, 1], [*view.strides, sympy.Integer(0)], view.offset), len(view.shape)
     for a, b in zip(dims, dims[1:]):
-        if not same_dim(view.strides[a], sympy.expand(view.strides[b] * _dim(view.shape[b]))):
+        if not same_dim(view.strides[a], sympy.expand(view.strides[b] * as_dim(view.shape[b]))):
             return None
     shape, strides = [], []
     for k, (size, stride) in enumerate(zip(view.shape, view.strides)):
         if k == dims[0]:
-            shape.append(sympy.expand(sympy.Mul(*[_dim(view.shape[d]) for d in dims])))
+            shape.append(sympy.expand(sympy.Mul(*[as_dim(view.shape[d]) for d in dims])))
             strides.append(view.strides[dims[-1]])
         elif k not in dims:
             shape.append(size)
@@ -1638,7 +1151,7 @@ def _same_shape(a: list, b: list) -> bool:
 
 def _divides(a: Any, b: Any) -> bool:
     """`a` divides `b` with a quotient other than 1 (sizes: positive integers or their products)."""
-    quotient = sympy.cancel(_dim(b) / _dim(a))
+    quotient = sympy.cancel(as_dim(b) / as_dim(a))
     return quotient != 1 and sympy.fraction(quotient)[1] == 1
 
 
@@ -1648,14 +1161,14 @@ def _reshape_groups(a: list, b: list) -> list[tuple[list[int], list[int]]] | Non
     while i < len(a) or j < len(b):
         ga, gb, pa, pb = [], [], sympy.Integer(1), sympy.Integer(1)
         if i < len(a):
-            ga, pa, i = [i], _dim(a[i]), i + 1
+            ga, pa, i = [i], as_dim(a[i]), i + 1
         if j < len(b):
-            gb, pb, j = [j], _dim(b[j]), j + 1
+            gb, pb, j = [j], as_dim(b[j]), j + 1
         while not same_dim(pa, pb):
             if _divides(pa, pb) and i < len(a):
-                ga, pa, i = ga + [i], pa * _dim(a[i]), i + 1
+                ga, pa, i = ga + [i], pa * as_dim(a[i]), i + 1
             elif _divides(pb, pa) and j < len(b):
-                gb, pb, j = gb + [j], pb * _dim(b[j]), j + 1
+                gb, pb, j = gb + [j], pb * as_dim(b[j]), j + 1
             else:
                 return None
         groups.append((ga, gb))
@@ -1686,12 +1199,12 @@ def _respace(expr: Any, shape: list, space: list) -> Any:
             if all(same_dim(stride, 0) for _, stride in used):
                 strides += [sympy.Integer(0)] * len(space_dims)
                 continue
-            if any(not same_dim(outer, inner * _dim(size)) for (_, outer), (size, inner) in zip(used, used[1:])):
+            if any(not same_dim(outer, inner * as_dim(size)) for (_, outer), (size, inner) in zip(used, used[1:])):
                 return None  # not one contiguous run within the group
-            running, group = _dim(used[-1][1]), []
+            running, group = as_dim(used[-1][1]), []
             for k in reversed(space_dims):
                 group.insert(0, running)
-                running = sympy.expand(running * _dim(space[k]))
+                running = sympy.expand(running * as_dim(space[k]))
             strides += group
         return Load(node.buffer, strides, node.offset)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kiln.codegen.schedule import (
-    CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS, same_dim,
-)
+from kiln.codegen.kernels import same_dim
+from kiln.codegen.schedule import CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.types import TensorType

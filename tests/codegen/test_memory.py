@@ -20,9 +20,10 @@ from kiln.codegen.c.render import dim_expr
 from kiln.codegen.memory import (
     Lifetime, MemoryPlanError, align, buffer_bytes, kernel_reads, kernel_writes, lifetimes, plan_memory, verify_plan)
 from kiln.codegen.c.target import TARGET
-from kiln.codegen.schedule import (
-    Apply, Buffer, CatDetail, Gather, Kernel, Load, MatmulDetail, PadDetail, Schedule, View, WindowDetail, schedule,
+from kiln.codegen.kernels import (
+    Apply, Buffer, CatDetail, Gather, Kernel, Load, MatmulDetail, PadDetail, Schedule, View, WindowDetail,
 )
+from kiln.codegen.schedule import schedule
 from kiln.ir import dtypes
 from kiln.ir.errors import KilnError
 from kiln.ir.symbolic import ValueRange, evaluate_dim, parse_dim, symbol

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from kiln.codegen.schedule import Buffer, Load, _reshape_groups, _respace
+from kiln.codegen.kernels import Buffer, Load
+from kiln.codegen.schedule import _reshape_groups, _respace
 from kiln.ir import dtypes
 
 b, t = sympy.symbols("b t", integer=True, positive=True)

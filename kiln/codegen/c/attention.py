@@ -5,7 +5,7 @@ cache-resident buffer: benchmarks/attention_fusion.py, docs/c-backend.md)."""
 from __future__ import annotations
 
 from kiln.codegen import attention
-from kiln.codegen.schedule import Schedule
+from kiln.codegen.kernels import Schedule
 
 FUSE = True  # benchmarks/attention_fusion.py turns it off to time the separate kernels
 

@@ -11,9 +11,7 @@ from typing import Any
 import sympy
 
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
-from kiln.codegen.schedule import (
-    Accumulator, Apply, Buffer, Constant, Gather, Iota, Load, Tile, contiguous_strides,
-)
+from kiln.codegen.kernels import Accumulator, Apply, Buffer, Constant, Gather, Iota, Load, Tile, contiguous_strides
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 

@@ -15,7 +15,8 @@ from kiln.codegen.c.render import (
 )
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, format_bytes
-from kiln.codegen.schedule import Schedule, schedule
+from kiln.codegen.kernels import Schedule
+from kiln.codegen.schedule import schedule
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
 

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import sympy
 
-from kiln.codegen.schedule import Kernel
+from kiln.codegen.kernels import Kernel
 
 
 def tile_sizes(capability: str) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _Exprs, _flat, _loops, _shared_units, buffer_name, c_type, dim_expr,
     identifier, literal,
 )
-from kiln.codegen.schedule import Buffer, Kernel, QConvDetail, QLinearDetail, QPoolDetail
+from kiln.codegen.kernels import Buffer, Kernel, QConvDetail, QLinearDetail, QPoolDetail
 from kiln.ir import dtypes
 
 

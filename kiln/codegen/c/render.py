@@ -24,10 +24,11 @@ from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.packing import conv_weight_layout, packed_weight, tile_sizes
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
-from kiln.codegen.schedule import (
-    SORT_OPS, Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, MatmulDetail, Schedule, Tile,
+from kiln.codegen.kernels import (
+    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, MatmulDetail, Schedule, Tile,
     contiguous_strides, same_dim,
 )
+from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.c import quantized
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _view_index, buffer_name,

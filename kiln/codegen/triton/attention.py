@@ -4,7 +4,7 @@ reach memory."""
 
 from __future__ import annotations
 
-from kiln.codegen.schedule import Kernel, contiguous_strides
+from kiln.codegen.kernels import Kernel, contiguous_strides
 from kiln.codegen.triton.render import TL_TYPES, Exprs, KernelArgs, py_dim, signature
 
 # Query x key blocks: autotuned on a GPU (per kernel and sizes); under the interpreter a block of queries smaller

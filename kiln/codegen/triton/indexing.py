@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from kiln.codegen.schedule import Kernel, ScatterIndex, contiguous_strides
+from kiln.codegen.kernels import Kernel, ScatterIndex, contiguous_strides
 from kiln.codegen.triton.render import (
     CHECKED_OPS, POINTWISE_BLOCK, TL_TYPES, Exprs, KernelArgs, blocked, compute_type, py_dim, signature, unravel,
 )

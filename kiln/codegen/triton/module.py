@@ -14,7 +14,7 @@ from typing import Callable
 import sympy
 
 from kiln.codegen.memory import MemoryPlan
-from kiln.codegen.schedule import Buffer, Kernel, Schedule
+from kiln.codegen.kernels import Buffer, Kernel, Schedule
 from kiln.codegen.triton.attention import attention_kernel
 from kiln.codegen.triton.indexing import bags_kernel, scatter_kernel
 from kiln.codegen.triton.quantized import qconv_kernel, qlinear_kernel, qpool_kernel, wlinear_kernel

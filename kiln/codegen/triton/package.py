@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 from kiln.codegen.attention import fuse_attention
 from kiln.codegen.memory import MemoryPlan
-from kiln.codegen.schedule import Schedule, schedule
+from kiln.codegen.kernels import Schedule
+from kiln.codegen.schedule import schedule
 from kiln.codegen.triton.module import render
 from kiln.codegen.triton.target import TARGET
 from kiln.ir.files import atomic_write

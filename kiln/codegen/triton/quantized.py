@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from kiln.codegen.schedule import Kernel, QConvDetail, QLinearDetail, QPoolDetail
+from kiln.codegen.kernels import Kernel, QConvDetail, QLinearDetail, QPoolDetail
 from kiln.codegen.triton.render import (
     POINTWISE_RULES, TL_TYPES, Exprs, KernelArgs, blocked, py_dim, tiled, unravel,
 )

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import sympy
 
-from kiln.codegen.schedule import (
+from kiln.codegen.kernels import (
     Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Tile, contiguous_strides,
 )
 from kiln.ir import dtypes

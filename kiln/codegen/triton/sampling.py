@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from kiln.codegen.schedule import Kernel
+from kiln.codegen.kernels import Kernel
 from kiln.codegen.triton.render import (
     TL_TYPES, Exprs, KernelArgs, blocked, literal, py_dim, signature, unravel, window_kernel,
 )

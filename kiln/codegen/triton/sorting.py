@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sympy
 
-from kiln.codegen.schedule import SORT_OPS, Kernel, contiguous_strides
+from kiln.codegen.kernels import Kernel, contiguous_strides
+from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.triton.render import TL_TYPES, Exprs, KernelArgs, py_dim, rows_kernel, signature, unravel
 from kiln.ir import dtypes
 
