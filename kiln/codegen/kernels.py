@@ -267,7 +267,8 @@ class ScatterDetail:
     (assign, sum, prod, mean, amax, amin) into the target each element of `space` picks: `targets` has per output
     dim a space dim (int) or a ScatterIndex. `parallel` marks the space dims that may split between threads
     (distinct values target distinct elements); `mask` (index_put's bool index) skips elements; `include_self`
-    is scatter_reduce's."""
+    is scatter_reduce's, and without it a targeted element starts from `identity` (ATen's identity of the
+    reduction, within the output dtype's range)."""
 
     input: Load
     space: list
@@ -277,6 +278,7 @@ class ScatterDetail:
     mask: Load | None
     reduce: str
     include_self: bool
+    identity: bool | int | float | None = None
 
 
 @dataclass(eq=False)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import dataclasses
 from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
 import sympy
 from xdsl.dialects import func
 
@@ -656,7 +657,9 @@ class _Scheduler:
                 reduce = {"max": "amax", "min": "amin"}.get(args[4], args[4])
                 include_self = bool(args[5])
         buf = self.buffer(result)
-        detail = ScatterDetail(_load(source, shape), space, parallel, targets, value, mask, reduce, include_self)
+        identity = None if include_self or reduce == "assign" else _scatter_identity(reduce, dtype)
+        detail = ScatterDetail(_load(source, shape), space, parallel, targets, value, mask, reduce, include_self,
+                               identity)
         self.kernels.append(Kernel("scatter", f"{name.split('.')[1]}_{buf.name}", [name], [buf], shape, None, detail))
         self.views[result] = _contiguous(buf)
 
@@ -1213,6 +1216,20 @@ def _respace(expr: Any, shape: list, space: list) -> Any:
 
 def _op_name(op: Any) -> str:
     return getattr(getattr(op, "opdef", None), "name", "")
+
+
+def _scatter_identity(reduce: str, dtype: dtypes.DType) -> bool | int | float:
+    """What a targeted element starts from when scatter_reduce excludes self: ATen's identity of the reduction, in
+    the dtype's own range (the lowest int8 for an int8 amax, not a wider type's cast down)."""
+    if reduce in ("sum", "mean", "prod"):
+        return 1 if reduce == "prod" else 0
+    low = reduce == "amax"
+    if dtype == dtypes.bool_:
+        return not low
+    if dtype.is_floating_point:
+        return -math.inf if low else math.inf
+    limits = np.iinfo(dtype.numpy)
+    return int(limits.min if low else limits.max)
 
 
 def _per_dim(value: Any, n: int) -> list:

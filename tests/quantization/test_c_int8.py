@@ -361,14 +361,15 @@ def test_flatten_between_shared_qparams_moves_the_integers(tmp_path):
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_average_pool_sums_the_integers(capability, monkeypatch, tmp_path):
-    """quantize(adaptive_avg_pool2d(dequantize(x))) becomes quant.qadaptive_avg_pool2d: the integers summed per window,
-    the mean requantized; within one step of the reference (which averages dequantized float32 values)."""
-    use_capability(capability, monkeypatch)
+# (input shape, output size, dtype, (x scale, x zero point), (output scale, output zero point))
+POOL_CASES = [((2, 5, 9, 7), [1, 1], dtypes.uint8, (0.02, 128), (0.02, 128)),  # global, shared qparams (X86)
+              ((1, 3, 10, 6), [3, 4], dtypes.int8, (0.05, -4), (0.03, 7)),
+              ((2, 4, 11, 13), [5, 3], dtypes.uint8, (0.013, 90), (0.011, 100))]
+
+
+def average_pool_program(cases: list) -> tuple:
+    """quantize(adaptive_avg_pool2d(dequantize(x))) per case, one program, and inputs spanning each dtype's range."""
     builder = GraphBuilder()
-    cases = [((2, 5, 9, 7), [1, 1], dtypes.uint8, (0.02, 128), (0.02, 128)),  # global, shared qparams (X86)
-             ((1, 3, 10, 6), [3, 4], dtypes.int8, (0.05, -4), (0.03, 7))]
     inputs, outputs = [], []
     rng = np.random.default_rng(8)
     for index, (shape, size, dtype, (x_scale, x_zp), (out_scale, out_zp)) in enumerate(cases):
@@ -380,7 +381,15 @@ def test_average_pool_sums_the_integers(capability, monkeypatch, tmp_path):
             pooled = kiln.ops.aten.adaptive_avg_pool2d.default(
                 quantized.dequantize_per_tensor.default(q, x_scale, x_zp, low, high, dtype), size)
             outputs.append(quantized.quantize_per_tensor.default(pooled, out_scale, out_zp, low, high, dtype))
-    program = builder.build(outputs)
+    return builder.build(outputs), inputs
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_average_pool_sums_the_integers(capability, monkeypatch, tmp_path):
+    """quantize(adaptive_avg_pool2d(dequantize(x))) becomes quant.qadaptive_avg_pool2d: the integers summed per window,
+    the mean requantized; within one step of the reference (which averages dequantized float32 values)."""
+    use_capability(capability, monkeypatch)
+    program, inputs = average_pool_program(POOL_CASES[:2])
     lowered = run(program, "lower-quantized")
     assert lowered.op_histogram()["quant.qadaptive_avg_pool2d.default"] == 2
     np.testing.assert_array_equal(lowered(*inputs)[0], program(*inputs)[0])
@@ -511,6 +520,19 @@ def _calibrated(model, quantizer, batches):
 def test_quantized_mlp_compiles_to_int8_kernels(scheme, tmp_path):
     """A PT2E-quantized MLP: every linear layer becomes an int8 kernel; the output stays within what one
     quantization step of each hidden activation can move it."""
+    reference, rng = quantized_mlp(scheme)
+    lowered = run(reference, "lower-quantized").op_histogram()
+    assert sum(count for name, count in lowered.items() if name.startswith("quant.qlinear_pointwise")) == 2
+    assert "aten.linear.default" not in lowered
+    compiled = kiln.compile(reference, output=tmp_path / "pkg")
+    assert "kiln_qukernel(" in (tmp_path / "pkg" / "model.c").read_text()
+    x = rng.standard_normal((16, 48)).astype(np.float32)
+    assert_within_a_hidden_step(compiled(x), reference, x)
+
+
+def quantized_mlp(scheme: str) -> tuple:
+    """A PT2E-quantized MLP 48 -> 96 -> 10 under `scheme` (x86-static, x86-dynamic, xnnpack, xnnpack-dynamic),
+    calibrated on four batches of 16; and the generator that drew them, for the inputs."""
     nn = kiln.nn
     rng = np.random.default_rng(2)
     model = nn.Sequential(nn.Linear(48, 96), nn.ReLU(), nn.Linear(96, 10)).eval()
@@ -521,16 +543,13 @@ def test_quantized_mlp_compiles_to_int8_kernels(scheme, tmp_path):
         quantizer = kq.X86InductorQuantizer().set_global(
             kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "x86-dynamic"))
     batches = [rng.standard_normal((16, 48)).astype(np.float32) for _ in range(4)]
-    reference = _calibrated(model, quantizer, batches)
-    lowered = run(reference, "lower-quantized").op_histogram()
-    assert sum(count for name, count in lowered.items() if name.startswith("quant.qlinear_pointwise")) == 2
-    assert "aten.linear.default" not in lowered
-    compiled = kiln.compile(reference, output=tmp_path / "pkg")
-    assert "kiln_qukernel(" in (tmp_path / "pkg" / "model.c").read_text()
-    x = rng.standard_normal((16, 48)).astype(np.float32)
-    got, expected = compiled(x), reference(x)
-    # One step of the hidden activations' scale in each of an output's 96 inputs moves it by at most
-    # hidden_scale * sum_k |W2[n, k]| (dequantized); float32 rounding of the output adds the default atol.
+    return _calibrated(model, quantizer, batches), rng
+
+
+def assert_within_a_hidden_step(got, reference, x) -> None:
+    """One step of the hidden activations' scale in each of an output's 96 inputs moves it by at most
+    hidden_scale * sum_k |W2[n, k]| (dequantized); float32 rounding of the output adds the default atol."""
+    expected = reference(x)
     weight = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())
                   if k.startswith("quantized_weight") and np.shape(v) == (10, 96))
     scales = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())

@@ -49,3 +49,25 @@ def open_descriptors() -> int:
     """How many file descriptors this process holds (Linux /proc)."""
     import os
     return len(os.listdir("/proc/self/fd"))
+
+
+def compile_function(fn: Any, arrays: tuple, path: Any, target: str, dynamic: Any = None) -> tuple[Any, Any]:
+    """`fn` over kiln tensors made from `arrays`, exported (with `dynamic` shapes) and compiled for `target` into
+    `path`: the program and the compiled model."""
+    import kiln
+    from kiln.compiler import compile as compile_program
+    from tests.modules import LambdaModule
+    program = kiln.export(LambdaModule(fn), tuple(map(kiln.tensor, arrays)), dynamic_shapes=dynamic)
+    return program, compile_program(program, target=target, output=path)
+
+
+def assert_outputs_close(got: Any, expected: Any) -> None:
+    """Each output (one array or a tuple) against the expected ones (arrays or torch tensors), at
+    torch.testing.assert_close's default tolerances, NaN where expected."""
+    import torch
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        e = e if isinstance(e, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(e)))
+        torch.testing.assert_close(torch.from_numpy(np.ascontiguousarray(g)), e, equal_nan=True)

@@ -48,6 +48,12 @@ def _close(got, expected) -> None:
 
 @pytest.mark.parametrize("name,kwargs", RECURRENT, ids=lambda v: str(v))
 def test_recurrent_layer_with_a_dynamic_sequence_matches_torch(name, kwargs, tmp_path):
+    check_recurrent_layer(name, kwargs, tmp_path, "c", LENGTHS)
+
+
+def check_recurrent_layer(name: str, kwargs: dict, tmp_path, target: str, lengths: tuple) -> None:
+    """The layer exported once with dynamic sequence and batch dims, compiled for `target`, against torch eager at
+    each of `lengths` (batches 2, 3, 1)."""
     reference, module = module_pair(name, 6, 8, **kwargs)
     seq_dim, batch_dim = (1, 0) if kwargs.get("batch_first") else (0, 1)
 
@@ -58,8 +64,8 @@ def test_recurrent_layer_with_a_dynamic_sequence_matches_torch(name, kwargs, tmp
 
     program = kiln.export(module, (kiln.Tensor(example(5, 2).numpy()),),
                           dynamic_shapes={"input": {seq_dim: kiln.Dim("seq"), batch_dim: kiln.Dim("batch")}})
-    model = compile_c(program, output=tmp_path / "pkg")
-    for length, batch in zip(LENGTHS, (2, 3, 1)):
+    model = compile_c(program, target=target, output=tmp_path / "pkg")
+    for length, batch in zip(lengths, (2, 3, 1)):
         x = example(length, batch)
         _close(model(x.numpy()), _torch_values(reference(x)))
 

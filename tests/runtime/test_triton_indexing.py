@@ -14,25 +14,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import kiln  # noqa: E402
-from kiln.compiler import compile as compile_program  # noqa: E402
 from kiln.frontend.tensor import dispatch as call  # noqa: E402
-from tests.modules import LambdaModule  # noqa: E402
+from tests.runtime.support import assert_outputs_close, compile_function  # noqa: E402
 
 aten = kiln.ops.aten
 
 
 def _compile(fn, arrays, tmp_path, dynamic=None):
-    program = kiln.export(LambdaModule(fn), tuple(map(kiln.tensor, arrays)), dynamic_shapes=dynamic)
-    return program, compile_program(program, target="triton", output=tmp_path / "model")
-
-
-def _close(got, expected):
-    got = got if isinstance(got, tuple) else (got,)
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        e = e if isinstance(e, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(e))
-        torch.testing.assert_close(torch.from_numpy(np.ascontiguousarray(g)), e, equal_nan=True)
+    return compile_function(fn, arrays, tmp_path / "model", "triton", dynamic)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
@@ -62,9 +51,9 @@ def test_scatter_reduce_with_duplicates(reduce, include_self, tmp_path):
     arrays = (x, index, src, k, kindex, ksrc, small, sindex, ssrc, half, hsrc)
     program, model = _compile(fn, arrays, tmp_path)
     got = model(*arrays)
-    _close(got, program(*arrays))
+    assert_outputs_close(got, program(*arrays))
     t = list(map(torch.from_numpy, arrays))
-    _close(got[:3], (t[0].scatter_reduce(1, t[1], t[2], reduce, include_self=include_self),
+    assert_outputs_close(got[:3], (t[0].scatter_reduce(1, t[1], t[2], reduce, include_self=include_self),
                      t[3].scatter_reduce(0, t[4], t[5], reduce, include_self=include_self),
                      t[6].scatter_reduce(1, t[7], t[8], reduce, include_self=include_self)))
 
@@ -86,13 +75,13 @@ def test_scatter_src_value_and_add_with_duplicates(tmp_path):
     arrays = (x, index, src, flags, findex, fsrc)
     program, model = _compile(fn, arrays, tmp_path)
     got = model(*arrays)
-    _close(got, program(*arrays))
+    assert_outputs_close(got, program(*arrays))
     tx, ti, ts = map(torch.from_numpy, (x, index, src))
-    _close(got[2], tx.scatter_add(1, ti, ts))
+    assert_outputs_close(got[2], tx.scatter_add(1, ti, ts))
     last = x[0].copy()
     for position, column in enumerate(index[0]):  # written in order: the last one stays
         last[column] = src[0, position]
-    _close(got[3], last)
+    assert_outputs_close(got[3], last)
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
@@ -116,10 +105,10 @@ def test_index_put_with_duplicates(accumulate, tmp_path):
     for n in (30, 7):
         arrays = (x, picked[:n], values[:n], grid, columns)
         got = model(*arrays)
-        _close(got, program(*arrays))
+        assert_outputs_close(got, program(*arrays))
         if accumulate:  # without accumulate torch leaves the winner of duplicates unspecified
             t = list(map(torch.from_numpy, arrays))
-            _close(got[0], torch.ops.aten.index_put.default(t[0], [t[1]], t[2], True))
+            assert_outputs_close(got[0], torch.ops.aten.index_put.default(t[0], [t[1]], t[2], True))
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2])
@@ -143,13 +132,13 @@ def test_embedding_bag(mode, include_last_offset, tmp_path):
     arrays = (weight, indices, offsets, scales)
     program, model = _compile(fn, arrays, tmp_path)
     got = model(*arrays)
-    _close(got, program(*arrays))
+    assert_outputs_close(got, program(*arrays))
     t = list(map(torch.from_numpy, arrays))
     expected = torch.ops.aten._embedding_bag.default(t[0], t[1], t[2], False, mode, False,
                                                      t[3] if weighted else None, include_last_offset, padding_idx)
-    _close(got[0], expected[0])
+    assert_outputs_close(got[0], expected[0])
     if mode == 2:  # where a NaN is the maximum, torch names its row and the reference the bag's last index
-        _close(np.delete(got[3], 2, axis=1), expected[3][:, [0, 1, 3, 4, 5]])
+        assert_outputs_close(np.delete(got[3], 2, axis=1), expected[3][:, [0, 1, 3, 4, 5]])
 
 
 def test_embedding_bag_in_float64_with_dynamic_counts(tmp_path):
@@ -166,7 +155,7 @@ def test_embedding_bag_in_float64_with_dynamic_counts(tmp_path):
         offsets = np.sort(rng.integers(0, n + 1, b))
         offsets[0] = 0
         arrays = (weight, rng.integers(0, 10, n), offsets, rng.standard_normal(n))
-        _close(model(*arrays), program(*arrays))
+        assert_outputs_close(model(*arrays), program(*arrays))
 
 
 @pytest.mark.parametrize("case", ["scatter", "scatter_reduce", "index_put", "embedding_bag"])
@@ -181,7 +170,7 @@ def test_out_of_range_index_is_a_clear_error(case, tmp_path):
     x = np.random.default_rng(5).standard_normal((3, 3)).astype(np.float32)
     good = np.zeros((3, 3), np.int64)
     program, model = _compile(ops[case], (x, good), tmp_path)
-    _close(model(x, good), program(x, good))
+    assert_outputs_close(model(x, good), program(x, good))
     dim = 0 if case == "embedding_bag" else 1
     for value in (3, -4 if case == "index_put" else -1):  # index_put wraps negative indices; the others refuse them
         bad = good.copy()
@@ -189,7 +178,7 @@ def test_out_of_range_index_is_a_clear_error(case, tmp_path):
         with pytest.raises(kiln.KilnError, match=rf"index {value} is out of bounds for dimension {dim} with size 3 "
                                                  rf"in {name}"):
             model(x, bad)
-    _close(model(x, good), program(x, good))  # the failed run leaves no state behind
+    assert_outputs_close(model(x, good), program(x, good))  # the failed run leaves no state behind
     if case == "embedding_bag":
         bad = good.copy()
         bad[1, :2] = [0, 5]  # an offset past the indices
@@ -212,7 +201,7 @@ def test_index_put_with_a_mask_and_0d_scatters(tmp_path):
     arrays = (x, mask, row, value, np.array(1.5, np.float32), np.array(0, np.int64))
     program, model = _compile(fn, arrays, tmp_path)
     got = model(*arrays)
-    _close(got, program(*arrays))
+    assert_outputs_close(got, program(*arrays))
     t = list(map(torch.from_numpy, arrays))
-    _close(got[:2], (torch.ops.aten.index_put.default(t[0], [t[1]], t[3]),
+    assert_outputs_close(got[:2], (torch.ops.aten.index_put.default(t[0], [t[1]], t[3]),
                      torch.ops.aten.index_put.default(t[0], [t[1]], t[2], True)))

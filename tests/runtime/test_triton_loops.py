@@ -18,9 +18,8 @@ pytest.importorskip("triton")
 import kiln  # noqa: E402
 from kiln.compiler import compile as compile_program  # noqa: E402
 from tests.runtime.test_c_loops import (  # noqa: E402
-    RECURRENT, Accumulate, Doubling, KilnAccumulate, NestedLoops, _close, _torch_values,
+    RECURRENT, Accumulate, Doubling, KilnAccumulate, NestedLoops, _close, _torch_values, check_recurrent_layer,
 )
-from tests.torch_oracle import module_pair  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported:UserWarning")
 
@@ -34,21 +33,8 @@ def _compile(program, path):
 
 @pytest.mark.parametrize("name,kwargs", RECURRENT, ids=lambda v: str(v))
 def test_recurrent_layer_with_a_dynamic_sequence_matches_torch(name, kwargs, tmp_path):
-    reference, module = module_pair(name, 6, 8, **kwargs)
-    seq_dim, batch_dim = (1, 0) if kwargs.get("batch_first") else (0, 1)
-
-    def example(length: int, batch: int) -> torch.Tensor:
-        shape = [0, 0, 6]
-        shape[seq_dim], shape[batch_dim] = length, batch
-        return torch.randn(*shape)
-
-    program = kiln.export(module, (kiln.Tensor(example(5, 2).numpy()),),
-                          dynamic_shapes={"input": {seq_dim: kiln.Dim("seq"), batch_dim: kiln.Dim("batch")}})
-    model = _compile(program, tmp_path / "pkg")
     lengths = (1, 7, 300) if name == "RNN" and kwargs == {"batch_first": True} else LENGTHS
-    for length, batch in zip(lengths, (2, 3, 1)):
-        x = example(length, batch)
-        _close(model(x.numpy()), _torch_values(reference(x)))
+    check_recurrent_layer(name, kwargs, tmp_path, "triton", lengths)
 
 
 def test_user_scan_matches_torch(tmp_path):

@@ -26,7 +26,8 @@ from kiln.ir.program import GraphBuilder  # noqa: E402
 from kiln.ir.types import TensorType  # noqa: E402
 from kiln.testing import assert_close  # noqa: E402
 from tests.quantization.test_c_int8 import (  # noqa: E402
-    CONV_CASES, _calibrated, _conv_program, _hidden_scale, _post_op64, _program, _Residual,
+    CONV_CASES, POOL_CASES, _calibrated, _conv_program, _post_op64, _program, _Residual,
+    assert_within_a_hidden_step, average_pool_program, quantized_mlp,
 )
 
 quantized = kiln.ops.quantized_decomposed
@@ -98,24 +99,9 @@ def test_convolution_requantized_within_one_step(tmp_path):
 def test_average_pool_matches_the_reference(tmp_path):
     """quant.qadaptive_avg_pool2d dequantizes and averages as the reference does (float32 values, float64 means),
     so its requantized output is the reference's, uneven windows included."""
-    builder = GraphBuilder()
-    cases = [((2, 5, 9, 7), [1, 1], dtypes.uint8, (0.02, 128), (0.02, 128)),  # global, shared qparams (X86)
-             ((1, 3, 10, 6), [3, 4], dtypes.int8, (0.05, -4), (0.03, 7)),
-             ((2, 4, 11, 13), [5, 3], dtypes.uint8, (0.013, 90), (0.011, 100))]
-    inputs, outputs = [], []
-    rng = np.random.default_rng(8)
-    for index, (shape, size, dtype, (x_scale, x_zp), (out_scale, out_zp)) in enumerate(cases):
-        low, high = (0, 255) if dtype is dtypes.uint8 else (-128, 127)
-        inputs.append(rng.uniform((low - x_zp) * x_scale, (high - x_zp) * x_scale, shape).astype(np.float32))
-        value = builder.add_input(f"x{index}", TensorType.of(shape, dtypes.float32))
-        with builder:
-            q = quantized.quantize_per_tensor.default(value, x_scale, x_zp, low, high, dtype)
-            pooled = kiln.ops.aten.adaptive_avg_pool2d.default(
-                quantized.dequantize_per_tensor.default(q, x_scale, x_zp, low, high, dtype), size)
-            outputs.append(quantized.quantize_per_tensor.default(pooled, out_scale, out_zp, low, high, dtype))
-    program = builder.build(outputs)
+    program, inputs = average_pool_program(POOL_CASES)
     compiled = _compile(program, tmp_path / "pkg")
-    assert _kernel_kinds(tmp_path / "pkg") == ["qpool"] * len(cases)
+    assert _kernel_kinds(tmp_path / "pkg") == ["qpool"] * len(POOL_CASES)
     for got, expected in zip(compiled(*inputs), program(*inputs)):
         assert got.dtype == expected.dtype
         np.testing.assert_array_equal(got, expected)
@@ -142,27 +128,11 @@ def test_weight_only_layers_match_the_reference(rows, tmp_path):
 def test_quantized_mlp_compiles_to_int8_kernels(scheme, tmp_path):
     """A PT2E-quantized MLP: every linear layer becomes an int8 kernel; the output stays within what one
     quantization step of each hidden activation can move it (as tests/quantization/test_c_int8.py bounds C's)."""
-    nn = kiln.nn
-    rng = np.random.default_rng(2)
-    model = nn.Sequential(nn.Linear(48, 96), nn.ReLU(), nn.Linear(96, 10)).eval()
-    if scheme.startswith("xnnpack"):  # int8 activations
-        quantizer = kq.XNNPACKQuantizer().set_global(
-            kq.get_symmetric_quantization_config(is_dynamic=scheme == "xnnpack-dynamic"))
-    else:
-        quantizer = kq.X86InductorQuantizer().set_global(
-            kq.get_default_x86_inductor_quantization_config(is_dynamic=scheme == "x86-dynamic"))
-    batches = [rng.standard_normal((16, 48)).astype(np.float32) for _ in range(4)]
-    reference = _calibrated(model, quantizer, batches)
+    reference, rng = quantized_mlp(scheme)
     compiled = _compile(reference, tmp_path / "pkg")
     assert _kernel_kinds(tmp_path / "pkg") == ["qlinear"] * 2
     x = rng.standard_normal((16, 48)).astype(np.float32)
-    got, expected = compiled(x), reference(x)
-    weight = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())
-                  if k.startswith("quantized_weight") and np.shape(v) == (10, 96))
-    scales = next(np.asarray(v, np.float64) for k, v in sorted(reference.constants.items())
-                  if k.startswith("weight_scale") and np.shape(v) == (10,))
-    bound = _hidden_scale(reference, x) * np.abs(weight * scales[:, None]).sum(axis=1).max()
-    assert np.abs(got - expected).max() <= bound * (1 + 1e-6) + 1e-5
+    assert_within_a_hidden_step(compiled(x), reference, x)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

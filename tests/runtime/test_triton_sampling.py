@@ -17,25 +17,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import kiln  # noqa: E402
-from kiln.compiler import compile as compile_program  # noqa: E402
 from kiln.frontend.tensor import dispatch as call  # noqa: E402
-from tests.modules import LambdaModule  # noqa: E402
+from tests.runtime.support import assert_outputs_close, compile_function  # noqa: E402
 
 aten = kiln.ops.aten
 
 
 def _compile(fn, arrays, tmp_path, dynamic=None):
-    program = kiln.export(LambdaModule(fn), tuple(map(kiln.tensor, arrays)), dynamic_shapes=dynamic)
-    return program, compile_program(program, target="triton", output=tmp_path / "model")
-
-
-def _close(got, expected):
-    got = got if isinstance(got, (tuple, list)) else (got,)
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        e = e if isinstance(e, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(e)))
-        torch.testing.assert_close(torch.from_numpy(np.ascontiguousarray(g)), e, equal_nan=True)
+    return compile_function(fn, arrays, tmp_path / "model", "triton", dynamic)
 
 
 def _interpreted(program, arrays):
@@ -78,8 +67,8 @@ def test_sort_is_stable_with_nan_and_long_rows(descending, tmp_path):
         values, indices = torch.sort(torch.from_numpy(np.ascontiguousarray(t)), dim=dim, descending=descending,
                                      stable=True)
         expected += [values, indices]
-    _close(got, expected)
-    _close(got, _interpreted(program, arrays))
+    assert_outputs_close(got, expected)
+    assert_outputs_close(got, _interpreted(program, arrays))
 
 
 @pytest.mark.parametrize("largest", [True, False])
@@ -95,10 +84,10 @@ def test_topk_with_nan_ties_and_long_rows(largest, tmp_path):
     y = _row_values(rng, (9, 4), np.float64)
     program, model = _compile(fn, [x, y], tmp_path)
     got = model(x, y)
-    _close(got, _interpreted(program, [x, y]))
+    assert_outputs_close(got, _interpreted(program, [x, y]))
     expected = [torch.topk(torch.from_numpy(t), k, dim=dim, largest=largest)[0]
                 for t, k, dim in ((x, 5, -1), (x, 1, 1), (y, 9, 0), (y, 4, 1))]
-    _close(got[0::2], expected)
+    assert_outputs_close(got[0::2], expected)
 
 
 def test_sort_over_a_symbolic_row(tmp_path):
@@ -107,7 +96,7 @@ def test_sort_over_a_symbolic_row(tmp_path):
                               tmp_path, ({1: length},))
     for n in (1, 64, 65, 1500):
         x = _row_values(np.random.default_rng(n), (2, n))
-        _close(model(x), _interpreted(program, [x]))
+        assert_outputs_close(model(x), _interpreted(program, [x]))
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
@@ -136,8 +125,8 @@ def test_upsample_with_scales_and_sizes(align_corners, tmp_path):
                 up.upsample_bilinear2d.vec(tx, None, align_corners, [1.7, 0.6]),
                 up.upsample_bilinear2d.vec(tx, [1, 7], align_corners, None),
                 up.upsample_bilinear2d.vec(td, None, align_corners, [2.5, 3.0])]
-    _close(got, expected)
-    _close(got, _interpreted(program, [x, d]))
+    assert_outputs_close(got, expected)
+    assert_outputs_close(got, _interpreted(program, [x, d]))
 
 
 def test_upsample_over_symbolic_sizes(tmp_path):
@@ -150,7 +139,7 @@ def test_upsample_over_symbolic_sizes(tmp_path):
     program, model = _compile(fn, [np.zeros((1, 2, 4, 6), np.float32)], tmp_path, ({2: height},))
     for h in (2, 5, 9):
         x = np.random.default_rng(h).standard_normal((1, 2, h, 6)).astype(np.float32)
-        _close(model(x), _interpreted(program, [x]))
+        assert_outputs_close(model(x), _interpreted(program, [x]))
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
@@ -172,8 +161,8 @@ def test_grid_sample_every_mode_and_padding(align_corners, tmp_path):
     got = model(x, grid)
     tx, tg = torch.from_numpy(x), torch.from_numpy(grid)
     expected = [torch.ops.aten.grid_sampler_2d(tx, tg, mode, padding, align_corners) for mode, padding in forms]
-    _close(got, expected)
-    _close(got, _interpreted(program, [x, grid]))
+    assert_outputs_close(got, expected)
+    assert_outputs_close(got, _interpreted(program, [x, grid]))
 
 
 def test_grid_sample_non_finite_points_and_float64(tmp_path):
@@ -189,7 +178,7 @@ def test_grid_sample_non_finite_points_and_float64(tmp_path):
     grid[0, 0, :3, 0] = [np.nan, np.inf, -np.inf]
     grid[0, 1, :2, 1] = [np.nan, 1e30]
     program, model = _compile(fn, [x, grid], tmp_path)
-    _close(model(x, grid), _interpreted(program, [x, grid]))
+    assert_outputs_close(model(x, grid), _interpreted(program, [x, grid]))
 
 
 P_NORMS = [0.0, 1.0, 2.0, math.inf, 3.0, 0.5]
@@ -214,8 +203,8 @@ def test_cdist_every_norm(p, tmp_path):
     ta, tb, tc, td = map(torch.from_numpy, (a, b, c, d))
     expected = [torch.ops.aten._cdist_forward(ta, tb, p, 2), torch.ops.aten._cdist_forward(ta, tb, p, None),
                 torch.ops.aten._cdist_forward(tc, td, p, 2)]
-    _close(got, expected)
-    _close(got, _interpreted(program, [a, b, c, d]))
+    assert_outputs_close(got, expected)
+    assert_outputs_close(got, _interpreted(program, [a, b, c, d]))
 
 
 def test_cdist_euclidean_formulas_and_non_finite_inputs(tmp_path):
@@ -236,7 +225,7 @@ def test_cdist_euclidean_formulas_and_non_finite_inputs(tmp_path):
         a = rng.standard_normal((n, 3)).astype(np.float32)
         b = rng.standard_normal((5, 3)).astype(np.float32)
         a[0, 1], b[2, 0], b[3, 2] = np.nan, np.inf, -np.inf
-        _close(model(a, b), _interpreted(program, [a, b]))
+        assert_outputs_close(model(a, b), _interpreted(program, [a, b]))
 
 
 @pytest.mark.parametrize("p", P_NORMS)
@@ -253,5 +242,5 @@ def test_pdist_every_norm(p, tmp_path):
     y[2, 7] = np.nan
     program, model = _compile(fn, [x, y], tmp_path)
     got = model(x, y)
-    _close(got[0], torch.ops.aten._pdist_forward(torch.from_numpy(x), p))
-    _close(got, _interpreted(program, [x, y]))
+    assert_outputs_close(got[0], torch.ops.aten._pdist_forward(torch.from_numpy(x), p))
+    assert_outputs_close(got, _interpreted(program, [x, y]))

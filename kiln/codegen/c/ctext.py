@@ -40,8 +40,8 @@ def identifier(name: str) -> str:
 def literal(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, int):
-        return f"INT64_C({value})"
+    if isinstance(value, int):  # (-2**63 is not a literal in C: the negation of a constant too large for int64)
+        return "INT64_MIN" if value == -2**63 else f"INT64_C({value})"
     if isinstance(value, float):
         if math.isnan(value):
             return "NAN"

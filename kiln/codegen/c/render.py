@@ -1144,21 +1144,6 @@ def _combine(reduce: str, dtype: dtypes.DType, old: str, value: str) -> str:
     return f"(({c_type(dtype)}){step.format(a=f'({wide}){old}', b=f'({wide})({value})')})"
 
 
-def _reduce_identity(reduce: str, dtype: dtypes.DType) -> str:
-    """What an excluded self element (include_self=False) starts from: ATen's scatter_reduce identities."""
-    if reduce in ("sum", "mean", "prod"):
-        return "1" if reduce == "prod" else "0"
-    low = reduce == "amax"
-    if dtype == dtypes.bool_:
-        return "0" if low else "1"
-    if dtype.is_floating_point:
-        return "(-INFINITY)" if low else "INFINITY"
-    if dtype == dtypes.uint8:
-        return "0" if low else "UINT8_MAX"
-    bits = 8 * dtype.itemsize  # the dtype's own limits: INT32_MIN cast to int8 would be 0
-    return f"INT{bits}_MIN" if low else f"INT{bits}_MAX"
-
-
 def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     """index_put / scatter / scatter_add / scatter_reduce: copy `self` into the output, then walk the iteration
     space: the team shares its parallel dims, each of which owns the output elements it targets (see
@@ -1196,7 +1181,7 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
                                               *[f"    {a}" for a in after], "}"]]
 
     if reduce != "assign" and not detail.include_self:  # targeted self elements start from the identity
-        lines += nest([*place, f"{target}[at] = ({c_type(dtype)}){_reduce_identity(reduce, dtype)};"])
+        lines += nest([*place, f"{target}[at] = ({c_type(dtype)}){literal(detail.identity)};"])
     step = [*place, f"{target}[at] = {_combine(reduce, dtype, f'{target}[at]', exprs.render(detail.value))};"]
     if reduce != "mean":
         lines += nest(step)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import sympy
 
 from kiln.codegen.kernels import Kernel, ScatterIndex, contiguous_strides
 from kiln.codegen.triton.render import (
-    CHECKED_OPS, POINTWISE_BLOCK, TL_TYPES, Exprs, KernelArgs, blocked, compute_type, py_dim, signature, unravel,
+    CHECKED_OPS, POINTWISE_BLOCK, TL_TYPES, Exprs, KernelArgs, blocked, compute_type, literal, py_dim, signature,
+    unravel,
 )
 from kiln.ir import dtypes
 
@@ -39,19 +39,6 @@ def _combine(reduce: str, dtype: dtypes.DType, old: str, value: str) -> str:
     step = {"sum": f"{a} + {b}", "mean": f"{a} + {b}", "prod": f"{a} * {b}", "amax": f"kiln_max({a}, {b})",
             "amin": f"kiln_min({a}, {b})"}[reduce]
     return Exprs.cast(step, dtype)
-
-
-def _reduce_identity(reduce: str, dtype: dtypes.DType) -> str:
-    """What an excluded self element (include_self=False) starts from: ATen's scatter_reduce identities."""
-    if reduce in ("sum", "mean", "prod"):
-        return "1" if reduce == "prod" else "0"
-    low = reduce == "amax"
-    if dtype == dtypes.bool_:
-        return "0" if low else "1"
-    if dtype.is_floating_point:
-        return "float('-inf')" if low else "float('inf')"
-    limits = np.iinfo(dtype.numpy)
-    return str(int(limits.min if low else limits.max))
 
 
 def _copy_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
@@ -104,7 +91,7 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
 
     body = list(head)
     if reduce != "assign" and not detail.include_self:  # targeted self elements start from the identity
-        identity = f"tl.full([BLOCK], {_reduce_identity(reduce, dtype)}, {TL_TYPES[dtype]})"
+        identity = f"tl.full([BLOCK], {literal(detail.identity)}, {TL_TYPES[dtype]})"
         body += serially([f"tl.store({target} + at, {identity}, mask=active)"])
     step = [f"old = tl.load({target} + at, mask=active, other=0)",
             f"tl.store({target} + at, {_combine(reduce, dtype, 'old', exprs.render(detail.value))}, mask=active)"]
