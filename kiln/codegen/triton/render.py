@@ -553,11 +553,13 @@ class Exprs:
 
     @staticmethod
     def cast(value: str, dtype: dtypes.DType) -> str:
-        """`value` converted to `dtype`; to half precision it rounds to nearest even, as ATen's does."""
+        """`value` converted to `dtype`; to half precision through float32 (as c10::Half and BFloat16 convert),
+        rounding to nearest even."""
         if dtype == dtypes.bfloat16:
             return f"kiln_bfloat16({value})"
-        rounding = ', fp_downcast_rounding="rtne"' if dtype == dtypes.float16 else ""
-        return f"({value}).to({TL_TYPES[dtype]}{rounding})"
+        if dtype == dtypes.float16:
+            return f"({value}).to(tl.float32).to(tl.float16, fp_downcast_rounding=\"rtne\")"
+        return f"({value}).to({TL_TYPES[dtype]})"
 
     @staticmethod
     def scalar_literal(value: Any, dtype: dtypes.DType) -> str:
