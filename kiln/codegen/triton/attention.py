@@ -33,9 +33,10 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     k_index = views.index(k_strides, k_offset, ["pid_b", "rd[:, None]", "rn[None, :]"])
     v_index = views.index(v_strides, v_offset, ["pid_b", "rn[:, None]", "rv[None, :]"])
     q, k, v = args.buffer(q_buf), args.buffer(k_buf), args.buffer(v_buf)
-    scores = Exprs(args, ["pid_b", "rm[:, None]", "rn[None, :]"], "mask", accumulator="acc_value")
+    # (pid_b is one batch entry: a read only it reaches is a scalar)
+    scores = Exprs(args, ["pid_b", "rm[:, None]", "rn[None, :]"], "mask", accumulator="acc_value", block_dims={1, 2})
     outputs = ["pid_b", "rm[:, None]", "rv[None, :]"]
-    epilogue = Exprs(args, outputs, "mask", accumulator="acc_value").render(kernel.expr)
+    epilogue = Exprs(args, outputs, "mask", accumulator="acc_value", block_dims={1, 2}).render(kernel.expr)
     flat = Exprs(args, outputs, "mask").index(contiguous_strides(kernel.shape), 0)
     # Under the safe softmax an all -inf row (a NaN score leaves l_i NaN, so not one of these) keeps acc = 0 @ V.
     total = "tl.where((m_i == NEG_INF) & (l_i == l_i), 1.0, l_i)" if detail.safe else "l_i"

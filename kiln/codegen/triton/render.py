@@ -629,15 +629,16 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     a_index = exprs.index(a_strides, a_offset, ["pid_b", "rm[:, None]", "rk[None, :]"])
     b_index = exprs.index(b_strides, b_offset, ["pid_b", "rk[:, None]", "rn[None, :]"])
     variables = ["pid_b", "rm[:, None]", "rn[None, :]"] if rank == 3 else ["rm[:, None]", "rn[None, :]"]
+    blocks = {rank - 2, rank - 1}  # (pid_b is one batch entry: a read only it reaches is a scalar)
     accumulate = "tl.float64" if out.dtype == dtypes.float64 else "tl.float32"
     value = "acc"
     if detail.bias is not None:
-        bias = Exprs(args, variables, "mask").render(detail.bias)
+        bias = Exprs(args, variables, "mask", block_dims=blocks).render(detail.bias)
         alpha, beta = detail.alpha, detail.beta
         scaled = "acc" if alpha == 1 else f"{literal(alpha)} * acc"
         shift = f"({bias}).to({accumulate})" if beta == 1 else f"{literal(beta)} * ({bias}).to({accumulate})"
         value = f"({scaled} + {shift})"
-    epilogue = Exprs(args, variables, "mask", accumulator="acc_value").render(kernel.expr)
+    epilogue = Exprs(args, variables, "mask", accumulator="acc_value", block_dims=blocks).render(kernel.expr)
     target = args.buffer(out)
     flat = flat_index(kernel.shape, args, variables)
     M, N, K = args.size(m), args.size(n), args.size(k)
@@ -903,7 +904,8 @@ def conv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         place = exprs.index(bias.strides, bias.offset, [variables[1]])
         read = f"tl.load({args.buffer(bias.buffer)} + ({place}), mask=co[:, None] < {M}, other=0)"
         value = f"acc + {read}.to({accumulate})"
-    epilogue = Exprs(args, variables, "mask", accumulator="acc_value").render(kernel.expr)
+    blocks = set(range(1, len(variables)))  # (bi is one image)
+    epilogue = Exprs(args, variables, "mask", accumulator="acc_value", block_dims=blocks).render(kernel.expr)
     flat = Exprs(args, variables, "mask").index(contiguous_strides(kernel.shape), 0)
     body += [f"mask = (co[:, None] < {M}) & (p[None, :] < {N})",
              f"acc_value = ({value}).to({TL_TYPES[out.dtype]})",
