@@ -5,7 +5,7 @@ reach memory."""
 from __future__ import annotations
 
 from kiln.codegen.kernels import Kernel, contiguous_strides
-from kiln.codegen.triton.render import TL_TYPES, Exprs, KernelArgs, py_dim, signature
+from kiln.codegen.triton.render import Exprs, KernelArgs, accumulator_type, py_dim, signature
 
 # Query x key blocks: autotuned on a GPU (per kernel and sizes); under the interpreter a block of queries smaller
 # than the block of keys, so the tests cross both kinds of block boundary at different lengths.
@@ -65,7 +65,7 @@ def attention_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
         "    acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None], input_precision=\"ieee\")",
         "    m_i = m_new",
         f"mask = (rm[:, None] < {M}) & (rv[None, :] < {DV})",
-        f"acc_value = (acc / ({total})[:, None]).to({TL_TYPES[out.dtype]})",
+        f"acc_value = (acc / ({total})[:, None]).to({accumulator_type(kernel)})",
         f"tl.store({args.buffer(out)} + ({flat}), {epilogue}, mask=mask)",
     ]
     source = [f"@triton.autotune(configs={CONFIGS}, key={list(args.sizes.values())!r})", "@triton.jit",

@@ -495,7 +495,7 @@ class Exprs:
             return f"tl.full([1], {self.scalar_literal(node.value, node.dtype)}, {TL_TYPES[node.dtype]})"
         if isinstance(node, Iota):
             value = f"({literal(node.start)} + {self.variables[0]} * {literal(node.step)})"
-            return f"({value}).to({TL_TYPES[node.dtype]})"
+            return self.cast(value, node.dtype)
         if isinstance(node, Tile):
             variables = [v if size is None else f"({v} % {self.args.size(size)})"
                          for v, size in zip(self.variables, node.sizes)]
@@ -630,7 +630,7 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     b_index = exprs.index(b_strides, b_offset, ["pid_b", "rk[:, None]", "rn[None, :]"])
     variables = ["pid_b", "rm[:, None]", "rn[None, :]"] if rank == 3 else ["rm[:, None]", "rn[None, :]"]
     blocks = {rank - 2, rank - 1}  # (pid_b is one batch entry: a read only it reaches is a scalar)
-    accumulate = "tl.float64" if out.dtype == dtypes.float64 else "tl.float32"
+    accumulate = "tl.float64" if accumulator_type(kernel) == "tl.float64" else "tl.float32"
     value = "acc"
     if detail.bias is not None:
         bias = Exprs(args, variables, "mask", block_dims=blocks).render(detail.bias)
@@ -652,10 +652,24 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             f"    w = tl.load({b} + ({b_index}), mask=(rk[:, None] < {K}) & (rn[None, :] < {N}), other=0.0)",
             f"    acc = tl.dot(x.to({accumulate}), w.to({accumulate}), acc, input_precision=\"ieee\")",
             f"mask = (rm[:, None] < {M}) & (rn[None, :] < {N})",
-            f"acc_value = ({value}).to({TL_TYPES[out.dtype]})",
+            f"acc_value = ({value}).to({accumulator_type(kernel)})",
             f"tl.store({target} + ({flat}), {epilogue}, mask=mask)"]
     grid = f"(triton.cdiv({py_dim(m)}, META['BM']), triton.cdiv({py_dim(n)}, META['BN']), {py_dim(batch)})"
     return tiled(name, kernel, args, body, grid)
+
+
+def accumulator_type(kernel: Kernel) -> str:
+    """The Triton type of the GEMM result a kernel's epilogue reads (its Accumulator), which may differ from the
+    kernel's output (isinf(mm(a, b)) writes bools)."""
+    def find(node: Any) -> Any:
+        if isinstance(node, Accumulator):
+            return node.dtype
+        for arg in node.args if isinstance(node, Apply) else ():
+            found = find(arg)
+            if found is not None:
+                return found
+        return None
+    return TL_TYPES[find(kernel.expr) or kernel.outputs[0].dtype]
 
 
 def tiled(name: str, kernel: Kernel, args: KernelArgs, body: list[str], grid: str) -> tuple[list[str], list[str]]:
@@ -870,7 +884,7 @@ def conv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
     N = args.size(pixels)
     exprs = Exprs(args, [], "mask")
-    accumulate = "tl.float64" if out.dtype == dtypes.float64 else "tl.float32"
+    accumulate = "tl.float64" if accumulator_type(kernel) == "tl.float64" else "tl.float32"
     body = ["pid_m, pid_n, image = tl.program_id(0), tl.program_id(1), tl.program_id(2)",
             f"bi, g = image // {groups}, image % {groups}",
             "co = pid_m.to(tl.int64) * BM + tl.arange(0, BM)",
@@ -908,7 +922,7 @@ def conv_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     epilogue = Exprs(args, variables, "mask", accumulator="acc_value", block_dims=blocks).render(kernel.expr)
     flat = Exprs(args, variables, "mask").index(contiguous_strides(kernel.shape), 0)
     body += [f"mask = (co[:, None] < {M}) & (p[None, :] < {N})",
-             f"acc_value = ({value}).to({TL_TYPES[out.dtype]})",
+             f"acc_value = ({value}).to({accumulator_type(kernel)})",
              f"tl.store({args.buffer(out)} + ({flat}), {epilogue}, mask=mask)"]
     grid = (f"(triton.cdiv({py_dim(channels)}, META['BM']), triton.cdiv({py_dim(pixels)}, META['BN']), "
             f"{py_dim(kernel.shape[0])} * {groups})")
