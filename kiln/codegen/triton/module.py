@@ -24,6 +24,7 @@ from kiln.codegen.triton.render import (
 )
 from kiln.codegen.triton.sampling import distance_kernel, window_or_sampling_kernel
 from kiln.codegen.triton.sorting import rows_or_sort_kernel
+from kiln.codegen.triton.sparse import sparse_conv_kernel, sparse_linear_kernel
 from kiln.ir.errors import UnsupportedError
 
 KernelRenderer = Callable[[str, Kernel], tuple[list[str], list[str]]]
@@ -31,7 +32,8 @@ KERNEL_RENDERERS: dict[str, KernelRenderer] = {
     "pointwise": pointwise_kernel, "matmul": matmul_kernel, "rows": rows_or_sort_kernel, "cat": cat_kernel,
     "pad": pad_kernel, "conv": conv_kernel, "window": window_or_sampling_kernel, "attention": attention_kernel,
     "scatter": scatter_kernel, "bags": bags_kernel, "distance": distance_kernel, "qlinear": qlinear_kernel,
-    "qconv": qconv_kernel, "wlinear": wlinear_kernel, "qpool": qpool_kernel,
+    "qconv": qconv_kernel, "wlinear": wlinear_kernel, "qpool": qpool_kernel, "sparse_linear": sparse_linear_kernel,
+    "sparse_conv": sparse_conv_kernel,
 }
 
 
