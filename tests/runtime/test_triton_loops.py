@@ -77,3 +77,14 @@ def test_nested_loops_match_the_interpreter(tmp_path):
     counters = re.findall(r"^( +)(?:for (sym_\w+_step) in range|(sym_\w+_step) = 0$)", source, re.M)
     assert len(counters) == 3 and len({c[1] or c[2] for c in counters}) == 3
     assert sorted(len(c[0]) for c in counters) == [4, 8, 12]
+
+
+def test_inspect_lists_the_loop_after_its_step_kernels(tmp_path, capsys):
+    from kiln.cli.main import main
+    program = kiln.export(kiln.nn.RNN(4, 8).eval(), (kiln.randn(5, 2, 4),),
+                          dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+    _compile(program, tmp_path / "pkg")
+    assert main(["inspect", str(tmp_path / "pkg")]) == 0
+    listed = [line.split(". ", 1)[1] for line in capsys.readouterr().out.splitlines() if re.match(r"  \d+\. ", line)]
+    loop = listed.index("loop: kiln.scan")
+    assert listed[loop - 1] == "matmul: aten.addmm.default, aten.add.Tensor, aten.tanh.default"

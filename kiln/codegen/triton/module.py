@@ -102,7 +102,9 @@ class _Module:
             if detail.cond is None:  # a scan's last step writes the result
                 slot = f"{buffer_name(carry.final)} if {i} == {trips} - 1 else {slot}"
             writes.append(f"{buffer_name(carry.write)} = {slot}")
-        lines = [f"# loop: {', '.join(kernel.ops)}: each step launches the kernels of its regions"]
+        # listed after its regions' kernels (`kiln inspect`), as the C backend's loop function
+        self.sources += [f"# loop: {', '.join(kernel.ops)}", "# (each step launches the kernels above)", "", ""]
+        lines = [f"# {', '.join(kernel.ops)}: each step launches its regions' kernels"]
         if detail.cond is not None:  # while: the cond region decides each step; the last carries read are the results
             predicate = detail.predicate
             test = f"{buffer_name(predicate.buffer)}[{py_dim(predicate.offset)}]"
