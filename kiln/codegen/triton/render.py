@@ -607,7 +607,8 @@ def blocked(name: str, args: KernelArgs, body: list[str], numel: Any) -> tuple[l
 def pointwise_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     args = KernelArgs()
     out = args.buffer(kernel.outputs[0])
-    variables = [f"i{k}" for k in range(len(kernel.shape))]
+    # (a 0-d kernel is one lane of a block all the same: its reads are blocks too, see Exprs.load)
+    variables = [f"i{k}" for k in range(len(kernel.shape))] or ["offs"]
     body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             f"mask = offs < {args.size(sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))}",
             *unravel(kernel.shape, "offs", args)]
@@ -860,9 +861,9 @@ def pad_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             body += [f"q{k} = tl.where(q{k} < 0, {low}, q{k})", f"q{k} = tl.where(q{k} > {last}, {high}, q{k})"]
         shifted.append(f"q{k}")
     inside = " & ".join(["mask"] + [f"({q} >= 0) & ({q} < {args.size(d)})" for q, d in zip(shifted, source.shape)])
-    exprs = Exprs(args, variables, "inside")
-    body += [f"inside = {inside}",
-             f"value = {exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted))}",
+    exprs = Exprs(args, variables or ["offs"], "inside")  # (a 0-d pad reads its one element as a block)
+    read = exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted), scalar=not shifted)
+    body += [f"inside = {inside}", f"value = {read}",
             f"fill = tl.full([BLOCK], {literal(detail.value)}, {TL_TYPES[out.dtype]})",
             f"tl.store({args.buffer(out)} + offs, tl.where(inside, {Exprs.cast('value', out.dtype)}, fill), mask=mask)"]
     return blocked(name, args, body, numel)
