@@ -45,9 +45,9 @@ bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/c_backend.py
 
 # Differential fuzzing (tests/fuzz): random programs through the interpreter, ONNX, C at every capability this CPU
-# runs, the .pt2 round trip and torch eager; prints programs, ops covered, mismatches and crashes per backend, and
-# each failure shrunk by hypothesis as a test for tests/regressions/. FUZZ_ARGS='--programs 500 --seed 3' for a
-# shorter or another run.
+# runs, Triton's interpreter, the .pt2 round trip and torch eager; prints programs, ops covered, mismatches and
+# crashes per backend, and each failure shrunk by hypothesis as a test for tests/regressions/.
+# FUZZ_ARGS='--programs 500 --seed 3' for a shorter or another run.
 FUZZ_ARGS ?= --programs 10000 --seed 0
 fuzz: $(VENV)/.installed-dev
 	$(PY) -m tests.fuzz $(FUZZ_ARGS)

@@ -1,6 +1,7 @@
 """Differential fuzzing: random programs (tests/fuzz/programs.py) agree across the interpreter, ONNX, C at every
-capability, the .pt2 round trip and torch eager. A failure is shrunk by hypothesis and shown as a pytest test to add
-to tests/regressions/. `make fuzz` runs the 10,000-program budget (tests/fuzz/__main__.py).
+capability, Triton (its interpreter), the .pt2 round trip and torch eager. A failure is shrunk by hypothesis and
+shown as a pytest test to add to tests/regressions/. `make fuzz` runs the 10,000-program budget
+(tests/fuzz/__main__.py).
 
 Each test's draws depend on its seed alone (fixed_constant_pool: hypothesis would otherwise draw from literals in
 whichever kiln modules other tests had imported), so a run of `make test` checks the same programs every time.
