@@ -636,8 +636,10 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     if detail.bias is not None:
         bias = Exprs(args, variables, "mask", block_dims=blocks).render(detail.bias)
         alpha, beta = detail.alpha, detail.beta
-        scaled = "acc" if alpha == 1 else f"{literal(alpha)} * acc"
-        shift = f"({bias}).to({accumulate})" if beta == 1 else f"{literal(beta)} * ({bias}).to({accumulate})"
+        # ATen (BLAS) ignores a term whose factor is 0: its inf and NaN do not propagate
+        scaled = "acc" if alpha == 1 else "0.0" if alpha == 0 else f"{literal(alpha)} * acc"
+        shift = f"({bias}).to({accumulate})" if beta == 1 else "0.0" if beta == 0 else \
+            f"{literal(beta)} * ({bias}).to({accumulate})"
         value = f"({scaled} + {shift})"
     epilogue = Exprs(args, variables, "mask", accumulator="acc_value", block_dims=blocks).render(kernel.expr)
     target = args.buffer(out)

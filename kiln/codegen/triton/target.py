@@ -35,8 +35,9 @@ def unsupported_arguments(op: Any) -> str | None:
         return "only float32 and float64 matmuls and convolutions are supported"
     if name in CONV_OPS and (args[6] or not all(isinstance(d, int) for d in op.operands[1].type.shape[2:])):
         return "only non-transposed convolutions with static kernel sizes are supported"
+    spatial = 3 if name.endswith("3d.default") else 2  # (the trailing dims: a 2d pool may take an unbatched input)
     if name.startswith("aten._adaptive") and not all(
-            isinstance(d, int) for value in (op.operands[0], op.results[0]) for d in value.type.shape[2:]):
+            isinstance(d, int) for value in (op.operands[0], op.results[0]) for d in value.type.shape[-spatial:]):
         return "only adaptive pooling over static spatial sizes is supported"
     if name in QCONV_OPS and isinstance(args[2], int) and any(args[7]) and not (
             (-128 if op.operands[0].type.dtype is dtypes.int8 else 0) <= args[2] <= (
