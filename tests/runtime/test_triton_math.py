@@ -96,9 +96,16 @@ INF = float("inf")
                                                                          float("nan"))]
                          + [(torch.int64, e) for e in (4, 7, 2, 0)])  # (torch refuses negative integer powers)
 def test_tensor_scalar_pow_takes_every_exponent(dtype, exponent, tmp_path):
+    """Against the interpreter (the exponent in the tensor's dtype) and against torch eager below 1e10: ATen's AVX2
+    vector kernel rounds a float32 tensor's exponent to float32 as the interpreter does, its AVX-512 kernel keeps the
+    double, and the two are 2e-6 apart at 1e20 ** 1.7, so there torch disagrees with itself across CPUs."""
     x = torch.tensor(SPECIAL) if dtype.is_floating_point else torch.arange(-600, 700, 7, dtype=dtype)  # wraps
-    got = _run(Unary(lambda t: torch.pow(t, exponent)), (x,), tmp_path)
-    torch.testing.assert_close(got, torch.pow(x, exponent), equal_nan=True)
+    module = Unary(lambda t: torch.pow(t, exponent))
+    got = _run(module, (x,), tmp_path)
+    expected = torch.from_numpy(np.asarray(kiln.from_torch(module, (x,))(x.numpy())))
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    moderate = x.abs() < 1e10 if dtype.is_floating_point else torch.ones_like(x, dtype=torch.bool)
+    torch.testing.assert_close(got[moderate], torch.pow(x, exponent)[moderate], equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -327,10 +327,10 @@ def _pow_scalar(a: list[str]) -> str:
         return f"tl.rsqrt({a[0]})"
     if exponent == 1:
         return a[0]
-    if exponent.is_integer():
-        return f"kiln_pow({a[0]}, tl.zeros_like({a[0]}) + {int(exponent)})"
-    # ATen raises float32 to the double exponent (1.7, not float32's 1.70000005: 2e-6 apart at 1e20 ** 1.7)
-    return f"kiln_pow({a[0]}, tl.full([1], {a[1]}, tl.float64))"
+    # the exponent in the tensor's dtype, as the interpreter and ATen's vector kernels (its AVX-512 one keeps the
+    # double: float32's 1.70000005 against 1.7 is 2e-6 apart at 1e20 ** 1.7)
+    literal_exponent = int(exponent) if exponent.is_integer() else a[1]
+    return f"kiln_pow({a[0]}, tl.zeros_like({a[0]}) + {literal_exponent})"
 
 
 def _gelu(a: list[str]) -> str:
