@@ -134,3 +134,33 @@ def _mask_put_fits(op: Any, args: list) -> bool:
     values = list(args[2].type.shape)
     aligned = position - (len(shape) - width + 1 - len(values))  # the values dim lined up with the count
     return len(values) <= len(shape) - width + 1 and (aligned < 0 or same_dim(values[aligned], 1))
+
+
+# The sparse weights the scheduler's sparse_linear / sparse_conv kernels take, as `sparsify` stores them.
+SPARSE_LINEAR_LAYOUTS = ("sparse_csr", "sparse_bsr", "semi_structured")
+SPARSE_CONV_LAYOUTS = ("sparse_csr", "sparse_bsr")
+
+
+def sparse_kernel_limits(op: Any, name: str, layouts: list[str], backend: str) -> str | None:
+    """Why an op with sparse operands falls outside the scheduler's sparse kernels (None for linear on a CSR, BSR or
+    2:4 weight, and an ungrouped, non-transposed convolution on a CSR or BSR weight of static shape whose taps are
+    dense dims): the forms every backend shares, before its dtype rules."""
+    refusal = (f"no {backend} kernel for {', '.join(dict.fromkeys(layouts))} operands (the {backend} backend runs "
+               f"linear layers with {', '.join(SPARSE_LINEAR_LAYOUTS)} weights and convolutions with "
+               f"{' or '.join(SPARSE_CONV_LAYOUTS)} weights whose kernel taps are dense dims, as `sparsify` "
+               "stores them)")
+    data, weight = op.operands[0].type, op.operands[1].type if len(op.operands) > 1 else None
+    if weight is None or data.is_sparse or any(v.type.is_sparse for v in op.operands[2:] if tensor_value(v)):
+        return refusal
+    if name == "aten.linear.default":
+        return None if weight.layout.kind in SPARSE_LINEAR_LAYOUTS else refusal
+    if name != "aten.convolution.default":
+        return refusal
+    args = bound_arguments(op)
+    if weight.layout.kind not in SPARSE_CONV_LAYOUTS or weight.layout.dense_dim != len(weight.shape) - 2:
+        return refusal
+    if args[6] or args[8] != 1:
+        return f"sparse convolutions run ungrouped and not transposed in {backend}"
+    if not all(isinstance(d, int) for d in weight.shape):
+        return "a sparse convolution's weight needs a static shape"
+    return None

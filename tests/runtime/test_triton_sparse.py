@@ -162,5 +162,5 @@ def test_unsupported_sparse_ops_are_named():
             return x.to_dense() * 2
 
     program = kiln.export(Densify(), (value,))
-    with pytest.raises(kiln.KilnError, match="no Triton kernel for sparse_csr operands .*target 'c'"):
+    with pytest.raises(kiln.KilnError, match=r"no Triton kernel for sparse_csr operands \(the Triton backend"):
         compile_program(program, target="triton")

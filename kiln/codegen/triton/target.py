@@ -7,7 +7,7 @@ from typing import Any
 
 from kiln.codegen.cost import kernel_work
 from kiln.codegen.schedule import CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS
-from kiln.codegen.target import Target, kernel_argument_limits, tensor_value
+from kiln.codegen.target import Target, kernel_argument_limits, sparse_kernel_limits, tensor_value
 from kiln.codegen.triton.render import POINTWISE_RULES
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
@@ -47,38 +47,14 @@ def unsupported_arguments(op: Any) -> str | None:
     return None
 
 
-# The sparse weights sparse.py's kernels take (schedule_sparse_linear / schedule_sparse_conv's forms).
-SPARSE_LINEAR_LAYOUTS = ("sparse_csr", "sparse_bsr", "semi_structured")
-SPARSE_CONV_LAYOUTS = ("sparse_csr", "sparse_bsr")
-
-
 def unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
-    """Why an op with sparse operands has no Triton kernel (None for linear on a CSR, BSR or 2:4 weight, and for an
-    ungrouped, non-transposed convolution on a CSR or BSR weight whose taps are dense dims; float32 or float64)."""
-    refusal = (f"no Triton kernel for {', '.join(dict.fromkeys(layouts))} operands (Triton, like target 'c', runs "
-               f"sparse weights as linear layers on {', '.join(SPARSE_LINEAR_LAYOUTS)} weights and convolutions on "
-               f"{' or '.join(SPARSE_CONV_LAYOUTS)} weights whose kernel taps are dense dims, as `sparsify` stores "
-               "them)")
-    data, weight = op.operands[0].type, op.operands[1].type if len(op.operands) > 1 else None
-    if weight is None or data.is_sparse or any(v.type.is_sparse for v in op.operands[2:] if tensor_value(v)):
-        return refusal
-    if name == "aten.linear.default":
-        if weight.layout.kind not in SPARSE_LINEAR_LAYOUTS:
-            return refusal
-    elif name == "aten.convolution.default":
-        args = bound_arguments(op)
-        if weight.layout.kind not in SPARSE_CONV_LAYOUTS or weight.layout.dense_dim != len(weight.shape) - 2:
-            return refusal
-        if args[6] or args[8] != 1:
-            return "sparse convolutions run ungrouped and not transposed in Triton"
-        if not all(isinstance(d, int) for d in weight.shape):
-            return "a sparse convolution's weight needs a static shape"
-    else:
-        return refusal
+    """The shared sparse forms, on float32 or float64 operands of one dtype."""
+    limits = sparse_kernel_limits(op, name, layouts, "Triton")
     values = [v for v in [*op.operands, *op.results] if tensor_value(v)]
-    if len({v.type.dtype for v in values}) != 1 or values[0].type.dtype not in (dtypes.float32, dtypes.float64):
+    if limits is None and (len({v.type.dtype for v in values}) != 1
+                           or values[0].type.dtype not in (dtypes.float32, dtypes.float64)):
         return "sparse linear layers and convolutions take float32 or float64 operands of one dtype in Triton"
-    return None
+    return limits
 
 
 TARGET = Target("Triton", "triton", DTYPES, OPS, unsupported_arguments, unsupported_sparse, kernel_work)
