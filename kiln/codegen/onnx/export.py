@@ -24,7 +24,7 @@ from kiln.codegen.onnx.context import Lowering, LoweringContext
 from kiln.codegen.onnx.graph import Model, OnnxGraph, Value, value_info
 from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
 from kiln.codegen.onnx.optimize import clean_graph
-from kiln.codegen.onnx.recurrent import lower_recurrent, match_recurrent
+from kiln.codegen.onnx.recurrent import bidirectional_partner, lower_bidirectional, lower_recurrent, match_recurrent
 import kiln.codegen.onnx.composites  # noqa: F401,E402  (adds the composite ops' lowerings to the table)
 import kiln.codegen.onnx.quantized  # noqa: F401,E402  (adds the quantize/dequantize lowerings)
 
@@ -197,6 +197,8 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
     for op in block.ops:
         if isinstance(op, (func.ReturnOp, YieldOp)):
             return [values[v] for v in op.operands]
+        if op.results and all(result in values for result in op.results):
+            continue  # computed ahead by an op that covers it too (a bidirectional recurrent layer's reverse scan)
         region_lowering = _REGION_LOWERINGS.get(type(op))
         if region_lowering is not None:
             region_lowering(graph, op, values, names, table, opset)
@@ -341,7 +343,15 @@ def _lower_scan(graph: OnnxGraph, op: ScanOp, values: dict[Any, Value], names: d
     match = match_recurrent(op)
     if match is not None:
         graph.hint = names.get(op.results[-1], "rnn")
-        _bind_results(graph, op, values, lower_recurrent(graph, match, values))
+        partner = bidirectional_partner(op, match, values)
+        if partner is None:
+            _bind_results(graph, op, values, lower_recurrent(graph, match, values))
+            return
+        # The layer's two directions are one op: the reverse scan's results (or its time flip's) are bound now, and
+        # _lower_block skips the ops whose results are all bound.
+        forward_results, reverse_results = lower_bidirectional(graph, match, partner, values)
+        _bind_results(graph, op, values, forward_results)
+        values.update((result, Value(name, result.type)) for result, name in reverse_results.items())
         return
     _lower_scan_like(graph, op, list(op.init), list(op.xs), values, names, table, opset, "scan")
 

@@ -216,31 +216,97 @@ def _is_float32(value: Any) -> bool:
 
 def lower_recurrent(graph: OnnxGraph, match: RecurrentMatch, values: dict[Any, Value]) -> list[str]:
     """Emit the ONNX op for `match`; returns the scan's results (final carries, then the stacked outputs)."""
-    cell, size = match.cell, match.hidden_size
-    rows = np.concatenate([np.arange(k * size, (k + 1) * size) for k in cell.gate_order]).astype(np.int64)
-    order = graph.const(rows)
-
-    def per_direction(name: str) -> str:  # torch's gate blocks in ONNX's order, with a direction axis in front
-        return graph.node("Unsqueeze", [graph.node("Gather", [name, order], axis=0), graph.ints([0])])
-
     layer_input = values[match.input].name
     if match.flipped:
-        layer_input = graph.node("Slice", [layer_input, graph.ints([-1]), graph.ints([INT64_MIN]),
-                                           graph.ints([0]), graph.ints([-1])])
-    weights = [per_direction(values[match.w_ih].name), per_direction(values[match.w_hh].name)]
-    if match.b_ih is not None:
-        weights.append(graph.node("Concat", [per_direction(values[match.b_ih].name),
-                                             per_direction(values[match.b_hh].name)], axis=1))
-    else:
-        weights.append("")
-    initial = [graph.node("Unsqueeze", [values[v].name, graph.ints([0])]) for v in match.init]
-    carries = len(cell.carries)
-    outputs = graph.node(cell.onnx_op, [layer_input, *weights, "", *initial], outputs=1 + carries,
-                         hidden_size=size, **cell.attributes)
+        layer_input = _reversed_in_time(graph, layer_input)
+    outputs = _emit_op(graph, [match], layer_input, values, {})
     # Y is [seq, directions, batch, hidden]; Y_h and Y_c are [directions, batch, hidden].
     stacked = graph.node("Squeeze", [outputs[0], graph.ints([1])])
     finals = [graph.node("Squeeze", [name, graph.ints([0])]) for name in outputs[1:]]
     return [*finals, stacked]
 
 
-__all__ = ["match_recurrent", "lower_recurrent", "RecurrentMatch", "CELLS"]
+def bidirectional_partner(forward: ScanOp, match: RecurrentMatch, values: dict[Any, Value]) -> tuple | None:
+    """(scan, match) of the reverse direction of `forward`'s layer, when one op can compute both: a later scan in
+    the same block with the same cell, layer input and hidden size, stepping the input backwards, whose operands the
+    graph already has here (the bidirectional op is emitted at the forward scan's place)."""
+    if match.flipped:
+        return None
+    for candidate in _later_ops(forward):
+        if not isinstance(candidate, ScanOp):
+            continue
+        other = match_recurrent(candidate)
+        if (other is not None and other.flipped and other.cell == match.cell and other.input is match.input
+                and other.hidden_size == match.hidden_size and (other.b_ih is None) == (match.b_ih is None)
+                and all(v is None or v in values for v in (other.w_ih, other.b_ih, other.w_hh, other.b_hh,
+                                                           *other.init))):
+            return candidate, other
+    return None
+
+
+def lower_bidirectional(graph: OnnxGraph, forward: RecurrentMatch, backward: tuple[ScanOp, RecurrentMatch],
+                        values: dict[Any, Value]) -> tuple[list[str], dict[Any, str]]:
+    """Emit one `direction="bidirectional"` op for a layer's two scans. Returns the forward scan's results, and the
+    ONNX names of the reverse scan's results and of the flip that puts its per-step outputs back in time order
+    (when that is their one reader), for the caller to bind: ONNX's reverse direction yields Y in input time order,
+    where the scan stacks its steps backwards."""
+    scan, match = backward
+    bound: dict[Any, str] = {}
+    outputs = _emit_op(graph, [forward, match], values[forward.input].name, values, {"direction": "bidirectional"})
+
+    def direction(name: str, axis: int, index: int) -> str:
+        return graph.node("Gather", [name, graph.const(np.asarray(index, dtype=np.int64))], axis=axis)
+
+    in_time = direction(outputs[0], 1, 1)
+    stacked = scan.results[-1]
+    bound[stacked] = _reversed_in_time(graph, in_time)  # (clean_graph drops it when only the flip read it)
+    readers = [use.operation for use in stacked.uses]
+    if len(readers) == 1 and _match(readers[0].results[0], op(FLIP, "$y", [0]), {}):
+        bound[readers[0].results[0]] = in_time
+    for result, name in zip(scan.results[:-1], outputs[1:]):
+        bound[result] = direction(name, 0, 1)
+    return [*(direction(name, 0, 0) for name in outputs[1:]), direction(outputs[0], 1, 0)], bound
+
+
+def _emit_op(graph: OnnxGraph, directions: list[RecurrentMatch], layer_input: str, values: dict[Any, Value],
+             attributes: dict[str, Any]) -> list[str]:
+    """The ONNX op over `layer_input` with one direction per match (forward first): W, R and B stacked along a
+    leading direction axis, torch's gate blocks in ONNX's order; returns Y, Y_h[, Y_c]."""
+    cell, size = directions[0].cell, directions[0].hidden_size
+    rows = np.concatenate([np.arange(k * size, (k + 1) * size) for k in cell.gate_order]).astype(np.int64)
+    order = graph.const(rows)
+
+    def stacked(parts: list[str]) -> str:
+        return parts[0] if len(parts) == 1 else graph.node("Concat", parts, axis=0)
+
+    def per_direction(name: str) -> str:  # torch's gate blocks in ONNX's order, with a direction axis in front
+        return graph.node("Unsqueeze", [graph.node("Gather", [name, order], axis=0), graph.ints([0])])
+
+    weights = [stacked([per_direction(values[getattr(m, w)].name) for m in directions]) for w in ("w_ih", "w_hh")]
+    if directions[0].b_ih is not None:
+        weights.append(stacked([graph.node("Concat", [per_direction(values[m.b_ih].name),
+                                                      per_direction(values[m.b_hh].name)], axis=1)
+                                for m in directions]))
+    else:
+        weights.append("")
+    initial = [stacked([graph.node("Unsqueeze", [values[m.init[k]].name, graph.ints([0])]) for m in directions])
+               for k in range(len(cell.carries))]
+    cell_attributes = {key: value * len(directions) if key == "activations" else value  # (one list per direction)
+                       for key, value in cell.attributes.items()}
+    return graph.node(cell.onnx_op, [layer_input, *weights, "", *initial], outputs=1 + len(cell.carries),
+                      hidden_size=size, **cell_attributes, **attributes)
+
+
+def _reversed_in_time(graph: OnnxGraph, name: str) -> str:
+    return graph.node("Slice", [name, graph.ints([-1]), graph.ints([INT64_MIN]), graph.ints([0]), graph.ints([-1])])
+
+
+def _later_ops(op: Any):
+    following = op.next_op
+    while following is not None:
+        yield following
+        following = following.next_op
+
+
+__all__ = ["match_recurrent", "lower_recurrent", "bidirectional_partner", "lower_bidirectional", "RecurrentMatch",
+           "CELLS"]
