@@ -82,8 +82,9 @@ def calibrate(prepared: PreparedProgram, batches: Iterable[Sequence[Any]], backe
 def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
     """A C build of the prepared program that returns the observed values after its outputs, and a runner that
     feeds them (and the observed inputs and weights) to the observers."""
-    from xdsl.ir import Operation
+    from xdsl.ir import BlockArgument, Operation
 
+    from kiln.ir.control_flow import invariant_source, outermost_source
     from kiln.ir.program import InputKind, OutputKind, OutputSpec
     from kiln.passes.base import weight_value
     from kiln.compiler import compile as compile_c
@@ -91,6 +92,12 @@ def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
     program = prepared.program
     watched = prepared.watched_values()
     computed = [value for value in watched if isinstance(value.owner, Operation)]
+    if any(value.owner.parent_block() is not program.body for value in computed) or any(
+            invariant_source(value) is None for value in watched if isinstance(value, BlockArgument)
+            and value.block is not program.body):
+        from kiln.ir.errors import UnsupportedError
+        raise UnsupportedError("calibrating in C cannot observe values inside loop bodies (a C build returns only "
+                               "the top level's values)", fix="calibrate with backend='interpreter'")
     returned = program.body.last_op
     outputs, specs, out_spec = list(returned.operands), list(program.graph_signature.output_specs), program.out_spec
     if any(spec.kind is not OutputKind.USER_OUTPUT for spec in specs):
@@ -113,7 +120,7 @@ def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
                    if spec.kind is InputKind.USER_INPUT]
     # Weights do not change between batches: they are observed once (torch's observers see them every call, which
     # changes nothing for the min/max observers weights use).
-    weights = {value: weight_value(program, value) for value in watched if value not in computed}
+    weights = {value: weight_value(program, outermost_source(value)) for value in watched if value not in computed}
     for value, array in weights.items():
         if array is not None:
             prepared.observe(value, array)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.dialects.builtin import DenseArrayBase, i32
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments, IRDLOperation, irdl_op_definition, operand_def, region_def, traits_def,
     var_operand_def, var_result_def,
@@ -201,6 +202,64 @@ class WhileLoopOp(IRDLOperation):
                                     fix="return values of the carried values' shapes and dtypes from body_fn")
         if [r.type for r in self.results] != carried:
             raise VerificationError("kiln.while_loop: the results must have the carried values' types")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop invariants: every region's block ends with one argument per `operands_` entry of its op, in order (the
+# values the region reads from outside, torch's `additional_inputs`).
+
+REGION_OPS = (CondOp, MapOp, ScanOp, WhileLoopOp)
+
+
+def invariant_source(value: SSAValue) -> SSAValue | None:
+    """The outer value a region's block argument stands for, when it is one of its op's `operands_`; else None."""
+    if not isinstance(value, BlockArgument):
+        return None
+    op = value.block.parent_op()
+    if not isinstance(op, REGION_OPS):
+        return None
+    first = len(value.block.args) - len(op.operands_)
+    return op.operands_[value.index - first] if value.index >= first else None
+
+
+def outermost_source(value: SSAValue) -> SSAValue:
+    """`value`, or what it stands for outside every region it is an invariant operand of."""
+    while (outer := invariant_source(value)) is not None:
+        value = outer
+    return value
+
+
+def pass_down(value: SSAValue, block: Block) -> SSAValue:
+    """`value`, defined in a block enclosing `block`, as `block` sees it: passed through each region op between
+    them as an invariant operand (an existing one when the op already takes it, else a new one, which every region
+    of the op gets an argument for)."""
+    home = value.block if isinstance(value, BlockArgument) else value.owner.parent_block()
+    chain: list[tuple[Operation, Block]] = []
+    while block is not home:
+        op = block.parent_op()
+        if op is None:
+            raise VerificationError("pass_down: the value is not defined in a block enclosing the target block")
+        chain.append((op, block))
+        block = op.parent_block()
+    for op, inner in reversed(chain):
+        value = _invariant_argument(op, value, inner)
+    return value
+
+
+def _invariant_argument(op: Any, outer: SSAValue, block: Block) -> BlockArgument:
+    operands = list(op.operands_)
+    if outer not in operands:
+        first = len(op.operands) - len(operands)
+        op.operands = [*op.operands, outer]
+        segments = op.properties.get("operandSegmentSizes")
+        if segments is not None:  # the last segment is operands_
+            sizes = [int(size) for size in segments.get_values()]
+            op.properties["operandSegmentSizes"] = DenseArrayBase.from_list(i32, [*sizes[:-1], sizes[-1] + 1])
+        assert op.operands[first + len(operands)] is outer
+        for region in op.regions:
+            region.block.insert_arg(outer.type, len(region.block.args)).name_hint = outer.name_hint
+        operands.append(outer)
+    return block.args[len(block.args) - len(operands) + operands.index(outer)]
 
 
 def _check_leading_dims(op_name: str, xs: Sequence[SSAValue]) -> None:

@@ -17,6 +17,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
 from xdsl.rewriter import InsertPoint
 
+from kiln.ir.control_flow import outermost_source, pass_down
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.program import ExportedProgram, GraphBuilder
 from kiln.ir.registry import OpOverload, OpOverloadPacket, lookup, split_bound
@@ -141,14 +142,18 @@ def current_op() -> Operation:
 
 def value_of(value: Any, *, parameters: bool = True) -> np.ndarray | None:
     """The weight array behind `value` when it is a constant argument (or, with `parameters`, a parameter or
-    buffer argument) whose value the program holds; else None."""
+    buffer argument) whose value the program holds, directly or as a region's invariant operand; else None."""
     context = _active("value_of")
-    return weight_value(context.program, value, parameters=parameters) if isinstance(value, SSAValue) else None
+    if not isinstance(value, SSAValue):
+        return None
+    return weight_value(context.program, outermost_source(value), parameters=parameters)
 
 
 def constant(array: np.ndarray, hint: str = "folded") -> SSAValue:
-    """An IR value for `array`: a new CONSTANT_TENSOR input of the program (its value goes to `constants`)."""
-    return add_constant(_active("constant").program, array, hint)
+    """An IR value for `array`: a new CONSTANT_TENSOR input of the program (its value goes to `constants`), passed
+    down as an invariant operand to the region the matched op is in."""
+    context = _active("constant")
+    return pass_down(add_constant(context.program, array, hint), context.anchor.parent_block())
 
 
 def users(value: SSAValue) -> Iterator[Operation]:

@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from kiln.ir import dtypes
+from kiln.ir.control_flow import outermost_source, pass_down
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, GraphBuilder
 from kiln.ir.registry import ops
@@ -73,6 +74,7 @@ class _Converter:
         self.output_group: dict[SSAValue, int] = {}
         self.done: dict[tuple[SSAValue, int], SSAValue] = {}  # (value, group) -> its dequantized replacement
         self.group_specs: dict[int, Any] = {}
+        self.block = self.program.body  # where the value being quantized is read
         for edge_or_node, group in prepared.groups.items():
             self.group_specs.setdefault(group, prepared.specs[edge_or_node])
 
@@ -95,10 +97,12 @@ class _Converter:
         user.operands = [replacement if operand is source else operand for operand in user.operands]
 
     def _quantized(self, value: SSAValue, group: int, point: InsertPoint) -> tuple[SSAValue, set[Operation]]:
-        """`value` quantized and dequantized with the group's qparams, and the ops that compute it."""
+        """`value` quantized and dequantized with the group's qparams, and the ops that compute it. A weight read in
+        a loop body (an invariant operand of the loop) is quantized once, outside: the body dequantizes it."""
         observer = self.prepared.observers[group]
         spec = self.group_specs[group]
-        weight = weight_value(self.program, value)
+        weight = weight_value(self.program, outermost_source(value))
+        self.block = point.block
         builder = _InsertAt(self.program, point)
         with builder:
             if isinstance(spec, DerivedQuantizationSpec):
@@ -111,6 +115,10 @@ class _Converter:
                 result = self._static(value, observer)
         self.done[(value, group)] = result
         return result, set(builder.inserted)
+
+    def _constant(self, array: np.ndarray, hint: str) -> SSAValue:
+        """A new constant of the program, as the block being converted reads it."""
+        return pass_down(add_constant(self.program, array, hint), self.block)
 
     def _derived(self, value: SSAValue, weight: np.ndarray | None, spec: DerivedQuantizationSpec) -> SSAValue:
         """A value whose qparams follow from other edges' (an int32 bias): quantized now, read through dequantize."""
@@ -125,9 +133,9 @@ class _Converter:
         scale, zero_point = spec.derive_qparams_fn(observers)
         low, high, axis = spec.quant_min, spec.quant_max, spec.ch_axis or 0
         quantized = qd.quantize_per_channel.default(weight, scale, zero_point, axis, low, high, spec.dtype)
-        stored = add_constant(self.program, quantized, "quantized_bias")
-        scales = add_constant(self.program, scale, "bias_scale")
-        zero_points = add_constant(self.program, zero_point, "bias_zero_point")
+        stored = self._constant(quantized, "quantized_bias")
+        scales = self._constant(scale, "bias_scale")
+        zero_points = self._constant(zero_point, "bias_zero_point")
         return qd.dequantize_per_channel.default(stored, scales, zero_points, axis, low, high, spec.dtype)
 
     def _static(self, value: SSAValue, observer: Any) -> SSAValue:
@@ -147,7 +155,7 @@ class _Converter:
 
     def _dequantized_weight(self, weight: np.ndarray, observer: Any) -> SSAValue:
         if observer.dtype.is_floating_point:  # fp16 weight-only: stored in the narrow float, read as float32
-            stored = add_constant(self.program, weight.astype(observer.dtype.numpy), "weight")
+            stored = self._constant(weight.astype(observer.dtype.numpy), "weight")
             return qd.convert_element_type.no_fuse(stored, dtypes.dtype(weight.dtype))
         if not self.prepared.saw(observer):  # not calibrated (e.g. weight-only): the weight is known now
             observer(weight)
@@ -156,19 +164,19 @@ class _Converter:
         if isinstance(observer, PerGroupMinMaxObserver):  # int4 values in int8 storage, one scale per group
             size = observer.group_size
             quantized = qd.quantize_per_channel_group.default(weight, scale, zero_point, low, high, dtype, size)
-            stored = add_constant(self.program, quantized, "quantized_weight")
-            scales = add_constant(self.program, scale, "weight_scale")
-            zero_points = add_constant(self.program, zero_point, "weight_zero_point")
+            stored = self._constant(quantized, "quantized_weight")
+            scales = self._constant(scale, "weight_scale")
+            zero_points = self._constant(zero_point, "weight_zero_point")
             return qd.dequantize_per_channel_group.default(stored, scales, zero_points, low, high, dtype, size,
                                                            dtypes.float32)
         if observer.qscheme.is_per_channel:
             axis = observer.ch_axis
             quantized = qd.quantize_per_channel.default(weight, scale, zero_point, axis, low, high, dtype)
-            stored = add_constant(self.program, quantized, "quantized_weight")
-            scales = add_constant(self.program, scale, "weight_scale")
-            zero_points = add_constant(self.program, zero_point, "weight_zero_point")
+            stored = self._constant(quantized, "quantized_weight")
+            scales = self._constant(scale, "weight_scale")
+            zero_points = self._constant(zero_point, "weight_zero_point")
             return qd.dequantize_per_channel.default(stored, scales, zero_points, axis, low, high, dtype)
         arguments = (float(scale[0]), int(zero_point[0]), low, high, dtype)
-        stored = add_constant(self.program, qd.quantize_per_tensor.default(weight, *arguments), "quantized_weight")
+        stored = self._constant(qd.quantize_per_tensor.default(weight, *arguments), "quantized_weight")
         return qd.dequantize_per_tensor.default(stored, *arguments)
 

@@ -103,7 +103,7 @@ def prepare_pt2e(program: ExportedProgram, quantizer: Quantizer, is_qat: bool = 
 
 def _edge_or_node_specs(program: ExportedProgram) -> dict[EdgeOrNode, Any]:
     specs: dict[EdgeOrNode, Any] = {}
-    for op in program.nodes():
+    for op in program.walk_nodes():
         annotation = annotations(program).get(op)
         if annotation is None:
             continue

@@ -84,7 +84,7 @@ class WeightOnlyQuantizer(Quantizer):
 
     def annotate(self, program: ExportedProgram) -> ExportedProgram:
         spec = self.weight_spec()
-        for op in program.nodes():
+        for op in program.walk_nodes():
             if op.name == "aten.linear.default":
                 annotate(program, op, QuantizationAnnotation({op.operands[1]: spec}))
         return program

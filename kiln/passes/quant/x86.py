@@ -132,13 +132,13 @@ class X86InductorQuantizer(Quantizer):
             self._annotate_with_config(program, config, operator_type_filter(op_name))
         if self.global_config is not None:
             self._annotate_with_config(program, self.global_config, _global_filter)
-        for op in program.nodes():
+        for op in program.walk_nodes():
             self._annotate_output_for_int8_in_int8_out(program, op)
         return program
 
     def _annotate_with_config(self, program: ExportedProgram, config: QuantizationConfig | None,
                               keep: Filter) -> None:
-        ops = list(program.nodes())
+        ops = list(program.walk_nodes())
         if config is None or config.is_qat:  # QAT keeps batch norm until convert: its patterns include it
             for op in ops:
                 if op.name == "aten.conv2d.default":
