@@ -249,17 +249,41 @@ def pass_down(value: SSAValue, block: Block) -> SSAValue:
 def _invariant_argument(op: Any, outer: SSAValue, block: Block) -> BlockArgument:
     operands = list(op.operands_)
     if outer not in operands:
-        first = len(op.operands) - len(operands)
-        op.operands = [*op.operands, outer]
-        segments = op.properties.get("operandSegmentSizes")
-        if segments is not None:  # the last segment is operands_
-            sizes = [int(size) for size in segments.get_values()]
-            op.properties["operandSegmentSizes"] = DenseArrayBase.from_list(i32, [*sizes[:-1], sizes[-1] + 1])
-        assert op.operands[first + len(operands)] is outer
+        _set_invariants(op, [*operands, outer])
         for region in op.regions:
             region.block.insert_arg(outer.type, len(region.block.args)).name_hint = outer.name_hint
         operands.append(outer)
     return block.args[len(block.args) - len(operands) + operands.index(outer)]
+
+
+def drop_unused_invariants(op: Operation) -> int:
+    """Remove the invariant operands that no region of `op` reads (e.g. a weight a rewrite replaced by a folded
+    constant); returns how many."""
+    if not isinstance(op, REGION_OPS):
+        return 0
+    operands = list(op.operands_)
+    count = len(operands)
+    read = [any(region.block.args[len(region.block.args) - count + index].uses for region in op.regions)
+            for index in range(count)]
+    if all(read):
+        return 0
+    for region in op.regions:
+        block = region.block
+        unread = [arg for arg, kept in zip(block.args[len(block.args) - count:], read) if not kept]
+        for arg in unread:
+            block.erase_arg(arg)
+    _set_invariants(op, [value for value, kept in zip(operands, read) if kept])
+    return read.count(False)
+
+
+def _set_invariants(op: Any, invariants: list[SSAValue]) -> None:
+    """Replace `op.operands_` (its last operand group) by `invariants`."""
+    first = len(op.operands) - len(op.operands_)
+    segments = op.properties.get("operandSegmentSizes")
+    op.operands = [*op.operands[:first], *invariants]
+    if segments is not None:
+        sizes = [int(size) for size in segments.get_values()]
+        op.properties["operandSegmentSizes"] = DenseArrayBase.from_list(i32, [*sizes[:-1], len(invariants)])
 
 
 def _check_leading_dims(op_name: str, xs: Sequence[SSAValue]) -> None:

@@ -21,6 +21,7 @@ from xdsl.dialects import builtin, func
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from kiln.ir.control_flow import drop_unused_invariants
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputSpec, value_names
 from kiln.ir.types import TensorType
@@ -346,12 +347,14 @@ def is_pure_op(op: Operation) -> bool:
 
 
 def erase_dead_ops(block: Block) -> int:
-    """Erase ops whose results are unused, users before producers, in nested regions too; return how many."""
+    """Erase ops whose results are unused, users before producers, in nested regions too (and the invariant operands
+    a region op's regions no longer read); return how many ops."""
     erased = 0
     for op in reversed(list(block.ops)):
         for region in op.regions:
             for nested in region.blocks:
                 erased += erase_dead_ops(nested)
+        drop_unused_invariants(op)
         if is_pure_op(op) and not any(result.uses for result in op.results):
             block.erase_op(op)
             erased += 1

@@ -255,6 +255,56 @@ def test_fold_constants_with_freeze_bakes_parameters_in():
     check_numerics(program, frozen, *input_sets[0])
 
 
+class _LinearInNestedLoops(nn.Module):
+    """A while_loop whose body runs a scan whose body applies a linear layer: its weight reaches the inner body
+    through two levels of invariant operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(kiln.randn(4, 4))
+
+    def forward(self, x):
+        def step(h, row):
+            h = F.linear(h, self.weight).tanh() + row
+            return h, h
+
+        def body(i, h):
+            h, _ = kiln.scan(step, h, x)
+            return i + 1, h
+
+        _, h = kiln.while_loop(lambda i, h: i < 3, body, (kiln.zeros((), dtype=kiln.int64), x[0]))
+        return h
+
+
+def test_rewrites_inside_nested_loops_see_constants_and_pass_new_ones_down():
+    """Weight-only quantization puts `dequantize(int8 weight)` in the inner body (its int8 values passed down by
+    convert); fold-dequantized-weights sees that weight through both loops (value_of) and its folded float weight
+    reaches the inner body as a new invariant operand of each loop (constant)."""
+    from kiln import quantization as kq
+    from kiln.ir.control_flow import outermost_source
+
+    x = kiln.randn(5, 4)
+    program = export(_LinearInNestedLoops().eval(), x)
+    quantized = kq.convert_pt2e(kq.prepare_pt2e(program, kq.WeightOnlyQuantizer("int8")))
+    folded = optimize(quantized, "fold-dequantized-weights")
+    (while_loop,) = [op for op in folded.nodes() if op.name == "kiln.while_loop"]
+    (scan,) = [op for op in while_loop.body.block.ops if op.name == "kiln.scan"]
+    (linear,) = [op for op in scan.body.block.ops if op.name == "aten.linear.default"]
+    assert linear.operands[1].owner is scan.body.block  # a region reads outer values through its arguments only
+    source = outermost_source(linear.operands[1])
+    spec = folded.graph_signature.input_specs[source.index]
+    assert source.block is folded.body and spec.kind is InputKind.CONSTANT_TENSOR
+    stored = {name: array for name, array in quantized.constants.items() if name.startswith("quantized_weight")}
+    scales = {name: array for name, array in quantized.constants.items() if name.startswith("weight_scale")}
+    ((_, int8_weight),), ((_, scale),) = stored.items(), scales.items()
+    np.testing.assert_array_equal(folded.constants[spec.target], int8_weight.astype(np.float32) * scale[:, None])
+    assert len(while_loop.cond_region.block.args) == len(while_loop.body.block.args)  # both regions got it
+    # the int8 weight and its qparams, read by nothing now, left both loops' operands and the program
+    assert [outermost_source(v) for v in scan.operands_] == [source]
+    assert not any(name.startswith(("quantized_weight", "weight_scale")) for name in folded.constants)
+    check_numerics(quantized, folded, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # fold-batchnorm
 
