@@ -8,7 +8,9 @@ scan is ONNX's LSTM op, see kiln/codegen/onnx/recurrent.py).
 Peers: kiln C; onnxruntime on kiln's ONNX; onnxruntime on torch.onnx's export (its LSTM op, exported at each fixed
 length, which is what torch.onnx gives); torch eager. Every peer runs with the same thread count, timed in
 interleaved rounds (medians). Each output is checked against torch eager, so a fast wrong answer shows.
-Columns: median ms per peer and kiln C / onnxruntime (kiln's ONNX) and kiln C / onnxruntime (torch.onnx).
+Columns: median ms per peer and kiln C / onnxruntime (kiln's ONNX) and kiln C / onnxruntime (torch.onnx); "C unfused"
+is kiln C with each LSTM step as a GEMM and two pointwise kernels (kiln/codegen/c/recurrent.py's FUSE off), and
+"fused/unfused" the fused step's time over it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import kiln
 import kiln.models
 import kiln.onnx
 import kiln.runtime
+from kiln.codegen.c import recurrent
 from timing import interleaved_medians  # benchmarks/timing.py (scripts run from their folder)
 
 
@@ -74,13 +77,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kiln_loops_"))
     lengths = [int(n) for n in args.lengths.split(",")]
     print(f"threads={args.threads}  capability={os.environ.get('KILN_CPU_CAPABILITY', 'native')}")
-    header = (f"{'row':<9}{'seq':>5}  {'kiln C':>9}{'ort(kiln)':>11}{'ort(torch)':>11}{'torch':>9}"
-              f"  {'C/ort(kiln)':>12}{'C/ort(torch)':>13}")
+    header = (f"{'row':<9}{'seq':>5}  {'kiln C':>9}{'C unfused':>11}{'ort(kiln)':>11}{'ort(torch)':>11}{'torch':>9}"
+              f"  {'C/ort(kiln)':>12}{'C/ort(torch)':>13}{'fused/unfused':>14}")
     print(header)
     for name, model, twin, make, dynamic in _rows(args.rows.split(",")):
         rng = np.random.default_rng(0)
         program = kiln.export(model, (kiln.Tensor(make(5, rng)),), dynamic_shapes=dynamic)
         compiled = kiln.compile(program, output=work / f"{name}_c", num_threads=args.threads)
+        recurrent.FUSE = False
+        unfused = kiln.compile(program, output=work / f"{name}_c_unfused", num_threads=args.threads)
+        recurrent.FUSE = True
         onnx_path = work / f"{name}.onnx"
         kiln.onnx.export(program, f=onnx_path)
         kiln_session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
@@ -102,6 +108,7 @@ def main() -> None:
                     return _first(twin(torch.from_numpy(x))).numpy()
             runners = {
                 "kiln C": lambda: _first(compiled(x)),
+                "C unfused": lambda: _first(unfused(x)),
                 "ort(kiln)": lambda: kiln_session.run(None, {kiln_input: x})[0],
                 "ort(torch)": lambda: torch_session.run(None, {torch_input: x})[0],
                 "torch": run_torch,
@@ -111,9 +118,9 @@ def main() -> None:
                                            err_msg=f"{peer} differs from torch eager on {name} at seq {length}")
             medians = interleaved_medians(runners, args.rounds)
             ms = {peer: seconds * 1e3 for peer, seconds in medians.items()}
-            print(f"{name:<9}{length:>5}  {ms['kiln C']:>9.3f}{ms['ort(kiln)']:>11.3f}{ms['ort(torch)']:>11.3f}"
-                  f"{ms['torch']:>9.3f}  {ms['kiln C'] / ms['ort(kiln)']:>12.2f}"
-                  f"{ms['kiln C'] / ms['ort(torch)']:>13.2f}", flush=True)
+            print(f"{name:<9}{length:>5}  {ms['kiln C']:>9.3f}{ms['C unfused']:>11.3f}{ms['ort(kiln)']:>11.3f}"
+                  f"{ms['ort(torch)']:>11.3f}{ms['torch']:>9.3f}  {ms['kiln C'] / ms['ort(kiln)']:>12.2f}"
+                  f"{ms['kiln C'] / ms['ort(torch)']:>13.2f}{ms['kiln C'] / ms['C unfused']:>14.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def kernel_work(kernel: Kernel) -> Any:
         return scores * (2 * sympy.sympify(kernel.detail.dim) + 2 * sympy.sympify(kernel.shape[2]) + 4)
     if kernel.kind == "conv":
         return 2 * out * size(kernel.detail.weight.shape[1:])
+    if kernel.kind == "lstm_cell":  # the gates' GEMM over [batch, 4 x hidden], then the cell per hidden unit
+        return out * (2 * kernel.detail.hidden + 3)
     if kernel.kind == "sparse_linear":
         # a multiply-add per stored weight and activation row, plus the indirect load each stored weight costs (as
         # much as ~3 rows' products: the 768 -> 3072 FFN at 90%, batch 1, counted as 0.9 MFLOP, ran on one thread at

@@ -128,7 +128,8 @@ class Apply:
 @dataclass(eq=False)
 class Kernel:
     """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
-    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention) and `detail` holds what the
+    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention, lstm_cell) and `detail` holds
+    what the
     template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
 
     kind: str
@@ -457,9 +458,25 @@ class AttentionDetail:
     safe: bool
 
 
+@dataclass(eq=False)
+class LstmCellDetail:
+    """One step of an LSTM layer (torch's cell, kiln/codegen/recurrent.py) as one kernel: the gates
+    `h @ weightᵀ + bias + x` ([batch, 4 x hidden], torch's gate order i, f, g, o) are a GEMM whose epilogue computes
+    c' = σ(f)·c + σ(i)·tanh(g) and h' = σ(o)·tanh(c') (the kernel's outputs h', c'). `h`, `c` and `x` are the step's
+    contiguous carry and slice windows, `weight` the constant recurrent weight [4 x hidden, hidden]."""
+
+    h: View
+    c: View
+    x: View
+    weight: View
+    bias: View | None
+    batch: Any
+    hidden: int
+
+
 KernelDetail = (MatmulDetail | ConvDetail | RowsDetail | WindowDetail | CatDetail | PadDetail | ScatterDetail
                 | DistanceDetail | BagsDetail | QLinearDetail | WLinearDetail | QPoolDetail | QConvDetail
-                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail)
+                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail | LstmCellDetail)
 
 
 @dataclass

@@ -21,12 +21,14 @@ from kiln.ir.types import TensorType
 LINEAR, ADD, SUB, MUL = "aten.linear.default", "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"
 SIGMOID, TANH, RELU = "aten.sigmoid.default", "aten.tanh.default", "aten.relu.default"
 SPLIT, FLIP = "aten.split_with_sizes.default", "aten.flip.default"
+ADDMM, MM, PERMUTE = "aten.addmm.default", "aten.mm.default", "aten.permute.default"
 _COMMUTATIVE = {ADD, MUL}
 
 
 # ---------------------------------------------------------------------------------------------
 # Patterns: an op name with argument patterns (in schema order), a "$name" that binds a value (and must be the
-# same value wherever the name recurs), a predicate on a non-tensor argument, or a literal it must equal.
+# same value wherever the name recurs), a linear layer in any of its forms, a predicate on a non-tensor argument,
+# or a literal it must equal.
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,21 @@ class Op:
 
 def op(name: str, *args: Any, result: int = 0) -> Op:
     return Op(name, args, result)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """linear(input, weight, bias), as exported or as `decompose` leaves it for the compiled backends:
+    addmm(bias, input, permute(weight, [1, 0])), or mm(input, permute(weight, [1, 0])) with the bias bound to None."""
+    input: Any
+    weight: Any
+    bias: Any
+
+    def forms(self) -> list[tuple[Op, dict[str, Any]]]:
+        transposed = op(PERMUTE, self.weight, [1, 0])
+        return [(op(LINEAR, self.input, self.weight, self.bias), {}),
+                (op(ADDMM, self.bias, self.input, transposed, 1, 1), {}),
+                (op(MM, self.input, transposed), {self.bias: None})]
 
 
 def matches(value: Any, pattern: Any, bound: dict[str, Any]) -> bool:
@@ -59,6 +76,16 @@ def matches(value: Any, pattern: Any, bound: dict[str, Any]) -> bool:
         for candidate in orders:
             trial = dict(bound)
             if all(matches(a, p, trial) for a, p in zip(candidate, pattern.args)):
+                bound.update(trial)
+                return True
+        return False
+    if isinstance(pattern, Linear):
+        for form, implied in pattern.forms():
+            trial = dict(bound)
+            if any(name in trial and trial[name] is not value_ for name, value_ in implied.items()):
+                continue
+            trial.update(implied)
+            if matches(value, form, trial):
                 bound.update(trial)
                 return True
         return False
@@ -95,7 +122,7 @@ class Cell:
 
 
 def _lstm_yields() -> list[Any]:
-    gates = op(ADD, op(LINEAR, "$h", "$w_hh", "$b_hh"), "$x", 1)
+    gates = op(ADD, Linear("$h", "$w_hh", "$b_hh"), "$x", 1)
 
     def gate(part: int, activation: str) -> Op:
         return op(activation, _split(gates, 4, part))
@@ -105,7 +132,7 @@ def _lstm_yields() -> list[Any]:
 
 
 def _gru_yields() -> list[Any]:
-    hidden = op(LINEAR, "$h", "$w_hh", "$b_hh")
+    hidden = Linear("$h", "$w_hh", "$b_hh")
     reset = op(SIGMOID, op(ADD, _split(hidden, 3, 0), _split("$x", 3, 0), 1))
     update = op(SIGMOID, op(ADD, _split(hidden, 3, 1), _split("$x", 3, 1), 1))
     new = op(TANH, op(ADD, _split("$x", 3, 2), op(MUL, _split(hidden, 3, 2), reset), 1))
@@ -115,7 +142,7 @@ def _gru_yields() -> list[Any]:
 
 def _rnn_yields(activation: str) -> Callable[[], list[Any]]:
     def yields() -> list[Any]:
-        h_next = op(activation, op(ADD, op(LINEAR, "$h", "$w_hh", "$b_hh"), "$x", 1))
+        h_next = op(activation, op(ADD, Linear("$h", "$w_hh", "$b_hh"), "$x", 1))
         return [h_next, h_next]
     return yields
 
@@ -184,4 +211,4 @@ def _is_float32(value: Any) -> bool:
     return isinstance(value.type, TensorType) and value.type.dtype is dtypes.float32
 
 
-__all__ = ["CELLS", "Cell", "CellMatch", "match_cell", "matches", "op", "Op", "LINEAR", "FLIP"]
+__all__ = ["CELLS", "Cell", "CellMatch", "match_cell", "matches", "op", "Op", "Linear", "LINEAR", "FLIP"]

@@ -23,10 +23,11 @@ from xdsl.dialects import func
 
 from kiln.codegen.kernels import (
     Accumulator, Apply, BagsDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather, Iota,
-    Kernel, Load, LoopDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail, RowsDetail,
-    ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View, WLinearDetail, Window,
-    WindowDetail, as_dim, contiguous_strides, same_dim,
+    Kernel, Load, LoopDetail, LstmCellDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail,
+    RowsDetail, ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View,
+    WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, same_dim,
 )
+from kiln.codegen.recurrent import match_cell
 from kiln.ir import dtypes
 from kiln.ir.control_flow import MapOp, ScanOp, WhileLoopOp, YieldOp
 from kiln.ir.dialect import bound_arguments
@@ -119,6 +120,9 @@ QPOOL_OPS = {"quant.qadaptive_avg_pool2d.default"}
 # Every op the scheduler groups into a kernel kind (a target supports these or a subset)
 # Region ops that become a `loop` kernel over the scheduled kernels of their body.
 LOOP_OPS = {"kiln.scan", "kiln.map", "kiln.while_loop"}
+# what an `lstm_cell` kernel computes, as the ops of the cell it replaces
+LSTM_CELL_OPS = ["aten.addmm.default", "aten.add.Tensor", "aten.sigmoid.default", "aten.tanh.default",
+                 "aten.mul.Tensor"]
 SCHEDULED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
                  | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS
                  | WLINEAR_OPS | QPOOL_OPS)
@@ -888,7 +892,8 @@ class _Scheduler:
         yielded = list(block.last_op.operands)
         body: list[Kernel] = []
         with self.collecting(body):
-            self.schedule_region(block)
+            if not (isinstance(op, ScanOp) and self.schedule_lstm_cell(op)):
+                self.schedule_region(block)
             claimed: set = set()
             stacked = []
             for value, result in zip(yielded[len(init):], op.results[len(init):]):
@@ -906,6 +911,30 @@ class _Scheduler:
         self.kernels.append(Kernel("loop", f"{op.name.split('.')[1]}_{name}", [op.name], outputs,
                                    [xs[0].type.shape[0]], None,
                                    LoopDetail(body, carries, slices, stacked)))
+
+    def schedule_lstm_cell(self, op: ScanOp) -> bool:
+        """A scan whose body is exactly torch's LSTM cell (kiln/codegen/recurrent.py), where the target fuses it:
+        the body becomes one `lstm_cell` kernel (its float32 weight constant, its step values contiguous); returns
+        whether it did."""
+        found = match_cell(op)
+        if found is None or found.cell.onnx_op != "LSTM" or not self.target.fuses_lstm_cell(found.w_hh.type.shape[-1]):
+            return False
+        h, c, x = (self.views[found.bound[name]] for name in ("$h", "$c", "$x"))
+        weight = self.materialized(found.bound["$w_hh"])
+        bias = self.materialized(found.bound["$b_hh"]) if found.bound["$b_hh"] is not None else None
+        views = [view for view in (h, c, x, weight, bias) if view is not None]
+        static = [*weight.shape, weight.offset]
+        if (weight.buffer.kind != "weight" or not all(sympy.sympify(d).is_Integer for d in static)
+                or not all(view.is_contiguous and view.buffer.dtype == dtypes.float32 for view in views)):
+            return False  # (the weight is packed at compile time)
+        h_next, c_next = found.yielded[0], found.yielded[1]
+        outputs = [self.buffer(h_next), self.buffer(c_next)]
+        for value, buf in zip((h_next, c_next), outputs):
+            self.views[value] = _contiguous(buf)
+        detail = LstmCellDetail(h, c, x, weight, bias, h.shape[0], int(weight.shape[1]))
+        self.kernels.append(Kernel("lstm_cell", f"lstm_cell_{outputs[0].name}", LSTM_CELL_OPS, outputs,
+                                   list(x.shape), None, detail))
+        return True
 
     def schedule_while(self, op: Any) -> None:
         """kiln.while_loop: a `loop` kernel with no trip count. Each iteration runs the cond region's kernels, stops

@@ -34,6 +34,9 @@ class Target:
     unsupported_arguments: Callable[[Any], str | None]
     unsupported_sparse: Callable[[Any, str, list[str]], str | None]
     work: Callable[[Any], Any]
+    # whether the scheduler makes a scan whose body is an LSTM cell of this hidden size one `lstm_cell` kernel per
+    # step (asked at each schedule, so a backend's switch can turn it off)
+    fuses_lstm_cell: Callable[[int], bool] = lambda hidden: False
 
     @property
     def no_lowering(self) -> str:

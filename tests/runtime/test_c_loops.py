@@ -96,6 +96,51 @@ def test_threads_share_every_step_and_agree(capability, tmp_path, monkeypatch):
         _close(model(x.numpy()), [expected])
 
 
+# The fused LSTM step (kiln/codegen/c/recurrent.py): hidden sizes that fill the blocks of lanes or leave a partial
+# one (10, 24 with AVX-512's 16 lanes), with and without biases, both directions, batch-first.
+FUSED_LSTMS = [(10, {}), (24, {"bias": False, "batch_first": True}), (32, {"num_layers": 2, "bidirectional": True})]
+
+
+@pytest.mark.parametrize("capability", ["native", "AVX2", "DEFAULT"])
+@pytest.mark.parametrize("hidden,kwargs", FUSED_LSTMS, ids=lambda v: str(v))
+def test_fused_lstm_step_gives_the_bits_of_its_three_kernels(hidden, kwargs, capability, tmp_path, monkeypatch):
+    """Each step one kernel (the gates' GEMM with the cell in its epilogue, on gate-interleaved weight panels): the
+    same bits as the GEMM and two pointwise kernels it replaces, at every capability, and torch eager's values."""
+    from kiln.codegen.c import recurrent
+    if capability != "native":
+        use_capability(capability, monkeypatch)
+    monkeypatch.setattr(recurrent, "FUSE_MIN_HIDDEN", 1)  # every size fuses
+    reference, module = module_pair("LSTM", 6, hidden, **kwargs)
+    seq_dim, batch_dim = (1, 0) if kwargs.get("batch_first") else (0, 1)
+    shape = [0, 0, 6]
+    shape[seq_dim], shape[batch_dim] = 5, 2
+    program = kiln.export(module, (kiln.randn(*shape),),
+                          dynamic_shapes={"input": {seq_dim: kiln.Dim("seq"), batch_dim: kiln.Dim("batch")}})
+    outputs = {}
+    for fuse in (True, False):
+        monkeypatch.setattr(recurrent, "FUSE", fuse)
+        model = compile_c(program, output=tmp_path / f"pkg_{fuse}")
+        kernels = re.findall(r"static void (kernel_\w+)\(", (tmp_path / f"pkg_{fuse}" / "model.c").read_text())
+        scans = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+        assert len([k for k in kernels if "lstm_cell" in k]) == (scans if fuse else 0)
+        shape[seq_dim], shape[batch_dim] = 33, 3
+        x = np.random.default_rng(hidden).standard_normal(shape).astype(np.float32)
+        outputs[fuse] = model(x)
+    for fused, unfused in zip(outputs[True], outputs[False], strict=True):
+        np.testing.assert_array_equal(fused, unfused)
+    _close(outputs[True], _torch_values(reference(torch.from_numpy(x))))
+
+
+def test_lstm_steps_fuse_from_the_measured_hidden_size(tmp_path):
+    from kiln.codegen.c import recurrent
+    for hidden in (recurrent.FUSE_MIN_HIDDEN // 2, recurrent.FUSE_MIN_HIDDEN):
+        program = kiln.export(kiln.nn.LSTM(4, hidden).eval(), (kiln.randn(3, 1, 4),),
+                              dynamic_shapes={"input": {0: kiln.Dim("seq")}})
+        compile_c(program, output=tmp_path / f"pkg{hidden}")
+        fused = "lstm_cell" in (tmp_path / f"pkg{hidden}" / "model.c").read_text()
+        assert fused == (hidden >= recurrent.FUSE_MIN_HIDDEN)
+
+
 class Accumulate(torch.nn.Module):
     """torch's scan over dim 1, reversed, with two carries, two xs and a parameter in the body."""
 

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import sympy
 
+from kiln.codegen.c.recurrent import gate_panels
 from kiln.codegen.kernels import Kernel
 
 
@@ -32,7 +33,8 @@ class PackedWeight:
     """A weight in a micro-kernel's layout: the weights.bin entry `name`, computed by `pack` from the weight."""
     name: str
     source: str                                   # the weight it is packed from (its weight_key)
-    layout: str                                   # "panels" (a GEMM's B) or "row_blocks" (a convolution's A)
+    layout: str                                   # "panels" (a GEMM's B), "row_blocks" (a convolution's A) or
+                                                  # "gate_panels" (an LSTM step's, c/recurrent.py)
     pack: Callable[[np.ndarray], np.ndarray]      # the weight's array -> the packed float32 array
 
 
@@ -58,6 +60,11 @@ def packed_weight(kernel: Kernel, capability: str) -> PackedWeight | None:
         layout = (int(weight.offset), groups, rows, k, mr)
         return PackedWeight(_name(weight.buffer.weight_key, "row_blocks", layout), weight.buffer.weight_key,
                             "row_blocks", lambda array: _row_blocks(array, *layout))
+    if kernel.kind == "lstm_cell":
+        weight, hidden = kernel.detail.weight, kernel.detail.hidden
+        layout = (int(weight.offset), hidden, nr)
+        return PackedWeight(_name(weight.buffer.weight_key, "gate_panels", layout), weight.buffer.weight_key,
+                            "gate_panels", lambda array: gate_panels(array, *layout))
     return None
 
 

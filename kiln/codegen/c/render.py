@@ -29,7 +29,7 @@ from kiln.codegen.kernels import (
     contiguous_strides, same_dim,
 )
 from kiln.codegen.schedule import SORT_OPS
-from kiln.codegen.c import quantized
+from kiln.codegen.c import quantized, recurrent
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _view_index, buffer_name,
     c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal, symbol_name,
@@ -1480,6 +1480,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": _conv,
     "window": _window, "cat": _cat, "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
     "sparse_linear": _sparse_linear, "sparse_conv": _sparse_conv, **quantized.RENDERERS,
+    "lstm_cell": recurrent.render_lstm_cell,
 }
 
 PRELUDE = """\
@@ -1756,10 +1757,13 @@ def _uses_sell(kernel: Kernel) -> bool:
 
 
 def _prepacked(schedule: Schedule) -> dict:
-    """Static weights packed once, when the model is created: float32 GEMMs' B operands (into panels) and float32
-    convolutions' weights (into row blocks)."""
+    """Static weights packed once, when the model is created: float32 GEMMs' B operands (into panels), float32
+    convolutions' weights (into row blocks) and fused LSTM steps' recurrent weights (gate-interleaved panels)."""
     packed = {}
     for kernel in schedule.all_kernels():
+        if kernel.kind == "lstm_cell":  # the scheduler fuses only cells with a static constant weight
+            packed[kernel] = len(packed)
+            continue
         if kernel.kind in SPARSE_KERNELS:  # copied out of the mapped weights file: streamed from anonymous memory,
             packed[kernel] = len(packed)    # a layer at batch 1 ran 3.7x faster (2:4, Zen 3)
             continue
@@ -1805,7 +1809,7 @@ def int4_weights(schedule: Schedule) -> set[str]:
 def _packed_at_compile_time(kernel: Kernel) -> bool:
     """Whether a kernel with a packed operand (render._prepacked) reads it from weights.bin, packed by the compiler
     (packing.py: the float32 GEMMs and convolutions), rather than packing it when the model is created."""
-    return kernel.kind in ("matmul", "conv")
+    return kernel.kind in ("matmul", "conv", "lstm_cell")
 
 
 def compile_time_packs(schedule: Schedule, capability: str) -> dict[Kernel, Any]:

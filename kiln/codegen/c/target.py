@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
+from kiln.codegen.c import recurrent
 from kiln.codegen.cost import team_work
 from kiln.codegen.schedule import LOOP_OPS, SCHEDULED_OPS
 from kiln.codegen.target import Target, kernel_argument_limits, sparse_kernel_limits, tensor_value
@@ -24,4 +25,4 @@ def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
 
 
 TARGET = Target("C", "c", DTYPES, frozenset(SCHEDULED_OPS | LOOP_OPS), kernel_argument_limits, _unsupported_sparse,
-                team_work)
+                team_work, fuses_lstm_cell=recurrent.fuses)
