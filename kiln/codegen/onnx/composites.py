@@ -119,7 +119,7 @@ def _flatten(ctx: LoweringContext, x: Value, start_dim: int = 0, end_dim: int = 
     if x.rank >= 2 and start == 1 and end == x.rank - 1:
         return ctx.node("Flatten", [x.name], axis=1)
     shape = list(ctx.out.shape)
-    return ctx.node("Reshape", [x.name, ctx.dims(shape)], allowzero=int(any(d == 0 for d in shape)))
+    return ctx.node("Reshape", [x.name, ctx.dims(shape)])  # (allowzero: a symbolic dim may be 0 at run time)
 
 
 @lowers("aten.rms_norm.default")

@@ -913,8 +913,9 @@ def _reshape_to_result(ctx: LoweringContext, x: str) -> str:
     shape = list(ctx.out.shape)
     if shape == list(ctx.op.operands[0].type.shape):  # already that shape (the graph cleanup drops the Identity)
         return ctx.node("Identity", [x])
-    allow_zero = int(any(isinstance(d, int) and d == 0 for d in shape))
-    return ctx.node("Reshape", [x, ctx.dims(shape)], allowzero=allow_zero)
+    # allowzero (OnnxGraph.node's default): a symbolic dim that is 0 at run time is an empty dim, not "copy the
+    # input's dim" (a flatten of [0, 3, 4, 0] gave [0, 3, 4])
+    return ctx.node("Reshape", [x, ctx.dims(shape)])
 
 
 @lowers("aten.view.default")
