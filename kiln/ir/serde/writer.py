@@ -402,6 +402,21 @@ class _GraphWriter:
             seen.add(value)
         return outputs
 
+    def _contiguous_copy(self, value: SSAValue) -> str:
+        """`value` copied into a new contiguous tensor. kiln's as_strided indexes its input's elements in row-major
+        order (values are contiguous in kiln), torch's indexes the storage under it, which a permute or an
+        elementwise op of a permuted tensor leaves in another order; on a fresh contiguous copy the two agree."""
+        name = self.fresh("contiguous")
+        self.tensor_values[name] = tensor_meta(value.type, self.symbols)
+        self.nodes.append({
+            "target": "torch.ops.aten.clone.default",
+            "inputs": [{"name": "self", "arg": self._value_argument(value), "kind": 1},
+                       {"name": "memory_format", "arg": {"as_memory_format": formats.MEMORY_FORMAT_CODES[
+                           "contiguous_format"]}, "kind": 2}],
+            "outputs": [{"as_tensor": {"name": name}}], "metadata": {}, "is_hop_single_tensor_return": None,
+            "name": name})
+        return name
+
     def _value_argument(self, value: SSAValue) -> dict[str, Any]:
         return _value_argument(value.type, self.name(value))
 
@@ -420,6 +435,8 @@ class _GraphWriter:
                 # like div.Scalar_mode's rounding_mode, must be written: torch's reader requires it)
             inputs.append({"name": argument.name, "arg": self.argument(argument.type, value),
                            "kind": 2 if argument.kwarg_only else 1})
+        if opdef.name == "aten.as_strided.default":
+            inputs[0]["arg"] = {"as_tensor": {"name": self._contiguous_copy(arguments[0])}}
         for result in results:
             self.define(result)
         # a node is named after its value; a node with several (or a list of) outputs needs a name of its own
