@@ -538,8 +538,10 @@ class Exprs:
             if dtype is not None:
                 text = self.render(arg)
                 if converted is not None and dtype is not converted:
-                    text = self.cast(text, converted)
+                    text, dtype = self.cast(text, converted), converted
                 if cast_kind == "logical" or (cast_kind == "where" and position == 0):
+                    if dtype in (dtypes.float16, dtypes.bfloat16):  # (exact; Triton's interpreter cannot compare a
+                        text = f"({text}).to(tl.float32)"            # bfloat16 block with 0: a reshape error)
                     operands.append(text if dtype == dtypes.bool_ else f"({text} != 0)")
                 else:
                     operands.append(f"({text}).to({TL_TYPES[target]})")
@@ -863,8 +865,10 @@ def pad_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             body += [f"q{k} = tl.where(q{k} < 0, {low}, q{k})", f"q{k} = tl.where(q{k} > {last}, {high}, q{k})"]
         shifted.append(f"q{k}")
     inside = " & ".join(["mask"] + [f"({q} >= 0) & ({q} < {args.size(d)})" for q, d in zip(shifted, source.shape)])
-    exprs = Exprs(args, variables or ["offs"], "inside")  # (a 0-d pad reads its one element as a block)
-    read = exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted), scalar=not shifted)
+    exprs = Exprs(args, variables or ["offs"], "inside")
+    # a 0-d or broadcast input (strides all 0) is one element, read as a block (its pointer is not one)
+    one_element = all(sympy.sympify(stride) == 0 for stride in source.strides)
+    read = exprs.load(source.buffer, exprs.index(source.strides, source.offset, shifted), scalar=one_element)
     body += [f"inside = {inside}", f"value = {read}",
             f"fill = tl.full([BLOCK], {literal(detail.value)}, {TL_TYPES[out.dtype]})",
             f"tl.store({args.buffer(out)} + offs, tl.where(inside, {Exprs.cast('value', out.dtype)}, fill), mask=mask)"]
