@@ -1621,6 +1621,9 @@ def _avg_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     t = _float32_only(x.dtype)
     spatial = 2 if "2d" in ctx.op.name else 3
     attributes = _pool_attributes(kernel_size, list(stride), padding, spatial)
+    sizes = [*x.shape[-spatial:], *ctx.out.shape[-spatial:]]
+    if x.dtype is dtypes.float64 and all(isinstance(d, int) for d in sizes):
+        return _avg_pool64(ctx, x, attributes, count_include_pad, divisor_override)
     value, unbatched = _batched(ctx, x, spatial, t)
     result = ctx.node("AveragePool", [value], ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode),
                       count_include_pad=int(count_include_pad or divisor_override is not None), **attributes)
@@ -1630,6 +1633,44 @@ def _avg_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     if not x.dtype.is_floating_point:  # ATen divides integers with truncation
         result = _rounding_toward_zero(ctx, result, t)
     return ctx.graph.cast(_unbatch(ctx, result, unbatched), t, x.dtype)
+
+
+def _avg_pool64(ctx: LoweringContext, x: Value, attributes: dict[str, Any], count_include_pad: bool,
+                divisor_override: int | None) -> str:
+    """float64 average pooling without a float64 AveragePool kernel: each window's sum is one strided slice per
+    kernel tap of the zero-padded input, added in ATen's tap order, then divided as ATen divides it (the override,
+    the window's part inside the padded input, or its part inside the input), the divisors pooled from ones the
+    same way (static spatial sizes: they fold to a constant)."""
+    kernel, strides = attributes["kernel_shape"], attributes["strides"]
+    spatial = len(kernel)
+    pads = attributes["pads"][:spatial]
+    sizes, out_sizes = list(x.shape[-spatial:]), list(ctx.out.shape[-spatial:])
+    # ceil_mode's last window may reach past the right padding: zeros there, counted by no divisor
+    beyond = [max(0, (o - 1) * s + k - (n + 2 * p)) for o, s, k, n, p in zip(out_sizes, strides, kernel, sizes, pads)]
+
+    def padded(value: str, rank: int, fill: float) -> str:
+        lead = [0] * (rank - spatial)
+        if any(pads):
+            value = ctx.node("Pad", [value, ctx.ints(lead + pads + lead + pads), ctx.const(fill, dtypes.float64)])
+        if any(beyond):
+            value = ctx.node("Pad", [value, ctx.ints(lead + [0] * spatial + lead + beyond)])
+        return value
+
+    def window_sums(value: str, rank: int) -> str:
+        axes = list(range(rank - spatial, rank))
+        total = None
+        for tap in np.ndindex(*kernel):
+            ends = [k + (o - 1) * s + 1 for k, o, s in zip(tap, out_sizes, strides)]
+            window = ctx.node("Slice", [value, ctx.ints(list(tap)), ctx.ints(ends), ctx.ints(axes), ctx.ints(strides)])
+            total = window if total is None else ctx.node("Add", [total, window])
+        return total
+
+    sums = window_sums(padded(ctx.as_dtype(x, dtypes.float64), x.rank, 0.0), x.rank)
+    if divisor_override is not None:
+        return ctx.node("Div", [sums, ctx.const(float(divisor_override), dtypes.float64)])
+    ones = ctx.const(np.ones(sizes), dtypes.float64)
+    counts = window_sums(padded(ones, spatial, 1.0 if count_include_pad else 0.0), spatial)
+    return ctx.node("Div", [sums, counts])
 
 
 def _rounding_toward_zero(ctx: LoweringContext, value: str, t: dtypes.DType) -> str:
