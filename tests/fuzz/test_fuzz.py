@@ -146,3 +146,26 @@ def test_indices_chosen_among_equal_values_are_told_apart():
     stable = program_of(lambda x: aten.sort.stable(x, stable=True))
     assert not tie_dependent(stable, [tied], [1])
     assert tie_dependent(program_of(lambda x: aten.sort.stable(x, stable=False)), [tied], [1])
+
+
+def test_torch_kernels_refusing_empty_tensors_are_told_apart(tmp_path):
+    """torch's learnable fake-quantize kernel takes min() of its zero points and refuses an empty tensor ("Expected
+    reduction dim to be specified for input.numel() == 0") where its shape rules accept one (found by the fuzzer,
+    seed 9100): that is torch's limit, a refusal, while the other backends still compute kiln's (empty) result."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import TorchRefused, _torch, check_program
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([0], kiln.float32))
+    with builder:
+        y = aten._fake_quantize_learnable_per_channel_affine.default(x, aten.add.Scalar(x, 1.0), x, 0, -128, 127)
+    program = builder.build([y])
+    inputs = [np.zeros(0, np.float32)]
+    with pytest.raises(TorchRefused, match="Expected reduction dim"):
+        _torch(program, inputs, tmp_path)
+    check_program(program, inputs, backends=("onnx", "pt2"))
