@@ -671,7 +671,9 @@ def _select_scatter_meta(self, src, dim, index):
 
 
 def _select_scatter(self, src, dim, index):
-    d, _ = _select_check("aten.select_scatter.default", self.shape, dim, index)
+    op = "aten.select_scatter.default"
+    d, expected = _select_check(op, self.shape, dim, index)
+    _require_same_shape(op, src.shape, expected, "slice")  # (again at run time: a symbolic size may differ)
     result = self.copy()
     result[_axis_index(self.ndim, d, index)] = src
     return result
@@ -735,6 +737,8 @@ def _slice_scatter_meta(self, src, dim=0, start=None, end=None, step=1):
 
 
 def _slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    op = "aten.slice_scatter.default"
+    _require_same_shape(op, src.shape, _slice_shape(op, self.shape, dim, start, end, step)[2], "slice")
     result = self.copy()
     result[_slice_index("aten.slice_scatter.default", self, dim, start, end, step)] = src
     return result
