@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections import namedtuple
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -43,18 +43,32 @@ class Size(tuple):
 
 
 def _find_tracer(values: Iterable[Any]) -> Any:
+    """The trace that records an op on `values`: their tensors' tracer, the innermost when a region's trace (a loop
+    body, a cond branch) mixes its own tensors with its parents' (`context * row` in a scan body records in the body,
+    as `row * context` does)."""
+    found = None
+    for tracer in _tracers(values):
+        if found is None or _encloses(found, tracer):
+            found = tracer
+    return found
+
+
+def _tracers(values: Iterable[Any]) -> Iterator[Any]:
     for value in values:
         if isinstance(value, Tensor) and value._tracer is not None:
-            return value._tracer
-        if isinstance(value, (list, tuple)):
-            found = _find_tracer(value)
-            if found is not None:
-                return found
-        if isinstance(value, dict):
-            found = _find_tracer(value.values())
-            if found is not None:
-                return found
-    return None
+            yield value._tracer
+        elif isinstance(value, (list, tuple)):
+            yield from _tracers(value)
+        elif isinstance(value, dict):
+            yield from _tracers(value.values())
+
+
+def _encloses(outer: Any, inner: Any) -> bool:
+    """Whether `inner` traces a region inside `outer`'s trace."""
+    while (inner := getattr(inner, "parent", None)) is not None:
+        if inner is outer:
+            return True
+    return False
 
 
 def _eager(value: Any) -> Any:

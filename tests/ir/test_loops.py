@@ -201,6 +201,31 @@ def test_scan_without_xs_returns_init_as_torch_does():
     assert torch_scan(lambda c, x: (c, x), torch_init, []) == (torch_init, [])
 
 
+@pytest.mark.parametrize("outer_first", [True, False], ids=["outer-first", "step-first"])
+def test_a_body_op_mixing_an_outer_value_with_its_own_records_in_the_body(outer_first):
+    """`context * row` in a scan body, the captured value first, records in the body as `row * context` does (the
+    op went to the first tensor's trace, the outer one, and failed: "a tensor from another trace was used here")."""
+    def step(context):
+        def body(h, row):
+            h = ((context * row) if outer_first else (row * context)) + h
+            return h, h.tanh()
+        return body
+
+    class Model(nn.Module):
+        def forward(self, x, steps):
+            return kiln.scan(step(x.relu()), kiln.zeros(FEATURES), steps)[1]
+
+    x, steps = np.linspace(-1, 1, FEATURES, dtype=np.float32), np.random.default_rng(0).standard_normal(
+        (5, FEATURES)).astype(np.float32)
+    program = kiln.export(Model(), (kiln.Tensor(x), kiln.Tensor(steps[:3])),
+                          dynamic_shapes={"steps": {0: kiln.Dim("seq")}})
+    (scan,) = [op for op in program.nodes() if isinstance(op, ScanOp)]
+    assert [op.name for op in scan.body.block.ops][:1] == ["aten.mul.Tensor"]
+    torch_body = step(torch.from_numpy(x).relu())
+    expected = torch_scan(torch_body, torch.zeros(FEATURES), torch.from_numpy(steps))[1]
+    torch.testing.assert_close(torch.from_numpy(np.asarray(program(x, steps))), expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # kiln.while_loop: a counter loop with a captured parameter, and a data-dependent trip count
 
