@@ -81,27 +81,26 @@ def calibrate(prepared: PreparedProgram, batches: Iterable[Sequence[Any]], backe
 
 def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
     """A C build of the prepared program that returns the observed values after its outputs, and a runner that
-    feeds them (and the observed inputs and weights) to the observers."""
-    from xdsl.ir import BlockArgument, Operation
+    feeds them (and the observed inputs and weights) to the observers. A value a loop body reads as an invariant
+    operand is observed as the top-level value it stands for; one computed inside a body cannot be returned."""
+    from xdsl.ir import Operation
 
-    from kiln.ir.control_flow import invariant_source, outermost_source
+    from kiln.ir.control_flow import outermost_source
+    from kiln.ir.errors import KilnError, UnsupportedError
     from kiln.ir.program import InputKind, OutputKind, OutputSpec
     from kiln.passes.base import weight_value
     from kiln.compiler import compile as compile_c
 
     program = prepared.program
-    watched = prepared.watched_values()
-    computed = [value for value in watched if isinstance(value.owner, Operation)]
-    if any(value.owner.parent_block() is not program.body for value in computed) or any(
-            invariant_source(value) is None for value in watched if isinstance(value, BlockArgument)
-            and value.block is not program.body):
-        from kiln.ir.errors import UnsupportedError
+    sources = {value: outermost_source(value) for value in prepared.watched_values()}  # watched -> top-level value
+    if any((s.owner.parent_block() if isinstance(s.owner, Operation) else s.owner) is not program.body
+           for s in sources.values()):
         raise UnsupportedError("calibrating in C cannot observe values inside loop bodies (a C build returns only "
                                "the top level's values)", fix="calibrate with backend='interpreter'")
+    computed = list(dict.fromkeys(s for s in sources.values() if isinstance(s.owner, Operation)))
     returned = program.body.last_op
     outputs, specs, out_spec = list(returned.operands), list(program.graph_signature.output_specs), program.out_spec
     if any(spec.kind is not OutputKind.USER_OUTPUT for spec in specs):
-        from kiln.ir.errors import KilnError
         raise KilnError("calibrating in C needs a program without buffer mutations",
                         fix="calibrate with backend='interpreter'")
     try:  # the observed values become extra outputs for the build only
@@ -120,18 +119,19 @@ def _compiled_observing(prepared: PreparedProgram) -> Callable[..., Any]:
                    if spec.kind is InputKind.USER_INPUT]
     # Weights do not change between batches: they are observed once (torch's observers see them every call, which
     # changes nothing for the min/max observers weights use).
-    weights = {value: weight_value(program, outermost_source(value)) for value in watched if value not in computed}
-    for value, array in weights.items():
+    for value, source in sources.items():
+        array = None if source in computed or source in user_inputs else weight_value(program, source)
         if array is not None:
             prepared.observe(value, array)
 
     def run(*args: Any) -> None:
         results = package(*args)
         results = results if isinstance(results, tuple) else (results,)
-        for value, array in zip(computed, results[len(outputs):]):
-            prepared.observe(value, array)
-        for value, array in zip(user_inputs, args):
-            prepared.observe(value, array)
+        arrays = dict(zip(computed, results[len(outputs):]))
+        arrays.update(zip(user_inputs, args))
+        for value, source in sources.items():
+            if source in arrays:
+                prepared.observe(value, arrays[source])
     return run
 
 

@@ -17,7 +17,7 @@ import kiln.models
 from kiln import quantization as kq
 from kiln.cli.quantize import quantizer_for
 from kiln.ir import dtypes
-from kiln.ir.control_flow import ScanOp, outermost_source
+from kiln.ir.control_flow import ScanOp, invariant_source, outermost_source
 from kiln.ir.program import InputKind
 from kiln.passes.base import input_spec
 from tests.quantization.support import ORT_U8S8_SATURATES
@@ -150,3 +150,51 @@ def _assert_near_float(quantized: np.ndarray, reference: np.ndarray) -> None:
     25 dB (as the zoo's other models)."""
     noise = np.sum((quantized.astype(np.float64) - reference) ** 2)
     assert 10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / max(noise, 1e-30)) > 25
+
+
+class _ContextLoop(kiln.nn.Module):
+    """A scan whose body multiplies each step by a top-level activation (relu(x), an invariant operand)."""
+
+    def forward(self, x, steps):
+        context = x.relu()
+
+        def step(h, row):
+            h = (context * row + h).tanh()
+            return h, h
+        return kiln.scan(step, kiln.zeros(4), steps)[1]
+
+
+class _InvariantInputQuantizer(kq.Quantizer):
+    """Observes the invariant operands that ops of a loop body read."""
+
+    def annotate(self, program):
+        spec = kq.QuantizationSpec(dtypes.uint8, kq.MinMaxObserver, quant_min=0, quant_max=255,
+                                   qscheme=kq.per_tensor_affine)
+        for op in program.walk_nodes():
+            invariants = [v for v in op.operands if invariant_source(v) is not None]
+            if invariants and op.name.startswith("aten."):
+                kq.annotate(program, op, kq.QuantizationAnnotation({v: spec for v in invariants}))
+        return program
+
+    def validate(self, program):
+        pass
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_calibrating_in_c_observes_a_loop_invariant_as_its_top_level_value():
+    """A body's invariant operand is the top-level value it stands for: the C build returns that value, and the
+    observer sees the same range as on the interpreter (relu's results are exact in both)."""
+    kiln.manual_seed(0)
+    program = kiln.export(_ContextLoop(), (kiln.randn(4), kiln.randn(3, 4)),
+                          dynamic_shapes={"steps": {0: kiln.Dim("seq")}})
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal(4).astype(np.float32), rng.standard_normal((n, 4)).astype(np.float32))
+               for n in (2, 6)]
+    ranges = {}
+    for backend in kq.CALIBRATION_BACKENDS:
+        prepared = kq.prepare_pt2e(program, _InvariantInputQuantizer())
+        kq.calibrate(prepared, batches, backend=backend)
+        (observer,) = [o for o in prepared.observers.values() if o is not None]
+        ranges[backend] = (float(observer.min_val), float(observer.max_val))
+    expected_high = max(float(np.maximum(x, 0).max()) for x, _ in batches)
+    assert ranges["c"] == ranges["interpreter"] == (0.0, expected_high)
