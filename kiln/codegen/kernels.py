@@ -129,8 +129,7 @@ class Apply:
 class Kernel:
     """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
     bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention, lstm_cell) and `detail` holds
-    what the
-    template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
+    what the template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
 
     kind: str
     name: str

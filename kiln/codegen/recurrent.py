@@ -14,7 +14,7 @@ from typing import Any, Callable
 from xdsl.ir import BlockArgument, OpResult
 
 from kiln.ir import dtypes
-from kiln.ir.control_flow import ScanOp
+from kiln.ir.control_flow import ScanOp, invariant_source
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.types import TensorType
 
@@ -183,28 +183,22 @@ def match_cell(scan: ScanOp) -> CellMatch | None:
         bound["$x"] = block.args[carries]
         if not all(matches(v, p, bound) for v, p in zip(yielded, cell.yields())):
             continue
-        outer = {name: _outer(scan, bound[name]) for name in ("$w_hh", "$b_hh")}
-        if any(value is _NOT_AN_OPERAND for value in outer.values()):
+        w_hh = _invariant(scan, bound["$w_hh"])
+        b_hh = None if bound["$b_hh"] is None else _invariant(scan, bound["$b_hh"])
+        if w_hh is None or (b_hh is None) != (bound["$b_hh"] is None):
             continue  # the weights must be loop invariants, not carries or the step's slice
-        w_hh_type = outer["$w_hh"].type
-        hidden_size = w_hh_type.shape[-1]
-        if not isinstance(hidden_size, int) or w_hh_type.shape[0] != len(cell.gate_order) * hidden_size:
+        hidden_size = w_hh.type.shape[-1]
+        if not isinstance(hidden_size, int) or w_hh.type.shape[0] != len(cell.gate_order) * hidden_size:
             continue
-        return CellMatch(cell, bound, outer["$w_hh"], outer["$b_hh"], yielded)
+        return CellMatch(cell, bound, w_hh, b_hh, yielded)
     return None
 
 
-_NOT_AN_OPERAND = object()
-
-
-def _outer(scan: ScanOp, value: Any) -> Any:
-    """The outer value a body value stands for when it is one of the scan's extra operands (None stays None)."""
-    if value is None:
-        return None
-    if not isinstance(value, BlockArgument) or value.block is not scan.body.block:
-        return _NOT_AN_OPERAND
-    first = len(scan.init) + len(scan.xs)
-    return scan.operands_[value.index - first] if value.index >= first else _NOT_AN_OPERAND
+def _invariant(scan: ScanOp, value: Any) -> Any:
+    """The scan operand a body value stands for, or None (a carry, the step's slice, a computed value)."""
+    if isinstance(value, BlockArgument) and value.block is scan.body.block:
+        return invariant_source(value)
+    return None
 
 
 def _is_float32(value: Any) -> bool:

@@ -218,15 +218,8 @@ class ExportedProgram:
     def walk_nodes(self) -> Iterator[IRDLOperation]:
         """The ops of forward and of the regions inside it (loop bodies, cond branches), in program order: a region
         op comes before the ops of its regions."""
-        def ops_of(block: Any) -> Iterator[IRDLOperation]:
-            for op in block.ops:
-                if isinstance(op, func.ReturnOp) or op.name == "kiln.yield":
-                    continue
-                yield op  # type: ignore[misc]
-                for region in op.regions:
-                    for inner in region.blocks:
-                        yield from ops_of(inner)
-        return ops_of(self.body)
+        return (op for op in self.body.walk()  # type: ignore[misc]
+                if not isinstance(op, func.ReturnOp) and op.name != "kiln.yield")
 
     def op_histogram(self) -> dict[str, int]:
         counts: dict[str, int] = {}

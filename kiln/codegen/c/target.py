@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from kiln.codegen.c import recurrent
 from kiln.codegen.cost import team_work
 from kiln.codegen.schedule import LOOP_OPS, SCHEDULED_OPS

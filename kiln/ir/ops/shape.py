@@ -740,7 +740,7 @@ def _slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     op = "aten.slice_scatter.default"
     _require_same_shape(op, src.shape, _slice_shape(op, self.shape, dim, start, end, step)[2], "slice")
     result = self.copy()
-    result[_slice_index("aten.slice_scatter.default", self, dim, start, end, step)] = src
+    result[_slice_index(op, self, dim, start, end, step)] = src
     return result
 
 
