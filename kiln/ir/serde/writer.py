@@ -39,6 +39,7 @@ class _Symbols:
 
     def __init__(self, program: ExportedProgram):
         found: list[sympy.Symbol] = [s for s in program.range_constraints if isinstance(s, sympy.Symbol)]
+        sizes: set[sympy.Expr] = set()  # every symbolic tensor size in the program
         for op in program.graph_module.walk():
             for result in [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]:
                 dims = result.type.shape if isinstance(result.type, TensorType) else \
@@ -46,6 +47,8 @@ class _Symbols:
                 for dim in dims:
                     if not isinstance(dim, int):
                         found += sorted(dim.free_symbols - set(found), key=str)
+                        if isinstance(result.type, TensorType) and not dim.is_Integer:
+                            sizes.add(dim)
         self.names: dict[sympy.Symbol, str] = {}
         backed = unbacked = 0
         for sym in found:
@@ -63,6 +66,8 @@ class _Symbols:
             lower, upper = (value_range.lower, value_range.upper) if value_range else (2, INF)
             invented = int(min(max(lower, 2), upper)) if upper != INF or lower != -INF else 2
             self.hints[sym] = program.hints.get(sym, invented)
+        self.hints.update(_hints_torch_keeps_dynamic(self.hints, self.ranges, sizes, program.runtime_asserts,
+                                                     backed=[s for s, n in self.names.items() if n.startswith("s")]))
 
     def torch_spelling(self, expr: sympy.Basic) -> sympy.Basic:
         """expr with the symbols named as in the file (kiln's `s_batch` is torch's `s0` there)."""
@@ -99,6 +104,46 @@ class _Symbols:
         name = f"zuf{len(self.float_names)}"
         self.float_names.append(name)
         return {"as_expr": {"expr_str": f"Symbol('{name}')", "hint": None}}
+
+
+HINT_SEARCH = 64  # candidate hints per symbol, from the bottom of its range
+
+
+def _hints_torch_keeps_dynamic(hints: dict[sympy.Symbol, int], ranges: dict[Any, Any], sizes: set[sympy.Expr],
+                               runtime_asserts: list[Any], backed: list[sympy.Symbol]) -> dict[sympy.Symbol, int]:
+    """Hints under which no symbolic size of the program is 0 or 1, where the given ones make some so.
+
+    torch's loader guards on a size's hint when that hint is 0 or 1 (its 0/1 specialization), and the guard pins
+    the symbols under it: a [s0, 1, s0] input sliced `[..., 2::3]` has a size s0 // 3, 0 at the hint 2, and torch
+    then reads s0 as the constant 2. A hint is only an example, so the writer may pick another one from the
+    symbol's range, as long as every runtime assertion (the guards kiln decided from the old hints) still holds.
+    Coordinate descent over the backed symbols, each trying the bottom of its range; the old hints are kept unless
+    the new ones leave strictly fewer 0/1 sizes."""
+    sizes = {size for size in sizes if size.free_symbols <= set(backed)}
+
+    def cost(candidate: dict[sympy.Symbol, int]) -> float:
+        values = {s: sympy.Integer(v) for s, v in candidate.items()}
+        for guard in runtime_asserts:
+            if guard.expr.free_symbols <= set(values) and guard.expr.xreplace(values) is not sympy.true:
+                return math.inf
+        return sum(1 for size in sizes if size.xreplace(values) in (0, 1))
+
+    best, best_cost = hints, cost(hints)
+    initial_cost = best_cost
+    if not best_cost:
+        return hints
+    for sym in backed:
+        value_range = ranges.get(sym)
+        lower = max(int(value_range.lower), 2) if value_range and value_range.lower != -INF else 2
+        upper = min(value_range.upper, lower + HINT_SEARCH) if value_range else lower + HINT_SEARCH
+        for value in range(lower, int(upper) + 1):
+            trial = {**best, sym: value}
+            trial_cost = cost(trial)
+            if trial_cost < best_cost:
+                best, best_cost = trial, trial_cost
+            if not best_cost:
+                return best
+    return best if best_cost < initial_cost else hints
 
 
 def _contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
