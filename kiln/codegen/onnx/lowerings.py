@@ -1900,12 +1900,7 @@ def _group_norm(ctx: LoweringContext, x: Value, weight: Value | None, bias: Valu
     rstd = ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.node("Add", [var, ctx.const(eps, t)])])])
 
     def per_channel(statistic: str) -> str:  # [n, group, 1] -> [n, C, 1, ...]
-        target = [n, group, sympy.sympify(c) // group]
-        if any(sympy.sympify(d) == 0 for d in target):  # (onnxruntime 1.32 drops an Expand to a constant shape
-            zeros = ctx.node("ConstantOfShape", [ctx.dims(target)], value=_scalar_tensor(0, t))  # with a 0: a
-            spread = ctx.node("Add", [statistic, zeros])  # broadcast add makes the empty shape)
-        else:
-            spread = ctx.node("Expand", [statistic, ctx.dims(target)])
+        spread = ctx.node("Expand", [statistic, ctx.dims([n, group, sympy.sympify(c) // group])])
         return ctx.node("Reshape", [spread, ctx.dims([n, c] + [1] * (x.rank - 2))], allowzero=1)
     out = _scaled_and_shifted(ctx, ctx.as_dtype(x, t), per_channel(mean), per_channel(rstd), x, weight, bias, t)
     stats = ctx.dims([n, group])

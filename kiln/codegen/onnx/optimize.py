@@ -36,6 +36,7 @@ def clean_graph(nodes: list[onnx.NodeProto], initializers: list[tuple[str, np.nd
     changed = True
     while changed:
         changed = cleaner.pass_once()
+    cleaner.empty_expands_as_slices()
     return cleaner.result()
 
 
@@ -187,6 +188,28 @@ class _Cleaner:
             del self.constants[name]
         self.order = [name for name in self.order if name in self.constants]
         return changed or bool(unused)
+
+    def empty_expands_as_slices(self) -> None:
+        """An Expand to a constant shape with a 0 becomes an Expand with 1 there, sliced to nothing.
+
+        onnxruntime 1.32's optimizer drops an Expand to such a shape when it infers the input's shape ([2, 1] to
+        [2, 0] looks like a broadcast that changes nothing to it) and the 1 reaches the next node: a ScatterND
+        then refuses updates of [1, 2] where [0, 2] (an index_put with an empty index). A Slice of the empty
+        extent is dtype-agnostic and keeps what broadcasting means: a dim of 1 or 0 against 0 is 0."""
+        for node in list(self.nodes):
+            shape = self.constant(node.input[1]) if node.op_type == "Expand" else None
+            if shape is None or not (shape == 0).any():
+                continue
+            axes = [int(axis) for axis in np.flatnonzero(shape == 0)]
+            ones = self.new_constant(np.where(shape == 0, 1, shape).astype(np.int64), node.output[0] + "_ones")
+            expanded = node.output[0] + "_ones_expanded"
+            zeros = self.new_constant(np.zeros(len(axes), np.int64), node.output[0] + "_empty")
+            picked = self.new_constant(np.asarray(axes, np.int64), node.output[0] + "_axes")
+            index = self.nodes.index(node)
+            self.nodes[index:index + 1] = [
+                helper.make_node("Expand", [node.input[0], ones], [expanded], name=expanded),
+                helper.make_node("Slice", [expanded, zeros, zeros, picked], list(node.output), name=node.name)]
+        self.drop_dead()
 
     def result(self) -> tuple[list[onnx.NodeProto], list[tuple[str, np.ndarray]]]:
         return self.nodes, [(name, self.constants[name]) for name in self.order]
