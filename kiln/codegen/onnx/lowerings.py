@@ -145,18 +145,32 @@ def _cosh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
     return ctx.node("Mul", [total, ctx.const(0.5, t)])
 
 
+# Above this, a^2 + 1 is a^2 in float64 (and a^2 overflows past 1e154): asinh(a) and acosh(a) are log(2a).
+_HYPERBOLIC_LARGE = 2.0 ** 28
+
+
+def _log_of_double(ctx: LoweringContext, magnitude: str, t: dtypes.DType) -> str:
+    return ctx.node("Add", [ctx.node("Log", [magnitude]), ctx.const(math.log(2), t)])
+
+
 def _asinh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
     magnitude = ctx.node("Abs", [x])
     squared = ctx.node("Mul", [magnitude, magnitude])
     root = ctx.node("Sqrt", [ctx.node("Add", [squared, ctx.const(1, t)])])
     # asinh(a) = log1p(a + a^2 / (1 + sqrt(1 + a^2))), accurate for small a
     argument = ctx.node("Add", [magnitude, ctx.node("Div", [squared, ctx.node("Add", [root, ctx.const(1, t)])])])
-    return ctx.node("Mul", [_log1p(ctx, argument, t), ctx.node("Sign", [x])])
+    large = ctx.node("Greater", [magnitude, ctx.const(_HYPERBOLIC_LARGE, t)])
+    result = ctx.node("Where", [large, _log_of_double(ctx, magnitude, t), _log1p(ctx, argument, t)])
+    return ctx.node("Where", [ctx.node("Less", [x, ctx.const(0, t)]), ctx.node("Neg", [result]), ctx.node(
+        "Where", [ctx.node("Equal", [x, ctx.const(0, t)]), x, result])])  # odd, and asinh(-0) is -0
 
 
 def _acosh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
-    root = ctx.node("Sqrt", [ctx.node("Sub", [ctx.node("Mul", [x, x]), ctx.const(1, t)])])
-    return ctx.node("Log", [ctx.node("Add", [x, root])])
+    one = ctx.const(1, t)  # sqrt(x - 1) sqrt(x + 1): NaN below 1 (x^2 - 1 is not), and no overflow
+    root = ctx.node("Mul", [ctx.node("Sqrt", [ctx.node("Sub", [x, one])]),
+                            ctx.node("Sqrt", [ctx.node("Add", [x, one])])])
+    large = ctx.node("Greater", [x, ctx.const(_HYPERBOLIC_LARGE, t)])
+    return ctx.node("Where", [large, _log_of_double(ctx, x, t), ctx.node("Log", [ctx.node("Add", [x, root])])])
 
 
 def _atanh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
