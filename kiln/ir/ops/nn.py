@@ -2076,7 +2076,10 @@ def _bilinear_layer_decomposition(input1, input2, weight, bias=None):
 
 def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
     op = "aten.cosine_similarity.default"
-    from kiln.ir.meta import Promotion, broadcast_shapes, elementwise_dtype
+    from kiln.ir.meta import Promotion, broadcast_shapes, elementwise_dtype, require_dtype
+    common = dtypes.result_type(x1, x2)
+    require_dtype(common.is_floating_point, op, f"expected common dtype to be floating point, yet common dtype is "
+                  f"{common.name}", fix="convert the inputs to a floating dtype first (x.float())")
     shape = broadcast_shapes(op, shape_of(x1), shape_of(x2))
     axis = canonical_dim(op, dim, len(shape))
     dtype = elementwise_dtype(Promotion.INT_TO_FLOAT, x1, x2)
