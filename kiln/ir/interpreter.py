@@ -17,7 +17,7 @@ from xdsl.dialects import func
 
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import InputError, KilnError
-from kiln.ir.registry import conform, run_kernel
+from kiln.ir.registry import conform, run_kernel, sparse_layouts
 from kiln.ir.sparse import SparseArray
 from kiln.ir.symbolic import evaluate_dim, format_dim
 from kiln.ir.types import SymIntType, TensorType
@@ -198,6 +198,9 @@ def execute_block(block: Any, inputs: Sequence[Any], bindings: dict[sympy.Symbol
     raise KilnError("block has no terminator")
 
 
+SQUEEZES = ("aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims")
+
+
 def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -> None:
     """Compute one op's results from `values` (SSA value -> array) and store them there."""
     from kiln.ir.control_flow import CondOp, MapOp, ScanOp, WhileLoopOp
@@ -221,9 +224,14 @@ def run_op(op: Any, values: dict[Any, Any], bindings: dict[sympy.Symbol, int]) -
         raise KilnError(f"{opdef.name} has no reference kernel, so the interpreter cannot run it",
                         fix="run the program's decompositions first")
     arguments = [concrete_value(a, bindings) for a in bound_arguments(op, values.__getitem__)]
-    result = run_kernel(opdef, arguments)
     results = list(op.results)
     expected = [_concrete_type(r.type, bindings) for r in results]
+    if opdef.name in SQUEEZES and expected[0].is_static and not sparse_layouts(arguments):
+        # squeeze drops the dims its trace found to be 1. A data-dependent size that was undecided there stays,
+        # even when it is 1 at run time (torch's guard_or_false), as it does in every compiled backend.
+        result = np.reshape(arguments[0], tuple(int(d) for d in expected[0].shape))
+    else:
+        result = run_kernel(opdef, arguments)
     if ASSUMED_TYPES in op.attributes:
         _check_assumed_shapes(op, result, expected)
     if len(results) == 1 and not opdef.schema.returns[0].type.is_list:

@@ -30,7 +30,7 @@ from kiln.ir import dtypes
 from kiln.ir.closeness import closeness, default_tolerances
 from kiln.ir.errors import KilnError, UnsupportedError, VerificationError
 from kiln.ir.dialect import bound_arguments
-from kiln.ir.interpreter import bind_symbols, run_program, watching
+from kiln.ir.interpreter import SQUEEZES, bind_symbols, run_program, watching
 from kiln.ir.program import ExportedProgram, OutputKind
 from kiln.ir.types import TensorType
 
@@ -106,6 +106,14 @@ TORCH_KERNEL_REFUSALS = ("requires contiguous input", "view size is not compatib
                          "Expected reduction dim to be specified for input.numel() == 0")
 
 
+def _squeezes_a_data_dependent_dim(program: ExportedProgram) -> bool:
+    """Whether a squeeze meets a dim sized by a data-dependent symbol (`u0`): the trace keeps it unless it is
+    known to be 1, but torch eager decides on the run-time size."""
+    return any(getattr(getattr(op, "opdef", None), "name", "") in SQUEEZES and any(
+        not isinstance(d, int) and any(str(s).startswith("u") for s in d.free_symbols)
+        for d in op.operands[0].type.shape) for op in program.walk_nodes())
+
+
 class TorchRefused(Exception):
     """torch.export.load could not load the file (the torch path is skipped for it)."""
 
@@ -120,6 +128,9 @@ def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.
         module = torch.export.load(path).module()
     except Exception as error:  # noqa: BLE001  (torch's own refusal, of any type)
         raise TorchRefused(f"{type(error).__name__}: {error}") from error
+    if _squeezes_a_data_dependent_dim(program):
+        raise TorchRefused("torch eager drops a data-dependent dim that is 1 at run time, which its export kept "
+                           "(guard_or_false), so its eager run and its own program's shapes disagree")
     with torch.no_grad():
         try:
             outputs = module(*[to_torch(np.asarray(x)) for x in inputs])
