@@ -9,7 +9,6 @@ whichever kiln modules other tests had imported), so a run of `make test` checks
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -19,8 +18,6 @@ from tests.fuzz.programs import Case, batches, cases, dags, fixed_constant_pool
 from tests.fuzz.reproduce import case_source
 
 SUPPRESSED = list(HealthCheck)
-open_bugs = pytest.mark.skipif(not os.environ.get("KILN_FUZZ"), reason="differential fuzzing finds open bugs "
-                               "(issue 20): KILN_FUZZ=1 runs it; `make fuzz` runs the big budget")
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +41,6 @@ def test_random_programs_agree_across_backends(batch):
     check(batch)
 
 
-@open_bugs
 @pytest.mark.slow
 @seed(7)
 @settings(max_examples=14, database=None, deadline=None, suppress_health_check=SUPPRESSED,
