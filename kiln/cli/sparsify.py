@@ -3,12 +3,12 @@
     kiln sparsify kiln.models:mlp --sparsity 0.9 -o mlp_pkg                      # C package, CSR kernels
     kiln sparsify model.pt2 --pattern block --block 16,16 --sparsity 0.8 --layout bsr -o pkg
     kiln sparsify net.py:Net --input x=8,64 --pattern semi_structured -o net.onnx   # weights written densified
-    kiln sparsify kiln.models:mlp --sparsity 0.9 -o mlp_pruned.pt2               # pruned dense weights only
+    kiln sparsify kiln.models:mlp --sparsity 0.9 -o mlp_sparse.pt2               # sparse weights; torch loads it
 
 It runs `prune{...},sparsify{...}` (kiln/passes/sparsity.py) on MODEL and prints one line per pruned weight: its
-name, shape, achieved sparsity and the layout it is stored in. torch cannot load sparse tensors from a .pt2, so
-`-o X.pt2` writes the program after `prune` only (dense weights holding the zeros), which torch loads; `kiln compile
-X.pt2` does not sparsify it.
+name, shape, achieved sparsity and the layout it is stored in. `-o X.pt2` writes the sparse program: torch loads
+it too, building each sparse weight from its components (kiln/ir/serde/sparse_graph.py), and `kiln compile X.pt2`
+runs the sparse kernels.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def register(commands: Any) -> None:
                     "  PKG       a folder, or a name without extension: a C package whose linear layers run CSR,\n"
                     "            BSR or 2:4 kernels\n"
                     "  OUT.onnx  ONNX: sparse weights are written densified\n"
-                    "  OUT.pt2   the PRUNED program only (dense weights holding the zeros), which torch loads:\n"
-                    "            torch cannot load sparse tensors from a .pt2, so sparsify is not run\n\n"
+                    "  OUT.pt2   the sparse program, which kiln compile and torch.export.load read (torch builds\n"
+                    "            each sparse weight from its components)\n\n"
                     "Patterns:\n"
                     "  unstructured     zero the smallest weights of each layer (--scope global: across all)\n"
                     "  block            zero whole --block R,C blocks (for the BSR layout)\n"
@@ -70,12 +70,10 @@ def register(commands: Any) -> None:
                              "(unstructured only)")
     parser.add_argument("--layout", default="auto", metavar="{" + ",".join(LAYOUTS) + "}",
                         help="sparse layout of the pruned linear weights (auto: the measured cost model, see "
-                             "docs/sparsity.md: 2:4 for one activation row, BSR, CSR where they beat dense); "
-                             "not used for .pt2")
+                             "docs/sparsity.md: 2:4 for one activation row, BSR, CSR where they beat dense)")
     parser.add_argument("--min-sparsity", default="0.5", metavar="F",
-                        help="keep weights with fewer zeros (zero blocks, for BSR) than this dense (default 0.5); "
-                             "not used for .pt2")
-    parser.add_argument("-o", "--output", required=True, help="package folder, OUT.onnx, or OUT.pt2 (pruned only)")
+                        help="keep weights with fewer zeros (zero blocks, for BSR) than this dense (default 0.5)")
+    parser.add_argument("-o", "--output", required=True, help="package folder, OUT.onnx, or OUT.pt2")
     add_model_arguments(parser)
     parser.set_defaults(handler=run_sparsify)
 
@@ -182,11 +180,8 @@ def run_sparsify(options: argparse.Namespace) -> int:
     request = load_export_request(options.model, options.input, options.dynamic, progress)
     progress(f"running {prune}")
     pruned = kiln.passes.run(request.program, [prune])
-    if kind == "pt2":
-        final = pruned  # .pt2 has no encoding of sparse layouts yet: the pruned, dense program
-    else:
-        progress(f"running {sparsify}")
-        final = kiln.passes.run(pruned, [sparsify])
+    progress(f"running {sparsify}")
+    final = kiln.passes.run(pruned, [sparsify])
     rows = layer_summary(pruned, final)
     if not rows:
         raise KilnError(f"{options.model} has no linear or convolution weights to prune")

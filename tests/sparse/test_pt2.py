@@ -1,10 +1,12 @@
 """Sparse programs in .pt2: kiln's encoding (each component a dense weight, the layouts in extra/kiln_sparse.json)
-round-trips every layout, as weights and as user inputs, and a tampered file is refused with a SerdeError."""
+round-trips every layout, as weights and as user inputs; torch loads the same file, building each sparse weight
+from its components in the graph; a tampered file is refused with a SerdeError."""
 
 from __future__ import annotations
 
 import io
 import json
+import warnings
 import zipfile
 
 import numpy as np
@@ -39,8 +41,15 @@ class SparseWeight(kiln.nn.Module):
 
 def _round_trip(program):
     buffer = io.BytesIO()
-    with pytest.warns(UserWarning, match="torch 2.13 cannot load"):
-        kiln.save(program, buffer)
+    user_inputs = [arg for arg, spec in zip(program.body.args, program.graph_signature.input_specs)
+                   if arg.type.is_sparse and spec.kind.value == "USER_INPUT"]
+    if user_inputs:  # torch builds sparse weights from their components, but takes no sparse input
+        with pytest.warns(UserWarning, match="torch 2.13 cannot load"):
+            kiln.save(program, buffer)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            kiln.save(program, buffer)
     return buffer.getvalue(), kiln.load(io.BytesIO(buffer.getvalue()))
 
 
@@ -67,6 +76,62 @@ def test_sparse_weights_round_trip(kind):
         assert stored.components[name].dtype == array.dtype
     x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
     np.testing.assert_allclose(loaded(x), np.maximum(x @ dense.T, 0), rtol=1.3e-6, atol=1e-5)
+
+
+TORCH_LAYOUTS = {"sparse_coo": "sparse_coo", "sparse_csr": "sparse_csr", "sparse_csr int32": "sparse_csr",
+                 "sparse_csc": "sparse_csc", "sparse_bsr": "sparse_bsr", "sparse_bsc": "sparse_bsc",
+                 "semi_structured": "strided"}  # torch's 2:4 layout is CUDA-only: its CPU graph scatters the values
+# torch's own CPU kernels refuse linear() with these (MKL takes square BSR blocks only; no BSC addmm on CPU)
+TORCH_CPU_REFUSES = {"sparse_bsr": "non-square blocks", "sparse_bsc": "not implemented"}
+
+
+def _torch_loaded(data: bytes):
+    torch = pytest.importorskip("torch")
+    return torch, torch.export.load(io.BytesIO(data))
+
+
+def _built_weight(torch, loaded):
+    """The weight torch builds at the top of the graph (the node feeding linear's weight), computed alone."""
+    module = loaded.module()
+    linear = next(n for n in module.graph.nodes if n.target is torch.ops.aten.linear.default)
+    output = next(n for n in module.graph.nodes if n.op == "output")
+    output.args = ((linear.args[1],),)
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return module(torch.zeros(3, 16))  # (the one output, as the program returned it)
+
+
+@pytest.mark.parametrize("kind", sorted(CONVERSIONS))
+def test_torch_loads_kiln_sparse_weights(kind):
+    """torch.export.load reads kiln's file and builds each sparse weight (torch's own layout, block size and index
+    dtype) from its components; where torch's CPU kernels take the layout, its module computes kiln's result."""
+    dense, weight = _weight(kind)
+    program = kiln.export(SparseWeight(weight), (kiln.randn(3, 16),))
+    data, _ = _round_trip(program)
+    torch, loaded = _torch_loaded(data)
+    built = _built_weight(torch, loaded)
+    assert str(built.layout) == f"torch.{TORCH_LAYOUTS[kind]}"
+    np.testing.assert_array_equal(built.to_dense().numpy(), dense)
+    if built.layout in (torch.sparse_csr, torch.sparse_bsr):
+        assert built.crow_indices().dtype == (torch.int32 if "int32" in kind else torch.int64)
+    if built.layout == torch.sparse_bsr:
+        assert tuple(built.values().shape[1:]) == weight._value.layout.blocksize
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    if kind in TORCH_CPU_REFUSES:
+        with pytest.raises((RuntimeError, NotImplementedError), match=TORCH_CPU_REFUSES[kind]):
+            loaded.module()(torch.from_numpy(x))
+        return
+    kiln.testing.assert_close(loaded.module()(torch.from_numpy(x)).numpy(), program(x))
+
+
+def test_torch_runs_square_bsr_blocks():
+    dense = sparse_rand(np.random.default_rng(4), 8, 16, block=(4, 4))
+    program = kiln.export(SparseWeight(kiln.tensor(dense).to_sparse_bsr((4, 4))), (kiln.randn(3, 16),))
+    data, loaded_by_kiln = _round_trip(program)
+    torch, loaded = _torch_loaded(data)
+    x = np.random.default_rng(5).standard_normal((3, 16)).astype(np.float32)
+    kiln.testing.assert_close(loaded.module()(torch.from_numpy(x)).numpy(), program(x))
+    kiln.testing.assert_close(loaded_by_kiln(x), program(x))
 
 
 def test_sparse_user_input_round_trips():
@@ -136,7 +201,11 @@ def _sparse_member(members, edit):
      "lacks its components"),
     (lambda m: _sparse_member(m, lambda d: d["weights"]["weight"].update(shape=[8, -16])), "malformed shape"),
     (lambda m: _sparse_member(m, lambda d: d["inputs"].clear()), "does not describe"),
-], ids=["index out of range", "layout changed", "component missing", "negative size", "layout missing"])
+    (lambda m: _sparse_member(m, lambda d: d["weights"]["weight"]["graph"].update(placeholders=["nowhere"])),
+     "the graph does not have"),
+    (lambda m: _sparse_member(m, lambda d: d["weights"]["weight"]["graph"].update(spec=[])), "graph record"),
+], ids=["index out of range", "layout changed", "component missing", "negative size", "layout missing",
+        "placeholders missing", "graph record malformed"])
 def test_tampered_sparse_files_are_refused(change, message):
     with pytest.raises(SerdeError, match=message):
         kiln.load(io.BytesIO(_tampered(change)))
@@ -149,7 +218,7 @@ def test_sparse_convolution_weights_round_trip_and_compile(tmp_path):
     program = kiln.passes.run(kiln.export(model, (kiln.randn(2, 8, 6, 6),)),
                               "prune{pattern=block block=4,4 sparsity=0.5},sparsify{block=4,4}")
     (target,) = kiln.passes.sparsity.sparse_weights(program)
-    _, loaded = _round_trip(program)
+    data, loaded = _round_trip(program)
     stored, original = loaded.constants[target], program.constants[target]
     assert stored.layout == original.layout and stored.layout.dense_dim == 2
     for name, array in original.components.items():
@@ -157,3 +226,8 @@ def test_sparse_convolution_weights_round_trip_and_compile(tmp_path):
     x = np.random.default_rng(1).standard_normal((2, 8, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(loaded(x), program(x), rtol=1.3e-6, atol=1e-5)
     kiln.testing.assert_close(kiln.compile(loaded, output=tmp_path / "pkg")(x), program(x))
+    # torch builds the hybrid BSR weight and, since its conv2d takes no sparse weight, convolves a dense copy
+    torch, by_torch = _torch_loaded(data)
+    assert torch.ops.aten._to_dense.default in [node.target for node in by_torch.graph.nodes]
+    with torch.no_grad():
+        kiln.testing.assert_close(by_torch.module()(torch.from_numpy(x)).numpy(), program(x))

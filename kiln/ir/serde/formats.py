@@ -23,8 +23,9 @@ LAYOUT_STRIDED = 7
 LAYOUT_CODES = {"sparse_coo": 1, "sparse_csr": 2, "sparse_csc": 3, "sparse_bsr": 4, "sparse_bsc": 5,
                 "semi_structured": 0, "strided": LAYOUT_STRIDED}
 # kiln's description of sparse tensors, which torch's TensorMeta cannot hold (block size, index dtype, 2:4 format):
-# {"inputs": {graph input name: layout text}, "weights": {fqn: {"layout", "shape", "components"}}}; each component is
-# stored as the weight `fqn.component`.
+# {"inputs": {graph input name: layout text}, "weights": {fqn: {"layout", "shape", "components", "graph"}}}; each
+# component is stored as the buffer `fqn.component`, and "graph" records the nodes that build the weight for torch
+# and the input they replaced (sparse_graph.py).
 KILN_SPARSE_MEMBER = "kiln_sparse.json"
 MEMORY_FORMAT_CODES = {"contiguous_format": 1, "channels_last": 2, "channels_last_3d": 3, "preserve_format": 4}
 

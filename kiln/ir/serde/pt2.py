@@ -13,6 +13,7 @@ from kiln.ir.serde import archive
 from kiln.ir.serde.archive import ArchiveWriter, FileLike, Limits
 from kiln.ir.serde.errors import SerdeError
 from kiln.ir.serde import formats
+from kiln.ir.serde.sparse_graph import construct_sparse_weights
 from kiln.ir.serde.writer import array_meta, program_to_json, sparse_input_layouts, tensor_bytes
 
 MODEL_NAME = "model"
@@ -31,9 +32,6 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
     document = program_to_json(ep)
     writer = ArchiveWriter(archive.archive_root_for(f))
     writer.add_header()
-    writer.add(archive.MODELS_FILENAME_FORMAT.format(MODEL_NAME), json.dumps(_finite_json(document), allow_nan=False))
-    # torch.export.load requires this member; empty means "no example inputs"
-    writer.add(archive.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME), _sample_inputs(ep, example_inputs))
     weights: dict[str, Any] = {}
     constants: dict[str, Any] = {}
     for spec in ep.graph_signature.input_specs:
@@ -46,20 +44,29 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
             raise SerdeError(f"{spec.kind.value.lower()} {spec.target!r} is missing from the program's weights")
         (weights if in_state_dict else constants)[spec.target] = (store[spec.target], spec.kind is InputKind.PARAMETER)
     sparse: dict[str, Any] = {"inputs": sparse_input_layouts(ep), "weights": {}}
+    sparse_weights = {}
     for table in (weights, constants):
         for fqn, (value, is_param) in list(table.items()):
             components = getattr(value, "components", None)
             if components is None:
                 continue
-            del table[fqn]  # torch stores no sparse tensors in a .pt2: each component is a dense weight
+            del table[fqn]  # torch stores no sparse tensors in a .pt2: each component is a dense buffer
             for component, array in components.items():
-                table[f"{fqn}.{component}"] = (array, is_param)
+                table[f"{fqn}.{component}"] = (array, False)
             sparse["weights"][fqn] = {"layout": value.layout.text(), "shape": list(value.shape),
                                       "components": list(components)}
+            sparse_weights[fqn] = value
+    built = construct_sparse_weights(document, sparse_weights)  # torch builds them from their components
+    for fqn, record in built.items():
+        sparse["weights"][fqn]["graph"] = record
+    if set(sparse["inputs"]) - {record["input"]["as_tensor"]["name"] for record in built.values()}:
+        warnings.warn("kiln.save: the program takes sparse user inputs, which torch 2.13 cannot load from a .pt2 "
+                      "(its serializer has no sparse encoding); kiln.load reads this file", stacklevel=2)
     if sparse["inputs"] or sparse["weights"]:
-        warnings.warn("kiln.save: the program has sparse tensors, which torch 2.13 cannot load from a .pt2 (its "
-                      "serializer has no sparse encoding); kiln.load reads this file", stacklevel=2)
         writer.add(archive.EXTRA_DIR + formats.KILN_SPARSE_MEMBER, json.dumps(sparse))
+    writer.add(archive.MODELS_FILENAME_FORMAT.format(MODEL_NAME), json.dumps(_finite_json(document), allow_nan=False))
+    # torch.export.load requires this member; empty means "no example inputs"
+    writer.add(archive.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME), _sample_inputs(ep, example_inputs))
     for table, directory, prefix, config_format in (
             (weights, archive.WEIGHTS_DIR, archive.WEIGHT_FILENAME_PREFIX, archive.WEIGHTS_CONFIG_FILENAME_FORMAT),
             (constants, archive.CONSTANTS_DIR, archive.TENSOR_CONSTANT_FILENAME_PREFIX,

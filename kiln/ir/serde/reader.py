@@ -29,6 +29,7 @@ from kiln.ir.serde.errors import SerdeError, UnsafeArchiveError
 from kiln.ir.serde.safe_json import load_json
 from kiln.ir.serde.symexpr import parse_srepr
 from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
+from kiln.ir.serde.sparse_graph import fold_sparse_constructors
 from kiln.ir.sparse import parse_layout
 from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
 from kiln.ir.types import SymIntType, TensorType
@@ -958,7 +959,9 @@ def read_archive(f: FileLike, *, extra_files: dict[str, Any] | None, limits: Lim
                                formats.KILN_SPARSE_MEMBER)
             if not isinstance(sparse, dict):
                 raise SerdeError(f"malformed {formats.KILN_SPARSE_MEMBER}: not an object")
-            assemble_sparse_weights(_field(sparse, "weights", dict, formats.KILN_SPARSE_MEMBER), state_dict, constants)
+            described = _field(sparse, "weights", dict, formats.KILN_SPARSE_MEMBER)
+            fold_sparse_constructors(document, described)
+            assemble_sparse_weights(described, state_dict, constants)
         program = program_from_document(document, state_dict, constants, pickled | pickled_constants,
                                         sparse.get("inputs") if isinstance(sparse.get("inputs"), dict) else {})
         # Reaching here means the program needed none of them (a needed pickle is refused above): a note, no warning.
