@@ -841,8 +841,8 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         rows = self.contiguous_operand(x)
         m, k = sympy.Mul(*map(as_dim, x.type.shape[:-1])), as_dim(x.type.shape[-1])
-        # written by the kernel's first pass: rows padded to a multiple of 8 columns (zeros), for whole vectors
-        transposed = self.buffer(None, shape=[k, -8 * sympy.floor(-m / 8)], dtype=x.type.dtype)
+        # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
+        transposed = self.buffer(None, shape=[k, -16 * sympy.floor(-m / 16)], dtype=x.type.dtype)
         transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
         detail = SparseLinearDetail(

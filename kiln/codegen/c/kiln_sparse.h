@@ -3,10 +3,10 @@
  *
  * Each function computes one output feature n (CSR, 2:4) or one block row of features (BSR) for a chunk of up to
  * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
- * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 8 and
+ * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 16 and
  * the rows zero past M), so every stored weight multiplies a contiguous run of rows: one broadcast and up to
- * KILN_SMB / 8 vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors are
- * GCC's generic ones, so every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
+ * KILN_SMB / KILN_SVW vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors
+ * are GCC's generic ones, so every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
  */
 #ifndef KILN_SPARSE_H
 #define KILN_SPARSE_H
@@ -35,20 +35,34 @@ static inline kiln_v8 kiln_v4_widen(const float* p)
     return __builtin_shufflevector(*(const kiln_v4u*)p, zero, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 
-/* Accumulators a0..a3 += v * (the 8 * N activation rows at x), N a constant 1..4: the partial tiles of a chunk take
- * ceil(mb / 8) vectors, which the transposed activations' zero-padded rows (ldx a multiple of 8) always hold. */
+/* kiln_sv: a vector of activation rows, as wide as the build's vector registers (16 floats with AVX-512, else 8):
+ * on AVX-512 eight-float vectors did half the work per instruction, and 2:4 at batch 32 ran at 0.7x dense. */
+#if defined(__AVX512F__)
+#define KILN_SVW 16
+#else
+#define KILN_SVW 8
+#endif
+typedef float kiln_sv __attribute__((vector_size(4 * KILN_SVW)));
+typedef float kiln_svu __attribute__((vector_size(4 * KILN_SVW), aligned(4)));
+static inline kiln_sv kiln_sv_load(const float* p) { return *(const kiln_svu*)p; }
+static inline void kiln_sv_store(float* p, kiln_sv v) { *(kiln_svu*)p = v; }
+
+/* Accumulators a0..a3 += v * (the KILN_SVW * N activation rows at x), N a constant 1..KILN_SMB / KILN_SVW: the
+ * partial tiles of a chunk take ceil(mb / KILN_SVW) vectors, which the transposed activations' zero-padded rows
+ * (ldx a multiple of KILN_SVW) always hold. */
 #define KILN_AXPY(N, v, x) do { \
-        a0 += (v) * kiln_v8_load(x); \
-        if ((N) > 1) a1 += (v) * kiln_v8_load((x) + 8); \
-        if ((N) > 2) a2 += (v) * kiln_v8_load((x) + 16); \
-        if ((N) > 3) a3 += (v) * kiln_v8_load((x) + 24); \
+        a0 += (v) * kiln_sv_load(x); \
+        if ((N) > 1) a1 += (v) * kiln_sv_load((x) + KILN_SVW); \
+        if ((N) > 2) a2 += (v) * kiln_sv_load((x) + 2 * KILN_SVW); \
+        if ((N) > 3) a3 += (v) * kiln_sv_load((x) + 3 * KILN_SVW); \
     } while (0)
 #define KILN_STORE(N, t) do { \
-        kiln_v8_store(t, a0); \
-        if ((N) > 1) kiln_v8_store((t) + 8, a1); \
-        if ((N) > 2) kiln_v8_store((t) + 16, a2); \
-        if ((N) > 3) kiln_v8_store((t) + 24, a3); \
+        kiln_sv_store(t, a0); \
+        if ((N) > 1) kiln_sv_store((t) + KILN_SVW, a1); \
+        if ((N) > 2) kiln_sv_store((t) + 2 * KILN_SVW, a2); \
+        if ((N) > 3) kiln_sv_store((t) + 3 * KILN_SVW, a3); \
     } while (0)
+#define KILN_VECTORS(mb) (((mb) + KILN_SVW - 1) / KILN_SVW)
 /* one statement per vector count, so each case keeps its accumulators in registers */
 #define KILN_BY_VECTORS(nv, BODY) switch (nv) { \
         case 4: BODY(4); break; case 3: BODY(3); break; case 2: BODY(2); break; default: BODY(1); break; }
@@ -64,12 +78,12 @@ static void kiln_csr_row(int64_t begin, int64_t end, const int32_t* restrict col
         tile[0] = sum;
         return;
     }
-    kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    kiln_sv a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
 #define KILN_CSR(N) do { \
         for (int64_t j = begin; j < end; ++j) KILN_AXPY(N, val[j], xT + (int64_t)col[j] * ldx); \
         KILN_STORE(N, tile); \
     } while (0)
-    KILN_BY_VECTORS((mb + 7) / 8, KILN_CSR)
+    KILN_BY_VECTORS(KILN_VECTORS(mb), KILN_CSR)
 #undef KILN_CSR
 }
 
@@ -152,19 +166,20 @@ static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bco
         }
         return;
     }
-    const int nv = (mb + 7) / 8;
+    const int nv = KILN_VECTORS(mb);
     int r0 = 0;
-    /* four rows x 16 activation rows in 8 accumulators (room for the activations and a broadcast on AVX2) */
+    /* four rows x two vectors of activation rows in 8 accumulators (room for the activations and a broadcast on
+     * AVX2) */
     for (; r0 + 4 <= R; r0 += 4)
         for (int v0 = 0; v0 < nv; v0 += 2) {
             const int two = nv - v0 >= 2;
-            kiln_v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            kiln_sv a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
             for (int64_t j = begin; j < end; ++j) {
                 const float* w = val + (j * R + r0) * C;
-                const float* x = xT + (int64_t)bcol[j] * C * ldx + 8 * v0;
+                const float* x = xT + (int64_t)bcol[j] * C * ldx + KILN_SVW * v0;
                 if (two)
                     for (int c = 0; c < C; ++c) {
-                        const kiln_v8 x0 = kiln_v8_load(x + c * ldx), x1 = kiln_v8_load(x + c * ldx + 8);
+                        const kiln_sv x0 = kiln_sv_load(x + c * ldx), x1 = kiln_sv_load(x + c * ldx + KILN_SVW);
                         const float w0 = w[c], w1 = w[C + c], w2 = w[2 * C + c], w3 = w[3 * C + c];
                         a00 += w0 * x0; a01 += w0 * x1;
                         a10 += w1 * x0; a11 += w1 * x1;
@@ -173,20 +188,20 @@ static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bco
                     }
                 else
                     for (int c = 0; c < C; ++c) {
-                        const kiln_v8 x0 = kiln_v8_load(x + c * ldx);
+                        const kiln_sv x0 = kiln_sv_load(x + c * ldx);
                         a00 += w[c] * x0; a10 += w[C + c] * x0; a20 += w[2 * C + c] * x0; a30 += w[3 * C + c] * x0;
                     }
             }
-            float* t = tile + r0 * KILN_SMB + 8 * v0;
-            kiln_v8_store(t, a00); kiln_v8_store(t + KILN_SMB, a10);
-            kiln_v8_store(t + 2 * KILN_SMB, a20); kiln_v8_store(t + 3 * KILN_SMB, a30);
+            float* t = tile + r0 * KILN_SMB + KILN_SVW * v0;
+            kiln_sv_store(t, a00); kiln_sv_store(t + KILN_SMB, a10);
+            kiln_sv_store(t + 2 * KILN_SMB, a20); kiln_sv_store(t + 3 * KILN_SMB, a30);
             if (two) {
-                kiln_v8_store(t + 8, a01); kiln_v8_store(t + KILN_SMB + 8, a11);
-                kiln_v8_store(t + 2 * KILN_SMB + 8, a21); kiln_v8_store(t + 3 * KILN_SMB + 8, a31);
+                kiln_sv_store(t + KILN_SVW, a01); kiln_sv_store(t + KILN_SMB + KILN_SVW, a11);
+                kiln_sv_store(t + 2 * KILN_SMB + KILN_SVW, a21); kiln_sv_store(t + 3 * KILN_SMB + KILN_SVW, a31);
             }
         }
     for (; r0 < R; ++r0) {  /* block heights that are not a multiple of 4: one row at a time */
-        kiln_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        kiln_sv a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
 #define KILN_BSR(N) do { \
             for (int64_t j = begin; j < end; ++j) \
                 for (int c = 0; c < C; ++c) \
@@ -215,8 +230,11 @@ static const kiln_i8 KILN_24_EXPAND[256] __attribute__((aligned(32))) = {
 static inline void kiln_24_groups(int64_t g0, int64_t g1, const float* restrict val, const uint8_t* restrict meta,
                                   const float* restrict xT, int64_t ldx, int nv, float* restrict tile)
 {
-    kiln_v8 a0 = kiln_v8_load(tile), a1 = kiln_v8_load(tile + 8), a2 = kiln_v8_load(tile + 16),
-            a3 = kiln_v8_load(tile + 24);
+    kiln_sv a0 = kiln_sv_load(tile), a1 = kiln_sv_load(tile + KILN_SVW), a2 = {0}, a3 = {0};
+    if (KILN_SMB / KILN_SVW > 2) {
+        a2 = kiln_sv_load(tile + 2 * KILN_SVW);
+        a3 = kiln_sv_load(tile + 3 * KILN_SVW);
+    }
     /* the row's next block: the unit's rows stream from as many places, more than the prefetchers follow (the
      * value loads stalled half the loop at batch 32) */
     for (int64_t line = 0; line < 2 * (g1 - g0); line += 16) __builtin_prefetch(val + 2 * g1 + line);
@@ -272,7 +290,7 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
     for (int64_t g0 = 0; g0 < K / 4; g0 += KILN_24_GROUPS) {
         const int64_t g1 = g0 + KILN_24_GROUPS < K / 4 ? g0 + KILN_24_GROUPS : K / 4;
         for (int r = 0; r < rows; ++r)
-            kiln_24_groups(g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, (mb + 7) / 8,
+            kiln_24_groups(g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
                            tile + r * KILN_SMB);
     }
 }

@@ -1357,7 +1357,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int R = {block_rows}, C = {block_cols}; (void)C; (void)R;",
         f"const int64_t units = (N + {group} - 1) / {group}, chunks = (M + KILN_SMB - 1) / KILN_SMB;",
         f"const float* x = {x};",
-        "const int64_t ldx = M > 1 ? (M + 7) / 8 * 8 : 1;  /* whole vectors of rows: zeros past M */",
+        "const int64_t ldx = M > 1 ? (M + 15) / 16 * 16 : 1;  /* whole vectors of rows (kiln_sv): zeros past M */",
         "if (M > 1)", "{",
         "    #pragma omp for collapse(2) schedule(static)",
         "    for (int64_t k0 = 0; k0 < K; k0 += 32)",
