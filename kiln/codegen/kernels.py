@@ -311,8 +311,9 @@ class BagsDetail:
 @dataclass(eq=False)
 class QLinearDetail:
     """quant.qlinear_pointwise: activations `x` as [M, K] rows, the int8 `weight` [N, K] with per-column
-    `weight_scale` and `bias`; `x_scale` and `x_zero_point` (numbers, or Loads for the .tensor overload); the
-    output qparams; `post_op`. `signed`: int8 activations; `narrow`: uint8 proven at most 127."""
+    `weight_scale` and `bias`; `x_scale` and `x_zero_point` (numbers, Loads for the .tensor overload, or with
+    `per_token` contiguous Views of one per row); the output qparams; `post_op`. `signed`: int8 activations;
+    `narrow`: uint8 proven at most 127."""
 
     x: View
     weight: View
@@ -330,6 +331,7 @@ class QLinearDetail:
     n: Any
     signed: bool
     narrow: bool
+    per_token: bool = False
 
 
 @dataclass(eq=False)

@@ -110,7 +110,7 @@ VIEW_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.permute.defa
             "aten.select.int", "aten.split_with_sizes.default", "aten.alias.default", "aten.flip.default",
             "aten.diagonal.default", "aten.as_strided.default"}
 # Quantized linear layers (kiln/passes/quant/lower.py): an integer GEMM on the prepacked int8 weight, requantized.
-QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor"}
+QLINEAR_OPS = {"quant.qlinear_pointwise.default", "quant.qlinear_pointwise.tensor", "quant.qlinear_pointwise.token"}
 # Quantized 2-D convolutions: im2col of uint8 pixel blocks into the same integer GEMM.
 QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"}
 # Weight-only linear layers: float activations against int8 / int4 weights converted in registers.
@@ -802,14 +802,16 @@ class _Scheduler:
          output_dtype, post_op) = args
         result = op.results[0]
         rows, weights = self.contiguous_operand(x), self.contiguous_operand(weight)
-        scalar = self.scalar_operand
+        # per token: one scale and zero point per row, read as contiguous [M] vectors
+        per_token = op.opdef.name == "quant.qlinear_pointwise.token"
+        qparam = self.contiguous_operand if per_token else self.scalar_operand
         detail = QLinearDetail(
             x=rows, weight=weights, weight_scale=self.materialized(weight_scale),
-            bias=self.materialized(bias) if bias is not None else None, x_scale=scalar(x_scale),
-            x_zero_point=scalar(x_zero_point), output_scale=output_scale, output_zero_point=output_zero_point,
+            bias=self.materialized(bias) if bias is not None else None, x_scale=qparam(x_scale),
+            x_zero_point=qparam(x_zero_point), output_scale=output_scale, output_zero_point=output_zero_point,
             quant_min=quant_min, quant_max=quant_max, post_op=post_op, m=sympy.Mul(*map(as_dim, x.type.shape[:-1])),
             k=as_dim(x.type.shape[-1]), n=as_dim(weight.type.shape[0]), signed=x.type.dtype is dtypes.int8,
-            narrow=_narrow(x))
+            narrow=_narrow(x), per_token=per_token)
         buf = self.buffer(result)
         self.kernels.append(Kernel("qlinear", f"qlinear_{buf.name}", [name], [buf], list(result.type.shape), None,
                                    detail))

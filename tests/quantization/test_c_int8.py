@@ -575,3 +575,61 @@ def _hidden_scale(program, x) -> float:
     dequantize = next(op for op in program.nodes() if op.name.startswith("quantized_decomposed.dequantize_per_tensor")
                       and list(op.operands[0].type.shape) == [16, 96])
     return float(bound_arguments(dequantize)[1])
+
+
+# (rows, K, N, post-op, bias): activations quantized per token (one scale and zero point per row), as torchao's and
+# ExecuTorch's 8da recipes do; tails in K, N and M, batched rows, a row of constants (its scale clamps to eps).
+TOKEN_CASES = [((9,), 30, 20, "none", True), ((2, 5), 67, 35, "relu", False), ((33,), 128, 64, "gelu", True),
+               ((70,), 200, 40, "none", True)]
+
+
+def per_token_program(rng: np.random.Generator):
+    """One program with a per-token dynamically quantized linear layer per TOKEN_CASES entry; returns it, the
+    inputs and each case's (weight, weight scales, bias, post-op)."""
+    builder, constants, constant = _constants_builder()
+    inputs, outputs, params = [], [], []
+    for index, (rows, k, n, post_op, has_bias) in enumerate(TOKEN_CASES):
+        x = (rng.standard_normal((*rows, k)) * rng.uniform(0.1, 3.0, (*rows, 1))).astype(np.float32)
+        x.reshape(-1, k)[0] = 0.5  # a constant row
+        weight = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        weight_scales = rng.uniform(0.002, 0.02, n).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32) if has_bias else None
+        inputs.append(x)
+        value = builder.add_input(f"x{index}", TensorType.of(x.shape, dtypes.float32))
+        w, ws = constant(f"w{index}", weight), constant(f"ws{index}", weight_scales)
+        b = constant(f"b{index}", bias) if has_bias else None
+        with builder:
+            scale, zp = quantized.choose_qparams_per_token_asymmetric.default(value, dtypes.int8)
+            q = quantized.quantize_per_token.default(value, scale, zp, -128, 127, dtypes.int8)
+            floats = quantized.dequantize_per_token.default(q, scale, zp, -128, 127, dtypes.int8, dtypes.float32)
+            outputs.append(_post_op(kiln.ops.aten.linear.default(
+                floats, quantized.dequantize_per_channel.default(w, ws, None, 0, -128, 127, dtypes.int8), b), post_op))
+        params.append((weight, weight_scales, bias, post_op))
+    return builder.build(outputs, constants=constants), inputs, params
+
+
+def per_token_expected(x: np.ndarray, weight, weight_scales, bias, post_op) -> np.ndarray:
+    """The float64 value of the integer math a per-token layer describes (its activations as the reference
+    quantizes them)."""
+    scale, zp = (np.asarray(v) for v in quantized.choose_qparams_per_token_asymmetric.default(x, dtypes.int8))
+    q = np.asarray(quantized.quantize_per_token.default(x, scale, zp, -128, 127, dtypes.int8), np.float64)
+    floats = (q - zp) * scale.astype(np.float32)
+    product = floats @ (weight.astype(np.float64) * weight_scales[:, None]).T
+    return _post_op64(product + (bias if bias is not None else 0.0), post_op).astype(np.float32)
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_per_token_layers_run_as_integer_kernels(capability, monkeypatch, tmp_path):
+    """A linear layer whose activations are quantized per token lowers to quant.qlinear_pointwise.token, which C
+    runs as an integer kernel with each row's scale and zero point in its epilogue: its float output is the
+    float64 value of the same integers within float32 tolerance, as the per-tensor layers' is."""
+    use_capability(capability, monkeypatch)
+    program, inputs, params = per_token_program(np.random.default_rng(7))
+    lowered = run(program, "lower-quantized").op_histogram()
+    assert lowered.get("quant.qlinear_pointwise.token") == len(TOKEN_CASES), lowered
+    assert "quantized_decomposed.dequantize_per_token.default" not in lowered
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    assert source.count("row_scale = (float)") == len(TOKEN_CASES)
+    for x, got, case in zip(inputs, compiled(*inputs), params):
+        assert_close(got, per_token_expected(x, *case))

@@ -26,8 +26,8 @@ from kiln.ir.program import GraphBuilder  # noqa: E402
 from kiln.ir.types import TensorType  # noqa: E402
 from kiln.testing import assert_close  # noqa: E402
 from tests.quantization.test_c_int8 import (  # noqa: E402
-    CONV_CASES, POOL_CASES, _calibrated, _conv_program, _post_op64, _program, _Residual,
-    assert_within_a_hidden_step, average_pool_program, quantized_mlp,
+    CONV_CASES, POOL_CASES, TOKEN_CASES, _calibrated, _conv_program, _post_op64, _program, _Residual,
+    assert_within_a_hidden_step, average_pool_program, per_token_expected, per_token_program, quantized_mlp,
 )
 
 quantized = kiln.ops.quantized_decomposed
@@ -72,6 +72,16 @@ def test_linear_requantized_within_one_step(tmp_path):
         floats = (np.asarray(q, np.float64) - zero_point) * np.float32(x_scale)
         expected64 = _post_op64(floats @ (weight.astype(np.float64) * weight_scales[:, None]).T + bias, post_op)
         assert_close(got, expected64.astype(np.float32))
+
+
+def test_per_token_layers(tmp_path):
+    """Layers whose activations are quantized per token run as qlinear kernels with a scale and zero point per
+    tile row; their float outputs are the float64 value of the same integers within float32 tolerance."""
+    program, inputs, params = per_token_program(np.random.default_rng(7))
+    compiled = _compile(program, tmp_path / "pkg")
+    assert _kernel_kinds(tmp_path / "pkg") == ["qlinear"] * len(TOKEN_CASES)
+    for x, got, case in zip(inputs, compiled(*inputs), params):
+        assert_close(got, per_token_expected(x, *case))
 
 
 def test_convolution_requantized_within_one_step(tmp_path):

@@ -22,13 +22,16 @@ def _epilogue_columns(detail: QLinearDetail | QConvDetail, first_column: str, co
     def column(view: Any) -> str:  # a [N] operand at column n
         return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + n * {dim_expr(view.strides[0])}]"
     bias = detail.bias
+    # per token, the activations' scale and zero point multiply in per row (_token_epilogue)
+    per_token = isinstance(detail, QLinearDetail) and detail.per_token
+    zero, x_scale = ("1", "1.0f") if per_token else ("x_zero_point", "x_scale")
     return [
         f"int32_t zcol[{columns}] __attribute__((aligned(64)));",
         f"float scale[{columns}] __attribute__((aligned(64))), bias[{columns}] __attribute__((aligned(64)));",
         f"for (int64_t c = 0; c < {columns}; ++c)", "{",
         f"    const int64_t n = {first_column} + c;",
-        "    zcol[c] = x_zero_point * colsum[c];",
-        f"    scale[c] = c < width ? x_scale * {column(detail.weight_scale)} : 0.0f;",
+        f"    zcol[c] = {zero} * colsum[c];",
+        f"    scale[c] = c < width ? {x_scale} * {column(detail.weight_scale)} : 0.0f;",
         f"    bias[c] = c < width ? {column(bias) if bias is not None else '0.0f'} : 0.0f;",
         "}",
     ]
@@ -48,14 +51,14 @@ def _output_form(detail: QLinearDetail | QConvDetail, out: Buffer) -> tuple[str,
 
 
 def _epilogue(detail: QLinearDetail | QConvDetail, out: Buffer, row: str, target: str,
-              residual: tuple[str, str] | None = None) -> str:
+              residual: tuple[str, str] | None = None, columns: tuple[str, str] = ("zcol", "scale")) -> str:
     """kiln_qepilogue of tile row `row` into `target` (a pointer): the zero point's correction, scales, bias, the
     residual (a pointer to its first column's element, and the stride between columns), the post-op, and float32
     or requantized output (round half to even, the zero point, the clamp, as quantize_per_tensor does)."""
     kind, zero_point, low, high = _output_form(detail, out)
     bias = "bias" if detail.bias is not None else "NULL"
     extra, stride = residual or ("NULL", "0")
-    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, zcol, scale, {bias}, 1, {extra}, {stride}, "
+    return (f"kiln_qepilogue(tile + ({row}) * KILN_QNR, {columns[0]}, {columns[1]}, {bias}, 1, {extra}, {stride}, "
             f"{_POST_OPS[detail.post_op]}, {kind}, output_inverse_scale, {zero_point!r}f, {low!r}f, "
             f"{high!r}f, width, {target});")
 
@@ -64,6 +67,8 @@ def _qparams(detail: QLinearDetail | QConvDetail) -> list[str]:
     """x_scale, x_zero_point (int8 activations are read as uint8 with the sign bit flipped, x + 128: the zero point
     moves with them) and the output's inverse scale, as constants of the kernel."""
     scalars = _Exprs(0)
+    if isinstance(detail, QLinearDetail) and detail.per_token:  # per row: read where each row's epilogue runs
+        return [_output_inverse_scale(detail), "(void)output_inverse_scale;"]
 
     def qparam(value: Any) -> str:  # a number, or the .tensor overload's one-element tensor
         return literal(value) if isinstance(value, (int, float)) else scalars.render(value)
@@ -71,6 +76,25 @@ def _qparams(detail: QLinearDetail | QConvDetail) -> list[str]:
             f"const int32_t x_zero_point = (int32_t)({qparam(detail.x_zero_point)})"
             f" + {128 if detail.signed else 0};",
             _output_inverse_scale(detail), "(void)output_inverse_scale;"]
+
+
+def _token_epilogue(detail: QLinearDetail, out: Buffer, row: str, target: str) -> list[str]:
+    """The epilogue of tile row `row` (activation row `m`) of a per-token layer: its zero point's correction and its
+    scale (float32, as the dequantized activations' product is formed in the reference) times the panel's column
+    sums and weight scales, then kiln_qepilogue."""
+    def element(view: Any) -> str:
+        return f"{buffer_name(view.buffer)}[{dim_expr(view.offset)} + m]"
+    return [
+        "{",
+        f"    const int64_t m = row + ({row});",
+        f"    const float row_scale = (float){element(detail.x_scale)};",
+        f"    const int32_t row_zero = (int32_t){element(detail.x_zero_point)} + {128 if detail.signed else 0};",
+        "    int32_t zrow[KILN_QNR] __attribute__((aligned(64)));",
+        "    float srow[KILN_QNR] __attribute__((aligned(64)));",
+        "    for (int64_t c = 0; c < KILN_QNR; ++c) { zrow[c] = row_zero * zcol[c]; srow[c] = row_scale * scale[c]; }",
+        f"    {_epilogue(detail, out, row, target, columns=('zrow', 'srow'))}",
+        "}",
+    ]
 
 
 def _output_inverse_scale(detail: QLinearDetail | QConvDetail | QPoolDetail) -> str:
@@ -130,7 +154,10 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         f"        kiln_qlinear_step(rows, row, chunk * chunk_rows, row_end, K, x, {_flip(detail)}, panel, tile, "
         f"{int(detail.narrow)}, &block);",
         "        for (int r = 0; r < rows; ++r)",
-        f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}",
+        *([f"        {line}" for line in _token_epilogue(detail, out, 'r',
+                                                          f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')]
+          if detail.per_token else
+          [f"            {_epilogue(detail, out, 'r', f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')}"]),
         "    }", "}",
         "kiln_qend();",
     ]

@@ -27,10 +27,16 @@ def _float32(value: float) -> str:
 
 def _qparams(args: KernelArgs, detail: QLinearDetail | QConvDetail) -> list[str]:
     """`x_scale` (float32) and `x_zero` (int32: the zero point in the shifted bytes the dot product reads) of an
-    integer layer's activations: numbers, or the .tensor overloads' one-element tensors."""
+    integer layer's activations: numbers, the .tensor overloads' one-element tensors, or per token [BM, 1]
+    columns."""
     exprs = Exprs(args, [], "mask")
     scale, zero_point = detail.x_scale, detail.x_zero_point
     shift = 0 if detail.signed else _UINT8_SHIFT
+    if isinstance(detail, QLinearDetail) and detail.per_token:  # a column of one per tile row (rm)
+        def rows(view: Any) -> str:
+            return (f"tl.load({args.buffer(view.buffer)} + ({exprs.index([1], view.offset, ['rm'])}), "
+                    f"mask=rm < {args.size(detail.m)}, other=0)[:, None]")
+        return [f"x_scale = {rows(scale)}.to(tl.float32)", f"x_zero = {rows(zero_point)}.to(tl.int32) - {shift}"]
     scale = _float32(scale) if isinstance(scale, (int, float)) else f"{exprs.render(scale)}.to(tl.float32)"
     zero = f"tl.full([1], {int(zero_point) - shift}, tl.int32)" if isinstance(zero_point, (int, float)) else \
         f"{exprs.render(zero_point)}.to(tl.int32) - {shift}"

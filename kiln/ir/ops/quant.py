@@ -498,14 +498,19 @@ QLINEAR_POST_OPS = ("none", "relu", "gelu", "gelu_tanh")
 
 
 def _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min, output_quant_max,
-                         output_dtype, post_op) -> DType:
+                         output_dtype, post_op, per_token: bool = False) -> DType:
     """The checks the integer-kernel ops share: uint8/int8 activations (one-element tensor qparams for .tensor), an
     int8 weight with float32 scales and bias per output channel, the post-op, the output's dtype and range; returns
     the output dtype."""
     require_dtype(dtype_of(x) in (dtypes.uint8, dtypes.int8), _op(),
                   f"expects a uint8 or int8 input, got {dtype_of(x).name}")
     require_dtype(dtype_of(weight) is dtypes.int8, _op(), f"expects an int8 weight, got {dtype_of(weight).name}")
-    if not isinstance(x_scale, (int, float)):
+    if per_token:  # one scale and zero point per row of x (its last dim's vectors)
+        tokens = numel(shape_of(x)[:-1])
+        for name, value in (("x_scale", x_scale), ("x_zero_point", x_zero_point)):
+            require_arg(sym_eq(numel(shape_of(value)), tokens), _op(),
+                        f"expects one {name} per token ({tokens}), got {numel(shape_of(value))}")
+    elif not isinstance(x_scale, (int, float)):
         _one_element(x_scale, "x_scale")
         _one_element(x_zero_point, "x_zero_point")
     channels = shape_of(weight)[0] if shape_of(weight) else None
@@ -522,14 +527,14 @@ def _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, o
 
 
 def qlinear_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
-                           output_quant_min, output_quant_max, output_dtype, post_op):
+                           output_quant_min, output_quant_max, output_dtype, post_op, per_token=False):
     x_shape, w_shape = list(shape_of(x)), list(shape_of(weight))
     require_arg(len(x_shape) >= 1 and len(w_shape) == 2, _op(),
                 f"expects an input [..., K] and a weight [N, K], got {x_shape} and {w_shape}")
     require_arg(sym_eq(x_shape[-1], w_shape[1]), _op(),
                 f"the input's last dim {x_shape[-1]} does not match the weight's K {w_shape[1]}")
     output_dtype = _check_integer_layer(x, x_scale, x_zero_point, weight, weight_scale, bias, output_quant_min,
-                                        output_quant_max, output_dtype, post_op)
+                                        output_quant_max, output_dtype, post_op, per_token)
     return tensor([*x_shape[:-1], w_shape[0]], output_dtype)
 
 
@@ -561,14 +566,23 @@ def _qlinear_pointwise(dequantize):
     return kernel
 
 
-def _define_static_and_dynamic(name: str, tail: str, meta, make_kernel) -> None:
+def _dequantize_per_token(x, scales, zero_points, quant_min, quant_max, dtype):
+    return quantized.dequantize_per_token.default(x, scales, zero_points, quant_min, quant_max, dtype, dtypes.float32)
+
+
+def _define_static_and_dynamic(name: str, tail: str, meta, make_kernel, per_token: bool = False) -> None:
     """`name` with float / int activation qparams (static), and its `.tensor` overload with one-element tensor
-    qparams (dynamic: choose_qparams's outputs); each one's kernel (and decomposition) is its pattern."""
-    for overload, scale_type, dequantize in (
-            ("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
-            (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)):
+    qparams (dynamic: choose_qparams's outputs), and with `per_token` its `.token` overload with a scale and zero
+    point per row (dynamic per token: choose_qparams_per_token_asymmetric's); each one's kernel (and
+    decomposition) is its pattern."""
+    overloads = [("", "float x_scale, int x_zero_point", quantized.dequantize_per_tensor.default),
+                 (".tensor", "Tensor x_scale, Tensor x_zero_point", quantized.dequantize_per_tensor.tensor)]
+    if per_token:
+        overloads.append((".token", "Tensor x_scale, Tensor x_zero_point", _dequantize_per_token))
+    for overload, scale_type, dequantize in overloads:
         kernel = make_kernel(dequantize)
-        defop(f"{KERNEL_NAMESPACE}::{name}{overload}(Tensor x, {scale_type}, {tail}", meta, kernel,
+        rule = (lambda *args: meta(*args, per_token=True)) if overload == ".token" else meta
+        defop(f"{KERNEL_NAMESPACE}::{name}{overload}(Tensor x, {scale_type}, {tail}", rule, kernel,
               tags=("quantize",))
         register_decomposition(f"{KERNEL_NAMESPACE}.{name}{overload or '.default'}")(kernel)
 
@@ -577,7 +591,7 @@ quantized = ops.quantized_decomposed
 _define_static_and_dynamic(
     "qlinear_pointwise", "Tensor weight, Tensor weight_scale, Tensor? bias, float output_scale, int output_zero_point, "
     "int output_quant_min, int output_quant_max, ScalarType output_dtype, str post_op) -> Tensor",
-    qlinear_pointwise_meta, _qlinear_pointwise)
+    qlinear_pointwise_meta, _qlinear_pointwise, per_token=True)
 
 
 def qconv2d_pointwise_meta(x, x_scale, x_zero_point, weight, weight_scale, bias, stride, padding, dilation, groups,

@@ -3,7 +3,9 @@
 - `dequantize(x) → linear(·, dequantize_per_channel(W), bias) → [relu | gelu] → quantize` becomes one
   `quant.qlinear_pointwise` (uint8/int8 out), and a conv2d likewise one `quant.qconv2d_pointwise` (the residual add
   of conv → add → relu fused too); a layer whose result stays float (the last layer, or each layer of the dynamic
-  scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output.
+  scheme, whose `choose_qparams → quantize → dequantize` feeds it) becomes one with a float32 output. Activations
+  quantized per token (`choose_qparams_per_token_asymmetric → quantize_per_token → dequantize_per_token`, the
+  dynamic activations of torchao's and ExecuTorch's 8da recipes) make a linear layer's `.token` overload.
 - A float linear of a dequantized int8 / int4-valued weight (the weight-only schemes) becomes
   `quant.linear_weight_only`.
 - A max pool, a flatten or a view between a dequantize and a quantize with the same qparams runs on the integers,
@@ -43,10 +45,15 @@ def _is_float32(value: Any) -> bool:
 
 
 def _quantized_input(value: Any) -> tuple | None:
-    """(x, scale, zero_point, overload) when `value` is a per-tensor dequantize of uint8/int8 values to float32."""
-    dq = producer(value, quantized.dequantize_per_tensor.default, quantized.dequantize_per_tensor.tensor)
-    if dq is None or dq.args[0].type.dtype not in QUANTIZED_ACTIVATIONS or dq.kwargs.get("out_dtype") not in (
-            None, dtypes.float32):
+    """(x, scale, zero_point, overload) when `value` is a per-tensor (overload `default` or `tensor`) or per-token
+    (`token`) dequantize of uint8/int8 values to float32."""
+    dq = producer(value, quantized.dequantize_per_tensor.default, quantized.dequantize_per_tensor.tensor,
+                  quantized.dequantize_per_token.default)
+    if dq is None or dq.args[0].type.dtype not in QUANTIZED_ACTIVATIONS:
+        return None
+    if dq.name == "quantized_decomposed.dequantize_per_token.default":
+        return (dq.args[0], dq.args[1], dq.args[2], "token") if dtypes.dtype(dq.args[6]) is dtypes.float32 else None
+    if dq.kwargs.get("out_dtype") not in (None, dtypes.float32):
         return None
     return dq.args[0], dq.args[1], dq.args[2], dq.name.rsplit(".", 1)[1]
 
@@ -107,10 +114,9 @@ def _layer_operands(layer: Match) -> tuple | None:
         return None
     q, scale, zero_point, overload = activation
     if layer.name == "aten.linear.default":
-        handle = ops.quant.qlinear_pointwise
-        return (q, scale, zero_point, *weights, bias), handle.default if overload == "default" else handle.tensor
+        return (q, scale, zero_point, *weights, bias), getattr(ops.quant.qlinear_pointwise, overload)
     stride, padding, dilation, groups = (layer.args + [None] * 7)[3:7]
-    if len(x.type.shape) != 4:
+    if len(x.type.shape) != 4 or overload == "token":
         return None
     handle = ops.quant.qconv2d_pointwise
     return (q, scale, zero_point, *weights, bias, stride or [1, 1], padding or [0, 0], dilation or [1, 1],
@@ -208,8 +214,10 @@ class LowerQuantized(RewritePass):
     @pattern(aten.linear.default)
     def weight_only(self, input, weight, bias=None):
         """A float linear layer of a dequantized int8 (or int4-valued) weight: quant.linear_weight_only."""
-        if input.type.dtype is not dtypes.float32 or _quantized_input(input) is not None or not _is_float32(bias):
-            return None
+        activation = _quantized_input(input)
+        if input.type.dtype is not dtypes.float32 or not _is_float32(bias) or activation is not None and (
+                activation[3] != "token" or _quantized_weight(weight) is not None):
+            return None  # quantized activations are the integer layer's (per token: with an int8 per-channel weight)
         found = _weight_only(weight)
         return None if found is None else ops.quant.linear_weight_only.default(input, *found[:3], bias, *found[3:])
 

@@ -174,8 +174,12 @@ def _torch_qlinear(dequantize: str):
         def qlinear(x, x_scale, x_zero_point, weight, weight_scale, bias, output_scale, output_zero_point,
                     output_quant_min, output_quant_max, output_dtype, post_op):
             info = torch.iinfo(x.dtype)
-            floats = getattr(quantized.dequantize_per_tensor, dequantize)(x, x_scale, x_zero_point, info.min,
-                                                                           info.max, x.dtype)
+            if dequantize == "token":
+                floats = quantized.dequantize_per_token(x, x_scale, x_zero_point, info.min, info.max, x.dtype,
+                                                        torch.float32)
+            else:
+                floats = getattr(quantized.dequantize_per_tensor, dequantize)(x, x_scale, x_zero_point, info.min,
+                                                                               info.max, x.dtype)
             weights = quantized.dequantize_per_channel(weight, weight_scale, None, 0, -128, 127, torch.int8)
             return _torch_output(torch, torch.nn.functional.linear(floats, weights, bias), post_op, output_scale,
                                  output_zero_point, output_quant_min, output_quant_max, output_dtype)
@@ -185,6 +189,7 @@ def _torch_qlinear(dequantize: str):
 
 TORCH_EQUIVALENTS["quant.qlinear_pointwise.default"] = _torch_qlinear("default")
 TORCH_EQUIVALENTS["quant.qlinear_pointwise.tensor"] = _torch_qlinear("tensor")
+TORCH_EQUIVALENTS["quant.qlinear_pointwise.token"] = _torch_qlinear("token")
 
 
 def _qlinear_operands(rng, rows: tuple, k: int, n: int, x_dtype: str = "uint8"):
@@ -217,6 +222,16 @@ def qlinear_pointwise_tensor(rng):
     x, w, s, b = _qlinear_operands(rng, (4, 2), 21, 11, "int8")
     yield Sample((x, np.array(0.02, np.float32), np.array(-3), w, s, b, 0.1, 7, 0, 255, dtypes.uint8, "relu"),
                  note="0-d float32 scale, int8 in, uint8 out")
+
+
+@samples("quant.qlinear_pointwise.token")
+def qlinear_pointwise_token(rng):
+    x, w, s, b = _qlinear_operands(rng, (4,), 10, 5, "int8")
+    yield Sample((x, rng.uniform(0.01, 0.03, (4, 1)), rng.integers(-20, 20, (4, 1)), w, s, b, 1.0, 0, 0, 0,
+                  dtypes.float32, "none"), note="per token: float64 scales and int64 zero points [rows, 1]")
+    x, w, s, b = _qlinear_operands(rng, (2, 3), 17, 6, "int8")
+    yield Sample((x, rng.uniform(0.01, 0.03, (2, 3, 1)), rng.integers(-9, 9, (2, 3, 1)), w, s, None, 1.0, 0, 0, 0,
+                  dtypes.float32, "gelu"), note="batched tokens, no bias, gelu")
 
 
 def _torch_qadaptive_avg_pool2d(torch):
