@@ -238,14 +238,40 @@ def _next_float(x: np.ndarray, up: np.ndarray) -> np.ndarray:
     return stepped.astype(np.uint16).view(x.dtype)
 
 
+# Ops that sum products or elements: a backend may add their terms in another order, which moves the result by
+# about one ulp of the sum of the terms' magnitudes, far more than one ulp of the result where terms cancel.
+ACCUMULATING = {f"aten.{name}" for name in (
+    "mm.default", "bmm.default", "matmul.default", "addmm.default", "baddbmm.default", "addbmm.default",
+    "addmv.default", "mv.default", "dot.default", "linear.default", "einsum.default", "bilinear.default",
+    "sum.default", "sum.dim_IntList", "mean.default", "mean.dim", "cumsum.default", "conv1d.default",
+    "conv2d.default", "conv3d.default", "convolution.default", "tensordot.default")}
+
+
+def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, exact: Any,
+                rng: np.random.Generator) -> np.ndarray:
+    """`result` of an accumulating op moved by one ulp of its terms' summed magnitudes (the op on |operands|)."""
+    magnitude = exact(opdef, [np.abs(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else
+                              [np.abs(t) if isinstance(t, np.ndarray) else t for t in a] if isinstance(a, list)
+                              else a for a in arguments])
+    step = np.abs(np.asarray(magnitude, np.float64)) * np.finfo(result.dtype).eps
+    sign = {"away": np.sign(result), "toward": -np.sign(result),
+            "random": np.where(rng.random(result.shape) < 0.5, 1.0, -1.0)}[direction]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (result.astype(np.float64) + sign * step).astype(result.dtype)
+
+
 @contextlib.contextmanager
 def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
-    """Inside, the interpreter moves every float result of every op one ulp (the rounding a backend may differ by)."""
+    """Inside, the interpreter moves every float result of every op one ulp (the rounding a backend may differ by),
+    and an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum)."""
     from kiln.ir import interpreter
     exact = interpreter.run_kernel
 
     def noisy(opdef: Any, arguments: Any) -> Any:
         result = exact(opdef, arguments)
+        if opdef.name in ACCUMULATING and isinstance(result, np.ndarray) and result.dtype.kind == "f" \
+                and result.size:
+            return _reordering(opdef, arguments, result, direction, exact, rng)
         if isinstance(result, (list, tuple)):
             return type(result)(_nudged([r], direction, rng)[0] if isinstance(r, np.ndarray) else r for r in result)
         return _nudged([result], direction, rng)[0] if isinstance(result, np.ndarray) else result

@@ -109,6 +109,39 @@ def test_rounding_through_an_ill_conditioned_computation_is_told_apart():
     assert not ill_conditioned(program, overflowing, [program(*overflowing)], [np.float32(3e38)], [0])
 
 
+def test_a_sum_added_in_another_order_is_told_apart():
+    """A float32 sum whose terms cancel (1e8 + 1 - 1e8 + 0.5): its value depends on the order of the additions by
+    far more than one ulp of the result (onnxruntime's ReduceSum and MatMul order differs from numpy's; the fuzzer
+    met 0.02124 against 0.02141 behind exp∘cosh). The detector moves an accumulating op's result by one ulp of its
+    terms' summed magnitudes (2e8 x 2^-23 = 24 here), so a left-to-right float32 sum counts as ill-conditioned; a
+    value off by more than SPREAD_FACTOR such steps stays a mismatch."""
+    import math
+
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import _rounding_noise, compare, ill_conditioned
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([4], kiln.float32))
+    with builder:
+        y = ops.aten.mul.Scalar(ops.aten.sum.default(x), 2.0)
+    program = builder.build([y])
+    inputs = [np.array([1e8, 1.0, -1e8, 0.5], np.float32)]
+    expected = program(*inputs)
+    assert expected == 2 * math.fsum(inputs[0].tolist())  # 3: the oracle keeps every term
+    in_order = np.float32(0)
+    for term in inputs[0]:  # a float32 sum left to right loses the 1: 2 x 0.5
+        in_order = np.float32(in_order + term)
+    assert compare(2 * in_order, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [2 * in_order], [0])
+    assert not ill_conditioned(program, inputs, [expected], [np.float32(400)], [0])
+    with _rounding_noise("away", np.random.default_rng(0)):  # the sum moves 2e8 x 2^-23, doubled by the mul
+        assert abs(float(program(*inputs)) - 3.0) >= 2 * 2e8 * 2.0 ** -23 * 0.99
+
+
 def test_indices_chosen_among_equal_values_are_told_apart():
     """topk of a row holding a repeated value: torch eager returned index 9 where the interpreter returned 8 (both
     hold the k-th largest value), which the fuzzer now files as tie-dependent; indices that differ where the values
