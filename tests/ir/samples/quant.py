@@ -230,8 +230,8 @@ def qlinear_pointwise_token(rng):
     yield Sample((x, rng.uniform(0.01, 0.03, (4, 1)), rng.integers(-20, 20, (4, 1)), w, s, b, 1.0, 0, 0, 0,
                   dtypes.float32, "none"), note="per token: float64 scales and int64 zero points [rows, 1]")
     x, w, s, b = _qlinear_operands(rng, (2, 3), 17, 6, "int8")
-    yield Sample((x, rng.uniform(0.01, 0.03, (2, 3, 1)), rng.integers(-9, 9, (2, 3, 1)), w, s, None, 1.0, 0, 0, 0,
-                  dtypes.float32, "gelu"), note="batched tokens, no bias, gelu")
+    yield Sample((x, rng.uniform(0.01, 0.03, (2, 3, 1)).astype(np.float32), rng.integers(-9, 9, (2, 3, 1)), w, s,
+                  None, 1.0, 0, 0, 0, dtypes.float32, "gelu"), note="batched tokens, float32 scales, no bias, gelu")
 
 
 def _torch_qadaptive_avg_pool2d(torch):
