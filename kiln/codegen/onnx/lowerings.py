@@ -1704,11 +1704,26 @@ def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], strid
     return value, t, unbatched, attributes
 
 
+def _empty_windows_minus_inf(ctx: LoweringContext, x: Value, values: str, attributes: dict[str, Any],
+                             t: dtypes.DType) -> str:
+    """A window of a padded, dilated (or ceil-mode) pool may hold padding only: ATen's scan leaves its -inf
+    start there, onnxruntime's MaxPool gives the lowest finite float. Pooling ones marks the windows that see an
+    input (the others come out as that lowest float too)."""
+    if not t.is_floating_point or not x.dtype.is_floating_point or not any(attributes["pads"]) or (
+            all(d == 1 for d in attributes["dilations"]) and not attributes["ceil_mode"]):
+        return values
+    spatial = len(attributes["kernel_shape"])
+    ones = ctx.node("ConstantOfShape", [ctx.dims([1, 1] + list(x.shape[-spatial:]))], value=_scalar_tensor(1, t))
+    seen = ctx.node("Greater", [ctx.node("MaxPool", [ones], **attributes), ctx.const(0, t)])
+    return ctx.node("Where", [seen, values, ctx.const(-math.inf, t)])
+
+
 def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) -> str:
     """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool may skip a NaN that
     ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
     value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
-    return ctx.graph.cast(_unbatch(ctx, ctx.node("MaxPool", [value], **attributes), unbatched), t, x.dtype)
+    values = _empty_windows_minus_inf(ctx, x, ctx.node("MaxPool", [value], **attributes), attributes, t)
+    return ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype)
 
 
 @lowers("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
@@ -1725,6 +1740,7 @@ def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     indices = ctx.node("Mod", [indices, ctx.dim(plane)])
     if t.is_floating_point and x.dtype.is_floating_point:
         values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
+        values = _empty_windows_minus_inf(ctx, x, values, attributes, t)
     return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
 
 
