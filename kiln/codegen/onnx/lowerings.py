@@ -220,6 +220,13 @@ for _name, _build in _UNARY.items():
 _ROUNDING = {"ceil": "Ceil", "floor": "Floor", "round": "Round"}
 
 
+def _rounding_toward_zero(ctx: LoweringContext, value: str, t: dtypes.DType) -> str:
+    """trunc: Floor above 0, else Ceil. The Ceil (whose result may be -0: trunc(-0.4)) is Where's false branch,
+    since onnxruntime's Where turns a -0 it takes from its true branch into +0 (docs/onnx.md)."""
+    positive = ctx.node("Greater", [value, ctx.const(0, t)])
+    return ctx.node("Where", [positive, ctx.node("Floor", [value]), ctx.node("Ceil", [value])])
+
+
 @lowers(*(f"aten.{n}.default" for n in _ROUNDING), "aten.trunc.default")
 def _rounding(ctx: LoweringContext, x: Value) -> str:
     if not x.dtype.is_floating_point:
@@ -228,8 +235,7 @@ def _rounding(ctx: LoweringContext, x: Value) -> str:
     value = ctx.as_dtype(x, compute)
     name = ctx.op.name.split(".")[1]
     if name == "trunc":
-        negative = ctx.node("Less", [value, ctx.const(0, compute)])
-        result = ctx.node("Where", [negative, ctx.node("Ceil", [value]), ctx.node("Floor", [value])])
+        result = _rounding_toward_zero(ctx, value, compute)
     else:
         result = ctx.node(_ROUNDING[name], [value])
     return ctx.graph.cast(result, compute, x.dtype)
@@ -365,8 +371,7 @@ def _trunc_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str
     quotient = ctx.node("Div", [a, b])
     if not dtype.is_floating_point:
         return quotient  # ONNX integer Div truncates
-    negative = ctx.node("Less", [quotient, ctx.const(0, dtype)])
-    return ctx.node("Where", [negative, ctx.node("Ceil", [quotient]), ctx.node("Floor", [quotient])])
+    return _rounding_toward_zero(ctx, quotient, dtype)
 
 
 def _remainder(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
@@ -1686,10 +1691,6 @@ def _avg_pool64(ctx: LoweringContext, x: Value, attributes: dict[str, Any], coun
     counts = window_sums(padded(ones, spatial, 1.0 if count_include_pad else 0.0), spatial)
     return ctx.node("Div", [sums, counts])
 
-
-def _rounding_toward_zero(ctx: LoweringContext, value: str, t: dtypes.DType) -> str:
-    negative = ctx.node("Less", [value, ctx.const(0, t)])
-    return ctx.node("Where", [negative, ctx.node("Ceil", [value]), ctx.node("Floor", [value])])
 
 
 def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int], padding: Any,
