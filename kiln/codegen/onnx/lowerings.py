@@ -1960,7 +1960,12 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     align_corners, scale_factors = (rest[0], rest[1]) if bilinear else (False, rest[0])
     t = _compute_dtype(x.dtype)
     sizes_in, sizes_out = list(x.shape[-2:]), list(ctx.out.shape[-2:])
-    if t is dtypes.float64 and all(isinstance(d, int) for d in sizes_in + sizes_out):
+    if t is dtypes.float64:
+        if not all(isinstance(d, int) for d in sizes_in + sizes_out):
+            raise UnsupportedError(f"{ctx.op.name.split('.')[1]} of a float64 image with symbolic height or width "
+                                   "has no ONNX form onnxruntime runs (its Resize has no float64 kernel, and kiln "
+                                   "gathers ATen's taps for static sizes only)",
+                                   fix="export with a static image size, or upsample in float32")
         return _resample64(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None], bilinear,
                            align_corners)
     attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
