@@ -682,8 +682,18 @@ def _sum_like(op_type: str) -> Lowering:
             value = ctx.as_dtype(x, compute)
         if op_type == "ReduceProd" and compute is dtypes.int64 and all(isinstance(d, int) for d in x.shape):
             return _wrapping_product(ctx, value, x, axes, keepdim)
-        return ctx.graph.cast(_reduce(ctx, op_type, value, axes, keepdim), compute, out)
+        reduced = _reduce(ctx, op_type, value, axes, keepdim)
+        if op_type == "ReduceSum" and compute.is_floating_point:
+            reduced = _from_positive_zero(ctx, reduced, compute)
+        return ctx.graph.cast(reduced, compute, out)
     return lower
+
+
+def _from_positive_zero(ctx: LoweringContext, total: str, t: dtypes.DType) -> str:
+    """ATen's sums start from +0, so a sum of -0s (one -0, or none) is +0; onnxruntime's ReduceSum of a lone -0 is
+    -0, and 1 / sum then flips sign. A zero becomes +0 (a Where: onnxruntime's optimizer drops an Add of 0)."""
+    zero = ctx.const(0, t)
+    return ctx.node("Where", [ctx.node("Equal", [total, zero]), zero, total])
 
 
 def _wrapping_product(ctx: LoweringContext, value: str, x: Value, axes: list[int], keepdim: bool) -> str:
@@ -720,7 +730,7 @@ def _mean(ctx: LoweringContext, x: Value, dim: Any = None, keepdim: bool = False
         dim = [dim]
     t = _compute_dtype(ctx.out_dtype)
     axes = normalize_axes(dim, x.rank) if x.rank else []
-    total = _reduce(ctx, "ReduceSum", ctx.as_dtype(x, t), axes, keepdim)
+    total = _from_positive_zero(ctx, _reduce(ctx, "ReduceSum", ctx.as_dtype(x, t), axes, keepdim), t)
     return ctx.graph.cast(ctx.node("Div", [total, ctx.as_dtype(ctx.sizes(x, axes), t)]), t, ctx.out_dtype)
 
 
