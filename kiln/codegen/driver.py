@@ -20,8 +20,9 @@ import numpy as np
 from kiln.codegen import COMPILE_TARGETS
 from kiln.codegen.legalize import legalize
 from kiln.codegen.memory import format_bytes, plan_memory
+from kiln.codegen.schedule import data_dependent_problems, refuse
 from kiln.codegen.kernels import Schedule
-from kiln.ir.errors import KilnError
+from kiln.ir.errors import GuardError, KilnError
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
 from kiln.ir.symbolic import ValueRange, format_dim
@@ -49,7 +50,13 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
     """Compile `program` for `target` into the package folder `output` (a new temporary folder when None) and
     return the folder. Every file is replaced atomically, so a model loaded from the folder keeps running."""
     emitter = backend(target)
-    program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE), emitter.TARGET)
+    try:
+        program = legalize(run_passes(program, pipeline or DEFAULT_PIPELINE), emitter.TARGET)
+    except GuardError:
+        # a pass asked a question of a data-dependent size (a batch norm's check that a mask's count is not 0):
+        # the target could not size that op's buffers anyway, and saying so is the error the user can act on
+        refuse(data_dependent_problems(program, emitter.TARGET), emitter.TARGET)
+        raise
     plan = emitter.plan(program)
     memory = plan_memory(plan, program.range_constraints)
     packs, read_as_is = emitter.packed_weights(plan) if hasattr(emitter, "packed_weights") else ([], None)

@@ -282,45 +282,17 @@ class _Scheduler:
         return components
 
     def check_supported(self) -> None:
-        problems: dict[str, str] = {}
         target = self.target
-        # Symbols the run can bind: those of the input shapes. Any other symbol in a result's shape is data-dependent
-        # (an unbacked `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range.
-        bound: set[Any] = set()
-        for arg in self.program.body.args:
-            bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
+        problems = data_dependent_problems(self.program, target)
         for op in self.program.body.walk():
             if isinstance(op, (func.ReturnOp, YieldOp)):
                 continue
             name = getattr(getattr(op, "opdef", None), "name", op.name)
-            unbound = sorted({str(s) for r in op.results if _is_tensor(r) for d in r.type.shape
-                              for s in getattr(d, "free_symbols", ()) if s not in bound})
-            if unbound:
-                problems.setdefault(name, f"its result's size depends on the input values (data-dependent size "
-                                          f"{', '.join(unbound)}), and the {target.name} ABI sizes every buffer "
-                                          f"from the input shapes")
-                continue
-            reason = target.unsupported(op, name)
+            reason = None if name in problems else target.unsupported(op, name)
             if reason:
                 problems.setdefault(name, reason)
-        if problems:
-            listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
-            # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
-            # do not take are better run elsewhere.
-            lowerable = [n for n, why in problems.items() if why == target.no_lowering and n in REGISTRY]
-            if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
-                raise UnsupportedError(
-                    f"the {target.name} backend computes these quantize ops only through integer lowering or "
-                    f"decomposition: {listed}", fix="start the pipeline with 'lower-quantized,decompose{namespaces="
-                                                    "aten,quantized_decomposed}' (kiln.compile's default does)")
-            decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
-                               for n in lowerable)
-            fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
-                f"add a {target.name} lowering (kiln/codegen/{target.folder}) or a decomposition "
-                "(kiln.ir.registry.register_decomposition), or export to ONNX" if lowerable else
-                "run this program on kiln's interpreter or export it to ONNX, which handle these forms")
-            raise UnsupportedError(f"the {target.name} backend cannot compile {len(problems)} op(s): {listed}",
-                                   fix=fix)
+        refuse(problems, target)
+
 
     # -- values
     def materialized(self, value: Any) -> View:
@@ -1277,3 +1249,46 @@ def schedule(program: ExportedProgram, target: Target) -> Schedule:
     """Group a decomposed program's ops into kernels for `target` (a backend's TARGET); rejects every op the target
     does not support at once."""
     return _Scheduler(program, target).run()
+
+
+def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[str, str]:
+    """The ops whose result sizes depend on the input values, with why `target` cannot compile them. Symbols the
+    run can bind are those of the input shapes; any other symbol in a result's shape is data-dependent (an unbacked
+    `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range."""
+    bound: set[Any] = set()
+    for arg in program.body.args:
+        bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
+    problems: dict[str, str] = {}
+    for op in program.body.walk():
+        if isinstance(op, (func.ReturnOp, YieldOp)):
+            continue
+        unbound = sorted({str(s) for r in op.results if _is_tensor(r) for d in r.type.shape
+                          for s in getattr(d, "free_symbols", ()) if s not in bound})
+        if unbound:
+            problems.setdefault(getattr(getattr(op, "opdef", None), "name", op.name),
+                                f"its result's size depends on the input values (data-dependent size "
+                                f"{', '.join(unbound)}), and the {target.name} ABI sizes every buffer from the input "
+                                f"shapes")
+    return problems
+
+
+def refuse(problems: dict[str, str], target: Target) -> None:
+    """Raise the UnsupportedError naming every op `target` cannot compile and why (nothing when none)."""
+    if problems:
+        listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
+        # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
+        # do not take are better run elsewhere.
+        lowerable = [n for n, why in problems.items() if why == target.no_lowering and n in REGISTRY]
+        if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
+            raise UnsupportedError(
+                f"the {target.name} backend computes these quantize ops only through integer lowering or "
+                f"decomposition: {listed}", fix="start the pipeline with 'lower-quantized,decompose{namespaces="
+                                                "aten,quantized_decomposed}' (kiln.compile's default does)")
+        decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
+                           for n in lowerable)
+        fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
+            f"add a {target.name} lowering (kiln/codegen/{target.folder}) or a decomposition "
+            "(kiln.ir.registry.register_decomposition), or export to ONNX" if lowerable else
+            "run this program on kiln's interpreter or export it to ONNX, which handle these forms")
+        raise UnsupportedError(f"the {target.name} backend cannot compile {len(problems)} op(s): {listed}",
+                               fix=fix)
