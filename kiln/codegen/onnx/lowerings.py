@@ -161,8 +161,9 @@ def _asinh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
     argument = ctx.node("Add", [magnitude, ctx.node("Div", [squared, ctx.node("Add", [root, ctx.const(1, t)])])])
     large = ctx.node("Greater", [magnitude, ctx.const(_HYPERBOLIC_LARGE, t)])
     result = ctx.node("Where", [large, _log_of_double(ctx, magnitude, t), _log1p(ctx, argument, t)])
-    return ctx.node("Where", [ctx.node("Less", [x, ctx.const(0, t)]), ctx.node("Neg", [result]), ctx.node(
-        "Where", [ctx.node("Equal", [x, ctx.const(0, t)]), x, result])])  # odd, and asinh(-0) is -0
+    signed = ctx.node("Where", [ctx.node("Less", [x, ctx.const(0, t)]), ctx.node("Neg", [result]), result])  # odd
+    # a zero is x itself, so asinh(-0) is -0: from Where's false branch (its true branch turns -0 into +0)
+    return ctx.node("Where", [ctx.node("Greater", [magnitude, ctx.const(0, t)]), signed, x])
 
 
 def _acosh64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
