@@ -1274,21 +1274,22 @@ def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[st
 
 def refuse(problems: dict[str, str], target: Target) -> None:
     """Raise the UnsupportedError naming every op `target` cannot compile and why (nothing when none)."""
-    if problems:
-        listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
-        # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
-        # do not take are better run elsewhere.
-        lowerable = [n for n, why in problems.items() if why == target.no_lowering and n in REGISTRY]
-        if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
-            raise UnsupportedError(
-                f"the {target.name} backend computes these quantize ops only through integer lowering or "
-                f"decomposition: {listed}", fix="start the pipeline with 'lower-quantized,decompose{namespaces="
-                                                "aten,quantized_decomposed}' (kiln.compile's default does)")
-        decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
-                           for n in lowerable)
-        fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
-            f"add a {target.name} lowering (kiln/codegen/{target.folder}) or a decomposition "
-            "(kiln.ir.registry.register_decomposition), or export to ONNX" if lowerable else
-            "run this program on kiln's interpreter or export it to ONNX, which handle these forms")
-        raise UnsupportedError(f"the {target.name} backend cannot compile {len(problems)} op(s): {listed}",
-                               fix=fix)
+    if not problems:
+        return
+    listed = ", ".join(f"{n} ({why})" for n, why in sorted(problems.items()))
+    # Registry ops can gain a lowering or a decomposition; region ops (kiln.map) and forms the kernels
+    # do not take are better run elsewhere.
+    lowerable = [n for n, why in problems.items() if why == target.no_lowering and n in REGISTRY]
+    if any(REGISTRY[n].schema.namespace == "quantized_decomposed" for n in lowerable):
+        raise UnsupportedError(
+            f"the {target.name} backend computes these quantize ops only through integer lowering or "
+            f"decomposition: {listed}", fix="start the pipeline with 'lower-quantized,decompose{namespaces="
+                                            "aten,quantized_decomposed}' (kiln.compile's default does)")
+    decomposable = any(REGISTRY[n].decomposition is not None and REGISTRY[n].schema.namespace == "aten"
+                       for n in lowerable)
+    fix = ("add 'decompose' to the pipeline (kiln.compile's default has it); " if decomposable else "") + (
+        f"add a {target.name} lowering (kiln/codegen/{target.folder}) or a decomposition "
+        "(kiln.ir.registry.register_decomposition), or export to ONNX" if lowerable else
+        "run this program on kiln's interpreter or export it to ONNX, which handle these forms")
+    raise UnsupportedError(f"the {target.name} backend cannot compile {len(problems)} op(s): {listed}",
+                           fix=fix)

@@ -250,9 +250,11 @@ ACCUMULATING = {f"aten.{name}" for name in (
 def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, exact: Any,
                 rng: np.random.Generator) -> np.ndarray:
     """`result` of an accumulating op moved by one ulp of its terms' summed magnitudes (the op on |operands|)."""
-    magnitude = exact(opdef, [np.abs(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else
-                              [np.abs(t) if isinstance(t, np.ndarray) else t for t in a] if isinstance(a, list)
-                              else a for a in arguments])
+    def magnitudes(value: Any) -> Any:  # float operands (and lists of them, einsum's) made non-negative
+        if isinstance(value, list):
+            return [magnitudes(v) for v in value]
+        return np.abs(value) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+    magnitude = exact(opdef, [magnitudes(a) for a in arguments])
     step = np.abs(np.asarray(magnitude, np.float64)) * np.finfo(result.dtype).eps
     sign = {"away": np.sign(result), "toward": -np.sign(result),
             "random": np.where(rng.random(result.shape) < 0.5, 1.0, -1.0)}[direction]

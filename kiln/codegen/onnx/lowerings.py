@@ -1703,7 +1703,6 @@ def _avg_pool64(ctx: LoweringContext, x: Value, attributes: dict[str, Any], coun
     return ctx.node("Div", [sums, counts])
 
 
-
 def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: list[int], padding: Any,
                    dilation: Any, ceil_mode: bool, spatial: int) -> tuple[str, dtypes.DType, bool, dict[str, Any]]:
     """What MaxPool takes: the input batched and in a dtype onnxruntime pools, that dtype, whether the batch dim

@@ -25,21 +25,11 @@ import numpy as np
 from kiln.ir import dtypes
 from kiln.ir.serde import formats
 from kiln.ir.serde.errors import SerdeError
+from kiln.ir.serde.writer import static_meta
 from kiln.ir.sparse import SparseArray
 
 _SPEC_NAME_KEYS = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}
 _INT64 = formats.scalar_type_code(dtypes.int64)
-
-
-def _meta(dtype: Any, shape: list[int]) -> dict[str, Any]:
-    strides, running = [], 1
-    for size in reversed(shape):
-        strides.append(running)
-        running *= size
-    return {"dtype": formats.scalar_type_code(dtypes.dtype(dtype)), "sizes": [{"as_int": int(s)} for s in shape],
-            "requires_grad": False, "device": {"type": "cpu", "index": None},
-            "strides": [{"as_int": s} for s in reversed(strides)], "storage_offset": {"as_int": 0},
-            "layout": formats.LAYOUT_STRIDED}
 
 
 class _Nodes:
@@ -58,7 +48,7 @@ class _Nodes:
                            "inputs": [{"name": key, "arg": arg, "kind": 2 if keyword else 1}
                                       for key, arg, keyword in arguments],
                            "metadata": {}, "is_hop_single_tensor_return": None, "name": name})
-        self.graph["tensor_values"][name] = _meta(dtype, shape)
+        self.graph["tensor_values"][name] = static_meta(dtype, shape)
         self.outputs.append(name)
         return name
 
@@ -165,7 +155,7 @@ def construct_sparse_weights(document: dict[str, Any], weights: dict[str, Sparse
                 placeholder += "_"
             taken.add(placeholder)
             placeholders[component] = placeholder
-            graph["tensor_values"][placeholder] = _meta(np.asarray(array).dtype, list(np.shape(array)))
+            graph["tensor_values"][placeholder] = static_meta(np.asarray(array).dtype, list(np.shape(array)))
         component_specs = [
             {"tensor_constant": {"arg": {"name": p}, "tensor_constant_name": f"{fqn}.{c}"}} if kind == "tensor_constant"
             else {"buffer": {"arg": {"name": p}, "buffer_name": f"{fqn}.{c}", "persistent": True}}

@@ -762,10 +762,15 @@ def tensor_bytes(array: np.ndarray) -> bytes:
 
 
 def array_meta(array: np.ndarray, requires_grad: bool) -> dict[str, Any]:
+    return static_meta(array.dtype, array.shape, requires_grad)
+
+
+def static_meta(dtype: Any, shape: Any, requires_grad: bool = False) -> dict[str, Any]:
+    """torch's TensorMeta of a contiguous tensor of static `shape`."""
     from kiln.ir import dtypes
-    shape = [int(d) for d in array.shape]
+    shape = [int(d) for d in shape]
     return {
-        "dtype": formats.scalar_type_code(dtypes.dtype(array.dtype)),
+        "dtype": formats.scalar_type_code(dtypes.dtype(dtype)),
         "sizes": [{"as_int": d} for d in shape],
         "requires_grad": requires_grad,
         "device": {"type": "cpu", "index": None},
