@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import sympy
+
 from kiln.codegen.target import Target
-from kiln.ir.meta import shape_of
+from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.program import ExportedProgram
 from kiln.ir.registry import REGISTRY, OpOverload, handle, ops
 from kiln.ir.retrace import default_decompositions, retrace
+from kiln.ir.symbolic import provably
 from kiln.passes import run as run_passes
 
 aten = ops.aten
@@ -21,17 +24,38 @@ aten = ops.aten
 def _batch_norm_batch_stats(input, weight, bias, training, momentum, eps):
     """Batch norm on the batch's statistics (`F.batch_norm(training=True)` without running stats, e.g. BiT's
     weight standardization) is a group norm with one group per channel over (batch, spatial): channels first, one
-    row per channel, then back."""
+    row per channel, then back. A channel count that may be 0 (a slice of a symbolic dim) would make a group norm
+    of 0 groups, which ATen refuses, so then the statistics are reductions."""
     shape = list(shape_of(input))
     channels, rows = shape[1], shape[0] * math.prod(shape[2:])
-    if isinstance(channels, int) and channels == 0:  # no channel, no group: the empty results as they are
-        empty = aten.sum.dim_IntList(input, [d for d in range(len(shape)) if d != 1])
-        return aten.clone.default(input), empty, empty
+    if provably(sympy.Gt(channels, 0)) is not True:
+        return _batch_norm_by_reductions(input, weight, bias, eps)
     order = [1, 0, *range(2, len(shape))]  # swapping the first two dims is its own inverse
     by_channel = aten.reshape.default(aten.permute.default(input, order), [1, channels, rows])
     out, mean, rstd = aten.native_group_norm.default(by_channel, weight, bias, 1, channels, rows, channels, eps)
     out = aten.permute.default(aten.reshape.default(out, [channels, shape[0], *shape[2:]]), order)
     return out, aten.reshape.default(mean, [channels]), aten.reshape.default(rstd, [channels])
+
+
+def _batch_norm_by_reductions(input, weight, bias, eps):
+    """Batch statistics as a mean and a biased variance over every dim but the channels', in the statistics'
+    dtype (float32 for float16/bfloat16 input with float32 parameters, as ATen's CPU kernel)."""
+    rank = len(shape_of(input))
+    stats_dtype = next((dtype_of(p) for p in (weight, bias) if p is not None), dtype_of(input))
+    x = input if stats_dtype is dtype_of(input) else aten._to_copy.default(input, dtype=stats_dtype)
+    others = [d for d in range(rank) if d != 1]
+    mean = aten.mean.dim(x, others, True)
+    rstd = aten.rsqrt.default(aten.add.Scalar(aten.var.correction(x, others, correction=0, keepdim=True), eps))
+    out = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+    per_channel = [-1, *[1] * (rank - 2)]
+    if weight is not None:
+        out = aten.mul.Tensor(out, aten.view.default(weight, per_channel))
+    if bias is not None:
+        out = aten.add.Tensor(out, aten.view.default(bias, per_channel))
+    if stats_dtype is not dtype_of(input):
+        out = aten._to_copy.default(out, dtype=dtype_of(input))
+    channels = shape_of(input)[1]
+    return out, aten.view.default(mean, [channels]), aten.view.default(rstd, [channels])
 
 
 LEGALIZATIONS: dict[str, Callable[..., Any]] = {

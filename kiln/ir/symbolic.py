@@ -550,6 +550,15 @@ def current_shape_env() -> ShapeEnv | None:
     return _ACTIVE_ENV.get()
 
 
+def provably(condition: sympy.Basic | bool) -> bool | None:
+    """True/False when a condition on dims holds/fails for every value of its symbols' ranges, without adding a
+    guard; None when it depends on the values. Argument checks use it where torch export treats sizes
+    size-obliviously, and rewrites to pick a form that is right for every value."""
+    if isinstance(condition, bool):
+        return condition
+    return (current_shape_env() or ShapeEnv()).statically_known(condition)
+
+
 def guard_bool(condition: sympy.Basic | bool, source: str = "") -> bool:
     """Decide a condition on dims: statically if possible, else through the active ShapeEnv."""
     if isinstance(condition, (bool, sympy.logic.boolalg.BooleanAtom)):

@@ -39,26 +39,14 @@ from kiln.ir.meta import (
 )
 from kiln.ir.ops._common import checked, ignore_fp_errors
 from kiln.ir.registry import defop, ops, register_decomposition
-from kiln.ir.symbolic import ShapeEnv, current_shape_env
+from kiln.ir.symbolic import provably
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers (meta side)
 
 
-def _provably(condition) -> bool | None:
-    """True/False when a condition on dims holds/fails for every value of its symbols; None if it depends.
-
-    Used for argument checks that must not add guards (torch export treats sizes size-obliviously)."""
-    if isinstance(condition, bool):
-        return condition
-    condition = sympy.sympify(condition)
-    if condition in (sympy.true, sympy.false):
-        return bool(condition)
-    return (current_shape_env() or ShapeEnv()).statically_known(condition)
-
-
 def _known_empty(size) -> bool:
-    return _provably(sympy.Eq(size, 0)) is True
+    return provably(sympy.Eq(size, 0)) is True
 
 
 def _is_floating(dt: DType) -> bool:
@@ -616,7 +604,7 @@ def _topk_meta(self, k, dim=-1, largest=True, sorted=True):
     shape = shape_of(self)
     dim = canonical_dim(op, dim, len(shape))
     size = shape[dim] if shape else 1
-    in_range = _provably(sympy.Ge(k, 0)) is not False and _provably(sympy.Le(k, size)) is not False
+    in_range = provably(sympy.Ge(k, 0)) is not False and provably(sympy.Le(k, size)) is not False
     require(in_range, op, f"selected index k={k} out of range for a dim of size {size}")
     if not shape:
         return like(self), like(self, dtype=dtypes.int64)  # ATen returns the 0-d input itself for k of 0 or 1

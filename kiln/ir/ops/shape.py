@@ -23,7 +23,7 @@ from kiln.ir.meta import (
 )
 from kiln.ir.ops._common import checked
 from kiln.ir.registry import REGISTRY, defop, ops, register_decomposition
-from kiln.ir.symbolic import ShapeEnv, as_dim, current_shape_env, guard_bool
+from kiln.ir.symbolic import as_dim, current_shape_env, guard_bool, provably
 from kiln.ir.types import SymIntType
 
 aten = ops.aten
@@ -31,11 +31,6 @@ aten = ops.aten
 
 # ---------------------------------------------------------------------------------------------
 # Symbolic helpers (`holds`, `same_size` and `fill_value` are shared with indexing.py).
-
-def _statically(condition):
-    """True/False when the condition is decided by the dims' ranges alone; None when it depends."""
-    return (current_shape_env() or ShapeEnv()).statically_known(condition)
-
 
 def holds(condition) -> bool:
     """Decide a user-facing check: statically, else through a guard on the example values. A check on
@@ -65,14 +60,14 @@ def _guard_or(condition, default: bool) -> bool:
 def _sym_min(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    known = _statically(sympy.Le(a, b))
+    known = provably(sympy.Le(a, b))
     return a if known is True else b if known is False else as_dim(sympy.Min(a, b))
 
 
 def _sym_max(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
-    known = _statically(sympy.Ge(a, b))
+    known = provably(sympy.Ge(a, b))
     return a if known is True else b if known is False else as_dim(sympy.Max(a, b))
 
 
