@@ -557,6 +557,8 @@ class Exprs:
                 operands.append("")
             elif isinstance(arg, str):
                 operands.append(repr(arg))
+            elif isinstance(arg, sympy.Basic) and not arg.is_number:  # a symbolic size: the launcher passes it
+                operands.append(f"({self.args.size(arg)}).to({TL_TYPES[target]})")
             else:
                 operands.append(self.scalar_literal(dtypes.convert_scalar(arg, converted), target))
         return self.cast(rule(operands), node.dtype)

@@ -1251,7 +1251,7 @@ def _circular_pad(self, pad):
                                      as_dim(size - max(-after, 0)) if isinstance(after, int) else size)
             size = shape_of(self)[axis]
         left, right = (max(p, 0) if isinstance(p, int) else p for p in (before, after))
-        if not all(isinstance(v, int) for v in (left, right, size)) or (left <= size and right <= size):
+        if provably(sympy.Le(left, size)) and provably(sympy.Le(right, size)):
             pieces = []
             if not (isinstance(before, int) and before <= 0):
                 pieces.append(aten.slice.Tensor(self, axis, as_dim(size - before), size))
@@ -1260,10 +1260,12 @@ def _circular_pad(self, pad):
                 pieces.append(aten.slice.Tensor(self, axis, 0, after))
             if len(pieces) > 1:
                 self = aten.cat.default(pieces, axis)
-        else:  # a pad longer than what the other side's crop left: ATen wraps around it again (its checks compare
-            # the pads with the uncropped size), position j reads (j - left) mod size
-            positions = aten.arange.start_step(-left, size + right, dtype=dtypes.int64)
-            self = aten.index_select.default(self, axis, aten.remainder.Scalar(positions, size))
+        else:  # a pad (maybe) longer than what the other side's crop left: ATen wraps around it again (its checks
+            # compare the pads with the uncropped size), position j reads (j - left) mod size
+            # (counted in float64, exact for any size, since Triton computes no integer remainder)
+            positions = aten.arange.start_step(-left, size + right, dtype=dtypes.float64)
+            wrapped = aten._to_copy.default(aten.remainder.Scalar(positions, size), dtype=dtypes.int64)
+            self = aten.index_select.default(self, axis, wrapped)
     return self
 
 
