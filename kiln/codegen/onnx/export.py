@@ -184,7 +184,7 @@ def _claim_output(graph: OnnxGraph, produced: str, wanted: str, taken: set[str])
     if renamable and (wanted == produced or wanted not in graph.model.used_names):
         if wanted != produced:
             graph.model.used_names.add(wanted)
-            _rename(graph.nodes, produced, wanted)
+            graph.rename(produced, wanted)
         return wanted
     name = wanted if wanted not in graph.model.used_names else graph.model.fresh(wanted)
     graph.model.used_names.add(name)
@@ -259,22 +259,9 @@ def _rename_fresh(graph: OnnxGraph, mark: int, produced: str, wanted: str) -> st
     for node in graph.nodes[mark:]:
         if produced in node.output:
             graph.model.used_names.add(wanted)
-            _rename(graph.nodes[mark:], produced, wanted)
+            graph.rename(produced, wanted, since=mark)
             return wanted
     return produced
-
-
-def _rename(nodes: Any, old: str, new: str) -> None:
-    """Rename a value in `nodes`, including `If` branches that read it from the outer scope."""
-    for node in nodes:
-        node.output[:] = [new if o == old else o for o in node.output]
-        node.input[:] = [new if i == old else i for i in node.input]
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                _rename(attribute.g.node, old, new)
-                for output in attribute.g.output:
-                    if output.name == old:
-                        output.name = new
 
 
 def _lower_region(graph: OnnxGraph, block: Any, arguments: Sequence[Value], values: dict[Any, Value],

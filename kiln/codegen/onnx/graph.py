@@ -188,6 +188,16 @@ class OnnxGraph:
         self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attributes))
         return names[0] if outputs == 1 else names
 
+    def rename(self, old: str, new: str, since: int = 0) -> None:
+        """Rename value `old` to `new` in the nodes from index `since` on (including `If` branches that read it from
+        the outer scope) and in the caches that hand it out again (a cast made once is read by later ops)."""
+        _rename(self.nodes[since:], old, new)
+        self._dim_cache = {key: new if name == old else name for key, name in self._dim_cache.items()}
+        self.dynamic_quantized = {key: tuple(new if part == old else part for part in entry)
+                                  for key, entry in self.dynamic_quantized.items()}
+        if old in self.widened:
+            self.widened[new] = self.widened.pop(old)
+
     def const(self, value: Any, dtype: DType | None = None) -> str:
         array = np.asarray(value, dtype=None if dtype is None else dtype.numpy)
         return self.model.initializer(array, "const")
@@ -297,3 +307,16 @@ def _is_int(value: Any) -> bool:
 
 
 __all__ = ["OnnxGraph", "Model", "Value", "onnx_dtype", "value_info", "ONNX_DTYPES", "INT64_MAX", "INT64_MIN"]
+
+
+def _rename(nodes: Any, old: str, new: str) -> None:
+    """Rename a value in `nodes`, including `If` branches that read it from the outer scope."""
+    for node in nodes:
+        node.output[:] = [new if o == old else o for o in node.output]
+        node.input[:] = [new if i == old else i for i in node.input]
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _rename(attribute.g.node, old, new)
+                for output in attribute.g.output:
+                    if output.name == old:
+                        output.name = new
