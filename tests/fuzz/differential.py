@@ -446,7 +446,8 @@ def _refusal(error: BaseException) -> str | None:
 BACKEND_SECONDS = 600  # for one program (a batch of cases)
 
 
-def _run_in_worker(name: str, text: str, inputs: list[np.ndarray]) -> tuple[str, Any]:
+def _run_in_worker(name: str, text: str, inputs: list[np.ndarray], state_dict: dict[str, np.ndarray],
+                   constants: dict[str, np.ndarray]) -> tuple[str, Any]:
     """In the worker: ("ok", outputs), or ("refused" or "crash", the error's first line)."""
     import warnings
 
@@ -456,7 +457,8 @@ def _run_in_worker(name: str, text: str, inputs: list[np.ndarray]) -> tuple[str,
     backend = {b.name: b for b in available_backends()}[name]
     with tempfile.TemporaryDirectory(prefix="kiln_fuzz_") as workdir:
         try:
-            outputs = backend.run(ExportedProgram.from_mlir(text), inputs, pathlib.Path(workdir))
+            program = ExportedProgram.from_mlir(text, state_dict, constants)
+            outputs = backend.run(program, inputs, pathlib.Path(workdir))
             return "ok", [np.asarray(o) for o in outputs]
         except Exception as error:  # noqa: BLE001
             refusal = _refusal(error)
@@ -474,7 +476,7 @@ class BackendFailed(Exception):
 class Worker:
     """The process backends run in, so that a crash in native code (a compiled model, onnxruntime or torch reading out
     of bounds) or a hang is a recorded crash instead of the end of the run. The program travels as MLIR text, which
-    round-trips exactly. Started on first use, and replaced after it dies."""
+    round-trips exactly, with its weights beside it. Started on first use, and replaced after it dies."""
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
@@ -483,7 +485,8 @@ class Worker:
             seconds: float = BACKEND_SECONDS) -> list[np.ndarray]:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        future = self._pool.submit(_run_in_worker, backend.name, program.to_mlir(), inputs)
+        future = self._pool.submit(_run_in_worker, backend.name, program.to_mlir(), inputs, program.state_dict,
+                                   program.constants)
         try:
             status, payload = future.result(timeout=seconds)
         except concurrent.futures.TimeoutError:
