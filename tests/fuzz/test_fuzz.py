@@ -3,8 +3,7 @@ capability, Triton (its interpreter), the .pt2 round trip and torch eager. A fai
 shown as a pytest test to add to tests/regressions/. `make fuzz` runs the 10,000-program budget
 (tests/fuzz/__main__.py).
 
-Each test's draws depend on its seed alone (fixed_constant_pool: hypothesis would otherwise draw from literals in
-whichever kiln modules other tests had imported), so a run of `make test` checks the same programs every time.
+Each test's draws depend on its seed alone (conftest.py).
 """
 
 from __future__ import annotations
@@ -14,16 +13,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.fuzz.differential import Report, run_cases
-from tests.fuzz.programs import Case, batches, cases, dags, fixed_constant_pool
+from tests.fuzz.programs import Case, batches, cases, dags
 from tests.fuzz.reproduce import case_source
 
 SUPPRESSED = list(HealthCheck)
-
-
-@pytest.fixture(autouse=True)
-def _draws_from_the_seed_alone():
-    with fixed_constant_pool():
-        yield
 
 
 def check(batch: list[Case]) -> Report:

@@ -9,16 +9,9 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from kiln.passes import run
-from tests.fuzz.programs import fixed_constant_pool
 from tests.fuzz.quantized import Conv, Linear, build, chains, check
 
 SUPPRESSED = list(HealthCheck)
-
-
-@pytest.fixture(autouse=True)
-def _draws_from_the_seed_alone():
-    with fixed_constant_pool():
-        yield
 
 
 def _assert_agree(batch) -> None:

@@ -7,16 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from tests.fuzz.programs import fixed_constant_pool
 from tests.fuzz.sparse import build, check, sparse_batches, sparse_layers
 
 SUPPRESSED = list(HealthCheck)
-
-
-@pytest.fixture(autouse=True)
-def _draws_from_the_seed_alone():
-    with fixed_constant_pool():
-        yield
 
 
 def _assert_agree(batch) -> None:
