@@ -2197,8 +2197,12 @@ def _grid_sampler_reduced(ctx: LoweringContext, x: Value, grid: Value, interpola
 def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size: list[int], dilation: list[int],
             padding: list[int], stride: list[int]) -> str:
     t = _float32_only(x.dtype)
-    value = ctx.as_dtype(x, t)
     unbatched = x.rank == 2
+    if x.dtype is dtypes.float64:
+        result = _col2im64(ctx, x, output_size, [_repeat_to(list(v), 2) for v in (kernel_size, dilation, padding,
+                                                                                      stride)])
+        return ctx.node("Squeeze", [result, ctx.ints([0])]) if unbatched else result
+    value = ctx.as_dtype(x, t)
     if unbatched:
         value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
     pads = _repeat_to(list(padding), 2)
@@ -2207,6 +2211,39 @@ def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size:
     if unbatched:
         result = ctx.node("Squeeze", [result, ctx.ints([0])])
     return ctx.graph.cast(result, t, x.dtype)
+
+
+def _col2im64(ctx: LoweringContext, x: Value, output_size: list[Any], params: list[list[int]]) -> str:
+    """float64 col2im without a float64 Col2Im kernel: each kernel tap's block [N, C, Lh, Lw] spread to its
+    stride (zeros between), shifted to the tap's place in the zero-padded output, and added in ATen's tap order;
+    then the padding cropped. Batched result [N, C, H, W]."""
+    (kh, kw), dilation, padding, stride = params
+    height, width = _static_ints(list(output_size), "col2im output size")
+    value = ctx.as_dtype(x, dtypes.float64)
+    if x.rank == 2:
+        value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
+    batch = x.shape[0] if x.rank == 3 else 1
+    blocks = [(size + 2 * pad - dil * (k - 1) - 1) // step + 1
+              for size, pad, dil, k, step in zip((height, width), padding, dilation, (kh, kw), stride)]
+    channels = _static_ints([x.shape[-2]], "col2im channels")[0] // (kh * kw)
+    value = ctx.node("Reshape", [value, ctx.dims([batch, channels, kh, kw, *blocks])])
+    padded = [size + 2 * pad for size, pad in zip((height, width), padding)]
+    spans = [(count - 1) * step + 1 for count, step in zip(blocks, stride)]
+    total = None
+    for tap in np.ndindex(kh, kw):
+        block = ctx.node("Slice", [value, ctx.ints(list(tap)), ctx.ints([k + 1 for k in tap]), ctx.ints([2, 3])])
+        block = ctx.node("Reshape", [block, ctx.dims([batch, channels, blocks[0], 1, blocks[1], 1])])
+        spread = ctx.node("Pad", [block, ctx.ints([0] * 6 + [0, 0, 0, stride[0] - 1, 0, stride[1] - 1])])
+        spread = ctx.node("Reshape", [spread, ctx.dims([batch, channels, blocks[0] * stride[0],
+                                                        blocks[1] * stride[1]])])
+        spread = ctx.node("Slice", [spread, ctx.ints([0, 0]), ctx.ints(spans), ctx.ints([2, 3])])
+        before = [k * d for k, d in zip(tap, dilation)]
+        after = [full - first - span for full, first, span in zip(padded, before, spans)]
+        placed = ctx.node("Pad", [spread, ctx.ints([0, 0, *before, 0, 0, *after])])
+        total = placed if total is None else ctx.node("Add", [total, placed])
+    return ctx.node("Slice", [total, ctx.ints(list(padding)), ctx.ints([p + size for p, size in
+                                                                         zip(padding, (height, width))]),
+                              ctx.ints([2, 3])])
 
 
 # ---------------------------------------------------------------------------------------------
