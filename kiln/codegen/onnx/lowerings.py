@@ -1557,6 +1557,9 @@ def _convolution(ctx: LoweringContext, x: Value, weight: Value, bias: Value | No
                       pads=pads + pads, group=int(groups))
     if (ctx.out_dtype is dtypes.float64 or not ctx.out_dtype.is_floating_point) and not transposed:
         return ctx.graph.cast(_convolution64(ctx, x, weight, bias, attributes), dtypes.float64, ctx.out_dtype)
+    if ctx.out_dtype is dtypes.float64 and spatial == 2 and all(isinstance(d, int) for d in
+                                                                [*x.shape[1:], *weight.shape, *ctx.out.shape[2:]]):
+        return _conv_transpose64(ctx, x, weight, bias, attributes)
     if transposed:
         result = ctx.node("ConvTranspose", inputs, output_padding=_repeat_to(
             _static_ints(list(output_padding), "output_padding"), spatial), **attributes)
@@ -1595,6 +1598,29 @@ def _convolution64(ctx: LoweringContext, x: Value, weight: Value, bias: Value | 
     if bias is not None:
         result = ctx.node("Add", [result, ctx.node("Reshape", [ctx.as_dtype(bias, t),
                                                                ctx.dims([1, -1] + [1] * spatial)])])
+    return result
+
+
+def _conv_transpose64(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None,
+                      attributes: dict[str, Any]) -> str:
+    """float64 2-d transposed convolution without a float64 ConvTranspose kernel, as ATen's slow path computes it:
+    each group's columns W^T x (an Einsum, which onnxruntime runs in float64), then col2im into the output."""
+    t = dtypes.float64
+    batch, channels_in, height, width = x.shape
+    groups = attributes["group"]
+    kernel = list(weight.shape[2:])
+    per_group_out = weight.shape[1]
+    value = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([batch, groups, channels_in // groups,
+                                                              height * width])])
+    matrix = ctx.node("Reshape", [ctx.as_dtype(weight, t), ctx.dims([groups, channels_in // groups,
+                                                                    per_group_out * kernel[0] * kernel[1]])])
+    columns = ctx.node("Einsum", [value, matrix], equation="ngcl,gco->ngol")
+    columns = ctx.node("Reshape", [columns, ctx.dims([batch, groups * per_group_out * kernel[0] * kernel[1],
+                                                      height * width])])
+    params = [kernel, attributes["dilations"], attributes["pads"][:2], attributes["strides"]]
+    result = _col2im64(ctx, columns, batch, groups * per_group_out, [height, width], list(ctx.out.shape[2:]), params)
+    if bias is not None:
+        result = ctx.node("Add", [result, ctx.node("Reshape", [ctx.as_dtype(bias, t), ctx.dims([1, -1, 1, 1])])])
     return result
 
 
@@ -2199,8 +2225,14 @@ def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size:
     t = _float32_only(x.dtype)
     unbatched = x.rank == 2
     if x.dtype is dtypes.float64:
-        result = _col2im64(ctx, x, output_size, [_repeat_to(list(v), 2) for v in (kernel_size, dilation, padding,
-                                                                                      stride)])
+        params = [_repeat_to(list(v), 2) for v in (kernel_size, dilation, padding, stride)]
+        size = _static_ints(list(output_size), "col2im output size")
+        blocks = [(n + 2 * p - d * (k - 1) - 1) // step + 1 for n, k, d, p, step in zip(size, *params)]
+        value = ctx.as_dtype(x, dtypes.float64)
+        if unbatched:
+            value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
+        channels = _static_ints([x.shape[-2]], "col2im channels")[0] // (params[0][0] * params[0][1])
+        result = _col2im64(ctx, value, x.shape[0] if x.rank == 3 else 1, channels, blocks, size, params)
         return ctx.node("Squeeze", [result, ctx.ints([0])]) if unbatched else result
     value = ctx.as_dtype(x, t)
     if unbatched:
@@ -2213,21 +2245,14 @@ def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size:
     return ctx.graph.cast(result, t, x.dtype)
 
 
-def _col2im64(ctx: LoweringContext, x: Value, output_size: list[Any], params: list[list[int]]) -> str:
-    """float64 col2im without a float64 Col2Im kernel: each kernel tap's block [N, C, Lh, Lw] spread to its
-    stride (zeros between), shifted to the tap's place in the zero-padded output, and added in ATen's tap order;
-    then the padding cropped. Batched result [N, C, H, W]."""
+def _col2im64(ctx: LoweringContext, value: str, batch: Any, channels: int, blocks: list[int],
+              output_size: list[int], params: list[list[int]]) -> str:
+    """float64 col2im of `value` [N, C * kh * kw, Lh * Lw] without a float64 Col2Im kernel: each kernel tap's block
+    [N, C, Lh, Lw] spread to its stride (zeros between), shifted to the tap's place in the zero-padded output, and
+    added in ATen's tap order; then the padding cropped. Result [N, C, H, W]."""
     (kh, kw), dilation, padding, stride = params
-    height, width = _static_ints(list(output_size), "col2im output size")
-    value = ctx.as_dtype(x, dtypes.float64)
-    if x.rank == 2:
-        value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
-    batch = x.shape[0] if x.rank == 3 else 1
-    blocks = [(size + 2 * pad - dil * (k - 1) - 1) // step + 1
-              for size, pad, dil, k, step in zip((height, width), padding, dilation, (kh, kw), stride)]
-    channels = _static_ints([x.shape[-2]], "col2im channels")[0] // (kh * kw)
     value = ctx.node("Reshape", [value, ctx.dims([batch, channels, kh, kw, *blocks])])
-    padded = [size + 2 * pad for size, pad in zip((height, width), padding)]
+    padded = [size + 2 * pad for size, pad in zip(output_size, padding)]
     spans = [(count - 1) * step + 1 for count, step in zip(blocks, stride)]
     total = None
     for tap in np.ndindex(kh, kw):
@@ -2242,7 +2267,7 @@ def _col2im64(ctx: LoweringContext, x: Value, output_size: list[Any], params: li
         placed = ctx.node("Pad", [spread, ctx.ints([0, 0, *before, 0, 0, *after])])
         total = placed if total is None else ctx.node("Add", [total, placed])
     return ctx.node("Slice", [total, ctx.ints(list(padding)), ctx.ints([p + size for p, size in
-                                                                         zip(padding, (height, width))]),
+                                                                         zip(padding, output_size)]),
                               ctx.ints([2, 3])])
 
 
