@@ -293,7 +293,6 @@ class _Scheduler:
                 problems.setdefault(name, reason)
         refuse(problems, target)
 
-
     # -- values
     def materialized(self, value: Any) -> View:
         if value in self.pending:

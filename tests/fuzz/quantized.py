@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from kiln.ir import dtypes
 from kiln.ir.interpreter import run_program
+from kiln.ir.ops.nn import conv_output_size
 from kiln.ir.program import ExportedProgram, GraphBuilder, InputKind
 from kiln.ir.registry import ops
 from kiln.ir.types import TensorType
@@ -150,8 +151,7 @@ def chains(draw: Any) -> Chain:
             stride = draw(st.integers(1, 2))
             if height + 2 * padding >= kernel and width + 2 * padding >= kernel:
                 layers.append(MaxPool(kernel, stride, padding))
-                height = (height + 2 * padding - kernel) // stride + 1
-                width = (width + 2 * padding - kernel) // stride + 1
+                height, width = (conv_output_size(n, kernel, stride, padding, 1) for n in (height, width))
             continue
         if kind == "avgpool":
             halvings = draw(st.integers(0, 2))
@@ -177,8 +177,7 @@ def chains(draw: Any) -> Chain:
         layers.append(Conv(out_channels, kernel, stride, padding, dilation, groups, draw(st.booleans()),
                            draw(st.booleans()), draw(st.booleans()), out))
         channels = out_channels
-        height = (height + 2 * padding - reach[0]) // stride + 1
-        width = (width + 2 * padding - reach[1]) // stride + 1
+        height, width = (conv_output_size(n, k, stride, padding, dilation) for n, k in zip((height, width), kernel))
         if out is None:
             break
     if not layers:

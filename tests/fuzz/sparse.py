@@ -24,6 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 from hypothesis import strategies as st
 
+from kiln.ir.ops.nn import conv_output_size
+
 ACTIVATIONS = ("none", "relu", "gelu")
 
 
@@ -70,7 +72,7 @@ def _net(draw: Any, block: int, multiple: int) -> SparseNet:
             break
         layers.append((kernel, stride, padding, dilation))
         channels.append(_width(draw, block, multiple))
-        height, width = ((size + 2 * padding - reach) // stride + 1 for size in (height, width))
+        height, width = (conv_output_size(size, kernel, stride, padding, dilation) for size in (height, width))
     if not layers:  # (a 1x1 convolution fits any image)
         layers.append((1, 1, 0, 1))
         channels.append(_width(draw, block, multiple))
@@ -130,8 +132,7 @@ def _module(net: SparseNet) -> Any:
 def _flat_features(net: SparseNet) -> int:
     height, width = net.image
     for kernel, stride, padding, dilation in net.conv:
-        reach = dilation * (kernel - 1) + 1
-        height, width = ((size + 2 * padding - reach) // stride + 1 for size in (height, width))
+        height, width = (conv_output_size(size, kernel, stride, padding, dilation) for size in (height, width))
     return net.widths[-1] * height * width
 
 

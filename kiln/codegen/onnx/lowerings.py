@@ -14,7 +14,7 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
-from kiln.ir.ops.nn import linear_taps, nearest_source  # ATen's interpolation taps, defined once with the ops
+from kiln.ir.ops.nn import conv_output_size, linear_taps, nearest_source  # ATen's rules, defined with the ops
 
 from kiln.codegen.onnx.context import Lowering, LoweringContext, normalize_axes, normalize_axis
 from kiln.codegen.onnx.graph import INT64_MAX, INT64_MIN, Value, onnx_dtype
@@ -1557,8 +1557,8 @@ def _convolution(ctx: LoweringContext, x: Value, weight: Value, bias: Value | No
                       pads=pads + pads, group=int(groups))
     if (ctx.out_dtype is dtypes.float64 or not ctx.out_dtype.is_floating_point) and not transposed:
         return ctx.graph.cast(_convolution64(ctx, x, weight, bias, attributes), dtypes.float64, ctx.out_dtype)
-    if ctx.out_dtype is dtypes.float64 and spatial == 2 and all(isinstance(d, int) for d in
-                                                                [*x.shape[1:], *weight.shape, *ctx.out.shape[2:]]):
+    if transposed and ctx.out_dtype is dtypes.float64 and spatial == 2 and all(
+            isinstance(d, int) for d in [*x.shape[1:], *weight.shape, *ctx.out.shape[2:]]):
         return _conv_transpose64(ctx, x, weight, bias, attributes)
     if transposed:
         result = ctx.node("ConvTranspose", inputs, output_padding=_repeat_to(
@@ -2222,24 +2222,22 @@ def _grid_sampler_reduced(ctx: LoweringContext, x: Value, grid: Value, interpola
 @lowers("aten.col2im.default")
 def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size: list[int], dilation: list[int],
             padding: list[int], stride: list[int]) -> str:
-    t = _float32_only(x.dtype)
-    unbatched = x.rank == 2
-    if x.dtype is dtypes.float64:
-        params = [_repeat_to(list(v), 2) for v in (kernel_size, dilation, padding, stride)]
-        size = _static_ints(list(output_size), "col2im output size")
-        blocks = [(n + 2 * p - d * (k - 1) - 1) // step + 1 for n, k, d, p, step in zip(size, *params)]
-        value = ctx.as_dtype(x, dtypes.float64)
-        if unbatched:
-            value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
-        channels = _static_ints([x.shape[-2]], "col2im channels")[0] // (params[0][0] * params[0][1])
-        result = _col2im64(ctx, value, x.shape[0] if x.rank == 3 else 1, channels, blocks, size, params)
-        return ctx.node("Squeeze", [result, ctx.ints([0])]) if unbatched else result
+    # float64 keeps its digits through _col2im64 (onnxruntime's Col2Im has no float64 kernel)
+    t = dtypes.float64 if x.dtype is dtypes.float64 else _float32_only(x.dtype)
     value = ctx.as_dtype(x, t)
+    unbatched = x.rank == 2
     if unbatched:
         value = ctx.node("Unsqueeze", [value, ctx.ints([0])])
-    pads = _repeat_to(list(padding), 2)
-    result = ctx.node("Col2Im", [value, ctx.dims(output_size), ctx.ints(_repeat_to(list(kernel_size), 2))],
-                      dilations=_repeat_to(list(dilation), 2), pads=pads + pads, strides=_repeat_to(list(stride), 2))
+    kernel, dilation, padding, stride = (_repeat_to(list(v), 2) for v in (kernel_size, dilation, padding, stride))
+    if t is dtypes.float64:
+        size = _static_ints(list(output_size), "col2im output size")
+        blocks = [conv_output_size(*args) for args in zip(size, kernel, stride, padding, dilation)]
+        channels = _static_ints([x.shape[-2]], "col2im channels")[0] // (kernel[0] * kernel[1])
+        result = _col2im64(ctx, value, x.shape[0] if x.rank == 3 else 1, channels, blocks, size,
+                           [kernel, dilation, padding, stride])
+    else:
+        result = ctx.node("Col2Im", [value, ctx.dims(output_size), ctx.ints(kernel)], dilations=dilation,
+                          pads=padding + padding, strides=stride)
     if unbatched:
         result = ctx.node("Squeeze", [result, ctx.ints([0])])
     return ctx.graph.cast(result, t, x.dtype)

@@ -112,7 +112,8 @@ def _strided_windows(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int]
 # ---------------------------------------------------------------------------------------------
 # convolution
 
-def _conv_output_size(size, kernel, stride, padding, dilation):
+def conv_output_size(size, kernel, stride, padding, dilation):
+    """A convolution's (and pooling's, im2col's) output size along one dim; ints or symbolic dims."""
     return _floordiv(size + 2 * padding - dilation * (kernel - 1) - 1, stride) + 1
 
 
@@ -181,7 +182,7 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
                     f"smaller than the (dilated) kernel size "
                     f"{[as_dim(d * (k - 1) + 1) for k, d in zip(kernel, dilation)]}",
                     fix="pad the input more, or use a smaller kernel or dilation")
-        spatial = [_conv_output_size(*args) for args in zip(x[2:], kernel, stride, padding, dilation)]
+        spatial = [conv_output_size(*args) for args in zip(x[2:], kernel, stride, padding, dilation)]
     if bias is not None:
         require(len(shape_of(bias)) == 1 and sym_eq(shape_of(bias)[0], out_channels), op,
                 f"expected bias to be 1-D with {out_channels} elements, got shape {list(shape_of(bias))}",
@@ -1229,7 +1230,7 @@ def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
     require(guard_bool(sympy.Eq(sympy.Mod(columns, taps), 0)), op,
             f"expected size of input's dimension {len(shape) - 2} ({columns}) to be divisible by the product of "
             f"kernel_size ({taps})")
-    blocks = [_conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip(output_size, kernel, stride, padding, dilation)]
+    blocks = [conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip(output_size, kernel, stride, padding, dilation)]
     require(all(_at_least(b, 1) for b in blocks) and sym_eq(shape[-1], blocks[0] * blocks[1]), op,
             f"given output_size={list(output_size)}, kernel_size={kernel}, dilation={dilation}, padding={padding}, "
             f"stride={stride}, expected {as_dim(blocks[0] * blocks[1])} blocks in input's last dimension, "
@@ -1244,8 +1245,8 @@ def _col2im_kernel(self, output_size, kernel_size, dilation, padding, stride):
     batched = self.ndim == 3
     cols = self if batched else self[None]
     height, width = (int(s) for s in output_size)
-    blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1
-              for o, k, s, p, d in zip((height, width), kernel, stride, padding, dilation)]
+    blocks = [conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip((height, width), kernel, stride, padding,
+                                                                        dilation)]
     acc = _accumulation(self.dtype) if self.dtype != np.bool_ else np.dtype(np.bool_)
     cols = cols.astype(acc).reshape(cols.shape[0], -1, kernel[0], kernel[1], blocks[0], blocks[1])
     out = np.zeros((cols.shape[0], cols.shape[1], height + 2 * padding[0], width + 2 * padding[1]), acc)
@@ -2261,7 +2262,7 @@ def _im2col_arguments(self, kernel_size, dilation, padding, stride):
         require_arg(all(v >= low for v in values), op,
                     f"expected {name} to be {'non-negative' if low == 0 else 'greater than zero'}, "
                     f"but got {name}: {list(values)}")
-    outputs = [_conv_output_size(size, k, s, p, d)
+    outputs = [conv_output_size(size, k, s, p, d)
                for size, k, s, p, d in zip(x[-2:], kernel_size, stride, padding, dilation)]
     require(all(_at_least(o, 1) for o in outputs), op,
             f"Given input with spatial size {list(x[-2:])}, kernel_size={list(kernel_size)}, "
