@@ -144,15 +144,19 @@ def _max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fa
                                         (_max_pool3d, (None, 2, 5, 7, 6))], ids=["1d", "2d", "3d"])
 @pytest.mark.parametrize("config", [dict(kernel_size=2), dict(kernel_size=3, stride=2, ceil_mode=True),
                                     dict(kernel_size=3, stride=2, padding=1),
-                                    dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)])
+                                    dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                                    dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=5, stride=3, padding=2),
+                                    dict(kernel_size=2, stride=2, padding=1, ceil_mode=True)])
 def test_max_pool_values_only_keeps_the_nan_rule(pool, shape, config, tmp_path):
     """Pooled values without their indices (nothing reads them) have loops of their own (per output without
-    padding, per row with it); a NaN in a window still wins and an all -inf window gives -inf, as in ATen."""
+    padding; with it, per row from the window's tap rows split into their column-stride phases, the padding as
+    -inf); a NaN in a window still wins and an all -inf window gives -inf, as in ATen."""
     def with_specials(x, rng):
         x[rng.random(x.shape) < 0.1] = -np.inf
         return x
     source = _compare(lambda x: pool(x, **config), shape, tmp_path, nan_fraction=0.03, transform=with_specials)
     assert "max_pool" in source and "best_index" not in source
+    assert ("phases" in source) == bool(config.get("padding"))
 
 
 @pytest.mark.parametrize("args", [([2, 2, 2], [], [0, 0, 0], False, True, None),
