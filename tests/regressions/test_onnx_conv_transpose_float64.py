@@ -1,6 +1,7 @@
 """ONNX float64 transposed convolution: onnxruntime's ConvTranspose has no float64 kernel, and the lowering computed
-in float32 (the same class as float64 col2im, found by the fuzzer in seed 10100). A 2-d one now computes each group's
-columns W^T x with an Einsum in float64 and folds them with the float64 col2im, as ATen's slow path does."""
+in float32 (the same class as float64 col2im, found by the fuzzer in seed 10100). It now computes each group's
+columns W^T x with an Einsum in float64 and folds them with the float64 col2im, as ATen's slow path does, in 1, 2
+and 3 spatial dims."""
 
 import numpy as np
 import pytest
@@ -16,7 +17,10 @@ aten = ops.aten
 # (input shape, weight shape, stride, padding, dilation, output padding, groups, bias)
 CASES = [((1, 3, 4, 5), (3, 2, 3, 3), [1, 1], [0, 0], [1, 1], [0, 0], 1, True),
          ((2, 4, 3, 3), (4, 3, 2, 3), [2, 1], [1, 0], [1, 2], [1, 0], 2, False),
-         ((1, 2, 5, 2), (2, 1, 3, 1), [3, 2], [1, 0], [2, 1], [2, 1], 2, True)]
+         ((1, 2, 5, 2), (2, 1, 3, 1), [3, 2], [1, 0], [2, 1], [2, 1], 2, True),
+         ((2, 4, 5), (4, 3, 3), [2], [1], [1], [1], 2, True),  # 1-d and 3-d: the same columns and col2im
+         ((1, 3, 1, 5), (3, 2, 1, 4), [1, 3], [0, 1], [1, 1], [0, 2], 1, False),
+         ((1, 2, 3, 2, 4), (2, 2, 2, 1, 3), [1, 2, 2], [0, 0, 1], [1, 1, 2], [0, 1, 1], 1, True)]
 
 
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, output_padding, groups, bias", CASES)

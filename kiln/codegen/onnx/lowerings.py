@@ -1557,7 +1557,7 @@ def _convolution(ctx: LoweringContext, x: Value, weight: Value, bias: Value | No
                       pads=pads + pads, group=int(groups))
     if (ctx.out_dtype is dtypes.float64 or not ctx.out_dtype.is_floating_point) and not transposed:
         return ctx.graph.cast(_convolution64(ctx, x, weight, bias, attributes), dtypes.float64, ctx.out_dtype)
-    if transposed and ctx.out_dtype is dtypes.float64 and spatial == 2 and all(
+    if transposed and ctx.out_dtype is dtypes.float64 and all(
             isinstance(d, int) for d in [*x.shape[1:], *weight.shape, *ctx.out.shape[2:]]):
         return _conv_transpose64(ctx, x, weight, bias, attributes)
     if transposed:
@@ -1603,24 +1603,25 @@ def _convolution64(ctx: LoweringContext, x: Value, weight: Value, bias: Value | 
 
 def _conv_transpose64(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None,
                       attributes: dict[str, Any]) -> str:
-    """float64 2-d transposed convolution without a float64 ConvTranspose kernel, as ATen's slow path computes it:
-    each group's columns W^T x (an Einsum, which onnxruntime runs in float64), then col2im into the output."""
+    """float64 transposed convolution (1-, 2- or 3-d) without a float64 ConvTranspose kernel, as ATen's slow path
+    computes it: each group's columns W^T x (an Einsum, which onnxruntime runs in float64), then col2im into the
+    output."""
     t = dtypes.float64
-    batch, channels_in, height, width = x.shape
+    batch, channels_in, *sizes = x.shape
+    spatial = len(sizes)
     groups = attributes["group"]
     kernel = list(weight.shape[2:])
-    per_group_out = weight.shape[1]
-    value = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([batch, groups, channels_in // groups,
-                                                              height * width])])
+    per_group_out, pixels, taps = weight.shape[1], math.prod(sizes), math.prod(kernel)
+    value = ctx.node("Reshape", [ctx.as_dtype(x, t), ctx.dims([batch, groups, channels_in // groups, pixels])])
     matrix = ctx.node("Reshape", [ctx.as_dtype(weight, t), ctx.dims([groups, channels_in // groups,
-                                                                    per_group_out * kernel[0] * kernel[1]])])
+                                                                    per_group_out * taps])])
     columns = ctx.node("Einsum", [value, matrix], equation="ngcl,gco->ngol")
-    columns = ctx.node("Reshape", [columns, ctx.dims([batch, groups * per_group_out * kernel[0] * kernel[1],
-                                                      height * width])])
-    params = [kernel, attributes["dilations"], attributes["pads"][:2], attributes["strides"]]
-    result = _col2im64(ctx, columns, batch, groups * per_group_out, [height, width], list(ctx.out.shape[2:]), params)
+    columns = ctx.node("Reshape", [columns, ctx.dims([batch, groups * per_group_out * taps, pixels])])
+    params = [kernel, attributes["dilations"], attributes["pads"][:spatial], attributes["strides"]]
+    result = _col2im64(ctx, columns, batch, groups * per_group_out, sizes, list(ctx.out.shape[2:]), params)
     if bias is not None:
-        result = ctx.node("Add", [result, ctx.node("Reshape", [ctx.as_dtype(bias, t), ctx.dims([1, -1, 1, 1])])])
+        result = ctx.node("Add", [result, ctx.node("Reshape", [ctx.as_dtype(bias, t),
+                                                               ctx.dims([1, -1] + [1] * spatial)])])
     return result
 
 
@@ -2245,28 +2246,33 @@ def _col2im(ctx: LoweringContext, x: Value, output_size: list[Any], kernel_size:
 
 def _col2im64(ctx: LoweringContext, value: str, batch: Any, channels: int, blocks: list[int],
               output_size: list[int], params: list[list[int]]) -> str:
-    """float64 col2im of `value` [N, C * kh * kw, Lh * Lw] without a float64 Col2Im kernel: each kernel tap's block
-    [N, C, Lh, Lw] spread to its stride (zeros between), shifted to the tap's place in the zero-padded output, and
-    added in ATen's tap order; then the padding cropped. Result [N, C, H, W]."""
-    (kh, kw), dilation, padding, stride = params
-    value = ctx.node("Reshape", [value, ctx.dims([batch, channels, kh, kw, *blocks])])
+    """float64 col2im of `value` [N, C * prod(kernel), prod(blocks)] over any number of spatial dims, without a
+    float64 Col2Im kernel: each kernel tap's block [N, C, *blocks] spread to its stride (zeros between), shifted to the
+    tap's place in the zero-padded output, and added in ATen's tap order; then the padding cropped. Result
+    [N, C, *output_size]."""
+    kernel, dilation, padding, stride = params
+    spatial = len(kernel)
+    axes = list(range(2, 2 + spatial))
+    value = ctx.node("Reshape", [value, ctx.dims([batch, channels, *kernel, *blocks])])
     padded = [size + 2 * pad for size, pad in zip(output_size, padding)]
     spans = [(count - 1) * step + 1 for count, step in zip(blocks, stride)]
+    interleaved = [d for count in blocks for d in (count, 1)]  # [b0, 1, b1, 1, ...]: room for each stride's zeros
     total = None
-    for tap in np.ndindex(kh, kw):
-        block = ctx.node("Slice", [value, ctx.ints(list(tap)), ctx.ints([k + 1 for k in tap]), ctx.ints([2, 3])])
-        block = ctx.node("Reshape", [block, ctx.dims([batch, channels, blocks[0], 1, blocks[1], 1])])
-        spread = ctx.node("Pad", [block, ctx.ints([0] * 6 + [0, 0, 0, stride[0] - 1, 0, stride[1] - 1])])
-        spread = ctx.node("Reshape", [spread, ctx.dims([batch, channels, blocks[0] * stride[0],
-                                                        blocks[1] * stride[1]])])
-        spread = ctx.node("Slice", [spread, ctx.ints([0, 0]), ctx.ints(spans), ctx.ints([2, 3])])
+    for tap in np.ndindex(*kernel):
+        block = ctx.node("Slice", [value, ctx.ints(list(tap)), ctx.ints([k + 1 for k in tap]), ctx.ints(axes)])
+        block = ctx.node("Reshape", [block, ctx.dims([batch, channels, *interleaved])])
+        gaps = [d for step in stride for d in (0, step - 1)]
+        spread = ctx.node("Pad", [block, ctx.ints([0] * (2 + 2 * spatial) + [0, 0, *gaps])])
+        spread = ctx.node("Reshape", [spread, ctx.dims([batch, channels, *[count * step for count, step in
+                                                                            zip(blocks, stride)]])])
+        spread = ctx.node("Slice", [spread, ctx.ints([0] * spatial), ctx.ints(spans), ctx.ints(axes)])
         before = [k * d for k, d in zip(tap, dilation)]
         after = [full - first - span for full, first, span in zip(padded, before, spans)]
         placed = ctx.node("Pad", [spread, ctx.ints([0, 0, *before, 0, 0, *after])])
         total = placed if total is None else ctx.node("Add", [total, placed])
     return ctx.node("Slice", [total, ctx.ints(list(padding)), ctx.ints([p + size for p, size in
                                                                          zip(padding, output_size)]),
-                              ctx.ints([2, 3])])
+                              ctx.ints(axes)])
 
 
 # ---------------------------------------------------------------------------------------------
