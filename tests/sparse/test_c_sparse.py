@@ -57,6 +57,22 @@ def test_sparse_linear_matches_the_interpreter(capability, layout, rows, monkeyp
     assert_close(compiled(x), program(x))
 
 
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_24_rows_left_over_after_the_interleaved_ones(capability, monkeypatch, tmp_path):
+    """51 output features: a unit of 16 rows runs them in interleaved groups of KILN_24_ROWS (4 with AVX-512, 2 with
+    AVX2), and the last unit's 3 rows are left over for the one-row groups at every activation tile width."""
+    use_capability(capability, monkeypatch)
+    kiln.manual_seed(0)
+    batch = kiln.Dim("batch", min=1, max=256)
+    program = kiln.export(kiln.nn.Linear(48, 51).eval(), (kiln.randn(5, 48),), dynamic_shapes={"input": {0: batch}})
+    program = kiln.passes.run(program, PIPELINES["2:4"])
+    assert "semi_structured" in program.to_mlir()
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for rows in (1, 5, 20, 40, 64):
+        x = np.random.default_rng(rows).standard_normal((rows, 48)).astype(np.float32)
+        assert_close(compiled(x), program(x))
+
+
 @pytest.mark.parametrize("layout", sorted(PIPELINES))
 def test_symbolic_batch_and_3d_inputs(layout, tmp_path):
     program = _sparse_program(PIPELINES[layout], 4, dynamic=True)

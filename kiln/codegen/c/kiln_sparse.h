@@ -226,34 +226,6 @@ typedef int32_t kiln_i8 __attribute__((vector_size(32)));
 static const kiln_i8 KILN_24_EXPAND[256] __attribute__((aligned(32))) = {
     KILN_24_64(0), KILN_24_64(64), KILN_24_64(128), KILN_24_64(192)};
 
-/* tile += groups [g0, g1) of one 2:4 row (both even), for nv vectors of activation rows */
-static inline void kiln_24_groups(int64_t g0, int64_t g1, const float* restrict val, const uint8_t* restrict meta,
-                                  const float* restrict xT, int64_t ldx, int nv, float* restrict tile)
-{
-    kiln_sv a0 = kiln_sv_load(tile), a1 = kiln_sv_load(tile + KILN_SVW), a2 = {0}, a3 = {0};
-    if (KILN_SMB / KILN_SVW > 2) {
-        a2 = kiln_sv_load(tile + 2 * KILN_SVW);
-        a3 = kiln_sv_load(tile + 3 * KILN_SVW);
-    }
-    /* the row's next block: the unit's rows stream from as many places, more than the prefetchers follow (the
-     * value loads stalled half the loop at batch 32) */
-    for (int64_t line = 0; line < 2 * (g1 - g0); line += 16) __builtin_prefetch(val + 2 * g1 + line);
-    __builtin_prefetch(meta + g1 / 2);
-#define KILN_24(N) do { \
-        for (int64_t b = g0 / 2; b < g1 / 2; ++b) {  /* a byte: two groups, four values */ \
-            const int byte = meta[b]; \
-            const float* x = xT + 8 * b * ldx; \
-            KILN_AXPY(N, val[4 * b], x + (byte & 3) * ldx); \
-            KILN_AXPY(N, val[4 * b + 1], x + ((byte >> 2) & 3) * ldx); \
-            KILN_AXPY(N, val[4 * b + 2], x + (4 + ((byte >> 4) & 3)) * ldx); \
-            KILN_AXPY(N, val[4 * b + 3], x + (4 + (byte >> 6)) * ldx); \
-        } \
-        KILN_STORE(N, tile); \
-    } while (0)
-    KILN_BY_VECTORS(nv, KILN_24)
-#undef KILN_24
-}
-
 /* The dot product of one 2:4 row of K columns with x (one activation row, where reading the weights bounds the
  * layer): K / 2 kept values and K / 8 metadata bytes (per group of four, positions p0 | p1 << 2 in a nibble, the
  * even group's in the low nibble). Each byte's four values expand to eight dense lanes with one permute, so the
@@ -275,33 +247,25 @@ static float kiln_24_dot(int64_t K, const float* restrict val, const uint8_t* re
     return ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
 }
 
-/* tile rows 0..KILN_24_ROWS-1 += groups [g0, g1) (both even) of as many consecutive 2:4 rows of K columns, for nv
- * vectors of activation rows. Each row's sums are the same chain of multiply-adds as kiln_24_groups makes (the same
- * results, bit for bit), but the rows' chains interleave: one row at a time left the loop waiting on the FMA latency
- * (its nv accumulators were the only ones in flight; 2:4 ran at 0.86x dense at batch 32 on AVX-512), where
- * KILN_24_ROWS x nv accumulators keep both FMA ports busy and the loads bound it. */
+/* tile rows 0..ROWS-1 += groups [g0, g1) (both even) of ROWS consecutive 2:4 rows of K columns, for nv vectors of
+ * activation rows (KILN_DEFINE_24_GROUPS). Each row's sums are one chain of multiply-adds per vector, the stored
+ * values in order, whatever ROWS is (the same results, bit for bit), but KILN_24_ROWS rows' chains interleave: one
+ * row at a time left the loop waiting on the FMA latency (its nv accumulators were the only ones in flight; 2:4 ran
+ * at 0.86x dense at batch 32 on AVX-512), where KILN_24_ROWS x nv accumulators keep both FMA ports busy and the
+ * loads bound it. The rows left over after the last group of KILN_24_ROWS take one at a time. */
 #if KILN_SVW == 16
 #define KILN_24_ROWS 4  /* 4 rows x 2 vectors: eight zmm accumulators */
 #else
 #define KILN_24_ROWS 2  /* 2 rows x 4 vectors: eight of the sixteen ymm registers */
 #endif
-static inline void kiln_24_groups_rows(int64_t K, int64_t g0, int64_t g1, const float* restrict val,
-                                       const uint8_t* restrict meta, const float* restrict xT, int64_t ldx, int nv,
-                                       float* restrict tile)
-{
-    for (int r = 0; r < KILN_24_ROWS; ++r) {
-        for (int64_t line = 0; line < 2 * (g1 - g0); line += 16)
-            __builtin_prefetch(val + r * (K / 2) + 2 * g1 + line);
-        __builtin_prefetch(meta + r * (K / 8) + g1 / 2);
-    }
-#define KILN_24R(N) do { \
-        kiln_sv acc[KILN_24_ROWS][N]; \
-        _Pragma("GCC unroll 4") for (int r = 0; r < KILN_24_ROWS; ++r) \
+#define KILN_24_GROUPS_BY(N, ROWS) do { \
+        kiln_sv acc[ROWS][N]; \
+        _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) \
             _Pragma("GCC unroll 4") for (int v = 0; v < (N); ++v) \
                 acc[r][v] = kiln_sv_load(tile + r * KILN_SMB + v * KILN_SVW); \
         for (int64_t b = g0 / 2; b < g1 / 2; ++b) {  /* a byte: two groups, four values, per row */ \
             const float* x = xT + 8 * b * ldx; \
-            _Pragma("GCC unroll 4") for (int r = 0; r < KILN_24_ROWS; ++r) { \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) { \
                 const int byte = meta[r * (K / 8) + b]; \
                 const float* w = val + r * (K / 2) + 4 * b; \
                 const float* x0 = x + (byte & 3) * ldx, * x1 = x + ((byte >> 2) & 3) * ldx; \
@@ -314,13 +278,33 @@ static inline void kiln_24_groups_rows(int64_t K, int64_t g0, int64_t g1, const 
                 } \
             } \
         } \
-        _Pragma("GCC unroll 4") for (int r = 0; r < KILN_24_ROWS; ++r) \
+        _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) \
             _Pragma("GCC unroll 4") for (int v = 0; v < (N); ++v) \
                 kiln_sv_store(tile + r * KILN_SMB + v * KILN_SVW, acc[r][v]); \
     } while (0)
-    KILN_BY_VECTORS(nv, KILN_24R)
-#undef KILN_24R
-}
+#define KILN_DEFINE_24_GROUPS(NAME, ROWS) \
+    static inline void NAME(int64_t K, int64_t g0, int64_t g1, const float* restrict val, \
+                            const uint8_t* restrict meta, const float* restrict xT, int64_t ldx, int nv, \
+                            float* restrict tile) \
+    { \
+        /* the rows' next blocks: the unit's rows stream from as many places, more than the prefetchers follow \
+         * (the value loads stalled half the loop at batch 32) */ \
+        for (int r = 0; r < (ROWS); ++r) { \
+            for (int64_t line = 0; line < 2 * (g1 - g0); line += 16) \
+                __builtin_prefetch(val + r * (K / 2) + 2 * g1 + line); \
+            __builtin_prefetch(meta + r * (K / 8) + g1 / 2); \
+        } \
+        switch (nv) { \
+        case 4: KILN_24_GROUPS_BY(4, ROWS); break; \
+        case 3: KILN_24_GROUPS_BY(3, ROWS); break; \
+        case 2: KILN_24_GROUPS_BY(2, ROWS); break; \
+        default: KILN_24_GROUPS_BY(1, ROWS); break; \
+        } \
+    }
+KILN_DEFINE_24_GROUPS(kiln_24_groups_rows, KILN_24_ROWS)
+KILN_DEFINE_24_GROUPS(kiln_24_groups, 1)
+#undef KILN_DEFINE_24_GROUPS
+#undef KILN_24_GROUPS_BY
 
 /* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m], with half the multiply-adds of the dense rows. With several
  * activation rows, K is taken in blocks
@@ -343,7 +327,7 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
             kiln_24_groups_rows(K, g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
                                 tile + r * KILN_SMB);
         for (; r < rows; ++r)
-            kiln_24_groups(g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
+            kiln_24_groups(K, g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
                            tile + r * KILN_SMB);
     }
 }
