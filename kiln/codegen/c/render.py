@@ -984,18 +984,21 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     body = [f"{real}* restrict phases = ({real}*)(ctx->scratch + (size_t)omp_get_thread_num() * "
             "ctx->scratch_stride);",
             f"const int64_t span = {span};"]
+
+    def element(m: str) -> str:  # the input column of phase q's element m
+        return f"({m} * {step} + q - {padding[last]})"
+
     for row, combination in enumerate(lead_taps):
         positions = [f"(i{rank - n + k} * {stride[k]} - {padding[k]} + {r * dilation[k]})"
                      for k, r in enumerate(combination)]
         inside = " && ".join([f"{q} >= 0 && {q} < {sizes[k]}" for k, q in enumerate(positions)] or ["1"])
-        element = f"(m * {step} + q - {padding[last]})"
-        load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + positions + [element])}]"
+        load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + positions + [element('m')])}]"
         body += [f"for (int64_t q = 0; q < {step}; ++q)", "{",
                  f"    {real}* restrict phase = phases + ({row} * {step} + q) * span;",
                  "    int64_t lo = 0, hi = span;  /* the elements inside the input: a plain strided copy */",
                  f"    if (!({inside})) hi = 0;",
-                 f"    while (lo < hi && {element.replace('m', 'lo')} < 0) ++lo;",
-                 f"    while (hi > lo && {element.replace('m', '(hi - 1)')} >= {sizes[last]}) --hi;",
+                 f"    while (lo < hi && {element('lo')} < 0) ++lo;",
+                 f"    while (hi > lo && {element('(hi - 1)')} >= {sizes[last]}) --hi;",
                  f"    for (int64_t m = 0; m < lo; ++m) phase[m] = {lowest};",
                  f"    _Pragma(\"omp simd\") for (int64_t m = lo; m < hi; ++m) phase[m] = {load};",
                  f"    for (int64_t m = hi > lo ? hi : lo; m < span; ++m) phase[m] = {lowest};",
