@@ -279,7 +279,7 @@ def test_bmm_with_strided_operands(tmp_path):
         _check(compiled(q, k, v), program(q, k, v))
 
 
-# Images of <= 128 output pixels pack their whole im2col matrix at once (render._whole_im2col); larger ones go
+# Images of <= 128 output pixels pack their whole im2col matrix at once (conv.whole_im2col); larger ones go
 # panel by panel; few pixels with output channels that fill the KILN_NR-wide panels better than the pixels do take
 # the pixels as the GEMM's rows (packing.conv_weight_layout: 128 channels, 4 groups of 32). Every configuration runs
 # all three ways: (height, width), output channels, and the marker of the path in model.c.

@@ -1,5 +1,6 @@
-"""C text shared by the C renderers (render.py, quantized.py): types, literals, size expressions, the index and
-expression printer, loop nests and the work-sharing pragmas kernels run their units under."""
+"""C text shared by the C renderers (render.py, conv.py, quantized.py): types, literals, size expressions, the index
+and expression printer, loop nests, the work-sharing pragmas kernels run their units under, and the float32 GEMM
+tiles' epilogue loop."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import sympy
 
 from kiln.codegen.c.pointwise import FLOAT32_RULES, POINTWISE_RULES
-from kiln.codegen.kernels import Accumulator, Apply, Buffer, Constant, Gather, Iota, Load, Tile, contiguous_strides
+from kiln.codegen.kernels import (
+    Accumulator, Apply, Buffer, Constant, Gather, Iota, Kernel, Load, Tile, contiguous_strides,
+)
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
 
@@ -281,3 +284,33 @@ def _allocate(slot: int, size: str) -> list[str]:
 def _cstr(text: str) -> str:
     """A C string literal of `text`, every character but letters, digits and _.- escaped."""
     return '"' + "".join(c if c.isalnum() or c in "_.-" else f"\\{ord(c) & 0xFF:03o}" for c in text) + '"'
+
+
+def accumulator_type(kernel: Kernel) -> str:
+    """The C type of `acc_value`, the GEMM or convolution result its epilogue reads: the Accumulator's dtype, which
+    differs from the output's when the epilogue converts (a fused comparison writes bool)."""
+    def find(node: Any) -> dtypes.DType | None:
+        if isinstance(node, Accumulator):
+            return node.dtype
+        if isinstance(node, Apply):
+            return next((d for d in map(find, node.args) if d is not None), None)
+        return None
+    return c_type(find(kernel.expr) or kernel.outputs[0].dtype)
+
+
+def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
+    """Register tiles down one chunk of rows; each tile goes through the epilogue (reading `value` as
+    `result_type`'s acc_value) into the output."""
+    return [
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
+        f"        {ukernel}",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        *[f"                {line}" for line in indices],
+        f"                const {result_type} acc_value = ({result_type})({value});",
+        f"                {target} = {epilogue};",
+        "            }", "    }",
+    ]

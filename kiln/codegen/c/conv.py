@@ -1,0 +1,387 @@
+"""Convolutions in C: float32 ones as implicit GEMMs on kiln_gemm.h's micro-kernels, the others (float64, integer
+without quantization, transposed) as direct loops with a double accumulator.
+
+An implicit GEMM runs per (image, group) in one of three shapes: output channels as the rows (the weights packed by
+the compiler into KILN_MR-row blocks) against KILN_NR-pixel im2col panels packed per unit; the same with a small
+image's whole im2col packed once (`whole_im2col`); or, for few pixels and many channels, pixels as the rows
+(`pixel_rows`, packing.conv_weight_layout "panels"). Every epilogue is the kernel's fused expression (bias, batch
+norm, activation, residual), indexed by flat pixel where its operands allow. docs/c-backend.md gives the measurements
+behind each choice. The integer convolutions render in quantized.py, the sparse ones in render.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import sympy
+
+from kiln.codegen.c.build import get_cpu_capability
+from kiln.codegen.c.ctext import (
+    RenderState, _chunking, _Exprs, _flat, _loops, _tile_loop, _view_index, accumulator_type, buffer_name, dim_expr,
+)
+from kiln.codegen.c.packing import conv_weight_layout
+from kiln.codegen.kernels import Accumulator, Apply, Constant, Gather, Iota, Kernel, Load, Tile
+from kiln.ir import dtypes
+
+
+def conv_as_gemm(kernel: Kernel) -> bool:
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w = detail.input, detail.weight
+    return (x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
+            and not detail.transposed
+            and all(sympy.sympify(d).is_Integer for d in w.shape[2:]))  # im2col unrolls the taps
+
+
+_WHOLE_IM2COL_PIXELS = 128  # output pixels per image up to which a conv packs its whole im2col matrix at once
+
+
+def whole_im2col(kernel: Kernel) -> bool:
+    """A float32 convolution with few output pixels per image (ResNet's last stages: 7x7 = 49): each thread packs the
+    image's whole im2col matrix (a few panels) once and runs every panel against one weight row block while that
+    block is in cache. Panel by panel, the weights (9 MB in ResNet-18's last stage) streamed from memory once per
+    panel: 67 GFLOP/s at one thread where the 14x14 stage got 103."""
+    pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
+    return pixels.is_Integer and int(pixels) <= _WHOLE_IM2COL_PIXELS
+
+
+def im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tuple[list[str], list[str]]:
+    """Lines computing one KILN_NR-pixel panel's output positions (`out{k}[c]`, `inside[c]`), and lines packing its
+    im2col rows [C_in/g * taps][KILN_NR] of image `bi`, channels from `cin0`, into `panel` (zeros in the padding).
+    The caller defines `j` (the panel), `N` (pixels) and the weight shape's channels and taps. With `rows`, the
+    same for one KILN_MR-pixel row block of the pixels-as-rows orientation (`conv_weight_layout` "panels"): block
+    `b` of `M` pixels, packed [C_in/g * taps][KILN_MR] into `panel`."""
+    lanes, block, pixel_count = ("KILN_MR", "b", "M") if rows else ("KILN_NR", "j", "N")
+    detail = kernel.detail
+    x = detail.input
+    n = len(kernel.shape) - 2
+    taps = [dim_expr(d) for d in weight_shape[2:]]
+    out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
+    cig = dim_expr(weight_shape[1])
+    # Each pixel column's output position, once per panel (the epilogue reuses it).
+    # In-plane offsets fit int32 (one vector gather per 16 columns) when the input plane is static and small; the tap
+    # table is then int32 arithmetic, which vectorizes (in int64 it took a third of an RGB stem's time).
+    plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
+                                       for d, stride in zip(x.shape[2:], x.strides[2:])))
+    narrow = plane_elements.is_Integer and int(plane_elements) < 2**30  # room for taps just outside the plane
+    offset_type = "int32_t" if narrow else "int64_t"
+    positions = [*[f"{offset_type} base{k}[{lanes}];" for k in range(n)],
+                 *[f"int64_t out{k}[{lanes}];" for k in range(n)],
+                 f"int32_t inside[{lanes}];",  # int32, not bool: GCC vectorizes the tap table only then
+                 f"for (int c = 0; c < {lanes}; ++c)", "{", f"    int64_t p = {block} * {lanes} + c;",
+                 f"    inside[c] = p < {pixel_count};"]
+    for k in reversed(range(n)):
+        stride, padding = int(detail.stride[k]), int(detail.padding[k])
+        positions.append(f"    out{k}[c] = p % {out_sizes[k]}; p /= {out_sizes[k]};")
+        positions.append(f"    base{k}[c] = ({offset_type})(out{k}[c] * {stride} - {padding});")
+    positions.append("}")
+    tap_count = math.prod(int(d) for d in weight_shape[2:])
+    # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
+    # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
+    # masked gather the compiler vectorizes.
+    def narrowed(size: Any) -> str:  # a static size as an int literal in the int32 table (int64 would widen it)
+        size = sympy.sympify(size)
+        return str(int(size)) if narrow and size.is_Integer else dim_expr(size)
+    plane_offset = " + ".join(f"q{k} * {narrowed(x.strides[2 + k])}" for k in range(n))
+    # bitwise, not short-circuit: GCC vectorizes the table only without branches
+    inside = " & ".join(["inside[c]"] + [f"(q{k} >= 0) & (q{k} < {narrowed(x.shape[2 + k])})" for k in range(n)])
+    tap_index = "0"
+    for k in range(n):
+        tap_index = f"({tap_index}) * {taps[k]} + r{k}"
+    # Consecutive tap rows are copied with (masked) vector loads when the input has at least
+    # KILN_ROW_COPY_MIN_CHANNELS channels per group, which share each panel's check (kiln_gemm.h: 1 with AVX2 and
+    # AVX-512, whose checks are vector code; 8 in portable C, where an RGB stem's check cost more than it saved).
+    row_copies = narrow and sympy.sympify(weight_shape[1]).is_Integer
+    packing = [f"{'int32_t' if narrow else 'int64_t'} source[{tap_count}][{lanes}];"]
+    depth = ""
+    for k in range(n):
+        packing.append(f"{depth}for (int64_t r{k} = 0; r{k} < {taps[k]}; ++r{k})")
+    packing += [f"{depth}    _Pragma(\"omp simd\") for (int c = 0; c < {lanes}; ++c)", f"{depth}    {{",
+                *[f"{depth}        const {offset_type} q{k} = base{k}[c] + ({offset_type})r{k} * "
+                  f"{int(detail.dilation[k])};" for k in range(n)],
+                f"{depth}        source[{tap_index}][c] = ({inside}) ? {plane_offset} : -1;",
+                f"{depth}    }}",
+    ]
+    row = f"panel + (ci * {tap_count} + t) * {lanes}"  # where tap t of input channel ci goes
+    steps: list[str] = []
+    if not narrow:
+        copy = [f"for (int c = 0; c < {lanes}; ++c) ({row})[c] = source[t][c] >= 0 ? plane[source[t][c]] : 0.0f;"]
+    elif rows:  # each k-row of a row block a masked copy (step 1) or a gather of KILN_MR lanes
+        steps = [f"for (int t = 0; t < {tap_count}; ++t) step[t] = kiln_row_step_lanes(source[t], KILN_MR, 1, "
+                 "&start[t], &valid[t]);"]
+        copy = [f"kiln_block_row(plane, step[t], start[t], valid[t], source[t], {row});"]
+    elif row_copies:
+        steps = [f"for (int t = 0; t < {tap_count}; ++t) step[t] = {cig} >= KILN_ROW_COPY_MIN_CHANNELS ? "
+                 "kiln_row_step(source[t], &start[t], &valid[t]) : 0;"]
+        # Rows of consecutive elements (stride 1) are masked vector loads (or plain loads where the whole row lies
+        # inside the input's buffer), rows of every other element (stride 2) loads and shuffles; the others gather.
+        copy = [f"if (step[t] == 1) kiln_masked_row(plane, start[t], valid[t], -plane_at, plane_end, {row});",
+                f"else if (step[t] == 2) kiln_every_other_row(plane, start[t], valid[t], -plane_at, plane_end, {row});",
+                f"else kiln_gather_row(plane, source[t], {row});"]
+    else:
+        copy = [f"kiln_gather_row(plane, source[t], {row});"]
+    step_arrays = f"int32_t start[{tap_count}]; uint32_t valid[{tap_count}]; int step[{tap_count}];"
+    bounds = row_copies and not rows  # kiln_masked_row and kiln_every_other_row read the input buffer's bounds
+    packing += [
+        *([step_arrays, *steps] if steps else []),
+        f"for (int64_t ci = 0; ci < {cig}; ++ci)", "{",
+        f"    const int64_t plane_at = {_view_index(x, ['bi', '(cin0 + ci)', *['0'] * n])};",
+        f"    const float* plane = {buffer_name(x.buffer)} + plane_at;",
+        *([f"    const int64_t plane_end = (int64_t)({dim_expr(x.buffer.numel)}) - plane_at;"] if bounds else []),
+        f"    for (int t = 0; t < {tap_count}; ++t)", "    {", *[f"        {line}" for line in copy], "    }",
+        "}"]
+    return positions, packing
+
+
+def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 convolution as an implicit GEMM per (image, group): weights [Cout/g, Cin/g * taps] x im2col
+    [Cin/g * taps, pixels]. Each unit packs one KILN_NR-pixel panel of the im2col matrix (zeros for padding)
+    and runs register tiles down its output channels; the epilogue (bias, batch norm, relu, residual) is fused.
+    With few pixels (`whole_im2col`) a unit is one row block of output channels instead, against every panel."""
+    if pixel_rows(kernel, state.packed):
+        return _conv_pixel_rows(kernel, state)
+    detail = kernel.detail
+    w, bias = detail.weight, detail.bias
+    groups = int(detail.groups)
+    taps = [dim_expr(d) for d in w.shape[2:]]
+    out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
+    cig = dim_expr(w.shape[1])
+    whole = whole_im2col(kernel)
+    lines = [
+        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
+        f"const int64_t M = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, "
+        f"N = {' * '.join(out_sizes)}, K = {cig} * {' * '.join(taps)};",
+        *_chunking("BATCH * GROUPS * panels"),
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+    ]
+    positions, packing = im2col_panel(kernel, w.shape)
+    value = "(double)tile[r * KILN_NR + c]"
+    if bias is not None:
+        value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
+    indices, target, epilogue, flat = conv_epilogue(kernel, "g * M + row + r")
+    if kernel in state.packed:  # weights packed at create: KILN_MR-row blocks, read as one stream
+        a_line = (f"const float* a = ctx->packed[{state.packed[kernel]}] "
+                  "+ g * ((M + KILN_MR - 1) / KILN_MR) * KILN_MR * K;")
+        ukernel = "kiln_ukernel(rows, K, a + row * K, 1, KILN_MR, panel, panel, tile);"
+    else:
+        a_line = f"const float* a = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + g * M * K;"
+        ukernel = "kiln_ukernel(rows, K, a + row * K, K, 1, panel, panel, tile);"
+    tiles = _tile_loop(ukernel, indices, target, value, epilogue, accumulator_type(kernel))
+    if not whole:
+        lines += ["#pragma omp for collapse(4) schedule(static)",
+                  "for (int64_t bi = 0; bi < BATCH; ++bi)",
+                  "for (int64_t g = 0; g < GROUPS; ++g)",
+                  "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+                  "for (int64_t j = 0; j < panels; ++j)", "{",
+                  f"    const int64_t cin0 = g * {cig};",
+                  "    float* panel = pack;",
+                  *["    " + line for line in positions + packing],
+                  "    " + a_line, *tiles, "}"]
+        return ["    " + line for line in lines]
+    # Whole im2col: a unit is (image, group, row block); a thread packs an image's panels when it reaches a unit
+    # of a new image, then runs every panel against the unit's weight rows.
+    lines += ["int64_t packed_image = -1;  /* bi * GROUPS + g of the im2col in `pack` */",
+              "#pragma omp for collapse(3) schedule(static)",
+              "for (int64_t bi = 0; bi < BATCH; ++bi)",
+              "for (int64_t g = 0; g < GROUPS; ++g)",
+              "for (int64_t chunk = 0; chunk < row_blocks; ++chunk)", "{",
+              "    const int64_t cin0 = g * " + cig + ", chunk_rows = KILN_MR;  /* a chunk is one row block */",
+              "    if (packed_image != bi * GROUPS + g)", "    {",
+              "        packed_image = bi * GROUPS + g;",
+              "        for (int64_t j = 0; j < panels; ++j)", "        {",
+              "            float* panel = pack + j * K * KILN_NR;",
+              *["            " + line for line in positions + packing],
+              "        }", "    }",
+              "    " + a_line,
+              "    for (int64_t j = 0; j < panels; ++j)", "    {",
+              "        const float* panel = pack + j * K * KILN_NR;",
+              *(["        " + line for line in positions] if not flat else []),
+              *["    " + line for line in tiles], "    }", "}"]
+    return ["    " + line for line in lines]
+
+
+def pixel_rows(kernel: Kernel, packed: dict) -> bool:
+    """Whether a convolution runs with its output pixels as the GEMM's rows: its weights are packed by the compiler
+    (render._prepacked) into B panels (packing.conv_weight_layout)."""
+    return (kernel.kind == "conv" and kernel in packed
+            and conv_weight_layout(kernel, get_cpu_capability()) == "panels")
+
+
+def _conv_pixel_rows(kernel: Kernel, state: RenderState) -> list[str]:
+    """float32 convolution with its output pixels as the GEMM's rows (packing.conv_weight_layout "panels"): a thread
+    packs an image's im2col (its chunk of it) into KILN_MR-pixel row blocks once, then runs them against each B panel
+    of KILN_NR output channels its units name, the next panel prefetched meanwhile; the epilogue stores each
+    channel of a tile as a run of pixels."""
+    detail = kernel.detail
+    w, bias = detail.weight, detail.bias
+    groups = int(detail.groups)
+    taps = [dim_expr(d) for d in w.shape[2:]]
+    cig = dim_expr(w.shape[1])
+    positions, packing = im2col_panel(kernel, w.shape, rows=True)
+    indices, target, epilogue, _ = conv_epilogue(kernel, "g * N + j * KILN_NR + c", pixel="row + r")
+    value = "(double)tile[r * KILN_NR + c]"
+    if bias is not None:
+        value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
+    result_type = accumulator_type(kernel)
+    lines = [
+        f"const int64_t GROUPS = {groups}, BATCH = {dim_expr(kernel.shape[0])};",
+        f"const int64_t M = {' * '.join(dim_expr(d) for d in kernel.shape[2:])}, "
+        f"N = {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}, K = {cig} * {' * '.join(taps)};",
+        *_chunking("BATCH * GROUPS * panels"),
+        "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        "int64_t packed_unit = -1;  /* (bi * GROUPS + g) * chunks + chunk: whose row blocks `pack` holds */",
+        "#pragma omp for collapse(4) schedule(static)",
+        "for (int64_t bi = 0; bi < BATCH; ++bi)",
+        "for (int64_t g = 0; g < GROUPS; ++g)",
+        "for (int64_t chunk = 0; chunk < chunks; ++chunk)",
+        "for (int64_t j = 0; j < panels; ++j)", "{",
+        f"    const int64_t cin0 = g * {cig};",
+        "    const int64_t row_end = (chunk + 1) * chunk_rows < M ? (chunk + 1) * chunk_rows : M;",
+        "    if (packed_unit != (bi * GROUPS + g) * chunks + chunk)", "    {",
+        "        packed_unit = (bi * GROUPS + g) * chunks + chunk;",
+        "        for (int64_t b = chunk * chunk_rows / KILN_MR; b * KILN_MR < row_end; ++b)", "        {",
+        "            float* panel = pack + b * K * KILN_MR;",
+        *["            " + line for line in positions + packing],
+        "        }", "    }",
+        f"    const float* weights = ctx->packed[{state.packed[kernel]}] + (g * panels + j) * K * KILN_NR;",
+        "    const float* ahead = j + 1 < panels ? weights + K * KILN_NR : weights;  /* prefetched meanwhile */",
+        "    const int64_t width = N - j * KILN_NR < KILN_NR ? N - j * KILN_NR : KILN_NR;",
+        "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_MR)", "    {",
+        "        const int rows = (int)(row_end - row < KILN_MR ? row_end - row : KILN_MR);",
+        "        kiln_ukernel(rows, K, pack + row * K, 1, KILN_MR, weights, ahead, tile);",
+        "        for (int64_t c = 0; c < width; ++c)",
+        "            _Pragma(\"omp simd\") for (int r = 0; r < rows; ++r)", "            {",
+        *[f"                {line}" for line in indices],
+        f"                const {result_type} acc_value = ({result_type})({value});",
+        f"                {target} = {epilogue};",
+        "            }", "    }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
+def conv_epilogue(kernel: Kernel, channel: str, pixel: str | None = None) -> tuple[list[str], str, str, bool]:
+    """A convolution tile's epilogue at (image `bi`, channel `channel`, panel `j`'s pixel column `c`), or at the flat
+    output pixel `pixel`: the lines defining its indices, the output element, the fused expression, and whether it
+    indexes by flat pixel (else it reads the panel's `out{k}[c]` positions, or divides `pixel` into them)."""
+    out = kernel.outputs[0]
+    flat_epilogue = _flatten_spatial(kernel.expr, kernel.shape)
+    if flat_epilogue is not None:
+        # Every operand is contiguous over the spatial dims (or constant across them): index the epilogue by
+        # (image, channel, pixel) so its loads and the store run contiguously along the panel's columns.
+        flat_shape = [kernel.shape[0], kernel.shape[1], sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])]
+        return ([f"const int64_t i0 = bi, i1 = {channel}, i2 = {pixel or 'j * KILN_NR + c'};"],
+                f"{buffer_name(out)}[{_flat(flat_shape)}]", _Exprs(3).render(flat_epilogue), True)
+    spatial = len(kernel.shape) - 2
+    if pixel is None:
+        positions = [f"const int64_t i{2 + k} = out{k}[c];" for k in range(spatial)]
+    else:
+        positions = [f"int64_t p = {pixel};"]
+        for k in reversed(range(spatial)):
+            size = dim_expr(kernel.shape[2 + k])
+            positions.append(f"const int64_t i{2 + k} = p % {size}; p /= {size};")
+    indices = [f"const int64_t i0 = bi, i1 = {channel};", *positions]
+    return (indices, f"{buffer_name(out)}[{_flat(kernel.shape)}]", _Exprs(len(kernel.shape)).render(kernel.expr),
+            False)
+
+
+def _flatten_spatial(expr: Any, shape: list) -> Any:
+    """The epilogue over (batch, channel, flat pixel) when every Load can be indexed that way, else None."""
+    sizes = [sympy.sympify(d) for d in shape[2:]]
+    if isinstance(expr, (Accumulator, Constant)):
+        return expr
+    if isinstance(expr, Load):
+        spatial = [sympy.sympify(t) for t in expr.strides[2:]]
+        contiguous = all(sympy.expand(spatial[k] - spatial[k + 1] * sizes[k + 1]) == 0 for k in range(len(sizes) - 1))
+        if not (contiguous or all(t == 0 for t in spatial)):
+            return None
+        return Load(expr.buffer, [expr.strides[0], expr.strides[1], spatial[-1]], expr.offset)
+    if isinstance(expr, Apply):
+        args = []
+        for arg in expr.args:
+            if isinstance(arg, (Accumulator, Constant, Load, Apply, Gather, Iota, Tile)):
+                arg = _flatten_spatial(arg, shape)
+                if arg is None:
+                    return None
+            args.append(arg)
+        return dataclasses.replace(expr, args=args)
+    return None
+
+
+def render_conv(kernel: Kernel, state: RenderState) -> list[str]:
+    """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
+    if conv_as_gemm(kernel):
+        return _conv_gemm_f32(kernel, state)
+    if kernel.detail.transposed:
+        return _conv_transposed(kernel)
+    detail = kernel.detail
+    x, w = detail.input, detail.weight
+    n = len(kernel.shape) - 2
+    groups = detail.groups
+    cig = dim_expr(w.shape[1])
+    body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
+            f"const int64_t cin0 = (i1 / {dim_expr(sympy.sympify(kernel.shape[1]) / groups)}) * {cig};"]
+    # The kernel taps whose input position lies inside the input (padding contributes zero): r in [lo, hi).
+    for k in range(n):
+        stride, dilation = int(detail.stride[k]), int(detail.dilation[k])
+        padding = dim_expr(detail.padding[k])  # symbolic for padding='same' with a symbolic kernel size
+        size, taps = dim_expr(x.shape[2 + k]), dim_expr(w.shape[2 + k])
+        body += [f"const int64_t base{k} = i{2 + k} * {stride} - {padding};",
+                 f"const int64_t lo{k} = base{k} >= 0 ? 0 : (-base{k} + {dilation - 1}) / {dilation};",
+                 f"int64_t hi{k} = ({size} - base{k} + {dilation - 1}) / {dilation}; "
+                 f"if (hi{k} > {taps}) hi{k} = {taps};"]
+    body += [f"for (int64_t c = 0; c < {cig}; ++c)", "{"]
+    depth = "    "
+    positions = []
+    for k in range(n):
+        dilation = int(detail.dilation[k])
+        body += [f"{depth}for (int64_t r{k} = lo{k}; r{k} < hi{k}; ++r{k})", f"{depth}{{",
+                 f"{depth}    const int64_t p{k} = base{k} + r{k} * {dilation};"]
+        depth += "    "
+        positions.append(f"p{k}")
+    x_index = _view_index(x, ["i0", "(cin0 + c)", *positions])
+    w_index = _view_index(w, ["i1", "c", *[f"r{k}" for k in range(n)]])
+    return _loops(kernel.shape, body + _multiply_accumulate(kernel, depth, x_index, w_index))
+
+
+def _multiply_accumulate(kernel: Kernel, depth: str, x_index: str, w_index: str) -> list[str]:
+    """The innermost line of a direct convolution's tap loops, closing them, then bias and the epilogue."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    x, w, bias = detail.input, detail.weight, detail.bias
+    lines = [f"{depth}acc += (double){buffer_name(x.buffer)}[{x_index}] * (double){buffer_name(w.buffer)}[{w_index}];"]
+    while len(depth) > 4:  # the tap loops; then the input-channel loop at the top level
+        depth = depth[:-4]
+        lines.append(f"{depth}}}")
+    lines.append("}")
+    if bias is not None:
+        lines.append(f"acc += (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}];")
+    result_type = accumulator_type(kernel)
+    return lines + [f"const {result_type} acc_value = ({result_type})acc;",
+                    f"{buffer_name(out)}[{_flat(kernel.shape)}] = {_Exprs(len(kernel.shape)).render(kernel.expr)};"]
+
+
+def _conv_transposed(kernel: Kernel) -> list[str]:
+    """Transposed convolution as a gather per output element: input position i contributes through tap r where
+    o = i * stride - padding + r * dilation, i.e. i = (o + padding - r * dilation) / stride when that divides
+    exactly and lies inside the input. Weights are [C_in, C_out / groups, taps...]; double accumulator."""
+    detail = kernel.detail
+    x, w = detail.input, detail.weight
+    n = len(kernel.shape) - 2
+    groups = int(detail.groups)
+    cout_per_group = dim_expr(w.shape[1])
+    cin_per_group = dim_expr(sympy.sympify(x.shape[1]) / groups)
+    body = ["double acc = 0.0;  /* double accumulation: matches the reference within float32 tolerance */",
+            f"const int64_t g = i1 / {cout_per_group}, co = i1 % {cout_per_group};",
+            f"for (int64_t c = g * {cin_per_group}; c < (g + 1) * {cin_per_group}; ++c)", "{"]
+    depth = "    "
+    for k in range(n):
+        stride, padding, dilation = int(detail.stride[k]), int(detail.padding[k]), int(detail.dilation[k])
+        body += [f"{depth}for (int64_t r{k} = 0; r{k} < {dim_expr(w.shape[2 + k])}; ++r{k})", f"{depth}{{",
+                 f"{depth}    const int64_t q{k} = i{2 + k} + {padding} - r{k} * {dilation};",
+                 f"{depth}    if (q{k} < 0 || q{k} % {stride} != 0 || q{k} / {stride} >= {dim_expr(x.shape[2 + k])}) "
+                 "continue;",
+                 f"{depth}    const int64_t p{k} = q{k} / {stride};"]
+        depth += "    "
+    x_index = _view_index(x, ["i0", "c", *[f"p{k}" for k in range(n)]])
+    w_index = _view_index(w, ["c", "co", *[f"r{k}" for k in range(n)]])
+    return _loops(kernel.shape, body + _multiply_accumulate(kernel, depth, x_index, w_index))
