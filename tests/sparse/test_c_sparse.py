@@ -44,7 +44,7 @@ def _sparse_program(pipeline: str, rows: int, dynamic: bool = False):
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
 @pytest.mark.parametrize("layout", sorted(PIPELINES))
-@pytest.mark.parametrize("rows", [1, 5, 32, 70])
+@pytest.mark.parametrize("rows", [1, 3, 5, 32, 36, 70])  # 3, and 36's last 4: 2:4 expands its weights
 def test_sparse_linear_matches_the_interpreter(capability, layout, rows, monkeypatch, tmp_path):
     use_capability(capability, monkeypatch)
     program = _sparse_program(PIPELINES[layout], rows)
@@ -68,7 +68,7 @@ def test_24_rows_left_over_after_the_interleaved_ones(capability, monkeypatch, t
     program = kiln.passes.run(program, PIPELINES["2:4"])
     assert "semi_structured" in program.to_mlir()
     compiled = kiln.compile(program, output=tmp_path / "pkg")
-    for rows in (1, 5, 20, 40, 64):
+    for rows in (1, 2, 5, 20, 40, 64):
         x = np.random.default_rng(rows).standard_normal((rows, 48)).astype(np.float32)
         assert_close(compiled(x), program(x))
 

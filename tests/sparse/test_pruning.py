@@ -101,7 +101,9 @@ def test_choose_layout():
     assert choose_layout(weight, (4, 4), 0.5) is None
     two_four = weight * pattern_mask(weight, "semi_structured", 0.5)
     assert choose_layout(two_four, (4, 4), 0.5, rows=1)[0] == "semi_structured"  # reading weights bounds it
-    assert choose_layout(two_four, (4, 4), 0.5, rows=8) is None  # 50% zeros: dense is faster for more rows
+    assert choose_layout(two_four, (4, 4), 0.5, rows=2)[0] == "semi_structured"  # the expanded weights, too
+    for rows in (3, 8):  # 50% zeros: dense is faster for more rows
+        assert choose_layout(two_four, (4, 4), 0.5, rows=rows) is None
     blocks = weight * pattern_mask(weight, "block", 0.75, (4, 4))
     assert choose_layout(blocks, (4, 4), 0.5) == ("sparse_bsr", {"blocksize": (4, 4)})
     scattered = weight * pattern_mask(weight, "unstructured", 0.9)

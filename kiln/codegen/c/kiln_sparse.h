@@ -306,14 +306,87 @@ KILN_DEFINE_24_GROUPS(kiln_24_groups, 1)
 #undef KILN_DEFINE_24_GROUPS
 #undef KILN_24_GROUPS_BY
 
+/* tile[r * KILN_SMB + m] = 2:4 row r . activation row m (x + m * K, row-major), for 1 < mb <= KILN_24_FEW: the
+ * weights are read compressed, half the bytes of dense ones, which bound a layer at a few activation rows; each
+ * metadata byte's four values are expanded to the eight dense lanes they fill, and every expanded vector multiplies
+ * four activation rows, for four feature rows at a time (sixteen sums in flight). Each sum runs along k in vector
+ * lanes, then adds them up. With AVX-512, two bytes are the 16-bit mask of the lanes their eight values fill
+ * (vexpandps); else one byte's lanes come from KILN_24_EXPAND (a permute). At more activation rows the expansions
+ * (port 5, with the FMAs) and the rows' loads from L2 made it slower than dense (MLP at 8 rows: 0.75x), where
+ * kiln_24_groups_rows takes over. */
+#define KILN_24_FEW 4
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* KILN_24_MASK[byte]: the dense lanes (bits 0-7) a metadata byte's four values fill, in their order. */
+#define KILN_24_BITS(b) ((1u << ((b) & 3)) | (1u << (((b) >> 2) & 3)) | (16u << (((b) >> 4) & 3)) | (16u << ((b) >> 6)))
+#define KILN_24_BITS4(b) KILN_24_BITS(b), KILN_24_BITS((b) + 1), KILN_24_BITS((b) + 2), KILN_24_BITS((b) + 3)
+#define KILN_24_BITS16(b) KILN_24_BITS4(b), KILN_24_BITS4((b) + 4), KILN_24_BITS4((b) + 8), KILN_24_BITS4((b) + 12)
+#define KILN_24_BITS64(b) KILN_24_BITS16(b), KILN_24_BITS16((b) + 16), KILN_24_BITS16((b) + 32), KILN_24_BITS16((b) + 48)
+static const uint8_t KILN_24_MASK[256] = {KILN_24_BITS64(0), KILN_24_BITS64(64), KILN_24_BITS64(128),
+                                          KILN_24_BITS64(192)};
+typedef __m512 kiln_24w;
+#define KILN_24_STEP 16  /* k per expanded vector */
+#define KILN_24_ZERO() _mm512_setzero_ps()
+#define KILN_24_WEIGHTS(v, m, c) _mm512_maskz_expandloadu_ps( \
+        (__mmask16)(KILN_24_MASK[(m)[(c) / 8]] | KILN_24_MASK[(m)[(c) / 8 + 1]] << 8), (v) + (c) / 2)
+#define KILN_24_FMA(w, x, acc) _mm512_fmadd_ps(w, _mm512_loadu_ps(x), acc)
+#define KILN_24_SUM(acc) _mm512_reduce_add_ps(acc)
+#define KILN_24_LAST_WEIGHTS(v, m, c) _mm512_maskz_expandloadu_ps(KILN_24_MASK[(m)[(c) / 8]], (v) + (c) / 2)
+#define KILN_24_LAST_FMA(w, x, acc) _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(0xFF, x), acc)
+#else
+typedef kiln_v8 kiln_24w;
+#define KILN_24_STEP 8
+#define KILN_24_ZERO() ((kiln_v8){0})
+#define KILN_24_WEIGHTS(v, m, c) __builtin_shuffle(kiln_v4_widen((v) + (c) / 2), KILN_24_EXPAND[(m)[(c) / 8]])
+#define KILN_24_FMA(w, x, acc) ((acc) + (w) * kiln_v8_load(x))
+#define KILN_24_SUM(acc) ((((acc)[0] + (acc)[1]) + ((acc)[2] + (acc)[3])) + (((acc)[4] + (acc)[5]) + ((acc)[6] + (acc)[7])))
+#endif
+static void kiln_24_expanded(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
+                             const float* restrict x, int mb, float* restrict tile)
+{
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const float* xs[4], * vs[4];
+        const uint8_t* ms[4];
+        for (int j = 0; j < 4; ++j) {  /* past the last row: the last row again, its sums dropped */
+            xs[j] = x + (j < mb ? j : mb - 1) * K;
+            const int r = r0 + j < rows ? r0 + j : rows - 1;
+            vs[j] = val + r * (K / 2);
+            ms[j] = meta + r * (K / 8);
+        }
+        kiln_24w acc[4][4];
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) acc[i][j] = KILN_24_ZERO();
+        int64_t c = 0;
+        for (; c + KILN_24_STEP <= K; c += KILN_24_STEP)
+            for (int i = 0; i < 4; ++i) {
+                __builtin_prefetch(vs[i] + c / 2 + 256);  /* 1 KB ahead in the row's values */
+                const kiln_24w w = KILN_24_WEIGHTS(vs[i], ms[i], c);
+                for (int j = 0; j < 4; ++j) acc[i][j] = KILN_24_FMA(w, xs[j] + c, acc[i][j]);
+            }
+#if defined(__AVX512F__)
+        if (c < K)  /* K is a multiple of 8: one byte left */
+            for (int i = 0; i < 4; ++i) {
+                const kiln_24w w = KILN_24_LAST_WEIGHTS(vs[i], ms[i], c);
+                for (int j = 0; j < 4; ++j) acc[i][j] = KILN_24_LAST_FMA(w, xs[j] + c, acc[i][j]);
+            }
+#endif
+        for (int i = 0; i < 4 && r0 + i < rows; ++i)
+            for (int j = 0; j < mb; ++j) tile[(r0 + i) * KILN_SMB + j] = KILN_24_SUM(acc[i][j]);
+    }
+}
+
 /* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m], with half the multiply-adds of the dense rows. With several
  * activation rows, K is taken in blocks
  * of KILN_24_GROUPS groups whose activations (16 KB) stay in L1 while every row of the unit reads them: unblocked,
  * each multiply-add loaded its activations from L2 (the 4096 x 1024 layer at batch 32 ran 2x slower). */
 #define KILN_24_GROUPS 32
 static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
-                         const float* restrict xT, int64_t ldx, int mb, float* restrict tile)
+                         const float* restrict xT, int64_t ldx, int mb, float* restrict tile, const float* restrict x)
 {
+    if (mb > 1 && mb <= KILN_24_FEW) {
+        kiln_24_expanded(K, rows, val, meta, x, mb, tile);
+        return;
+    }
     if (mb == 1 && ldx == 1) {
         for (int r = 0; r < rows; ++r)
             tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), xT);

@@ -973,7 +973,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     group = block_rows if layout == "sparse_bsr" else _SPARSE_FEATURES
     if layout == "semi_structured":
         compute = [f"kiln_24_rows(K, width, {parts['values']} + n0 * (K / 2), {parts['metadata']} + n0 * (K / 8), "
-                   f"xT + m0, ldx, mb, tile);"]
+                   f"xT + m0, ldx, mb, tile, x + m0 * K);"]
     elif layout == "sparse_csr":
         crow = parts["crow_indices"]
         compute = [f"for (int r = 0; r < width; ++r) kiln_csr_row({crow}[n0 + r], {crow}[n0 + r + 1], "
@@ -1008,7 +1008,8 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         f"const int64_t units = (N + {group} - 1) / {group}, chunks = (M + KILN_SMB - 1) / KILN_SMB;",
         f"const float* x = {x};",
         "const int64_t ldx = M > 1 ? (M + 15) / 16 * 16 : 1;  /* whole vectors of rows (kiln_sv): zeros past M */",
-        "if (M > 1)", "{",
+        # a 2:4 layer with a few activation rows reads them as they are (kiln_24_expanded)
+        f"if (M > {'KILN_24_FEW' if layout == 'semi_structured' else '1'})", "{",
         "    #pragma omp for collapse(2) schedule(static)",
         "    for (int64_t k0 = 0; k0 < K; k0 += 32)",
         "    for (int64_t r0 = 0; r0 < ldx; r0 += 32)",
