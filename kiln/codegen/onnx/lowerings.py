@@ -778,10 +778,11 @@ def _nan_reduce(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.
     result = _reduce(ctx, op_type, value, axes, keepdim)
     if not compute.is_floating_point or not axes:
         return result
-    has_nan = _reduce(ctx, "ReduceMax", ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32)),
-                      axes, keepdim)
-    nan = ctx.const(float("nan"), compute)
-    return ctx.node("Where", [ctx.node("Cast", [has_nan], to=onnx_dtype(dtypes.bool_)), nan, result])
+    nan_seen = _reduce(ctx, "ReduceMax", ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32)),
+                        axes, keepdim)
+    # ReduceMax of no flags is INT32_MIN, which a Cast to bool makes true (logsumexp over a symbolic dim that is 0)
+    has_nan = ctx.node("Greater", [nan_seen, ctx.const(0, dtypes.int32)])
+    return ctx.node("Where", [has_nan, ctx.const(float("nan"), compute), result])
 
 
 def _ordered_compute_dtype(dtype: dtypes.DType) -> dtypes.DType:
