@@ -537,6 +537,13 @@ def _max_pool_values_only(kernel: Kernel) -> bool:
             and kernel.detail.input.buffer.dtype in (dtypes.float32, dtypes.float64, dtypes.uint8, dtypes.int8))
 
 
+def _max_pool_by_rows(kernel: Kernel) -> bool:
+    """Whether `_max_pool_values` works by output rows (with padding, and for integers) rather than one output at a
+    time."""
+    return any(int(p) for p in kernel.detail.padding[:kernel.detail.n]) or \
+        not kernel.outputs[0].dtype.is_floating_point
+
+
 def _max_pool_values(kernel: Kernel) -> list[str]:
     """max_pool whose indices nothing reads, ATen's tap order and NaN rule (`v > best || v != v`).
 
@@ -568,7 +575,7 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
                       f"if ({outside}) continue;"]
         return lines, ["}"] * len(dims)
 
-    if not any(padding) and out.dtype.is_floating_point:  # integers: GCC vectorizes only the row form well
+    if not _max_pool_by_rows(kernel):  # integers: GCC vectorizes only the row form well
         loops, closing = taps(range(n))
         body = [f"{real} best = {lowest};", *loops]
         load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + [f'p{k}' for k in range(n)])}]"
@@ -622,10 +629,10 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
 
 def _max_pool_scratch(kernel: Kernel) -> Any:
     """Scratch of `_max_pool_values`'s row form: every tap row of a window, split into its column-stride phases."""
-    detail = kernel.detail
-    n, last = detail.n, detail.n - 1
-    if not any(int(p) for p in detail.padding[:n]) and kernel.outputs[0].dtype.is_floating_point:
+    if not _max_pool_by_rows(kernel):
         return None  # one output at a time
+    detail = kernel.detail
+    last = detail.n - 1
     step, spread, taps_last = int(detail.stride[last]), int(detail.dilation[last]), int(detail.kernel[last])
     rows = math.prod(int(detail.kernel[k]) for k in range(last))
     span = sympy.sympify(kernel.shape[-1]) + (taps_last - 1) * spread // step
