@@ -251,13 +251,21 @@ ACCUMULATING = {f"aten.{name}" for name in (
 
 def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, exact: Any,
                 rng: np.random.Generator) -> np.ndarray:
-    """`result` of an accumulating op moved by one ulp of its terms' summed magnitudes (the op on |operands|)."""
+    """`result` of an accumulating op moved by one ulp of its terms' summed magnitudes (the op on |operands|), an ulp
+    of the dtype a backend sums in: float64 for float64 operands, else float32 (or the result's, if coarser). The
+    interpreter hands some float32 sums on in float64 (a convolution's), whose ulp is no backend's."""
     def magnitudes(value: Any) -> Any:  # float operands (and lists of them, einsum's) made non-negative
         if isinstance(value, list):
             return [magnitudes(v) for v in value]
         return np.abs(value) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+
+    def float_dtypes(value: Any) -> list[np.dtype]:
+        if isinstance(value, list):
+            return [dtype for v in value for dtype in float_dtypes(v)]
+        return [value.dtype] if isinstance(value, np.ndarray) and value.dtype.kind == "f" else []
+    summed = np.float64 if np.dtype(np.float64) in float_dtypes(list(arguments)) else np.float32
     magnitude = exact(opdef, [magnitudes(a) for a in arguments])
-    step = np.abs(np.asarray(magnitude, np.float64)) * np.finfo(result.dtype).eps
+    step = np.abs(np.asarray(magnitude, np.float64)) * max(np.finfo(result.dtype).eps, np.finfo(summed).eps)
     sign = {"away": np.sign(result), "toward": -np.sign(result),
             "random": np.where(rng.random(result.shape) < 0.5, 1.0, -1.0)}[direction]
     with np.errstate(invalid="ignore", over="ignore"):

@@ -71,6 +71,38 @@ def test_case_source_reproduces_the_program(case):
     assert all(np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in zip(inputs, case.inputs))
 
 
+def test_a_float32_sum_the_interpreter_keeps_in_float64_may_reorder_by_a_float32_ulp():
+    """The interpreter hands a float32 convolution's sum on in float64. "Another order of the sum" must move it by an
+    ulp of float32 of the terms' summed magnitudes, the dtype a backend sums in, not of float64: with float64's, the
+    fuzzer filed a float32 FMA chain over terms of +-1e4 summing to 14.25 (a convolution of clamped infinities, seed
+    20000) as a mismatch of 7.6e-4 in every C capability and Triton. A result further off still is one."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1, 1, 1, 4], kiln.float32))
+    w = builder.add_input('w', TensorType.of([1, 1, 1, 4], kiln.float32))
+    with builder:
+        y = aten.conv2d.default(aten.clamp.default(x, -100.0, 100.0), aten.clamp.default(w, -100.0, 100.0))
+    program = builder.build([y])
+    inputs = [np.array([[[[np.inf, 1.2345678, -np.inf, 3.0]]]], np.float32),  # 1e4 + 1.23 rounds in float32
+              np.array([[[[np.inf, 1.0, np.inf, 0.33333334]]]], np.float32)]
+    expected = program(*inputs)
+    terms = np.clip(inputs[0], -100, 100).ravel().astype(np.float64) * np.clip(inputs[1], -100, 100).ravel()
+    chain = np.float32(0)
+    for term in terms:  # a float32 backend's FMA chain
+        chain = np.float32(np.float64(chain) + term)
+    got = np.full_like(expected, chain)
+    assert compare(got, expected) is not None  # the cancellation leaves float32's rounding beyond its tolerance
+    assert ill_conditioned(program, inputs, [expected], [got], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(0.01)], [0])
+
+
 def test_rounding_through_an_ill_conditioned_computation_is_told_apart():
     """exp of a float32 dot product near 21: onnxruntime's float32 dot rounds differently from the interpreter's, and
     exp turns that into a relative difference of 1.9e-6 (over float32's rtol); 1-ulp input changes move the oracle
