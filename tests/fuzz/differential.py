@@ -259,11 +259,11 @@ def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, 
             return [magnitudes(v) for v in value]
         return np.abs(value) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
 
-    def float_dtypes(value: Any) -> list[np.dtype]:
+    def has_float64(value: Any) -> bool:
         if isinstance(value, list):
-            return [dtype for v in value for dtype in float_dtypes(v)]
-        return [value.dtype] if isinstance(value, np.ndarray) and value.dtype.kind == "f" else []
-    summed = np.float64 if np.dtype(np.float64) in float_dtypes(list(arguments)) else np.float32
+            return any(map(has_float64, value))
+        return isinstance(value, np.ndarray) and value.dtype == np.float64
+    summed = np.float64 if has_float64(list(arguments)) else np.float32
     magnitude = exact(opdef, [magnitudes(a) for a in arguments])
     step = np.abs(np.asarray(magnitude, np.float64)) * max(np.finfo(result.dtype).eps, np.finfo(summed).eps)
     sign = {"away": np.sign(result), "toward": -np.sign(result),

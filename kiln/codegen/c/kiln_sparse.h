@@ -25,6 +25,8 @@ typedef float kiln_v8u __attribute__((vector_size(32), aligned(4)));  /* an unal
 
 static inline kiln_v8 kiln_v8_load(const float* p) { return *(const kiln_v8u*)p; }
 static inline void kiln_v8_store(float* p, kiln_v8 v) { *(kiln_v8u*)p = v; }
+/* the lanes' sum, pairwise (a fixed order, so every capability gives the same bits) */
+static inline float kiln_v8_sum(kiln_v8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
 typedef float kiln_v4 __attribute__((vector_size(16)));
 typedef float kiln_v4u __attribute__((vector_size(16), aligned(4)));
@@ -162,7 +164,7 @@ static void kiln_bsr_row(int64_t begin, int64_t end, const int32_t* restrict bco
                 const float* x = xT + (int64_t)bcol[j] * C;
                 for (int c = 0; c < C; c += 8) acc += kiln_v8_load(w + c) * kiln_v8_load(x + c);
             }
-            tile[r * KILN_SMB] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            tile[r * KILN_SMB] = kiln_v8_sum(acc);
         }
         return;
     }
@@ -244,7 +246,7 @@ static float kiln_24_dot(int64_t K, const float* restrict val, const uint8_t* re
     for (; b < K / 8; ++b) KILN_24_STEP(a0, b);
 #undef KILN_24_STEP
     a0 = (a0 + a1) + (a2 + a3);
-    return ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
+    return kiln_v8_sum(a0);
 }
 
 /* tile rows 0..ROWS-1 += groups [g0, g1) (both even) of ROWS consecutive 2:4 rows of K columns, for nv vectors of
@@ -339,7 +341,7 @@ typedef kiln_v8 kiln_24w;
 #define KILN_24_ZERO() ((kiln_v8){0})
 #define KILN_24_WEIGHTS(v, m, c) __builtin_shuffle(kiln_v4_widen((v) + (c) / 2), KILN_24_EXPAND[(m)[(c) / 8]])
 #define KILN_24_FMA(w, x, acc) ((acc) + (w) * kiln_v8_load(x))
-#define KILN_24_SUM(acc) ((((acc)[0] + (acc)[1]) + ((acc)[2] + (acc)[3])) + (((acc)[4] + (acc)[5]) + ((acc)[6] + (acc)[7])))
+#define KILN_24_SUM(acc) kiln_v8_sum(acc)
 #endif
 static void kiln_24_expanded(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
                              const float* restrict x, int mb, float* restrict tile)

@@ -592,12 +592,11 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     # best (`v > best` fails, and it is no NaN), so reading it is the same as skipping the tap.
     last, columns = n - 1, dim_expr(kernel.shape[-1])
     step, taps_last, spread = stride[last], int(detail.kernel[last]), dilation[last]
-    span = f"({columns} + {(taps_last - 1) * spread // step})"  # elements per phase
     lead_taps = list(itertools.product(*[range(int(detail.kernel[k])) for k in range(last)]))
     row_start = _Exprs(rank).index(contiguous_strides(kernel.shape), 0, lead + ["0"])
     body = [f"{real}* restrict phases = ({real}*)(ctx->scratch + (size_t)omp_get_thread_num() * "
             "ctx->scratch_stride);",
-            f"const int64_t span = {span};"]
+            f"const int64_t span = {dim_expr(_phase_span(kernel))};"]
 
     def element(m: str) -> str:  # the input column of phase q's element m
         return f"({m} * {step} + q - {padding[last]})"
@@ -627,16 +626,22 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
     return _loops(kernel.shape[:-1], body)
 
 
+def _phase_span(kernel: Kernel) -> Any:
+    """Elements per column-stride phase of a tap row in `_max_pool_values`'s row form: output column c's last tap
+    reads element c + (taps - 1) * dilation // stride of its phase."""
+    detail = kernel.detail
+    last = detail.n - 1
+    step, spread, taps_last = int(detail.stride[last]), int(detail.dilation[last]), int(detail.kernel[last])
+    return sympy.sympify(kernel.shape[-1]) + (taps_last - 1) * spread // step
+
+
 def _max_pool_scratch(kernel: Kernel) -> Any:
     """Scratch of `_max_pool_values`'s row form: every tap row of a window, split into its column-stride phases."""
     if not _max_pool_by_rows(kernel):
         return None  # one output at a time
     detail = kernel.detail
-    last = detail.n - 1
-    step, spread, taps_last = int(detail.stride[last]), int(detail.dilation[last]), int(detail.kernel[last])
-    rows = math.prod(int(detail.kernel[k]) for k in range(last))
-    span = sympy.sympify(kernel.shape[-1]) + (taps_last - 1) * spread // step
-    return rows * step * span * kernel.outputs[0].dtype.itemsize
+    rows = math.prod(int(detail.kernel[k]) for k in range(detail.n - 1))
+    return rows * int(detail.stride[detail.n - 1]) * _phase_span(kernel) * kernel.outputs[0].dtype.itemsize
 
 
 def _upsample(kernel: Kernel) -> list[str]:

@@ -778,11 +778,19 @@ def _nan_reduce(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.
     result = _reduce(ctx, op_type, value, axes, keepdim)
     if not compute.is_floating_point or not axes:
         return result
-    nan_seen = _reduce(ctx, "ReduceMax", ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32)),
-                        axes, keepdim)
-    # ReduceMax of no flags is INT32_MIN, which a Cast to bool makes true (logsumexp over a symbolic dim that is 0)
-    has_nan = ctx.node("Greater", [nan_seen, ctx.const(0, dtypes.int32)])
+    has_nan = _any_flag(ctx, _nan_flags(ctx, value), axes, keepdim)
     return ctx.node("Where", [has_nan, ctx.const(float("nan"), compute), result])
+
+
+def _nan_flags(ctx: LoweringContext, value: str) -> str:
+    """1 where `value` is NaN, else 0, as int32 (onnxruntime's ReduceMax and ArgMax have no bool kernels)."""
+    return ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32))
+
+
+def _any_flag(ctx: LoweringContext, flags: str, axes: list[int], keepdim: bool) -> str:
+    """Whether any int32 0/1 flag over `axes` is set, as bool. The flags' maximum is compared with 0, not cast: the
+    ReduceMax of no flags is INT32_MIN, which a cast makes true (logsumexp over a symbolic dim that is 0 gave NaN)."""
+    return ctx.node("Greater", [_reduce(ctx, "ReduceMax", flags, axes, keepdim), ctx.const(0, dtypes.int32)])
 
 
 def _ordered_compute_dtype(dtype: dtypes.DType) -> dtypes.DType:
@@ -805,10 +813,9 @@ def _nan_arg(ctx: LoweringContext, op_type: str, value: str, compute: dtypes.DTy
     index = ctx.node(op_type, [value], **attributes)
     if not compute.is_floating_point:
         return index
-    is_nan = ctx.node("Cast", [ctx.node("IsNaN", [value])], to=onnx_dtype(dtypes.int32))
+    is_nan = _nan_flags(ctx, value)
     first_nan = ctx.node("ArgMax", [is_nan], **attributes)
-    any_nan = ctx.node("Cast", [ctx.node("ReduceMax", [is_nan, ctx.ints([attributes["axis"]])],
-                                         keepdims=attributes["keepdims"])], to=onnx_dtype(dtypes.bool_))
+    any_nan = _any_flag(ctx, is_nan, [attributes["axis"]], bool(attributes["keepdims"]))
     return ctx.node("Where", [any_nan, first_nan, index])
 
 
@@ -2258,11 +2265,11 @@ def _col2im64(ctx: LoweringContext, value: str, batch: Any, channels: int, block
     padded = [size + 2 * pad for size, pad in zip(output_size, padding)]
     spans = [(count - 1) * step + 1 for count, step in zip(blocks, stride)]
     interleaved = [d for count in blocks for d in (count, 1)]  # [b0, 1, b1, 1, ...]: room for each stride's zeros
+    gaps = [d for step in stride for d in (0, step - 1)]  # then step - 1 zeros after each element
     total = None
     for tap in np.ndindex(*kernel):
         block = ctx.node("Slice", [value, ctx.ints(list(tap)), ctx.ints([k + 1 for k in tap]), ctx.ints(axes)])
         block = ctx.node("Reshape", [block, ctx.dims([batch, channels, *interleaved])])
-        gaps = [d for step in stride for d in (0, step - 1)]
         spread = ctx.node("Pad", [block, ctx.ints([0] * (2 + 2 * spatial) + [0, 0, *gaps])])
         spread = ctx.node("Reshape", [spread, ctx.dims([batch, channels, *[count * step for count, step in
                                                                             zip(blocks, stride)]])])
