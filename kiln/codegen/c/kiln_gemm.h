@@ -39,6 +39,35 @@
 
 static inline int64_t kiln_panels(int64_t n) { return (n + KILN_NR - 1) / KILN_NR; }
 
+/* KILN_LANES: floats in one of the build's vector registers. kiln_store_lanes stores the first n (<= KILN_LANES)
+ * of a KILN_LANES-float block (64-byte aligned) with one masked store where the ISA has them: a stencil computes
+ * whole vectors of a row and keeps the columns the row has. */
+#if defined(__AVX512F__)
+#define KILN_LANES 16
+static inline void kiln_store_lanes(float* dst, const float* block, int n)
+{
+    _mm512_mask_storeu_ps(dst, (__mmask16)((1u << n) - 1u), _mm512_load_ps(block));
+}
+#elif defined(KILN_AVX2_GEMM)
+#define KILN_LANES 8
+static inline void kiln_store_lanes(float* dst, const float* block, int n)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(dst, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), _mm256_load_ps(block));
+}
+#else
+#define KILN_LANES 4
+static inline void kiln_store_lanes(float* dst, const float* block, int n) { memcpy(dst, block, (size_t)n * 4); }
+#endif
+
+/* a * b + c in one rounding where the ISA has FMA (the vectorizer emits vfmadd; -std=c11 keeps GCC from contracting
+ * a * b + c itself), else as two operations. */
+#if defined(__FMA__)
+#define KILN_FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define KILN_FMAF(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* Pack columns [n0, n0 + KILN_NR) of B (element (k, n) at b[k * sk + n * sn]) into dst[K][KILN_NR]. */
 static void kiln_pack_b_panel(int64_t K, int64_t N, int64_t n0, const float* b, int64_t sk, int64_t sn,
                               float* restrict dst)

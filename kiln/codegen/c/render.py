@@ -27,7 +27,9 @@ from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.kernels import Buffer, Kernel, MatmulDetail, Schedule, contiguous_strides, same_dim
 from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.c import quantized, recurrent
-from kiln.codegen.c.conv import conv_as_gemm, conv_epilogue, im2col_panel, pixel_rows, render_conv, whole_im2col
+from kiln.codegen.c.conv import (
+    conv_as_gemm, conv_epilogue, depthwise, depthwise_scratch, im2col_panel, pixel_rows, render_conv, whole_im2col,
+)
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
     accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
@@ -1345,6 +1347,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
         return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
             *[sympy.sympify(d) for d in kernel.detail.weight.shape[1:]]) * 4
+    if depthwise(kernel):  # one padded input plane, one output plane of sums
+        return depthwise_scratch(kernel)
     if kernel.kind == "conv" and conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`whole_im2col`)
         panels = -sympy.floor(-sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]]) / 32) \
             if whole_im2col(kernel) else 1
@@ -1439,7 +1443,7 @@ def _prepacked(schedule: Schedule) -> dict:
                    for view in constants):
                 packed[kernel] = len(packed)
             continue
-        if kernel.kind == "conv" and conv_as_gemm(kernel):
+        if kernel.kind == "conv" and conv_as_gemm(kernel) and not depthwise(kernel):  # a stencil reads its taps
             weight = kernel.detail.weight
             if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
                                                       [*weight.shape, weight.offset]):

@@ -1,0 +1,119 @@
+"""Depthwise convolutions in C (conv._conv_depthwise: a stencil over each (image, group)'s padded input plane) against
+the reference interpreter: kernel sizes, strides, dilation, padding, channel multipliers, rows as narrow as one vector
+or wider than several, rows left over after the multi-row passes, fused epilogues, symbolic sizes, and every
+capability's vector width (kiln_store_lanes keeps a row's columns from whole vectors)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.compiler import compile as compile_c
+from tests.modules import LambdaModule
+from tests.runtime.support import use_capability
+from tests.runtime.test_c_backend import _check
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+F = kiln.nn.functional
+STENCIL = "kiln_store_lanes(sums"  # model.c's marker of the depthwise stencil
+
+
+def _compare(module, shape, tmp_path, batches=(1, 3)):
+    """Export `module` with a dynamic batch, compile it, compare with the interpreter at each batch size; returns
+    model.c."""
+    program = kiln.export(module.eval(), (kiln.randn(2, *shape[1:]),),
+                          dynamic_shapes=({0: kiln.Dim("batch", max=8)},))
+    compiled = compile_c(program, output=tmp_path / "model")
+    for n in batches:
+        x = np.random.default_rng(n).standard_normal((n, *shape[1:])).astype(np.float32)
+        _check(compiled(x), program(x))
+    return (tmp_path / "model" / "model.c").read_text()
+
+
+# (kernel, stride, padding, dilation, bias): MobileNet's 3x3, EfficientNet's strided 5x5, ConvNeXt's 7x7, and
+# rectangular / dilated / strided-in-one-dim windows whose column stride splits the rows into phases
+CONFIGS = {
+    "3x3": (3, 1, 1, 1, True),
+    "5x5 stride 2": (5, 2, 2, 1, True),
+    "7x7": (7, 1, 3, 1, True),
+    "3x5 no padding": ((3, 5), 1, 0, 1, False),
+    "dilated, strided columns": (3, (1, 2), (2, 1), (2, 1), True),
+    "strided rows": ((5, 3), (2, 1), (2, 0), 1, True),
+}
+# (height, width): a row narrower than one vector (and a plane smaller than a pass of rows), rows left over after
+# the passes, and rows of several vectors with a partial last one
+SIZES = [(5, 7), (14, 9), (23, 40)]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("config", CONFIGS)
+def test_depthwise_conv2d(config, size, tmp_path):
+    kernel, stride, padding, dilation, bias = CONFIGS[config]
+    conv = kiln.nn.Conv2d(6, 6, kernel, stride=stride, padding=padding, dilation=dilation, groups=6, bias=bias)
+    assert STENCIL in _compare(conv, (None, 6, *size), tmp_path)
+
+
+@pytest.mark.parametrize("capability", ["DEFAULT", "AVX2", "AVX512"])
+@pytest.mark.parametrize("config", ["3x3", "dilated, strided columns"])
+def test_depthwise_at_every_capability(capability, config, monkeypatch, tmp_path):
+    """4, 8 and 16 columns per vector: each ISA's kiln_store_lanes (memcpy, a masked AVX2 store, an AVX-512 mask)."""
+    use_capability(capability, monkeypatch)
+    kernel, stride, padding, dilation, bias = CONFIGS[config]
+    conv = kiln.nn.Conv2d(4, 4, kernel, stride=stride, padding=padding, dilation=dilation, groups=4, bias=bias)
+    for size in [(6, 3), (11, 21)]:
+        assert STENCIL in _compare(conv, (None, 4, *size), tmp_path / f"{size}")
+
+
+def test_depthwise_channel_multiplier(tmp_path):
+    """Each group's plane, copied once, serves its output channels (here three per input channel)."""
+    conv = kiln.nn.Conv2d(4, 12, 3, padding=1, groups=4)
+    assert STENCIL in _compare(conv, (None, 4, 9, 18), tmp_path)
+
+
+@pytest.mark.parametrize("config", [dict(kernel_size=5, padding=2), dict(kernel_size=3, stride=2, dilation=3)])
+def test_depthwise_conv1d(config, tmp_path):
+    conv = kiln.nn.Conv1d(5, 5, groups=5, **config)
+    for length in (9, 50):
+        assert STENCIL in _compare(conv, (None, 5, length), tmp_path / f"{length}")
+
+
+def test_depthwise_with_symbolic_image_sizes(tmp_path):
+    """Height and width known only at run time: the rows left over after the passes go one at a time."""
+    conv = kiln.nn.Conv2d(3, 3, 3, stride=1, padding=1, groups=3).eval()
+    height, width = kiln.Dim("height", min=2, max=64), kiln.Dim("width", min=2, max=64)
+    program = kiln.export(conv, (kiln.randn(1, 3, 10, 12),), dynamic_shapes={"input": {2: height, 3: width}})
+    compiled = compile_c(program, output=tmp_path / "model")
+    assert STENCIL in (tmp_path / "model" / "model.c").read_text()
+    for size in [(2, 2), (7, 15), (13, 17), (30, 33)]:
+        x = np.random.default_rng(size[0]).standard_normal((1, 3, *size)).astype(np.float32)
+        _check(compiled(x), program(x))
+
+
+def test_depthwise_fused_epilogues(tmp_path):
+    """Batch norm, ReLU6 and a residual add fuse into the pass over the plane of sums (flat pixels); a residual read
+    through a transposed view makes the epilogue index by (row, column) instead."""
+    conv, norm = kiln.nn.Conv2d(8, 8, 3, padding=1, groups=8), kiln.nn.BatchNorm2d(8).eval()
+    norm.running_mean = kiln.randn(8) * 0.1
+    norm.running_var = kiln.rand(8) + 0.5
+
+    def fn(x):
+        y = F.relu6(norm(conv(x)))
+        return y + x, conv(x) + x.transpose(2, 3)
+    source = _compare(LambdaModule(fn), (None, 8, 11, 11), tmp_path)
+    assert source.count(STENCIL) >= 2
+
+
+def test_depthwise_with_nonfinite_inputs(tmp_path):
+    """A NaN or an infinity in the input reaches exactly the outputs whose windows hold it (the lanes computed past a
+    row's end read other rows, and are never stored)."""
+    conv = kiln.nn.Conv2d(2, 2, 3, padding=1, groups=2, bias=False).eval()
+    program = kiln.export(conv, (kiln.randn(1, 2, 6, 5),))
+    compiled = compile_c(program, output=tmp_path / "model")
+    x = np.random.default_rng(0).standard_normal((1, 2, 6, 5)).astype(np.float32)
+    x[0, 0, 2, 4], x[0, 1, 5, 0] = np.nan, np.inf
+    got, expected = compiled(x), np.asarray(program(x))
+    _check(got, expected)
+    assert np.isnan(got[0, 0, 1:4, 3:5]).all() and np.isnan(got[0, 0]).sum() == 6
