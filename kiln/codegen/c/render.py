@@ -191,6 +191,7 @@ def _attention_scratch(kernel: Kernel) -> Any:
 
 
 _MAX_MR = 12  # the largest KILN_MR of kiln_gemm.h (AVX-512): packed A blocks are sized for it
+_MAX_NR = 32  # and the largest KILN_NR
 _PACKED_A_LIMIT = 1 << 20  # floats of A a thread packs at most (4 MB of per-thread scratch)
 
 
@@ -1344,9 +1345,9 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     if kernel.kind in quantized.RENDERERS:
         return quantized.scratch_bytes(kernel, packed)
     if pixel_rows(kernel, packed):
-        pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks
-        return -_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(
-            *[sympy.sympify(d) for d in kernel.detail.weight.shape[1:]]) * 4
+        pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])  # an image's im2col in row blocks,
+        return (-_MAX_MR * sympy.floor(-pixels / _MAX_MR) * sympy.Mul(  # then the tiles' channels
+            *[sympy.sympify(d) for d in kernel.detail.weight.shape[1:]]) + _MAX_NR * pixels) * 4
     if depthwise(kernel):  # one padded input plane, one output plane of sums
         return depthwise_scratch(kernel)
     if kernel.kind == "conv" and conv_as_gemm(kernel):  # one im2col panel, or a whole image's (`whole_im2col`)
