@@ -1,4 +1,5 @@
-"""Canonicalization: algebraic identities, no-op ops, and chains of transposes/permutes and reshapes.
+"""Canonicalization: algebraic identities, no-op ops, chains of transposes/permutes and reshapes, and zero padding
+a convolution can do itself.
 
 Every rule is a `@pattern` of one RewritePass, so this file doubles as a catalogue of examples. A rule that
 replaces an op by one of its operands only fires when the types agree exactly (so `int_tensor * 1.0`, which
@@ -7,6 +8,7 @@ promotes, stays), and never makes an output alias a forward argument.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,8 @@ _PERMUTES = (aten.permute.default, aten.transpose.int, aten.t.default)
 
 @register_pass
 class Canonicalize(RewritePass):
-    """Fold algebraic identities (x*1, x+0, --x), no-op copies/views, and transpose/permute/reshape chains."""
+    """Fold algebraic identities (x*1, x+0, --x), no-op copies/views, transpose/permute/reshape chains, and zero
+    pads into the convolutions they feed."""
 
     name = "canonicalize"
 
@@ -90,6 +93,31 @@ class Canonicalize(RewritePass):
     @pattern(*_IDENTITY_WHEN_SAME_TYPE)
     def no_op(self, x: SSAValue, *args: Any, **kwargs: Any) -> SSAValue | None:
         return _unchanged(x)
+
+    # -- padding a convolution can do itself
+    @pattern(aten.convolution.default)
+    def zero_pad_into_convolution(self, input: SSAValue, weight: SSAValue, bias: Any, stride: Any, padding: Any,
+                                  dilation: Any, transposed: bool, output_padding: Any, groups: int) -> Any:
+        """conv(constant_pad_nd(x, pads, 0), padding=p) is conv(x, padding=p + pad) when each spatial dim is padded
+        by the same amount on both sides (TF-style 'same' padding at stride 1: Hugging Face's MobileNet and
+        EfficientNet pad every depthwise input so): the padded copy is never made."""
+        pad = producer(input, aten.constant_pad_nd.default)
+        if transposed or pad is None or not pad.has_one_use:
+            return None
+        source, pads = pad.args[0], list(pad.args[1])
+        value = pad.args[2] if len(pad.args) > 2 else pad.kwargs.get("value", 0)
+        spatial = input.type.ndim - 2
+        if not _is(value, 0) or math.copysign(1.0, value) < 0 or len(pads) > 2 * spatial:
+            return None  # a fill other than +0, or a pad of the batch or channel dim
+        pads += [0] * (2 * spatial - len(pads))
+        widths = [(pads[2 * k], pads[2 * k + 1]) for k in reversed(range(spatial))]  # pads run from the last dim
+        current = list(padding) if len(padding) == spatial else list(padding) * spatial
+        if any(not (isinstance(lo, int) and isinstance(hi, int) and lo == hi >= 0) for lo, hi in widths) or \
+                not all(isinstance(p, int) for p in current):
+            return None
+        merged = [p + lo for p, (lo, _) in zip(current, widths)]
+        return aten.convolution.default(source, weight, bias, stride, merged, dilation, transposed, output_padding,
+                                        groups)
 
     # -- chains
     @pattern(*_PERMUTES)

@@ -12,6 +12,7 @@ import kiln.nn.functional as F
 import kiln.passes
 from kiln import Dim
 from kiln.ir import GraphBuilder, InputKind, TensorType
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.core_ops import CORE_ATEN_OPS
 
 from tests.passes.support import assert_same_outputs, count, op_names, outputs, zoo
@@ -103,6 +104,31 @@ def test_canonicalize_keeps_what_only_looks_like_an_identity():
     assert count(optimized, "add.Tensor") == 1 and count(optimized, "t.default") == 1
     assert count(optimized, "clone.default") == 1
     check_numerics(program, optimized, x, n)
+
+
+def test_canonicalize_moves_symmetric_zero_pads_into_convolutions():
+    depthwise, conv1d = nn.Conv2d(4, 4, 3, groups=4, padding=(1, 0)), nn.Conv1d(4, 5, 3, stride=2)
+
+    class M(nn.Module):
+        def forward(self, x, y):
+            folded = depthwise(F.pad(x, (1, 1, 2, 2)))  # H by 2 (on top of the layer's 1), W by 1
+            folded_1d = conv1d(F.pad(y, (3, 3)))
+            asymmetric = depthwise(F.pad(x, (0, 1, 0, 1)))  # TF 'same' at stride 2: stays a pad
+            filled = depthwise(F.pad(x, (1, 1, 1, 1), value=1.0))
+            negative_zero = depthwise(F.pad(x, (1, 1, 1, 1), value=-0.0))
+            channels = depthwise(F.pad(x, (1, 1, 1, 1, 0, 0, 0, 0)))  # zero widths for batch and channel: folds
+            padded = F.pad(x, (2, 2, 2, 2))
+            shared = depthwise(padded) + padded[:, :, 1:-3, 2:-4].sum()  # the padded copy is read twice: stays
+            return folded, folded_1d, asymmetric, filled, negative_zero, channels, shared
+
+    x, y = kiln.randn(2, 4, 7, 9), kiln.randn(2, 4, 10)
+    program = export(M(), x, y, dynamic_shapes=({0: Dim("batch")}, {0: Dim("batch")}))
+    optimized = optimize(program, "decompose,canonicalize,dce")
+    assert count(program, "pad.default") == 7
+    assert count(optimized, "constant_pad_nd.default") == 4
+    paddings = [tuple(bound_arguments(op)[4]) for op in optimized.nodes() if op.name == "aten.convolution.default"]
+    assert paddings.count((3, 1)) == 1 and paddings.count((3,)) == 1 and paddings.count((2, 1)) == 1
+    check_numerics(program, optimized, x, y)
 
 
 def test_canonicalize_works_on_symbolic_shapes():
