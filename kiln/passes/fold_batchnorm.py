@@ -21,8 +21,9 @@ from kiln.passes.rewrite import RewritePass, constant, current_op, pattern, prod
 
 aten = ops.aten
 
-_LAYERS = (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.convolution.default,
-           aten.linear.default)
+# conv{1,2,3}d.padding: padding given as 'same' or 'valid' (Hugging Face's EfficientNet, Keras ports)
+_LAYERS = (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.conv1d.padding, aten.conv2d.padding,
+           aten.conv3d.padding, aten.convolution.default, aten.linear.default)
 
 
 @register_pass

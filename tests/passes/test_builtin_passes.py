@@ -356,6 +356,22 @@ def test_fold_batchnorm_after_decomposition():
     check_numerics(program, folded, *input_sets[0])
 
 
+def test_fold_batchnorm_after_convolutions_padded_same_or_valid():
+    """conv2d(padding='same' | 'valid') is its own overload (aten.conv2d.padding, as Hugging Face's EfficientNet
+    writes its convolutions); a batch norm after one folds as after any other."""
+    layers = nn.Sequential(nn.Conv2d(3, 8, 3, padding="same"), nn.BatchNorm2d(8), nn.ReLU(),
+                           nn.Conv2d(8, 4, 3, padding="valid", bias=False), nn.BatchNorm2d(4)).eval()
+    for norm in (layers[1], layers[4]):
+        norm.running_mean = kiln.randn(norm.num_features) * 0.1
+        norm.running_var = kiln.rand(norm.num_features) + 0.5
+    x = kiln.randn(2, 3, 9, 9)
+    program = export(layers, x)
+    folded = optimize(program, "fold-batchnorm")
+    assert count(program, "conv2d.padding") == 2 and count(program, "batch_norm.default") == 2
+    assert count(folded, "batch_norm.default") == 0 and count(folded, "conv2d.padding") == 2
+    check_numerics(program, folded, x)
+
+
 def test_fold_batchnorm_without_weights_emits_the_folding_as_ops():
     _, program, input_sets = zoo("cnn")
     bare = kiln.ExportedProgram.from_mlir(program.to_mlir())  # .mlir carries no weights
