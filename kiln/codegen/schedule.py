@@ -206,6 +206,7 @@ class _Scheduler:
         # value -> (expression, matmul kernel or None, the shape the expression is indexed over: the value's own,
         # or, after a reshape fused through, its producer's)
         self.pending: dict[Any, tuple[Any, Any, list]] = {}
+        self.shared_uses: dict[Any, int] = {}  # pending values read by several ops of one activation: reads left
         self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
         self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
         self.sparse_weights: dict[Any, dict[str, Buffer]] = {}  # sparse weight -> its component buffers
@@ -309,10 +310,13 @@ class _Scheduler:
                                    _load(view, view.shape)))
         return buf
 
-    def fusable_into_consumer(self, value: Any) -> bool:
+    def fusable_into_consumer(self, value: Any, expr: Any = None) -> bool:
         uses = list(value.uses)
         if uses and all(_op_name(use.operation) in ROW_OPS and use.index == 0 for use in uses):
             return True  # row kernels may each read it as an expression (schedule_rows decides)
+        if len(uses) > 1 and (expr is None or _cheap_to_recompute(expr)) and _activation_of(value) is not None:
+            self.shared_uses[value] = len(uses)  # x * f(x): every use reads the expression (operand_expr)
+            return True
         if len(uses) != 1:
             return False
         user = uses[0].operation
@@ -348,14 +352,18 @@ class _Scheduler:
         if value in self.pending:
             expr, matmul, own = self.pending[value]
             if _same_shape(own, space):
-                del self.pending[value]
+                if matmul is not None and carried[0] is not None and carried[0] is not matmul:
+                    del self.pending[value]  # a second GEMM in the same chain: materialize it
+                    self.shared_uses.pop(value, None)
+                    self.emit_pointwise(value, expr, matmul, own)
+                    return _respace(_load(self.views[value], out_shape), out_shape, space)
+                self.shared_uses[value] = self.shared_uses.get(value, 1) - 1
+                if self.shared_uses[value] == 0:  # its last reader (x * f(x) reads x twice)
+                    del self.pending[value], self.shared_uses[value]
                 if matmul is not None:
-                    if carried[0] is not None:  # a second GEMM in the same chain: materialize it
-                        self.emit_pointwise(value, expr, matmul, own)
-                        return _respace(_load(self.views[value], out_shape), out_shape, space)
                     carried[0] = matmul
                 return expr
-            if matmul is None and _same_shape(own, out_shape):
+            if matmul is None and _same_shape(own, out_shape) and value not in self.shared_uses:
                 converted = _respace(expr, out_shape, space)
                 if converted is not None:
                     del self.pending[value]
@@ -390,7 +398,7 @@ class _Scheduler:
 
     def finish(self, value: Any, expr: Any, matmul: Any, space: list | None = None) -> None:
         space = list(space if space is not None else value.type.shape)
-        if self.fusable_into_consumer(value):
+        if self.fusable_into_consumer(value, expr):
             self.pending[value] = (expr, matmul, space)
         else:
             self.emit_pointwise(value, expr, matmul, space)
@@ -676,7 +684,7 @@ class _Scheduler:
         # A convolution's epilogue writes in the conv's own (N, C, spatial) tile order, so its pending value is
         # written out before a reshape (flatten before a linear layer): fused through one, it indexed wrong elements.
         if (name in ("aten.view.default", "aten._unsafe_view.default") and args[0] in self.pending
-                and self.fusable_into_consumer(op.results[0])
+                and self.fusable_into_consumer(op.results[0], self.pending[args[0]][0])
                 and getattr(self.pending[args[0]][1], "kind", None) != "conv"):
             # A reshape of a pending (unwritten) value: its consumers fuse in, indexed in the producer's shape.
             self.pending[op.results[0]] = self.pending.pop(args[0])
@@ -1107,6 +1115,42 @@ def expression_ops(expr: Any) -> list[str]:
     if isinstance(expr, Constant):
         return [expr.op]
     return []
+
+
+def _activation_of(value: Any, longest: int = 8) -> Any:
+    """The op that ends `value`'s activation x * f(x) (SiLU's x * sigmoid(x), hardswish, mish, x * x): one user of
+    `value` that every other use reaches through a chain of single-use ops (at most `longest`), all of them
+    same-shape pointwise ops reading nothing but `value`, each other and numbers. Then every use fuses into that
+    op's expression, which reads `value` as often as it is used. None when the uses are anything else."""
+    shape = value.type.shape
+    users = list(dict.fromkeys(use.operation for use in value.uses))
+    if not all(_op_name(op) in POINTWISE_OPS and len(op.results) == 1 for op in users):
+        return None  # returned, or read by a reduction, a GEMM, a view ...
+
+    def pointwise_of_value(op: Any, chain: set) -> bool:
+        result = op.results[0].type if len(op.results) == 1 else None
+        return (_op_name(op) in POINTWISE_OPS and result is not None and len(result.shape) == len(shape)
+                and all(map(same_dim, result.shape, shape))
+                and all(a is value or a.owner in chain or not a.type.shape for a in op.operands if _is_tensor(a)))
+
+    for end in users:
+        chain = {end}
+        for start in users:
+            op = start
+            for _ in range(longest if start is not end else 0):
+                chain.add(op)
+                following = list(op.results[0].uses) if len(op.results) == 1 else []
+                if len(following) != 1:
+                    break
+                op = following[0].operation
+                if op is end:
+                    break
+            if op is not end:
+                break
+        else:
+            if all(pointwise_of_value(op, chain) for op in chain):
+                return end
+    return None
 
 
 # Producers recomputed inside a row kernel (2-3 passes per row) must be cheap: no transcendental calls.
