@@ -207,6 +207,7 @@ class _Scheduler:
         # or, after a reshape fused through, its producer's)
         self.pending: dict[Any, tuple[Any, Any, list]] = {}
         self.shared_uses: dict[Any, int] = {}  # pending values read by several ops of one activation: reads left
+        self.padded: dict[Any, tuple[str, PadDetail]] = {}  # zero pads a convolution reads through, not made
         self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
         self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
         self.sparse_weights: dict[Any, dict[str, Buffer]] = {}  # sparse weight -> its component buffers
@@ -296,6 +297,8 @@ class _Scheduler:
 
     # -- values
     def materialized(self, value: Any) -> View:
+        if value in self.padded:  # a zero pad kept for a convolution, read by something else after all
+            self.emit_pad(value, *self.padded.pop(value))
         if value in self.pending:
             expr, matmul, space = self.pending.pop(value)
             self.emit_pointwise(value, expr, matmul, space)
@@ -510,11 +513,19 @@ class _Scheduler:
         result = op.results[0]
         out_shape = list(result.type.shape)
         n = len(out_shape) - 2
+        padding = _per_dim(args[4], n)
+        if args[0] in self.padded:  # a zero pad of its input (TF 'same' at stride 2: (0, 1) per dim), never made
+            pad = self.padded.pop(args[0])[1]
+            source = pad.input
+            padding = [p + b for p, b in zip(padding, pad.before[2:])]
+        else:
+            source = self.materialized(args[0])
         detail = ConvDetail(
             # A strided weight (a backward pass's flipped kernel) is copied once, so the GEMM path takes it.
-            input=self.materialized(args[0]), weight=self.contiguous_operand(args[1]),
+            # `padding` is each spatial dim's leading padding: the output's shape says where the input ends.
+            input=source, weight=self.contiguous_operand(args[1]),
             bias=self.materialized(args[2]) if args[2] is not None else None,
-            stride=_per_dim(args[3], n), padding=_per_dim(args[4], n), dilation=_per_dim(args[5], n),
+            stride=_per_dim(args[3], n), padding=padding, dilation=_per_dim(args[5], n),
             groups=args[8], transposed=bool(args[6]))
         kernel = Kernel("conv", "convolution", [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
@@ -576,9 +587,16 @@ class _Scheduler:
         # reflection / replication: positions outside the input mirror about its edges or clamp to them.
         mode = "reflect" if "reflection" in name else "replicate" if "replication" in name else "constant"
         value = fill_value(name, args[2], result.type.dtype).item() if mode == "constant" else 0
+        detail = PadDetail(source, before, value, mode)
+        if mode == "constant" and _pads_a_convolution(result, args[1], value):
+            self.padded[result] = (name, detail)  # schedule_conv reads the source, its padding grown
+            return
+        self.emit_pad(result, name, detail)
+
+    def emit_pad(self, result: Any, name: str, detail: PadDetail) -> None:
         buf = self.buffer(result)
         self.kernels.append(Kernel("pad", f"{name.split('.')[1]}_{buf.name}", [name], [buf], list(result.type.shape),
-                                   None, PadDetail(source, before, value, mode)))
+                                   None, detail))
         self.views[result] = _contiguous(buf)
 
     def schedule_scatter(self, op: Any, name: str, args: list) -> None:
@@ -1276,6 +1294,19 @@ def _scatter_identity(reduce: str, dtype: dtypes.DType) -> bool | int | float:
         return -math.inf if low else math.inf
     limits = np.iinfo(dtype.numpy)
     return int(limits.min if low else limits.max)
+
+
+def _pads_a_convolution(result: Any, pads: list, value: Any) -> bool:
+    """Whether constant_pad_nd's `result` only feeds a (not transposed) convolution's input and pads its spatial dims
+    with +0 by whole non-negative widths: the convolution then reads the unpadded source with its leading padding
+    grown by each dim's leading pad (its trailing pad is where the output's shape stops reading)."""
+    uses = list(result.uses)
+    if len(uses) != 1 or _op_name(uses[0].operation) != "aten.convolution.default" or uses[0].index != 0:
+        return False
+    if bound_arguments(uses[0].operation)[6] or value != 0 or math.copysign(1.0, value) < 0:
+        return False  # transposed, or another fill
+    rank = len(result.type.shape)
+    return (len(pads) <= 2 * (rank - 2) and all(isinstance(p, int) and p >= 0 for p in pads))
 
 
 def _per_dim(value: Any, n: int) -> list:

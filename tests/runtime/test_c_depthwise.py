@@ -117,3 +117,17 @@ def test_depthwise_with_nonfinite_inputs(tmp_path):
     got, expected = compiled(x), np.asarray(program(x))
     _check(got, expected)
     assert np.isnan(got[0, 0, 1:4, 3:5]).all() and np.isnan(got[0, 0]).sum() == 6
+
+
+def test_a_zero_pad_feeding_a_convolution_is_never_made(tmp_path):
+    """TF-style 'same' padding at stride 2 pads (0, 1) per dim, which no convolution padding says: the convolution
+    (depthwise or not) reads the unpadded input with its leading padding grown, and the trailing zeros are where its
+    output stops. A pad read by anything else, with another fill or cropping stays a pad kernel."""
+    depthwise, dense = kiln.nn.Conv2d(4, 4, 3, stride=2, groups=4), kiln.nn.Conv2d(4, 6, 3, stride=2, padding=1)
+
+    def fn(x):
+        shared = F.pad(x, (1, 0, 0, 2))
+        return (depthwise(F.pad(x, (0, 1, 0, 1))), dense(F.pad(x, (2, 1, 0, 3))), depthwise(shared) * 2,
+                shared.sum(), depthwise(F.pad(x, (0, 1, 0, 1), value=0.5)), dense(F.pad(x, (-1, 2, 1, 1))))
+    source = _compare(LambdaModule(fn), (None, 4, 10, 9), tmp_path)
+    assert source.count("/* pad: aten.constant_pad_nd.default */") == 3

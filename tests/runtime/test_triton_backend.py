@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 import kiln  # noqa: E402
 from kiln.codegen import LOWERINGS  # noqa: E402
 from kiln.compiler import compile as compile_program  # noqa: E402
+from tests.modules import LambdaModule  # noqa: E402
 from tests.runtime.support import zoo_inputs  # noqa: E402
 from kiln.ir.registry import REGISTRY  # noqa: E402
 from tests.runtime.test_c_backend import _check, check_claimed_op  # noqa: E402
@@ -72,6 +73,21 @@ def test_convolutions_and_pools(tmp_path):
         x = np.random.default_rng(size).standard_normal((size, 3, 17, 13)).astype(np.float32)
         x[0, 1, 2:4, 5] = np.nan  # max_pool's NaN rule
         _check(model(x), program(x))
+
+
+def test_convolutions_read_through_zero_pads(tmp_path):
+    """A zero pad feeding a convolution is never made (schedule._pads_a_convolution): the convolution's masked loads
+    read the unpadded input with its leading padding grown, TF-style (0, 1) pads included."""
+    kiln.manual_seed(0)
+    depthwise, dense = kiln.nn.Conv2d(4, 4, 3, stride=2, groups=4), kiln.nn.Conv2d(4, 6, 3, stride=2, padding=1)
+
+    def fn(x):
+        return depthwise(kiln.nn.functional.pad(x, (0, 1, 0, 1))), dense(kiln.nn.functional.pad(x, (2, 1, 0, 3)))
+    program = kiln.export(LambdaModule(fn), (kiln.randn(2, 4, 10, 9),))
+    model = _compile(program, tmp_path / "pads")
+    x = np.random.default_rng(0).standard_normal((2, 4, 10, 9)).astype(np.float32)
+    _check(model(x), program(x))
+    assert model.manifest["kernels"] == 2 and "constant_pad_nd" not in (tmp_path / "pads" / "model.py").read_text()
 
 
 def test_torch_tensors_in_and_out(tmp_path):
