@@ -73,9 +73,33 @@ def _gpt2_small(torch: Any) -> tuple[Any, tuple, dict]:
     return _Positional(model, ["input_ids"]), (torch.randint(0, 50257, (1, 128)),), {}
 
 
+def _hf_vision(model_class: str, config_class: str, **options: Any) -> Callable[[Any], tuple[Any, tuple, dict]]:
+    """A transformers vision backbone at its published size (random weights, nothing downloaded), one 224x224
+    image: its depthwise convolutions are most of its time."""
+    def build(torch: Any) -> tuple[Any, tuple, dict]:
+        import transformers
+        from onnx_quality import _Positional
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**options)).eval()
+        # He initialization and unit batch norms, so activations keep their scale through the network: as
+        # transformers initializes them they shrink into subnormals by the last stage (EfficientNet's to 1e-42), and
+        # every peer then measures subnormal arithmetic
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                module.reset_parameters()
+        return _Positional(model, ["pixel_values"]), (torch.randn(1, 3, 224, 224),), {}
+    return build
+
+
 ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
     "mlp": ONNX_ROWS["mlp"], "cnn_b1": ONNX_ROWS["cnn_b1"], "cnn_b16": ONNX_ROWS["cnn_b16"],
     "transformer": ONNX_ROWS["transformer"], "gpt2_small": _gpt2_small, "resnet18": _resnet18,
+    # MobileNetV2 1.0 and EfficientNet-B0 (3x3 and 5x5 depthwise), ConvNeXt-T (7x7 depthwise)
+    "mobilenet_v2": _hf_vision("MobileNetV2Model", "MobileNetV2Config"),
+    "efficientnet_b0": _hf_vision("EfficientNetModel", "EfficientNetConfig", width_coefficient=1.0,
+                                  depth_coefficient=1.0, image_size=224, hidden_dim=1280),
+    "convnext_tiny": _hf_vision("ConvNextModel", "ConvNextConfig"),
 }
 
 
