@@ -360,9 +360,11 @@ class _Scheduler:
                     self.shared_uses.pop(value, None)
                     self.emit_pointwise(value, expr, matmul, own)
                     return _respace(_load(self.views[value], out_shape), out_shape, space)
-                self.shared_uses[value] = self.shared_uses.get(value, 1) - 1
-                if self.shared_uses[value] == 0:  # its last reader (x * f(x) reads x twice)
-                    del self.pending[value], self.shared_uses[value]
+                left = self.shared_uses.pop(value, 1) - 1  # x * f(x) reads x more than once
+                if left:
+                    self.shared_uses[value] = left
+                else:
+                    del self.pending[value]
                 if matmul is not None:
                     carried[0] = matmul
                 return expr

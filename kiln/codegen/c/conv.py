@@ -23,6 +23,7 @@ import sympy
 from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.ctext import (
     RenderState, _chunking, _Exprs, _flat, _loops, _tile_loop, _view_index, accumulator_type, buffer_name, dim_expr,
+    phase_copy,
 )
 from kiln.codegen.c.packing import conv_weight_layout
 from kiln.codegen.kernels import Accumulator, Apply, Constant, Gather, Iota, Kernel, Load, Tile, same_dim
@@ -384,21 +385,16 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     source_rows = ["(p0 - " + str(padding[0]) + ")"] if n == 2 else []
     load = f"{buffer_name(x.buffer)}[{_view_index(x, ['bi', 'g', *source_rows, column('m')])}]"
     inside = f"p0 - {padding[0]} >= 0 && p0 - {padding[0]} < {ins[0]}" if n == 2 else "1"
-    fill = ["for (int64_t p0 = 0; p0 < rows; ++p0)", "{",
-            f"    const int inside = {inside};",
-            f"    for (int64_t q = 0; q < {phases}; ++q)", "    {",
-            f"        float* restrict phase = plane + (p0 * {phases} + q) * span;",
-            "        int64_t lo = 0, hi = inside ? span : 0;  /* the elements inside the input: a plain copy */",
-            f"        while (lo < hi && {column('lo')} < 0) ++lo;",
-            f"        while (hi > lo && {column('(hi - 1)')} >= {ins[-1]}) --hi;",
-            "        for (int64_t m = 0; m < lo; ++m) phase[m] = 0.0f;",
-            f"        _Pragma(\"omp simd\") for (int64_t m = lo; m < hi; ++m) phase[m] = {load};",
-            "        for (int64_t m = hi > lo ? hi : lo; m < span; ++m) phase[m] = 0.0f;", "    }", "}"]
+    copy = phase_copy(f"float* restrict row = plane + (p0 * {phases} + q) * span;", inside, column, ins[-1], load,
+                      "0.0f")
+    fill = ["for (int64_t p0 = 0; p0 < rows; ++p0)", f"for (int64_t q = 0; q < {phases}; ++q)", "{",
+            *[f"    {line}" for line in copy], "}"]
 
     def output_pass(count: int) -> list[str]:
         """Output rows [ob, ob + count) (2-d; a 1-d row is one), KILN_LANES columns at a time."""
         span_rows = (count - 1) * stride[0] + (taps[0] - 1) * dilation[0] + 1 if n == 2 else 1
-        pointers, reads = [], []
+        pointers: dict[str, str] = {}  # name -> its definition, each input phase row the pass reads
+        reads = []
         for j in range(span_rows):
             for t in range(taps[-1]):
                 q, offset = (t * dilation[-1]) % phases, (t * dilation[-1]) // phases
@@ -408,15 +404,14 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
                 if not users:
                     continue
                 name = f"in{j}_{q}"
-                if not any(line.startswith(f"const float* restrict {name} ") for line in pointers):
-                    row = f"(ob * {stride[0]} + {j})" if n == 2 else "0"
-                    pointers.append(f"const float* restrict {name} = plane + ({row} * {phases} + {q}) * span "
-                                    "+ c0;")
+                row = f"(ob * {stride[0]} + {j})" if n == 2 else "0"
+                pointers.setdefault(name, f"const float* restrict {name} = plane + ({row} * {phases} + {q}) * span "
+                                          "+ c0;")
                 reads.append(f"{{ const float v = {name}[c + {offset}]; "
                              + " ".join(f"a{r} = KILN_FMAF(w{index}, v, a{r});" for r, index in users) + " }")
         accumulators = ", ".join(f"a{r} = 0.0f" for r in range(count))
         return ["for (int64_t c0 = 0; c0 < " + width + "; c0 += KILN_LANES)", "{",
-                *[f"    {line}" for line in pointers],
+                *[f"    {line}" for line in pointers.values()],
                 "    _Pragma(\"omp simd\") for (int64_t c = 0; c < KILN_LANES; ++c)", "    {",
                 f"        float {accumulators};", *[f"        {line}" for line in reads],
                 *[f"        block[{r}][c] = a{r};" for r in range(count)], "    }",

@@ -298,6 +298,21 @@ def accumulator_type(kernel: Kernel) -> str:
     return c_type(find(kernel.expr) or kernel.outputs[0].dtype)
 
 
+def phase_copy(declare_row: str, inside: str, column: Any, size: str, load: str, fill: str) -> list[str]:
+    """`declare_row` (C declaring `row`), then lines filling that column-stride phase of a padded row, elements
+    m < span: `load` (C text in m) where `inside` holds and `column(m)`, the input column of element m, lies in
+    [0, size); `fill` elsewhere (the padding). The inside elements are one contiguous run, found by trimming the
+    ends, so the copy is a plain vectorized loop. The max pool's tap rows (-inf around them) and the depthwise
+    convolution's plane (zeros) are built so."""
+    return [declare_row,
+            "int64_t lo = 0, hi = (" + inside + ") ? span : 0;  /* the elements inside the input: a plain copy */",
+            f"while (lo < hi && {column('lo')} < 0) ++lo;",
+            f"while (hi > lo && {column('(hi - 1)')} >= {size}) --hi;",
+            f"for (int64_t m = 0; m < lo; ++m) row[m] = {fill};",
+            f"_Pragma(\"omp simd\") for (int64_t m = lo; m < hi; ++m) row[m] = {load};",
+            f"for (int64_t m = hi > lo ? hi : lo; m < span; ++m) row[m] = {fill};"]
+
+
 def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
     """Register tiles down one chunk of rows; each tile goes through the epilogue (reading `value` as
     `result_type`'s acc_value) into the output."""

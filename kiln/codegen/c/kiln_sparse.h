@@ -37,9 +37,9 @@ static inline kiln_v8 kiln_v4_widen(const float* p)
     return __builtin_shufflevector(*(const kiln_v4u*)p, zero, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 
-/* kiln_sv: a vector of activation rows, as wide as the build's vector registers (16 floats with AVX-512, else 8):
+/* kiln_sv: a vector of activation rows, KILN_LANES (kiln_gemm.h, pasted before this) floats with AVX-512, else 8:
  * on AVX-512 eight-float vectors did half the work per instruction, and 2:4 at batch 32 ran at 0.7x dense. */
-#if defined(__AVX512F__)
+#if KILN_LANES == 16
 #define KILN_SVW 16
 #else
 #define KILN_SVW 8

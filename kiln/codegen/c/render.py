@@ -33,7 +33,7 @@ from kiln.codegen.c.conv import (
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
     accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
-    symbol_name,
+    phase_copy, symbol_name,
 )
 
 ABI_VERSION = 3
@@ -609,16 +609,9 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
                      for k, r in enumerate(combination)]
         inside = " && ".join([f"{q} >= 0 && {q} < {sizes[k]}" for k, q in enumerate(positions)] or ["1"])
         load = f"{buffer_name(x.buffer)}[{_view_index(x, lead[:rank - n] + positions + [element('m')])}]"
-        body += [f"for (int64_t q = 0; q < {step}; ++q)", "{",
-                 f"    {real}* restrict phase = phases + ({row} * {step} + q) * span;",
-                 "    int64_t lo = 0, hi = span;  /* the elements inside the input: a plain strided copy */",
-                 f"    if (!({inside})) hi = 0;",
-                 f"    while (lo < hi && {element('lo')} < 0) ++lo;",
-                 f"    while (hi > lo && {element('(hi - 1)')} >= {sizes[last]}) --hi;",
-                 f"    for (int64_t m = 0; m < lo; ++m) phase[m] = {lowest};",
-                 f"    _Pragma(\"omp simd\") for (int64_t m = lo; m < hi; ++m) phase[m] = {load};",
-                 f"    for (int64_t m = hi > lo ? hi : lo; m < span; ++m) phase[m] = {lowest};",
-                 "}"]
+        copy = phase_copy(f"{real}* restrict row = phases + ({row} * {step} + q) * span;", inside, element,
+                          sizes[last], load, lowest)
+        body += [f"for (int64_t q = 0; q < {step}; ++q)", "{", *[f"    {line}" for line in copy], "}"]
     reads = [f"phases + ({row * step + r * spread % step}) * span + {r * spread // step}"
              for row in range(len(lead_taps)) for r in range(taps_last)]
     body += [f"{real}* restrict out_row = {buffer_name(out)} + {row_start};",
@@ -1336,7 +1329,7 @@ def _count(number: int, noun: str) -> str:
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
     if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed:
-        return sympy.sympify(kernel.detail.k) * 32 * 4
+        return sympy.sympify(kernel.detail.k) * _MAX_NR * 4
     if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
         rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
         return sympy.Min(rows * sympy.sympify(kernel.detail.k), _PACKED_A_LIMIT) * 4
