@@ -126,11 +126,14 @@ def export_torch(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
     return onnx_program.model_proto.SerializeToString()
 
 
-def ort_session(data: bytes, threads: int) -> Any:
+def ort_session(data: bytes, threads: int, config: dict[str, str] | None = None) -> Any:
+    """An onnxruntime CPU session on `threads` threads; `config`: session config entries."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 

@@ -14,7 +14,9 @@ onnxruntime int8 dynamic (kiln's ONNX of the dynamic program: DynamicQuantizeLin
 which onnxruntime fuses into DynamicQuantizeMatMul; and onnxruntime's own quantize_dynamic of the fp32 model),
 torch eager fp32, torch
 dynamic int8 Linear (torch.ao.quantization.quantize_dynamic, mlp only), kiln fp32 C, and kiln int8 C (the static and
-dynamic programs compiled to int8 kernels; for the MLPs also weight-only int8 and int4). The static program with
+dynamic programs compiled to int8 kernels; for the MLPs also weight-only int8 and int4, and onnxruntime's MatMulNBits
+on kiln's opset-21 ONNX of the int4 program, at its default accuracy level (activations quantized to 8 bits) and at
+float32 accuracy). The static program with
 reduce_range (7-bit activations) runs in onnxruntime and kiln C too, and the dynamic one in kiln C: on CPUs without
 VNNI both multiply those with vpmaddubsw, which saturates on full 8-bit activations in onnxruntime. Each quantized
 peer's SQNR against the fp32 model is printed beside its time.
@@ -83,8 +85,10 @@ def _quantized(kiln: Any, program: Any, dynamic: bool, batches: list[np.ndarray]
     return kq.convert_pt2e(prepared)
 
 
-def _ort(kiln: Any, program: Any, x: np.ndarray, threads: int) -> Callable[[], Any]:
-    session = ort_session(kiln.onnx.export(program, (x,)).model_proto.SerializeToString(), threads)
+def _ort(kiln: Any, program: Any, x: np.ndarray, threads: int, opset: int | None = None,
+         config: dict[str, str] | None = None) -> Callable[[], Any]:
+    model = kiln.onnx.export(program, (x,), opset_version=opset).model_proto
+    session = ort_session(model.SerializeToString(), threads, config)
     feeds = {session.get_inputs()[0].name: x}
     return lambda: session.run(None, feeds)[0]
 
@@ -145,6 +149,11 @@ def run_row(name: str, threads: int, rounds: int, folder: Path, peers: list[str]
                                  ("int4 g32", kq.WeightOnlyQuantizer("int4", group_size=32))):
             weight_only = kq.convert_pt2e(kq.prepare_pt2e(program, quantizer))
             runners[f"kiln C weight-only {label}"] = _kiln_int8(kiln, weight_only, x, threads)
+            if label == "int4 g32":  # opset 21's INT4 weights: onnxruntime's MatMulNBits, by default (accuracy
+                # level 4) on activations quantized to 8 bits per block, at level 0 in float32 as kiln computes
+                runners["onnxruntime weight-only int4 g32 (MatMulNBits)"] = _ort(kiln, weight_only, x, threads, 21)
+                runners["onnxruntime weight-only int4 g32, float32 accuracy"] = _ort(
+                    kiln, weight_only, x, threads, 21, {"session.qdq_matmulnbits_accuracy_level": "0"})
     if name == "mlp":
         dynamic_torch = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
         runners["torch dynamic int8 Linear"] = lambda: dynamic_torch(tx)

@@ -441,7 +441,7 @@ def register(commands: Any) -> None:
                              "(x=batch,3,64,64:float32; dtype defaults to float32); repeatable")
     parser.add_argument("--dynamic", action="append", default=[], metavar="DIM=MIN:MAX",
                         help="range of a dynamic dim (batch=1:64; MAX may be inf); repeatable")
-    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (18 to 23; default 18)")
+    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (18 to 23; default 20, as torch.onnx)")
     parser.add_argument("--verify", action="store_true",
                         help="compare the exported model with kiln's reference interpreter on the example inputs")
     parser.add_argument("--external-data", action="store_true",

@@ -56,6 +56,9 @@ def register(commands: Any) -> None:
                              "programs the C backend cannot build) or on the reference interpreter")
     parser.add_argument("--report", action="store_true",
                         help="print each quantized layer's SQNR and max error against the float model")
+    parser.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset for OUT.onnx (18 to 23); default 20, and 21 for weight-only-int4, the first "
+                             "with 4-bit weights (onnxruntime runs them as MatMulNBits)")
     parser.add_argument("-o", "--output", required=True, help="OUT.pt2 or OUT.onnx")
     add_model_arguments(parser)
     parser.set_defaults(handler=run_quantize)
@@ -122,6 +125,10 @@ def run_quantize(options: argparse.Namespace) -> int:
         raise KilnError(f"cannot tell the format of {output}", fix="write OUT.pt2 or OUT.onnx")
     if not output.parent.is_dir():
         raise KilnError(f"cannot write {output}: folder {output.parent} does not exist")
+    if options.opset is not None and output.suffix != ".onnx":
+        raise KilnError(f"--opset applies to ONNX output, not {output.suffix}", fix="write OUT.onnx, or drop --opset")
+    if options.opset is not None and not 18 <= options.opset <= 23:
+        raise KilnError(f"opset {options.opset} is not supported by the ONNX emitter", fix="choose 18 to 23")
     if options.scheme == "static" and options.calibration is None:
         raise KilnError("static quantization needs calibration data", fix="pass --calibration DATA.npz")
     if options.report and options.calibration is None:
@@ -152,7 +159,8 @@ def run_quantize(options: argparse.Namespace) -> int:
         if args is None:
             from kiln.cli.export import example_inputs
             args = example_inputs(request.program)[0]
-        kiln.onnx.export(quantized, tuple(args)).save(output)
+        opset = options.opset or (21 if options.scheme == "weight-only-int4" else None)
+        kiln.onnx.export(quantized, tuple(args), opset_version=opset).save(output)
     else:
         kiln.save(quantized, output)
     progress("done")

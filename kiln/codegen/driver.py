@@ -22,6 +22,7 @@ from kiln.codegen.legalize import legalize
 from kiln.codegen.memory import format_bytes, plan_memory
 from kiln.codegen.schedule import data_dependent_problems, refuse
 from kiln.codegen.kernels import Schedule
+from kiln.ir.dtypes import pack_nibbles
 from kiln.ir.errors import GuardError, KilnError
 from kiln.ir.files import atomic_write
 from kiln.ir.program import ExportedProgram
@@ -100,8 +101,7 @@ def _weights_file(program: ExportedProgram, plan: Schedule, nibbles: set[str], p
     for name, array, dtype_name, nibbled, packing in entries:
         padding = -size % ALIGN
         size += padding
-        data = np.frombuffer(_nibbles(array), np.uint8) if nibbled else \
-            array.astype(array.dtype.newbyteorder("<"), copy=False)
+        data = pack_nibbles(array) if nibbled else array.astype(array.dtype.newbyteorder("<"), copy=False)
         weights.append({"name": name, "offset": size, "nbytes": data.nbytes, "dtype": dtype_name,
                         "shape": list(array.shape), "bits": 4 if nibbled else 8 * array.itemsize, **packing})
         chunks.append((padding, data))
@@ -125,14 +125,6 @@ def weight_array(program: ExportedProgram, key: str) -> np.ndarray:
     target, _, component = key.rpartition(".")
     store = program.state_dict if target in program.state_dict else program.constants
     return store[target].components[component]
-
-
-def _nibbles(array: np.ndarray) -> bytes:
-    """int4 values (int8 storage, in [-8, 7]) two per byte, element 2m in the low nibble of byte m."""
-    flat = np.ascontiguousarray(array, np.int8).ravel().view(np.uint8) & 0x0F
-    if flat.size % 2:
-        flat = np.append(flat, np.uint8(0))
-    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
 
 
 def _bound(allowed: ValueRange | None, which: str) -> int | None:

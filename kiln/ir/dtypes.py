@@ -244,3 +244,17 @@ def promote_all(dtypes: Iterable[DType]) -> DType:
     if result is None:
         raise DTypeError("cannot promote an empty list of dtypes")
     return result
+
+
+# 4-bit values are held in int8 / uint8 tensors in programs, as torch and torchao hold them (torch 2.13 has no
+# kernels for torch.int4, and the .pt2 schema no 4-bit ScalarType); files store them two per byte.
+INT4_RANGE, UINT4_RANGE = (-8, 7), (0, 15)
+
+
+def pack_nibbles(array: np.ndarray) -> np.ndarray:
+    """4-bit values (int8 or uint8 storage) two per byte, element 2m in the low nibble of byte m: the layout of
+    ONNX's INT4/UINT4 tensors and of kiln's packaged int4 weights. An odd count ends with a zero nibble."""
+    flat = np.asarray(array).ravel().astype(np.int8).view(np.uint8) & 0x0F
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)

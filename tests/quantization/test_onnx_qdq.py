@@ -131,3 +131,103 @@ def test_int32_bias_needs_calibration():
     prepared = kq.prepare_pt2e(program, kq.X86InductorQuantizer().set_global(config))
     with pytest.raises(kiln.KilnError, match="calibrate"):
         kq.convert_pt2e(prepared)
+
+
+def _weight_only_int4(group_size: int):
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).eval()  # 8 KB int8 weights
+    program = kiln.export(model, (kiln.randn(8, 64),))
+    return kq.convert_pt2e(kq.prepare_pt2e(program, kq.WeightOnlyQuantizer("int4", group_size=group_size)))
+
+
+def _float32_session(model_proto, optimized_path):
+    """onnxruntime's MatMulNBits at accuracy level 0: float32 activations, as the program computes."""
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(optimized_path)
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    return ort.InferenceSession(model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _initializers(model_proto):
+    return {tensor.name: tensor for tensor in model_proto.graph.initializer}
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+@pytest.mark.parametrize("opset", [21, 23])
+def test_int4_weights_are_int4_initializers_onnxruntime_runs_as_matmulnbits(group_size, opset, tmp_path):
+    """From opset 21 a 4-bit group-wise weight is an INT4 initializer [K, N] (two values per byte) read by a blocked
+    DequantizeLinear along K, then MatMul: onnxruntime fuses the pair into MatMulNBits, and in float32 it computes
+    what kiln's reference program does."""
+    import torch
+    program = _weight_only_int4(group_size)
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    model_proto = kiln.onnx.export(program, (x,), opset_version=opset).model_proto
+    onnx.checker.check_model(model_proto, full_check=True)
+    dequantizes = [node for node in model_proto.graph.node if node.op_type == "DequantizeLinear"]
+    assert len(dequantizes) == 2
+    for node, (k, n) in zip(dequantizes, [(64, 128), (128, 64)]):
+        attributes = {a.name: a.i for a in node.attribute}
+        assert attributes == {"axis": 0, "block_size": group_size}
+        weight, scales = (_initializers(model_proto)[name] for name in node.input[:2])
+        assert weight.data_type == onnx.TensorProto.INT4 and list(weight.dims) == [k, n]
+        assert len(weight.raw_data) == k * n // 2
+        assert list(scales.dims) == [k // group_size, n] and len(node.input) == 2  # symmetric: no zero point
+    float_weights = [t for t in model_proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and
+                     len(t.dims) == 2 and t.dims[0] * t.dims[1] >= 64 * 32]
+    assert not float_weights, "a weight was written as float32"
+    session = _float32_session(model_proto, tmp_path / "optimized.onnx")
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    fused = [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    assert fused.count("MatMulNBits") == 2, fused
+    torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(np.asarray(program(x))))
+
+
+def test_int4_weights_before_opset_21_stay_int8_and_dequantize_in_the_graph():
+    """Opset 20 has no 4-bit type: the weight stays the program's int8 initializer (neither folded to float32 nor
+    widened to int64 for the subtraction), and the graph computes torch's (w - zero) * scale per group."""
+    import torch
+    program = _weight_only_int4(32)
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    model_proto = kiln.onnx.export(program, (x,), opset_version=20).model_proto
+    onnx.checker.check_model(model_proto, full_check=True)
+    weights = sorted(tuple(t.dims) for t in model_proto.graph.initializer if len(t.dims) == 2 and
+                     t.data_type == onnx.TensorProto.INT8)
+    assert weights == [(64, 128), (128, 64)]
+    assert "DequantizeLinear" not in {node.op_type for node in model_proto.graph.node}
+    (got,) = _session(model_proto).run(None, {"input": x})
+    torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(np.asarray(program(x))))
+
+
+def test_uint4_weights_with_zero_points(tmp_path):
+    """uint8 storage in 0..15 with per-group zero points (asymmetric 4-bit) is a UINT4 weight and a UINT4 zero point."""
+    import torch
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.types import TensorType
+    qd = kiln.ops.quantized_decomposed
+    rng = np.random.default_rng(3)
+    n, k, group = 48, 64, 16
+    weight = rng.integers(0, 16, (n, k)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.05, (n, k // group)).astype(np.float32)
+    zeros = rng.integers(0, 16, (n, k // group)).astype(np.int32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    builder = GraphBuilder()
+    x = builder.add_input("x", TensorType.of([5, k], "f32"))
+    w, s, z, b = (builder.add_input(name, TensorType.of(list(array.shape), dtype), kiln.InputKind.CONSTANT_TENSOR,
+                                    name)
+                  for name, array, dtype in [("w", weight, "ui8"), ("s", scales, "f32"), ("z", zeros, "i32"),
+                                             ("b", bias, "f32")])
+    with builder:
+        dequantized = qd.dequantize_per_channel_group.default(w, s, z, 0, 15, kiln.uint8, group, kiln.float32)
+        out = kiln.ops.aten.linear.default(x, dequantized, b)
+    program = builder.build([out], constants={"w": weight, "s": scales, "z": zeros, "b": bias})
+    inputs = rng.standard_normal((5, k)).astype(np.float32)
+    model_proto = kiln.onnx.export(program, (inputs,), opset_version=21).model_proto
+    onnx.checker.check_model(model_proto, full_check=True)
+    (node,) = [node for node in model_proto.graph.node if node.op_type == "DequantizeLinear"]
+    stored = [_initializers(model_proto)[name] for name in node.input]
+    assert [t.data_type for t in stored] == [onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT4]
+    assert onnx.numpy_helper.to_array(stored[2]).astype(np.int32).tolist() == zeros.T.tolist()
+    session = _float32_session(model_proto, tmp_path / "optimized.onnx")
+    (got,) = session.run(None, {session.get_inputs()[0].name: inputs})
+    assert "MatMulNBits" in [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(np.asarray(program(inputs))))

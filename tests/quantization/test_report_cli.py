@@ -112,11 +112,34 @@ def test_cli_weight_only_int4(tmp_path):
     assert "quantized_decomposed.dequantize_per_channel_group.default" in kiln.load(out).op_histogram()
 
 
+def test_cli_weight_only_int4_onnx_holds_int4_weights(tmp_path):
+    """`-o X.onnx` with weight-only-int4 writes opset 21: INT4 initializers, which onnxruntime runs as MatMulNBits
+    and, at float32 accuracy, to the same values as the quantized program."""
+    import onnx
+    import torch
+    out = tmp_path / "mlp_w4.onnx"
+    assert main(["quantize", "kiln.models:mlp", "--scheme", "weight-only-int4", "--group-size", "32",
+                 "-o", str(out), "-q"]) == 0
+    model_proto = onnx.load(out)
+    assert model_proto.opset_import[0].version == 21
+    assert any(t.data_type == onnx.TensorProto.INT4 for t in model_proto.graph.initializer)
+    entry = kiln.models.get("mlp")
+    program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
+    reference = kq.convert_pt2e(kq.prepare_pt2e(program, kq.WeightOnlyQuantizer("int4", group_size=32)))
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((5, entry.args[0].shape[1])).astype(np.float32)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(np.asarray(reference(x))))
+
+
 @pytest.mark.parametrize("arguments,message", [
     (["--scheme", "static"], "needs calibration data"),
     (["--scheme", "static", "--calibration", "missing.npz"], "does not exist"),
     (["--scheme", "dynamic", "--report"], "--report compares outputs on data"),
     (["--scheme", "weight-only-int4", "--group-size", "48"], "group size 48"),
+    (["--scheme", "dynamic", "--opset", "21"], "--opset applies to ONNX output"),
 ])
 def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys, arguments, message, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -24,7 +24,7 @@ from kiln.codegen.onnx.lowerings import (
     LOWERING_TABLE, _compute_dtype, _layer_norm, _matmul_dtype, _softmax_like, lowers, max_pool_values,
 )
 from kiln.codegen.onnx.lowerings import _batch_norm as batch_norm_formula
-from kiln.codegen.onnx.quantized import dynamic_linear
+from kiln.codegen.onnx.quantized import dynamic_linear, int4_weight_linear
 
 
 def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
@@ -37,9 +37,10 @@ def _matmul_result(ctx: LoweringContext, result: str, t: dtypes.DType) -> str:
 def _linear(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None = None) -> str:
     """Gemm (transB) for a 2-D input, as onnxruntime runs it best; MatMul with the transposed weight plus Add
     otherwise (onnxruntime fuses that Transpose into its MatMul kernel, and an initializer's is folded)."""
-    integer = dynamic_linear(ctx, bias) if ctx.out_dtype is dtypes.float32 else None
-    if integer is not None:
-        return integer
+    quantized = dynamic_linear(ctx, bias) or int4_weight_linear(ctx, x, bias) if ctx.out_dtype is dtypes.float32 \
+        else None
+    if quantized is not None:
+        return quantized
     t = _matmul_dtype(ctx.out_dtype)
     value, matrix = ctx.as_dtype(x, t), ctx.as_dtype(weight, t)
     if x.rank == 2 and weight.rank == 2 and t in (dtypes.float32, dtypes.float64):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import ml_dtypes
 import numpy as np
 import onnx
 import sympy
@@ -94,7 +95,7 @@ class Model:
             return found
         original = array
         array = np.asarray(array, order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
-        bucket = self._by_layout.setdefault((array.dtype.str, array.shape), [])
+        bucket = self._by_layout.setdefault((array.dtype, array.shape), [])  # (ml_dtypes' str is '<V1')
         for other, other_name in bucket:
             if _same_bytes(array, other):
                 return other_name
@@ -147,6 +148,9 @@ def _fill_tensor(tensor: onnx.TensorProto, name: str, array: np.ndarray) -> None
     if array.dtype == dtypes.bfloat16.numpy:
         tensor.data_type = TensorProto.BFLOAT16
         data = array.view(np.uint16)
+    elif array.dtype in (ml_dtypes.int4, ml_dtypes.uint4):  # INT4 / UINT4: two values per byte
+        tensor.data_type = TensorProto.INT4 if array.dtype == ml_dtypes.int4 else TensorProto.UINT4
+        data = dtypes.pack_nibbles(array)
     else:
         tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
         data = array

@@ -125,6 +125,8 @@ class _Cleaner:
             folded = _evaluate(first, arrays)
             if folded is None or sum(a.nbytes for a in folded) > max(_FOLDED_BYTES, size):
                 continue
+            if first.op_type == "Cast" and size > _SMALL_BYTES and folded[0].nbytes > size:
+                continue  # a widened weight (int8 or float16 to float32) would grow the file: onnxruntime casts it
             names = [self.new_constant(array, first.input[0] if first.op_type in ("Transpose", "Cast", *_RESHAPES)
                                        else first.output[index]) for index, array in enumerate(folded)]
             for node in group:

@@ -3,16 +3,21 @@ or per axis) that onnxruntime fuses with the float op between them into its int8
 
 QuantizeLinear divides by the scale where torch multiplies by its reciprocal, so a value within an ulp of a
 rounding tie can land one step apart; everything else (saturation, round-half-to-even, dequantization) is torch's
-arithmetic. Ops with float64 or int16 qparams, and the per-token and per-group ops, are decomposed instead.
+arithmetic. Ops with float64 or int16 qparams, and the per-token and per-group ops, are decomposed instead, except
+a linear layer's 4-bit group-wise weight at opset 21 or later: DequantizeLinear of an INT4 initializer with a block
+size, the form onnxruntime fuses with its MatMul into MatMulNBits.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.ops.quant import effective_group_size
 
 from kiln.codegen.onnx.context import LoweringContext
 from kiln.codegen.onnx.graph import Value
@@ -187,7 +192,6 @@ def dynamic_linear(ctx: LoweringContext, bias: Value | None) -> str | None:
     zero_points = ctx.values.get(w_dq.operands[2]) if len(w_dq.operands) > 2 else None
     if found is None or weight is None or scales is None or scales.dtype is not dtypes.float32:
         return None
-    from kiln.ir.dialect import bound_arguments
     axis, dtype = bound_arguments(w_dq)[3], dtypes.dtype(bound_arguments(w_dq)[6])
     stored = ctx.graph.model.constant(weight.name)
     zeros = ctx.graph.model.constant(zero_points.name) if zero_points is not None else np.zeros(1)
@@ -201,3 +205,83 @@ def dynamic_linear(ctx: LoweringContext, bias: Value | None) -> str | None:
     if bias is not None:
         result = ctx.node("Add", [result, ctx.as_dtype(bias, dtypes.float32)])
     return ctx.graph.cast(result, dtypes.float32, ctx.out_dtype)
+
+
+# ONNX opset 21 gave QuantizeLinear / DequantizeLinear 4-bit types and blocked (group-wise) quantization.
+BLOCKED_QDQ_OPSET = 21
+
+
+def _four_bit_groups(ctx: LoweringContext, weight: Value, scales: Value, zero_points: Value | None,
+                     quant_min: int, quant_max: int, dtype: Any) -> tuple[np.ndarray, ...] | None:
+    """A group-wise dequantize's constant operands as DequantizeLinear's blocked form takes them, from opset 21:
+    the weight [N, K] as 4-bit values (ml_dtypes int4 for int8 storage, uint4 for uint8), the float32 scales and
+    the zero points [N, K / group] (zero points None when all are 0). None when the weight is not a 2-d constant
+    whose range and values fit 4 bits, or a scale or zero point is computed or of another type."""
+    if ctx.opset < BLOCKED_QDQ_OPSET or dtypes.dtype(dtype) not in (dtypes.int8, dtypes.uint8):
+        return None
+    signed = dtypes.dtype(dtype) is dtypes.int8
+    low, high = dtypes.INT4_RANGE if signed else dtypes.UINT4_RANGE
+    constant = ctx.graph.model.constant
+    stored, scale_array = constant(weight.name), constant(scales.name)
+    zeros = np.zeros(1, np.int64) if zero_points is None else constant(zero_points.name)
+    if stored is None or scale_array is None or zeros is None or stored.ndim != 2 or \
+            scale_array.dtype != np.float32 or not low <= quant_min <= quant_max <= high:
+        return None
+    rows, columns = stored.shape
+    groups = scale_array.size // rows if rows and scale_array.size % rows == 0 else 0
+    if groups == 0 or columns % groups or zeros.size not in (1, scale_array.size) or \
+            np.any((stored < low) | (stored > high)) or np.any((zeros < low) | (zeros > high)):
+        return None
+    four_bits = ml_dtypes.int4 if signed else ml_dtypes.uint4
+    zero_grid = np.broadcast_to(zeros.reshape(-1, 1), (rows * groups, 1)).reshape(rows, groups).astype(four_bits) \
+        if np.any(zeros) else None
+    return stored.astype(four_bits), scale_array.reshape(rows, groups), zero_grid
+
+
+@lowers(f"{Q}.dequantize_per_channel_group.default")
+def _dequantize_per_channel_group(ctx: LoweringContext, x: Value, scales: Value, zero_points: Value | None,
+                                  quant_min: int, quant_max: int, dtype: Any, group_size: int,
+                                  output_dtype: Any) -> str:
+    """Blocked DequantizeLinear of an INT4 (UINT4) initializer from opset 21; otherwise torch's arithmetic,
+    (x - zero_points) * scales over groups of `group_size` along the last dim. A lowering of its own keeps the int4
+    weight out of constant folding, which would store it as float32."""
+    found = _four_bit_groups(ctx, x, scales, zero_points, quant_min, quant_max, dtype)
+    if found is not None:
+        weight, scale_grid, zero_grid = found
+        inputs = [ctx.const(weight), ctx.const(scale_grid)] + ([ctx.const(zero_grid)] if zero_grid is not None else [])
+        block = weight.shape[1] // scale_grid.shape[1]
+        return ctx.graph.cast(ctx.node("DequantizeLinear", inputs, axis=1, block_size=block), dtypes.float32,
+                              ctx.out_dtype)
+    group_size = effective_group_size(list(x.shape), list(scales.shape), group_size)
+    shifted = ctx.node("Reshape", [ctx.as_dtype(x, dtypes.int64), ctx.ints([-1, group_size])])
+    if zero_points is not None:
+        shifted = ctx.node("Sub", [shifted, ctx.node("Reshape", [ctx.as_dtype(zero_points, dtypes.int64),
+                                                                 ctx.ints([-1, 1])])])
+    compute = dtypes.promote_types(dtypes.float32, scales.dtype)
+    scaled = ctx.node("Mul", [ctx.graph.cast(shifted, dtypes.int64, compute),
+                              ctx.node("Reshape", [ctx.as_dtype(scales, compute), ctx.ints([-1, 1])])])
+    return ctx.graph.cast(ctx.node("Reshape", [scaled, ctx.dims(x.shape)]), compute, ctx.out_dtype)
+
+
+def int4_weight_linear(ctx: LoweringContext, x: Value, bias: Value | None) -> str | None:
+    """linear(x, dequantize_per_channel_group(4-bit constant weight)) from opset 21: the weight transposed to
+    [K, N], blocked DequantizeLinear along axis 0, then MatMul. That is onnxruntime's pattern for MatMulNBits, its
+    4-bit GEMM (whose default accuracy level quantizes the activations to 8 bits; session option
+    `session.qdq_matmulnbits_accuracy_level` "0" keeps them float32). DequantizeLinear computes (w - zero) * scale
+    in float32, as torch does. None when the linear is not that pattern."""
+    w_dq = ctx.op.operands[1].owner
+    if getattr(w_dq, "name", "") != f"{Q}.dequantize_per_channel_group.default" or \
+            ctx.out_dtype is not dtypes.float32:
+        return None
+    weight, scales, zero_points, quant_min, quant_max, dtype, _, out_dtype = bound_arguments(w_dq, ctx.values.get)
+    if weight is None or scales is None or (w_dq.operands[2:3] and zero_points is None) or \
+            dtypes.dtype(out_dtype) is not dtypes.float32:
+        return None
+    found = _four_bit_groups(ctx, weight, scales, zero_points, quant_min, quant_max, dtype)
+    if found is None:
+        return None
+    weight_grid, scale_grid, zero_grid = (None if grid is None else np.ascontiguousarray(grid.T) for grid in found)
+    inputs = [ctx.const(weight_grid), ctx.const(scale_grid)] + ([ctx.const(zero_grid)] if zero_grid is not None else [])
+    matrix = ctx.node("DequantizeLinear", inputs, axis=0, block_size=weight_grid.shape[0] // scale_grid.shape[0])
+    result = ctx.node("MatMul", [ctx.as_dtype(x, dtypes.float32), matrix])
+    return ctx.node("Add", [result, ctx.as_dtype(bias, dtypes.float32)]) if bias is not None else result

@@ -341,7 +341,9 @@ _define("dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, i
         "ScalarType dtype, ScalarType output_dtype) -> Tensor", dequantize_per_token_meta, dequantize_per_token)
 
 
-def _group_size(input_shape, scales_shape, group_size: int) -> int:
+def effective_group_size(input_shape, scales_shape, group_size: int) -> int:
+    """The group size a per-group op uses (checked): `group_size`, or the row's width when it is wider than the row
+    and there is one scale per row."""
     require_arg(group_size > 1, _op(), f"group_size must be > 1, got {group_size}")
     require_arg(len(input_shape) == 2, _op(), f"expects a 2-d weight, got rank {len(input_shape)}")
     columns = input_shape[-1]
@@ -353,13 +355,13 @@ def _group_size(input_shape, scales_shape, group_size: int) -> int:
 
 
 def quantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant_max, dtype, group_size=128):
-    _group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
+    effective_group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
     return like(input, dtype=dtypes.dtype(dtype))
 
 
 def quantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size=128):
     shape = list(shape_of(input))
-    group_size = _group_size(shape, list(shape_of(scales)), group_size)
+    group_size = effective_group_size(shape, list(shape_of(scales)), group_size)
     groups = aten.view.default(input, [-1, group_size])
     inverse = aten.reciprocal.default(aten.view.default(scales, [-1, 1]))  # torch: mul(1.0 / scales)
     shifted = aten.add.Tensor(aten.mul.Tensor(groups, inverse), aten.view.default(zero_points, [-1, 1]))
@@ -369,13 +371,13 @@ def quantize_per_channel_group(input, scales, zero_points, quant_min, quant_max,
 
 def dequantize_per_channel_group_meta(input, scales, zero_points, quant_min, quant_max, dtype, group_size,
                                       output_dtype):
-    _group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
+    effective_group_size(list(shape_of(input)), list(shape_of(scales)), group_size)
     return like(input, dtype=dtypes.dtype(output_dtype))
 
 
 def dequantize_per_channel_group(input, scales, zero_points, quant_min, quant_max, dtype, group_size, output_dtype):
     shape = list(shape_of(input))
-    group_size = _group_size(shape, list(shape_of(scales)), group_size)
+    group_size = effective_group_size(shape, list(shape_of(scales)), group_size)
     groups = aten.view.default(input, [-1, group_size])
     if zero_points is not None:  # (torch subtracts a 0-d int32 zero otherwise: the weight's dtype and values stay)
         groups = aten.sub.Tensor(groups, aten.view.default(zero_points, [-1, 1]))

@@ -145,6 +145,11 @@ def dequantize_per_channel_group(rng):
     quantized = rng.integers(-8, 8, (4, 64)).astype(np.int8)
     yield Sample((quantized, scales, zeros, -8, 7, dtypes.int8, 32, dtypes.float32), note="int4 range, group 32")
     yield Sample((quantized, scales, None, -8, 7, dtypes.int8, 32, dtypes.float32), note="no zero points")
+    unsigned = rng.integers(0, 16, (4, 64)).astype(np.uint8)
+    yield Sample((unsigned, scales, np.full(8, 8, np.int32), 0, 15, dtypes.uint8, 32, dtypes.float32),
+                 note="uint4 range, zero point 8")
+    yield Sample((quantized[:, :6], scales[:4].reshape(4, 1), zeros[:4].reshape(4, 1), -8, 7, dtypes.int8, 32,
+                  dtypes.float32), note="one group per row, narrower than group_size (GPTQ)")
 
 
 @samples(f"{Q}.convert_element_type.no_fuse")
