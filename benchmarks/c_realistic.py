@@ -73,6 +73,19 @@ def _gpt2_small(torch: Any) -> tuple[Any, tuple, dict]:
     return _Positional(model, ["input_ids"]), (torch.randint(0, 50257, (1, 128)),), {}
 
 
+def _mixtral_small(torch: Any) -> tuple[Any, tuple, dict]:
+    """A two-layer Mixtral at hidden 512, 8 experts of 1024, two per token, 64 tokens: transformers' batched_mm
+    experts (the form that exports) gather each token's expert weights and multiply them by its one column."""
+    import transformers
+    from onnx_quality import _Positional
+    config = transformers.MixtralConfig(num_hidden_layers=2, hidden_size=512, num_attention_heads=8,
+                                        num_key_value_heads=4, intermediate_size=1024, vocab_size=1000,
+                                        max_position_embeddings=256, use_cache=False, num_local_experts=8,
+                                        num_experts_per_tok=2, experts_implementation="batched_mm")
+    model = transformers.MixtralForCausalLM(config).eval()
+    return _Positional(model, ["input_ids"]), (torch.randint(0, 1000, (1, 64)),), {}
+
+
 def _hf_vision(model_class: str, config_class: str, **options: Any) -> Callable[[Any], tuple[Any, tuple, dict]]:
     """A transformers vision backbone at its published size (random weights, nothing downloaded), one 224x224
     image: its depthwise convolutions are most of its time."""
@@ -100,6 +113,7 @@ ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
     "efficientnet_b0": _hf_vision("EfficientNetModel", "EfficientNetConfig", width_coefficient=1.0,
                                   depth_coefficient=1.0, image_size=224, hidden_dim=1280),
     "convnext_tiny": _hf_vision("ConvNextModel", "ConvNextConfig"),
+    "mixtral_small": _mixtral_small,
 }
 
 

@@ -38,7 +38,8 @@ def fuse_attention(schedule: Schedule) -> Schedule:
 
 
 def _is_f32_bmm(kernel: Kernel | None) -> bool:
-    if kernel is None or kernel.kind != "matmul" or len(kernel.shape) != 3 or kernel.detail.bias is not None:
+    if kernel is None or kernel.kind != "matmul" or len(kernel.shape) != 3 or kernel.detail.bias is not None or \
+            kernel.detail.a_gather is not None:
         return False
     return kernel.detail.a[0].dtype == kernel.detail.b[0].dtype == kernel.outputs[0].dtype == dtypes.float32
 

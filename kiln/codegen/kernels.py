@@ -183,6 +183,19 @@ class MatmulDetail:
     bias: Load | None = None
     beta: Any = 1
     alpha: Any = 1
+    # index.Tensor of whole matrices feeding A (schedule._batch_gather): A's batch entry bi is `a` at offset
+    # checked(a_gather.index[0] at bi) * a_gather.stride[0]; only a target's matrix-vector kernels take it
+    a_gather: "Gather | None" = None
+
+
+def matrix_vector(shape: list, detail: MatmulDetail, out_dtype: dtypes.DType) -> bool:
+    """A float32 GEMM with one static output column (a linear layer to one output; a bmm of one vector per batch
+    entry, as Hugging Face's batched mixture-of-experts layers make) whose A rows are contiguous along K and whose
+    column has a static stride: a target's matrix-vector kernel takes it (dot products of A's rows with the column)
+    where a panel micro-kernel would compute one of its columns."""
+    static = [sympy.sympify(d) for d in (shape[-1], detail.a[1][-1], detail.b[1][-2])]
+    return detail.a[0].dtype == detail.b[0].dtype == out_dtype == dtypes.float32 and \
+        all(d.is_Integer for d in static) and static[0] == 1 and static[1] == 1
 
 
 @dataclass(eq=False)

@@ -25,7 +25,7 @@ from kiln.codegen.kernels import (
     Accumulator, Apply, BagsDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather, Iota,
     Kernel, Load, LoopDetail, LstmCellDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail,
     RowsDetail, ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View,
-    WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, same_dim,
+    WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, matrix_vector, same_dim,
 )
 from kiln.codegen.recurrent import match_cell
 from kiln.ir import dtypes
@@ -184,6 +184,21 @@ def _index_load(view: View, out_shape: list, start: int, width: int) -> Load:
     return Load(view.buffer, strides, view.offset)
 
 
+def _batch_gather(op: Any, expr: Gather) -> bool:
+    """`x[index]` choosing whole matrices of a rank-3 x (contiguous along its last dim) whose one use is as A of a
+    bmm with one output column: a target with `gathers_matrix_vector_batches` reads them where they are. Hugging
+    Face's batched mixture of experts gathers each token's expert weights so, a copy as large as the token count
+    times an expert's weights."""
+    result = op.results[0]
+    uses = list(result.uses)
+    if len(expr.index) != 1 or expr.dim != [0] or len(result.type.shape) != 3 or len(uses) != 1 or \
+            _op_name(uses[0].operation) != "aten.bmm.default" or uses[0].index != 0:
+        return False
+    index, columns = expr.index[0], uses[0].operation.results[0].type.shape[-1]
+    return all(sympy.sympify(s) == 0 for s in index.strides[1:]) and sympy.sympify(expr.table.strides[-1]) == 1 and \
+        sympy.sympify(expr.table.strides[0]) == 0 and same_dim(columns, 1)
+
+
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "type") and isinstance(value.type, TensorType)
 
@@ -208,6 +223,7 @@ class _Scheduler:
         self.pending: dict[Any, tuple[Any, Any, list]] = {}
         self.shared_uses: dict[Any, int] = {}  # pending values read by several ops of one activation: reads left
         self.padded: dict[Any, tuple[str, PadDetail]] = {}  # zero pads a convolution reads through, not made
+        self.batch_gathers: dict[Any, Gather] = {}  # whole matrices gathered for a matrix-vector bmm, not made
         self.row_reads: dict[Any, int] = {}  # pending value -> row kernels left to read it
         self.constants: dict[Any, Constant] = {}  # scalar_tensor / full results: a buffer only when one is needed
         self.sparse_weights: dict[Any, dict[str, Buffer]] = {}  # sparse weight -> its component buffers
@@ -299,6 +315,8 @@ class _Scheduler:
     def materialized(self, value: Any) -> View:
         if value in self.padded:  # a zero pad kept for a convolution, read by something else after all
             self.emit_pad(value, *self.padded.pop(value))
+        if value in self.batch_gathers:
+            self.emit_pointwise(value, self.batch_gathers.pop(value), None)
         if value in self.pending:
             expr, matmul, space = self.pending.pop(value)
             self.emit_pointwise(value, expr, matmul, space)
@@ -473,6 +491,9 @@ class _Scheduler:
             loads = [_index_load(self.materialized(value), out_shape, start, width) for _, value in indexed]
             expr = Gather(table, loads, result.type.dtype, [d for d, _ in indexed],
                           [source.shape[d] for d, _ in indexed], name, [source.strides[d] for d, _ in indexed])
+            if self.target.gathers_matrix_vector_batches and _batch_gather(op, expr):
+                self.batch_gathers[result] = expr  # schedule_matmul reads the matrices where they are
+                return
         elif name in INDEX_OPS:  # index_select, gather (index.Tensor is handled above)
             source, positions = self.materialized(args[0]), self.materialized(args[2])
             dim = _norm_dim(args[1], len(out_shape))
@@ -782,12 +803,22 @@ class _Scheduler:
             beta, alpha = args[3], args[4]
         else:
             a, b = args[0], args[1]
-        va, vb = self.materialized(a), self.materialized(b)
-        if len(out_shape) == 2:  # a batch of one
-            a_operand, b_operand = ((v.buffer, [0, v.strides[0], v.strides[1]], v.offset) for v in (va, vb))
-        else:
-            a_operand, b_operand = ((v.buffer, list(v.strides), v.offset) for v in (va, vb))
-        detail = MatmulDetail(a_operand, b_operand, va.shape[-1], bias, beta, alpha)
+        vb, gathered, detail = self.materialized(b), self.batch_gathers.get(a), None
+        if gathered is not None:  # A's matrices by index (_batch_gather), for a target's matrix-vector kernel
+            table = gathered.table
+            trial = MatmulDetail((table.buffer, [sympy.Integer(0), *table.strides[1:]], table.offset),
+                                 (vb.buffer, list(vb.strides), vb.offset), a.type.shape[-1], bias, beta, alpha,
+                                 gathered)
+            if matrix_vector(out_shape, trial, result.type.dtype):
+                del self.batch_gathers[a]
+                detail = trial
+        if detail is None:
+            va = self.materialized(a)
+            if len(out_shape) == 2:  # a batch of one
+                a_operand, b_operand = ((v.buffer, [0, v.strides[0], v.strides[1]], v.offset) for v in (va, vb))
+            else:
+                a_operand, b_operand = ((v.buffer, list(v.strides), v.offset) for v in (va, vb))
+            detail = MatmulDetail(a_operand, b_operand, va.shape[-1], bias, beta, alpha)
         kernel = Kernel("matmul", name.split(".")[1], [name], [], out_shape, None, detail)
         if self.fusable_into_consumer(result):
             self.pending[result] = (Accumulator(result.type.dtype), kernel, out_shape)

@@ -37,6 +37,9 @@ class Target:
     # whether the scheduler makes a scan whose body is an LSTM cell of this hidden size one `lstm_cell` kernel per
     # step (asked at each schedule, so a backend's switch can turn it off)
     fuses_lstm_cell: Callable[[int], bool] = lambda hidden: False
+    # whether a bmm with one output column reads its A batch entries through an index of whole matrices (Hugging
+    # Face's batched mixture of experts: each token's expert weights), instead of a gathered copy of them
+    gathers_matrix_vector_batches: bool = False
 
     @property
     def no_lowering(self) -> str:

@@ -104,10 +104,26 @@ def condition_expr(condition: Any) -> str:
 class _Exprs:
     """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
 
-    def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None):
+    def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None,
+                 hoist_from: str | None = None):
         self.rank = rank
         self.accumulator = accumulator
         self.variables = variables if variables is not None else [f"i{k}" for k in range(rank)]
+        # With `hoist_from` (the innermost loop's variable), checked indices that do not read it become locals
+        # computed once before that loop (`hoisted`): a gather of whole rows (mixture-of-experts weights by expert
+        # id) otherwise checked its row's index for every element, and ran at 2.6 GB/s.
+        self.hoist_from = re.compile(rf"\b{hoist_from}\b") if hoist_from else None
+        self.hoisted: list[str] = []
+        self._hoisted_names: dict[str, str] = {}
+
+    def _checked(self, checked: str) -> str:
+        if self.hoist_from is None or self.hoist_from.search(checked):
+            return checked
+        if checked not in self._hoisted_names:
+            name = f"h{len(self._hoisted_names)}"
+            self._hoisted_names[checked] = name
+            self.hoisted.append(f"const int64_t {name} = {checked};")
+        return self._hoisted_names[checked]
 
     def index(self, strides: list, offset: Any, variables: list[str] | None = None) -> str:
         variables = variables if variables is not None else self.variables
@@ -140,7 +156,7 @@ class _Exprs:
             table, unused = node.table, []
             place = self.index(table.strides, table.offset)
             for index, size, dim, stride in zip(node.index, node.size, node.dim, node.stride):
-                checked = checked_index(self.render(index), size, dim, node.op, wrap=True)
+                checked = self._checked(checked_index(self.render(index), size, dim, node.op, wrap=True))
                 if sympy.sympify(stride) != 0:
                     place = f"{place} + ({checked}) * {dim_expr(stride)}"
                 else:  # a size-1 dim: the index is still checked
@@ -149,7 +165,7 @@ class _Exprs:
                        if table.buffer.dtype == dtypes.bool_ else f"{buffer_name(table.buffer)}[{place}]")
             return f"({''.join(unused)}{element})" if unused else element
         if isinstance(node, Gather) and node.dim is not None:  # index_select / gather: a checked index along dim
-            checked = checked_index(self.render(node.index), node.size, node.dim, node.op, wrap=False)
+            checked = self._checked(checked_index(self.render(node.index), node.size, node.dim, node.op, wrap=False))
             table, variables = node.table, list(self.variables)
             variables[node.dim] = f"({checked})"
             place = self.index(table.strides, table.offset, variables)
@@ -212,13 +228,25 @@ class RenderState:
     scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
 
 
-def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False) -> list[str]:
+def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False,
+           hoisted: list[str] | None = None) -> list[str]:
     """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
     region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). The team
     shares the outer dims; the innermost loop stays a plain loop (collapsing it too would cost a division per
-    element to recover the indices), vectorized with `simd`."""
-    lines = []
+    element to recover the indices), vectorized with `simd`. `hoisted` lines (see _Exprs) go before the innermost
+    loop, which must then run at least once."""
     rank = len(shape)
+    if hoisted and rank > 1:
+        lines = [f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)"]
+        lines += [f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})"
+                  for k, d in enumerate(shape[:-1])]
+        outer = indent + "    " * (rank - 1)
+        lines += [f"{outer}{{", *[f"{outer}    {line}" for line in hoisted]]
+        lines += [f"{outer}    #pragma omp simd"] if simd else []
+        lines += [f"{outer}    for (int64_t i{rank - 1} = 0; i{rank - 1} < {dim_expr(shape[-1])}; ++i{rank - 1})",
+                  f"{outer}    {{", *[f"{outer}        {line}" for line in body], f"{outer}    }}", f"{outer}}}"]
+        return lines
+    lines = []
     if rank == 0:
         lines.append(f"{indent}#pragma omp single")
     elif rank == 1:

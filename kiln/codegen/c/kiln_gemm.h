@@ -68,6 +68,29 @@ static inline void kiln_store_lanes(float* dst, const float* block, int n) { mem
 #define KILN_FMAF(a, b, c) ((a) * (b) + (c))
 #endif
 
+/* Matrix times vector, for a GEMM with one output column: out[r] = sum_k a[r * lda + k] * x[k * incx] for the
+ * first `rows` (at most 4) rows of a, vectorized along k. Four rows share each load of x; a row past `rows` repeats
+ * the first (its sum is not stored). The panel micro-kernel would compute 1 of its KILN_NR columns. */
+static inline void kiln_gemv4(int rows, int64_t K, const float* a, int64_t lda, const float* x, int64_t incx,
+                              float* out)
+{
+    const float* a0 = a;
+    const float* a1 = rows > 1 ? a + lda : a;
+    const float* a2 = rows > 2 ? a + 2 * lda : a;
+    const float* a3 = rows > 3 ? a + 3 * lda : a;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    #pragma omp simd reduction(+:s0, s1, s2, s3)
+    for (int64_t k = 0; k < K; ++k)
+    {
+        const float v = x[k * incx];
+        s0 = KILN_FMAF(a0[k], v, s0);
+        s1 = KILN_FMAF(a1[k], v, s1);
+        s2 = KILN_FMAF(a2[k], v, s2);
+        s3 = KILN_FMAF(a3[k], v, s3);
+    }
+    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
+}
+
 /* Pack columns [n0, n0 + KILN_NR) of B (element (k, n) at b[k * sk + n * sn]) into dst[K][KILN_NR]. */
 static void kiln_pack_b_panel(int64_t K, int64_t N, int64_t n0, const float* b, int64_t sk, int64_t sn,
                               float* restrict dst)

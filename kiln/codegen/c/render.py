@@ -24,7 +24,9 @@ from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.packing import packed_weight, tile_sizes
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
-from kiln.codegen.kernels import Buffer, Kernel, MatmulDetail, Schedule, contiguous_strides, same_dim
+from kiln.codegen.kernels import (
+    Buffer, Kernel, MatmulDetail, Schedule, contiguous_strides, matrix_vector, same_dim,
+)
 from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.c import quantized, recurrent
 from kiln.codegen.c.conv import (
@@ -47,8 +49,14 @@ SPARSE_LIBRARY = (pathlib.Path(__file__).parent / "kiln_sparse.h").read_text()
 
 def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     out = kernel.outputs[0]
-    value = _Exprs(len(kernel.shape)).render(kernel.expr)
-    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"], simd=True)
+    rank = len(kernel.shape)
+    innermost = sympy.sympify(kernel.shape[-1]) if rank else None
+    # (an index is hoisted out of the innermost loop only where that loop runs: ATen checks no index of an empty row)
+    hoist = f"i{rank - 1}" if rank > 1 and innermost.is_Integer and int(innermost) > 0 else None
+    exprs = _Exprs(rank, hoist_from=hoist)
+    value = exprs.render(kernel.expr)
+    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"], simd=True,
+                  hoisted=exprs.hoisted)
 
 
 def _gemm_operands_f32(kernel: Kernel) -> bool:
@@ -56,9 +64,55 @@ def _gemm_operands_f32(kernel: Kernel) -> bool:
     return a.dtype == b.dtype == out.dtype == dtypes.float32
 
 
+def _matrix_vector(kernel: Kernel) -> bool:
+    return kernel.kind == "matmul" and matrix_vector(kernel.shape, kernel.detail, kernel.outputs[0].dtype)
+
+
+def _gemv_f32(kernel: Kernel) -> list[str]:
+    """`matrix_vector`'s kernel (kiln_gemv4): the team shares (batch, block of 4 rows) units; each block's sums go
+    through the fused epilogue as the GEMM's tiles do. A gathered A (`a_gather`) is read at its index's matrix."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    a_buf, a_strides, a_offset = detail.a
+    b_buf, b_strides, b_offset = detail.b
+    batch = kernel.shape[0] if rank == 3 else 1
+    a_base = exprs.index(a_strides, a_offset, ["bi", "row", "0"])
+    if detail.a_gather is not None:
+        gather = detail.a_gather
+        index = _Exprs(rank, variables=["bi", "0", "0"]).render(gather.index[0])
+        a_base += f" + {checked_index(index, gather.size[0], 0, gather.op, wrap=True)} * {dim_expr(gather.stride[0])}"
+    b_base = exprs.index(b_strides, b_offset, ["bi", "0", "0"])
+    value = "(double)sums[r]"
+    if detail.bias is not None:
+        value = _addmm_value(detail, exprs.render(detail.bias), value)
+    index = ["bi", "row + r", "0"] if rank == 3 else ["row + r", "0"]
+    result_type = accumulator_type(kernel)
+    lines = [
+        f"const int64_t M = {dim_expr(kernel.shape[-2])}, K = {dim_expr(detail.k)}, BATCH = {dim_expr(batch)};",
+        "#pragma omp for collapse(2) schedule(static)",
+        "for (int64_t bi = 0; bi < BATCH; ++bi)",
+        "for (int64_t block = 0; block < (M + 3) / 4; ++block)", "{",
+        "    const int64_t row = block * 4;",
+        "    const int rows = (int)(M - row < 4 ? M - row : 4);",
+        "    float sums[4];",
+        f"    kiln_gemv4(rows, K, {buffer_name(a_buf)} + {a_base}, {dim_expr(a_strides[-2])}, "
+        f"{buffer_name(b_buf)} + {b_base}, {dim_expr(b_strides[-2])}, sums);",
+        "    for (int r = 0; r < rows; ++r)", "    {",
+        *[f"        const int64_t i{k} = {v};" for k, v in enumerate(index)],
+        f"        const {result_type} acc_value = ({result_type})({value});",
+        f"        {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
+        "    }", "}",
+    ]
+    return ["    " + line for line in lines]
+
+
 def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     """float32 GEMM on the packed micro-kernels (kiln_gemm.h): the team shares (batch, row chunk, B panel) units;
     each unit runs register tiles down its rows and applies the fused epilogue from the tile."""
+    if _matrix_vector(kernel):
+        return _gemv_f32(kernel)
+    assert kernel.detail.a_gather is None, "a gathered A is only scheduled for a matrix-vector kernel"
     detail, out = kernel.detail, kernel.outputs[0]
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
@@ -1328,7 +1382,8 @@ def _count(number: int, noun: str) -> str:
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
-    if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed:
+    if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed and \
+            not _matrix_vector(kernel):
         return sympy.sympify(kernel.detail.k) * _MAX_NR * 4
     if _packs_a(kernel, packed):  # A in row blocks, when it fits the limit (kiln_run checks it too)
         rows = -_MAX_MR * sympy.floor(-sympy.sympify(kernel.shape[0]) / _MAX_MR)
@@ -1443,7 +1498,8 @@ def _prepacked(schedule: Schedule) -> dict:
                                                       [*weight.shape, weight.offset]):
                 packed[kernel] = len(packed)
             continue
-        if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel):
+        if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel) or \
+                _matrix_vector(kernel):
             continue
         b_buf, b_strides, b_offset = kernel.detail.b
         static = [kernel.detail.k, kernel.shape[-1], *b_strides, b_offset]
