@@ -240,6 +240,14 @@ ARCHITECTURES = {a.name: a for a in [
     # transformers::grouped_mm_fallback, which no .pt2 reader outside transformers knows
     _decoder("mixtral", "MixtralForCausalLM", "MixtralConfig",
              **dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")),
+    _decoder("qwen2-moe", "Qwen2MoeForCausalLM", "Qwen2MoeConfig",  # with a shared expert and its sigmoid gate
+             **dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                    shared_expert_intermediate_size=96, experts_implementation="batched_mm")),
+    _decoder("qwen3-moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+             **dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                    experts_implementation="batched_mm")),
+    _decoder("olmoe", "OlmoeForCausalLM", "OlmoeConfig",
+             **dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")),
     # encoder-decoders
     Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"), ENCODER_DECODER),
     _seq2seq("mt5", "MT5Model", "MT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
