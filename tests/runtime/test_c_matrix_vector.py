@@ -111,18 +111,45 @@ def test_mixture_of_experts_reads_the_expert_weights_where_they_are(capability, 
     use_capability(capability, monkeypatch)
     torch.manual_seed(0)
     module = _Experts()
-    pairs = torch.export.Dim("pairs", max=64)
+    pairs = torch.export.Dim("pairs", max=512)
     compiled, source = _compile(module, (torch.randn(6, 24), torch.tensor([0, 3, 1, 1, 2, 0])), tmp_path,
                                 dynamic_shapes=({0: pairs}, {0: pairs}))
-    assert source.count(GEMV) == 2 and "pointwise_index" not in source  # no gathered copy of the weights
-    for count in (1, 6, 23):
+    assert "pointwise_index" not in source  # no gathered copy of the weights
+    # the pairs grouped by expert, each group a linear layer on its expert's panels
+    assert source.count("kiln_group_entries(BATCH") == 2 and source.count("(g * panels + j) * K * KILN_NR") == 2
+    # groups of one pair (decoding), of several, of more than one row chunk (8 register tiles: 96 pairs on
+    # AVX-512, 48 on AVX2); all 40 pairs on one expert: the other groups are empty
+    for count, experts in ((1, 4), (6, 4), (23, 4), (250, 4), (40, 1)):
         rng = np.random.default_rng(count)
         tokens = rng.standard_normal((count, 24)).astype(np.float32)
-        chosen = rng.integers(-4, 4, count).astype(np.int64)  # negative ids count from the end, as in ATen
+        # negative ids count from the end, as in ATen
+        chosen = rng.integers(-4, 4, count).astype(np.int64) if experts > 1 else np.full(count, -2, np.int64)
         _close(compiled(tokens, chosen), module, tokens, chosen)
     with pytest.raises(KilnError, match="aten.index.Tensor: index 4 is out of bounds for dimension 0 with size 4"):
         compiled(tokens, np.full(count, 4, np.int64))
     _close(compiled(tokens, chosen), module, tokens, chosen)  # the failed run leaves no state behind
+
+
+class _ExpertsGiven(torch.nn.Module):
+    """The experts' weights as an input: not packed by the compiler, so each pair takes dot products with its
+    expert's matrix where it lies."""
+
+    def forward(self, weights, tokens, chosen):
+        return torch.bmm(weights[chosen], tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def test_gathered_matrices_of_an_input_take_dot_products(tmp_path):
+    module = _ExpertsGiven()
+    pairs = torch.export.Dim("pairs", max=64)
+    compiled, source = _compile(module, (torch.randn(3, 10, 24), torch.randn(5, 24), torch.tensor([0, 2, 1, 1, 0])),
+                                tmp_path, dynamic_shapes=(None, {0: pairs}, {0: pairs}))
+    assert "pointwise_index" not in source and GEMV in source and "kiln_group_entries(BATCH" not in source
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((3, 10, 24)).astype(np.float32)
+    for count in (1, 7, 40):
+        tokens = rng.standard_normal((count, 24)).astype(np.float32)
+        chosen = rng.integers(-3, 3, count).astype(np.int64)
+        _close(compiled(weights, tokens, chosen), module, weights, tokens, chosen)
 
 
 def test_gathered_experts_read_elsewhere_are_made(tmp_path):

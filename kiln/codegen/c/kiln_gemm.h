@@ -91,6 +91,18 @@ static inline void kiln_gemv4(int rows, int64_t K, const float* a, int64_t lda, 
     out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
 }
 
+/* Entries 0..count-1 grouped by the matrix each reads (which[e] in 0..groups-1), a stable counting sort: group g's
+ * entries are order[start[g] .. start[g + 1]). `cursor` is scratch for `groups` positions. */
+static void kiln_group_entries(int64_t count, int64_t groups, const int64_t* which, int64_t* start, int64_t* cursor,
+                               int64_t* order)
+{
+    for (int64_t g = 0; g <= groups; ++g) start[g] = 0;
+    for (int64_t e = 0; e < count; ++e) ++start[which[e] + 1];
+    for (int64_t g = 0; g < groups; ++g) start[g + 1] += start[g];
+    for (int64_t g = 0; g < groups; ++g) cursor[g] = start[g];
+    for (int64_t e = 0; e < count; ++e) order[cursor[which[e]]++] = e;
+}
+
 /* Pack columns [n0, n0 + KILN_NR) of B (element (k, n) at b[k * sk + n * sn]) into dst[K][KILN_NR]. */
 static void kiln_pack_b_panel(int64_t K, int64_t N, int64_t n0, const float* b, int64_t sk, int64_t sn,
                               float* restrict dst)

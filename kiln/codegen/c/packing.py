@@ -42,6 +42,11 @@ def packed_weight(kernel: Kernel, capability: str) -> PackedWeight | None:
     """How `kernel`'s constant operand is packed at compile time, or None when it is not (see
     render._prepacked for which kernels keep a packed operand at all)."""
     mr, nr = tile_sizes(capability)
+    if kernel.kind == "matmul" and kernel.detail.a_gather is not None:  # each gathered matrix's transpose
+        a_buf, _, a_offset = kernel.detail.a
+        layout = (int(a_offset), int(kernel.detail.a_gather.size[0]), int(kernel.shape[1]), int(kernel.detail.k), nr)
+        return PackedWeight(_name(a_buf.weight_key, "panels", layout), a_buf.weight_key, "panels",
+                            lambda array: _group_panels(array, *layout))
     if kernel.kind == "matmul":
         b_buf, b_strides, b_offset = kernel.detail.b
         k, n = int(kernel.detail.k), int(kernel.shape[-1])

@@ -68,41 +68,142 @@ def _matrix_vector(kernel: Kernel) -> bool:
     return kernel.kind == "matmul" and matrix_vector(kernel.shape, kernel.detail, kernel.outputs[0].dtype)
 
 
-def _gemv_f32(kernel: Kernel) -> list[str]:
+def _gemv_f32(kernel: Kernel, state: RenderState) -> list[str]:
     """`matrix_vector`'s kernel (kiln_gemv4): the team shares (batch, block of 4 rows) units; each block's sums go
-    through the fused epilogue as the GEMM's tiles do. A gathered A (`a_gather`) is read at its index's matrix."""
-    detail, out = kernel.detail, kernel.outputs[0]
+    through the fused epilogue as the GEMM's tiles do. A gathered A (`a_gather`) is `_gathered_gemv`."""
+    detail = kernel.detail
+    if detail.a_gather is not None:
+        return _gathered_gemv(kernel, state)
     rank = len(kernel.shape)
     exprs = _Exprs(rank)
     a_buf, a_strides, a_offset = detail.a
     b_buf, b_strides, b_offset = detail.b
     batch = kernel.shape[0] if rank == 3 else 1
-    a_base = exprs.index(a_strides, a_offset, ["bi", "row", "0"])
-    if detail.a_gather is not None:
-        gather = detail.a_gather
-        index = _Exprs(rank, variables=["bi", "0", "0"]).render(gather.index[0])
-        a_base += f" + {checked_index(index, gather.size[0], 0, gather.op, wrap=True)} * {dim_expr(gather.stride[0])}"
-    b_base = exprs.index(b_strides, b_offset, ["bi", "0", "0"])
+    a_row = f"{buffer_name(a_buf)} + {exprs.index(a_strides, a_offset, ['bi', 'row', '0'])}"
+    lines = [f"const int64_t M = {dim_expr(kernel.shape[-2])}, K = {dim_expr(detail.k)}, BATCH = {dim_expr(batch)};",
+             *_gemv_loop(kernel, a_row)]
+    return ["    " + line for line in lines]
+
+
+def _gemv_loop(kernel: Kernel, a_row: str) -> list[str]:
+    """The team's (batch entry, block of 4 rows) units of dot products, A's rows starting at `a_row` (over bi, row)."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    rank = len(kernel.shape)
+    exprs = _Exprs(rank)
+    b_buf, b_strides, b_offset = detail.b
     value = "(double)sums[r]"
     if detail.bias is not None:
         value = _addmm_value(detail, exprs.render(detail.bias), value)
     index = ["bi", "row + r", "0"] if rank == 3 else ["row + r", "0"]
     result_type = accumulator_type(kernel)
-    lines = [
-        f"const int64_t M = {dim_expr(kernel.shape[-2])}, K = {dim_expr(detail.k)}, BATCH = {dim_expr(batch)};",
+    return [
         "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t bi = 0; bi < BATCH; ++bi)",
         "for (int64_t block = 0; block < (M + 3) / 4; ++block)", "{",
         "    const int64_t row = block * 4;",
         "    const int rows = (int)(M - row < 4 ? M - row : 4);",
         "    float sums[4];",
-        f"    kiln_gemv4(rows, K, {buffer_name(a_buf)} + {a_base}, {dim_expr(a_strides[-2])}, "
-        f"{buffer_name(b_buf)} + {b_base}, {dim_expr(b_strides[-2])}, sums);",
+        f"    kiln_gemv4(rows, K, {a_row}, {dim_expr(detail.a[1][-2])}, "
+        f"{buffer_name(b_buf)} + {exprs.index(b_strides, b_offset, ['bi', '0', '0'])}, {dim_expr(b_strides[-2])}, "
+        "sums);",
         "    for (int r = 0; r < rows; ++r)", "    {",
         *[f"        const int64_t i{k} = {v};" for k, v in enumerate(index)],
         f"        const {result_type} acc_value = ({result_type})({value});",
         f"        {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
         "    }", "}",
+    ]
+
+
+# Register tiles of a group's entries multiplied per packed panel of its matrix: the panel is packed once per chunk.
+_GROUP_ROW_TILES = 8
+
+
+def _gathered_ints(kernel: Kernel) -> Any:
+    """int64 slots of a gathered-A bmm's scratch: each entry's checked matrix index and its place in the grouped
+    order, the groups' starts and cursors."""
+    return 2 * sympy.sympify(kernel.shape[0]) + 2 * sympy.sympify(kernel.detail.a_gather.size[0]) + 1
+
+
+def _gathered_table_packs(kernel: Kernel) -> bool:
+    """A gathered-A bmm whose table is a constant weight of static, contiguous matrices (an expert weight
+    parameter): the compiler packs each matrix's transpose into KILN_NR-wide panels (packing.packed_weight)."""
+    a_buf, a_strides, a_offset = kernel.detail.a
+    sizes = [sympy.sympify(d) for d in (*kernel.shape[1:], kernel.detail.k, kernel.detail.a_gather.size[0],
+                                        kernel.detail.a_gather.stride[0], *a_strides[1:], a_offset)]
+    if a_buf.kind != "weight" or not all(d.is_Integer for d in sizes):
+        return False
+    rows, k = int(kernel.shape[1]), int(kernel.detail.k)
+    return int(a_strides[1]) == k and int(kernel.detail.a_gather.stride[0]) == rows * k
+
+
+def _gathered_gemv(kernel: Kernel, state: RenderState) -> list[str]:
+    """A bmm whose A batch entry bi is matrix `index[bi]` of a table (MatmulDetail.a_gather: Hugging Face's batched
+    mixture of experts), with one output column. Each thread checks the indices into its scratch. A table the
+    compiler packed (`_gathered_table_packs`) is read as linear layers: the entries are grouped by matrix
+    (kiln_group_entries), and each group's entries' columns, up to _GROUP_ROW_TILES register tiles of them copied
+    together as rows, multiply the matrix's KILN_NR-wide panels, each result scattered to its entry; the team
+    shares (row chunk, panel) units. So a matrix is read once per row chunk, not once per entry (decoding reads it
+    once per token either way). Otherwise each entry takes dot products with its matrix where it lies."""
+    detail, out = kernel.detail, kernel.outputs[0]
+    exprs = _Exprs(3)
+    gather = detail.a_gather
+    a_buf, a_strides, a_offset = detail.a
+    b_buf, b_strides, b_offset = detail.b
+    matrix, lda = dim_expr(gather.stride[0]), dim_expr(a_strides[1])
+    checked = checked_index(_Exprs(3, variables=["bi", "0", "0"]).render(gather.index[0]), gather.size[0], 0,
+                            gather.op, wrap=True)
+    ints = dim_expr(_gathered_ints(kernel))
+    lines = [
+        f"const int64_t M = {dim_expr(kernel.shape[1])}, K = {dim_expr(detail.k)}, "
+        f"BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {dim_expr(gather.size[0])};",
+        "unsigned char* own = ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride;",
+        "int64_t* which = (int64_t*)own;  /* each entry's matrix, checked */",
+        f"for (int64_t bi = 0; bi < BATCH; ++bi) which[bi] = {checked};",
+    ]
+    slot = state.packed.get(kernel)
+    if slot is None:
+        table = f"{buffer_name(a_buf)} + {exprs.index(a_strides, a_offset, ['0', '0', '0'])}"
+        return ["    " + line for line in lines + _gemv_loop(kernel, f"{table} + which[bi] * {matrix} + row * {lda}")]
+    value = "(double)tile[r * KILN_NR + c]"
+    if detail.bias is not None:
+        value = _addmm_value(detail, exprs.render(detail.bias), value)
+    result_type = accumulator_type(kernel)
+    chunk_groups = "(start[g + 1] - start[g] + XR - 1) / XR"
+    lines += [
+        "int64_t* start = which + BATCH, * cursor = start + GROUPS + 1, * order = cursor + GROUPS;",
+        f"float* rows_of = (float*)(own + ({ints} * 8 + 63) / 64 * 64);  /* a row chunk's columns, as rows */",
+        f"const int64_t XR = {_GROUP_ROW_TILES} * KILN_MR, panels = kiln_panels(M);",
+        "kiln_group_entries(BATCH, GROUPS, which, start, cursor, order);",
+        "int64_t row_chunks = 0;",
+        f"for (int64_t g = 0; g < GROUPS; ++g) row_chunks += {chunk_groups};",
+        "int64_t copied = -1;  /* the row chunk in rows_of */",
+        "float tile[KILN_MR * KILN_NR] __attribute__((aligned(64)));",
+        "#pragma omp for schedule(dynamic, 1)",
+        "for (int64_t unit = 0; unit < row_chunks * panels; ++unit)", "{",
+        "    const int64_t j = unit % panels, chunk = unit / panels;",
+        "    int64_t q = chunk, g = 0;",
+        f"    while (q >= {chunk_groups}) {{ q -= {chunk_groups}; ++g; }}",
+        "    const int64_t first = start[g] + q * XR;",
+        "    const int64_t count = start[g + 1] - first < XR ? start[g + 1] - first : XR;",
+        "    if (copied != chunk)", "    {",
+        "        for (int64_t e = 0; e < count; ++e)", "        {",
+        f"            const float* column = {buffer_name(b_buf)} + {dim_expr(b_offset)} + order[first + e] * "
+        f"{dim_expr(b_strides[0])};",
+        f"            for (int64_t k = 0; k < K; ++k) rows_of[e * K + k] = column[k * {dim_expr(b_strides[1])}];",
+        "        }",
+        "        copied = chunk;", "    }",
+        f"    const float* panel = ctx->packed[{slot}] + (g * panels + j) * K * KILN_NR;  /* packed by the compiler */",
+        "    const float* ahead = j + 1 < panels ? panel + K * KILN_NR : panel;  /* prefetched meanwhile */",
+        "    const int64_t width = M - j * KILN_NR < KILN_NR ? M - j * KILN_NR : KILN_NR;",
+        "    for (int64_t row = 0; row < count; row += KILN_MR)", "    {",
+        "        const int rows = (int)(count - row < KILN_MR ? count - row : KILN_MR);",
+        "        kiln_ukernel(rows, K, rows_of + row * K, K, 1, panel, ahead, tile);",
+        "        for (int r = 0; r < rows; ++r)",
+        "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
+        "                const int64_t i0 = order[first + row + r], i1 = j * KILN_NR + c, i2 = 0;",
+        f"                const {result_type} acc_value = ({result_type})({value});",
+        f"                {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
+        "            }", "    }", "}",
     ]
     return ["    " + line for line in lines]
 
@@ -111,7 +212,7 @@ def _gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
     """float32 GEMM on the packed micro-kernels (kiln_gemm.h): the team shares (batch, row chunk, B panel) units;
     each unit runs register tiles down its rows and applies the fused epilogue from the tile."""
     if _matrix_vector(kernel):
-        return _gemv_f32(kernel)
+        return _gemv_f32(kernel, state)
     assert kernel.detail.a_gather is None, "a gathered A is only scheduled for a matrix-vector kernel"
     detail, out = kernel.detail, kernel.outputs[0]
     rank = len(kernel.shape)
@@ -1382,6 +1483,9 @@ def _count(number: int, noun: str) -> str:
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
+    if kernel.kind == "matmul" and kernel.detail.a_gather is not None:  # indices, then a row chunk of columns
+        columns = sympy.sympify(kernel.detail.k) * _GROUP_ROW_TILES * _MAX_MR * 4
+        return (_gathered_ints(kernel) * 8 + 63) // 64 * 64 + columns
     if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed and \
             not _matrix_vector(kernel):
         return sympy.sympify(kernel.detail.k) * _MAX_NR * 4
@@ -1496,6 +1600,10 @@ def _prepacked(schedule: Schedule) -> dict:
             weight = kernel.detail.weight
             if weight.buffer.kind == "weight" and all(sympy.sympify(d).is_Integer for d in
                                                       [*weight.shape, weight.offset]):
+                packed[kernel] = len(packed)
+            continue
+        if kernel.kind == "matmul" and kernel.detail.a_gather is not None:
+            if _gathered_table_packs(kernel):
                 packed[kernel] = len(packed)
             continue
         if kernel.kind != "matmul" or len(kernel.shape) != 2 or not _gemm_operands_f32(kernel) or \
