@@ -803,7 +803,9 @@ class _Scheduler:
             beta, alpha = args[3], args[4]
         else:
             a, b = args[0], args[1]
-        vb, gathered, detail = self.materialized(b), self.batch_gathers.get(a), None
+        gathered, detail = self.batch_gathers.get(a), None
+        va = self.materialized(a) if gathered is None else None
+        vb = self.materialized(b)
         if gathered is not None:  # A's matrices by index (_batch_gather), for a target's matrix-vector kernel
             table = gathered.table
             trial = MatmulDetail((table.buffer, [sympy.Integer(0), *table.strides[1:]], table.offset),
@@ -813,7 +815,7 @@ class _Scheduler:
                 del self.batch_gathers[a]
                 detail = trial
         if detail is None:
-            va = self.materialized(a)
+            va = self.materialized(a) if va is None else va
             if len(out_shape) == 2:  # a batch of one
                 a_operand, b_operand = ((v.buffer, [0, v.strides[0], v.strides[1]], v.offset) for v in (va, vb))
             else:
