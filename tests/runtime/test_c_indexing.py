@@ -128,3 +128,20 @@ def test_out_of_range_index_fails_the_run(bad, tmp_path):
     with pytest.raises(KilnError, match=f"index {bad - 1} is out of bounds for dimension 0 with size 4"):
         model(x, i, np.full((3, 5), bad - 1, np.int64))
     _check(model(x, i, g), program(x, i, g))  # the failed run leaves no state behind
+
+
+def test_whole_rows_gathered_check_each_row_index_once(tmp_path):
+    """x[i] of whole rows: the kernel checks each row's index once, before the loop over the row (_Exprs'
+    hoist_from); negative indices wrap, an out-of-range one fails the run naming the op."""
+    def fn(x, i):
+        return call(aten.index.Tensor, x, [i]) * 2.0
+
+    x = np.random.default_rng(0).standard_normal((5, 3, 8)).astype(np.float32)
+    i = np.array([4, -1, 0, 2], np.int64)
+    program, model = _compile(fn, (kiln.tensor(x), kiln.tensor(i)), None, tmp_path)
+    source = (tmp_path / "model" / "model.c").read_text()
+    assert "const int64_t h0 = kiln_index_wrap(" in source
+    _check(model(x, i), program(x, i))
+    with pytest.raises(KilnError, match="aten.index.Tensor: index 5 is out of bounds for dimension 0 with size 5"):
+        model(x, np.array([0, 5, 1, 1], np.int64))
+    _check(model(x, i), program(x, i))
