@@ -71,6 +71,45 @@ def test_cnn_folds_batch_norm_pools_without_indices_and_is_no_larger_than_torch_
         torch.testing.assert_close(torch.from_numpy(_run(program, args)[0]), model(*args))
 
 
+def test_clamps_with_constant_bounds_are_clip_which_onnxruntime_fuses_into_the_conv(tmp_path):
+    """ReLU6 (MobileNet), hardtanh and one-sided clamps are one Clip each, as torch.onnx writes them: onnxruntime
+    fuses a Clip after a Conv into it. A NaN stays NaN and infinities clip as in ATen (a missing bound is an
+    infinity, not Clip's default of the type's finite extreme)."""
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = torch.nn.functional.relu6(self.conv1(x))
+            y = torch.nn.functional.hardtanh(self.conv2(y), -2.0, 3.0)
+            return y, torch.clamp(x, max=0.5), torch.clamp(x, min=-0.25)
+
+    torch.manual_seed(0)
+    model, args = Model().eval(), (torch.randn(2, 3, 8, 8),)
+    program = kiln.onnx.export(kiln.from_torch(model, args))
+    check_model(program)
+    ops = _ops(program)
+    assert ops == {"Conv": 2, "Clip": 4}, ops
+    assert sum(ops.values()) <= _torch_onnx_node_count(model, args)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    import onnx
+    nodes = onnx.load(tmp_path / "optimized.onnx").graph.node
+    # each Conv carries its Clip as its activation (FusedConv, or the NCHWc Conv on CPUs with wide vectors)
+    activations = [a.s for node in nodes if "Conv" in node.op_type for a in node.attribute if a.name == "activation"]
+    assert activations == [b"Clip", b"Clip"], [node.op_type for node in nodes]
+    assert [node.op_type for node in nodes].count("Clip") == 2  # the clamps of x alone
+    x = args[0].clone()
+    x[0, 0, 0, :4] = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.3])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        for g, e in zip(got, model(x)):
+            torch.testing.assert_close(torch.from_numpy(g), e, equal_nan=True)
+
+
 def test_batch_norm_without_a_conv_before_it_is_a_batch_normalization_node():
     class Model(nn.Module):
         def __init__(self):
