@@ -109,10 +109,12 @@ def from_torch(module: Any, args: tuple, kwargs: dict[str, Any] | None = None, *
     torch = _require_torch()
     exported = torch.export.export(module, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     names = _dim_names(module, tuple(args), kwargs, dynamic_shapes, exported)
-    lacking = _ops_kiln_lacks(exported)
-    if lacking:  # decompose just those: torch's full run_decompositions() fails on some real models (GPT-2)
-        table = torch.export.default_decompositions()
-        exported = exported.run_decompositions({op: table[op] for op in lacking if op in table})
+    # Decompose just the ops kiln lacks (torch's full run_decompositions() fails on some real models: GPT-2), again
+    # while a decomposition leaves others kiln lacks (log_sigmoid becomes log_sigmoid_forward).
+    table, decomposed = torch.export.default_decompositions(), set()
+    while lacking := [op for op in _ops_kiln_lacks(exported) if op in table and op not in decomposed]:
+        decomposed.update(lacking)
+        exported = exported.run_decompositions({op: table[op] for op in decomposed})
     return program_from_torch(exported, names)
 
 

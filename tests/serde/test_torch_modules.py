@@ -293,6 +293,19 @@ def test_from_torch_decomposes_only_the_ops_kiln_lacks():
     assert_same(program(x.numpy()), module(x).detach())
 
 
+def test_from_torch_decomposes_until_kiln_has_every_op():
+    """log_sigmoid decomposes into log_sigmoid_forward, which kiln lacks too: torch is asked again for it."""
+    class LogSigmoid(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.logsigmoid(x) * 2.0
+
+    module = LogSigmoid()
+    x = torch.tensor([-100.0, -3.0, 0.0, 0.5, 40.0, float("inf"), float("-inf")])
+    program = kiln.from_torch(module, (x,))
+    assert not any("log_sigmoid" in name for name in program.op_histogram())
+    assert_same(program(x.numpy()), module(x))
+
+
 def test_a_no_grad_submodule_is_read_in_place(tmp_path):
     """A `@torch.no_grad()` forward exports as higher_order.wrap_with_set_grad_enabled (Hugging Face's sinusoidal
     position embeddings); grad mode means nothing to an inference program, so kiln reads its nodes in place."""
