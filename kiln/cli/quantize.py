@@ -119,6 +119,8 @@ def _progress_bar(done: int, total: int, quiet: bool) -> None:
 def run_quantize(options: argparse.Namespace) -> int:
     import kiln
     from kiln import quantization as kq
+    from kiln.codegen.onnx import MAX_OPSET, MIN_OPSET
+    from kiln.codegen.onnx.quantized import BLOCKED_QDQ_OPSET
 
     output = Path(options.output)
     if output.suffix not in FORMATS:
@@ -127,8 +129,9 @@ def run_quantize(options: argparse.Namespace) -> int:
         raise KilnError(f"cannot write {output}: folder {output.parent} does not exist")
     if options.opset is not None and output.suffix != ".onnx":
         raise KilnError(f"--opset applies to ONNX output, not {output.suffix}", fix="write OUT.onnx, or drop --opset")
-    if options.opset is not None and not 18 <= options.opset <= 23:
-        raise KilnError(f"opset {options.opset} is not supported by the ONNX emitter", fix="choose 18 to 23")
+    if options.opset is not None and not MIN_OPSET <= options.opset <= MAX_OPSET:  # before calibrating
+        raise KilnError(f"opset {options.opset} is not supported by the ONNX emitter",
+                        fix=f"choose {MIN_OPSET} to {MAX_OPSET}")
     if options.scheme == "static" and options.calibration is None:
         raise KilnError("static quantization needs calibration data", fix="pass --calibration DATA.npz")
     if options.report and options.calibration is None:
@@ -159,7 +162,7 @@ def run_quantize(options: argparse.Namespace) -> int:
         if args is None:
             from kiln.cli.export import example_inputs
             args = example_inputs(request.program)[0]
-        opset = options.opset or (21 if options.scheme == "weight-only-int4" else None)
+        opset = options.opset or (BLOCKED_QDQ_OPSET if options.scheme == "weight-only-int4" else None)
         kiln.onnx.export(quantized, tuple(args), opset_version=opset).save(output)
     else:
         kiln.save(quantized, output)

@@ -236,16 +236,7 @@ def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = Fals
     element to recover the indices), vectorized with `simd`. `hoisted` lines (see _Exprs) go before the innermost
     loop, which must then run at least once."""
     rank = len(shape)
-    if hoisted and rank > 1:
-        lines = [f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)"]
-        lines += [f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})"
-                  for k, d in enumerate(shape[:-1])]
-        outer = indent + "    " * (rank - 1)
-        lines += [f"{outer}{{", *[f"{outer}    {line}" for line in hoisted]]
-        lines += [f"{outer}    #pragma omp simd"] if simd else []
-        lines += [f"{outer}    for (int64_t i{rank - 1} = 0; i{rank - 1} < {dim_expr(shape[-1])}; ++i{rank - 1})",
-                  f"{outer}    {{", *[f"{outer}        {line}" for line in body], f"{outer}    }}", f"{outer}}}"]
-        return lines
+    hoist = bool(hoisted) and rank > 1
     lines = []
     if rank == 0:
         lines.append(f"{indent}#pragma omp single")
@@ -254,13 +245,18 @@ def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = Fals
     else:
         lines.append(f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)")
     for k, d in enumerate(shape):
+        depth = k + (hoist and k == rank - 1)  # the innermost loop sits inside the block of hoisted lines
+        if hoist and k == rank - 1:
+            lines += [f"{indent}{'    ' * k}{{", *[f"{indent}{'    ' * depth}{line}" for line in hoisted]]
         if simd and k == rank - 1 and rank > 1:
-            lines.append(f"{indent}{'    ' * k}#pragma omp simd")
-        lines.append(f"{indent}{'    ' * k}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
-    inner = indent + "    " * rank
+            lines.append(f"{indent}{'    ' * depth}#pragma omp simd")
+        lines.append(f"{indent}{'    ' * depth}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})")
+    inner = indent + "    " * (rank + hoist)
     lines.append(f"{inner}{{")
     lines += [f"{inner}    {line}" for line in body]
     lines.append(f"{inner}}}")
+    if hoist:
+        lines.append(f"{indent}{'    ' * (rank - 1)}}}")
     return lines
 
 
@@ -352,8 +348,12 @@ def _tile_loop(ukernel: str, indices: list[str], target: str, value: str, epilog
         f"        {ukernel}",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
-        *[f"                {line}" for line in indices],
-        f"                const {result_type} acc_value = ({result_type})({value});",
-        f"                {target} = {epilogue};",
+        *[f"                {line}" for line in store_result(indices, target, value, epilogue, result_type)],
         "            }", "    }",
     ]
+
+
+def store_result(indices: list[str], target: str, value: str, epilogue: str, result_type: str) -> list[str]:
+    """One output element of a GEMM-like kernel: its index variables (`indices`, C declarations), `value` read as
+    `result_type`'s acc_value, and the fused epilogue written to `target`."""
+    return [*indices, f"const {result_type} acc_value = ({result_type})({value});", f"{target} = {epilogue};"]

@@ -35,7 +35,7 @@ from kiln.codegen.c.conv import (
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
     accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
-    phase_copy, symbol_name,
+    phase_copy, store_result, symbol_name,
 )
 
 ABI_VERSION = 3
@@ -95,7 +95,9 @@ def _gemv_loop(kernel: Kernel, a_row: str) -> list[str]:
     if detail.bias is not None:
         value = _addmm_value(detail, exprs.render(detail.bias), value)
     index = ["bi", "row + r", "0"] if rank == 3 else ["row + r", "0"]
-    result_type = accumulator_type(kernel)
+    store = store_result([f"const int64_t i{k} = {v};" for k, v in enumerate(index)],
+                         f"{buffer_name(out)}[{_flat(kernel.shape)}]", value, exprs.render(kernel.expr),
+                         accumulator_type(kernel))
     return [
         "#pragma omp for collapse(2) schedule(static)",
         "for (int64_t bi = 0; bi < BATCH; ++bi)",
@@ -106,11 +108,7 @@ def _gemv_loop(kernel: Kernel, a_row: str) -> list[str]:
         f"    kiln_gemv4(rows, K, {a_row}, {dim_expr(detail.a[1][-2])}, "
         f"{buffer_name(b_buf)} + {exprs.index(b_strides, b_offset, ['bi', '0', '0'])}, {dim_expr(b_strides[-2])}, "
         "sums);",
-        "    for (int r = 0; r < rows; ++r)", "    {",
-        *[f"        const int64_t i{k} = {v};" for k, v in enumerate(index)],
-        f"        const {result_type} acc_value = ({result_type})({value});",
-        f"        {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
-        "    }", "}",
+        "    for (int r = 0; r < rows; ++r)", "    {", *[f"        {line}" for line in store], "    }", "}",
     ]
 
 
@@ -164,10 +162,9 @@ def _gathered_gemv(kernel: Kernel, state: RenderState) -> list[str]:
     if slot is None:
         table = f"{buffer_name(a_buf)} + {exprs.index(a_strides, a_offset, ['0', '0', '0'])}"
         return ["    " + line for line in lines + _gemv_loop(kernel, f"{table} + which[bi] * {matrix} + row * {lda}")]
-    value = "(double)tile[r * KILN_NR + c]"
-    if detail.bias is not None:
-        value = _addmm_value(detail, exprs.render(detail.bias), value)
-    result_type = accumulator_type(kernel)
+    store = store_result(["const int64_t i0 = order[first + row + r], i1 = j * KILN_NR + c, i2 = 0;"],
+                         f"{buffer_name(out)}[{_flat(kernel.shape)}]", "(double)tile[r * KILN_NR + c]",
+                         exprs.render(kernel.expr), accumulator_type(kernel))  # (a bmm: no addmm bias)
     chunk_groups = "(start[g + 1] - start[g] + XR - 1) / XR"
     lines += [
         "int64_t* start = which + BATCH, * cursor = start + GROUPS + 1, * order = cursor + GROUPS;",
@@ -200,10 +197,7 @@ def _gathered_gemv(kernel: Kernel, state: RenderState) -> list[str]:
         "        kiln_ukernel(rows, K, rows_of + row * K, K, 1, panel, ahead, tile);",
         "        for (int r = 0; r < rows; ++r)",
         "            _Pragma(\"omp simd\") for (int64_t c = 0; c < width; ++c)", "            {",
-        "                const int64_t i0 = order[first + row + r], i1 = j * KILN_NR + c, i2 = 0;",
-        f"                const {result_type} acc_value = ({result_type})({value});",
-        f"                {buffer_name(out)}[{_flat(kernel.shape)}] = {exprs.render(kernel.expr)};",
-        "            }", "    }", "}",
+        *[f"                {line}" for line in store], "            }", "    }", "}",
     ]
     return ["    " + line for line in lines]
 
@@ -1483,8 +1477,8 @@ def _count(number: int, noun: str) -> str:
 
 def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
     """Per-thread scratch a kernel needs (one packed KILN_NR-wide panel of B or of im2col), or None."""
-    if kernel.kind == "matmul" and kernel.detail.a_gather is not None:  # indices, then a row chunk of columns
-        columns = sympy.sympify(kernel.detail.k) * _GROUP_ROW_TILES * _MAX_MR * 4
+    if kernel.kind == "matmul" and kernel.detail.a_gather is not None:  # indices, then a row chunk's columns
+        columns = sympy.sympify(kernel.detail.k) * _GROUP_ROW_TILES * _MAX_MR * 4 if kernel in packed else 0
         return (_gathered_ints(kernel) * 8 + 63) // 64 * 64 + columns
     if kernel.kind == "matmul" and _gemm_operands_f32(kernel) and kernel not in packed and \
             not _matrix_vector(kernel):

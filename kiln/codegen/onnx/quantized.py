@@ -212,7 +212,7 @@ BLOCKED_QDQ_OPSET = 21
 
 
 def _four_bit_groups(ctx: LoweringContext, weight: Value, scales: Value, zero_points: Value | None,
-                     quant_min: int, quant_max: int, dtype: Any) -> tuple[np.ndarray, ...] | None:
+                     quant_min: int, quant_max: int, dtype: Any, group_size: int) -> tuple[np.ndarray, ...] | None:
     """A group-wise dequantize's constant operands as DequantizeLinear's blocked form takes them, from opset 21:
     the weight [N, K] as 4-bit values (ml_dtypes int4 for int8 storage, uint4 for uint8), the float32 scales and
     the zero points [N, K / group] (zero points None when all are 0). None when the weight is not a 2-d constant
@@ -228,8 +228,8 @@ def _four_bit_groups(ctx: LoweringContext, weight: Value, scales: Value, zero_po
             scale_array.dtype != np.float32 or not low <= quant_min <= quant_max <= high:
         return None
     rows, columns = stored.shape
-    groups = scale_array.size // rows if rows and scale_array.size % rows == 0 else 0
-    if groups == 0 or columns % groups or zeros.size not in (1, scale_array.size) or \
+    groups = columns // effective_group_size(list(stored.shape), list(scales.shape), group_size)  # the op's rule
+    if scale_array.size != rows * groups or zeros.size not in (1, scale_array.size) or \
             np.any((stored < low) | (stored > high)) or np.any((zeros < low) | (zeros > high)):
         return None
     four_bits = ml_dtypes.int4 if signed else ml_dtypes.uint4
@@ -245,7 +245,7 @@ def _dequantize_per_channel_group(ctx: LoweringContext, x: Value, scales: Value,
     """Blocked DequantizeLinear of an INT4 (UINT4) initializer from opset 21; otherwise torch's arithmetic,
     (x - zero_points) * scales over groups of `group_size` along the last dim. A lowering of its own keeps the int4
     weight out of constant folding, which would store it as float32."""
-    found = _four_bit_groups(ctx, x, scales, zero_points, quant_min, quant_max, dtype)
+    found = _four_bit_groups(ctx, x, scales, zero_points, quant_min, quant_max, dtype, group_size)
     if found is not None:
         weight, scale_grid, zero_grid = found
         inputs = [ctx.const(weight), ctx.const(scale_grid)] + ([ctx.const(zero_grid)] if zero_grid is not None else [])
@@ -273,11 +273,12 @@ def int4_weight_linear(ctx: LoweringContext, x: Value, bias: Value | None) -> st
     if getattr(w_dq, "name", "") != f"{Q}.dequantize_per_channel_group.default" or \
             ctx.out_dtype is not dtypes.float32:
         return None
-    weight, scales, zero_points, quant_min, quant_max, dtype, _, out_dtype = bound_arguments(w_dq, ctx.values.get)
+    weight, scales, zero_points, quant_min, quant_max, dtype, group_size, out_dtype = \
+        bound_arguments(w_dq, ctx.values.get)
     if weight is None or scales is None or (w_dq.operands[2:3] and zero_points is None) or \
             dtypes.dtype(out_dtype) is not dtypes.float32:
         return None
-    found = _four_bit_groups(ctx, weight, scales, zero_points, quant_min, quant_max, dtype)
+    found = _four_bit_groups(ctx, weight, scales, zero_points, quant_min, quant_max, dtype, group_size)
     if found is None:
         return None
     weight_grid, scale_grid, zero_grid = (None if grid is None else np.ascontiguousarray(grid.T) for grid in found)
