@@ -16,6 +16,15 @@
 
 static inline float kiln_bits_to_float(int32_t bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
 
+/* One polynomial step, p * x + c. ISO C mode (-std=c11) keeps GCC from contracting a * b + c into an FMA, so the
+ * polynomials below ask for it: one instruction instead of two, and one rounding. Without FMA hardware (the
+ * DEFAULT capability) fmaf would be a library call per element, so there it stays a multiply and an add. */
+#if defined(__FMA__)
+#define KILN_FMAF(p, x, c) fmaf(p, x, c)
+#else
+#define KILN_FMAF(p, x, c) ((p) * (x) + (c))
+#endif
+
 static inline float kiln_expf(float x)
 {
     /* Results below 1.65e-38 (x < -87) flush to 0: computing subnormal results costs a microcode assist per
@@ -25,16 +34,16 @@ static inline float kiln_expf(float x)
     float clamped = x > high ? high : x;
     clamped = clamped < low ? low : clamped;
     /* exp(x) = 2^n exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split so n*ln2 is exact. */
-    const float n = floorf(clamped * 1.44269504088896341f + 0.5f);
-    float r = clamped - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
+    const float n = floorf(KILN_FMAF(clamped, 1.44269504088896341f, 0.5f));
+    float r = KILN_FMAF(n, -0.693359375f, clamped);
+    r = KILN_FMAF(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = KILN_FMAF(p, r, 1.3981999507e-3f);
+    p = KILN_FMAF(p, r, 8.3334519073e-3f);
+    p = KILN_FMAF(p, r, 4.1665795894e-2f);
+    p = KILN_FMAF(p, r, 1.6666665459e-1f);
+    p = KILN_FMAF(p, r, 5.0000001201e-1f);
+    p = KILN_FMAF(p, r * r, r) + 1.0f;
     /* 2^n as two normal factors, so results near overflow stay exact. */
     const int32_t e = (int32_t)n, half = e >> 1;
     const float value = p * kiln_bits_to_float((half + 127) << 23) * kiln_bits_to_float((e - half + 127) << 23);
@@ -47,11 +56,11 @@ static inline float kiln_tanhf(float x)
     /* |x| < 0.625: odd polynomial (no cancellation near 0); else 1 - 2 / (exp(2|x|) + 1) with x's sign. */
     const float z = x * x;
     float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    const float small = x + x * z * p;
+    p = KILN_FMAF(p, z, 2.06390887954e-2f);
+    p = KILN_FMAF(p, z, -5.37397155531e-2f);
+    p = KILN_FMAF(p, z, 1.33314422036e-1f);
+    p = KILN_FMAF(p, z, -3.33332819422e-1f);
+    const float small = KILN_FMAF(x * z, p, x);
     const float large = copysignf(1.0f - 2.0f / (kiln_expf(2.0f * a) + 1.0f), x);
     return a < 0.625f ? small : large;
 }
@@ -61,19 +70,19 @@ static inline float kiln_erff(float x)
     const float a = fabsf(x);
     const float z = x * x;
     float p = 7.853861353153693e-5f;
-    p = p * z - 8.010193625184903e-4f;
-    p = p * z + 5.188327685732524e-3f;
-    p = p * z - 2.685381193529856e-2f;
-    p = p * z + 1.128358514861418e-1f;
-    p = p * z - 3.761262582423300e-1f;
-    p = p * z + 1.128379165726710e+0f;
+    p = KILN_FMAF(p, z, -8.010193625184903e-4f);
+    p = KILN_FMAF(p, z, 5.188327685732524e-3f);
+    p = KILN_FMAF(p, z, -2.685381193529856e-2f);
+    p = KILN_FMAF(p, z, 1.128358514861418e-1f);
+    p = KILN_FMAF(p, z, -3.761262582423300e-1f);
+    p = KILN_FMAF(p, z, 1.128379165726710e+0f);
     const float small = x * p;
-    const float t = 1.0f / (1.0f + 0.3275911f * a);
+    const float t = 1.0f / KILN_FMAF(0.3275911f, a, 1.0f);
     float q = 1.061405429f;
-    q = q * t - 1.453152027f;
-    q = q * t + 1.421413741f;
-    q = q * t - 0.284496736f;
-    q = q * t + 0.254829592f;
+    q = KILN_FMAF(q, t, -1.453152027f);
+    q = KILN_FMAF(q, t, 1.421413741f);
+    q = KILN_FMAF(q, t, -0.284496736f);
+    q = KILN_FMAF(q, t, 0.254829592f);
     const float large = copysignf(1.0f - q * t * kiln_expf(-z), x);
     return a < 1.0f ? small : large;
 }
