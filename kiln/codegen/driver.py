@@ -33,9 +33,12 @@ from kiln.passes import run as run_passes
 # onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
 # A GELU written out in elementary ops becomes one op (recognize-gelu), which an integer layer fuses.
 # Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
-# once, here, and the quantize ops left around them compute in float.
+# once, here, and the quantize ops left around them compute in float. What else is computed from weights alone
+# (wav2vec2's weight-normalized convolution: its weight's norm took a quarter of a run) is computed once, here, too;
+# views of weights stay views, so a weight read two ways is stored once.
 DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,fold-dequantized-weights,"
-                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,cse,dce")
+                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,"
+                    "fold-constants{freeze=true views=false},cse,dce")
 ALIGN = 64
 
 

@@ -1,7 +1,9 @@
 """Constant folding: ops whose inputs are all known are evaluated with the reference kernels; values that the
 rest of the program still reads become CONSTANT_TENSOR inputs. Quantize/dequantize ops stay, so integer weights
 stay integers. With `freeze`, parameters and buffers count as
-known too (weights are then baked in, and the parameters they came from leave the signature)."""
+known too (weights are then baked in, and the parameters they came from leave the signature). With `views=false`
+a view of constants (a transpose, a reshape) that the program reads stays an op: a weight read both as it is and
+transposed (GPT-2's tied embedding) is then stored once."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class FoldConstants(Pass):
     name = "fold-constants"
 
     freeze: bool = option(False, "treat parameters and buffers (not mutated ones) as constants too")
+    views: bool = option(True, "store a view of constants (transpose, reshape) the program reads as a constant "
+                               "of its own; false keeps it as an op over the stored value")
 
     def apply_program(self, program: ExportedProgram) -> ExportedProgram:
         known: dict[SSAValue, Any] = {}
@@ -38,7 +42,14 @@ class FoldConstants(Pass):
                 run_op(op, known, {})
                 folded.append(op)
         folded_set = set(folded)
+        if not self.views:  # (consumers first: a view read by a kept view is read too)
+            for op in reversed(folded):
+                if "view" in op.opdef.tags and any(use.operation not in folded_set
+                                                   for result in op.results for use in result.uses):
+                    folded_set.discard(op)
         for op in folded:
+            if op not in folded_set:
+                continue
             if not op.operands:
                 continue  # a lone factory (full, arange) is cheaper as an op than as a stored weight
             for result in op.results:

@@ -281,6 +281,36 @@ def test_fold_constants_with_freeze_bakes_parameters_in():
     check_numerics(program, frozen, *input_sets[0])
 
 
+class _TiedAndNormalized(nn.Module):
+    """A weight read as it is (an embedding) and transposed (a tied output layer), and a weight-normalized one."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(kiln.randn(10, 4))
+        self.direction = nn.Parameter(kiln.randn(4, 4))
+        self.gain = nn.Parameter(kiln.randn(4, 1))
+
+    def forward(self, tokens):
+        weight = self.gain * self.direction / (self.direction * self.direction).sum(1, keepdim=True).sqrt()
+        return F.embedding(tokens, self.table) @ weight @ self.table.t()
+
+
+def test_fold_constants_without_views_stores_a_weight_once():
+    """views=false folds the weight norm but keeps the transpose an op over the table, which stays a parameter."""
+    program = optimize(export(_TiedAndNormalized(), kiln.tensor(np.array([[1, 7, 3]]))), "decompose")
+    frozen = optimize(program, "fold-constants{freeze=true views=false}")
+    assert frozen.graph_signature.parameters == ["table"]
+    (constant,) = frozen.constants.values()
+    assert constant.shape == (4, 4)  # the normalized weight; no transposed copy of the table
+    assert count(frozen, "permute.default") == 1 and count(frozen, "sqrt.default") == 0
+    materialized = optimize(program, "fold-constants{freeze=true}")  # the table twice: as it is, and transposed
+    assert materialized.graph_signature.parameters == ["table"]
+    assert sorted(c.shape for c in materialized.constants.values()) == [(4, 4), (4, 10)]
+    tokens = kiln.tensor(np.array([[0, 9, 4]]))
+    check_numerics(program, frozen, tokens)
+    check_numerics(program, materialized, tokens)
+
+
 class _LinearInNestedLoops(nn.Module):
     """A while_loop whose body runs a scan whose body applies a linear layer: its weight reaches the inner body
     through two levels of invariant operands."""
