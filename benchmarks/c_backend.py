@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import sympy
 
 import kiln
 import kiln.models
@@ -104,8 +105,10 @@ def count_flops(program: ExportedProgram, inputs: list[np.ndarray]) -> float:
     bindings = {}
     for arg, value in zip(user_args, inputs):
         for dim, size in zip(arg.type.shape, value.shape):
-            if not isinstance(dim, int) and dim.is_Symbol:
-                bindings[dim] = int(size)
+            if not isinstance(dim, int) and len(dim.free_symbols) == 1:  # s, or a multiple of s (320 * s samples)
+                symbol, = dim.free_symbols
+                scale, offset = sympy.Poly(dim, symbol).all_coeffs()
+                bindings[symbol] = (int(size) - int(offset)) // int(scale)
 
     def shape(value: Any) -> list[int]:
         return [evaluate_dim(d, bindings) for d in value.type.shape]

@@ -50,12 +50,18 @@ def whole_im2col(kernel: Kernel) -> bool:
     return pixels.is_Integer and int(pixels) <= _WHOLE_IM2COL_PIXELS
 
 
-def im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tuple[list[str], list[str]]:
+# A plane's in-plane offsets are int32 below this many elements (room for taps just outside the plane).
+_NARROW_PLANE = 2**30
+
+
+def im2col_panel(kernel: Kernel, weight_shape: list, state: RenderState,
+                 rows: bool = False) -> tuple[list[str], list[str]]:
     """Lines computing one KILN_NR-pixel panel's output positions (`out{k}[c]`, `inside[c]`), and lines packing its
     im2col rows [C_in/g * taps][KILN_NR] of image `bi`, channels from `cin0`, into `panel` (zeros in the padding).
     The caller defines `j` (the panel), `N` (pixels) and the weight shape's channels and taps. With `rows`, the
     same for one KILN_MR-pixel row block of the pixels-as-rows orientation (`conv_weight_layout` "panels"): block
-    `b` of `M` pixels, packed [C_in/g * taps][KILN_MR] into `panel`."""
+    `b` of `M` pixels, packed [C_in/g * taps][KILN_MR] into `panel`. A dynamic plane is indexed as a small one,
+    under a size limit kiln_run checks (`state.size_limits`)."""
     lanes, block, pixel_count = ("KILN_MR", "b", "M") if rows else ("KILN_NR", "j", "N")
     detail = kernel.detail
     x = detail.input
@@ -64,11 +70,16 @@ def im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tupl
     out_sizes = [dim_expr(d) for d in kernel.shape[2:]]
     cig = dim_expr(weight_shape[1])
     # Each pixel column's output position, once per panel (the epilogue reuses it).
-    # In-plane offsets fit int32 (one vector gather per 16 columns) when the input plane is static and small; the tap
-    # table is then int32 arithmetic, which vectorizes (in int64 it took a third of an RGB stem's time).
+    # In-plane offsets are int32 (one vector gather per 16 columns, and row copies) when the input plane is small;
+    # the tap table is then int32 arithmetic, which vectorizes (in int64 it took a third of an RGB stem's time). A
+    # dynamic plane (an audio model's length, an image size) is indexed so too, under a limit kiln_run checks: in
+    # int64, wav2vec2's feature encoder gathered every im2col element with a scalar load.
     plane_elements = sympy.sympify(sum((sympy.sympify(d) - 1) * sympy.sympify(stride)
                                        for d, stride in zip(x.shape[2:], x.strides[2:])))
-    narrow = plane_elements.is_Integer and int(plane_elements) < 2**30  # room for taps just outside the plane
+    narrow = not plane_elements.is_Integer or int(plane_elements) < _NARROW_PLANE
+    if not plane_elements.is_Integer:
+        state.size_limits.append((plane_elements, _NARROW_PLANE, f"a convolution's input plane reaches offset "
+                                  f"{plane_elements}: 2**30 or more, past the 32-bit offsets of the compiled code"))
     offset_type = "int32_t" if narrow else "int64_t"
     positions = [*[f"{offset_type} base{k}[{lanes}];" for k in range(n)],
                  *[f"int64_t out{k}[{lanes}];" for k in range(n)],
@@ -84,9 +95,11 @@ def im2col_panel(kernel: Kernel, weight_shape: list, rows: bool = False) -> tupl
     # The tap table: for each kernel tap and pixel column, the input's in-plane offset, or -1 in the padding.
     # It depends on the spatial position only, so every input channel reuses it, and the copy loop below is a
     # masked gather the compiler vectorizes.
-    def narrowed(size: Any) -> str:  # a static size as an int literal in the int32 table (int64 would widen it)
+    def narrowed(size: Any) -> str:  # a size as an int in the int32 table (int64 would widen it)
         size = sympy.sympify(size)
-        return str(int(size)) if narrow and size.is_Integer else dim_expr(size)
+        if not narrow:
+            return dim_expr(size)
+        return str(int(size)) if size.is_Integer else f"(int32_t){dim_expr(size)}"
     plane_offset = " + ".join(f"q{k} * {narrowed(x.strides[2 + k])}" for k in range(n))
     # bitwise, not short-circuit: GCC vectorizes the table only without branches
     inside = " & ".join(["inside[c]"] + [f"(q{k} >= 0) & (q{k} < {narrowed(x.shape[2 + k])})" for k in range(n)])
@@ -159,7 +172,7 @@ def _conv_gemm_f32(kernel: Kernel, state: RenderState) -> list[str]:
         *_chunking("BATCH * GROUPS * panels"),
         "float* pack = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
     ]
-    positions, packing = im2col_panel(kernel, w.shape)
+    positions, packing = im2col_panel(kernel, w.shape, state)
     value = "(double)tile[r * KILN_NR + c]"
     if bias is not None:
         value = f"{value} + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]"
@@ -222,7 +235,7 @@ def _conv_pixel_rows(kernel: Kernel, state: RenderState) -> list[str]:
     groups = int(detail.groups)
     taps = [dim_expr(d) for d in w.shape[2:]]
     cig = dim_expr(w.shape[1])
-    positions, packing = im2col_panel(kernel, w.shape, rows=True)
+    positions, packing = im2col_panel(kernel, w.shape, state, rows=True)
     indices, target, epilogue, _ = conv_epilogue(kernel, "g * N + j * KILN_NR + c", pixel="pixel")
     value = "(double)by_channel[c * M + pixel]"
     if bias is not None:

@@ -88,6 +88,35 @@ def dim_expr(expr: Any) -> str:
     raise UnsupportedError(f"cannot render the size expression {expr} in C")
 
 
+_FLOORDIV = "kiln_floordiv("
+_INVARIANT_NAMES = re.compile(r"[A-Za-z_]\w*")
+
+
+def hoist_symbol_divisions(text: str) -> tuple[list[str], str]:
+    """A kernel body with each floor division of size symbols (dim_expr's kiln_floordiv of `sym_*` and
+    literals: a convolution's output length) computed once, in the returned declarations, instead of inside
+    its loops. Inside a loop such a division keeps GCC 12 from vectorizing it at all, and it costs an integer
+    division per use."""
+    names: dict[str, str] = {}
+    pieces, at = [], 0
+    while (start := text.find(_FLOORDIV, at)) >= 0:
+        depth, end = 0, start + len(_FLOORDIV) - 1
+        for end in range(end, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        call = text[start:end + 1]
+        words = _INVARIANT_NAMES.findall(call)
+        if all(w in ("kiln_floordiv", "INT64_C") or w.startswith("sym_") for w in words):
+            pieces += [text[at:start], names.setdefault(call, f"symdiv{len(names)}")]
+            at = end + 1
+        else:  # a division of run-time values: look inside it for invariant ones
+            pieces.append(text[at:start + len(_FLOORDIV)])
+            at = start + len(_FLOORDIV)
+    pieces.append(text[at:])
+    return [f"    const int64_t {name} = {call};" for call, name in names.items()], "".join(pieces)
+
+
 def condition_expr(condition: Any) -> str:
     """A condition on the symbols (a runtime assertion: `u0 <= s0`, `Eq(Mod(s0, 4), 0)`) as a C expression."""
     relations = {"==": "==", "!=": "!=", "<=": "<=", "<": "<", ">=": ">=", ">": ">"}
@@ -105,8 +134,10 @@ class _Exprs:
     """Renders expression trees for one kernel whose output index variables are i0, i1, ..."""
 
     def __init__(self, rank: int, accumulator: str = "acc_value", variables: list[str] | None = None,
-                 hoist_from: str | None = None):
+                 hoist_from: str | None = None, replaced: dict[int, str] | None = None):
         self.rank = rank
+        # expression nodes (by id) rendered as given C text instead: a staged pointwise kernel's copied leaves
+        self.replaced = replaced or {}
         self.accumulator = accumulator
         self.variables = variables if variables is not None else [f"i{k}" for k in range(rank)]
         # With `hoist_from` (the innermost loop's variable), checked indices that do not read it become locals
@@ -134,6 +165,8 @@ class _Exprs:
         return " + ".join(terms) or "0"
 
     def render(self, node: Any) -> str:
+        if id(node) in self.replaced:
+            return self.replaced[id(node)]
         if isinstance(node, Load):
             element = f"{buffer_name(node.buffer)}[{self.index(node.strides, node.offset)}]"
             if node.buffer.dtype == dtypes.bool_:  # read as bytes: GCC does not vectorize loads of _Bool
@@ -226,15 +259,20 @@ class RenderState:
 
     packed: dict = field(default_factory=dict)  # kernel -> index into ctx->packed (B operands packed at create)
     scratch: list = field(default_factory=list)  # per-thread scratch bytes each kernel needs (size expressions)
+    # (size expression, exclusive bound, error message): sizes a kernel's code assumes stay below a bound, which
+    # kiln_run checks where the symbols' ranges do not (a convolution indexing a dynamic plane with 32-bit offsets)
+    size_limits: list = field(default_factory=list)
 
 
 def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False,
-           hoisted: list[str] | None = None) -> list[str]:
+           hoisted: list[str] | None = None, share_all: bool = False) -> list[str]:
     """A loop nest over `shape` whose iterations the run's OpenMP team shares (kernels run inside one parallel
     region: `omp for` here is orphaned, and its implicit barrier orders this kernel before the next). The team
     shares the outer dims; the innermost loop stays a plain loop (collapsing it too would cost a division per
-    element to recover the indices), vectorized with `simd`. `hoisted` lines (see _Exprs) go before the innermost
-    loop, which must then run at least once."""
+    element to recover the indices), vectorized with `simd`. With `share_all` the team shares every dim: a body
+    that is a whole row or tile (a layer norm's row: over a [1, seq] batch of rows, sharing only the outer dim ran
+    them all on one thread). `hoisted` lines (see _Exprs) go before the innermost loop, which must then run at least
+    once."""
     rank = len(shape)
     hoist = bool(hoisted) and rank > 1
     lines = []
@@ -243,7 +281,7 @@ def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = Fals
     elif rank == 1:
         lines.append(f"{indent}#pragma omp for{' simd' if simd else ''} schedule(static)")
     else:
-        lines.append(f"{indent}#pragma omp for collapse({rank - 1}) schedule(static)")
+        lines.append(f"{indent}#pragma omp for collapse({rank if share_all else rank - 1}) schedule(static)")
     for k, d in enumerate(shape):
         depth = k + (hoist and k == rank - 1)  # the innermost loop sits inside the block of hoisted lines
         if hoist and k == rank - 1:

@@ -124,6 +124,9 @@ FLOAT32_RULES: dict[str, Rule] = {
                                     else f"kiln_geluf((float)({a[0]}))"),
 }
 
+# Ops whose float32 rule above is a kiln_math.h function: straight-line code that only vectorized loops make fast.
+VECTOR_MATH_OPS = frozenset(FLOAT32_RULES)
+
 
 def _float32_operands(rule: Rule) -> Rule:
     """The rule on operands rounded to float32 first, as ATen reads them for a float32 result (integer tensors

@@ -20,22 +20,24 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
+from kiln.ir.symbolic import bound_expr
 from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.packing import packed_weight, tile_sizes
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.kernels import (
-    Buffer, Kernel, MatmulDetail, Schedule, contiguous_strides, matrix_vector, same_dim,
+    Apply, Buffer, Gather, Kernel, Load, MatmulDetail, Schedule, Tile, contiguous_strides, matrix_vector, same_dim,
 )
 from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.c import quantized, recurrent
+from kiln.codegen.c.pointwise import VECTOR_MATH_OPS
 from kiln.codegen.c.conv import (
     conv_as_gemm, conv_epilogue, depthwise, depthwise_scratch, im2col_panel, pixel_rows, render_conv, whole_im2col,
 )
 from kiln.codegen.c.ctext import (
     RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
     accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
-    phase_copy, store_result, symbol_name,
+    hoist_symbol_divisions, phase_copy, store_result, symbol_name,
 )
 
 ABI_VERSION = 3
@@ -54,9 +56,83 @@ def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     # (an index is hoisted out of the innermost loop only where that loop runs: ATen checks no index of an empty row)
     hoist = f"i{rank - 1}" if rank > 1 and innermost.is_Integer and int(innermost) > 0 else None
     exprs = _Exprs(rank, hoist_from=hoist)
+    store = f"{buffer_name(out)}[{_flat(kernel.shape)}]"
+    staged = _strided_leaves(kernel) if rank > 1 and _vector_math(kernel.expr) else []
+    if staged:
+        return _staged_pointwise(kernel, staged, store)
     value = exprs.render(kernel.expr)
-    return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {value};"], simd=True,
-                  hoisted=exprs.hoisted)
+    return _loops(kernel.shape, [f"{store} = {value};"], simd=True, hoisted=exprs.hoisted)
+
+
+# A staged pointwise kernel copies its strided operands into the stack in tiles of this many rows by elements.
+_STAGE_ROWS, _STAGE = 64, 64
+
+
+def _vector_math(node: Any) -> bool:
+    """Whether an expression calls one of kiln_math.h's vectorizable float32 functions."""
+    if not isinstance(node, Apply):
+        return False
+    return (node.op in VECTOR_MATH_OPS and node.dtype == dtypes.float32) or any(_vector_math(a) for a in node.args)
+
+
+def _strided_leaves(kernel: Kernel) -> list[Any]:
+    """The operands a pointwise kernel's innermost loop reads other than contiguously or as a broadcast: a
+    transposed view (a stride along the row), a repeat (a modulo) or a checked gather."""
+    rank, found = len(kernel.shape), []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, Apply):
+            for arg in node.args:
+                visit(arg)
+        elif isinstance(node, (Load, Tile)):
+            modulo = isinstance(node, Tile) and node.sizes[rank - 1] is not None
+            if modulo or sympy.sympify(node.strides[rank - 1]) not in (0, 1):
+                found.append(node)
+        elif isinstance(node, Gather) and node not in found:
+            found.append(node)
+
+    visit(kernel.expr)
+    return found
+
+
+def _staged_pointwise(kernel: Kernel, leaves: list[Any], store: str) -> list[str]:
+    """A pointwise kernel whose vectorizable math reads strided operands (`_strided_leaves`): GCC 12 vectorizes
+    no strided load, even with AVX-512's gathers, so such a loop ran scalar, GELU included (6 ns an element; a
+    transpose before an activation is wav2vec2's feature encoder). The kernel goes in tiles of _STAGE_ROWS rows by
+    _STAGE elements: plain loops copy the strided operands into stack buffers, each along the dim where it reads
+    consecutive elements (down the rows for a transpose, so every cache line it loads serves _STAGE_ROWS rows), then
+    the math runs vectorized over the buffers."""
+    rank = len(kernel.shape)
+    outer, inner = f"i{rank - 2}", f"i{rank - 1}"
+    rows, row = dim_expr(kernel.shape[-2]), dim_expr(kernel.shape[-1])
+    exprs = _Exprs(rank)
+    copies, declarations, replaced = [], [], {}
+    for k, leaf in enumerate(leaves):
+        dtype = (leaf.table.buffer if isinstance(leaf, Gather) else leaf.buffer).dtype
+        element = "uint8_t" if dtype == dtypes.bool_ else c_type(dtype)  # (a bool leaf renders as a 0/1 test)
+        declarations.append(f"    {element} s{k}[{_STAGE_ROWS}][{_STAGE}] __attribute__((aligned(64)));")
+        down = isinstance(leaf, (Load, Tile)) and sympy.sympify(leaf.strides[rank - 2]) == 1
+        loops = (["c < count", "r < height"] if down else ["r < height", "c < count"])
+        copies += [f"    for (int64_t {loops[0].split()[0]} = 0; {loops[0]}; ++{loops[0].split()[0]})",
+                   f"        for (int64_t {loops[1].split()[0]} = 0; {loops[1]}; ++{loops[1].split()[0]})", "        {",
+                   f"            const int64_t {outer} = first + r, {inner} = c0 + c;",
+                   f"            s{k}[r][c] = ({element})({exprs.render(leaf)});", "        }"]
+        replaced[id(leaf)] = f"(s{k}[r][c] != 0)" if dtype == dtypes.bool_ else f"s{k}[r][c]"
+    value = _Exprs(rank, replaced=replaced).render(kernel.expr)
+    # (the loop over tiles of rows is the nest's last one: its variable, named for the dim, counts tiles)
+    body = [
+        f"const int64_t first = {outer} * {_STAGE_ROWS};",
+        f"const int64_t height = {rows} - first < {_STAGE_ROWS} ? {rows} - first : {_STAGE_ROWS};",
+        f"for (int64_t c0 = 0; c0 < {row}; c0 += {_STAGE})", "{",
+        f"    const int64_t count = {row} - c0 < {_STAGE} ? {row} - c0 : {_STAGE};",
+        *declarations, *copies,
+        "    for (int64_t r = 0; r < height; ++r)",
+        "        _Pragma(\"omp simd\") for (int64_t c = 0; c < count; ++c)", "        {",
+        f"            const int64_t {outer} = first + r, {inner} = c0 + c;",
+        f"            {store} = {value};", "        }", "}",
+    ]
+    tiles = -sympy.floor(-sympy.sympify(kernel.shape[-2]) / _STAGE_ROWS)
+    return _loops([*kernel.shape[:-2], tiles], body, share_all=True)
 
 
 def _gemm_operands_f32(kernel: Kernel) -> bool:
@@ -312,9 +388,12 @@ def _attention(kernel: Kernel, state: RenderState) -> list[str]:
                   "        _Pragma(\"omp simd reduction(max:m) reduction(|:nan)\") for (int64_t k = 0; k < L; ++k) "
                   "{ nan |= x[k] != x[k]; m = x[k] > m ? x[k] : m; }",
                   "        if (m == -INFINITY && !nan) { for (int64_t k = 0; k < L; ++k) x[k] = 0.0f; continue; }"]
+    # The softmax runs over the whole padded row, its padding at -inf (exp gives 0): a row's last partial vector of
+    # exps otherwise ran as a scalar loop, the attention's largest cost at short or odd lengths (31 keys: 15 of 31).
     lines += [
+        "        for (int64_t k = L; k < padded; ++k) x[k] = -INFINITY;",
         "#define X(k) x[k]", "#define Y0 x", "#define YS 1",
-        "        { " + ROW_BODIES_F32["aten._softmax.default"] + " }",
+        "        { const int64_t L = padded; " + ROW_BODIES_F32["aten._softmax.default"] + " }",
         "#undef X", "#undef Y0", "#undef YS",
         "    }",
         "    for (int64_t j = 0; j < value_panels; ++j)", "    {",
@@ -547,10 +626,13 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     row = _flat(outer) if outer else "0"
     body = [f"const int64_t L = {dim_expr(length)};", f"const int64_t row = {row};",
             f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */"]
+    tiled = _transposed_rows(kernel)
     if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
         variables = [f"i{k}" for k in range(len(outer))]
         variables.insert(dim, "(k)")
         body.append(f"#define X(k) ({_Exprs(len(kernel.shape), variables=variables).render(detail.input_expr)})")
+    elif tiled:
+        body.append("#define X(k) stage[tile_row * L + (k)]")
     else:
         base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
         body += [f"const int64_t base = {base};",
@@ -574,7 +656,45 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     body += [_row_body(kernel, op), "(void)YS;", "#undef X"]
     if op in NORM_OPS:
         body += ["#undef W", "#undef B"]
-    return _loops(outer, body)
+    if not tiled:
+        return _loops(outer, body, share_all=True)
+    # A tile of _ROW_TILE rows (along the last outer dim, where the input is contiguous) is copied into scratch first,
+    # each of the rows' elements together; the rows then read the scratch. (The tile loop's variable, named for the
+    # dim, counts tiles; each row redefines it as its own index.)
+    last, step = f"i{len(outer) - 1}", dim_expr(source.strides[dim])
+    first_base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
+    tile = [
+        f"const int64_t L = {dim_expr(length)};",
+        "float* stage = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+        f"const int64_t first = {last} * {_ROW_TILE};",
+        f"const int64_t height = {dim_expr(outer[-1])} - first < {_ROW_TILE} ? {dim_expr(outer[-1])} - first : "
+        f"{_ROW_TILE};",
+        "{", f"    const int64_t {last} = first, base = {first_base};",
+        "    for (int64_t k = 0; k < L; ++k)",
+        "        for (int64_t tile_row = 0; tile_row < height; ++tile_row)",
+        f"            stage[tile_row * L + k] = {buffer_name(source.buffer)}[base + tile_row + k * {step}];", "}",
+        "for (int64_t tile_row = 0; tile_row < height; ++tile_row)", "{",
+        f"    const int64_t {last} = first + tile_row;",
+        *[f"    {line}" for line in body[1:]], "}",
+    ]
+    return _loops([*outer[:-1], -sympy.floor(-sympy.sympify(outer[-1]) / _ROW_TILE)], tile, share_all=True)
+
+
+# Rows of a transposed input (a layer norm over the channels of a channels-first tensor: wav2vec2's feature encoder)
+# are copied into scratch this many at a time.
+_ROW_TILE = 16
+
+
+def _transposed_rows(kernel: Kernel) -> bool:
+    """A float32 rows kernel reading its rows across the input's layout: strided along the row, contiguous from one
+    row to the next. Row by row, every element was a scalar load from another cache line (3.3 ns an element); a tile
+    of rows reads each line once."""
+    detail, dim = kernel.detail, kernel.detail.dim
+    source, outer = detail.input, [k for k in range(len(kernel.shape)) if k != detail.dim]
+    if source is None or not outer or kernel.ops[-1] in SORT_OPS or _shared_extremum(kernel):
+        return False
+    return (source.buffer.dtype == dtypes.float32 and sympy.sympify(source.strides[dim]) not in (0, 1)
+            and sympy.sympify(source.strides[outer[-1]]) == 1)
 
 
 def _shared_extremum(kernel: Kernel) -> bool:
@@ -768,7 +888,7 @@ def _max_pool_values(kernel: Kernel) -> list[str]:
              f"    {real} best = {lowest}, v;",
              *[f"    v = ({read})[c]; best = (v > best || v != v) ? v : best;" for read in reads],
              "    out_row[c] = best;", "}"]
-    return _loops(kernel.shape[:-1], body)
+    return _loops(kernel.shape[:-1], body, share_all=True)
 
 
 def _phase_span(kernel: Kernel) -> Any:
@@ -1212,7 +1332,7 @@ def _sparse_conv(kernel: Kernel, state: RenderState) -> list[str]:
     block_rows, block_cols = detail.block
     shape = detail.weight_shape
     taps = math.prod(int(d) for d in shape[2:])
-    positions, packing = im2col_panel(kernel, shape)
+    positions, packing = im2col_panel(kernel, shape, state)
     indices, target, epilogue, flat = conv_epilogue(kernel, "ib * R + r")
     value = "(double)tile[r * KILN_SMB + c]"
     if detail.bias is not None:
@@ -1374,16 +1494,16 @@ class KernelBodies:
 
         def canonical(match: re.Match) -> str:
             return parameters.setdefault(match.group(0), f"buf_arg{len(parameters)}")
-        text = self.pattern.sub(canonical, "\n".join(body))
+        divisions, text = hoist_symbol_divisions(self.pattern.sub(canonical, "\n".join(body)))
         declared = [f"const float* restrict {p}" if used.startswith("ctx->packed") else
                     f"{self.types[used]}* restrict {p}" for used, p in parameters.items()]
         # The same text over buffers of other dtypes (a cast of int32 or of float32 values) is another function.
-        key = (text, tuple(declared))
+        key = ("\n".join([*divisions, text]), tuple(declared))
         shared = self.shared.get(key)
         if shared is None:
             shared = self.shared[key] = f"kernel_body_{len(self.shared)}"
             self.definitions.append([f"KILN_BODY void {shared}({', '.join(['const kiln_ctx* ctx', *declared])})",
-                                     "{", *self.symbol_prologue(), text, "}", ""])
+                                     "{", *self.symbol_prologue(), *divisions, text, "}", ""])
         arguments = [used if used.startswith("ctx->packed") else f"({self.types[used]}*){self.slots[used]}"
                      for used in parameters]
         return [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
@@ -1510,6 +1630,8 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Integer(16)
     if kernel.kind == "rows" and kernel.ops[-1] in SORT_OPS:  # two int64 and two value arrays of the row length
         return sympy.sympify(kernel.shape[kernel.detail.dim]) * 32
+    if kernel.kind == "rows" and _transposed_rows(kernel):  # a tile of rows
+        return sympy.sympify(kernel.shape[kernel.detail.dim]) * _ROW_TILE * 4
     if kernel.kind == "scatter" and kernel.detail.reduce == "mean":  # an int64 count per element of a line
         scattered = next(t for t in kernel.detail.targets if not isinstance(t, int))
         return sympy.sympify(scattered.size) * 8
@@ -1875,6 +1997,11 @@ kiln_model* kiln_create_from_file(const char* path)
         run.append(f"    if (!{condition_expr(guard.expr)}) {{ snprintf(m->error, sizeof m->error, "
                    f"{_cstr('the program assumes ' + str(guard.expr) + ', which these input sizes break')}); "
                    "return 1; }")
+    for size, bound, message in dict.fromkeys(state.size_limits):
+        if bound_expr(size, ranges or {}).upper < bound:
+            continue
+        run.append(f"    if ({dim_expr(size)} >= INT64_C({bound})) {{ snprintf(m->error, sizeof m->error, "
+                   f"{_cstr(message)}); return 1; }}")
     temps = []
     for buf in schedule.buffers:
         slot = f"ctx->buf[{buf.index}]"
