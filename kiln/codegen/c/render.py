@@ -58,14 +58,15 @@ def _pointwise(kernel: Kernel, state: RenderState) -> list[str]:
     exprs = _Exprs(rank, hoist_from=hoist)
     store = f"{buffer_name(out)}[{_flat(kernel.shape)}]"
     staged = _strided_leaves(kernel) if rank > 1 and _vector_math(kernel.expr) else []
-    if staged:
+    if 0 < len(staged) <= _MAX_STAGED:
         return _staged_pointwise(kernel, staged, store)
     value = exprs.render(kernel.expr)
     return _loops(kernel.shape, [f"{store} = {value};"], simd=True, hoisted=exprs.hoisted)
 
 
-# A staged pointwise kernel copies its strided operands into the stack in tiles of this many rows by elements.
-_STAGE_ROWS, _STAGE = 64, 64
+# A staged pointwise kernel copies its strided operands into the stack in tiles of this many rows by elements, for
+# at most _MAX_STAGED operands (256 KB of stack in float64).
+_STAGE_ROWS, _STAGE, _MAX_STAGED = 64, 64, 8
 
 
 def _vector_math(node: Any) -> bool:
@@ -111,10 +112,10 @@ def _staged_pointwise(kernel: Kernel, leaves: list[Any], store: str) -> list[str
         dtype = (leaf.table.buffer if isinstance(leaf, Gather) else leaf.buffer).dtype
         element = "uint8_t" if dtype == dtypes.bool_ else c_type(dtype)  # (a bool leaf renders as a 0/1 test)
         declarations.append(f"    {element} s{k}[{_STAGE_ROWS}][{_STAGE}] __attribute__((aligned(64)));")
-        down = isinstance(leaf, (Load, Tile)) and sympy.sympify(leaf.strides[rank - 2]) == 1
-        loops = (["c < count", "r < height"] if down else ["r < height", "c < count"])
-        copies += [f"    for (int64_t {loops[0].split()[0]} = 0; {loops[0]}; ++{loops[0].split()[0]})",
-                   f"        for (int64_t {loops[1].split()[0]} = 0; {loops[1]}; ++{loops[1].split()[0]})", "        {",
+        first_loop, second_loop = "for (int64_t r = 0; r < height; ++r)", "for (int64_t c = 0; c < count; ++c)"
+        if isinstance(leaf, (Load, Tile)) and sympy.sympify(leaf.strides[rank - 2]) == 1:  # a transpose: down the rows
+            first_loop, second_loop = second_loop, first_loop
+        copies += [f"    {first_loop}", f"        {second_loop}", "        {",
                    f"            const int64_t {outer} = first + r, {inner} = c0 + c;",
                    f"            s{k}[r][c] = ({element})({exprs.render(leaf)});", "        }"]
         replaced[id(leaf)] = f"(s{k}[r][c] != 0)" if dtype == dtypes.bool_ else f"s{k}[r][c]"
