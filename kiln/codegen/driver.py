@@ -35,7 +35,8 @@ from kiln.passes import run as run_passes
 # Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
 # once, here, and the quantize ops left around them compute in float. What else is computed from weights alone
 # (wav2vec2's weight-normalized convolution: its weight's norm took a quarter of a run) is computed once, here, too;
-# views of weights stay views, so a weight read two ways is stored once.
+# views of weights stay views, as before (a GEMM's packing reads a transposed weight where it lies; a materialized
+# transpose would be a second plain copy wherever something else reads it).
 DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,fold-dequantized-weights,"
                     "decompose{namespaces=aten,quantized_decomposed},canonicalize,"
                     "fold-constants{freeze=true views=false},cse,dce")

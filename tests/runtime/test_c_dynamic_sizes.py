@@ -141,15 +141,15 @@ class _TiedAndNormalized(kiln.nn.Module):
 
 
 def test_compile_computes_weight_only_values_once(tmp_path):
-    """The weight norm is computed by the compiler, not by every run; the table is stored once, not also
-    transposed."""
+    """The weight norm is computed by the compiler, not by every run: no kernel computes it, and neither its
+    parameters nor a transposed table are stored."""
     program = kiln.export(_TiedAndNormalized(), (kiln.tensor(np.array([[1, 7, 3]])),),
                           dynamic_shapes=({1: kiln.Dim("seq", max=64)},))
     compiled = compile_c(program, output=tmp_path / "model")
     assert not any("sum" in name or "sqrt" in name or "div" in name for name, _ in compiled.profile(
         np.array([[5, 6]]), runs=1))
-    # stored as they are: the table (the embedding reads it) and nothing else, no transposed table; the GEMMs read
-    # the folded weight and the table from panels the compiler packed
+    # stored as they are: the table (the embedding reads it) and nothing else (unfolded, the direction and the gain
+    # would be too); the GEMMs read the folded weight and the transposed table from panels the compiler packed
     assert [e["shape"] for e in compiled.manifest["weights"] if "packed_from" not in e] == [[1000, 64]]
     for tokens in ([[0]], [[999, 4, 17, 3]]):
         tokens = np.array(tokens)

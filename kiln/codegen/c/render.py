@@ -85,11 +85,13 @@ def _strided_leaves(kernel: Kernel) -> list[Any]:
         if isinstance(node, Apply):
             for arg in node.args:
                 visit(arg)
+        elif node in found:  # (a node the tree reads twice is staged once)
+            return
         elif isinstance(node, (Load, Tile)):
             modulo = isinstance(node, Tile) and node.sizes[rank - 1] is not None
             if modulo or sympy.sympify(node.strides[rank - 1]) not in (0, 1):
                 found.append(node)
-        elif isinstance(node, Gather) and node not in found:
+        elif isinstance(node, Gather):
             found.append(node)
 
     visit(kernel.expr)
@@ -625,7 +627,8 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     exprs = _Exprs(len(outer))
     out_base = exprs.index([s for k, s in enumerate(full_strides) if k != dim], 0)
     row = _flat(outer) if outer else "0"
-    body = [f"const int64_t L = {dim_expr(length)};", f"const int64_t row = {row};",
+    length_line = f"const int64_t L = {dim_expr(length)};"
+    body = [f"const int64_t row = {row};",
             f"const int64_t YS = {dim_expr(full_strides[dim])};  /* output stride along the row */"]
     tiled = _transposed_rows(kernel)
     if source is None:  # a fused pointwise producer, evaluated at (outer index, k)
@@ -653,19 +656,19 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
     for constant, value in detail.constants.items():
         body.append(f"const double {constant} = {literal(float(value))};")
     if _shared_extremum(kernel):
-        return ["    {", *[f"        {line}" for line in body + _shared_extremum_body(op)], "    }"]
+        return ["    {", *[f"        {line}" for line in [length_line, *body, *_shared_extremum_body(op)]], "    }"]
     body += [_row_body(kernel, op), "(void)YS;", "#undef X"]
     if op in NORM_OPS:
         body += ["#undef W", "#undef B"]
     if not tiled:
-        return _loops(outer, body, share_all=True)
+        return _loops(outer, [length_line, *body], share_all=True)
     # A tile of _ROW_TILE rows (along the last outer dim, where the input is contiguous) is copied into scratch first,
     # each of the rows' elements together; the rows then read the scratch. (The tile loop's variable, named for the
     # dim, counts tiles; each row redefines it as its own index.)
     last, step = f"i{len(outer) - 1}", dim_expr(source.strides[dim])
     first_base = exprs.index([s for k, s in enumerate(source.strides) if k != dim], source.offset)
     tile = [
-        f"const int64_t L = {dim_expr(length)};",
+        length_line,
         "float* stage = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
         f"const int64_t first = {last} * {_ROW_TILE};",
         f"const int64_t height = {dim_expr(outer[-1])} - first < {_ROW_TILE} ? {dim_expr(outer[-1])} - first : "
@@ -676,7 +679,7 @@ def _rows(kernel: Kernel, state: RenderState) -> list[str]:
         f"            stage[tile_row * L + k] = {buffer_name(source.buffer)}[base + tile_row + k * {step}];", "}",
         "for (int64_t tile_row = 0; tile_row < height; ++tile_row)", "{",
         f"    const int64_t {last} = first + tile_row;",
-        *[f"    {line}" for line in body[1:]], "}",
+        *[f"    {line}" for line in body], "}",
     ]
     return _loops([*outer[:-1], -sympy.floor(-sympy.sympify(outer[-1]) / _ROW_TILE)], tile, share_all=True)
 
