@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 
 import kiln
 import kiln.onnx
@@ -49,3 +50,53 @@ def test_matches_interpreter_at_every_size(program, rows):
     y = rng.standard_normal((rows + 1, 3)).astype(np.float32)
     report = program.verify(kiln.Tensor(x), kiln.Tensor(y))
     assert report.ok, str(report)
+
+
+class Frames(nn.Module):
+    """Inputs whose lengths are only ever multiples of the symbol, plus a constant (torch exports wav2vec2's waveform
+    as 320 * frames): the graph computes `frames` from the first such length."""
+
+    def forward(self, padded, waveform):
+        frames = waveform.shape[1] // 5
+        framed = waveform.reshape(waveform.shape[0], frames, 5)
+        positions = kiln.arange(frames).to(kiln.float32)
+        return framed.sum(-1) * positions, padded[:, 3:].reshape(-1, frames, 4).mean(-1)
+
+
+@pytest.mark.parametrize("frames", [1, 4, 33])
+def test_a_symbol_known_only_as_a_multiple_of_itself(frames):
+    """The symbol's source is the input dim 4 * frames + 3: (length - 3) / 4."""
+    count = kiln.Dim("frames", min=1, max=64)
+    exported = kiln.onnx.export(Frames(), (kiln.randn(2, 19), kiln.randn(2, 20)),
+                                dynamic_shapes={"padded": {1: 4 * count + 3}, "waveform": {1: 5 * count}})
+    check_model(exported)
+    rng = np.random.default_rng(frames)
+    padded = rng.standard_normal((2, 4 * frames + 3)).astype(np.float32)
+    waveform = rng.standard_normal((2, 5 * frames)).astype(np.float32)
+    report = exported.verify(kiln.Tensor(padded), kiln.Tensor(waveform))
+    assert report.ok, str(report)
+
+
+def test_dims_that_are_not_a_multiple_of_a_symbol_are_not_its_source():
+    """An input sized floor(s / 2) beside one sized s (the fuzzer's case): s comes from the latter, and the former,
+    which has no inverse, is passed over (the export raised sympy's PolynomialError)."""
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+
+    builder = GraphBuilder()
+    s = builder.shape_env.create_symbol(4, name="s", min=2)
+    half = builder.add_input("half", TensorType.of([2, sympy.floor(s / 2)], kiln.float32))
+    full = builder.add_input("full", TensorType.of([2, s], kiln.float32))
+    with builder:
+        total = ops.aten.sum.dim_IntList(full, [1], True)
+        out = ops.aten.add.Tensor(half, total)
+    program = builder.build([out])
+    exported = kiln.onnx.export(program, (np.zeros((2, 2), np.float32), np.zeros((2, 4), np.float32)))
+    check_model(exported)
+    for size in (2, 5, 8):
+        rng = np.random.default_rng(size)
+        inputs = [rng.standard_normal((2, size // 2)).astype(np.float32),
+                  rng.standard_normal((2, size)).astype(np.float32)]
+        report = exported.verify(*map(kiln.Tensor, inputs))
+        assert report.ok, str(report)

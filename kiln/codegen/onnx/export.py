@@ -21,7 +21,7 @@ from kiln.ir.registry import REGISTRY, OpOverload, split_bound
 from kiln.ir.types import TensorType
 
 from kiln.codegen.onnx.context import Lowering, LoweringContext
-from kiln.codegen.onnx.graph import Model, OnnxGraph, Value, value_info
+from kiln.codegen.onnx.graph import DimSource, Model, OnnxGraph, Value, value_info
 from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
 from kiln.codegen.onnx.optimize import clean_graph
 from kiln.codegen.onnx.recurrent import bidirectional_partner, lower_bidirectional, lower_recurrent, match_recurrent
@@ -98,13 +98,24 @@ def check_lowerable(program: ExportedProgram, lowerable: set[str]) -> None:
             "to kiln.onnx.export, fn(ctx, *args) emitting ONNX nodes")
 
 
-def _dim_sources(program: ExportedProgram, graph_inputs: dict[Any, str]) -> dict[sympy.Symbol, tuple[str, int]]:
-    sources: dict[sympy.Symbol, tuple[str, int]] = {}
-    for arg, name in graph_inputs.items():
-        if isinstance(arg.type, TensorType):
-            for axis, dim in enumerate(arg.type.shape):
-                if isinstance(dim, sympy.Symbol) and dim not in sources:
-                    sources[dim] = (name, axis)
+def _dim_sources(program: ExportedProgram, graph_inputs: dict[Any, str]) -> dict[sympy.Symbol, DimSource]:
+    """Each symbol's input dim: one that is the symbol itself where there is one, else one that is a whole multiple
+    of it plus a constant (torch exports a waveform's length as 320 * frames: its strides' product)."""
+    sources: dict[sympy.Symbol, DimSource] = {}
+    dims = [(name, axis, dim) for arg, name in graph_inputs.items() if isinstance(arg.type, TensorType)
+            for axis, dim in enumerate(arg.type.shape) if isinstance(dim, sympy.Expr) and dim.free_symbols]
+    for name, axis, dim in dims:
+        if dim.is_Symbol:
+            sources.setdefault(dim, DimSource(name, axis))
+    for name, axis, dim in dims:
+        if len(dim.free_symbols) == 1 and not dim.is_Symbol:
+            symbol, = dim.free_symbols
+            if not dim.is_polynomial(symbol):  # floor(s / 2), Max(s, 3): no inverse to compute s from
+                continue
+            polynomial = sympy.Poly(dim, symbol)
+            if polynomial.degree() == 1 and all(c.is_Integer for c in polynomial.all_coeffs()):
+                scale, offset = (int(c) for c in polynomial.all_coeffs())
+                sources.setdefault(symbol, DimSource(name, axis, scale, offset))
     return sources
 
 

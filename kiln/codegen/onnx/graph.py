@@ -163,10 +163,21 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(flat_a[:256], flat_b[:256]) and np.array_equal(flat_a, flat_b))
 
 
-class OnnxGraph:
-    """Nodes of one graph; `dim_sources` maps each program symbol to an (ONNX input, axis) that holds it."""
+@dataclass(frozen=True)
+class DimSource:
+    """Where a graph finds a symbol's value: input `name`'s size along `axis` is scale * symbol + offset (a
+    waveform exported with a length of 320 * frames gives frames as its length / 320)."""
 
-    def __init__(self, model: Model, dim_sources: dict[sympy.Symbol, tuple[str, int]],
+    name: str
+    axis: int
+    scale: int = 1
+    offset: int = 0
+
+
+class OnnxGraph:
+    """Nodes of one graph; `dim_sources` maps each program symbol to the input dim that holds it."""
+
+    def __init__(self, model: Model, dim_sources: dict[sympy.Symbol, DimSource],
                  parent: "OnnxGraph | None" = None):
         self.model = model
         self.dim_sources = dim_sources
@@ -259,8 +270,10 @@ class OnnxGraph:
             if source is None:
                 raise UnsupportedError(f"symbol {expr} is not the size of any input dimension, so the ONNX graph "
                                        "cannot compute it", fix="make the dim a plain Dim of some input")
-            name, axis = source
-            return self.node("Shape", [name], start=axis, end=axis + 1)
+            size = self.node("Shape", [source.name], start=source.axis, end=source.axis + 1)
+            if source.offset:
+                size = self.node("Sub", [size, self.ints([source.offset])])
+            return size if source.scale == 1 else self.node("Div", [size, self.ints([source.scale])])
         if expr.is_Integer:
             return self.ints([int(expr)])
         if isinstance(expr, sympy.Add):
