@@ -86,20 +86,6 @@ def _mixtral_small(torch: Any) -> tuple[Any, tuple, dict]:
     return _Positional(model, ["input_ids"]), (torch.randint(0, 1000, (1, 64)),), {}
 
 
-def _wav2vec2(torch: Any) -> tuple[Any, tuple, Any]:
-    """wav2vec2-base's convolutional feature encoder (seven convolutions of 512 channels with layer norms and
-    GELUs) and positional convolution, with two of its twelve transformer layers, on one second of 16 kHz audio.
-    The waveform's length is dynamic, as a speech model's is: the convolutions index input planes sized at run time."""
-    import transformers
-    from onnx_quality import _Positional
-    config = transformers.Wav2Vec2Config(num_hidden_layers=2, feat_extract_norm="layer", do_stable_layer_norm=True)
-    model = transformers.Wav2Vec2Model(config).eval()
-    # (torch proves the encoder's length guards only for whole multiples of its total stride, 320 samples; the
-    # wrapper takes *tensors, hence the nesting)
-    samples = 320 * torch.export.Dim("frames", min=2, max=500)
-    return _Positional(model, ["input_values"]), (torch.randn(1, 16000),), (({1: samples},),)
-
-
 def _hf_vision(model_class: str, config_class: str, **options: Any) -> Callable[[Any], tuple[Any, tuple, dict]]:
     """A transformers vision backbone at its published size (random weights, nothing downloaded), one 224x224
     image: its depthwise convolutions are most of its time."""
@@ -127,7 +113,7 @@ ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
     "efficientnet_b0": _hf_vision("EfficientNetModel", "EfficientNetConfig", width_coefficient=1.0,
                                   depth_coefficient=1.0, image_size=224, hidden_dim=1280),
     "convnext_tiny": _hf_vision("ConvNextModel", "ConvNextConfig"),
-    "mixtral_small": _mixtral_small, "wav2vec2": _wav2vec2,
+    "mixtral_small": _mixtral_small, "wav2vec2": ONNX_ROWS["wav2vec2"],
 }
 
 

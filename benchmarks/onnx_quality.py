@@ -80,6 +80,19 @@ def _hf(name: str) -> Callable[[Any], tuple[Any, tuple, dict]]:
     return build
 
 
+def _wav2vec2(torch: Any) -> tuple[Any, tuple, Any]:
+    """wav2vec2-base's convolutional feature encoder (seven convolutions of 512 channels with layer norms and
+    GELUs) and positional convolution, with two of its twelve transformer layers, on one second of 16 kHz audio.
+    The waveform's length is dynamic, as a speech model's is: the convolutions index input planes sized at run time."""
+    import transformers
+    config = transformers.Wav2Vec2Config(num_hidden_layers=2, feat_extract_norm="layer", do_stable_layer_norm=True)
+    model = transformers.Wav2Vec2Model(config).eval()
+    # (torch proves the encoder's length guards only for whole multiples of its total stride, 320 samples; the
+    # wrapper takes *tensors, hence the nesting)
+    samples = 320 * torch.export.Dim("frames", min=2, max=500)
+    return _Positional(model, ["input_values"]), (torch.randn(1, 16000),), (({1: samples},),)
+
+
 class _Positional:
     """A Hugging Face model called with positional tensors (both exporters then name the same inputs)."""
 
@@ -100,14 +113,15 @@ class _Positional:
 ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
     "mlp": _mlp, "cnn_b1": _cnn(1), "cnn_b16": _cnn(16), "transformer": _transformer,
     "zoo_mlp": _zoo("mlp"), "zoo_cnn": _zoo("cnn"), "zoo_transformer": _zoo("transformer"), "zoo_gpt": _zoo("gpt"),
-    "gpt2": _hf("gpt2"), "bert": _hf("bert"),
+    "gpt2": _hf("gpt2"), "bert": _hf("bert"), "wav2vec2": _wav2vec2,
 }
 
 
-def _dynamic_shapes(torch: Any, args: tuple, dims: dict) -> tuple | None:
-    """The first input's named dims, e.g. {"batch": 0}; the other inputs static."""
-    if not dims:
-        return None
+def _dynamic_shapes(torch: Any, args: tuple, dims: dict | tuple) -> tuple | None:
+    """The first input's named dims, e.g. {"batch": 0}, the other inputs static; or a row's own dynamic shapes (a
+    tuple, as torch.export takes them: wav2vec2's length is a multiple of a Dim)."""
+    if not dims or isinstance(dims, tuple):
+        return dims or None
     return ({axis: torch.export.Dim(name, max=256) for name, axis in dims.items()},) + (None,) * (len(args) - 1)
 
 
