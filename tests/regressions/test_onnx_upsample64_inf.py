@@ -1,7 +1,7 @@
 """float64 upsampling in ONNX with an infinity in the input: kiln interpolated with two dense matrix products
 (onnxruntime's Resize has no float64 kernel), whose zero weights multiplied the infinity into NaN over its whole
 row; 26 of 35 outputs were NaN where ATen's are finite. The lowering now gathers ATen's two taps per axis
-(kiln/codegen/onnx/lowerings.py _resample64). Found by the differential fuzzer (seed 800)."""
+(kiln/codegen/onnx/lowerings.py _resample_gathered). Found by the differential fuzzer (seed 800)."""
 
 import numpy as np
 import pytest

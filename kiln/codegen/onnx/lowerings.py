@@ -2008,19 +2008,23 @@ def _native_dropout(ctx: LoweringContext, x: Value, p: float, train: bool | None
     return [ctx.graph.cast(out, t, x.dtype), mask]
 
 
+# The dtypes onnxruntime's CPU Resize has kernels for (float16 and bfloat16 compute in float32 here)
+_RESIZE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8)
+
+
 @lowers("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec")
 def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *rest: Any) -> str:
     bilinear = "bilinear" in ctx.op.name
     align_corners, scale_factors = (rest[0], rest[1]) if bilinear else (False, rest[0])
     t = _compute_dtype(x.dtype)
     sizes_in, sizes_out = list(x.shape[-2:]), list(ctx.out.shape[-2:])
-    if t is dtypes.float64:
+    if t not in _RESIZE_DTYPES:  # float64, and for nearest int64, int16, bool...: taps gathered, exact
         if not all(isinstance(d, int) for d in sizes_in + sizes_out):
-            raise UnsupportedError(f"{ctx.op.name.split('.')[1]} of a float64 image with symbolic height or width "
-                                   "has no ONNX form onnxruntime runs (its Resize has no float64 kernel, and kiln "
+            raise UnsupportedError(f"{ctx.op.name.split('.')[1]} of a {t.name} image with symbolic height or width "
+                                   f"has no ONNX form onnxruntime runs (its Resize has no {t.name} kernel, and kiln "
                                    "gathers ATen's taps for static sizes only)",
                                    fix="export with a static image size, or upsample in float32")
-        return _resample64(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None], bilinear,
+        return _resample_gathered(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None], bilinear,
                            align_corners)
     attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
     if bilinear:
@@ -2039,11 +2043,12 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
     return ctx.graph.cast(result, t, x.dtype)
 
 
-def _resample64(ctx: LoweringContext, x: str, sizes_in: list[int], sizes_out: list[int], scales: list[Any],
+def _resample_gathered(ctx: LoweringContext, x: str, sizes_in: list[int], sizes_out: list[int], scales: list[Any],
                 bilinear: bool, align_corners: bool) -> str:
-    """onnxruntime's Resize has no float64 kernel: gather ATen's taps along each axis and weigh them in ATen's order
-    (columns, then rows). A dense interpolation matrix would also multiply an infinity by the zero weights of its
-    row and spread NaN over every output of the row."""
+    """Resampling where onnxruntime's Resize has no kernel for the dtype (float64; int64, int16 and bool for nearest):
+    gather ATen's taps along each axis and weigh them in ATen's order (columns, then rows). A dense interpolation
+    matrix would also multiply an infinity by the zero weights of its row and spread NaN over every output of the
+    row."""
     if not bilinear:
         rows, columns = (nearest_source(size_in, size_out, scale)
                          for size_in, size_out, scale in zip(sizes_in, sizes_out, scales))
