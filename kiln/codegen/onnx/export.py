@@ -159,9 +159,13 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
     outputs_proto = []
     taken: set[str] = set(graph_inputs.values()) | {name for name, _ in model.initializers}
     default_names = program.user_output_names()  # the pytree keys (`logits`) where the outputs have them
+    renamed: dict[str, str] = {}  # a value an earlier output renamed: later outputs read it by its new name
     for index, (value, spec) in enumerate(user_outputs):
         wanted = (output_names or default_names)[index]
-        name = _claim_output(graph, value.name, wanted, taken)
+        produced = renamed.get(value.name, value.name)
+        name = _claim_output(graph, produced, wanted, taken)
+        if name != produced and not any(produced in node.output for node in graph.nodes):
+            renamed[produced] = name
         taken.add(name)
         outputs_proto.append(value_info(name, value.type))
     graph.nodes, model.initializers = clean_graph(graph.nodes, model.initializers, {o.name for o in outputs_proto})

@@ -565,7 +565,9 @@ def _relu(ctx: LoweringContext, x: Value) -> str:
 def _leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> str:
     compute = _compute_dtype(x.dtype)
     value = ctx.as_dtype(x, compute)
-    if compute is dtypes.float64 and ctx.opset >= 16:  # onnxruntime has float64 LeakyRelu only up to opset 15
+    # onnxruntime has float64 LeakyRelu only up to opset 15; and ATen multiplies a zero by the slope too (0 * NaN or
+    # 0 * inf is NaN), where LeakyRelu passes it through
+    if (compute is dtypes.float64 and ctx.opset >= 16) or not math.isfinite(negative_slope):
         result = ctx.node("Where", [ctx.node("Greater", [value, ctx.const(0, compute)]), value,
                                     ctx.node("Mul", [value, ctx.const(negative_slope, compute)])])
     else:
