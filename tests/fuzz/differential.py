@@ -272,10 +272,46 @@ def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, 
         return (result.astype(np.float64) + sign * step).astype(result.dtype)
 
 
+# Normalizations ATen's CPU kernels (and onnxruntime's) compute folded, y = x * alpha + (b - mean * alpha) with
+# alpha = w / sqrt(var + eps): where x is close to the mean, the two terms cancel, and the result is off by an ulp of
+# their magnitudes, not of y (a channel of one element: y = b exactly, folded 4e-4 from it). Each maps the op's
+# arguments to (x, weight, bias, the dims its statistics reduce over, or the running mean and variance, eps).
+def _norm_arguments(name: str, a: list[Any]) -> tuple[Any, ...] | None:
+    spatial = tuple(range(2, np.ndim(a[0])))
+    if name == "aten.instance_norm.default":
+        return (a[0], a[1], a[2], spatial if a[5] else (a[3], a[4]), a[7])
+    if name in ("aten.batch_norm.default", "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default"):
+        return (a[0], a[1], a[2], (0, *spatial) if a[5] else (a[3], a[4]), a[7])
+    if name == "aten._native_batch_norm_legit.no_stats":
+        return (a[0], a[1], a[2], (0, *spatial), a[5])
+    if name == "aten._native_batch_norm_legit_no_training.default":
+        return (a[0], a[1], a[2], (a[3], a[4]), a[6])
+    return None
+
+
+def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, statistics: Any, eps: float) -> np.ndarray:
+    """One ulp (of float32, or of float64 for float64 x) of |x * alpha| + |b| + |mean * alpha|, the folded form's
+    terms, per element of x."""
+    x64 = x.astype(np.float64)
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    if not statistics or isinstance(statistics[0], (int, np.integer)):  # the dims the statistics reduce over
+        mean = x64.mean(axis=statistics, keepdims=True) if x.size else np.zeros(channel)
+        var = x64.var(axis=statistics, keepdims=True) if x.size else np.ones(channel)
+    else:  # running statistics, per channel
+        mean, var = (np.asarray(s, np.float64).reshape(channel) for s in statistics)
+    w = np.ones(channel) if weight is None else np.asarray(weight, np.float64).reshape(channel)
+    b = np.zeros(channel) if bias is None else np.asarray(bias, np.float64).reshape(channel)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        alpha = np.abs(w / np.sqrt(var + eps))
+        ulp = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
+        return (np.abs(x64) * alpha + np.abs(b) + np.abs(mean) * alpha) * ulp
+
+
 @contextlib.contextmanager
 def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
     """Inside, the interpreter moves every float result of every op one ulp (the rounding a backend may differ by),
-    and an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum)."""
+    an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum), and a
+    normalization's one ulp of its folded form's terms (`_folded_norm_step`)."""
     from kiln.ir import interpreter
     exact = interpreter.run_kernel
 
@@ -284,6 +320,17 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         if opdef.name in ACCUMULATING and isinstance(result, np.ndarray) and result.dtype.kind == "f" \
                 and result.size:
             return _reordering(opdef, arguments, result, direction, exact, rng)
+        norm = _norm_arguments(opdef.name, list(arguments))
+        out = result[0] if isinstance(result, (list, tuple)) else result
+        if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size and out.ndim >= 2:
+            sign = {"away": np.sign(out), "toward": -np.sign(out),
+                    "random": np.where(rng.random(out.shape) < 0.5, 1.0, -1.0)}[direction]
+            with np.errstate(invalid="ignore", over="ignore"):
+                moved = (out.astype(np.float64) + sign * _folded_norm_step(*norm)).astype(out.dtype)
+            if not isinstance(result, (list, tuple)):
+                return moved
+            rest = [_nudged([r], direction, rng)[0] if isinstance(r, np.ndarray) else r for r in result[1:]]
+            return type(result)([moved, *rest])
         if isinstance(result, (list, tuple)):
             return type(result)(_nudged([r], direction, rng)[0] if isinstance(r, np.ndarray) else r for r in result)
         return _nudged([result], direction, rng)[0] if isinstance(result, np.ndarray) else result

@@ -167,6 +167,36 @@ def test_a_sum_added_in_another_order_is_told_apart():
         assert abs(float(program(*inputs)) - 3.0) >= 2 * 2e8 * 2.0 ** -23 * 0.99
 
 
+def test_a_normalization_computed_folded_is_told_apart():
+    """instance_norm over channels of one element: (x - mean) * rstd * w + b is exactly b, but ATen's CPU kernel and
+    onnxruntime compute x * alpha + (b - mean * alpha), alpha = w / sqrt(var + eps), whose two terms (near 9000 here)
+    cancel: torch eager returns 1.8613281 where b is 1.8617492. The detector moves a normalization's result by one
+    ulp of those terms' magnitudes, so torch's value counts as ill-conditioned; one further off stays a mismatch."""
+    import numpy as np
+    import torch
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    builder = GraphBuilder()
+    w = builder.add_input('w', TensorType.of([5], kiln.float32))
+    x = builder.add_input('x', TensorType.of([1, 5], kiln.float32))
+    with builder:
+        y = ops.aten.instance_norm.default(x, w, w, None, None, True, 0.1, 1e-05, True)
+    program = builder.build([y])
+    inputs = [np.array([0.93989718, -4.3948474, 1.8617492, 0.31387538, 0.75236738], np.float32),
+              np.array([[4.4974642, -10.218948, 15.229967, 15.030747, 10.836812]], np.float32)]
+    expected = program(*inputs)
+    np.testing.assert_array_equal(expected, inputs[0][None])  # the oracle: exactly the bias
+    folded = torch.ops.aten.instance_norm.default(*(torch.from_numpy(a) for a in (inputs[1], inputs[0], inputs[0])),
+                                                  None, None, True, 0.1, 1e-05, True).numpy()
+    assert compare(folded, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [folded], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(0.05)], [0])
+
+
 def test_indices_chosen_among_equal_values_are_told_apart():
     """topk of a row holding a repeated value: torch eager returned index 9 where the interpreter returned 8 (both
     hold the k-th largest value), which the fuzzer now files as tie-dependent; indices that differ where the values
