@@ -18,14 +18,13 @@ multiply-add, plus the broadcasts), where the dense kernel's weights stay in reg
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from kiln.codegen.c.build import compiler, flags_for, get_cpu_capability  # noqa: E402
+from kiln.codegen.c.build import get_cpu_capability  # noqa: E402
 from c_realistic import cpu_name  # noqa: E402  (benchmarks/c_realistic.py)
+from ukernel_peak import run_harness  # noqa: E402  (benchmarks/ukernel_peak.py)
 
 HARNESS = r"""
 #define _POSIX_C_SOURCE 200809L
@@ -124,18 +123,8 @@ int main(void)
 
 def main() -> None:
     capability = get_cpu_capability()
-    cc = compiler()
-    if cc is None:
-        sys.exit("no C compiler (set CC)")
-    headers = pathlib.Path(__file__).resolve().parents[1] / "kiln" / "codegen" / "c"
-    with tempfile.TemporaryDirectory() as folder:
-        source, binary = pathlib.Path(folder) / "ceiling.c", pathlib.Path(folder) / "ceiling"
-        source.write_text(HARNESS)
-        flags = [f for f in flags_for(capability) if f not in ("-shared", "-fPIC")]
-        # (kiln_24_rows's rows are a constant here, which GCC's loop bounds warning reads as a possible overflow)
-        subprocess.run([cc, *flags, "-Wno-aggressive-loop-optimizations", f"-I{headers}", str(source), "-o",
-                        str(binary), "-lm"], check=True)
-        output = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+    # (kiln_24_rows's rows are a constant here, which GCC's loop bounds warning reads as a possible overflow)
+    output = run_harness(HARNESS, [], ("-Wno-aggressive-loop-optimizations",))
     dense, shape, kernel = (float(v) for v in output.split())
     print(f"2:4 at batch 32, one thread, {capability}, {cpu_name()}; GFLOP/s (2:4: its own multiply-adds)")
     for name, value in (("dense ukernel", dense), ("2:4 loop shape", shape), ("kiln_24_rows", kernel)):

@@ -69,22 +69,28 @@ int main(int argc, char** argv)
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", default="576,4608", help="K depths to time (comma-separated)")
-    options = parser.parse_args()
-    capability = get_cpu_capability()
+def run_harness(harness: str, arguments: list[str], extra_flags: tuple[str, ...] = ()) -> str:
+    """Build a C harness over kiln's headers (kiln/codegen/c) with this capability's flags, run it, return its
+    stdout."""
     cc = compiler()
     if cc is None:
         sys.exit("no C compiler (set CC)")
     headers = pathlib.Path(__file__).resolve().parents[1] / "kiln" / "codegen" / "c"
     with tempfile.TemporaryDirectory() as folder:
-        source, binary = pathlib.Path(folder) / "peak.c", pathlib.Path(folder) / "peak"
-        source.write_text(HARNESS)
-        flags = [f for f in flags_for(capability) if f not in ("-shared", "-fPIC")]
-        subprocess.run([cc, *flags, f"-I{headers}", str(source), "-o", str(binary), "-lm"], check=True)
-        lines = subprocess.run([str(binary), *options.k.split(",")], check=True, capture_output=True,
-                               text=True).stdout.split("\n")
+        source, binary = pathlib.Path(folder) / "harness.c", pathlib.Path(folder) / "harness"
+        source.write_text(harness)
+        flags = [f for f in flags_for(get_cpu_capability()) if f not in ("-shared", "-fPIC")]
+        subprocess.run([cc, *flags, *extra_flags, f"-I{headers}", str(source), "-o", str(binary), "-lm"],
+                       check=True)
+        return subprocess.run([str(binary), *arguments], check=True, capture_output=True, text=True).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", default="576,4608", help="K depths to time (comma-separated)")
+    options = parser.parse_args()
+    capability = get_cpu_capability()
+    lines = run_harness(HARNESS, options.k.split(",")).split("\n")
     print(f"kiln_ukernel at {capability}, one thread, GFLOP/s")
     print(f"{'K':>6} {'tile':>7} {'in cache':>9} {'B streamed':>11} {'4 rows':>7} {'8 rows':>7}")
     for line in filter(None, lines):
