@@ -321,6 +321,12 @@ def _as_strided_meta(self, size, stride, storage_offset=None):
 def _as_strided(self, size, stride, storage_offset=None):
     if any(s == 0 for s in size):
         return np.empty(size, self.dtype)
+    # the meta rule proves this where sizes are known; a data-dependent one (nonzero's rows) is checked here, as
+    # torch does at run time: numpy's as_strided would read past the array
+    last = (storage_offset or 0) + sum((s - 1) * st for s, st in zip(size, stride))
+    require(last < self.size, "aten.as_strided.default",
+            f"sizes {list(size)}, strides {list(stride)} and storage offset {storage_offset or 0} reach element {last} "
+            f"of a storage of {self.size} elements")
     storage = np.ascontiguousarray(self).reshape(-1)[storage_offset or 0:]
     window = np.lib.stride_tricks.as_strided(storage, shape=size,
                                              strides=[s * storage.itemsize for s in stride], writeable=False)
