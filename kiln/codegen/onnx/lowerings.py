@@ -1424,8 +1424,10 @@ def _masked_scatter(ctx: LoweringContext, x: Value, mask: Value, source: Value) 
     positions = ctx.node("Max", [ctx.node("Sub", [counts, ctx.ints([1])]), ctx.ints([0])])
     compute = _kernel_dtype(x.dtype)
     flat_source = ctx.node("Reshape", [ctx.as_dtype(source, compute), ctx.ints([-1])])
-    picked = ctx.node("Gather", [flat_source, ctx.node("Min", [positions, ctx.node(
-        "Sub", [ctx.node("Shape", [flat_source]), ctx.ints([1])])])], axis=0)
+    # one element past the source's: the masked-out positions' gather reads a valid index even where the source is
+    # empty (onnxruntime refused index -1 of an empty source, whose values Where drops anyway)
+    padded = ctx.node("Concat", [flat_source, ctx.const(np.zeros(1, dtype=compute.numpy))], axis=0)
+    picked = ctx.node("Gather", [padded, ctx.node("Min", [positions, ctx.node("Shape", [flat_source])])], axis=0)
     flat_x = ctx.node("Reshape", [ctx.node("Expand", [ctx.as_dtype(x, compute), shape]), ctx.ints([-1])])
     merged = ctx.node("Where", [flat_mask, picked, flat_x])
     return ctx.graph.cast(ctx.node("Reshape", [merged, shape]), compute, x.dtype)
