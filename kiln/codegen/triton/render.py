@@ -629,6 +629,15 @@ def pointwise_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     return blocked(name, args, body, sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
 
 
+def _operand_tile(buffer: str, index: str, mask: str) -> str:
+    """A GEMM operand's tile at `index`, zero where `mask` is off. An operand broadcast from one element (a 0-d
+    tensor expanded to a matrix: every stride 0) has an index no block variable reaches, and Triton refuses a block
+    mask on a scalar pointer: its element is read once and spread over the tile."""
+    if not any(variable in index for variable in ("rm", "rk", "rn")):
+        return f"tl.where({mask}, tl.load({buffer} + ({index})), 0.0)"
+    return f"tl.load({buffer} + ({index}), mask={mask}, other=0.0)"
+
+
 def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """C[b] = A[b] @ B[b] in BM x BN tiles, K in BK steps (`tl.dot`, IEEE float32), the epilogue fused."""
     detail, out = kernel.detail, kernel.outputs[0]
@@ -663,8 +672,8 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             f"acc = tl.zeros((BM, BN), {accumulate})",
             f"for k0 in range(0, {K}, BK):",
             "    rk = k0 + tl.arange(0, BK)",
-            f"    x = tl.load({a} + ({a_index}), mask=(rm[:, None] < {M}) & (rk[None, :] < {K}), other=0.0)",
-            f"    w = tl.load({b} + ({b_index}), mask=(rk[:, None] < {K}) & (rn[None, :] < {N}), other=0.0)",
+            f"    x = {_operand_tile(a, a_index, f'(rm[:, None] < {M}) & (rk[None, :] < {K})')}",
+            f"    w = {_operand_tile(b, b_index, f'(rk[:, None] < {K}) & (rn[None, :] < {N})')}",
             f"    acc = tl.dot(x.to({accumulate}), w.to({accumulate}), acc, input_precision=\"ieee\")",
             f"mask = (rm[:, None] < {M}) & (rn[None, :] < {N})",
             f"acc_value = ({value}).to({accumulator_type(kernel)})",
