@@ -1681,6 +1681,16 @@ def _ceil_mode(ctx: LoweringContext, x: Value, attributes: dict[str, Any], ceil_
     return 0 if floor_sizes == list(ctx.out.shape[-spatial:]) else 1
 
 
+def _cropped(ctx: LoweringContext, x: Value, pooled: str, spatial: int, ceil_mode: bool) -> str:
+    """A ceil-mode pool's result cut to ATen's size where the sizes are symbolic: `_ceil_mode` cannot choose a
+    rounding there, so ONNX keeps a last window that starts in the right padding, which ATen drops (the windows
+    before it are the same). Uncut, the extra row of padding-only windows shifted every later shape."""
+    if not ceil_mode or all(isinstance(v, int) for v in [*x.shape[-spatial:], *ctx.out.shape[-spatial:]]):
+        return pooled
+    return ctx.node("Slice", [pooled, ctx.ints([0] * spatial), ctx.dims(list(ctx.out.shape[-spatial:])),
+                              ctx.ints(list(range(-spatial, 0)))])
+
+
 def _batched(ctx: LoweringContext, x: Value, spatial: int, t: dtypes.DType) -> tuple[str, bool]:
     """ONNX pools need a batch dim; ATen also accepts unbatched (C, *spatial) inputs."""
     value = ctx.as_dtype(x, t)
@@ -1705,6 +1715,7 @@ def _avg_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     value, unbatched = _batched(ctx, x, spatial, t)
     result = ctx.node("AveragePool", [value], ceil_mode=_ceil_mode(ctx, x, attributes, ceil_mode),
                       count_include_pad=int(count_include_pad or divisor_override is not None), **attributes)
+    result = _cropped(ctx, x, result, spatial, ceil_mode)
     if divisor_override is not None:
         window = int(np.prod(attributes["kernel_shape"]))
         result = ctx.node("Mul", [result, ctx.const(window / divisor_override, t)])
@@ -1782,6 +1793,7 @@ def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) ->
     ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
     value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
     values = _empty_windows_minus_inf(ctx, x, ctx.node("MaxPool", [value], **attributes), attributes, t)
+    values = _cropped(ctx, x, values, spatial, pool[4])
     return ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype)
 
 
@@ -1800,6 +1812,7 @@ def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     if t.is_floating_point and x.dtype.is_floating_point:
         values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
         values = _empty_windows_minus_inf(ctx, x, values, attributes, t)
+    values, indices = (_cropped(ctx, x, v, spatial, ceil_mode) for v in (values, indices))
     return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
 
 
