@@ -2041,8 +2041,8 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
                                    f"has no ONNX form onnxruntime runs (its Resize has no {t.name} kernel, and kiln "
                                    "gathers ATen's taps for static sizes only)",
                                    fix="export with a static image size, or upsample in float32")
-        return _resample_gathered(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None], bilinear,
-                           align_corners)
+        return _resample_gathered(ctx, ctx.as_dtype(x, t), sizes_in, sizes_out, scale_factors or [None, None],
+                                  bilinear, align_corners)
     attributes: dict[str, Any] = {"mode": "linear" if bilinear else "nearest"}
     if bilinear:
         attributes["coordinate_transformation_mode"] = "align_corners" if align_corners else "pytorch_half_pixel"
@@ -2061,7 +2061,7 @@ def _upsample(ctx: LoweringContext, x: Value, output_size: list[Any] | None, *re
 
 
 def _resample_gathered(ctx: LoweringContext, x: str, sizes_in: list[int], sizes_out: list[int], scales: list[Any],
-                bilinear: bool, align_corners: bool) -> str:
+                       bilinear: bool, align_corners: bool) -> str:
     """Resampling where onnxruntime's Resize has no kernel for the dtype (float64; int64, int16 and bool for nearest):
     gather ATen's taps along each axis and weigh them in ATen's order (columns, then rows). A dense interpolation
     matrix would also multiply an infinity by the zero weights of its row and spread NaN over every output of the

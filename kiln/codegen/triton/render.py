@@ -633,7 +633,7 @@ def _operand_tile(buffer: str, index: str, mask: str) -> str:
     """A GEMM operand's tile at `index`, zero where `mask` is off. An operand broadcast from one element (a 0-d
     tensor expanded to a matrix: every stride 0) has an index no block variable reaches, and Triton refuses a block
     mask on a scalar pointer: its element is read once and spread over the tile."""
-    if not any(variable in index for variable in ("rm", "rk", "rn")):
+    if not any(variable in index for variable in ("rm[", "rk[", "rn[")):  # the tile's block variables
         return f"tl.where({mask}, tl.load({buffer} + ({index})), 0.0)"
     return f"tl.load({buffer} + ({index}), mask={mask}, other=0.0)"
 
