@@ -266,6 +266,11 @@ def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, 
     summed = np.float64 if has_float64(list(arguments)) else np.float32
     magnitude = exact(opdef, [magnitudes(a) for a in arguments])
     step = np.abs(np.asarray(magnitude, np.float64)) * max(np.finfo(result.dtype).eps, np.finfo(summed).eps)
+    return _moved(result, step, direction, rng)
+
+
+def _moved(result: np.ndarray, step: np.ndarray, direction: str, rng: np.random.Generator) -> np.ndarray:
+    """`result` moved by `step` (float64, per element) away from zero, toward it, or either way at random."""
     sign = {"away": np.sign(result), "toward": -np.sign(result),
             "random": np.where(rng.random(result.shape) < 0.5, 1.0, -1.0)}[direction]
     with np.errstate(invalid="ignore", over="ignore"):
@@ -275,30 +280,31 @@ def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, 
 # Normalizations ATen's CPU kernels (and onnxruntime's) compute folded, y = x * alpha + (b - mean * alpha) with
 # alpha = w / sqrt(var + eps): where x is close to the mean, the two terms cancel, and the result is off by an ulp of
 # their magnitudes, not of y (a channel of one element: y = b exactly, folded 4e-4 from it). Each maps the op's
-# arguments to (x, weight, bias, the dims its statistics reduce over, or the running mean and variance, eps).
+# arguments to (x, weight, bias, the dims its batch statistics reduce over or None, the running mean and variance
+# where it takes those, eps).
 def _norm_arguments(name: str, a: list[Any]) -> tuple[Any, ...] | None:
     spatial = tuple(range(2, np.ndim(a[0])))
     if name == "aten.instance_norm.default":
-        return (a[0], a[1], a[2], spatial if a[5] else (a[3], a[4]), a[7])
+        return (a[0], a[1], a[2], spatial, None, a[7]) if a[5] else (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
     if name in ("aten.batch_norm.default", "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default"):
-        return (a[0], a[1], a[2], (0, *spatial) if a[5] else (a[3], a[4]), a[7])
+        return (a[0], a[1], a[2], (0, *spatial), None, a[7]) if a[5] else (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
     if name == "aten._native_batch_norm_legit.no_stats":
-        return (a[0], a[1], a[2], (0, *spatial), a[5])
+        return (a[0], a[1], a[2], (0, *spatial), None, a[5])
     if name == "aten._native_batch_norm_legit_no_training.default":
-        return (a[0], a[1], a[2], (a[3], a[4]), a[6])
+        return (a[0], a[1], a[2], None, (a[3], a[4]), a[6])
     return None
 
 
-def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, statistics: Any, eps: float) -> np.ndarray:
+def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, axes: tuple[int, ...] | None, running: Any,
+                      eps: float) -> np.ndarray:
     """One ulp (of float32, or of float64 for float64 x) of |x * alpha| + |b| + |mean * alpha|, the folded form's
-    terms, per element of x."""
+    terms, per element of x (non-empty): the mean and variance over `axes`, else the `running` pair."""
     x64 = x.astype(np.float64)
     channel = (1, -1) + (1,) * (x.ndim - 2)
-    if not statistics or isinstance(statistics[0], (int, np.integer)):  # the dims the statistics reduce over
-        mean = x64.mean(axis=statistics, keepdims=True) if x.size else np.zeros(channel)
-        var = x64.var(axis=statistics, keepdims=True) if x.size else np.ones(channel)
-    else:  # running statistics, per channel
-        mean, var = (np.asarray(s, np.float64).reshape(channel) for s in statistics)
+    if axes is not None:
+        mean, var = x64.mean(axis=axes, keepdims=True), x64.var(axis=axes, keepdims=True)
+    else:
+        mean, var = (np.asarray(s, np.float64).reshape(channel) for s in running)
     w = np.ones(channel) if weight is None else np.asarray(weight, np.float64).reshape(channel)
     b = np.zeros(channel) if bias is None else np.asarray(bias, np.float64).reshape(channel)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -323,10 +329,7 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         norm = _norm_arguments(opdef.name, list(arguments))
         out = result[0] if isinstance(result, (list, tuple)) else result
         if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size and out.ndim >= 2:
-            sign = {"away": np.sign(out), "toward": -np.sign(out),
-                    "random": np.where(rng.random(out.shape) < 0.5, 1.0, -1.0)}[direction]
-            with np.errstate(invalid="ignore", over="ignore"):
-                moved = (out.astype(np.float64) + sign * _folded_norm_step(*norm)).astype(out.dtype)
+            moved = _moved(out, _folded_norm_step(*norm), direction, rng)
             if not isinstance(result, (list, tuple)):
                 return moved
             rest = [_nudged([r], direction, rng)[0] if isinstance(r, np.ndarray) else r for r in result[1:]]
