@@ -629,11 +629,11 @@ def pointwise_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     return blocked(name, args, body, sympy.Mul(*[sympy.sympify(d) for d in kernel.shape]))
 
 
-def _operand_tile(buffer: str, index: str, mask: str) -> str:
-    """A GEMM operand's tile at `index`, zero where `mask` is off. An operand broadcast from one element (a 0-d
-    tensor expanded to a matrix: every stride 0) has an index no block variable reaches, and Triton refuses a block
-    mask on a scalar pointer: its element is read once and spread over the tile."""
-    if not any(variable in index for variable in ("rm[", "rk[", "rn[")):  # the tile's block variables
+def _operand_tile(buffer: str, index: str, mask: str, scalar: bool) -> str:
+    """A GEMM operand's tile at `index`, zero where `mask` is off. An operand broadcast from one element (`scalar`:
+    a 0-d tensor expanded to a matrix, both tile strides 0) has an index no block variable reaches, and Triton
+    refuses a block mask on a scalar pointer: its element is read once and spread over the tile."""
+    if scalar:
         return f"tl.where({mask}, tl.load({buffer} + ({index})), 0.0)"
     return f"tl.load({buffer} + ({index}), mask={mask}, other=0.0)"
 
@@ -646,7 +646,7 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     (a_buf, a_strides, a_offset), (b_buf, b_strides, b_offset) = detail.a, detail.b
     m, n, k = kernel.shape[-2], kernel.shape[-1], detail.k
     batch = kernel.shape[0] if rank == 3 else 1
-    exprs = Exprs(args, [], "mask")
+    exprs = Exprs(args, [], "mask", block_dims={1, 2})  # an operand's strides: batch, then the tile's two dims
     a, b = args.buffer(a_buf), args.buffer(b_buf)
     a_index = exprs.index(a_strides, a_offset, ["pid_b", "rm[:, None]", "rk[None, :]"])
     b_index = exprs.index(b_strides, b_offset, ["pid_b", "rk[:, None]", "rn[None, :]"])
@@ -666,14 +666,16 @@ def matmul_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     target = args.buffer(out)
     flat = flat_index(kernel.shape, args, variables)
     M, N, K = args.size(m), args.size(n), args.size(k)
+    x_tile = _operand_tile(a, a_index, f"(rm[:, None] < {M}) & (rk[None, :] < {K})", exprs.scalar(a_strides))
+    w_tile = _operand_tile(b, b_index, f"(rk[:, None] < {K}) & (rn[None, :] < {N})", exprs.scalar(b_strides))
     body = ["pid_m, pid_n, pid_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)",
             "rm = pid_m.to(tl.int64) * BM + tl.arange(0, BM)",
             "rn = pid_n.to(tl.int64) * BN + tl.arange(0, BN)",
             f"acc = tl.zeros((BM, BN), {accumulate})",
             f"for k0 in range(0, {K}, BK):",
             "    rk = k0 + tl.arange(0, BK)",
-            f"    x = {_operand_tile(a, a_index, f'(rm[:, None] < {M}) & (rk[None, :] < {K})')}",
-            f"    w = {_operand_tile(b, b_index, f'(rk[:, None] < {K}) & (rn[None, :] < {N})')}",
+            f"    x = {x_tile}",
+            f"    w = {w_tile}",
             f"    acc = tl.dot(x.to({accumulate}), w.to({accumulate}), acc, input_precision=\"ieee\")",
             f"mask = (rm[:, None] < {M}) & (rn[None, :] < {N})",
             f"acc_value = ({value}).to({accumulator_type(kernel)})",
