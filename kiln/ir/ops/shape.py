@@ -310,23 +310,23 @@ def _as_strided_meta(self, size, stride, storage_offset=None):
     offset = 0 if storage_offset is None else storage_offset
     require(not _is_negative_int(offset), op, f"invalid storage offset {offset}")
     if not any(isinstance(s, int) and s == 0 for s in size):
-        last = offset + sum(((s - 1) * st for s, st in zip(size, stride)), 0)
-        storage = numel(shape_of(self))
-        require(holds(sympy.Lt(last, storage)), op,
-                f"sizes {_shown(size)}, strides {_shown(stride)} and storage offset {offset} reach element "
-                f"{last} of a storage of {storage} elements")
+        _require_inside(size, stride, offset, numel(shape_of(self)))
     return like(self, shape=size)
+
+
+def _require_inside(size, stride, offset, storage) -> None:
+    """The window's last element lies inside the storage: proved where the sizes are known (meta), checked on the
+    values where one is data-dependent (nonzero's rows), as torch checks at run time."""
+    last = offset + sum(((s - 1) * st for s, st in zip(size, stride)), 0)
+    require(holds(sympy.Lt(last, storage)), "aten.as_strided.default",
+            f"sizes {_shown(size)}, strides {_shown(stride)} and storage offset {offset} reach element {last} of a "
+            f"storage of {storage} elements")
 
 
 def _as_strided(self, size, stride, storage_offset=None):
     if any(s == 0 for s in size):
         return np.empty(size, self.dtype)
-    # the meta rule proves this where sizes are known; a data-dependent one (nonzero's rows) is checked here, as
-    # torch does at run time: numpy's as_strided would read past the array
-    last = (storage_offset or 0) + sum((s - 1) * st for s, st in zip(size, stride))
-    require(last < self.size, "aten.as_strided.default",
-            f"sizes {list(size)}, strides {list(stride)} and storage offset {storage_offset or 0} reach element {last} "
-            f"of a storage of {self.size} elements")
+    _require_inside(size, stride, storage_offset or 0, self.size)  # numpy's as_strided would read past the array
     storage = np.ascontiguousarray(self).reshape(-1)[storage_offset or 0:]
     window = np.lib.stride_tricks.as_strided(storage, shape=size,
                                              strides=[s * storage.itemsize for s in stride], writeable=False)
