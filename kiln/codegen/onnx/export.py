@@ -162,10 +162,7 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
     renamed: dict[str, str] = {}  # a value an earlier output renamed: later outputs read it by its new name
     for index, (value, spec) in enumerate(user_outputs):
         wanted = (output_names or default_names)[index]
-        produced = renamed.get(value.name, value.name)
-        name = _claim_output(graph, produced, wanted, taken)
-        if name != produced and not any(produced in node.output for node in graph.nodes):
-            renamed[produced] = name
+        name = _claim_output(graph, renamed.get(value.name, value.name), wanted, taken, renamed)
         taken.add(name)
         outputs_proto.append(value_info(name, value.type))
     graph.nodes, model.initializers = clean_graph(graph.nodes, model.initializers, {o.name for o in outputs_proto})
@@ -193,13 +190,15 @@ def _version() -> str:
     return getattr(sys.modules.get("kiln"), "__version__", "0")  # the parent package (no upward import)
 
 
-def _claim_output(graph: OnnxGraph, produced: str, wanted: str, taken: set[str]) -> str:
-    """Name a graph output `wanted`: rename the node output that produced it, or add an Identity."""
+def _claim_output(graph: OnnxGraph, produced: str, wanted: str, taken: set[str], renamed: dict[str, str]) -> str:
+    """Name a graph output `wanted`: rename the node output that produced it (recorded in `renamed`), or add an
+    Identity."""
     renamable = produced not in taken and any(produced in node.output for node in graph.nodes)
     if renamable and (wanted == produced or wanted not in graph.model.used_names):
         if wanted != produced:
             graph.model.used_names.add(wanted)
             graph.rename(produced, wanted)
+            renamed[produced] = wanted
         return wanted
     name = wanted if wanted not in graph.model.used_names else graph.model.fresh(wanted)
     graph.model.used_names.add(name)
