@@ -11,8 +11,9 @@ KILN_CPU_CAPABILITY) and times, one thread, best of 7 runs, in GFLOP/s (2 per mu
                   (32 rows: 2 vectors with AVX-512, 4 with AVX2), four weight rows interleaved;
   kiln_24_rows    the 2:4 kernel on a 4096 x 1024 layer at batch 32 (its multiply-adds: half the dense ones).
 Then the best 2:4 / dense ratio the loop shape allows, 2 x shape / ukernel, beside the kernel's own,
-2 x kiln_24_rows / ukernel: with AVX-512 the shape is bounded by the two load ports (a 64-byte load per
-multiply-add, plus the broadcasts), where the dense kernel's weights stay in registers.
+2 x kiln_24_rows / ukernel: the shape is bounded by its loads (a vector of activations per multiply-add, plus the
+broadcasts; on the Xeon of the notes, about 1.3 64-byte loads a cycle), where the dense kernel's weights stay in
+registers.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ static double loop_shape(void)
     for (int r = 0; r < ROWS; ++r) for (int v = 0; v < NV; ++v) for (int l = 0; l < KILN_SVW; ++l) acc[r][v][l] = 0;
     const int reps = 40000;
     double seconds = 1e30;
-    for (int run = 0; run < 7; ++run) {
+    for (int run = 0; run < 7; ++run) {  /* (not BEST_OF_7: a _Pragma in a macro argument is dropped) */
         const double start = now();
         for (int rep = 0; rep < reps; ++rep)
             for (int s = 0; s < STEPS; ++s)
