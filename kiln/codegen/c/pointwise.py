@@ -29,10 +29,19 @@ def _batch_norm(a: list[str]) -> str:
     return f"{a[0]} * ({alpha}) + ({a[2] or '0.0'} - {a[3]} * ({alpha}))"
 
 
+def _never_nan(operand: str) -> bool:
+    """Whether a rendered operand is a literal number or infinity (ctext.literal writes NaN as NAN)."""
+    return re.fullmatch(r"[()]*(\((double|float|int64_t|int32_t|int16_t|int8_t|uint8_t)\))*[()]*-?"
+                        r"(INFINITY|INT64_C\(-?\d+\)|\d+(\.\d*)?(e[-+]?\d+)?)\)*", operand) is not None
+
+
 def _clamp(a: list[str]) -> str:
-    """min(max(x, lo), hi) with NaN propagation (so lo > hi gives hi, and a NaN bound gives NaN); '' = no bound."""
-    value = f"kiln_max({a[0]}, {a[1]})" if a[1] else a[0]
-    return f"kiln_min({value}, {a[2]})" if a[2] else value
+    """min(max(x, lo), hi) with NaN propagation (so lo > hi gives hi, and a NaN bound gives NaN); '' = no bound.
+    A literal bound takes the one-select form (kiln_max_bound), which vectorizes without mask shuffling."""
+    lower = "kiln_max_bound" if _never_nan(a[1]) else "kiln_max"
+    upper = "kiln_min_bound" if _never_nan(a[2]) else "kiln_min"
+    value = f"{lower}({a[0]}, {a[1]})" if a[1] else a[0]
+    return f"{upper}({value}, {a[2]})" if a[2] else value
 
 
 def _divide(a: list[str]) -> str:

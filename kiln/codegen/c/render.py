@@ -1428,7 +1428,14 @@ PRELUDE = """\
 #define KILN_WORK_PER_THREAD 6.0e5  /* below this many operations per thread, fewer threads are faster */
 #define kiln_max(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
 #define kiln_min(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
-#define kiln_relu(x) ((x) != (x) ? (x) : (x) > 0 ? (x) : 0)
+/* max/min against a bound that is never NaN (a clamp's literal bound), as ATen's clamp and relu compute them
+   (x < lo ? lo : x): NaN passes through, and -0.0 against a bound of 0.0 stays -0.0, where kiln_max gives the
+   bound. One compare and one select, which GCC vectorizes as such; kiln_max's nested selects become byte-wide
+   masks moved through integer registers (ReLU6 after a depthwise convolution over 32 channels at 112x112: 148 us
+   with them, 137 with these) */
+#define kiln_max_bound(a, bound) ((a) < (bound) ? (bound) : (a))
+#define kiln_min_bound(a, bound) ((a) > (bound) ? (bound) : (a))
+#define kiln_relu(x) ((x) < 0 ? 0 : (x))
 static inline double kiln_gelu(double x) {{ return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }}
 static inline double kiln_gelu_tanh(double x) {{
     return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
