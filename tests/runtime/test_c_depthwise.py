@@ -1,7 +1,9 @@
-"""Depthwise convolutions in C (conv._conv_depthwise: a stencil over each (image, group)'s padded input plane) against
-the reference interpreter: kernel sizes, strides, dilation, padding, channel multipliers, rows as narrow as one vector
-or wider than several, rows left over after the multi-row passes, fused epilogues, symbolic sizes, and every
-capability's vector width (kiln_store_lanes keeps a row's columns from whole vectors)."""
+"""Depthwise convolutions in C against the reference interpreter, in both of their forms: conv._conv_depthwise (rows
+of a stencil over each (image, group)'s padded input plane) and conv._conv_depthwise_flat (stride 1, 'same' padding,
+narrow images: one loop over the flattened image, reading the input in place). Kernel sizes, strides, dilation,
+padding, channel multipliers, rows as narrow as one vector or wider than several, rows left over after the multi-row
+passes, fused epilogues, symbolic sizes, non-finite inputs beside the padding, and every capability's vector
+width."""
 
 from __future__ import annotations
 
@@ -14,11 +16,20 @@ import kiln
 from kiln.compiler import compile as compile_c
 from tests.modules import LambdaModule
 from tests.runtime.support import use_capability
+from kiln.codegen.c.conv import FLAT_DEPTHWISE_WIDTH, FLAT_MARK, ROWS_MARK
 from tests.runtime.test_c_backend import _check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 F = kiln.nn.functional
-STENCIL = "kiln_store_lanes(sums"  # model.c's marker of the depthwise stencil
+STENCIL = "/* depthwise convolution: "  # model.c's marker of either form
+
+
+def _form(config, size) -> str:
+    """The form a stride-1 'same' convolution of a narrow image takes, else the rows' form."""
+    kernel, stride, padding, dilation = (v if isinstance(v, tuple) else (v, v) for v in config[:4])
+    same = all(2 * p == (k - 1) * d for p, k, d in zip(padding, kernel, dilation))
+    flat = stride == (1, 1) and same and size[1] < FLAT_DEPTHWISE_WIDTH
+    return FLAT_MARK if flat else ROWS_MARK
 
 
 def _compare(module, shape, tmp_path, batches=(1, 3)):
@@ -45,32 +56,50 @@ CONFIGS = {
 }
 # (height, width): a row narrower than one vector (and a plane smaller than a pass of rows), rows left over after
 # the passes, and rows of several vectors with a partial last one
-SIZES = [(5, 7), (14, 9), (23, 40)]
+# stride 1, 'same' padding: the flat form below FLAT_DEPTHWISE_WIDTH columns
+FLAT_CONFIGS = {
+    "3x3 dilated": (3, 1, 2, 2, True),
+    "3x5": ((3, 5), 1, (1, 2), 1, False),
+    "5x5 dilated rows": (5, (1, 1), (4, 2), (2, 1), True),
+}
+SIZES = [(5, 7), (14, 9), (23, 40), (3, 70)]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", [*CONFIGS, *FLAT_CONFIGS])
 def test_depthwise_conv2d(config, size, tmp_path):
-    kernel, stride, padding, dilation, bias = CONFIGS[config]
+    kernel, stride, padding, dilation, bias = CONFIGS.get(config) or FLAT_CONFIGS[config]
     conv = kiln.nn.Conv2d(6, 6, kernel, stride=stride, padding=padding, dilation=dilation, groups=6, bias=bias)
-    assert STENCIL in _compare(conv, (None, 6, *size), tmp_path)
+    source = _compare(conv, (None, 6, *size), tmp_path)
+    assert _form((kernel, stride, padding, dilation, bias), size) in source
+
+
+def test_depthwise_flat_with_an_even_kernel(tmp_path):
+    """padding='same' with an even kernel pads one less before than after (ATen's split): the flat form's taps reach
+    further past the image's end than before its start."""
+    conv = kiln.nn.Conv2d(4, 4, 4, padding="same", groups=4)
+    assert FLAT_MARK in _compare(conv, (None, 4, 6, 11), tmp_path)
 
 
 @pytest.mark.parametrize("capability", ["DEFAULT", "AVX2", "AVX512"])
 @pytest.mark.parametrize("config", ["3x3", "dilated, strided columns"])
 def test_depthwise_at_every_capability(capability, config, monkeypatch, tmp_path):
-    """4, 8 and 16 columns per vector: each ISA's kiln_store_lanes (memcpy, a masked AVX2 store, an AVX-512 mask)."""
+    """4, 8 and 16 columns per vector: each ISA's kiln_store_lanes (memcpy, a masked AVX2 store, an AVX-512 mask) in
+    the rows' form, each ISA's vectorized loop over flat pixels in the flat one (3x3 at stride 1)."""
     use_capability(capability, monkeypatch)
     kernel, stride, padding, dilation, bias = CONFIGS[config]
     conv = kiln.nn.Conv2d(4, 4, kernel, stride=stride, padding=padding, dilation=dilation, groups=4, bias=bias)
-    for size in [(6, 3), (11, 21)]:
-        assert STENCIL in _compare(conv, (None, 4, *size), tmp_path / f"{size}")
+    for size in [(6, 3), (11, 21), (9, 67)]:
+        source = _compare(conv, (None, 4, *size), tmp_path / f"{size}")
+        assert _form(CONFIGS[config], size) in source
 
 
-def test_depthwise_channel_multiplier(tmp_path):
-    """Each group's plane, copied once, serves its output channels (here three per input channel)."""
-    conv = kiln.nn.Conv2d(4, 12, 3, padding=1, groups=4)
-    assert STENCIL in _compare(conv, (None, 4, 9, 18), tmp_path)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_channel_multiplier(stride, tmp_path):
+    """Each group's plane (or input image, in the flat form) serves its output channels (here three per input
+    channel)."""
+    conv = kiln.nn.Conv2d(4, 12, 3, padding=1, stride=stride, groups=4)
+    assert (FLAT_MARK if stride == 1 else ROWS_MARK) in _compare(conv, (None, 4, 9, 18), tmp_path)
 
 
 @pytest.mark.parametrize("config", [dict(kernel_size=5, padding=2), dict(kernel_size=3, stride=2, dilation=3)])
@@ -86,15 +115,16 @@ def test_depthwise_with_symbolic_image_sizes(tmp_path):
     height, width = kiln.Dim("height", min=2, max=64), kiln.Dim("width", min=2, max=64)
     program = kiln.export(conv, (kiln.randn(1, 3, 10, 12),), dynamic_shapes={"input": {2: height, 3: width}})
     compiled = compile_c(program, output=tmp_path / "model")
-    assert STENCIL in (tmp_path / "model" / "model.c").read_text()
+    assert ROWS_MARK in (tmp_path / "model" / "model.c").read_text()  # the flat form wants a known width
     for size in [(2, 2), (7, 15), (13, 17), (30, 33)]:
         x = np.random.default_rng(size[0]).standard_normal((1, 3, *size)).astype(np.float32)
         _check(compiled(x), program(x))
 
 
 def test_depthwise_fused_epilogues(tmp_path):
-    """Batch norm, ReLU6 and a residual add fuse into the pass over the plane of sums (flat pixels); a residual read
-    through a transposed view makes the epilogue index by (row, column) instead."""
+    """Batch norm, ReLU6 and a residual add fuse into the stencil (flat pixels); a residual read through a transposed
+    view makes the epilogue index by (row, column) instead. Both forms: 11x11 images take the flat one, 70x70 the
+    rows'."""
     conv, norm = kiln.nn.Conv2d(8, 8, 3, padding=1, groups=8), kiln.nn.BatchNorm2d(8).eval()
     norm.running_mean = kiln.randn(8) * 0.1
     norm.running_var = kiln.rand(8) + 0.5
@@ -102,21 +132,27 @@ def test_depthwise_fused_epilogues(tmp_path):
     def fn(x):
         y = F.relu6(norm(conv(x)))
         return y + x, conv(x) + x.transpose(2, 3)
-    source = _compare(LambdaModule(fn), (None, 8, 11, 11), tmp_path)
-    assert source.count(STENCIL) >= 2
+    for width, form in [(11, FLAT_MARK), (70, ROWS_MARK)]:  # square: the residual adds a transpose
+        source = _compare(LambdaModule(fn), (None, 8, width, width), tmp_path / str(width))
+        assert source.count(form) >= 2
 
 
-def test_depthwise_with_nonfinite_inputs(tmp_path):
-    """A NaN or an infinity in the input reaches exactly the outputs whose windows hold it (the lanes computed past a
-    row's end read other rows, and are never stored)."""
-    conv = kiln.nn.Conv2d(2, 2, 3, padding=1, groups=2, bias=False).eval()
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_with_nonfinite_inputs(stride, tmp_path):
+    """A NaN or an infinity in the input reaches exactly the outputs whose windows hold it: the rows' form computes
+    lanes past a row's end from other rows and never stores them; the flat form's taps past a row's edge read the
+    neighbouring row's NaN or infinity, and zero it (an infinity times the zero it must be would be NaN)."""
+    conv = kiln.nn.Conv2d(2, 2, 3, padding=1, stride=stride, groups=2, bias=False).eval()
     program = kiln.export(conv, (kiln.randn(1, 2, 6, 5),))
     compiled = compile_c(program, output=tmp_path / "model")
+    assert (FLAT_MARK if stride == 1 else ROWS_MARK) in (tmp_path / "model" / "model.c").read_text()
     x = np.random.default_rng(0).standard_normal((1, 2, 6, 5)).astype(np.float32)
-    x[0, 0, 2, 4], x[0, 1, 5, 0] = np.nan, np.inf
+    x[0, 0, 2, 4], x[0, 0, 3, 0], x[0, 1, 5, 0], x[0, 1, 0, 4] = np.nan, np.inf, np.inf, -np.inf
     got, expected = compiled(x), np.asarray(program(x))
     _check(got, expected)
-    assert np.isnan(got[0, 0, 1:4, 3:5]).all() and np.isnan(got[0, 0]).sum() == 6
+    if stride == 1:
+        assert np.isnan(got[0, 0, 1:4, 3:5]).all() and np.isnan(got[0, 0]).sum() == 6
+        assert np.isinf(got[0, 0, 2:5, 0:2]).all() and np.isinf(got[0, 0]).sum() == 6
 
 
 def test_a_zero_pad_feeding_a_convolution_is_never_made(tmp_path):

@@ -334,8 +334,8 @@ def _flatten_spatial(expr: Any, shape: list) -> Any:
 def depthwise(kernel: Kernel) -> bool:
     """A float32 1-d or 2-d convolution with one input channel per group (MobileNet's, EfficientNet's and ConvNeXt's
     depthwise convolutions). As an implicit GEMM each group is a one-row product over a handful of taps, packed per
-    panel: ConvNeXt's 7x7 over 96 channels at 56x56 ran 5.8x slower than onnxruntime. `_conv_depthwise` runs it as
-    a stencil instead."""
+    panel: ConvNeXt's 7x7 over 96 channels at 56x56 ran 5.8x slower than onnxruntime. `_conv_depthwise` and
+    `_conv_depthwise_flat` run it as a stencil instead."""
     if kernel.kind != "conv" or not conv_as_gemm(kernel) or len(kernel.shape) not in (3, 4):
         return False
     detail = kernel.detail
@@ -364,10 +364,112 @@ def _depthwise_plane(kernel: Kernel) -> tuple[Any, int, Any, Any]:
     return rows, stride[-1], span, rows * stride[-1] * span + _DEPTHWISE_LANES
 
 
+# Markers at the top of each form's C (tests tell the forms apart by them)
+ROWS_MARK, FLAT_MARK = "depthwise convolution: rows of a padded plane", "depthwise convolution: flat pixels"
+# Images narrower than this take the flat form. Measured at stride 1 (Xeon, 2 threads, 3x3 + ReLU6, microseconds,
+# rows / flat): 7x7 over 960 channels 94 / 31, 14x14 over 576 51 / 41, 28x28 over 192 61 / 40-47, 56x56 over 144
+# 121 / 115-121, 112x112 over 32 107 / 110: the rows' form shares each input load between output rows, which only
+# pays when rows fill whole vectors.
+FLAT_DEPTHWISE_WIDTH = 64
+
+
+def _flat_depthwise(kernel: Kernel) -> bool:
+    """A 2-d depthwise convolution at stride 1 whose output keeps the input's size (padding 'same'), whose input
+    images are contiguous and narrower than FLAT_DEPTHWISE_WIDTH (a known width): `_conv_depthwise_flat` runs it
+    over the flattened image, since a row of 7 or 14 columns fills half a vector or less."""
+    detail = kernel.detail
+    x, width = detail.input, sympy.sympify(kernel.shape[-1])
+    if len(kernel.shape) != 4 or not all(int(v) == 1 for v in detail.stride[:2]):
+        return False
+    return (bool(width.is_Integer) and int(width) < FLAT_DEPTHWISE_WIDTH
+            and all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
+            and same_dim(x.strides[3], 1) and same_dim(x.strides[2], x.shape[3]))
+
+
+def _flat_reach(kernel: Kernel) -> tuple[Any, Any]:
+    """How far `_conv_depthwise_flat`'s taps read before an image's first element and past its last: elements."""
+    detail = kernel.detail
+    taps = [int(d) for d in detail.weight.shape[2:]]
+    dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
+    width = sympy.sympify(kernel.shape[3])
+    before = padding[0] * width + padding[1]
+    after = ((taps[0] - 1) * dilation[0] - padding[0]) * width + (taps[1] - 1) * dilation[1] - padding[1]
+    return before, after
+
+
 def depthwise_scratch(kernel: Kernel) -> Any:
-    """Bytes of `_conv_depthwise`'s per-thread scratch: the padded input plane, then one output plane of sums."""
+    """Bytes of a depthwise convolution's per-thread scratch: `_conv_depthwise`'s padded input plane, or
+    `_conv_depthwise_flat`'s row and column tables and one padded image."""
+    if _flat_depthwise(kernel):
+        pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
+        return (3 * pixels + sum(_flat_reach(kernel))) * 4
     *_, plane = _depthwise_plane(kernel)
-    return (plane + sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])) * 4
+    return plane * 4
+
+
+def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
+    """A stride-1 'same' depthwise convolution over each output image as one flat loop of pixels.
+
+    Output pixel p = (y, x) reads tap (i, j) at p + (i * dilation - padding) * W + j * dilation - padding of its
+    input image: one contiguous vector load per tap, straight from the input. A tap that falls in the padding (a
+    row above or below the image, or a column that crosses into the neighbouring row) reads a neighbouring
+    element, which kiln_keep_or_zero replaces by zero by the pixel's row and column (tables filled once per
+    thread). The loads stay unconditional: as masked loads (a select) they ran 8x slower. An image whose reads would
+    leave its buffer (the first and last in memory) is copied between zeros first. So a 7x7 image takes 4
+    vectors where rows of 7 take 7 half-empty ones, nothing else is copied, and the bias and the fused epilogue
+    run in the same loop."""
+    detail = kernel.detail
+    x, w, bias = detail.input, detail.weight, detail.bias
+    groups = int(detail.groups)
+    taps = [int(d) for d in w.shape[2:]]
+    dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
+    height, width = (dim_expr(d) for d in kernel.shape[2:])
+    before, after = (dim_expr(v) for v in _flat_reach(kernel))
+    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
+    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
+    result_type = accumulator_type(kernel)
+    reads = []
+    for i in range(taps[0]):
+        for j in range(taps[1]):
+            dy, dx = i * dilation[0] - padding[0], j * dilation[1] - padding[1]
+            inside = ([f"y >= {-dy}"] if dy < 0 else [f"y < h - {dy}"] if dy > 0 else []) + \
+                     ([f"x >= {-dx}"] if dx < 0 else [f"x < w - {dx}"] if dx > 0 else [])
+            load = f"image[pixel + ({dy}) * W + ({dx})]"
+            value = f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load
+            reads.append(f"a = KILN_FMAF(w{i * taps[1] + j}, {value}, a);")
+    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
+    start = _view_index(x, ["bi", "g", "0", "0"])
+    lines = [f"/* {FLAT_MARK} */",
+             f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
+             f"const int64_t H = {height}, W = {width}, BEFORE = {before}, AFTER = {after};",
+             "const int32_t h = (int32_t)H, w = (int32_t)W;",
+             "int32_t* restrict rows = (int32_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+             "int32_t* restrict columns = rows + H * W;",
+             "float* restrict padded = (float*)(columns + H * W);  /* an image between zeros */",
+             "for (int64_t y = 0; y < H; ++y) for (int64_t m = 0; m < W; ++m) "
+             "{ rows[y * W + m] = (int32_t)y; columns[y * W + m] = (int32_t)m; }",
+             "#pragma omp for collapse(2) schedule(static)",
+             "for (int64_t bi = 0; bi < BATCH; ++bi)",
+             "for (int64_t g = 0; g < GROUPS; ++g)", "{",
+             f"    const int64_t start = {start};",
+             f"    const float* image = {buffer_name(x.buffer)} + start;",
+             f"    if (start < BEFORE || start + H * W + AFTER > {dim_expr(x.buffer.numel)})", "    {",
+             "        for (int64_t m = 0; m < BEFORE + H * W + AFTER; ++m) "
+             "padded[m] = m >= BEFORE && m < BEFORE + H * W ? image[m - BEFORE] : 0.0f;",
+             "        image = padded + BEFORE;", "    }",
+             "    for (int64_t j = 0; j < MULTIPLIER; ++j)", "    {",
+             "        const int64_t oc = g * MULTIPLIER + j;",
+             f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
+             f"{math.prod(taps)};",
+             *[f"        const float w{index} = tap_weights[{index}];" for index in range(math.prod(taps))],
+             "        _Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < H * W; ++pixel)", "        {",
+             "            const int32_t y = rows[pixel], x = columns[pixel];",
+             "            float a = 0.0f;",
+             *[f"            {line}" for line in reads],
+             *[f"            {line}" for line in indices],
+             f"            const {result_type} acc_value = ({result_type})((double)a{value_bias});",
+             f"            {target} = {epilogue};", "        }", "    }", "}"]
+    return ["    " + line for line in lines]
 
 
 def _conv_depthwise(kernel: Kernel) -> list[str]:
@@ -378,9 +480,10 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     checks. For each of the group's output channels, one pass computes _DEPTHWISE_ROWS output rows a vector of
     KILN_LANES columns at a time: each input row they share is loaded once for all of them, the taps' weights stay in
     registers, and each output sums its taps in ATen's order with fused multiply-adds (KILN_FMAF). The vector's
-    columns past the row read the plane's slack, and kiln_store_lanes keeps the row's columns, into a plane of sums
-    laid out as the output's. So a row of 7 or 14 columns (the last stages) costs one vector, not a scalar
-    remainder loop; the bias and the fused epilogue then run over the whole plane as one flat vectorized loop."""
+    columns past the row read the plane's slack; the row's own columns then take the bias and the fused epilogue
+    straight into the output (a plane of sums written, then read back by a second loop, took a third of the time
+    over 32 channels at 112x112). Images narrower than FLAT_DEPTHWISE_WIDTH at stride 1 take
+    `_conv_depthwise_flat` instead."""
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
     n = len(kernel.shape) - 2
@@ -402,6 +505,15 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
                       "0.0f")
     fill = ["for (int64_t p0 = 0; p0 < rows; ++p0)", f"for (int64_t q = 0; q < {phases}; ++q)", "{",
             *[f"    {line}" for line in copy], "}"]
+
+    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
+    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
+    result_type = accumulator_type(kernel)
+
+    def finish(total: str) -> list[str]:
+        """Output pixel `pixel`'s bias and fused epilogue, from its sum of taps."""
+        return [*indices, f"const {result_type} acc_value = ({result_type})((double){total}{value_bias});",
+                f"{target} = {epilogue};"]
 
     def output_pass(count: int) -> list[str]:
         """Output rows [ob, ob + count) (2-d; a 1-d row is one), KILN_LANES columns at a time."""
@@ -429,8 +541,11 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
                 f"        float {accumulators};", *[f"        {line}" for line in reads],
                 *[f"        block[{r}][c] = a{r};" for r in range(count)], "    }",
                 f"    const int lanes = (int)({width} - c0 < KILN_LANES ? {width} - c0 : KILN_LANES);",
-                *[f"    kiln_store_lanes(sums + (ob + {r}) * {width} + c0, block[{r}], lanes);"
-                  for r in range(count)], "}"]
+                f"    for (int r = 0; r < {count}; ++r)", "    {",
+                f"        const int64_t row_start = (ob + r) * {width} + c0;",
+                "        _Pragma(\"omp simd\") for (int64_t c = 0; c < lanes; ++c)", "        {",
+                "            const int64_t pixel = row_start + c;",
+                *[f"            {line}" for line in finish("block[r][c]")], "        }", "    }", "}"]
 
     if n == 2:
         compute = ["int64_t ob = 0;",
@@ -444,15 +559,12 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
             compute += [f"for (; ob < {outs[0]}; ++ob)", "{", *[f"    {line}" for line in output_pass(1)], "}"]
     else:
         compute = ["const int64_t ob = 0;", *output_pass(1)]
-    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
-    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
-    result_type = accumulator_type(kernel)
     multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
     weights = [f"const float w{index} = tap_weights[{index}];" for index in range(math.prod(taps))]
-    lines = [f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
+    lines = [f"/* {ROWS_MARK} */",
+             f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
              f"const int64_t rows = {dim_expr(rows)}, span = {dim_expr(span)};",
              "float* restrict plane = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
-             f"float* restrict sums = plane + {dim_expr(plane_floats)};  /* the output plane's sums */",
              f"float block[{_DEPTHWISE_ROWS}][KILN_LANES] __attribute__((aligned(64)));",
              # the slack the last rows' vectors read past the plane: zeros, not whatever the scratch held before
              # (reinterpreted integers are denormals, and a multiply-add of one takes a microcode assist: a 7x7
@@ -466,18 +578,14 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
              "        const int64_t oc = g * MULTIPLIER + j;",
              f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
              f"{math.prod(taps)};",
-             *[f"        {line}" for line in weights + compute],
-             f"        _Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < {' * '.join(outs)}; ++pixel)", "        {",
-             *[f"            {line}" for line in indices],
-             f"            const {result_type} acc_value = ({result_type})((double)sums[pixel]{value_bias});",
-             f"            {target} = {epilogue};", "        }", "    }", "}"]
+             *[f"        {line}" for line in weights + compute], "    }", "}"]
     return ["    " + line for line in lines]
 
 
 def render_conv(kernel: Kernel, state: RenderState) -> list[str]:
     """Direct convolution, one output element per iteration, double accumulator, fused epilogue."""
     if depthwise(kernel):
-        return _conv_depthwise(kernel)
+        return _conv_depthwise_flat(kernel) if _flat_depthwise(kernel) else _conv_depthwise(kernel)
     if conv_as_gemm(kernel):
         return _conv_gemm_f32(kernel, state)
     if kernel.detail.transposed:

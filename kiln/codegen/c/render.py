@@ -1436,6 +1436,13 @@ PRELUDE = """\
 #define kiln_max_bound(a, bound) ((a) < (bound) ? (bound) : (a))
 #define kiln_min_bound(a, bound) ((a) > (bound) ? (bound) : (a))
 #define kiln_relu(x) ((x) < 0 ? 0 : (x))
+/* v where keep, else +0.0, by masking its bits: GCC vectorizes `keep ? v : 0.0f` with v a load into a masked
+   load, which ran a depthwise convolution 8x slower than this plain load and AND */
+static inline float kiln_keep_or_zero(float v, int keep) {{
+    union {{ float f; int32_t i; }} bits = {{ v }};
+    bits.i &= -keep;
+    return bits.f;
+}}
 static inline double kiln_gelu(double x) {{ return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }}
 static inline double kiln_gelu_tanh(double x) {{
     return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
