@@ -53,6 +53,7 @@ def main() -> None:
     import torch
 
     import kiln
+    from kiln.codegen.c.conv import FLAT_MARK, ROWS_MARK
     from kiln.codegen.c import get_cpu_capability
     torch.set_num_threads(options.threads)
     print(f"{cpu_name()}, capability {get_cpu_capability()}, {options.threads} thread(s)")
@@ -70,8 +71,8 @@ def main() -> None:
             compiled = kiln.compile(kiln.from_torch(model, args), output=Path(folder) / "conv",
                                     num_threads=options.threads)
             source = (Path(folder) / "conv" / "model.c").read_text()
-            path = "stencil" if "kiln_store_lanes(sums" in source else "pixel rows" if "packed_unit" in source \
-                else "channels"
+            path = "stencil rows" if ROWS_MARK in source else "stencil flat" if FLAT_MARK in source \
+                else "pixel rows" if "packed_unit" in source else "channels"
             session = ort_session(export_torch(torch, model, args, {}), options.threads)
             feeds = ort_feeds(session, args)
             with torch.no_grad():

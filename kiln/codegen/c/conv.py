@@ -347,6 +347,7 @@ def depthwise(kernel: Kernel) -> bool:
 
 _DEPTHWISE_ROWS = 6  # output rows one pass of a depthwise convolution computes, sharing the input rows they read
 _DEPTHWISE_LANES = 16  # the widest KILN_LANES: the plane's slack for a pass's last vector of columns
+_DEPTHWISE_FUSED_WIDTH = 48  # rows at least this wide take the epilogue in the stencil's pass (`_conv_depthwise`)
 
 
 def _depthwise_plane(kernel: Kernel) -> tuple[Any, int, Any, Any]:
@@ -366,23 +367,27 @@ def _depthwise_plane(kernel: Kernel) -> tuple[Any, int, Any, Any]:
 
 # Markers at the top of each form's C (tests tell the forms apart by them)
 ROWS_MARK, FLAT_MARK = "depthwise convolution: rows of a padded plane", "depthwise convolution: flat pixels"
-# Images narrower than this take the flat form. Measured at stride 1 (Xeon, 2 threads, 3x3 + ReLU6, microseconds,
-# rows / flat): 7x7 over 960 channels 94 / 31, 14x14 over 576 51 / 41, 28x28 over 192 61 / 40-47, 56x56 over 144
-# 121 / 115-121, 112x112 over 32 107 / 110: the rows' form shares each input load between output rows, which only
-# pays when rows fill whole vectors.
-FLAT_DEPTHWISE_WIDTH = 64
+# Which images take the flat form: a 3x3 (or smaller) kernel's narrower than FLAT_DEPTHWISE_WIDTH, any kernel's at
+# most FLAT_DEPTHWISE_NARROW wide. The flat form loads once per tap and output vector; the rows' form shares each
+# input load between six output rows, which pays once rows fill their vectors and taps are many. Measured (Xeon, one
+# thread, conv + ReLU, ms, rows / flat): 3x3 over 960 channels at 7x7 0.073 / 0.027, over 144 at 56x56 0.33 / 0.21
+# (2 threads: 0.121 / 0.115), over 32 at 112x112 (2 threads) 0.107 / 0.110; 7x7 over 768 at 7x7 0.186 / 0.108, over
+# 384 at 14x14 0.121 / 0.251; 5x5 over 240 at 28x28 0.157 / 0.190.
+FLAT_DEPTHWISE_WIDTH, FLAT_DEPTHWISE_NARROW, FLAT_DEPTHWISE_TAPS = 64, 8, 9
 
 
 def _flat_depthwise(kernel: Kernel) -> bool:
     """A 2-d depthwise convolution at stride 1 whose output keeps the input's size (padding 'same'), whose input
-    images are contiguous and narrower than FLAT_DEPTHWISE_WIDTH (a known width): `_conv_depthwise_flat` runs it
-    over the flattened image, since a row of 7 or 14 columns fills half a vector or less."""
+    images are contiguous and narrow (a known width, see FLAT_DEPTHWISE_WIDTH): `_conv_depthwise_flat` runs it over
+    the flattened image, since a row of 7 or 14 columns fills half a vector or less."""
     detail = kernel.detail
     x, width = detail.input, sympy.sympify(kernel.shape[-1])
     if len(kernel.shape) != 4 or not all(int(v) == 1 for v in detail.stride[:2]):
         return False
-    return (bool(width.is_Integer) and int(width) < FLAT_DEPTHWISE_WIDTH
-            and all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
+    taps = math.prod(int(d) for d in detail.weight.shape[2:])
+    narrow = bool(width.is_Integer) and (int(width) <= FLAT_DEPTHWISE_NARROW or (
+        taps <= FLAT_DEPTHWISE_TAPS and int(width) < FLAT_DEPTHWISE_WIDTH))
+    return (narrow and all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
             and same_dim(x.strides[3], 1) and same_dim(x.strides[2], x.shape[3]))
 
 
@@ -404,7 +409,7 @@ def depthwise_scratch(kernel: Kernel) -> Any:
         pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
         return (3 * pixels + sum(_flat_reach(kernel))) * 4
     *_, plane = _depthwise_plane(kernel)
-    return plane * 4
+    return (plane + sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])) * 4  # then a plane of sums
 
 
 def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
@@ -480,10 +485,10 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     checks. For each of the group's output channels, one pass computes _DEPTHWISE_ROWS output rows a vector of
     KILN_LANES columns at a time: each input row they share is loaded once for all of them, the taps' weights stay in
     registers, and each output sums its taps in ATen's order with fused multiply-adds (KILN_FMAF). The vector's
-    columns past the row read the plane's slack; the row's own columns then take the bias and the fused epilogue
-    straight into the output (a plane of sums written, then read back by a second loop, took a third of the time
-    over 32 channels at 112x112). Images narrower than FLAT_DEPTHWISE_WIDTH at stride 1 take
-    `_conv_depthwise_flat` instead."""
+    columns past the row read the plane's slack. Rows of _DEPTHWISE_FUSED_WIDTH columns or more then take the
+    bias and the fused epilogue straight into the output; narrower ones are stored by kiln_store_lanes into a plane
+    of sums laid out as the output, and the bias and epilogue run over that plane as one flat vectorized loop.
+    Narrow images at stride 1 (see FLAT_DEPTHWISE_WIDTH) take `_conv_depthwise_flat` instead."""
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
     n = len(kernel.shape) - 2
@@ -509,6 +514,12 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
     value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
     result_type = accumulator_type(kernel)
+
+    # Rows of 48 columns or more take the bias and epilogue in the pass (their last, partial vector is a small part
+    # of the row); narrower ones store sums and run them in one loop over the plane, where the per-row loops over
+    # a partial vector cost more than the plane's round trip (Xeon, one thread: 7x7 over 384 channels at 14x14,
+    # 0.121 ms through the plane, 0.170 in the pass; 3x3 over 32 channels at 112x112, 0.315 and 0.220)
+    fused = sympy.sympify(kernel.shape[-1]).is_Integer and int(kernel.shape[-1]) >= _DEPTHWISE_FUSED_WIDTH
 
     def finish(total: str) -> list[str]:
         """Output pixel `pixel`'s bias and fused epilogue, from its sum of taps."""
@@ -541,11 +552,17 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
                 f"        float {accumulators};", *[f"        {line}" for line in reads],
                 *[f"        block[{r}][c] = a{r};" for r in range(count)], "    }",
                 f"    const int lanes = (int)({width} - c0 < KILN_LANES ? {width} - c0 : KILN_LANES);",
-                f"    for (int r = 0; r < {count}; ++r)", "    {",
+                *(stored_finish(count) if fused else
+                  [f"    kiln_store_lanes(sums + (ob + {r}) * {width} + c0, block[{r}], lanes);"
+                   for r in range(count)]), "}"]
+
+    def stored_finish(count: int) -> list[str]:
+        """Each of the pass's rows' columns through the bias and the epilogue, into the output."""
+        return [f"    for (int r = 0; r < {count}; ++r)", "    {",
                 f"        const int64_t row_start = (ob + r) * {width} + c0;",
                 "        _Pragma(\"omp simd\") for (int64_t c = 0; c < lanes; ++c)", "        {",
                 "            const int64_t pixel = row_start + c;",
-                *[f"            {line}" for line in finish("block[r][c]")], "        }", "    }", "}"]
+                *[f"            {line}" for line in finish("block[r][c]")], "        }", "    }"]
 
     if n == 2:
         compute = ["int64_t ob = 0;",
@@ -565,6 +582,7 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
              f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
              f"const int64_t rows = {dim_expr(rows)}, span = {dim_expr(span)};",
              "float* restrict plane = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+             f"float* restrict sums = plane + {dim_expr(plane_floats)};  /* the output plane's sums */",
              f"float block[{_DEPTHWISE_ROWS}][KILN_LANES] __attribute__((aligned(64)));",
              # the slack the last rows' vectors read past the plane: zeros, not whatever the scratch held before
              # (reinterpreted integers are denormals, and a multiply-add of one takes a microcode assist: a 7x7
@@ -578,7 +596,11 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
              "        const int64_t oc = g * MULTIPLIER + j;",
              f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
              f"{math.prod(taps)};",
-             *[f"        {line}" for line in weights + compute], "    }", "}"]
+             *[f"        {line}" for line in weights + compute],
+             *([] if fused else [
+                 f"        _Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < {' * '.join(outs)}; ++pixel)",
+                 "        {", *[f"            {line}" for line in finish("sums[pixel]")], "        }"]),
+             "    }", "}"]
     return ["    " + line for line in lines]
 
 
