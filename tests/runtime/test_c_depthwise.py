@@ -1,9 +1,9 @@
 """Depthwise convolutions in C against the reference interpreter, in both of their forms: conv._conv_depthwise (rows
-of a stencil over each (image, group)'s padded input plane) and conv._conv_depthwise_flat (stride 1, 'same' padding,
-narrow images: one loop over the flattened image, reading the input in place). Kernel sizes, strides, dilation,
-padding, channel multipliers, rows as narrow as one vector or wider than several, rows left over after the multi-row
-passes, fused epilogues, symbolic sizes, non-finite inputs beside the padding, and every capability's vector
-width."""
+of a stencil over each (image, group)'s padded input plane) and conv._conv_depthwise_flat (narrow images: one loop
+over the flattened output image, reading the input in place at stride 1, else its stride's phase planes). Kernel
+sizes, strides, dilation, padding, channel multipliers, rows as narrow as one vector or wider than several, rows
+left over after the multi-row passes, fused epilogues, symbolic sizes, non-finite inputs beside the padding, and
+every capability's vector width."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import kiln
 from kiln.compiler import compile as compile_c
 from tests.modules import LambdaModule
 from tests.runtime.support import use_capability
-from kiln.codegen.c.conv import (FLAT_DEPTHWISE_NARROW, FLAT_DEPTHWISE_TAPS, FLAT_DEPTHWISE_WIDTH, FLAT_MARK,
-                                 ROWS_MARK)
+from kiln.codegen.c.conv import (FLAT_DEPTHWISE_NARROW, FLAT_DEPTHWISE_STRIDED_WIDTH, FLAT_DEPTHWISE_TAPS,
+                                 FLAT_DEPTHWISE_WIDTH, FLAT_MARK, ROWS_MARK)
 from tests.runtime.test_c_backend import _check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -26,13 +26,16 @@ STENCIL = "/* depthwise convolution: "  # model.c's marker of either form
 
 
 def _form(config, size) -> str:
-    """The flat form for a stride-1 'same' convolution of a narrow image (narrower still for more than 3x3 taps), else
-    the rows' form."""
+    """The flat form for narrow output images (narrower still for more than 3x3 taps) at stride 1 with 'same' padding,
+    or strided where each stride phase of an input row fits an output row; else the rows' form."""
     kernel, stride, padding, dilation = (v if isinstance(v, tuple) else (v, v) for v in config[:4])
-    same = all(2 * p == (k - 1) * d for p, k, d in zip(padding, kernel, dilation))
-    narrow = size[1] <= FLAT_DEPTHWISE_NARROW or (kernel[0] * kernel[1] <= FLAT_DEPTHWISE_TAPS
-                                                   and size[1] < FLAT_DEPTHWISE_WIDTH)
-    flat = stride == (1, 1) and same and narrow
+    out = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(size, padding, dilation, kernel, stride)]
+    narrow = out[1] <= FLAT_DEPTHWISE_NARROW or (kernel[0] * kernel[1] <= FLAT_DEPTHWISE_TAPS
+                                                  and out[1] < FLAT_DEPTHWISE_WIDTH)
+    if stride == (1, 1):
+        flat = narrow and out == list(size)
+    else:
+        flat = narrow and out[1] <= FLAT_DEPTHWISE_STRIDED_WIDTH and -(-size[1] // stride[1]) <= out[1]
     return FLAT_MARK if flat else ROWS_MARK
 
 
@@ -98,12 +101,12 @@ def test_depthwise_at_every_capability(capability, config, monkeypatch, tmp_path
         assert _form(CONFIGS[config], size) in source
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_channel_multiplier(stride, tmp_path):
-    """Each group's plane (or input image, in the flat form) serves its output channels (here three per input
-    channel)."""
+@pytest.mark.parametrize("stride, width, form", [(1, 18, FLAT_MARK), (2, 18, FLAT_MARK), (1, 70, ROWS_MARK)])
+def test_depthwise_channel_multiplier(stride, width, form, tmp_path):
+    """Each group's plane (or input image, or its phase planes, in the flat form) serves its output channels (here
+    three per input channel)."""
     conv = kiln.nn.Conv2d(4, 12, 3, padding=1, stride=stride, groups=4)
-    assert (FLAT_MARK if stride == 1 else ROWS_MARK) in _compare(conv, (None, 4, 9, 18), tmp_path)
+    assert form in _compare(conv, (None, 4, 9, width), tmp_path)
 
 
 @pytest.mark.parametrize("config", [dict(kernel_size=5, padding=2), dict(kernel_size=3, stride=2, dilation=3)])
@@ -141,20 +144,20 @@ def test_depthwise_fused_epilogues(tmp_path):
         assert source.count(form) >= 2
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_with_nonfinite_inputs(stride, tmp_path):
+@pytest.mark.parametrize("stride, width, form", [(1, 5, FLAT_MARK), (2, 5, FLAT_MARK), (1, 70, ROWS_MARK)])
+def test_depthwise_with_nonfinite_inputs(stride, width, form, tmp_path):
     """A NaN or an infinity in the input reaches exactly the outputs whose windows hold it: the rows' form computes
     lanes past a row's end from other rows and never stores them; the flat form's taps past a row's edge read the
     neighbouring row's NaN or infinity, and zero it (an infinity times the zero it must be would be NaN)."""
     conv = kiln.nn.Conv2d(2, 2, 3, padding=1, stride=stride, groups=2, bias=False).eval()
-    program = kiln.export(conv, (kiln.randn(1, 2, 6, 5),))
+    program = kiln.export(conv, (kiln.randn(1, 2, 6, width),))
     compiled = compile_c(program, output=tmp_path / "model")
-    assert (FLAT_MARK if stride == 1 else ROWS_MARK) in (tmp_path / "model" / "model.c").read_text()
-    x = np.random.default_rng(0).standard_normal((1, 2, 6, 5)).astype(np.float32)
+    assert form in (tmp_path / "model" / "model.c").read_text()
+    x = np.random.default_rng(0).standard_normal((1, 2, 6, width)).astype(np.float32)
     x[0, 0, 2, 4], x[0, 0, 3, 0], x[0, 1, 5, 0], x[0, 1, 0, 4] = np.nan, np.inf, np.inf, -np.inf
     got, expected = compiled(x), np.asarray(program(x))
     _check(got, expected)
-    if stride == 1:
+    if (stride, width) == (1, 5):
         assert np.isnan(got[0, 0, 1:4, 3:5]).all() and np.isnan(got[0, 0]).sum() == 6
         assert np.isinf(got[0, 0, 2:5, 0:2]).all() and np.isinf(got[0, 0]).sum() == 6
 

@@ -367,32 +367,72 @@ def _depthwise_plane(kernel: Kernel) -> tuple[Any, int, Any, Any]:
 
 # Markers at the top of each form's C (tests tell the forms apart by them)
 ROWS_MARK, FLAT_MARK = "depthwise convolution: rows of a padded plane", "depthwise convolution: flat pixels"
-# Which images take the flat form: a 3x3 (or smaller) kernel's narrower than FLAT_DEPTHWISE_WIDTH, any kernel's at
-# most FLAT_DEPTHWISE_NARROW wide. The flat form loads once per tap and output vector; the rows' form shares each
-# input load between six output rows, which pays once rows fill their vectors and taps are many. Measured (Xeon, one
-# thread, conv + ReLU, ms, rows / flat): 3x3 over 960 channels at 7x7 0.073 / 0.027, over 144 at 56x56 0.33 / 0.21
-# (2 threads: 0.121 / 0.115), over 32 at 112x112 (2 threads) 0.107 / 0.110; 7x7 over 768 at 7x7 0.186 / 0.108, over
-# 384 at 14x14 0.121 / 0.251; 5x5 over 240 at 28x28 0.157 / 0.190.
+# Which output images take the flat form: a 3x3 (or smaller) kernel's narrower than FLAT_DEPTHWISE_WIDTH, any
+# kernel's at most FLAT_DEPTHWISE_NARROW wide. The flat form loads once per tap and output vector; the rows' form
+# shares each input load between six output rows, which pays once rows fill their vectors and taps are many.
+# Measured at stride 1 (Xeon, one thread, conv + ReLU, ms, rows / flat): 3x3 over 960 channels at 7x7 0.073 /
+# 0.027, over 144 at 56x56 0.33 / 0.21 (2 threads: 0.121 / 0.115), over 32 at 112x112 (2 threads) 0.107 / 0.110;
+# 7x7 over 768 at 7x7 0.186 / 0.108, over 384 at 14x14 0.121 / 0.251; 5x5 over 240 at 28x28 0.157 / 0.190.
 FLAT_DEPTHWISE_WIDTH, FLAT_DEPTHWISE_NARROW, FLAT_DEPTHWISE_TAPS = 64, 8, 9
+# Strided, the flat form also copies the stride's phase planes; it takes output images at most this wide (3x3 at
+# stride 2, 2 threads, microseconds, rows / flat: 960 channels to 4x4 87 / 48, 576 to 7x7 105 / 61, 192 to 14x14
+# 84 / 48, 144 to 28x28 68 / 70, 96 to 56x56 181 / 194; 5x5 over 672 channels to 7x7, one thread, ms: 0.117 / 0.059)
+FLAT_DEPTHWISE_STRIDED_WIDTH = 16
 
 
 def _flat_depthwise(kernel: Kernel) -> bool:
-    """A 2-d depthwise convolution at stride 1 whose output keeps the input's size (padding 'same'), whose input
-    images are contiguous and narrow (a known width, see FLAT_DEPTHWISE_WIDTH): `_conv_depthwise_flat` runs it over
-    the flattened image, since a row of 7 or 14 columns fills half a vector or less."""
+    """A 2-d depthwise convolution with narrow output images (a known width, see FLAT_DEPTHWISE_WIDTH) that
+    `_conv_depthwise_flat` runs over the flattened output image, since a row of 7 or 14 columns fills half a vector
+    or less: at stride 1 one whose output keeps the input's size (padding 'same') and whose input images are
+    contiguous (it reads them in place); strided, one of known sizes whose every stride phase of an input row fits
+    an output row (`_FlatPhases`)."""
     detail = kernel.detail
     x, width = detail.input, sympy.sympify(kernel.shape[-1])
-    if len(kernel.shape) != 4 or not all(int(v) == 1 for v in detail.stride[:2]):
+    if len(kernel.shape) != 4 or not width.is_Integer:
         return False
     taps = math.prod(int(d) for d in detail.weight.shape[2:])
-    narrow = bool(width.is_Integer) and (int(width) <= FLAT_DEPTHWISE_NARROW or (
-        taps <= FLAT_DEPTHWISE_TAPS and int(width) < FLAT_DEPTHWISE_WIDTH))
-    return (narrow and all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
-            and same_dim(x.strides[3], 1) and same_dim(x.strides[2], x.shape[3]))
+    if not (int(width) <= FLAT_DEPTHWISE_NARROW or (taps <= FLAT_DEPTHWISE_TAPS and int(width) < FLAT_DEPTHWISE_WIDTH)):
+        return False
+    if all(int(v) == 1 for v in detail.stride[:2]):
+        return (all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
+                and same_dim(x.strides[3], 1) and same_dim(x.strides[2], x.shape[3]))
+    sizes = [sympy.sympify(d) for d in [*kernel.shape[2:], *x.shape[2:]]]
+    return (int(width) <= FLAT_DEPTHWISE_STRIDED_WIDTH and all(d.is_Integer for d in sizes)
+            and _FlatPhases(kernel).fits)
+
+
+@dataclasses.dataclass
+class _FlatPhases:
+    """A strided `_conv_depthwise_flat`'s input: each (row phase ry, column phase rx) of the stride, the input's
+    elements (stride_y * a + ry, stride_x * b + rx), copied to a plane with the output's row pitch, so output pixel p
+    = (y, x) reads tap (i, j) at p + fy * Wo + fx of its phase plane, with (fy, ry) = divmod(i * dilation -
+    padding, stride) and likewise (fx, rx). Each plane sits in a region of `region` floats, its element (0, 0) at
+    `first`, with room for every tap's reads of every pixel; `rows` of it are copied."""
+
+    def __init__(self, kernel: Kernel):
+        detail = kernel.detail
+        self.stride = [int(v) for v in detail.stride[:2]]
+        dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
+        taps = [int(d) for d in detail.weight.shape[2:]]
+        self.out = [int(d) for d in kernel.shape[2:]]
+        self.size = [int(d) for d in detail.input.shape[2:]]
+        # per tap: its weight's index, (ry, fy) and (rx, fx)
+        self.taps = [(i * taps[1] + j, divmod(i * dilation[0] - padding[0], self.stride[0])[::-1],
+                      divmod(j * dilation[1] - padding[1], self.stride[1])[::-1])
+                     for i in range(taps[0]) for j in range(taps[1])]
+        # a phase's rows and columns: the input's elements at that remainder
+        self.phase_rows = [-(-(self.size[0] - r) // self.stride[0]) for r in range(self.stride[0])]
+        self.phase_columns = [-(-(self.size[1] - r) // self.stride[1]) for r in range(self.stride[1])]
+        self.fits = max(self.phase_columns) <= self.out[1]  # a phase row within the output's row pitch
+        fy = [t[1][1] for t in self.taps]
+        reach = max(abs(t[2][1]) for t in self.taps)
+        self.first = max(0, -min(fy)) * self.out[1] + reach
+        self.rows = [min(rows, self.out[0] + max(fy)) for rows in self.phase_rows]
+        self.region = self.first + (self.out[0] + max(0, max(fy))) * self.out[1] + reach + 1
 
 
 def _flat_reach(kernel: Kernel) -> tuple[Any, Any]:
-    """How far `_conv_depthwise_flat`'s taps read before an image's first element and past its last: elements."""
+    """How far a stride-1 `_conv_depthwise_flat`'s taps read before an image's first element and past its last."""
     detail = kernel.detail
     taps = [int(d) for d in detail.weight.shape[2:]]
     dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
@@ -403,65 +443,99 @@ def _flat_reach(kernel: Kernel) -> tuple[Any, Any]:
 
 
 def depthwise_scratch(kernel: Kernel) -> Any:
-    """Bytes of a depthwise convolution's per-thread scratch: `_conv_depthwise`'s padded input plane, or
-    `_conv_depthwise_flat`'s row and column tables and one padded image."""
+    """Bytes of a depthwise convolution's per-thread scratch: `_conv_depthwise`'s padded input plane and plane of
+    sums, or `_conv_depthwise_flat`'s row and column tables, then one image between zeros (stride 1) or the
+    planes of the stride's phases."""
+    pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
     if _flat_depthwise(kernel):
-        pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
-        return (3 * pixels + sum(_flat_reach(kernel))) * 4
+        if all(int(v) == 1 for v in kernel.detail.stride[:2]):
+            return (3 * pixels + sum(_flat_reach(kernel))) * 4
+        phases = _FlatPhases(kernel)
+        return (2 * pixels + math.prod(phases.stride) * phases.region) * 4
     *_, plane = _depthwise_plane(kernel)
-    return (plane + sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])) * 4  # then a plane of sums
+    return (plane + pixels) * 4
 
 
 def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
-    """A stride-1 'same' depthwise convolution over each output image as one flat loop of pixels.
+    """A depthwise convolution of narrow images over each output image as one flat loop of pixels.
 
-    Output pixel p = (y, x) reads tap (i, j) at p + (i * dilation - padding) * W + j * dilation - padding of its
-    input image: one contiguous vector load per tap, straight from the input. A tap that falls in the padding (a
-    row above or below the image, or a column that crosses into the neighbouring row) reads a neighbouring
-    element, which kiln_keep_or_zero replaces by zero by the pixel's row and column (tables filled once per
-    thread). The loads stay unconditional: as masked loads (a select) they ran 8x slower. An image whose reads would
-    leave its buffer (the first and last in memory) is copied between zeros first. So a 7x7 image takes 4
-    vectors where rows of 7 take 7 half-empty ones, nothing else is copied, and the bias and the fused epilogue
-    run in the same loop."""
+    At stride 1 ('same' padding), output pixel p = (y, x) reads tap (i, j) at p + (i * dilation - padding) * W +
+    j * dilation - padding of its input image: one contiguous vector load per tap, straight from the input. A tap
+    that falls in the padding (a row above or below the image, or a column that crosses into the neighbouring row)
+    reads a neighbouring element, which kiln_keep_or_zero replaces by zero by the pixel's row and column (tables
+    filled once per thread). The loads stay unconditional: as masked loads (a select) they ran 8x slower. An image
+    whose reads would leave its buffer (the first and last in memory) is copied between zeros first. Strided, the
+    unit first copies each phase of the stride to a plane of the output's row pitch (`_FlatPhases`), and each tap
+    reads one of those the same way. So a 7x7 image takes 4 vectors where rows of 7 take 7 half-empty ones, and the
+    bias and the fused epilogue run in the same loop."""
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
     groups = int(detail.groups)
     taps = [int(d) for d in w.shape[2:]]
-    dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
     height, width = (dim_expr(d) for d in kernel.shape[2:])
-    before, after = (dim_expr(v) for v in _flat_reach(kernel))
     indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
     value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
     result_type = accumulator_type(kernel)
-    reads = []
-    for i in range(taps[0]):
-        for j in range(taps[1]):
-            dy, dx = i * dilation[0] - padding[0], j * dilation[1] - padding[1]
-            inside = ([f"y >= {-dy}"] if dy < 0 else [f"y < h - {dy}"] if dy > 0 else []) + \
-                     ([f"x >= {-dx}"] if dx < 0 else [f"x < w - {dx}"] if dx > 0 else [])
-            load = f"image[pixel + ({dy}) * W + ({dx})]"
-            value = f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load
-            reads.append(f"a = KILN_FMAF(w{i * taps[1] + j}, {value}, a);")
-    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
+    strided = not all(int(v) == 1 for v in detail.stride[:2])
     start = _view_index(x, ["bi", "g", "0", "0"])
+    reads = []
+    if strided:
+        phases = _FlatPhases(kernel)
+        rows_out, columns_out = phases.out
+        for index, (ry, fy), (rx, fx) in phases.taps:
+            inside = ([f"y >= {-fy}"] if fy < 0 else []) + \
+                     ([f"y < {phases.phase_rows[ry] - fy}"] if rows_out - 1 + fy >= phases.phase_rows[ry] else []) + \
+                     ([f"x >= {-fx}"] if fx < 0 else []) + \
+                     ([f"x < {phases.phase_columns[rx] - fx}"]
+                      if columns_out - 1 + fx >= phases.phase_columns[rx] else [])
+            load = f"phase{ry}_{rx}[pixel + ({fy}) * W + ({fx})]"
+            reads.append(f"a = KILN_FMAF(w{index}, "
+                         + (f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load) + ", a);")
+        used = sorted({(ry, rx) for _, (ry, _), (rx, _) in phases.taps})
+        element = ["bi", "g", f"({phases.stride[0]} * a + ry)", f"({phases.stride[1]} * b + rx)"]
+        source = f"{buffer_name(x.buffer)}[{_view_index(x, element)}]"
+        prepare = ["float* restrict phases = (float*)(columns + H * W);  /* the planes of the stride's phases */"]
+        unit = []
+        for ry, rx in used:
+            plane = f"phases + {(ry * phases.stride[1] + rx) * phases.region} + {phases.first}"
+            unit += [f"float* restrict phase{ry}_{rx} = {plane};",
+                     f"for (int64_t a = 0; a < {phases.rows[ry]}; ++a)", "{",
+                     f"    const int64_t ry = {ry}, rx = {rx};",
+                     f"    _Pragma(\"omp simd\") for (int64_t b = 0; b < {phases.phase_columns[rx]}; ++b) "
+                     f"phase{ry}_{rx}[a * W + b] = {source};", "}"]
+    else:
+        dilation, padding = [int(v) for v in detail.dilation[:2]], [int(v) for v in detail.padding[:2]]
+        for i in range(taps[0]):
+            for j in range(taps[1]):
+                dy, dx = i * dilation[0] - padding[0], j * dilation[1] - padding[1]
+                inside = ([f"y >= {-dy}"] if dy < 0 else [f"y < h - {dy}"] if dy > 0 else []) + \
+                         ([f"x >= {-dx}"] if dx < 0 else [f"x < w - {dx}"] if dx > 0 else [])
+                load = f"image[pixel + ({dy}) * W + ({dx})]"
+                value = f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load
+                reads.append(f"a = KILN_FMAF(w{i * taps[1] + j}, {value}, a);")
+        before, after = (dim_expr(v) for v in _flat_reach(kernel))
+        prepare = [f"const int64_t BEFORE = {before}, AFTER = {after};",
+                   "float* restrict padded = (float*)(columns + H * W);  /* an image between zeros */"]
+        unit = [f"const int64_t start = {start};",
+                f"const float* image = {buffer_name(x.buffer)} + start;",
+                f"if (start < BEFORE || start + H * W + AFTER > {dim_expr(x.buffer.numel)})", "{",
+                "    for (int64_t m = 0; m < BEFORE + H * W + AFTER; ++m) "
+                "padded[m] = m >= BEFORE && m < BEFORE + H * W ? image[m - BEFORE] : 0.0f;",
+                "    image = padded + BEFORE;", "}"]
+    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
     lines = [f"/* {FLAT_MARK} */",
              f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
-             f"const int64_t H = {height}, W = {width}, BEFORE = {before}, AFTER = {after};",
+             f"const int64_t H = {height}, W = {width};  /* the output's */",
              "const int32_t h = (int32_t)H, w = (int32_t)W;",
              "int32_t* restrict rows = (int32_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
              "int32_t* restrict columns = rows + H * W;",
-             "float* restrict padded = (float*)(columns + H * W);  /* an image between zeros */",
+             *prepare,
              "for (int64_t y = 0; y < H; ++y) for (int64_t m = 0; m < W; ++m) "
              "{ rows[y * W + m] = (int32_t)y; columns[y * W + m] = (int32_t)m; }",
              "#pragma omp for collapse(2) schedule(static)",
              "for (int64_t bi = 0; bi < BATCH; ++bi)",
              "for (int64_t g = 0; g < GROUPS; ++g)", "{",
-             f"    const int64_t start = {start};",
-             f"    const float* image = {buffer_name(x.buffer)} + start;",
-             f"    if (start < BEFORE || start + H * W + AFTER > {dim_expr(x.buffer.numel)})", "    {",
-             "        for (int64_t m = 0; m < BEFORE + H * W + AFTER; ++m) "
-             "padded[m] = m >= BEFORE && m < BEFORE + H * W ? image[m - BEFORE] : 0.0f;",
-             "        image = padded + BEFORE;", "    }",
+             *[f"    {line}" for line in unit],
              "    for (int64_t j = 0; j < MULTIPLIER; ++j)", "    {",
              "        const int64_t oc = g * MULTIPLIER + j;",
              f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
