@@ -470,7 +470,6 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
     bias and the fused epilogue run in the same loop."""
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
-    groups = int(detail.groups)
     taps = [int(d) for d in w.shape[2:]]
     height, width = (dim_expr(d) for d in kernel.shape[2:])
     indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
@@ -522,9 +521,14 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
                 "    for (int64_t m = 0; m < BEFORE + H * W + AFTER; ++m) "
                 "padded[m] = m >= BEFORE && m < BEFORE + H * W ? image[m - BEFORE] : 0.0f;",
                 "    image = padded + BEFORE;", "}"]
-    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
-    lines = [f"/* {FLAT_MARK} */",
-             f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
+    body = ["_Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < H * W; ++pixel)", "{",
+            "    const int32_t y = rows[pixel], x = columns[pixel];",
+            "    float a = 0.0f;",
+            *[f"    {line}" for line in reads],
+            *[f"    {line}" for line in indices],
+            f"    const {result_type} acc_value = ({result_type})((double)a{value_bias});",
+            f"    {target} = {epilogue};", "}"]
+    lines = [f"/* {FLAT_MARK} */", _depthwise_counts(kernel),
              f"const int64_t H = {height}, W = {width};  /* the output's */",
              "const int32_t h = (int32_t)H, w = (int32_t)W;",
              "int32_t* restrict rows = (int32_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
@@ -532,22 +536,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
              *prepare,
              "for (int64_t y = 0; y < H; ++y) for (int64_t m = 0; m < W; ++m) "
              "{ rows[y * W + m] = (int32_t)y; columns[y * W + m] = (int32_t)m; }",
-             "#pragma omp for collapse(2) schedule(static)",
-             "for (int64_t bi = 0; bi < BATCH; ++bi)",
-             "for (int64_t g = 0; g < GROUPS; ++g)", "{",
-             *[f"    {line}" for line in unit],
-             "    for (int64_t j = 0; j < MULTIPLIER; ++j)", "    {",
-             "        const int64_t oc = g * MULTIPLIER + j;",
-             f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
-             f"{math.prod(taps)};",
-             *[f"        const float w{index} = tap_weights[{index}];" for index in range(math.prod(taps))],
-             "        _Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < H * W; ++pixel)", "        {",
-             "            const int32_t y = rows[pixel], x = columns[pixel];",
-             "            float a = 0.0f;",
-             *[f"            {line}" for line in reads],
-             *[f"            {line}" for line in indices],
-             f"            const {result_type} acc_value = ({result_type})((double)a{value_bias});",
-             f"            {target} = {epilogue};", "        }", "    }", "}"]
+             *_depthwise_units(kernel, unit, body)]
     return ["    " + line for line in lines]
 
 
@@ -566,7 +555,6 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
     n = len(kernel.shape) - 2
-    groups = int(detail.groups)
     taps = [int(d) for d in w.shape[2:]]
     stride, padding, dilation = ([int(v) for v in values[:n]] for values in (detail.stride, detail.padding,
                                                                               detail.dilation))
@@ -650,10 +638,10 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
             compute += [f"for (; ob < {outs[0]}; ++ob)", "{", *[f"    {line}" for line in output_pass(1)], "}"]
     else:
         compute = ["const int64_t ob = 0;", *output_pass(1)]
-    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
-    weights = [f"const float w{index} = tap_weights[{index}];" for index in range(math.prod(taps))]
-    lines = [f"/* {ROWS_MARK} */",
-             f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};",
+    if not fused:
+        compute += [f"_Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < {' * '.join(outs)}; ++pixel)", "{",
+                    *[f"    {line}" for line in finish("sums[pixel]")], "}"]
+    lines = [f"/* {ROWS_MARK} */", _depthwise_counts(kernel),
              f"const int64_t rows = {dim_expr(rows)}, span = {dim_expr(span)};",
              "float* restrict plane = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
              f"float* restrict sums = plane + {dim_expr(plane_floats)};  /* the output plane's sums */",
@@ -662,20 +650,32 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
              # (reinterpreted integers are denormals, and a multiply-add of one takes a microcode assist: a 7x7
              # image's depthwise convolution ran 3x slower on them)
              f"for (int m = 0; m < {_DEPTHWISE_LANES}; ++m) plane[rows * {phases} * span + m] = 0.0f;",
-             "#pragma omp for collapse(2) schedule(static)",
-             "for (int64_t bi = 0; bi < BATCH; ++bi)",
-             "for (int64_t g = 0; g < GROUPS; ++g)", "{",
-             *[f"    {line}" for line in fill],
-             "    for (int64_t j = 0; j < MULTIPLIER; ++j)", "    {",
-             "        const int64_t oc = g * MULTIPLIER + j;",
-             f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} + oc * "
-             f"{math.prod(taps)};",
-             *[f"        {line}" for line in weights + compute],
-             *([] if fused else [
-                 f"        _Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < {' * '.join(outs)}; ++pixel)",
-                 "        {", *[f"            {line}" for line in finish("sums[pixel]")], "        }"]),
-             "    }", "}"]
+             *_depthwise_units(kernel, fill, compute)]
     return ["    " + line for line in lines]
+
+
+def _depthwise_counts(kernel: Kernel) -> str:
+    """C defining a depthwise convolution's BATCH, GROUPS and MULTIPLIER (output channels per group)."""
+    groups = int(kernel.detail.groups)
+    multiplier = dim_expr(sympy.sympify(kernel.shape[1]) / groups)
+    return f"const int64_t BATCH = {dim_expr(kernel.shape[0])}, GROUPS = {groups}, MULTIPLIER = {multiplier};"
+
+
+def _depthwise_units(kernel: Kernel, unit: list[str], body: list[str]) -> list[str]:
+    """The team's loop over a depthwise convolution's (image bi, group g) units: `unit` once per unit, then for each
+    of the group's output channels oc its taps' weights w0, w1, ... in registers and `body`."""
+    w = kernel.detail.weight
+    taps = math.prod(int(d) for d in w.shape[2:])
+    return ["#pragma omp for collapse(2) schedule(static)",
+            "for (int64_t bi = 0; bi < BATCH; ++bi)",
+            "for (int64_t g = 0; g < GROUPS; ++g)", "{",
+            *[f"    {line}" for line in unit],
+            "    for (int64_t j = 0; j < MULTIPLIER; ++j)", "    {",
+            "        const int64_t oc = g * MULTIPLIER + j;",
+            f"        const float* restrict tap_weights = {buffer_name(w.buffer)} + {dim_expr(w.offset)} "
+            f"+ oc * {taps};",
+            *[f"        const float w{index} = tap_weights[{index}];" for index in range(taps)],
+            *[f"        {line}" for line in body], "    }", "}"]
 
 
 def render_conv(kernel: Kernel, state: RenderState) -> list[str]:
