@@ -401,7 +401,6 @@ def _flat_depthwise(kernel: Kernel) -> bool:
             and _FlatPhases(kernel).fits)
 
 
-@dataclasses.dataclass
 class _FlatPhases:
     """A strided `_conv_depthwise_flat`'s input: each (row phase ry, column phase rx) of the stride, the input's
     elements (stride_y * a + ry, stride_x * b + rx), copied to a plane with the output's row pitch, so output pixel p
@@ -427,7 +426,7 @@ class _FlatPhases:
         fy = [t[1][1] for t in self.taps]
         reach = max(abs(t[2][1]) for t in self.taps)
         self.first = max(0, -min(fy)) * self.out[1] + reach
-        self.rows = [min(rows, self.out[0] + max(fy)) for rows in self.phase_rows]
+        self.rows = [max(0, min(rows, self.out[0] + max(fy))) for rows in self.phase_rows]
         self.region = self.first + (self.out[0] + max(0, max(fy))) * self.out[1] + reach + 1
 
 
@@ -514,6 +513,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
                 reads.append(f"a = KILN_FMAF(w{i * taps[1] + j}, {value}, a);")
         before, after = (dim_expr(v) for v in _flat_reach(kernel))
         prepare = [f"const int64_t BEFORE = {before}, AFTER = {after};",
+                   "const int32_t h = (int32_t)H, w = (int32_t)W;",
                    "float* restrict padded = (float*)(columns + H * W);  /* an image between zeros */"]
         unit = [f"const int64_t start = {start};",
                 f"const float* image = {buffer_name(x.buffer)} + start;",
@@ -530,7 +530,6 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
             f"    {target} = {epilogue};", "}"]
     lines = [f"/* {FLAT_MARK} */", _depthwise_counts(kernel),
              f"const int64_t H = {height}, W = {width};  /* the output's */",
-             "const int32_t h = (int32_t)H, w = (int32_t)W;",
              "int32_t* restrict rows = (int32_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
              "int32_t* restrict columns = rows + H * W;",
              *prepare,
@@ -551,7 +550,7 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     columns past the row read the plane's slack. Rows of _DEPTHWISE_FUSED_WIDTH columns or more then take the
     bias and the fused epilogue straight into the output; narrower ones are stored by kiln_store_lanes into a plane
     of sums laid out as the output, and the bias and epilogue run over that plane as one flat vectorized loop.
-    Narrow images at stride 1 (see FLAT_DEPTHWISE_WIDTH) take `_conv_depthwise_flat` instead."""
+    Narrow images (see FLAT_DEPTHWISE_WIDTH) take `_conv_depthwise_flat` instead."""
     detail = kernel.detail
     x, w, bias = detail.input, detail.weight, detail.bias
     n = len(kernel.shape) - 2
