@@ -468,12 +468,8 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
     reads one of those the same way. So a 7x7 image takes 4 vectors where rows of 7 take 7 half-empty ones, and the
     bias and the fused epilogue run in the same loop."""
     detail = kernel.detail
-    x, w, bias = detail.input, detail.weight, detail.bias
-    taps = [int(d) for d in w.shape[2:]]
+    x, taps = detail.input, [int(d) for d in detail.weight.shape[2:]]
     height, width = (dim_expr(d) for d in kernel.shape[2:])
-    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
-    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
-    result_type = accumulator_type(kernel)
     strided = not all(int(v) == 1 for v in detail.stride[:2])
     start = _view_index(x, ["bi", "g", "0", "0"])
     reads = []
@@ -486,9 +482,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
                      ([f"x >= {-fx}"] if fx < 0 else []) + \
                      ([f"x < {phases.phase_columns[rx] - fx}"]
                       if columns_out - 1 + fx >= phases.phase_columns[rx] else [])
-            load = f"phase{ry}_{rx}[pixel + ({fy}) * W + ({fx})]"
-            reads.append(f"a = KILN_FMAF(w{index}, "
-                         + (f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load) + ", a);")
+            reads.append(_depthwise_tap(index, f"phase{ry}_{rx}[pixel + ({fy}) * W + ({fx})]", inside))
         used = sorted({(ry, rx) for _, (ry, _), (rx, _) in phases.taps})
         element = ["bi", "g", f"({phases.stride[0]} * a + ry)", f"({phases.stride[1]} * b + rx)"]
         source = f"{buffer_name(x.buffer)}[{_view_index(x, element)}]"
@@ -508,9 +502,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
                 dy, dx = i * dilation[0] - padding[0], j * dilation[1] - padding[1]
                 inside = ([f"y >= {-dy}"] if dy < 0 else [f"y < h - {dy}"] if dy > 0 else []) + \
                          ([f"x >= {-dx}"] if dx < 0 else [f"x < w - {dx}"] if dx > 0 else [])
-                load = f"image[pixel + ({dy}) * W + ({dx})]"
-                value = f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load
-                reads.append(f"a = KILN_FMAF(w{i * taps[1] + j}, {value}, a);")
+                reads.append(_depthwise_tap(i * taps[1] + j, f"image[pixel + ({dy}) * W + ({dx})]", inside))
         before, after = (dim_expr(v) for v in _flat_reach(kernel))
         prepare = [f"const int64_t BEFORE = {before}, AFTER = {after};",
                    "const int32_t h = (int32_t)H, w = (int32_t)W;",
@@ -524,10 +516,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
     body = ["_Pragma(\"omp simd\") for (int64_t pixel = 0; pixel < H * W; ++pixel)", "{",
             "    const int32_t y = rows[pixel], x = columns[pixel];",
             "    float a = 0.0f;",
-            *[f"    {line}" for line in reads],
-            *[f"    {line}" for line in indices],
-            f"    const {result_type} acc_value = ({result_type})((double)a{value_bias});",
-            f"    {target} = {epilogue};", "}"]
+            *[f"    {line}" for line in reads + _depthwise_finish(kernel)("a")], "}"]
     lines = [f"/* {FLAT_MARK} */", _depthwise_counts(kernel),
              f"const int64_t H = {height}, W = {width};  /* the output's */",
              "int32_t* restrict rows = (int32_t*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
@@ -552,7 +541,7 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     of sums laid out as the output, and the bias and epilogue run over that plane as one flat vectorized loop.
     Narrow images (see FLAT_DEPTHWISE_WIDTH) take `_conv_depthwise_flat` instead."""
     detail = kernel.detail
-    x, w, bias = detail.input, detail.weight, detail.bias
+    x, w = detail.input, detail.weight
     n = len(kernel.shape) - 2
     taps = [int(d) for d in w.shape[2:]]
     stride, padding, dilation = ([int(v) for v in values[:n]] for values in (detail.stride, detail.padding,
@@ -572,20 +561,12 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
     fill = ["for (int64_t p0 = 0; p0 < rows; ++p0)", f"for (int64_t q = 0; q < {phases}; ++q)", "{",
             *[f"    {line}" for line in copy], "}"]
 
-    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
-    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
-    result_type = accumulator_type(kernel)
-
+    finish = _depthwise_finish(kernel)
     # Rows of 48 columns or more take the bias and epilogue in the pass (their last, partial vector is a small part
     # of the row); narrower ones store sums and run them in one loop over the plane, where the per-row loops over
     # a partial vector cost more than the plane's round trip (Xeon, one thread: 7x7 over 384 channels at 14x14,
     # 0.121 ms through the plane, 0.170 in the pass; 3x3 over 32 channels at 112x112, 0.315 and 0.220)
     fused = sympy.sympify(kernel.shape[-1]).is_Integer and int(kernel.shape[-1]) >= _DEPTHWISE_FUSED_WIDTH
-
-    def finish(total: str) -> list[str]:
-        """Output pixel `pixel`'s bias and fused epilogue, from its sum of taps."""
-        return [*indices, f"const {result_type} acc_value = ({result_type})((double){total}{value_bias});",
-                f"{target} = {epilogue};"]
 
     def output_pass(count: int) -> list[str]:
         """Output rows [ob, ob + count) (2-d; a 1-d row is one), KILN_LANES columns at a time."""
@@ -651,6 +632,23 @@ def _conv_depthwise(kernel: Kernel) -> list[str]:
              f"for (int m = 0; m < {_DEPTHWISE_LANES}; ++m) plane[rows * {phases} * span + m] = 0.0f;",
              *_depthwise_units(kernel, fill, compute)]
     return ["    " + line for line in lines]
+
+
+def _depthwise_finish(kernel: Kernel) -> Any:
+    """A function from a C sum of output pixel `pixel`'s taps (channel oc) to the lines adding the bias and storing
+    it through the fused epilogue."""
+    bias = kernel.detail.bias
+    indices, target, epilogue, _ = conv_epilogue(kernel, "oc", pixel="pixel")
+    value_bias = f" + (double){buffer_name(bias.buffer)}[{_view_index(bias, ['i1'])}]" if bias is not None else ""
+    result_type = accumulator_type(kernel)
+    return lambda total: [*indices, f"const {result_type} acc_value = ({result_type})((double){total}{value_bias});",
+                          f"{target} = {epilogue};"]
+
+
+def _depthwise_tap(index: int, load: str, inside: list[str]) -> str:
+    """A tap's multiply-add into `a`; `inside` (C conditions) false zeroes the loaded element (kiln_keep_or_zero)."""
+    value = f"kiln_keep_or_zero({load}, {' && '.join(inside)})" if inside else load
+    return f"a = KILN_FMAF(w{index}, {value}, a);"
 
 
 def _depthwise_counts(kernel: Kernel) -> str:
