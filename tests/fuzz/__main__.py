@@ -32,6 +32,12 @@ class Reproduced(Exception):
     """Raised inside hypothesis for a failure not seen before, so that hypothesis shrinks the batch."""
 
 
+def regression_test(failure: Failure) -> str:
+    """The failure as a pytest test for tests/regressions/, checking only the backend that failed."""
+    backend, kind = failure.signature[0], failure.signature[1]
+    return case_source(failure.case, name=f"test_{backend.split('[')[0]}_{kind}", backends=(failure.backend,))
+
+
 def fuzz(budget: int, batch_size: int, first_seed: int, backends: list[Backend], report: Report, shrink: bool,
          log: Any) -> dict[tuple[str, ...], Failure]:
     """Run batches until the oracle has run `budget` programs. The first failure of each kind stops hypothesis's
@@ -76,6 +82,8 @@ def fuzz(budget: int, batch_size: int, first_seed: int, backends: list[Backend],
             failure = reduce(reproduced.args[0], backends)
             found[failure.signature] = failure
             print(f"shrunk to {len(failure.case.dag.steps)} ops: {failure}", file=log, flush=True)
+            # the reproducer now, not only at the end: a long run that is stopped early keeps it
+            print(regression_test(failure), file=log, flush=True)
         run_seed += 1
     return found
 
@@ -108,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for signature, count in counts.most_common():
         failure = found[signature]
         print(f"\n{count} x {signature[0]} {signature[1]}: {failure.message}\n")
-        print(case_source(failure.case, name=f"test_{signature[0].split('[')[0]}_{signature[1]}",
-                          backends=(failure.backend,)))
+        print(regression_test(failure))
     return 1 if report.failures else 0
 
 
