@@ -13,6 +13,7 @@ import numpy as np
 import sympy
 
 from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
 from kiln.ir.ops.nn import conv_output_size, linear_taps, nearest_source  # ATen's rules, defined with the ops
 
@@ -1774,17 +1775,46 @@ def max_pool_input(ctx: LoweringContext, x: Value, kernel_size: list[int], strid
     return value, t, unbatched, attributes
 
 
+# Ops whose float results are never -inf, and the clamps whose lower bound (argument 1) keeps them from it.
+_NEVER_MINUS_INF = {f"aten.{name}.default" for name in (
+    "relu", "relu6", "sigmoid", "abs", "exp", "hardsigmoid", "softplus")}
+_LOWER_BOUNDED = {"aten.clamp.default", "aten.clamp_min.default", "aten.hardtanh.default"}
+
+
+def _never_minus_inf(operand: Any) -> bool:
+    """Whether the producer of `operand` (a kiln SSA value) rules out -inf: a CNN's pooled activations follow a
+    relu."""
+    producer = getattr(operand, "owner", None)
+    name = getattr(producer, "name", "")
+    if name in _NEVER_MINUS_INF:
+        return True
+    if name in _LOWER_BOUNDED:
+        lower = bound_arguments(producer)[1]
+        return isinstance(lower, (int, float)) and not isinstance(lower, bool) and lower > -math.inf
+    return False
+
+
 def _empty_windows_minus_inf(ctx: LoweringContext, x: Value, values: str, attributes: dict[str, Any],
-                             t: dtypes.DType) -> str:
-    """A window of a padded, dilated (or ceil-mode) pool may hold padding only: ATen's scan leaves its -inf
-    start there, onnxruntime's MaxPool gives the lowest finite float. Pooling ones marks the windows that see an
-    input (the others come out as that lowest float too)."""
-    if not t.is_floating_point or not x.dtype.is_floating_point or not any(attributes["pads"]) or (
-            all(d == 1 for d in attributes["dilations"]) and not attributes["ceil_mode"]):
+                             t: dtypes.DType, value: str | None) -> str:
+    """A window whose inputs are all -inf, or that holds padding only (a padded, dilated or ceil-mode pool): ATen's
+    scan leaves its -inf start there, onnxruntime's MaxPool without indices gives the lowest finite float. Pooling
+    a mark of `value`'s inputs other than -inf finds those windows; where x cannot be -inf, or `value` is None
+    (onnxruntime's MaxPool with indices keeps an all -inf window's -inf), pooling ones over one plane is enough,
+    and only the pools named above need it."""
+    if not t.is_floating_point or not x.dtype.is_floating_point:
         return values
-    spatial = len(attributes["kernel_shape"])
-    ones = ctx.node("ConstantOfShape", [ctx.dims([1, 1] + list(x.shape[-spatial:]))], value=_scalar_tensor(1, t))
-    seen = ctx.node("Greater", [ctx.node("MaxPool", [ones], **attributes), ctx.const(0, t)])
+    padding_only = any(attributes["pads"]) and (
+        any(d != 1 for d in attributes["dilations"]) or attributes["ceil_mode"])
+    if value is None or _never_minus_inf(ctx.op.operands[0]):
+        if not padding_only:
+            return values
+        spatial = len(attributes["kernel_shape"])
+        marks = ctx.node("ConstantOfShape", [ctx.dims([1, 1] + list(x.shape[-spatial:]))],
+                         value=_scalar_tensor(1, t))
+    else:
+        marks = ctx.graph.cast(ctx.node("Not", [ctx.node("Equal", [value, ctx.const(-math.inf, t)])]),
+                               dtypes.bool_, t)
+    seen = ctx.node("Greater", [ctx.node("MaxPool", [marks], **attributes), ctx.const(0, t)])
     return ctx.node("Where", [seen, values, ctx.const(-math.inf, t)])
 
 
@@ -1792,7 +1822,7 @@ def max_pool_values(ctx: LoweringContext, x: Value, *pool: Any, spatial: int) ->
     """The pooled values alone: one MaxPool without its indices output. onnxruntime's MaxPool may skip a NaN that
     ATen's returns (torch.onnx's files do the same); with the indices used, `_max_pool` keeps ATen's NaN rule."""
     value, t, unbatched, attributes = max_pool_input(ctx, x, *pool, spatial)
-    values = _empty_windows_minus_inf(ctx, x, ctx.node("MaxPool", [value], **attributes), attributes, t)
+    values = _empty_windows_minus_inf(ctx, x, ctx.node("MaxPool", [value], **attributes), attributes, t, value)
     values = _cropped(ctx, x, values, spatial, pool[4])
     return ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype)
 
@@ -1811,7 +1841,7 @@ def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     indices = ctx.node("Mod", [indices, ctx.dim(plane)])
     if t.is_floating_point and x.dtype.is_floating_point:
         values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
-        values = _empty_windows_minus_inf(ctx, x, values, attributes, t)
+        values = _empty_windows_minus_inf(ctx, x, values, attributes, t, None)
     values, indices = (_cropped(ctx, x, v, spatial, ceil_mode) for v in (values, indices))
     return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
 
