@@ -77,7 +77,7 @@ class _Cleaner:
     def pass_once(self) -> bool:
         changed = False
         for rewrite in (self.fold_identities, self.fold_constants, self.fold_transposes, self.fold_reshapes,
-                        self.drop_dead):
+                        self.fold_relu_into_clip, self.drop_dead):
             changed |= rewrite()
         return changed
 
@@ -170,6 +170,26 @@ class _Cleaner:
                 continue
             node.input[0] = inner.input[0]
             self.nodes.remove(inner)
+            changed = True
+        return changed
+
+    def fold_relu_into_clip(self) -> bool:
+        """Clip(Relu(x), lo, hi) is Clip(x, max(lo, 0), hi) when lo is a constant and the Relu is read only there
+        (a relu before hardtanh or clamp). onnxruntime 1.32 makes the same fusion at load, but its rule fails on a
+        float64 Clip ("Unexpected data type for Clip 'min' input of 11") and the session does not load."""
+        changed = False
+        uses, producers = self.uses(), self.producers()
+        for node in list(self.nodes):
+            if node.op_type != "Clip" or len(node.input) < 2 or not node.input[1]:
+                continue
+            relu, lower = producers.get(node.input[0]), self.constant(node.input[1])
+            if relu is None or relu.op_type != "Relu" or lower is None or uses.get(relu.output[0], 0) != 1 \
+                    or relu.output[0] in self.outputs:
+                continue
+            raised = np.maximum(lower, np.zeros((), lower.dtype)).astype(lower.dtype)  # a NaN bound stays NaN
+            node.input[0] = relu.input[0]
+            node.input[1] = self.new_constant(raised, node.output[0] + "_min")
+            self.nodes.remove(relu)
             changed = True
         return changed
 
