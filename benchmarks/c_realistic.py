@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from c_backend import count_flops, gemm_peak_gflops, plot_latencies  # noqa: E402  (benchmarks/c_backend.py)
 from onnx_quality import ROWS as ONNX_ROWS  # noqa: E402  (the same torch modules as the ONNX comparison)
-from onnx_quality import build_row, export_torch, ort_feeds, ort_session  # noqa: E402
+from onnx_quality import build_row, export_torch, ort_feeds, ort_session, torch_dynamic_shapes  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
 
 
@@ -170,7 +170,7 @@ def main() -> None:
         peak = max(peak, gemm_peak_gflops(options.threads))
         model, args, dims, expected = build_row(torch, name, ROWS)
         numpy_args = [a.numpy() for a in args]
-        program = kiln.from_torch(model, args, dynamic_shapes=dims or None)
+        program = kiln.from_torch(model, args, dynamic_shapes=torch_dynamic_shapes(torch, args, dims))
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as folder:
             compiled = kiln.compile(program, output=Path(folder) / "model", num_threads=options.threads)

@@ -117,7 +117,7 @@ ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
 }
 
 
-def _dynamic_shapes(torch: Any, args: tuple, dims: dict | tuple) -> tuple | None:
+def torch_dynamic_shapes(torch: Any, args: tuple, dims: dict | tuple) -> tuple | None:
     """The first input's named dims, e.g. {"batch": 0}, the other inputs static; or a row's own dynamic shapes (a
     tuple, as torch.export takes them: wav2vec2's length is a multiple of a Dim)."""
     if not dims or isinstance(dims, tuple):
@@ -127,13 +127,13 @@ def _dynamic_shapes(torch: Any, args: tuple, dims: dict | tuple) -> tuple | None
 
 def _export_kiln(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
     import kiln
-    dynamic = _dynamic_shapes(torch, args, dims)
+    dynamic = torch_dynamic_shapes(torch, args, dims)
     program = kiln.from_torch(model, args, dynamic_shapes=dynamic)
     return kiln.onnx.export(program).model_proto.SerializeToString()
 
 
 def export_torch(torch: Any, model: Any, args: tuple, dims: dict) -> bytes:
-    dynamic = _dynamic_shapes(torch, args, dims)
+    dynamic = torch_dynamic_shapes(torch, args, dims)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         onnx_program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=dynamic, verbose=False)
