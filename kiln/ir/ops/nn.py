@@ -307,6 +307,14 @@ def _avg_pool_meta(n):
     return meta
 
 
+def _reachable_taps(kernel, dilation, padding, sizes):
+    """Each axis's taps that some window can place inside the input. A window starts at -padding or later, so a tap
+    at j * dilation >= size + padding only ever sees the fill: dropping those changes no pool's result, and keeps a
+    kernel far larger than its input (Hugging Face EfficientNet's AvgPool2d(1280, ceil_mode=True) over 7x7) from
+    padding the input out to the kernel's size (16 GB there)."""
+    return [min(k, -(-(size + p) // d)) for k, d, p, size in zip(kernel, dilation, padding, sizes)]
+
+
 def _padded_for_windows(x, kernel, stride, padding, dilation, outputs, fill):
     """Pad the trailing spatial axes so every output window lies inside the array."""
     after = [max((o - 1) * s + d * (k - 1) + 1 - p - size, 0)
@@ -324,8 +332,9 @@ def _avg_pool_kernel(n):
                                         divisor_override).shape[-n:]]
         kernel, stride, padding, _ = _pool_arguments("", n, kernel_size, stride, padding)
         acc = _accumulation(self.dtype)
-        x = _padded_for_windows(self.astype(acc), kernel, stride, padding, [1] * n, outputs, 0)
-        windows = _strided_windows(x, kernel, stride, [1] * n, outputs)
+        taps = _reachable_taps(kernel, [1] * n, padding, self.shape[-n:])
+        x = _padded_for_windows(self.astype(acc), taps, stride, padding, [1] * n, outputs, 0)
+        windows = _strided_windows(x, taps, stride, [1] * n, outputs)
         sums = windows.sum(axis=tuple(range(-n, 0)))
         # ATen's divisor per window: windows are cut at input + padding; without count_include_pad only
         # the part inside the input counts. The divisor factors over the spatial dims.
@@ -376,6 +385,7 @@ def _max_pool_kernel(n):
         fill = -np.inf if floating else np.iinfo(self.dtype).min
         # Every input position's flat index in its spatial plane (what ATen returns); padding gets -1.
         plane = np.arange(math.prod(spatial), dtype=np.int64).reshape(spatial)
+        kernel = _reachable_taps(kernel, dilation, padding, spatial)
         values = _strided_windows(_padded_for_windows(self, kernel, stride, padding, dilation, outputs, fill),
                                   kernel, stride, dilation, outputs)
         where = _strided_windows(_padded_for_windows(plane, kernel, stride, padding, dilation, outputs, -1),
