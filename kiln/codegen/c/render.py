@@ -786,7 +786,7 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
             divisor = [str(int(detail.divisor_override))]
         body += ["double acc = 0.0;", f"const int64_t divisor = {' * '.join(divisor)};"]
         for k in range(n):
-            body += [f"for (int64_t p{k} = lo{k}; p{k} < hi{k}; ++p{k})", "{"]
+            body += [*_summing(k, n), f"for (int64_t p{k} = lo{k}; p{k} < hi{k}; ++p{k})", "{"]
             closing.append("}")
         body += [f"acc += {load};", *closing,
                  f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})"
@@ -800,12 +800,19 @@ def _window(kernel: Kernel, state: RenderState) -> list[str]:
             count.append(f"(e{k} - s{k})")
         body.append("double acc = 0.0;")
         for k in range(n):
-            body += [f"for (int64_t p{k} = s{k}; p{k} < e{k}; ++p{k})", "{"]
+            body += [*_summing(k, n), f"for (int64_t p{k} = s{k}; p{k} < e{k}; ++p{k})", "{"]
             closing.append("}")
         body += [f"acc += {load};", *closing,
                  f"{buffer_name(kernel.outputs[0])}[{flat}] = ({c_type(kernel.outputs[0].dtype)})"
                  f"(acc / (double)({' * '.join(count)}));"]
     return _loops(kernel.shape, body)
+
+
+def _summing(k: int, n: int) -> list[str]:
+    """The pragma before window loop `k` of an average pool: the innermost one sums its row of the window in vector
+    lanes. A double sum in one chain waited on each add's latency: EfficientNet-B0's squeeze-and-excitation pools
+    (a whole 112x112 plane per output) took 0.64 of its 6.7 ms."""
+    return ['_Pragma("omp simd reduction(+:acc)")'] if k == n - 1 else []
 
 
 def _max_pool_values_only(kernel: Kernel) -> bool:
