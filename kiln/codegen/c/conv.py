@@ -376,8 +376,10 @@ ROWS_MARK, FLAT_MARK = "depthwise convolution: rows of a padded plane", "depthwi
 FLAT_DEPTHWISE_WIDTH, FLAT_DEPTHWISE_NARROW, FLAT_DEPTHWISE_TAPS = 64, 8, 9
 # Strided, the flat form also copies the stride's phase planes; it takes output images at most this wide (3x3 at
 # stride 2, 2 threads, microseconds, rows / flat: 960 channels to 4x4 87 / 48, 576 to 7x7 105 / 61, 192 to 14x14
-# 84 / 48, 144 to 28x28 68 / 70, 96 to 56x56 181 / 194; 5x5 over 672 channels to 7x7, one thread, ms: 0.117 / 0.059)
-FLAT_DEPTHWISE_STRIDED_WIDTH = 16
+# 84 / 48, 96 to 56x56 181 / 194; 5x5 over 672 channels to 7x7, one thread, ms: 0.117 / 0.059). At 28x28 its fused
+# epilogue decides: with Hugging Face's (0, 1) padding, 144 channels from 56x56, 2 threads, rows / flat, ReLU6
+# 62 / 48, SiLU 84-88 / 76; 240 channels ReLU6 133-154 / 81-83; one thread SiLU over 240 channels 274 / 295.
+FLAT_DEPTHWISE_STRIDED_WIDTH = 28
 
 
 def _flat_depthwise(kernel: Kernel) -> bool:
