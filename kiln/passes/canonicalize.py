@@ -94,6 +94,20 @@ class Canonicalize(RewritePass):
     def no_op(self, x: SSAValue, *args: Any, **kwargs: Any) -> SSAValue | None:
         return _unchanged(x)
 
+    @pattern(aten.cat.default)
+    def cat_without_empties(self, tensors: list, dim: int = 0) -> SSAValue | None:
+        """cat leaves out inputs that add nothing: legacy 1-D empty tensors and inputs of size 0 along `dim`. Of
+        one input left, the cat is that input (a Hugging Face cache's first update, cat([tensor([]), past], -2),
+        copied the whole past every decoding step); of several, a cat of those."""
+        result = current_op().results[0]
+        rank = result.type.ndim
+        kept = [t for t in tensors if not _adds_nothing(t.type, rank, dim)]
+        if len(kept) == 1:
+            return _unchanged(kept[0])
+        if 1 < len(kept) < len(tensors):
+            return aten.cat.default(kept, dim)
+        return None
+
     # -- padding a convolution can do itself
     @pattern(aten.convolution.default)
     def zero_pad_into_convolution(self, input: SSAValue, weight: SSAValue, bias: Any, stride: Any, padding: Any,
@@ -153,6 +167,20 @@ class Canonicalize(RewritePass):
 
 def _is(value: Any, number: float) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value == number
+
+
+def _adds_nothing(tensor_type: Any, rank: int, dim: int) -> bool:
+    """Whether a cat input of `tensor_type` contributes no element to a rank-`rank` result: a legacy 1-D empty
+    tensor, or an input whose size along `dim` is 0 (known at compile time)."""
+    shape = list(tensor_type.shape)
+    if rank != 1 and len(shape) == 1:
+        return _static_zero(shape[0])
+    return len(shape) == rank and rank > 0 and _static_zero(shape[dim % rank])
+
+
+def _static_zero(size: Any) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool) and size == 0 or (
+        getattr(size, "is_Integer", False) and int(size) == 0)
 
 
 def _unchanged(value: SSAValue) -> SSAValue | None:

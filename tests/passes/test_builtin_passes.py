@@ -106,6 +106,24 @@ def test_canonicalize_keeps_what_only_looks_like_an_identity():
     check_numerics(program, optimized, x, n)
 
 
+def test_canonicalize_drops_cat_inputs_that_add_nothing():
+    """A Hugging Face cache's first update is cat([tensor([]), past], -2): the past itself, not a copy of it."""
+    class M(nn.Module):
+        def forward(self, past, new, none):
+            empty = kiln.zeros(0)  # a legacy 1-D empty tensor, as DynamicLayer starts from
+            cache = kiln.cat([empty, past], -2)  # past
+            grown = kiln.cat([cache, new], -2)  # a real cat
+            rows = kiln.cat([none, past, empty, none], -2)  # past, from inputs empty along the dim too
+            return grown * 2, rows + 1, kiln.cat([past, empty], -2)  # an output: must not alias the input
+
+    past, new, none = kiln.randn(2, 3, 5, 4), kiln.randn(2, 3, 1, 4), kiln.randn(2, 3, 0, 4)
+    program = export(M(), past, new, none)
+    optimized = optimize(program, "canonicalize,dce")
+    assert count(program, "cat.default") == 4
+    assert count(optimized, "cat.default") == 2  # the real one, and the returned one
+    check_numerics(program, optimized, past, new, none)
+
+
 def test_canonicalize_moves_symmetric_zero_pads_into_convolutions():
     depthwise, conv1d = nn.Conv2d(4, 4, 3, groups=4, padding=(1, 0)), nn.Conv1d(4, 5, 3, stride=2)
 
