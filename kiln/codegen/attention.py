@@ -72,7 +72,8 @@ class _Graph:
 
     def read_only_by(self, buf: Buffer, *kernels: Kernel) -> bool:
         """A temporary that exactly `kernels` read (nothing else, not the program's outputs)."""
-        return buf.kind == "temp" and sorted(map(id, self.readers.get(id(buf), []))) == sorted(map(id, kernels))
+        return buf.kind == "temp" and buf.inside is None and \
+            sorted(map(id, self.readers.get(id(buf), []))) == sorted(map(id, kernels))
 
     def match(self, second: Kernel) -> tuple[list[Kernel], Kernel, bool] | None:
         """(the kernels the fused one replaces besides `second`, the scores GEMM, whether the softmax is safe) when

@@ -25,10 +25,22 @@ class Buffer:
     kind: str = "temp"  # "input" | "weight" | "temp" | "output" | "window" (placed by its loop every step)
     weight_key: str | None = None
     io_index: int = -1  # position among user inputs / outputs
+    # (buffer, element offset): a temporary that lives in another buffer's storage, a part of a cat its producer
+    # writes in place (schedule._Scheduler.place_cat_parts); it has no storage of its own
+    inside: tuple[Buffer, Any] | None = None
 
     @property
     def numel(self) -> Any:
         return sympy.Mul(*[sympy.Integer(d) if isinstance(d, int) else d for d in self.shape])
+
+    def home(self) -> tuple[Buffer, Any]:
+        """The buffer whose storage holds this one (itself unless placed `inside` another, transitively) and this
+        one's element offset in it."""
+        buf, offset = self, sympy.Integer(0)
+        while buf.inside is not None:
+            buf, at = buf.inside
+            offset = sympy.expand(offset + at)
+        return buf, offset
 
 
 @dataclass(eq=False)

@@ -72,11 +72,14 @@ class Lifetime:
 def lifetimes(schedule: Schedule) -> dict[Buffer, Lifetime]:
     """Each temporary that some kernel touches: from its first write to its last read.
 
-    A temporary nobody reads still holds its bytes while its writer runs (e.g. max_pool's unused indices).
+    A temporary nobody reads still holds its bytes while its writer runs (e.g. max_pool's unused indices). A
+    temporary placed inside another (Buffer.inside: a cat's part) has no bytes of its own: its uses count as its
+    home buffer's.
     """
     spans: dict[Buffer, list[int]] = {}
     for index, kernel in enumerate(schedule.kernels):
         for buf in kernel_writes(kernel) + kernel_reads(kernel):
+            buf = buf.home()[0]
             if buf.kind == "temp":
                 span = spans.setdefault(buf, [index, index])
                 span[0], span[1] = min(span[0], index), max(span[1], index)
@@ -210,7 +213,7 @@ def plan_memory(schedule: Schedule, range_constraints: dict[sympy.Symbol, ValueR
         running = sympy.expand(running + slot.aligned_size)
     offsets: dict[Buffer, sympy.Expr] = {}
     for buf in schedule.buffers:
-        if buf.kind == "temp":  # a temporary no kernel touches needs no bytes of its own: it sits at 0
+        if buf.kind == "temp" and buf.inside is None:  # one no kernel touches needs no bytes of its own: it sits at 0
             offsets[buf] = next((s.offset for s in slots if buf in s.buffers), sympy.Integer(0))
     unplanned = sympy.expand(sum((align(buffer_bytes(b)) for b in offsets), sympy.Integer(0)))
     return MemoryPlan(offsets, slots, running, unplanned, live)

@@ -40,6 +40,9 @@ class Target:
     # whether a bmm with one output column reads its A batch entries through an index of whole matrices (Hugging
     # Face's batched mixture of experts: each token's expert weights), instead of a gathered copy of them
     gathers_matrix_vector_batches: bool = False
+    # whether a cat's parts may be written in place into its result (Buffer.inside): the renderer then points each
+    # such part into its cat's storage
+    places_cat_parts: bool = False
 
     @property
     def no_lowering(self) -> str:

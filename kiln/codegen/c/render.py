@@ -2037,7 +2037,7 @@ kiln_model* kiln_create_from_file(const char* path)
         elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
             address = f"m->weights + {weight_offsets[buf.weight_key]}" if buf.weight_key in weight_offsets else "NULL"
             run.append(f"    {slot} = (void*)({address});")
-        elif buf.kind == "temp":  # windows get their addresses from their loops
+        elif buf.kind == "temp" and buf.inside is None:  # windows get their addresses from their loops
             temps.append(buf)
     # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
     # Sanitizer builds give each temporary its own allocation instead, so ASan sees an overrun of any one.
@@ -2053,6 +2053,11 @@ kiln_model* kiln_create_from_file(const char* path)
     for buf in temps:
         run.append(f"    ctx->buf[{buf.index}] = arena + {dim_expr(memory.offset_of(buf))};  /* {buf.name} */")
     run.append("#endif")
+    for buf in schedule.buffers:  # a cat's parts written in place: inside the cat's result (schedule.place_cat_part)
+        if buf.inside is not None:
+            home, offset = buf.home()
+            run.append(f"    ctx->buf[{buf.index}] = (unsigned char*)ctx->buf[{home.index}] + "
+                       f"({dim_expr(offset)}) * {buf.dtype.itemsize};  /* {buf.name} in {home.name} */")
     # Small runs stay on fewer threads: each extra thread costs a wake-up and a barrier per kernel, which
     # outweighs the work it takes over below ~0.6 MFLOP per thread (measured on the zoo models).
     run += ["    const int max_threads = m->num_threads > 0 ? m->num_threads : omp_get_max_threads();",
