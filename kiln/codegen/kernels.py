@@ -26,7 +26,7 @@ class Buffer:
     weight_key: str | None = None
     io_index: int = -1  # position among user inputs / outputs
     # (buffer, element offset): a temporary that lives in another buffer's storage, a part of a cat its producer
-    # writes in place (schedule._Scheduler.place_cat_parts); it has no storage of its own
+    # writes in place (schedule._Scheduler.place_cat_part); it has no storage of its own
     inside: tuple[Buffer, Any] | None = None
 
     @property
