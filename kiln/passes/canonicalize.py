@@ -104,7 +104,9 @@ class Canonicalize(RewritePass):
         kept = [t for t in tensors if not _adds_nothing(t.type, rank, dim)]
         if len(kept) == 1:
             return _unchanged(kept[0])
-        if 1 < len(kept) < len(tensors):
+        # the inputs left must still promote to the result's dtype: one of them has it (an empty float input may be
+        # what made a cat of booleans float)
+        if 1 < len(kept) < len(tensors) and any(t.type.dtype is result.type.dtype for t in kept):
             return aten.cat.default(kept, dim)
         return None
 

@@ -114,13 +114,15 @@ def test_canonicalize_drops_cat_inputs_that_add_nothing():
             cache = kiln.cat([empty, past], -2)  # past
             grown = kiln.cat([cache, new], -2)  # a real cat
             rows = kiln.cat([none, past, empty, none], -2)  # past, from inputs empty along the dim too
-            return grown * 2, rows + 1, kiln.cat([past, empty], -2)  # an output: must not alias the input
+            flags = past > 0
+            promoted = kiln.cat([none, flags, flags], -2)  # float only because of `none`: stays as it is
+            return grown * 2, rows + 1, kiln.cat([past, empty], -2), promoted  # an output must not alias the input
 
     past, new, none = kiln.randn(2, 3, 5, 4), kiln.randn(2, 3, 1, 4), kiln.randn(2, 3, 0, 4)
     program = export(M(), past, new, none)
     optimized = optimize(program, "canonicalize,dce")
-    assert count(program, "cat.default") == 4
-    assert count(optimized, "cat.default") == 2  # the real one, and the returned one
+    assert count(program, "cat.default") == 5
+    assert count(optimized, "cat.default") == 3  # the real one, the returned one and the promoting one
     check_numerics(program, optimized, past, new, none)
 
 
