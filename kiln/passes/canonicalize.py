@@ -17,6 +17,7 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from kiln.ir.errors import KilnError
 from kiln.ir.registry import ops
+from kiln.ir.symbolic import is_static
 from kiln.passes.base import register_pass, same_type
 from kiln.passes.rewrite import RewritePass, current_op, pattern, producer, value_of
 
@@ -173,16 +174,16 @@ def _is(value: Any, number: float) -> bool:
 
 def _adds_nothing(tensor_type: Any, rank: int, dim: int) -> bool:
     """Whether a cat input of `tensor_type` contributes no element to a rank-`rank` result: a legacy 1-D empty
-    tensor, or an input whose size along `dim` is 0 (known at compile time)."""
+    tensor (ATen's rule, kiln.ir.ops.shape._cat_skipped, which may guard on a symbolic size: a pass must not), or
+    an input whose size along `dim` is 0, both known at compile time."""
     shape = list(tensor_type.shape)
     if rank != 1 and len(shape) == 1:
-        return _static_zero(shape[0])
-    return len(shape) == rank and rank > 0 and _static_zero(shape[dim % rank])
-
-
-def _static_zero(size: Any) -> bool:
-    return isinstance(size, int) and not isinstance(size, bool) and size == 0 or (
-        getattr(size, "is_Integer", False) and int(size) == 0)
+        size = shape[0]
+    elif len(shape) == rank > 0:
+        size = shape[dim % rank]
+    else:
+        return False
+    return is_static(size) and int(size) == 0
 
 
 def _unchanged(value: SSAValue) -> SSAValue | None:

@@ -395,12 +395,17 @@ def _flat_depthwise(kernel: Kernel) -> bool:
     taps = math.prod(int(d) for d in detail.weight.shape[2:])
     if not (int(width) <= FLAT_DEPTHWISE_NARROW or (taps <= FLAT_DEPTHWISE_TAPS and int(width) < FLAT_DEPTHWISE_WIDTH)):
         return False
-    if all(int(v) == 1 for v in detail.stride[:2]):
+    if not _strided(kernel):
         return (all(same_dim(kernel.shape[2 + k], x.shape[2 + k]) for k in range(2))
                 and same_dim(x.strides[3], 1) and same_dim(x.strides[2], x.shape[3]))
     sizes = [sympy.sympify(d) for d in [*kernel.shape[2:], *x.shape[2:]]]
     return (int(width) <= FLAT_DEPTHWISE_STRIDED_WIDTH and all(d.is_Integer for d in sizes)
             and _FlatPhases(kernel).fits)
+
+
+def _strided(kernel: Kernel) -> bool:
+    """Whether a 2-d convolution steps by more than one in a spatial dim."""
+    return any(int(v) != 1 for v in kernel.detail.stride[:2])
 
 
 class _FlatPhases:
@@ -449,7 +454,7 @@ def depthwise_scratch(kernel: Kernel) -> Any:
     planes of the stride's phases."""
     pixels = sympy.Mul(*[sympy.sympify(d) for d in kernel.shape[2:]])
     if _flat_depthwise(kernel):
-        if all(int(v) == 1 for v in kernel.detail.stride[:2]):
+        if not _strided(kernel):
             return (3 * pixels + sum(_flat_reach(kernel))) * 4
         phases = _FlatPhases(kernel)
         return (2 * pixels + math.prod(phases.stride) * phases.region) * 4
@@ -472,7 +477,7 @@ def _conv_depthwise_flat(kernel: Kernel) -> list[str]:
     detail = kernel.detail
     x, taps = detail.input, [int(d) for d in detail.weight.shape[2:]]
     height, width = (dim_expr(d) for d in kernel.shape[2:])
-    strided = not all(int(v) == 1 for v in detail.stride[:2])
+    strided = _strided(kernel)
     start = _view_index(x, ["bi", "g", "0", "0"])
     reads = []
     if strided:

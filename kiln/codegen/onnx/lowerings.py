@@ -75,7 +75,8 @@ def _simple(op_type: str) -> Callable[[LoweringContext, str, dtypes.DType], str]
 
 
 def _float32_kernel(op_type: str, double: Callable[[LoweringContext, str, dtypes.DType], str]) -> Callable[..., str]:
-    """onnxruntime implements `op_type` for float32 only: float64 uses an equivalent double-precision formula."""
+    """onnxruntime implements `op_type` for float32 only (or, for float64, too inexactly: Sigmoid): float64 uses an
+    equivalent double-precision formula."""
     def build(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
         return double(ctx, x, t) if t is dtypes.float64 else ctx.node(op_type, [x])
     return build
@@ -197,11 +198,9 @@ def _erf64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
     return ctx.node("Mul", [result, ctx.node("Sign", [x])])
 
 
-def _sigmoid(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
-    """Sigmoid, but 1 / (1 + exp(-x)) in float64: onnxruntime's float64 Sigmoid (1.32) loses the tail (relative error
-    3.6e-8 at -20, 4% at -36) and is 0 below -36.7, where ATen's is 8.5e-17 at -37 and 2.7e-261 at -600."""
-    if t is not dtypes.float64:
-        return ctx.node("Sigmoid", [x])
+def _sigmoid64(ctx: LoweringContext, x: str, t: dtypes.DType) -> str:
+    """1 / (1 + exp(-x)): onnxruntime's float64 Sigmoid (1.32) loses the tail (relative error 3.6e-8 at -20, 4% at
+    -36) and is 0 below -36.7, where ATen's is 8.5e-17 at -37 and 2.7e-261 at -600."""
     exp = ctx.node("Exp", [ctx.node("Neg", [x])])
     return ctx.node("Reciprocal", [ctx.node("Add", [exp, ctx.const(1, t)])])
 
@@ -218,7 +217,7 @@ _UNARY: dict[str, Callable[[LoweringContext, str, dtypes.DType], str]] = {
     "log": _simple("Log"), "sin": _simple("Sin"), "sinh": _float32_kernel("Sinh", _sinh64),
     "sqrt": _simple("Sqrt"), "tanh": _simple("Tanh"),
     "tan": _float32_kernel("Tan", lambda ctx, x, t: ctx.node("Div", [ctx.node("Sin", [x]), ctx.node("Cos", [x])])),
-    "sigmoid": _sigmoid, "reciprocal": _simple("Reciprocal"),
+    "sigmoid": _float32_kernel("Sigmoid", _sigmoid64), "reciprocal": _simple("Reciprocal"),
     "expm1": _expm1, "log1p": _log1p,
     "log2": lambda ctx, x, t: ctx.node("Div", [ctx.node("Log", [x]), ctx.const(math.log(2), t)]),
     "log10": lambda ctx, x, t: ctx.node("Div", [ctx.node("Log", [x]), ctx.const(math.log(10), t)]),
