@@ -314,6 +314,7 @@ _ABI_FUNCTIONS = {
                                 ctypes.POINTER(ctypes.c_void_p)]),
     "kiln_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "kiln_set_num_threads": (None, [ctypes.c_void_p, ctypes.c_int]),
+    "kiln_last_run_threads": (ctypes.c_int, [ctypes.c_void_p]),
     "kiln_set_profiling": (None, [ctypes.c_void_p, ctypes.c_int]),
     "kiln_num_kernels": (ctypes.c_int, []),
     "kiln_kernel_name": (ctypes.c_char_p, [ctypes.c_int]),
@@ -396,6 +397,13 @@ class CompiledModel:
             raise KilnError(f"num_threads must be a positive int or None, got {value!r}", fix="e.g. num_threads=4")
         self._num_threads = value or 0
         self._lib.kiln_set_num_threads(self._handle, self._num_threads)
+
+    @property
+    def last_run_threads(self) -> int:
+        """The threads the latest call ran on (1: the calling thread alone; 0 before the first call). Fewer than
+        num_threads where the call had too little work to share, or where other processes kept the CPUs busy (a
+        call measures the CPUs its threads had; kiln/codegen/c/kiln_threads.h)."""
+        return self._lib.kiln_last_run_threads(self._handle)
 
     def __del__(self) -> None:
         handle, lib = getattr(self, "_handle", None), getattr(self, "_lib", None)

@@ -15,6 +15,7 @@ import pytest
 
 import kiln
 import kiln.runtime
+from kiln.codegen.c import ABI_VERSION
 from kiln.ir.errors import InputError, KilnError
 from kiln.runtime.package import _ABI_FUNCTIONS
 from tests.hostile.support import opened_paths, opened_under
@@ -67,7 +68,7 @@ def _shared_library(folder: Path, source: str, name: str = "lib.so") -> Path:
 
 
 def _marking_library(folder: Path, marker: Path, build_id: str = "", leave_out: str = "",
-                     abi_version: int = 3) -> Path:
+                     abi_version: int = ABI_VERSION) -> Path:
     """A library with no load-time code whose every function, if ever called, creates `marker`: it exports the
     kiln ABI except `leave_out`, and claims `build_id` and `abi_version`."""
     functions = [f"int {name}(void) {{ mark(); return 0; }}" for name in _ABI_FUNCTIONS
@@ -216,12 +217,12 @@ def test_library_of_another_abi_version_is_refused(package, tmp_path):
     build_id = json.loads((package / "manifest.json").read_text())["build_id"]
     library = _marking_library(tmp_path / "fake", tmp_path / "called", build_id=build_id, abi_version=99)
     shutil.copy(library, package / "model.so")
-    _refused(package, "ABI version: 99 in the library, 3 in manifest.json")
+    _refused(package, f"ABI version: 99 in the library, {ABI_VERSION} in manifest.json")
 
 
 def test_manifest_of_another_abi_version_is_refused(package):
     _edit(package, _set("abi_version", 2))
-    _refused(package, "has ABI version 2, this kiln reads 3")
+    _refused(package, f"has ABI version 2, this kiln reads {ABI_VERSION}")
 
 
 @pytest.mark.parametrize("content", [b"", b"\x7fELF" + bytes(60), b"#!/bin/sh\necho pwned\n"])
@@ -307,7 +308,7 @@ def test_a_missing_manifest_key_is_refused(package, key):
     ("symbols", [[]], "'symbols' must be a list of objects"),
     ("library", 5, "'library' must be a string"),
     ("build_id", 123, "'build_id' must be a string"),
-    ("abi_version", "3", "ABI version 3, this kiln reads 3"),
+    ("abi_version", str(ABI_VERSION), f"ABI version {ABI_VERSION}, this kiln reads {ABI_VERSION}"),
     ("cpu_capability", ["AVX2"], "was built for \\['AVX2'\\]"),
 ])
 def test_wrong_json_types_are_refused(package, key, value, match):

@@ -1,4 +1,4 @@
-/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 3).
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 4).
  *
  * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
  * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
@@ -7,11 +7,12 @@
  *
  * Threading: kiln_run keeps its per-call state on the call's stack/heap, so one model may be run from
  * several threads at once. Each call runs its kernels in one OpenMP parallel region of kiln_set_num_threads
- * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count). kiln_error returns the message of the
- * last failed kiln_run on that model.
+ * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count), fewer while the CPUs are busy with other
+ * processes (kiln_last_run_threads). kiln_error returns the message of the last failed kiln_run on that model.
  *
  * Version 2 added kiln_set_num_threads, profiling, and weight panels packed by kiln_create (it may now fail for memory).
  * Version 3 added kiln_build_id: a hash of model.c, recorded as build_id in manifest.json.
+ * Version 4 added kiln_last_run_threads: runs use fewer threads while other processes keep the CPUs busy.
  */
 #ifndef KILN_H
 #define KILN_H
@@ -23,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 3
+#define KILN_ABI_VERSION 4
 
 typedef struct kiln_model kiln_model;
 
@@ -45,6 +46,10 @@ kiln_model* kiln_create_from_file(const char* path);
 void kiln_destroy(kiln_model* m);
 /* Threads for each kiln_run on this model; 0 restores OpenMP's default. */
 void kiln_set_num_threads(kiln_model* m, int num_threads);
+/* The team size of the model's latest kiln_run (1: it ran on the calling thread alone). A run measures the CPUs its
+ * team had; while other processes keep them busy, runs use as many threads as found CPUs, and one tries the full
+ * team again after 0.25 s (doubling while the machine stays busy, up to 4 s). 0 before the first run. */
+int kiln_last_run_threads(const kiln_model* m);
 
 /* Profiling: with it on, kiln_run adds each kernel's wall time (as seen by OpenMP thread 0) to a per-model
  * total; turning it on or off clears the totals. Meant for one caller at a time (concurrent runs race on them). */
@@ -71,6 +76,7 @@ typedef kiln_model* (*kiln_create_fn)(const void* weights, size_t size);
 typedef kiln_model* (*kiln_create_from_file_fn)(const char* path);
 typedef void (*kiln_destroy_fn)(kiln_model* m);
 typedef void (*kiln_set_num_threads_fn)(kiln_model* m, int num_threads);
+typedef int (*kiln_last_run_threads_fn)(const kiln_model* m);
 typedef int (*kiln_run_fn)(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
 typedef const char* (*kiln_error_fn)(const kiln_model* m);
 

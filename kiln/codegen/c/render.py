@@ -40,10 +40,10 @@ from kiln.codegen.c.ctext import (
     hoist_symbol_divisions, phase_copy, store_result, symbol_name,
 )
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
-                            for name in ("kiln_math.h", "kiln_gemm.h"))
+                            for name in ("kiln_math.h", "kiln_gemm.h", "kiln_threads.h"))
 # The integer GEMM, pasted only into models with quantized linear layers.
 QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
 # Sparse x dense products, pasted only into models with sparse linear layers.
@@ -1423,6 +1423,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
 }
 
 PRELUDE = """\
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime (kiln_threads.h) in ISO C mode */
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -1920,7 +1921,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append("struct kiln_model {\n    const unsigned char* weights;\n    unsigned char* owned;\n"
                f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n"
                f"    unsigned char packed_owned[{max(1, npacked)}];\n    char error[512];\n"
-               f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n}};")
+               f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n"
+               "    kiln_team team;  /* the team size on a busy machine (kiln_threads.h) */\n};")
     out.append(f"static const char* const KERNEL_NAMES[] = {{{', '.join(map(_cstr, names)) or '0'}}};")
     out.append(f"static void (*const KERNELS[])(const kiln_ctx*) = {{{', '.join(names) or '0'}}};")
     out.append("typedef struct kiln_model kiln_model;")
@@ -1947,6 +1949,10 @@ const char* kiln_output_name(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_NAME
 const char* kiln_symbol_name(int i) {{ return i >= 0 && i < {nsym} ? SYMBOL_NAMES[i] : NULL; }}
 const char* kiln_error(const kiln_model* m) {{ return m ? m->error : "no model"; }}
 void kiln_set_num_threads(kiln_model* m, int n) {{ if (m) m->num_threads = n > 0 ? n : 0; }}
+int kiln_last_run_threads(const kiln_model* m)
+{{
+    return m ? __atomic_load_n(&m->team.last_threads, __ATOMIC_RELAXED) : 0;
+}}
 int kiln_num_kernels(void) {{ return {nkernels}; }}
 const char* kiln_kernel_name(int i) {{ return i >= 0 && i < {nkernels} ? KERNEL_NAMES[i] : NULL; }}
 void kiln_set_profiling(kiln_model* m, int on)
@@ -1977,6 +1983,7 @@ kiln_model* kiln_create(const void* weights, size_t size)
     kiln_model* m = (kiln_model*)calloc(1, sizeof(kiln_model));
     if (!m) return NULL;
     m->weights = (const unsigned char*)weights;
+    kiln_team_init(&m->team);
 {amx_request}{pack_lines}
     return m;
 }}
@@ -2063,7 +2070,10 @@ kiln_model* kiln_create_from_file(const char* path)
     run += ["    const int max_threads = m->num_threads > 0 ? m->num_threads : omp_get_max_threads();",
             f"    const double work = {_work_expr(schedule)};  /* ~flops of this run at these sizes */",
             "    int threads = (int)(work / KILN_WORK_PER_THREAD);",
-            "    threads = threads < 1 ? 1 : threads > max_threads ? max_threads : threads;"]
+            "    threads = threads < 1 ? 1 : threads > max_threads ? max_threads : threads;",
+            "    const int wanted_threads = threads;",
+            "    threads = kiln_team_size(&m->team, threads, kiln_clock_ns(CLOCK_MONOTONIC));",
+            "    int64_t team_cpu_ns = 0, team_wall_ns = 0;  /* the parallel regions' CPU and wall time */"]
     if state.scratch:
         run.append("    size_t scratch = 0;  /* per thread: the most any kernel needs, 64-byte aligned */")
         for need in state.scratch:
@@ -2081,7 +2091,8 @@ kiln_model* kiln_create_from_file(const char* path)
     # compiler optimized as a whole: a third of a 6-layer encoder's build time).
     count = len(names)
     run += ["    const int profiling = m->profiling;",
-            f"    unsigned char serial[{max(1, count)}] = {{0}};  /* kernels run by this thread alone */"]
+            f"    unsigned char serial[{max(1, count)}] = {{0}};  /* kernels run by this thread alone */",
+            "    int team_threads = 1;  /* the team size OpenMP gave the parallel regions */"]
     for index, kernel in enumerate(schedule.kernels):
         if kernel.kind == "loop":
             # one step's work: a step's few kernels each end on a barrier (~1-2 us on 2 cores), which pays off from
@@ -2092,9 +2103,18 @@ kiln_model* kiln_create_from_file(const char* path)
     run += [f"    for (int first = 0, end = 1; first < {count}; first = end, end = first + 1)", "    {",
             "        if (threads > 1 && !serial[first])", "        {",
             f"            while (end < {count} && !serial[end]) ++end;",
-            "            #pragma omp parallel num_threads(threads)",
-            "            for (int i = first; i < end; ++i) kiln_run_kernel(m, ctx, i, profiling);", "        }",
+            "            const int64_t region_start = kiln_clock_ns(CLOCK_MONOTONIC);",
+            "            #pragma omp parallel num_threads(threads)", "            {",
+            "                const int64_t cpu_start = kiln_clock_ns(CLOCK_THREAD_CPUTIME_ID);",
+            "                for (int i = first; i < end; ++i) kiln_run_kernel(m, ctx, i, profiling);",
+            "                const int64_t cpu_used = kiln_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_start;",
+            "                #pragma omp atomic", "                team_cpu_ns += cpu_used;",
+            "                #pragma omp master", "                team_threads = omp_get_num_threads();",
+            "            }",
+            "            team_wall_ns += kiln_clock_ns(CLOCK_MONOTONIC) - region_start;", "        }",
             "        else kiln_run_kernel(m, ctx, first, profiling);", "    }",
+            "    kiln_team_record(&m->team, team_threads, wanted_threads, team_cpu_ns, team_wall_ns,",
+            "                     team_wall_ns > 0 ? kiln_clock_ns(CLOCK_MONOTONIC) : 0);",
             "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
             "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
