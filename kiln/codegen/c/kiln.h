@@ -6,7 +6,8 @@
  * see examples/c_deploy/main.c.
  *
  * Threading: kiln_run keeps its per-call state on the call's stack/heap, so one model may be run from
- * several threads at once. Each call runs its kernels in one OpenMP parallel region of kiln_set_num_threads
+ * several threads at once. A model keeps its temporaries' arena between runs for the next run that finds it free
+ * (a concurrent run allocates its own); kiln_destroy frees it. Each call runs its kernels in one OpenMP parallel region of kiln_set_num_threads
  * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count), fewer while the CPUs are busy with other
  * processes (kiln_last_run_threads). kiln_error returns the message of the last failed kiln_run on that model.
  *

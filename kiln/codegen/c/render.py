@@ -43,7 +43,7 @@ from kiln.codegen.c.ctext import (
 ABI_VERSION = 4
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
-                            for name in ("kiln_math.h", "kiln_gemm.h", "kiln_threads.h"))
+                            for name in ("kiln_math.h", "kiln_gemm.h", "kiln_threads.h", "kiln_arena.h"))
 # The integer GEMM, pasted only into models with quantized linear layers.
 QGEMM_LIBRARY = (pathlib.Path(__file__).parent / "kiln_qgemm.h").read_text()
 # Sparse x dense products, pasted only into models with sparse linear layers.
@@ -1922,7 +1922,8 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
                f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n"
                f"    unsigned char packed_owned[{max(1, npacked)}];\n    char error[512];\n"
                f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n"
-               "    kiln_team team;  /* the team size on a busy machine (kiln_threads.h) */\n};")
+               "    kiln_team team;  /* the team size on a busy machine (kiln_threads.h) */\n"
+               "    kiln_arena arena;  /* the temporaries' memory, kept between runs (kiln_arena.h) */\n};")
     out.append(f"static const char* const KERNEL_NAMES[] = {{{', '.join(map(_cstr, names)) or '0'}}};")
     out.append(f"static void (*const KERNELS[])(const kiln_ctx*) = {{{', '.join(names) or '0'}}};")
     out.append("typedef struct kiln_model kiln_model;")
@@ -1973,6 +1974,7 @@ void kiln_destroy(kiln_model* m)
     if (!m) return;
     for (int i = 0; i < {npacked}; ++i) if (m->packed_owned[i]) free(m->packed[i]);
     free(m->owned);
+    free(m->arena.memory);
     free(m);
 }}
 
@@ -2055,7 +2057,8 @@ kiln_model* kiln_create_from_file(const char* path)
         size = f"(size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1"
         run += [f"    ctx->buf[{buf.index}] = malloc({size});",
                 f"    if (!ctx->buf[{buf.index}]) status = 2;"]
-    run += ["#else", f"    unsigned char* arena = (unsigned char*)aligned_alloc(64, (size_t)({arena_bytes}) + 64);",
+    run += ["#else", "    int arena_kept;  /* the model's arena, kept between runs (kiln_arena.h) */",
+            f"    unsigned char* arena = kiln_arena_take(&m->arena, (size_t)({arena_bytes}) + 64, &arena_kept);",
             "    if (!arena) status = 2;"]
     for buf in temps:
         run.append(f"    ctx->buf[{buf.index}] = arena + {dim_expr(memory.offset_of(buf))};  /* {buf.name} */")
@@ -2119,10 +2122,10 @@ kiln_model* kiln_create_from_file(const char* path)
             "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
-            "done:", "    free(ctx->scratch);", "    free(arena);",
+            "done:", "    free(ctx->scratch);",
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
     run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
-    run.append("#endif")
+    run += ["#else", "    kiln_arena_give(&m->arena, arena, arena_kept);", "#endif"]
     run += ["    return status;", "}", "#endif  /* KILN_GROUP(0) */", ""]
     rest = out[bodies_at:] + run
     return "\n".join(out[:bodies_at] + _grouped_bodies(bodies.definitions, sum(map(len, rest))) + rest)
