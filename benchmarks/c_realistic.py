@@ -65,6 +65,57 @@ def _resnet18(torch: Any) -> tuple[Any, tuple, dict]:
     return nn.Sequential(*layers), (torch.randn(1, 3, 224, 224),), {}
 
 
+def _yolov8n_backbone(torch: Any) -> tuple[Any, tuple, dict]:
+    """YOLOv8n's backbone at 640x640 (Ultralytics' layout at width 0.25 and depth 0.33, written out): convolutions
+    with batch norm and SiLU, C2f blocks (a convolution's output in two chunks, bottlenecks on the second, all of them
+    cat) and SPPF (three chained 5x5 max pools, cat)."""
+    nn = torch.nn
+
+    class Conv(nn.Sequential):
+        def __init__(self, inputs: int, outputs: int, kernel: int = 1, stride: int = 1):
+            super().__init__(nn.Conv2d(inputs, outputs, kernel, stride, kernel // 2, bias=False),
+                             nn.BatchNorm2d(outputs), nn.SiLU())
+
+    class Bottleneck(nn.Module):
+        def __init__(self, width: int):
+            super().__init__()
+            self.cv1, self.cv2 = Conv(width, width, 3), Conv(width, width, 3)
+
+        def forward(self, x: Any) -> Any:
+            return x + self.cv2(self.cv1(x))
+
+    class C2f(nn.Module):
+        def __init__(self, inputs: int, outputs: int, blocks: int):
+            super().__init__()
+            half = outputs // 2
+            self.cv1, self.cv2 = Conv(inputs, 2 * half), Conv((2 + blocks) * half, outputs)
+            self.m = nn.ModuleList(Bottleneck(half) for _ in range(blocks))
+
+        def forward(self, x: Any) -> Any:
+            parts = list(self.cv1(x).chunk(2, 1))
+            parts.extend(block(parts[-1]) for block in self.m)
+            return self.cv2(torch.cat(parts, 1))
+
+    class SPPF(nn.Module):
+        def __init__(self, inputs: int, outputs: int):
+            super().__init__()
+            self.cv1, self.cv2 = Conv(inputs, inputs // 2), Conv(inputs // 2 * 4, outputs)
+            self.m = nn.MaxPool2d(5, 1, 2)
+
+        def forward(self, x: Any) -> Any:
+            parts = [self.cv1(x)]
+            parts.extend(self.m(parts[-1]) for _ in range(3))
+            return self.cv2(torch.cat(parts, 1))
+
+    model = nn.Sequential(Conv(3, 16, 3, 2), Conv(16, 32, 3, 2), C2f(32, 32, 1), Conv(32, 64, 3, 2), C2f(64, 64, 2),
+                          Conv(64, 128, 3, 2), C2f(128, 128, 2), Conv(128, 256, 3, 2), C2f(256, 256, 1),
+                          SPPF(256, 256))
+    for module in model.modules():  # He initialization: activations keep their scale to the last stage
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+    return model.eval(), (torch.randn(1, 3, 640, 640),), {}
+
+
 def _gpt2_small(torch: Any) -> tuple[Any, tuple, dict]:
     import transformers
     from onnx_quality import _Positional
@@ -108,6 +159,7 @@ def _hf_vision(model_class: str, config_class: str, **options: Any) -> Callable[
 ROWS: dict[str, Callable[[Any], tuple[Any, tuple, dict]]] = {
     "mlp": ONNX_ROWS["mlp"], "cnn_b1": ONNX_ROWS["cnn_b1"], "cnn_b16": ONNX_ROWS["cnn_b16"],
     "transformer": ONNX_ROWS["transformer"], "gpt2_small": _gpt2_small, "resnet18": _resnet18,
+    "yolov8n_backbone": _yolov8n_backbone,
     # MobileNetV2 1.0 and EfficientNet-B0 (3x3 and 5x5 depthwise), ConvNeXt-T (7x7 depthwise)
     "mobilenet_v2": _hf_vision("MobileNetV2Model", "MobileNetV2Config"),
     "efficientnet_b0": _hf_vision("EfficientNetModel", "EfficientNetConfig", width_coefficient=1.0,

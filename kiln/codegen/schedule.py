@@ -139,6 +139,20 @@ def _contiguous(buffer: Buffer, shape: list | None = None) -> View:
     return View(buffer, shape, contiguous_strides(shape), sympy.Integer(0))
 
 
+def _chunk_run(inputs: list[tuple[View, list]], index: int) -> int:
+    """How many of a cat's inputs from `index` on are consecutive contiguous chunks of one buffer that together are
+    all of it, in its order (torch.chunk or split, then cat, as a YOLO C2f or CSP block does); 0 if they are not.
+    Placed in the cat's result, that buffer's producer writes every chunk's slice at once."""
+    buffer, end, offset = inputs[index][0].buffer, index, sympy.Integer(0)
+    while end < len(inputs) and inputs[end][0].buffer is buffer and inputs[end][0].is_contiguous \
+            and same_dim(inputs[end][0].offset, offset):
+        offset = sympy.expand(offset + sympy.Mul(*map(as_dim, inputs[end][1])))
+        end += 1
+        if same_dim(offset, buffer.numel):
+            return end - index
+    return 0
+
+
 def _load(view: View, out_shape: list) -> Load:
     """Broadcast `view` to `out_shape` (right-aligned) as per-output-dim strides."""
     lead = len(out_shape) - len(view.shape)
@@ -591,18 +605,24 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         dim = _norm_dim(args[1] if len(args) > 1 else 0, len(out_shape))
         buf = self.buffer(result)
-        parts, start, placed = [], sympy.Integer(0), 0
-        for value in args[0]:
-            shape = list(value.type.shape)
-            # legacy 1-D empty inputs take no part (and when all are, `dim` may be past the [0] result's rank)
-            if len(shape) != len(out_shape) or dim >= len(out_shape):
+        # legacy 1-D empty inputs take no part (and when all are, `dim` may be past the [0] result's rank)
+        inputs = [(self.materialized(value), list(value.type.shape)) for value in args[0]
+                  if len(value.type.shape) == len(out_shape) and dim < len(out_shape)]
+        parts, start, placed, index = [], sympy.Integer(0), 0, 0
+        while index < len(inputs):
+            view, shape = inputs[index]
+            run = _chunk_run(inputs, index)  # consecutive chunks of one buffer, all of it: place the buffer
+            if run > 1 and self.place_cat_part(_contiguous(view.buffer), buf, out_shape, dim, start):
+                placed += 1
+                start = sympy.expand(start + sum(as_dim(s[dim]) for _, s in inputs[index:index + run]))
+                index += run
                 continue
-            view = self.materialized(value)
             if self.place_cat_part(view, buf, out_shape, dim, start):
                 placed += 1
             else:
                 parts.append((_load(view, shape), shape, start))
             start = sympy.expand(start + as_dim(shape[dim]))
+            index += 1
         if parts or not placed:
             self.kernels.append(Kernel("cat", f"cat_{buf.name}", [name], [buf], out_shape, None,
                                        CatDetail(parts, dim)))

@@ -105,3 +105,43 @@ def test_symbolic_sizes(tmp_path):
     for batch in (1, 5, 16):
         value = np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)
         _check(compiled(value), program(value))
+
+
+class _C2f(nn.Module):
+    """YOLOv8's C2f block: a convolution's channels in two chunks, a bottleneck on the second, all three cat."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.bottleneck = nn.Conv2d(8, 32, 1), nn.Conv2d(16, 16, 3, padding=1)
+        self.last = nn.Conv2d(48, 8, 1)
+
+    def forward(self, x):
+        a, b = self.first(x).relu().chunk(2, 1)
+        return self.last(kiln.cat([a, b, self.bottleneck(b).relu() + b], 1))
+
+
+def test_chunks_of_one_convolution_are_placed_whole(tmp_path):
+    """At batch 1 the first convolution's output, both chunks of it, is placed in the cat's first 32 channels; the
+    bottleneck reads its chunk there. At batch 2 the chunks are not contiguous in the result, and the cat copies."""
+    x = kiln.randn(1, 8, 10, 10)
+    program, compiled, placed, copies = _compile(_C2f(), (x,), tmp_path)
+    assert len(placed) == 2 and copies == 0
+    _check(compiled(x.numpy()), program(x.numpy()))
+    x = kiln.randn(2, 8, 10, 10)
+    program, compiled, placed, copies = _compile(_C2f(), (x,), tmp_path / "batch2")
+    assert not placed and copies == 1
+    _check(compiled(x.numpy()), program(x.numpy()))
+
+
+def test_chunks_out_of_order_or_partial_are_copied(tmp_path):
+    """Chunks in another order than their buffer's, or only some of a buffer's chunks, are copied."""
+    class Chunks(nn.Module):
+        def forward(self, x):
+            a, b, c = x.exp().chunk(3, 1)
+            d, e = x.sin().chunk(2, 1)
+            return kiln.cat([b, a, c], 1).tanh(), kiln.cat([d, d], 1).cos()
+
+    x = kiln.randn(1, 48, 8)
+    program, compiled, placed, copies = _compile(Chunks(), (x,), tmp_path)
+    assert not placed and copies == 2
+    _check(compiled(x.numpy()), program(x.numpy()))
