@@ -2068,8 +2068,11 @@ def _bilinear_layer_meta(input1, input2, weight, bias=None):
 
 
 def _bilinear_layer_kernel(input1, input2, weight, bias=None):
+    # ATen's order (_trilinear): input1 against the weight first, then input2. One triple sum differs where an
+    # input is infinite: a zero weight times an infinite input2 is NaN in it, while ATen's first sum stays finite
     acc = _accumulation(input1.dtype)
-    out = np.einsum("...i,oij,...j->...o", input1.astype(acc), weight.astype(acc), input2.astype(acc))
+    first = np.einsum("...i,oij->...oj", input1.astype(acc), weight.astype(acc))
+    out = np.einsum("...oj,...j->...o", first, input2.astype(acc))
     return out + bias.astype(acc) if bias is not None else out
 
 
