@@ -65,6 +65,18 @@ def _resnet18(torch: Any) -> tuple[Any, tuple, dict]:
     return nn.Sequential(*layers), (torch.randn(1, 3, 224, 224),), {}
 
 
+def _he_initialized(torch: Any, model: Any) -> Any:
+    """`model` with He-initialized convolutions and linear layers and unit batch norms, so activations keep their
+    scale through the network: as transformers initializes them they shrink into subnormals by the last stage
+    (EfficientNet's to 1e-42), and every peer then measures subnormal arithmetic."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+            torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+        elif isinstance(module, torch.nn.BatchNorm2d):
+            module.reset_parameters()
+    return model
+
+
 def _yolov8n_backbone(torch: Any) -> tuple[Any, tuple, dict]:
     """YOLOv8n's backbone at 640x640 (Ultralytics' layout at width 0.25 and depth 0.33, written out): convolutions
     with batch norm and SiLU, C2f blocks (a convolution's output in two chunks, bottlenecks on the second, all of them
@@ -110,10 +122,7 @@ def _yolov8n_backbone(torch: Any) -> tuple[Any, tuple, dict]:
     model = nn.Sequential(Conv(3, 16, 3, 2), Conv(16, 32, 3, 2), C2f(32, 32, 1), Conv(32, 64, 3, 2), C2f(64, 64, 2),
                           Conv(64, 128, 3, 2), C2f(128, 128, 2), Conv(128, 256, 3, 2), C2f(256, 256, 1),
                           SPPF(256, 256))
-    for module in model.modules():  # He initialization: activations keep their scale to the last stage
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-    return model.eval(), (torch.randn(1, 3, 640, 640),), {}
+    return _he_initialized(torch, model).eval(), (torch.randn(1, 3, 640, 640),), {}
 
 
 def _gpt2_small(torch: Any) -> tuple[Any, tuple, dict]:
@@ -144,15 +153,7 @@ def _hf_vision(model_class: str, config_class: str, **options: Any) -> Callable[
         import transformers
         from onnx_quality import _Positional
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**options)).eval()
-        # He initialization and unit batch norms, so activations keep their scale through the network: as
-        # transformers initializes them they shrink into subnormals by the last stage (EfficientNet's to 1e-42), and
-        # every peer then measures subnormal arithmetic
-        for module in model.modules():
-            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
-                torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-            elif isinstance(module, torch.nn.BatchNorm2d):
-                module.reset_parameters()
-        return _Positional(model, ["pixel_values"]), (torch.randn(1, 3, 224, 224),), {}
+        return _Positional(_he_initialized(torch, model), ["pixel_values"]), (torch.randn(1, 3, 224, 224),), {}
     return build
 
 
