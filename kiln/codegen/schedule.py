@@ -929,9 +929,13 @@ class _Scheduler:
         rows = self.contiguous_operand(x)
         m, k = sympy.Mul(*map(as_dim, x.type.shape[:-1])), as_dim(x.type.shape[-1])
         # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
-        transposed = self.buffer(None, shape=[k, -16 * sympy.floor(-m / 16)], dtype=x.type.dtype)
-        transposed.name = f"{self.names[x]}_transposed"
         layout = weight.type.layout
+        shape = [k, -16 * sympy.floor(-m / 16)]
+        if layout.kind == "semi_structured":  # then a span's pair planes and the units' sums (kiln_sparse.h)
+            blocks, units = -(-int(k) // 32), -(-int(as_dim(weight.type.shape[0])) // 64)
+            shape = [k * shape[1] + min(blocks, 32) * 8 * 6 * 64 + units * 64 * 64]
+        transposed = self.buffer(None, shape=shape, dtype=x.type.dtype)
+        transposed.name = f"{self.names[x]}_transposed"
         detail = SparseLinearDetail(
             x=rows, xT=transposed, m=m, k=k, n=as_dim(weight.type.shape[0]), layout=layout.kind,
             block=layout.blocksize or (1, 1), components=self.sparse_weights[weight],

@@ -225,7 +225,9 @@ SPARSE_LAYOUTS = ("auto", "csr", "bsr", "semi_structured")
 # one activation row, where reading the weights bounds the layer (1.4-1.7x at batch 1; 0.8-1.1x at batch 2-64).
 # Since the 2:4 kernel expands its weights for up to four rows (kiln_24_expanded; MLP and FFN, 2 threads, Intel Xeon
 # with AVX-512: 1.43-1.55x at batch 2, 1.32x at 4; the same Xeon forced to AVX2: 1.21-1.37x at 2, 0.86-0.96x at 4),
-# it also pays at two.
+# it also pays at two. With more rows the pair kernel (kiln_24p_unit) runs at 0.82x dense at batch 8, and at batch 32
+# from 0.98-1.09x (AVX-512, 2 threads) to 1.39x (AVX2, one thread) on the Xeon: not enough on every build to store
+# weights 2:4 for a layer that sees more rows.
 CSR_BREAK_EVEN = 0.75
 TWO_FOUR_ROWS = 2  # the most activation rows at which 2:4 beats dense on both AVX2 and AVX-512 builds
 BSR_BREAK_EVEN = 0.55

@@ -57,20 +57,42 @@ def test_sparse_linear_matches_the_interpreter(capability, layout, rows, monkeyp
     assert_close(compiled(x), program(x))
 
 
-@pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_24_rows_left_over_after_the_interleaved_ones(capability, monkeypatch, tmp_path):
-    """51 output features: a unit of 16 rows runs them in interleaved groups of KILN_24_ROWS (4 with AVX-512, 2 with
-    AVX2), and the last unit's 3 rows are left over for the one-row groups at every activation tile width."""
-    use_capability(capability, monkeypatch)
+def _24_program(features: int, columns: int):
     kiln.manual_seed(0)
     batch = kiln.Dim("batch", min=1, max=256)
-    program = kiln.export(kiln.nn.Linear(48, 51).eval(), (kiln.randn(5, 48),), dynamic_shapes={"input": {0: batch}})
+    program = kiln.export(kiln.nn.Linear(columns, features).eval(), (kiln.randn(5, columns),),
+                          dynamic_shapes={"input": {0: batch}})
     program = kiln.passes.run(program, PIPELINES["2:4"])
     assert "semi_structured" in program.to_mlir()
+    return program
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_24_pair_units_padded_at_every_row_count(capability, monkeypatch, tmp_path):
+    """51 output features and 48 columns: the pair stream's one unit of 64 rows has 13 rows of zeros, and its second
+    block of 8 groups 4 of zeros. Rows: one (dot products), 2 (expanded weights), then pair units over 8 rows (5),
+    16 (12) and 32 (20), a chunk of 32 and one of 8 (40), and two whole chunks (64)."""
+    use_capability(capability, monkeypatch)
+    program = _24_program(51, 48)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
-    for rows in (1, 2, 5, 20, 40, 64):
+    assert "kiln_24p_unit(" in (tmp_path / "pkg" / "model.c").read_text()
+    for rows in (1, 2, 5, 12, 20, 40, 64):
         x = np.random.default_rng(rows).standard_normal((rows, 48)).astype(np.float32)
         assert_close(compiled(x), program(x))
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_24_pairs_over_several_spans(capability, monkeypatch, tmp_path):
+    """1280 columns are 40 blocks of groups, so the team lays out the pair planes in two spans (KILN_24P_SPAN) and
+    each unit's sums wait between them; 130 features are three units. The result is the same at any team size."""
+    use_capability(capability, monkeypatch)
+    program = _24_program(130, 1280)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    x = np.random.default_rng(0).standard_normal((36, 1280)).astype(np.float32)
+    expected = program(x)
+    assert_close(compiled(x), expected)
+    alone = kiln.runtime.load(tmp_path / "pkg", num_threads=1)
+    np.testing.assert_array_equal(alone(x), compiled(x))
 
 
 @pytest.mark.parametrize("layout", sorted(PIPELINES))

@@ -5,8 +5,9 @@
  * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
  * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 16 and
  * the rows zero past M), so every stored weight multiplies a contiguous run of rows: one broadcast and up to
- * KILN_SMB / KILN_SVW vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. The vectors
- * are GCC's generic ones, so every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
+ * KILN_SMB / KILN_SVW vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead; 2:4 at more
+ * than four rows reads pair planes laid out from xT (kiln_24p_unit, below). The vectors are GCC's generic ones, so
+ * every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
  */
 #ifndef KILN_SPARSE_H
 #define KILN_SPARSE_H
@@ -249,65 +250,6 @@ static float kiln_24_dot(int64_t K, const float* restrict val, const uint8_t* re
     return kiln_v8_sum(a0);
 }
 
-/* tile rows 0..ROWS-1 += groups [g0, g1) (both even) of ROWS consecutive 2:4 rows of K columns, for nv vectors of
- * activation rows (KILN_DEFINE_24_GROUPS). Each row's sums are one chain of multiply-adds per vector, the stored
- * values in order, whatever ROWS is (the same results, bit for bit), but KILN_24_ROWS rows' chains interleave: one
- * row at a time left the loop waiting on the FMA latency (its nv accumulators were the only ones in flight; 2:4 ran
- * at 0.86x dense at batch 32 on AVX-512), where KILN_24_ROWS x nv accumulators keep both FMA ports busy and the
- * loads bound it. The rows left over after the last group of KILN_24_ROWS take one at a time. */
-#if KILN_SVW == 16
-#define KILN_24_ROWS 4  /* 4 rows x 2 vectors: eight zmm accumulators */
-#else
-#define KILN_24_ROWS 2  /* 2 rows x 4 vectors: eight of the sixteen ymm registers */
-#endif
-#define KILN_24_GROUPS_BY(N, ROWS) do { \
-        kiln_sv acc[ROWS][N]; \
-        _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) \
-            _Pragma("GCC unroll 4") for (int v = 0; v < (N); ++v) \
-                acc[r][v] = kiln_sv_load(tile + r * KILN_SMB + v * KILN_SVW); \
-        for (int64_t b = g0 / 2; b < g1 / 2; ++b) {  /* a byte: two groups, four values, per row */ \
-            const float* x = xT + 8 * b * ldx; \
-            _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) { \
-                const int byte = meta[r * (K / 8) + b]; \
-                const float* w = val + r * (K / 2) + 4 * b; \
-                const float* x0 = x + (byte & 3) * ldx, * x1 = x + ((byte >> 2) & 3) * ldx; \
-                const float* x2 = x + (4 + ((byte >> 4) & 3)) * ldx, * x3 = x + (4 + (byte >> 6)) * ldx; \
-                _Pragma("GCC unroll 4") for (int v = 0; v < (N); ++v) { \
-                    acc[r][v] += w[0] * kiln_sv_load(x0 + v * KILN_SVW); \
-                    acc[r][v] += w[1] * kiln_sv_load(x1 + v * KILN_SVW); \
-                    acc[r][v] += w[2] * kiln_sv_load(x2 + v * KILN_SVW); \
-                    acc[r][v] += w[3] * kiln_sv_load(x3 + v * KILN_SVW); \
-                } \
-            } \
-        } \
-        _Pragma("GCC unroll 4") for (int r = 0; r < (ROWS); ++r) \
-            _Pragma("GCC unroll 4") for (int v = 0; v < (N); ++v) \
-                kiln_sv_store(tile + r * KILN_SMB + v * KILN_SVW, acc[r][v]); \
-    } while (0)
-#define KILN_DEFINE_24_GROUPS(NAME, ROWS) \
-    static inline void NAME(int64_t K, int64_t g0, int64_t g1, const float* restrict val, \
-                            const uint8_t* restrict meta, const float* restrict xT, int64_t ldx, int nv, \
-                            float* restrict tile) \
-    { \
-        /* the rows' next blocks: the unit's rows stream from as many places, more than the prefetchers follow \
-         * (the value loads stalled half the loop at batch 32) */ \
-        for (int r = 0; r < (ROWS); ++r) { \
-            for (int64_t line = 0; line < 2 * (g1 - g0); line += 16) \
-                __builtin_prefetch(val + r * (K / 2) + 2 * g1 + line); \
-            __builtin_prefetch(meta + r * (K / 8) + g1 / 2); \
-        } \
-        switch (nv) { \
-        case 4: KILN_24_GROUPS_BY(4, ROWS); break; \
-        case 3: KILN_24_GROUPS_BY(3, ROWS); break; \
-        case 2: KILN_24_GROUPS_BY(2, ROWS); break; \
-        default: KILN_24_GROUPS_BY(1, ROWS); break; \
-        } \
-    }
-KILN_DEFINE_24_GROUPS(kiln_24_groups_rows, KILN_24_ROWS)
-KILN_DEFINE_24_GROUPS(kiln_24_groups, 1)
-#undef KILN_DEFINE_24_GROUPS
-#undef KILN_24_GROUPS_BY
-
 /* tile[r * KILN_SMB + m] = 2:4 row r . activation row m (x + m * K, row-major), for 1 < mb <= KILN_24_FEW: the
  * weights are read compressed, half the bytes of dense ones, which bound a layer at a few activation rows; each
  * metadata byte's four values are expanded to the eight dense lanes they fill, and every expanded vector multiplies
@@ -315,7 +257,7 @@ KILN_DEFINE_24_GROUPS(kiln_24_groups, 1)
  * lanes, then adds them up. With AVX-512, two bytes are the 16-bit mask of the lanes their eight values fill
  * (vexpandps); else one byte's lanes come from KILN_24_EXPAND (a permute). At more activation rows the expansions
  * (port 5, with the FMAs) and the rows' loads from L2 made it slower than dense (MLP at 8 rows: 0.75x), where
- * kiln_24_groups_rows takes over. */
+ * kiln_24p_unit takes over. */
 #define KILN_24_FEW 4
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -377,35 +319,174 @@ static void kiln_24_expanded(int64_t K, int rows, const float* restrict val, con
     }
 }
 
-/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m], with half the multiply-adds of the dense rows. With several
- * activation rows, K is taken in blocks
- * of KILN_24_GROUPS groups whose activations (16 KB) stay in L1 while every row of the unit reads them: unblocked,
- * each multiply-add loaded its activations from L2 (the 4096 x 1024 layer at batch 32 ran 2x slower). */
-#define KILN_24_GROUPS 32
+/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m] for one or a few activation rows (mb <= KILN_24_FEW; more
+ * take kiln_24p_unit). */
 static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
                          const float* restrict xT, int64_t ldx, int mb, float* restrict tile, const float* restrict x)
 {
-    if (mb > 1 && mb <= KILN_24_FEW) {
+    if (mb > 1 || ldx != 1) {
         kiln_24_expanded(K, rows, val, meta, x, mb, tile);
         return;
     }
-    if (mb == 1 && ldx == 1) {
-        for (int r = 0; r < rows; ++r)
-            tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), xT);
-        return;
-    }
-    for (int i = 0; i < rows * KILN_SMB; ++i) tile[i] = 0.0f;
-    for (int64_t g0 = 0; g0 < K / 4; g0 += KILN_24_GROUPS) {
-        const int64_t g1 = g0 + KILN_24_GROUPS < K / 4 ? g0 + KILN_24_GROUPS : K / 4;
-        int r = 0;
-        for (; r + KILN_24_ROWS <= rows; r += KILN_24_ROWS)
-            kiln_24_groups_rows(K, g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
-                                tile + r * KILN_SMB);
-        for (; r < rows; ++r)
-            kiln_24_groups(K, g0, g1, val + r * (K / 2), meta + r * (K / 8), xT, ldx, KILN_VECTORS(mb),
-                           tile + r * KILN_SMB);
-    }
+    for (int r = 0; r < rows; ++r)
+        tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), xT);
 }
+
+/* 2:4 at several activation rows, in pairs. Each kept weight would otherwise cost a broadcast and a load of its
+ * column's activations per vector of rows: 1.5 loads per multiply-add at 32 rows with AVX-512, which bounded the
+ * loop at about dense speed. Instead, a group's two kept columns (p0 < p1: one of 6 pairs) are read together:
+ *  - the activations of each 32-row chunk are laid out as pair planes, per group of four columns and per pair
+ *    (p0, p1), 64 floats x[m, 4g + p0], x[m, 4g + p1] interleaved (kiln_24p_planes, 1.5 KB per group);
+ *  - a row's two values in the group are one 64-bit broadcast (w0, w1, w0, w1, ...), so each multiply-add
+ *    takes a whole vector of (row m, slot) lanes from its plane: 1.25 loads per multiply-add, no decoding;
+ *  - the sums of the two slots are added at the end (each output: two chains over the groups in order, then
+ *    their sum, whatever the capability or team size).
+ * The weights are repacked when the model is created (kiln_24p_pack) into the order the loop reads them, one
+ * stream: per unit of KILN_24P_ROWS rows, per block of KILN_24P_GROUPS groups, per row, the block's value pairs
+ * and then each group's plane offset (a byte, in 8-byte steps). Read from the rows' own arrays instead, the
+ * unit's 64 rows were 64 streams that no prefetcher followed (4096 x 1024 at batch 32, one thread: 1.54 ms
+ * against 1.30 ms). A block's planes (12 KB) stay in L1 while the unit's rows read them. */
+#define KILN_24P_GROUPS 8
+#define KILN_24P_ROWS 64
+#define KILN_24P_RECORD (KILN_24P_GROUPS * 9)  /* bytes per row per block: 8 value pairs, 8 plane offsets */
+#define KILN_24P_PLANE 64  /* floats per plane: 32 rows x 2 slots */
+#define KILN_24P_GROUP (6 * KILN_24P_PLANE)
+/* blocks whose planes the team lays out at a time: 256 groups, 384 KB, which stay in L2 while every unit reads them
+ * (a 4096-column layer's 1.5 MB of planes came from L3 for each unit: 1.77 -> 1.55 ms at one thread; spans of 128
+ * groups cost the 1024-column layer 10% in sums carried between spans) */
+#define KILN_24P_SPAN 32
+#if KILN_SVW == 16
+#define KILN_24P_INTERLEAVED 2  /* rows whose sums are in flight: 2 x 4 zmm */
+#else
+#define KILN_24P_INTERLEAVED 1  /* 8 ymm: half the sixteen registers */
+#endif
+
+/* blocks of KILN_24P_GROUPS groups in K columns (the last one padded with zero weights) */
+static inline int64_t kiln_24p_blocks(int64_t K) { return (K / 4 + KILN_24P_GROUPS - 1) / KILN_24P_GROUPS; }
+static inline int64_t kiln_24p_unit_bytes(int64_t K) { return kiln_24p_blocks(K) * KILN_24P_ROWS * KILN_24P_RECORD; }
+/* the stream's bytes for N rows, a multiple of 64 */
+static inline size_t kiln_24p_bytes(int64_t N, int64_t K)
+{
+    return (size_t)(((N + KILN_24P_ROWS - 1) / KILN_24P_ROWS * kiln_24p_unit_bytes(K) + 63) / 64 * 64);
+}
+/* floats of the planes of one span of blocks */
+static inline int64_t kiln_24p_plane_floats(int64_t K)
+{
+    const int64_t blocks = kiln_24p_blocks(K);
+    return (blocks < KILN_24P_SPAN ? blocks : KILN_24P_SPAN) * KILN_24P_GROUPS * KILN_24P_GROUP;
+}
+
+static void kiln_24p_pack(int64_t N, int64_t K, const float* val, const uint8_t* meta, char* dst)
+{
+    /* the pair's plane by its metadata nibble p0 | p1 << 2 (the invariants make p0 < p1; others read plane 0) */
+    static const uint8_t plane_of[16] = {[4] = 0, [8] = 1, [12] = 2, [9] = 3, [13] = 4, [14] = 5};
+    const int64_t groups = K / 4, blocks = kiln_24p_blocks(K);
+    for (int64_t n0 = 0; n0 < N; n0 += KILN_24P_ROWS)
+        for (int64_t b = 0; b < blocks; ++b)
+            for (int64_t n = n0; n < n0 + KILN_24P_ROWS; ++n, dst += KILN_24P_RECORD) {
+                memset(dst, 0, KILN_24P_RECORD);
+                for (int g = 0; g < KILN_24P_GROUPS; ++g) {
+                    const int64_t group = b * KILN_24P_GROUPS + g;
+                    if (n >= N || group >= groups) continue;
+                    memcpy(dst + 8 * g, val + n * (K / 2) + 2 * group, 8);
+                    const int nibble = (meta[n * (K / 8) + group / 2] >> (4 * (group & 1))) & 15;
+                    dst[8 * KILN_24P_GROUPS + g] = (char)(plane_of[nibble] * (KILN_24P_PLANE * 4 / 8));
+                }
+            }
+}
+
+/* Group g's six pair planes, into dst, for `halves` x 16 activation rows from xT (row k at xT + k * ldx); past K,
+ * zeros. */
+typedef float kiln_v16 __attribute__((vector_size(64)));
+typedef float kiln_v16u __attribute__((vector_size(64), aligned(4)));
+static void kiln_24p_planes(int64_t K, int64_t g, const float* restrict xT, int64_t ldx, int halves,
+                            float* restrict dst)
+{
+    static const int first[6] = {0, 0, 0, 1, 1, 2}, second[6] = {1, 2, 3, 2, 3, 3};
+    for (int p = 0; p < 6; ++p)
+        for (int h = 0; h < halves; ++h) {
+            kiln_v16 a = {0}, b = {0};
+            if (4 * g < K) {
+                a = *(const kiln_v16u*)(xT + (4 * g + first[p]) * ldx + 16 * h);
+                b = *(const kiln_v16u*)(xT + (4 * g + second[p]) * ldx + 16 * h);
+            }
+            float* out = dst + p * KILN_24P_PLANE + 32 * h;
+            *(kiln_v16u*)out = __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            *(kiln_v16u*)(out + 16) = __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
+                                                              14, 30, 15, 31);
+        }
+}
+
+/* a row's two values in a group, (w0, w1) repeated across a vector: one 64-bit broadcast from memory (a load; GCC
+ * made the generic vectors' shuffle a permute from the stack, on the FMAs' port) */
+static inline kiln_sv kiln_24p_pair(const char* p)
+{
+    double both;
+    memcpy(&both, p, 8);
+#if KILN_SVW == 16
+    return (kiln_sv)_mm512_castpd_ps(_mm512_set1_pd(both));
+#elif defined(__AVX2__) && defined(__FMA__)  /* immintrin.h: kiln_gemm.h */
+    return (kiln_sv)_mm256_castpd_ps(_mm256_set1_pd(both));
+#else
+    kiln_sv w;
+    for (int i = 0; i < KILN_SVW; i += 2) memcpy((char*)&w + 4 * i, p, 8);
+    return w;
+#endif
+}
+/* NV vectors of (row, slot) lanes per row: 16 rows take 32 floats */
+#define KILN_24P_UNIT_BY(NV) do { \
+        for (int64_t b = b0; b < b1; ++b) { \
+            const float* block = planes + (b - b0) * KILN_24P_GROUPS * KILN_24P_GROUP; \
+            for (int r0 = 0; r0 < KILN_24P_ROWS; r0 += KILN_24P_INTERLEAVED, \
+                 stream += KILN_24P_INTERLEAVED * KILN_24P_RECORD) { \
+                __builtin_prefetch(stream + 8 * KILN_24P_RECORD); \
+                __builtin_prefetch(stream + 8 * KILN_24P_RECORD + 64); \
+                kiln_sv acc[KILN_24P_INTERLEAVED][NV]; \
+                _Pragma("GCC unroll 2") for (int r = 0; r < KILN_24P_INTERLEAVED; ++r) \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < (NV); ++v) \
+                        acc[r][v] = kiln_sv_load(sums + (r0 + r) * KILN_24P_PLANE + v * KILN_SVW); \
+                _Pragma("GCC unroll 8") for (int g = 0; g < KILN_24P_GROUPS; ++g) \
+                    _Pragma("GCC unroll 2") for (int r = 0; r < KILN_24P_INTERLEAVED; ++r) { \
+                        const char* record = stream + r * KILN_24P_RECORD; \
+                        const float* x = (const float*)((const char*)(block + g * KILN_24P_GROUP) \
+                                                        + (size_t)(uint8_t)record[8 * KILN_24P_GROUPS + g] * 8); \
+                        const kiln_sv w = kiln_24p_pair(record + 8 * g); \
+                        _Pragma("GCC unroll 8") for (int v = 0; v < (NV); ++v) \
+                            acc[r][v] += w * kiln_sv_load(x + v * KILN_SVW); \
+                    } \
+                _Pragma("GCC unroll 2") for (int r = 0; r < KILN_24P_INTERLEAVED; ++r) \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < (NV); ++v) \
+                        kiln_sv_store(sums + (r0 + r) * KILN_24P_PLANE + v * KILN_SVW, acc[r][v]); \
+            } \
+        } \
+    } while (0)
+
+/* The activation rows a unit computes for a chunk of mb rows: 8, 16 or 32 (with 5 to 8 rows, 16 had cost the MLP
+ * at batch 8 as much as batch 16: 0.63x dense). */
+static inline int kiln_24p_rows(int mb) { return mb <= 8 ? 8 : mb <= 16 ? 16 : 32; }
+
+/* sums[r * KILN_24P_PLANE + 2m + slot] += the unit's 2:4 row r . activation row m, m < rows (kiln_24p_rows), over the
+ * groups of blocks [b0, b1), whose pair planes are at `planes`; the unit's stream at `stream`. The first span
+ * (b0 = 0) starts the sums. */
+static void kiln_24p_unit(int64_t b0, int64_t b1, const char* restrict stream, const float* restrict planes,
+                          int rows, float* restrict sums)
+{
+    if (b0 == 0) memset(sums, 0, sizeof(float) * KILN_24P_ROWS * KILN_24P_PLANE);
+    stream += b0 * KILN_24P_ROWS * KILN_24P_RECORD;
+    if (rows == 32) KILN_24P_UNIT_BY(64 / KILN_SVW);
+    else if (rows == 16) KILN_24P_UNIT_BY(32 / KILN_SVW);
+    else KILN_24P_UNIT_BY(16 / KILN_SVW);
+}
+
+/* by_row[m * KILN_24P_ROWS + r] = the two slots' sums of row r and activation row m < rows (features contiguous, as
+ * the epilogue reads them) */
+static void kiln_24p_finish(const float* restrict sums, int rows, float* restrict by_row)
+{
+    for (int r = 0; r < KILN_24P_ROWS; ++r)
+        for (int m = 0; m < rows; ++m)
+            by_row[m * KILN_24P_ROWS + r] = sums[r * KILN_24P_PLANE + 2 * m] + sums[r * KILN_24P_PLANE + 2 * m + 1];
+}
+#undef KILN_24P_UNIT_BY
 
 #pragma GCC pop_options
 

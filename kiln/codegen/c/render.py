@@ -1246,6 +1246,7 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 
 
 _SPARSE_FEATURES = 16  # output features per unit of a CSR or 2:4 layer: the epilogue stores them contiguously
+_24_FEW = 4  # KILN_24_FEW (kiln_sparse.h): the most activation rows 2:4 reads untransposed
 
 
 def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
@@ -1285,11 +1286,24 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         index_lines.insert(0, f"const int64_t i{position} = {rest} % ({size});" if position else
                            f"const int64_t i0 = {rest};")
         rest = f"({rest} / ({size}))"
-    value = f"(double)by_row[m * {group} + r]"
-    if detail.bias is not None:
-        value = f"{value} + (double){exprs.render(detail.bias)}"
     result_type = accumulator_type(kernel)
+
+    def epilogue(features: int) -> list[str]:
+        """A unit's by_row [KILN_SMB x features] through the bias and the fused epilogue into the output."""
+        value = f"(double)by_row[m * {features} + r]"
+        if detail.bias is not None:
+            value = f"{value} + (double){exprs.render(detail.bias)}"
+        return [
+            "for (int m = 0; m < mb; ++m)",
+            "    _Pragma(\"omp simd\") for (int r = 0; r < width; ++r)", "    {",
+            *[f"        {line}" for line in index_lines],
+            f"        const int64_t i{len(leading)} = n0 + r;",
+            f"        const {result_type} acc_value = ({result_type})({value});",
+            f"        {buffer_name(out)}[(m0 + m) * N + n0 + r] = {exprs.render(kernel.expr)};",
+            "    }"]
+
     x, x_transposed = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}", buffer_name(detail.xT)
+    pairs = _uses_24_pairs(kernel)
     lines = [
         f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
         f"const int R = {block_rows}, C = {block_cols}; (void)C; (void)R;",
@@ -1308,6 +1322,40 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         "    }",
         "}",
         f"const float* xT = M > 1 ? {x_transposed} : x;",
+    ]
+    if pairs:  # several activation rows: chunk by chunk, the team lays out its pair planes, then shares the units
+        stream = f"(const char*)ctx->packed[{state.packed[kernel]}] + {offsets[None]}"
+        lines += [
+            "if (M > KILN_24_FEW)", "{",
+            "    const int64_t blocks = kiln_24p_blocks(K), pair_units = (N + KILN_24P_ROWS - 1) / KILN_24P_ROWS;",
+            f"    float* planes = {x_transposed} + K * ldx, * sums = planes + kiln_24p_plane_floats(K);",
+            "    float by_row[KILN_SMB * KILN_24P_ROWS] __attribute__((aligned(64))), "
+            "unit_sums[KILN_24P_ROWS * KILN_24P_PLANE] __attribute__((aligned(64)));",
+            "    for (int64_t chunk = 0; chunk < chunks; ++chunk)", "    {",
+            "        const int64_t m0 = chunk * KILN_SMB;",
+            "        const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB), rows = kiln_24p_rows(mb);",
+            "        const int halves = rows > 16 ? 2 : 1;  /* of the planes: 16 rows each */",
+            "        for (int64_t b0 = 0; b0 < blocks; b0 += KILN_24P_SPAN)", "        {",
+            "            const int64_t b1 = b0 + KILN_24P_SPAN < blocks ? b0 + KILN_24P_SPAN : blocks;",
+            "            #pragma omp for schedule(static)",
+            "            for (int64_t g = b0 * KILN_24P_GROUPS; g < b1 * KILN_24P_GROUPS; ++g)",
+            "                kiln_24p_planes(K, g, xT + m0, ldx, halves,",
+            "                                planes + (g - b0 * KILN_24P_GROUPS) * KILN_24P_GROUP);",
+            "            #pragma omp for schedule(dynamic, 1)",
+            "            for (int64_t unit = 0; unit < pair_units; ++unit)", "            {",
+            # the sums stay in the thread's L1 while a unit runs; between spans they wait in the shared buffer
+            "                float* kept = sums + unit * KILN_24P_ROWS * KILN_24P_PLANE;",
+            "                if (b0 > 0) memcpy(unit_sums, kept, sizeof unit_sums);",
+            f"                kiln_24p_unit(b0, b1, {stream} + unit * kiln_24p_unit_bytes(K), planes, rows,",
+            "                              unit_sums);",
+            "                if (b1 < blocks) { memcpy(kept, unit_sums, sizeof unit_sums); continue; }",
+            "                kiln_24p_finish(unit_sums, rows, by_row);",
+            "                const int64_t n0 = unit * KILN_24P_ROWS;",
+            "                const int width = (int)(N - n0 < KILN_24P_ROWS ? N - n0 : KILN_24P_ROWS);",
+            *[f"                {line}" for line in epilogue(64)],
+            "            }",
+            "        }", "    }", "}", "else", "{"]
+    body = [
         f"float tile[{group} * KILN_SMB] __attribute__((aligned(64))), by_row[KILN_SMB * {group}] "
         "__attribute__((aligned(64)));",
         _shared_units(2, "units * chunks"),
@@ -1318,15 +1366,9 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
         "    const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB);",
         *[f"    {line}" for line in compute],
         "    for (int r = 0; r < width; ++r)  /* features become the contiguous dim, as the output's */",
-        "        for (int m = 0; m < mb; ++m) by_row[m * " + str(group) + " + r] = tile[r * KILN_SMB + m];",
-        "    for (int m = 0; m < mb; ++m)",
-        "        _Pragma(\"omp simd\") for (int r = 0; r < width; ++r)", "        {",
-        *[f"            {line}" for line in index_lines],
-        f"            const int64_t i{len(leading)} = n0 + r;",
-        f"            const {result_type} acc_value = ({result_type})({value});",
-        f"            {buffer_name(out)}[(m0 + m) * N + n0 + r] = {exprs.render(kernel.expr)};",
-        "        }", "}",
-    ]
+        f"        for (int m = 0; m < mb; ++m) by_row[m * {group} + r] = tile[r * KILN_SMB + m];",
+        *[f"    {line}" for line in epilogue(group)], "}"]
+    lines += [f"    {line}" for line in body] + ["}"] if pairs else body
     return ["    " + line for line in lines]
 
 
@@ -1712,6 +1754,15 @@ def _sparse_offsets(kernel: Kernel) -> dict[str | None, int]:
     return offsets
 
 
+def _uses_24_pairs(kernel: Kernel) -> bool:
+    """A 2:4 linear layer that may see more than KILN_24_FEW activation rows also keeps its weight as the pair
+    stream kiln_24p_unit reads (kiln_sparse.h)."""
+    if kernel.kind != "sparse_linear" or kernel.detail.layout != "semi_structured":
+        return False
+    rows = sympy.sympify(kernel.detail.m)
+    return not (rows.is_Integer and int(rows) <= _24_FEW)
+
+
 def _uses_sell(kernel: Kernel) -> bool:
     """A CSR linear layer that may see one activation row also keeps its weight as SELL-8 (kiln_sparse.h)."""
     if kernel.kind != "sparse_linear":
@@ -1815,15 +1866,20 @@ def _pack_weights(schedule: Schedule, packed: dict, weight_offsets: dict[str, in
             if _uses_sell(kernel):  # CSR's form for one activation row, after the components (int32, as written)
                 crow = f"(const int32_t*)(m->weights + {weight_offsets[components['crow_indices'].weight_key]})"
                 size = f"{offsets[None]} + kiln_sell_bytes({int(kernel.detail.n)}, {crow})"
+            if _uses_24_pairs(kernel):  # the pair stream, after the components
+                size = f"{offsets[None]} + kiln_24p_bytes({int(kernel.detail.n)}, {int(kernel.detail.k)})"
             lines += [f"    /* {kernel.name}: sparse weight components */", *_allocate(slot, size)]
             for name, buf in components.items():
                 lines.append(f"    memcpy((char*)m->packed[{slot}] + {offsets[name]}, m->weights + "
                              f"{weight_offsets[buf.weight_key]}, {int(buf.numel) * buf.dtype.itemsize});")
+            parts = {name: f"(const {c_type(buf.dtype)}*)((char*)m->packed[{slot}] + {offsets[name]})"
+                     for name, buf in components.items()}
             if _uses_sell(kernel):
-                parts = {name: f"(const {c_type(buf.dtype)}*)((char*)m->packed[{slot}] + {offsets[name]})"
-                         for name, buf in components.items()}
                 lines.append(f"    kiln_sell_pack({int(kernel.detail.n)}, {crow}, {parts['col_indices']}, "
                              f"{parts['values']}, (char*)m->packed[{slot}] + {offsets[None]});")
+            if _uses_24_pairs(kernel):
+                lines.append(f"    kiln_24p_pack({int(kernel.detail.n)}, {int(kernel.detail.k)}, {parts['values']}, "
+                             f"{parts['metadata']}, (char*)m->packed[{slot}] + {offsets[None]});")
             continue
         if kernel.kind in quantized.RENDERERS:
             lines += quantized.pack_lines(kernel, packed, slot, weight_offsets, nibbles)
