@@ -480,12 +480,26 @@ _ARITH: dict[str, Callable[..., str]] = {
     "aten.remainder.Tensor": _remainder, "aten.remainder.Scalar": _remainder,
     "aten.fmod.Tensor": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
     "aten.fmod.Scalar": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
-    "aten.pow.Tensor_Tensor": _pow, "aten.pow.Tensor_Scalar": _pow, "aten.pow.Scalar": _pow,
+    "aten.pow.Tensor_Tensor": _pow, "aten.pow.Scalar": _pow,
     "aten.atan2.default": _atan2, "aten.atan2.out": _atan2,
     "aten.maximum.default": _max_min("Max"), "aten.minimum.default": _max_min("Min"),
 }
 for _name, _build in _ARITH.items():
     LOWERING_TABLE[_name] = _arith(_build, scalar_in_opmath=_name.startswith(("aten.mul.", "aten.div.")))
+
+
+@lowers("aten.pow.Tensor_Scalar")
+def _pow_tensor_scalar(ctx: LoweringContext, a: Any, b: Any) -> str:
+    """ATen computes float x ** 0.5 and x ** -0.5 as sqrt and rsqrt: (-inf) ** 0.5 is NaN, not Pow's inf, and
+    (-0.0) ** -0.5 is -inf. Its float16 kernel calls pow (torch 2.13)."""
+    if ctx.declared_dtype.is_floating_point and ctx.declared_dtype != dtypes.float16 and \
+            isinstance(b, (int, float)) and not isinstance(b, bool) and b in (0.5, -0.5):
+        compute = _compute_dtype(ctx.out_dtype)
+        root = ctx.node("Sqrt", [ctx.operand(a, ctx.declared_dtype, compute)])
+        if b == -0.5:
+            root = ctx.node("Reciprocal", [root])
+        return ctx.graph.cast(root, compute, ctx.out_dtype)
+    return _arith(_pow)(ctx, a, b)
 
 
 @lowers("aten.div.Tensor_mode", "aten.div.Scalar_mode")

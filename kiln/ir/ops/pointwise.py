@@ -404,15 +404,20 @@ def _power(base: Any, exponent: Any) -> np.ndarray:
         result = _cast(base, common)
         return np.ones_like(result) if exponent == 0 else result.copy()
     with np.errstate(all="ignore"):
-        if common.is_floating_point and not isinstance(exponent, np.ndarray) and exponent in (0.5, -0.5):
-            root = np.sqrt(_compute(base, common))  # ATen: sqrt / rsqrt, so (-inf) ** 0.5 is NaN, not inf
+        if common.is_floating_point and common != dtypes.float16 and not isinstance(exponent, np.ndarray) and \
+                exponent in (0.5, -0.5):
+            # ATen: sqrt / rsqrt, so (-inf) ** 0.5 is NaN, not inf; its float16 kernel calls pow (torch 2.13)
+            root = np.sqrt(_compute(base, common))
             return root if exponent == 0.5 else 1 / root
         if common in (dtypes.float32, dtypes.float64) and not isinstance(exponent, np.ndarray) and exponent in (2, 3):
             # ATen's pow_tensor_scalar multiplies in the tensor's dtype: x * x, and x * x * x (gelu's tanh form)
             value = _cast(base, common)
             return value * value if exponent == 2 else value * value * value
         if common.is_floating_point:
-            return np.power(_compute(base, common), _compute(exponent, common))
+            base, exponent = np.broadcast_arrays(_compute(base, common), _compute(exponent, common))
+            # a whole array: numpy's loop takes sqrt for an exponent of 0.5 it reads as a scalar (or a stride-0
+            # broadcast), where ATen's float16 kernel calls pow ((-inf) ** 0.5 is inf there)
+            return np.power(base, np.ascontiguousarray(exponent))
         return _integer_power(_cast(base, common), _cast(exponent, common))
 
 
