@@ -1226,13 +1226,10 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
     column = [f"for (int64_t c = 0; c < {dim}; ++c)", "{"]
     walk = f"for (int64_t i = start; i < end; ++i) {{ const int64_t r = {row}; {skip}"
     value = f"(double){at(weight, 'r', 'c')}"
-    if mode == 2:  # max: NaN propagates; the first row reaching the maximum names it
-        column += ["    double m = -INFINITY;",
-                   f"    {walk}const double v = {value}; m = (v != v || m != m) ? NAN : v > m ? v : m; }}",
-                   f"    int64_t first = {count};",
-                   f"    {walk}if ({value} == m) {{ first = i; break; }} }}",
+    if mode == 2:  # max as ATen scans: the bag's first row, then each strictly greater one (a NaN only if first)
+        column += ["    double m = 0.0;", "    int64_t kept = -1;",
+                   f"    {walk}const double v = {value}; if (kept < 0 || v > m) {{ m = v; kept = i; }} }}",
                    f"    {buffer_name(out)}[b * {dim} + c] = ({c_type(out.dtype)})(size ? m : 0.0);",
-                   f"    const int64_t kept = first < {count} ? first : {count} - 1;",
                    f"    {buffer_name(max_indices)}[b * {dim} + c] = size ? "
                    f"({c_type(max_indices.dtype)}){at(indices, 'kept')} : 0;", "}"]
     else:

@@ -218,20 +218,32 @@ def _embedding_bag(ctx: LoweringContext, weight: Value, indices: Value, offsets:
         rows = ctx.node("Mul", [rows, ctx.node("Unsqueeze", [ctx.as_dtype(per_sample_weights, acc), ctx.ints([1])])])
     no_bags = _zeros(ctx, [bags], dtypes.int64)
     if mode == _BAG_MAX:
-        masked = ctx.node("Where", [valid_rows, rows, ctx.const(-math.inf, acc)])
+        # ATen scans a bag from its first row, replacing on a strictly greater value: the first maximum of the
+        # bag's numbers wins, unless the first row is NaN (nothing is greater). Positions are exact in float64.
+        column = ctx.graph.cast(ctx.node("Unsqueeze", [positions, ctx.ints([1])]), dtypes.int64, _F64)
+        numbers = ctx.node("And", [valid_rows, ctx.node("Not", [ctx.node("IsNaN", [rows])])])
+        masked = ctx.node("Where", [numbers, rows, ctx.const(-math.inf, acc)])
         best = ctx.node("ScatterND", [_zeros(ctx, [bags, dim], acc, fill=-math.inf), targets, masked],
                         reduction="max")
-        # ATen keeps the first maximum of a bag: the smallest position holding it (positions are exact in float64).
-        is_best = ctx.node("And", [valid_rows, ctx.node("Equal", [rows, ctx.node("Gather", [best, bag_of], axis=0)])])
-        candidates = ctx.node("Where", [is_best, ctx.graph.cast(ctx.node("Unsqueeze", [positions, ctx.ints([1])]),
-                                                                dtypes.int64, _F64), ctx.as_dtype(count, _F64)])
-        first = ctx.node("ScatterND", [ctx.node("Expand", [ctx.as_dtype(count, _F64), ctx.dims([bags, dim])]),
-                                       targets, candidates], reduction="min")
-        last = ctx.node("Max", [ctx.node("Sub", [ctx.dim(count), ctx.ints([1])]), ctx.ints([0])])
-        first = ctx.node("Min", [ctx.graph.cast(first, _F64, dtypes.int64), last])
+        is_best = ctx.node("And", [numbers, ctx.node("Equal", [rows, ctx.node("Gather", [best, bag_of], axis=0)])])
+        no_position = ctx.node("Expand", [ctx.as_dtype(count, _F64), ctx.dims([bags, dim])])
+        first = ctx.node("ScatterND", [no_position, targets,
+                                       ctx.node("Where", [is_best, column, ctx.as_dtype(count, _F64)])],
+                         reduction="min")
+        start = ctx.node("ScatterND", [ctx.node("Expand", [ctx.as_dtype(count, _F64), ctx.dims([bags])]), targets,
+                                       ctx.node("Where", [valid, ctx.graph.cast(positions, dtypes.int64, _F64),
+                                                          ctx.as_dtype(count, _F64)])], reduction="min")
+        start = ctx.node("Expand", [ctx.node("Unsqueeze", [ctx.graph.cast(start, _F64, dtypes.int64), ctx.ints([1])]),
+                                    ctx.dims([bags, dim])])
+        # position `count` (an empty bag's) reads a row of zeros after the last, which its result masks
+        padded_rows = ctx.node("Concat", [rows, _zeros(ctx, [1, dim], acc)], axis=0)
+        padded_flat = ctx.node("Concat", [flat, ctx.ints([0])], axis=0)
+        first = ctx.graph.cast(first, _F64, dtypes.int64)
+        first = ctx.node("Where", [ctx.node("IsNaN", [ctx.node("GatherElements", [padded_rows, start], axis=0)]),
+                                   start, first])
         empty = ctx.node("Unsqueeze", [ctx.node("Equal", [sizes, ctx.const(0, dtypes.int64)]), ctx.ints([1])])
-        output = ctx.node("Where", [empty, ctx.const(0, acc), best])
-        max_indices = ctx.node("Where", [empty, ctx.const(0, dtypes.int64), ctx.node("Gather", [flat, first])])
+        output = ctx.node("Where", [empty, ctx.const(0, acc), ctx.node("GatherElements", [padded_rows, first], axis=0)])
+        max_indices = ctx.node("Where", [empty, ctx.const(0, dtypes.int64), ctx.node("Gather", [padded_flat, first])])
     else:
         masked = ctx.node("Where", [valid_rows, rows, ctx.const(0, acc)])
         output = ctx.node("ScatterND", [_zeros(ctx, [bags, dim], acc), targets, masked], reduction="add")

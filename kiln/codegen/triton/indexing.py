@@ -148,7 +148,8 @@ def bags_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     """_embedding_bag: one program per bag. Bag b runs from offsets[b] to offsets[b + 1] (the last one to the end of
     the indices); a first pass over its indices (in blocks) checks them, writes offset2bag and counts the rows that
     are not padding_idx; then each block of columns walks the bag's rows in order, in double as the C backend. max
-    propagates NaN and names the first row reaching the maximum. Offsets that do not start at 0, decrease or pass
+    starts from the bag's first row and takes each strictly greater one, as ATen (a NaN only where it comes first),
+    naming its row. Offsets that do not start at 0, decrease or pass
     the end, and indices outside the weight, fail the run."""
     detail, (out, offset2bag, bag_size, max_indices) = kernel.detail, kernel.outputs
     weight, indices, offsets, psw = detail.weight, detail.indices, detail.offsets, detail.per_sample_weights
@@ -203,12 +204,11 @@ def bags_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     place = f"b * {columns} + c"
     body += [f"for c0 in range(0, {columns}, BLOCK):", "    c = c0 + tl.arange(0, BLOCK)", f"    cm = c < {columns}"]
     if mode == 2:
-        body += ["    best = tl.full([BLOCK], float('-inf'), tl.float64)", *walk,
-                 "        update = tl.where(v != v, v, tl.where(best != best, best, tl.where(v > best, v, best)))",
-                 "        best = tl.where(taken, update, best)",
-                 f"    found = tl.zeros([BLOCK], tl.int64) + {count}", *walk,
-                 f"        found = tl.where(taken & (found == {count}) & (v == best), i, found)",
-                 f"    found = tl.where(found < {count}, found, {count} - 1)",
+        # as ATen scans: the bag's first row, then each strictly greater one (a NaN only where it comes first)
+        body += ["    best = tl.zeros([BLOCK], tl.float64)", "    found = tl.zeros([BLOCK], tl.int64) - 1", *walk,
+                 "        update = taken & ((found < 0) | (v > best))",
+                 "        best = tl.where(update, v, best)", "        found = tl.where(update, i, found)",
+                 "    found = tl.maximum(found, 0)",
                  f"    tl.store({args.buffer(out)} + {place}, "
                  f"{Exprs.cast('tl.where(filled, best, 0.0)', out.dtype)}, mask=cm)",
                  f"    named = {read(indices, 'found', mask='cm & filled')}",

@@ -824,16 +824,27 @@ def _embedding_bag_kernel(weight, indices, offsets, scale_grad_by_freq=False, mo
     sizes = np.bincount(bag_of[valid], minlength=bags) if count else np.zeros(bags, np.int64)
     index_dtype = expected[1].dtype.numpy
     if mode == _MODE_MAX:
-        # ATen scans each bag in order and replaces on a strictly greater value, so the first maximum wins.
+        # ATen scans each bag in order, starting from its first row and replacing on a strictly greater value: the
+        # first maximum wins, and a NaN is the result only where it comes first (nothing is greater than it, and it
+        # is greater than nothing).
         kept_bags, kept_rows = bag_of[valid], rows[valid]
         positions = np.arange(count)[valid]
+        numbers = ~np.isnan(kept_rows)
         best = np.full((bags, dim), -np.inf, acc)
-        np.maximum.at(best, kept_bags, kept_rows)
+        np.maximum.at(best, kept_bags, np.where(numbers, kept_rows, -np.inf))
         first = np.full((bags, dim), count)
-        np.minimum.at(first, kept_bags, np.where(kept_rows == best[kept_bags], positions[:, None], count))
+        np.minimum.at(first, kept_bags,
+                      np.where(numbers & (kept_rows == best[kept_bags]), positions[:, None], count))
+        bag_start = np.full(bags, count)
+        np.minimum.at(bag_start, kept_bags, positions)
         empty = (sizes == 0)[:, None]
-        output = np.where(empty, 0, best)
-        max_indices = np.where(empty, 0, indices[np.minimum(first, max(count - 1, 0))] if count else 0)
+        if count:
+            starts_with_nan = np.isnan(rows[np.minimum(bag_start, count - 1)])
+            first = np.minimum(np.where(starts_with_nan, bag_start[:, None], first), count - 1)
+            output = np.where(empty, 0, np.take_along_axis(rows, first, axis=0))
+            max_indices = np.where(empty, 0, indices[first])
+        else:
+            output, max_indices = np.zeros((bags, dim), acc), np.zeros((bags, dim), np.int64)
     else:
         output = np.zeros((bags, dim), acc)
         np.add.at(output, bag_of, rows)
