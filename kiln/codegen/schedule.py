@@ -931,7 +931,9 @@ class _Scheduler:
         # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
         layout = weight.type.layout
         shape = [k, -16 * sympy.floor(-m / 16)]
-        if layout.kind == "semi_structured":  # then a span's pair planes and the units' sums (kiln_sparse.h)
+        if layout.kind == "semi_structured" and self.target.pairs_24_scratch:
+            # then a span's pair planes (up to KILN_24P_SPAN = 32 blocks of 8 groups, 6 planes of 64 floats each)
+            # and every 64-row unit's 64 x 64 sums (kiln_sparse.h)
             blocks, units = -(-int(k) // 32), -(-int(as_dim(weight.type.shape[0])) // 64)
             shape = [k * shape[1] + min(blocks, 32) * 8 * 6 * 64 + units * 64 * 64]
         transposed = self.buffer(None, shape=shape, dtype=x.type.dtype)
