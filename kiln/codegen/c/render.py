@@ -1244,6 +1244,7 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 
 _SPARSE_FEATURES = 16  # output features per unit of a CSR or 2:4 layer: the epilogue stores them contiguously
 _24_FEW = 4  # KILN_24_FEW (kiln_sparse.h): the most activation rows 2:4 reads untransposed
+_24P_ROWS = 64  # KILN_24P_ROWS (kiln_sparse.h): weight rows per unit of the 2:4 pair kernel
 
 
 def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
@@ -1349,7 +1350,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
             "                kiln_24p_finish(unit_sums, rows, by_row);",
             "                const int64_t n0 = unit * KILN_24P_ROWS;",
             "                const int width = (int)(N - n0 < KILN_24P_ROWS ? N - n0 : KILN_24P_ROWS);",
-            *[f"                {line}" for line in epilogue(64)],
+            *[f"                {line}" for line in epilogue(_24P_ROWS)],
             "            }",
             "        }", "    }", "}", "else", "{"]
     body = [
