@@ -204,11 +204,6 @@ PATH_DEPENDENT_AT_INFINITY = frozenset(
 # Ops whose ONNX form is MaxPool without indices, which skips NaN where ATen returns it, as torch.onnx's files do
 # (a documented divergence, docs/onnx.md): their operand gets no NaN (DagDrawer._nan_free).
 NAN_SKIPPED_IN_ONNX = frozenset(name for name in REGISTRY if "max_pool" in name and "backward" not in name)
-# Ops whose float32 ONNX form is `Resize`, which leaves out a tap of weight 0 where ATen multiplies it, so an infinity
-# beside an on-grid sample is NaN in ATen and inf in onnxruntime (a documented divergence, docs/onnx.md; float64 takes
-# ATen's taps and agrees): their non-float64 operand is made finite (DagDrawer._finite; NaN stays).
-INFINITY_KEPT_BY_RESIZE = frozenset(name for name in REGISTRY
-                                    if name.startswith(("aten.upsample_bilinear", "aten.upsample_bicubic")))
 # Views that read the operand's storage (as_strided's sizes and strides): torch eager's intermediate values keep
 # their operands' strides (relu of a transposed value is transposed in memory), kiln's functional IR reads a value as
 # contiguous, so the generator gives them a program input, contiguous in both.
@@ -434,9 +429,6 @@ class DagDrawer:
                                                                                      bound[index]), 1e-3)
         elif name in NAN_SKIPPED_IN_ONNX and first is not None and self.type(bound[first]).dtype.is_floating_point:
             bound[first] = self._nan_free(bound[first])
-        elif name in INFINITY_KEPT_BY_RESIZE and first is not None and \
-                self.type(bound[first]).dtype.is_floating_point and self.type(bound[first]).dtype != dtypes.float64:
-            bound[first] = self._finite(bound[first])
         elif name in CONVERSIONS and first is not None and self.type(bound[first]).dtype.is_floating_point:
             integral = [r.type.dtype for r in result if r.type.dtype.is_integral]
             if integral:

@@ -37,3 +37,16 @@ def test_root_exponents_follow_aten(dtype, exponent):
     np.testing.assert_allclose(got[real], expected[real], rtol=1e-2)
     check_program(program, [x], backends=("c[DEFAULT]", "c", "onnx") if dtype.startswith("float") and
                   dtype != "float16" else ("onnx",))
+
+
+@requires_torch
+def test_float16_root_of_a_zero_dim_tensor_calls_pow():
+    """numpy's power reads a 0-D exponent as a scalar and takes sqrt; ATen's float16 kernel calls pow."""
+    builder = GraphBuilder()
+    value = builder.add_input("x", TensorType.of([], kiln.float16))
+    with builder:
+        out = aten.pow.Tensor_Scalar(value, 0.5)
+    program = builder.build([out])
+    expected = torch.pow(torch.tensor(-np.inf, dtype=torch.float16), 0.5)
+    assert expected.item() == np.inf
+    assert np.asarray(program(np.array(-np.inf, np.float16))).item() == expected.item()

@@ -415,9 +415,9 @@ def _power(base: Any, exponent: Any) -> np.ndarray:
             return value * value if exponent == 2 else value * value * value
         if common.is_floating_point:
             base, exponent = np.broadcast_arrays(_compute(base, common), _compute(exponent, common))
-            # a whole array: numpy's loop takes sqrt for an exponent of 0.5 it reads as a scalar (or a stride-0
-            # broadcast), where ATen's float16 kernel calls pow ((-inf) ** 0.5 is inf there)
-            return np.power(base, np.ascontiguousarray(exponent))
+            # the exponent as a 1-D copy: numpy's loop takes sqrt for an exponent of 0.5 it reads as a scalar (0-D
+            # or a stride-0 broadcast), where ATen's float16 kernel calls pow ((-inf) ** 0.5 is inf there)
+            return np.power(base.reshape(-1), exponent.reshape(-1).copy()).reshape(base.shape)
         return _integer_power(_cast(base, common), _cast(exponent, common))
 
 
