@@ -419,11 +419,11 @@ class QConvDetail:
 @dataclass(eq=False)
 class SparseLinearDetail:
     """linear with a sparse weight [N, K] (`layout` sparse_csr, sparse_bsr or semi_structured, `block` its
-    blocksize): rows `x` [M, K], first transposed into `xT`; `components` names the weight's buffers (values,
-    col_indices, ...); `bias` is a Load over the output."""
+    blocksize): rows `x` [M, K], first transposed into `xT` (None: the target reads 2:4 rows as they are);
+    `components` names the weight's buffers (values, col_indices, ...); `bias` is a Load over the output."""
 
     x: View
-    xT: Buffer
+    xT: Buffer | None
     m: Any
     k: Any
     n: Any

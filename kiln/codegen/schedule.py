@@ -921,8 +921,8 @@ class _Scheduler:
 
     def schedule_sparse_linear(self, op: Any, name: str, args: list) -> None:
         """linear with a sparse (CSR, BSR, 2:4) weight: the kernel first transposes the activations to xT [K, M], so
-        each stored weight scales a contiguous run of rows; bias and the consumers' pointwise ops fuse as into a
-        GEMM."""
+        each stored weight scales a contiguous run of rows (not 2:4 where the target reads the rows as they are);
+        bias and the consumers' pointwise ops fuse as into a GEMM."""
         x, weight, bias = args
         result = op.results[0]
         out_shape = list(result.type.shape)
@@ -930,14 +930,10 @@ class _Scheduler:
         m, k = sympy.Mul(*map(as_dim, x.type.shape[:-1])), as_dim(x.type.shape[-1])
         # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
         layout = weight.type.layout
-        shape = [k, -16 * sympy.floor(-m / 16)]
-        if layout.kind == "semi_structured" and self.target.pairs_24_scratch:
-            # then a span's pair planes (up to KILN_24P_SPAN = 32 blocks of 8 groups, 6 planes of 64 floats each)
-            # and every 64-row unit's 64 x 64 sums (kiln_sparse.h)
-            blocks, units = -(-int(k) // 32), -(-int(as_dim(weight.type.shape[0])) // 64)
-            shape = [k * shape[1] + min(blocks, 32) * 8 * 6 * 64 + units * 64 * 64]
-        transposed = self.buffer(None, shape=shape, dtype=x.type.dtype)
-        transposed.name = f"{self.names[x]}_transposed"
+        transposed = None
+        if layout.kind != "semi_structured" or self.target.transposes_24_activations:
+            transposed = self.buffer(None, shape=[k, -16 * sympy.floor(-m / 16)], dtype=x.type.dtype)
+            transposed.name = f"{self.names[x]}_transposed"
         detail = SparseLinearDetail(
             x=rows, xT=transposed, m=m, k=k, n=as_dim(weight.type.shape[0]), layout=layout.kind,
             block=layout.blocksize or (1, 1), components=self.sparse_weights[weight],

@@ -43,9 +43,8 @@ class Target:
     # whether a cat's parts may be written in place into its result (Buffer.inside): the renderer then points each
     # such part into its cat's storage
     places_cat_parts: bool = False
-    # whether a 2:4 linear layer's scratch for its transposed activations also holds the pair planes and the units'
-    # sums of the C kernel for several rows (kiln_24p_unit in kiln_sparse.h)
-    pairs_24_scratch: bool = False
+    # whether a 2:4 linear layer's kernel reads its activations transposed (the C kernels read the rows as they are)
+    transposes_24_activations: bool = True
 
     @property
     def no_lowering(self) -> str:

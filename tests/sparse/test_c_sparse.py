@@ -82,17 +82,34 @@ def test_24_pair_units_padded_at_every_row_count(capability, monkeypatch, tmp_pa
 
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
+def test_24_pair_planes_of_a_partial_column_strip(capability, monkeypatch, tmp_path):
+    """40 columns are 10 groups: the planes are laid out four groups (16 columns) at a time, so the last strip holds
+    8 columns of the rows and 8 of zeros."""
+    use_capability(capability, monkeypatch)
+    program = _24_program(70, 40)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    for rows in (7, 29, 45):
+        x = np.random.default_rng(rows).standard_normal((rows, 40)).astype(np.float32)
+        assert_close(compiled(x), program(x))
+
+
+@pytest.mark.parametrize("capability", list(CAPABILITIES))
 def test_24_pairs_over_several_spans(capability, monkeypatch, tmp_path):
-    """1280 columns are 40 blocks of groups, so the team lays out the pair planes in two spans (KILN_24P_SPAN) and
-    each unit's sums wait between them; 130 features are three units. The result is the same at any team size."""
+    """1280 columns are 40 blocks of groups, so each thread lays out the pair planes in two spans (KILN_24P_SPAN) and
+    its units' sums wait between them; 130 features are three units, and 36 rows two chunks. Teams of 1 to 4 threads
+    split the six (chunk, unit) items evenly (3 and 4 threads: shares that cross from one chunk into the next, and
+    shares of one and two items); the result is the same at any team size."""
     use_capability(capability, monkeypatch)
     program = _24_program(130, 1280)
-    compiled = kiln.compile(program, output=tmp_path / "pkg")
+    kiln.compile(program, output=tmp_path / "pkg")
     x = np.random.default_rng(0).standard_normal((36, 1280)).astype(np.float32)
-    expected = program(x)
-    assert_close(compiled(x), expected)
     alone = kiln.runtime.load(tmp_path / "pkg", num_threads=1)
-    np.testing.assert_array_equal(alone(x), compiled(x))
+    expected = alone(x)
+    assert_close(expected, program(x))
+    for threads in (2, 3, 4):
+        team = kiln.runtime.load(tmp_path / "pkg", num_threads=threads)
+        np.testing.assert_array_equal(team(x), expected)
+        assert team.last_run_threads == threads
 
 
 @pytest.mark.parametrize("layout", sorted(PIPELINES))

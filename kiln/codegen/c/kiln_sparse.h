@@ -5,8 +5,8 @@
  * KILN_SMB activation rows, into a small tile the generated caller runs its fused epilogue from (as the dense
  * micro-kernels do). Activations are read transposed, xT [K x M] (row k at xT + k * ldx, ldx a multiple of 16 and
  * the rows zero past M), so every stored weight multiplies a contiguous run of rows: one broadcast and up to
- * KILN_SMB / KILN_SVW vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead; 2:4 at more
- * than four rows reads pair planes laid out from xT (kiln_24p_unit, below). The vectors are GCC's generic ones, so
+ * KILN_SMB / KILN_SVW vector FMAs. With one row (batch 1, ldx 1) the products are dot products instead. 2:4 reads the
+ * rows as they are: a few at a time (kiln_24_rows), or more through pair planes (kiln_24p_unit, below). The vectors are GCC's generic ones, so
  * every capability's build (SSE2, AVX2, AVX-512) vectorizes them at its width.
  */
 #ifndef KILN_SPARSE_H
@@ -319,24 +319,25 @@ static void kiln_24_expanded(int64_t K, int rows, const float* restrict val, con
     }
 }
 
-/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m] for one or a few activation rows (mb <= KILN_24_FEW; more
- * take kiln_24p_unit). */
-static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta,
-                         const float* restrict xT, int64_t ldx, int mb, float* restrict tile, const float* restrict x)
+/* `rows` consecutive 2:4 rows into tile[r * KILN_SMB + m] for one or a few activation rows at x (mb <= KILN_24_FEW;
+ * more take kiln_24p_unit). */
+static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const uint8_t* restrict meta, int mb,
+                         float* restrict tile, const float* restrict x)
 {
-    if (mb > 1 || ldx != 1) {
+    if (mb > 1) {
         kiln_24_expanded(K, rows, val, meta, x, mb, tile);
         return;
     }
     for (int r = 0; r < rows; ++r)
-        tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), xT);
+        tile[r * KILN_SMB] = kiln_24_dot(K, val + r * (K / 2), meta + r * (K / 8), x);
 }
 
 /* 2:4 at several activation rows, in pairs. Each kept weight would otherwise cost a broadcast and a load of its
  * column's activations per vector of rows: 1.5 loads per multiply-add at 32 rows with AVX-512, which bounded the
  * loop at about dense speed. Instead, a group's two kept columns (p0 < p1: one of 6 pairs) are read together:
  *  - the activations of each 32-row chunk are laid out as pair planes, per group of four columns and per pair
- *    (p0, p1), 64 floats x[m, 4g + p0], x[m, 4g + p1] interleaved (kiln_24p_planes, 1.5 KB per group);
+ *    (p0, p1), 64 floats x[m, 4g + p0], x[m, 4g + p1] interleaved (kiln_24p_planes, 1.5 KB per group), by each
+ *    thread for the units it runs;
  *  - a row's two values in the group are one 64-bit broadcast (w0, w1, w0, w1, ...), so each multiply-add
  *    takes a whole vector of (row m, slot) lanes from its plane: 1.25 loads per multiply-add, no decoding;
  *  - the sums of the two slots are added at the end (each output: two chains over the groups in order, then
@@ -351,9 +352,9 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
 #define KILN_24P_RECORD (KILN_24P_GROUPS * 9)  /* bytes per row per block: 8 value pairs, 8 plane offsets */
 #define KILN_24P_PLANE 64  /* floats per plane: 32 rows x 2 slots */
 #define KILN_24P_GROUP (6 * KILN_24P_PLANE)
-/* blocks whose planes the team lays out at a time: 256 groups, 384 KB, which stay in L2 while every unit reads them
- * (a 4096-column layer's 1.5 MB of planes came from L3 for each unit: 1.77 -> 1.55 ms at one thread; spans of 128
- * groups cost the 1024-column layer 10% in sums carried between spans) */
+/* blocks whose planes a thread lays out at a time: 256 groups, 384 KB, which stay in L2 while each of its units reads
+ * them (a 4096-column layer's 1.5 MB of planes came from L3 for each unit: 1.77 -> 1.55 ms at one thread; spans of
+ * 128 groups cost the 1024-column layer 10% in sums carried between spans) */
 #define KILN_24P_SPAN 32
 #if KILN_SVW == 16
 #define KILN_24P_INTERLEAVED 2  /* rows whose sums are in flight: 2 x 4 zmm */
@@ -395,27 +396,54 @@ static void kiln_24p_pack(int64_t N, int64_t K, const float* val, const uint8_t*
             }
 }
 
-/* Group g's six pair planes, into dst, for `halves` x 16 activation rows from xT (row k at xT + k * ldx); past K,
- * zeros. */
+/* The six pair planes of groups g .. g + 3 (g a multiple of 4) into dst, for `halves` x 16 activation rows of a
+ * chunk (row m at x + m * K, mb rows of them; zeros past those and past K). Each thread lays out the planes it reads,
+ * from the rows as they are: first the four groups' 16 columns of every row into a tile (rows K floats apart share
+ * L1 sets: read group by group, 32 rows of 4096 columns thrashed L1, 110 cycles a group), then per group, four rows'
+ * four columns are one vector, and two such vectors hold a plane's eight rows. */
 typedef float kiln_v16 __attribute__((vector_size(64)));
 typedef float kiln_v16u __attribute__((vector_size(64), aligned(4)));
-static void kiln_24p_planes(int64_t K, int64_t g, const float* restrict xT, int64_t ldx, int halves,
-                            float* restrict dst)
+/* lanes (row i, column p) = 4i + p of two such vectors: (row i, first), (row i, second) for rows 0..7 */
+#define KILN_24P_LANES(f, s) f, s, 4 + f, 4 + s, 8 + f, 8 + s, 12 + f, 12 + s, 16 + f, 16 + s, 20 + f, 20 + s, \
+    24 + f, 24 + s, 28 + f, 28 + s
+#define KILN_24P_PLANE_HALF(p, f, s) do { \
+        *(kiln_v16u*)(out + (p) * KILN_24P_PLANE) = __builtin_shufflevector(q[0], q[1], KILN_24P_LANES(f, s)); \
+        *(kiln_v16u*)(out + (p) * KILN_24P_PLANE + 16) = __builtin_shufflevector(q[2], q[3], KILN_24P_LANES(f, s)); \
+    } while (0)
+static void kiln_24p_planes(int64_t K, int64_t g, const float* restrict x, int mb, int halves, float* restrict dst)
 {
-    static const int first[6] = {0, 0, 0, 1, 1, 2}, second[6] = {1, 2, 3, 2, 3, 3};
-    for (int p = 0; p < 6; ++p)
+    float tile[KILN_SMB * 16] __attribute__((aligned(64)));
+    const int64_t columns = K - 4 * g < 16 ? (K - 4 * g > 0 ? K - 4 * g : 0) : 16;
+    for (int m = 0; m < 16 * halves; ++m) {
+        float* row = tile + 16 * m;
+        if (m < mb && columns == 16) {
+            *(kiln_v16u*)row = *(const kiln_v16u*)(x + m * K + 4 * g);
+            continue;
+        }
+        *(kiln_v16u*)row = (kiln_v16){0};
+        if (m < mb) memcpy(row, x + m * K + 4 * g, sizeof(float) * (size_t)columns);
+    }
+    for (int j = 0; j < 4; ++j, dst += KILN_24P_GROUP)
         for (int h = 0; h < halves; ++h) {
-            kiln_v16 a = {0}, b = {0};
-            if (4 * g < K) {
-                a = *(const kiln_v16u*)(xT + (4 * g + first[p]) * ldx + 16 * h);
-                b = *(const kiln_v16u*)(xT + (4 * g + second[p]) * ldx + 16 * h);
+            kiln_v16 q[4];  /* rows 16h + 4i .. 16h + 4i + 3, group g + j's four columns of each */
+            for (int i = 0; i < 4; ++i) {
+                const float* r = tile + 16 * (16 * h + 4 * i) + 4 * j;
+                const kiln_v8 low = __builtin_shufflevector(*(const kiln_v4*)r, *(const kiln_v4*)(r + 16),
+                                                            0, 1, 2, 3, 4, 5, 6, 7);
+                const kiln_v8 high = __builtin_shufflevector(*(const kiln_v4*)(r + 32), *(const kiln_v4*)(r + 48),
+                                                             0, 1, 2, 3, 4, 5, 6, 7);
+                q[i] = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
             }
-            float* out = dst + p * KILN_24P_PLANE + 32 * h;
-            *(kiln_v16u*)out = __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-            *(kiln_v16u*)(out + 16) = __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
-                                                              14, 30, 15, 31);
+            float* out = dst + 32 * h;
+            KILN_24P_PLANE_HALF(0, 0, 1);
+            KILN_24P_PLANE_HALF(1, 0, 2);
+            KILN_24P_PLANE_HALF(2, 0, 3);
+            KILN_24P_PLANE_HALF(3, 1, 2);
+            KILN_24P_PLANE_HALF(4, 1, 3);
+            KILN_24P_PLANE_HALF(5, 2, 3);
         }
 }
+#undef KILN_24P_LANES
 
 /* a row's two values in a group, (w0, w1) repeated across a vector: one 64-bit broadcast from memory (a load; GCC
  * made the generic vectors' shuffle a permute from the stack, on the FMAs' port) */
@@ -479,12 +507,36 @@ static void kiln_24p_unit(int64_t b0, int64_t b1, const char* restrict stream, c
 }
 
 /* by_row[m * KILN_24P_ROWS + r] = the two slots' sums of row r and activation row m < rows (features contiguous, as
- * the epilogue reads them) */
+ * the epilogue reads them), by 8 x 8 transposes (element by element, this took as long as 5% of the unit's
+ * multiply-adds) */
 static void kiln_24p_finish(const float* restrict sums, int rows, float* restrict by_row)
 {
-    for (int r = 0; r < KILN_24P_ROWS; ++r)
-        for (int m = 0; m < rows; ++m)
-            by_row[m * KILN_24P_ROWS + r] = sums[r * KILN_24P_PLANE + 2 * m] + sums[r * KILN_24P_PLANE + 2 * m + 1];
+    for (int m0 = 0; m0 < rows; m0 += 8)
+        for (int r0 = 0; r0 < KILN_24P_ROWS; r0 += 8) {
+            kiln_v8 a[8];  /* a[i][m]: row r0 + i, activation row m0 + m */
+            for (int i = 0; i < 8; ++i) {
+                const kiln_v16 both = *(const kiln_v16u*)(sums + (r0 + i) * KILN_24P_PLANE + 2 * m0);
+                a[i] = __builtin_shufflevector(both, both, 0, 2, 4, 6, 8, 10, 12, 14)
+                     + __builtin_shufflevector(both, both, 1, 3, 5, 7, 9, 11, 13, 15);
+            }
+            kiln_v8 t[8], u[8];
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+            }
+            for (int i = 0; i < 8; i += 4)
+                for (int k = 0; k < 2; ++k) {
+                    u[i + 2 * k] = __builtin_shufflevector(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[i + 2 * k + 1] = __builtin_shufflevector(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                }
+            /* u[i] (i < 4): rows r0 .. r0 + 3 at activation rows m0 + i and m0 + i + 4; u[i + 4]: rows r0 + 4 .. */
+            for (int i = 0; i < 4; ++i) {
+                kiln_v8_store(by_row + (m0 + i) * KILN_24P_ROWS + r0,
+                              __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+                kiln_v8_store(by_row + (m0 + i + 4) * KILN_24P_ROWS + r0,
+                              __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+            }
+        }
 }
 #undef KILN_24P_UNIT_BY
 

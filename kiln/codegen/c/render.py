@@ -1245,13 +1245,16 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 _SPARSE_FEATURES = 16  # output features per unit of a CSR or 2:4 layer: the epilogue stores them contiguously
 _24_FEW = 4  # KILN_24_FEW (kiln_sparse.h): the most activation rows 2:4 reads untransposed
 _24P_ROWS = 64  # KILN_24P_ROWS (kiln_sparse.h): weight rows per unit of the 2:4 pair kernel
+_24P_GROUPS, _24P_SPAN, _24P_PLANE = 8, 32, 64  # KILN_24P_GROUPS, KILN_24P_SPAN, KILN_24P_PLANE (kiln_sparse.h)
 
 
 def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
-    """linear with a sparse weight (kiln_sparse.h). The team first transposes the activations into xT [K, M] in
-    32 x 32 tiles (one row needs none), then shares (group of output features, chunk of KILN_SMB activation rows)
-    units in dynamic chunks (rows hold different numbers of weights). A unit's tile goes through the bias and the
-    fused epilogue into the output, its features contiguous (vectorized, as the dense GEMM's tiles are)."""
+    """linear with a sparse weight (kiln_sparse.h). CSR and BSR: the team first transposes the activations into
+    xT [K, M] in 32 x 32 tiles (one row needs none), then shares (group of output features, chunk of KILN_SMB
+    activation rows) units in dynamic chunks (rows hold different numbers of weights). 2:4 reads the rows as they
+    are: a few at a time, or more through the pair kernel, whose equal units the threads split evenly. A unit's tile
+    goes through the bias and the fused epilogue into the output, its features contiguous (vectorized, as the dense
+    GEMM's tiles are)."""
     detail, out = kernel.detail, kernel.outputs[0]
     offsets = _sparse_offsets(kernel)
     parts = _sparse_parts(kernel, state)
@@ -1260,7 +1263,7 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
     group = block_rows if layout == "sparse_bsr" else _SPARSE_FEATURES
     if layout == "semi_structured":
         compute = [f"kiln_24_rows(K, width, {parts['values']} + n0 * (K / 2), {parts['metadata']} + n0 * (K / 8), "
-                   f"xT + m0, ldx, mb, tile, x + m0 * K);"]
+                   f"mb, tile, x + m0 * K);"]
     elif layout == "sparse_csr":
         crow = parts["crow_indices"]
         compute = [f"for (int r = 0; r < width; ++r) kiln_csr_row({crow}[n0 + r], {crow}[n0 + r + 1], "
@@ -1300,59 +1303,71 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
             f"        {buffer_name(out)}[(m0 + m) * N + n0 + r] = {exprs.render(kernel.expr)};",
             "    }"]
 
-    x, x_transposed = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}", buffer_name(detail.xT)
-    pairs = _uses_24_pairs(kernel)
+    x = f"{buffer_name(rows.buffer)} + {dim_expr(rows.offset)}"
     lines = [
         f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
         f"const int R = {block_rows}, C = {block_cols}; (void)C; (void)R;",
         f"const int64_t units = (N + {group} - 1) / {group}, chunks = (M + KILN_SMB - 1) / KILN_SMB;",
         f"const float* x = {x};",
-        "const int64_t ldx = M > 1 ? (M + 15) / 16 * 16 : 1;  /* whole vectors of rows (kiln_sv): zeros past M */",
-        # a 2:4 layer with a few activation rows reads them as they are (kiln_24_expanded)
-        f"if (M > {'KILN_24_FEW' if layout == 'semi_structured' else '1'})", "{",
-        "    #pragma omp for collapse(2) schedule(static)",
-        "    for (int64_t k0 = 0; k0 < K; k0 += 32)",
-        "    for (int64_t r0 = 0; r0 < ldx; r0 += 32)",
-        "    {",
-        "        const int64_t k_end = k0 + 32 < K ? k0 + 32 : K, r_end = r0 + 32 < ldx ? r0 + 32 : ldx;",
-        "        for (int64_t r = r0; r < r_end; ++r)",
-        f"            for (int64_t k = k0; k < k_end; ++k) {x_transposed}[k * ldx + r] = r < M ? x[r * K + k] : 0.0f;",
-        "    }",
-        "}",
-        f"const float* xT = M > 1 ? {x_transposed} : x;",
     ]
-    if pairs:  # several activation rows: chunk by chunk, the team lays out its pair planes, then shares the units
+    if layout != "semi_structured":  # (2:4 reads the rows as they are)
+        x_transposed = buffer_name(detail.xT)
+        lines += [
+            "const int64_t ldx = M > 1 ? (M + 15) / 16 * 16 : 1;  /* whole vectors of rows (kiln_sv): zeros past M */",
+            "if (M > 1)", "{",
+            "    #pragma omp for collapse(2) schedule(static)",
+            "    for (int64_t k0 = 0; k0 < K; k0 += 32)",
+            "    for (int64_t r0 = 0; r0 < ldx; r0 += 32)",
+            "    {",
+            "        const int64_t k_end = k0 + 32 < K ? k0 + 32 : K, r_end = r0 + 32 < ldx ? r0 + 32 : ldx;",
+            "        for (int64_t r = r0; r < r_end; ++r)",
+            f"            for (int64_t k = k0; k < k_end; ++k) {x_transposed}[k * ldx + r] = "
+            "r < M ? x[r * K + k] : 0.0f;",
+            "    }",
+            "}",
+            f"const float* xT = M > 1 ? {x_transposed} : x;",
+        ]
+    pairs = _uses_24_pairs(kernel)
+    if pairs:
+        # Several activation rows. The units are equal work (a 2:4 row keeps half its weights), so each thread takes
+        # an even, contiguous share of the (chunk, unit) items and lays out the pair planes it reads itself, from
+        # the rows: no barrier between spans, and no planes read from another core's cache.
         stream = f"(const char*)ctx->packed[{state.packed[kernel]}] + {offsets[None]}"
         lines += [
             "if (M > KILN_24_FEW)", "{",
             "    const int64_t blocks = kiln_24p_blocks(K), pair_units = (N + KILN_24P_ROWS - 1) / KILN_24P_ROWS;",
-            f"    float* planes = {x_transposed} + K * ldx, * sums = planes + kiln_24p_plane_floats(K);",
-            "    float by_row[KILN_SMB * KILN_24P_ROWS] __attribute__((aligned(64))), "
+            "    const int64_t items = chunks * pair_units;",
+            "    const int team = omp_get_num_threads();",
+            "    #pragma omp for schedule(static)",
+            "    for (int t = 0; t < team; ++t)", "    {",
+            "        float* planes = (float*)(ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride);",
+            "        float* kept = planes + kiln_24p_plane_floats(K);  /* the share's sums between spans */",
+            "        float by_row[KILN_SMB * KILN_24P_ROWS] __attribute__((aligned(64))), "
             "unit_sums[KILN_24P_ROWS * KILN_24P_PLANE] __attribute__((aligned(64)));",
-            "    for (int64_t chunk = 0; chunk < chunks; ++chunk)", "    {",
-            "        const int64_t m0 = chunk * KILN_SMB;",
-            "        const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB), rows = kiln_24p_rows(mb);",
-            "        const int halves = rows > 16 ? 2 : 1;  /* of the planes: 16 rows each */",
-            "        for (int64_t b0 = 0; b0 < blocks; b0 += KILN_24P_SPAN)", "        {",
-            "            const int64_t b1 = b0 + KILN_24P_SPAN < blocks ? b0 + KILN_24P_SPAN : blocks;",
-            "            #pragma omp for schedule(static)",
-            "            for (int64_t g = b0 * KILN_24P_GROUPS; g < b1 * KILN_24P_GROUPS; ++g)",
-            "                kiln_24p_planes(K, g, xT + m0, ldx, halves,",
-            "                                planes + (g - b0 * KILN_24P_GROUPS) * KILN_24P_GROUP);",
-            "            #pragma omp for schedule(dynamic, 1)",
-            "            for (int64_t unit = 0; unit < pair_units; ++unit)", "            {",
-            # the sums stay in the thread's L1 while a unit runs; between spans they wait in the shared buffer
-            "                float* kept = sums + unit * KILN_24P_ROWS * KILN_24P_PLANE;",
-            "                if (b0 > 0) memcpy(unit_sums, kept, sizeof unit_sums);",
-            f"                kiln_24p_unit(b0, b1, {stream} + unit * kiln_24p_unit_bytes(K), planes, rows,",
-            "                              unit_sums);",
-            "                if (b1 < blocks) { memcpy(kept, unit_sums, sizeof unit_sums); continue; }",
-            "                kiln_24p_finish(unit_sums, rows, by_row);",
-            "                const int64_t n0 = unit * KILN_24P_ROWS;",
-            "                const int width = (int)(N - n0 < KILN_24P_ROWS ? N - n0 : KILN_24P_ROWS);",
-            *[f"                {line}" for line in epilogue(_24P_ROWS)],
-            "            }",
-            "        }", "    }", "}", "else", "{"]
+            "        const int64_t first = items * t / team, last = items * (t + 1) / team;",
+            "        for (int64_t chunk = first / pair_units; first < last && chunk * pair_units < last; ++chunk)",
+            "        {",
+            "            const int64_t m0 = chunk * KILN_SMB, item0 = chunk * pair_units;  /* the chunk's units: */",
+            "            const int64_t u0 = (first > item0 ? first : item0) - item0;",
+            "            const int64_t u1 = (last < item0 + pair_units ? last : item0 + pair_units) - item0;",
+            "            const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB), rows = kiln_24p_rows(mb);",
+            "            const int halves = rows > 16 ? 2 : 1;  /* of the planes: 16 rows each */",
+            "            for (int64_t b0 = 0; b0 < blocks; b0 += KILN_24P_SPAN)", "            {",
+            "                const int64_t b1 = b0 + KILN_24P_SPAN < blocks ? b0 + KILN_24P_SPAN : blocks;",
+            "                for (int64_t g = b0 * KILN_24P_GROUPS; g < b1 * KILN_24P_GROUPS; g += 4)",
+            "                    kiln_24p_planes(K, g, x + m0 * K, mb, halves,",
+            "                                    planes + (g - b0 * KILN_24P_GROUPS) * KILN_24P_GROUP);",
+            "                for (int64_t unit = u0; unit < u1; ++unit)", "                {",
+            "                    float* sums = blocks > KILN_24P_SPAN ? "
+            "kept + (unit - u0) * KILN_24P_ROWS * KILN_24P_PLANE : unit_sums;",
+            f"                    kiln_24p_unit(b0, b1, {stream} + unit * kiln_24p_unit_bytes(K), planes, rows, sums);",
+            "                    if (b1 < blocks) continue;",
+            "                    kiln_24p_finish(sums, rows, by_row);",
+            "                    const int64_t n0 = unit * KILN_24P_ROWS;",
+            "                    const int width = (int)(N - n0 < KILN_24P_ROWS ? N - n0 : KILN_24P_ROWS);",
+            *[f"                    {line}" for line in epilogue(_24P_ROWS)],
+            "                }",
+            "            }", "        }", "    }", "}", "else", "{"]
     body = [
         f"float tile[{group} * KILN_SMB] __attribute__((aligned(64))), by_row[KILN_SMB * {group}] "
         "__attribute__((aligned(64)));",
@@ -1674,6 +1689,11 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail.k), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
+    if _uses_24_pairs(kernel):  # a span's pair planes, then the share's units' sums between spans (kiln_sparse.h)
+        groups, units = -(-int(kernel.detail.k) // 4), -(-int(kernel.detail.n) // _24P_ROWS)
+        blocks = -(-groups // _24P_GROUPS)
+        sums = units * _24P_ROWS * _24P_PLANE if blocks > _24P_SPAN else 0
+        return sympy.Integer((min(blocks, _24P_SPAN) * _24P_GROUPS * 6 * _24P_PLANE + sums) * 4)
     if kernel.kind in quantized.RENDERERS:
         return quantized.scratch_bytes(kernel, packed)
     if pixel_rows(kernel, packed):
