@@ -221,15 +221,16 @@ SPARSE_LAYOUTS = ("auto", "csr", "bsr", "semi_structured")
 
 # The C kernels' break-even against dense, measured on the 1024 -> 4096 -> 1024 MLP (benchmarks/sparse.py; AMD EPYC
 # Zen 3, AVX2, 2 threads, batch 1, 8 and 32): CSR pays from about 75% zeros (70%: 1.6x at batch 1 but 0.86x at 8;
-# 80%: 1.2-2.2x), BSR 16x16 from about 55% zero blocks (50%: 1.4x at batch 1 and 8, 0.99x at 32), and 2:4 only for
-# one activation row, where reading the weights bounds the layer (1.4-1.7x at batch 1; 0.8-1.1x at batch 2-64).
-# Since the 2:4 kernel expands its weights for up to four rows (kiln_24_expanded; MLP and FFN, 2 threads, Intel Xeon
-# with AVX-512: 1.43-1.55x at batch 2, 1.32x at 4; the same Xeon forced to AVX2: 1.21-1.37x at 2, 0.86-0.96x at 4),
-# it also pays at two. With more rows the pair kernel (kiln_24p_unit) runs at 0.82x dense at batch 8, and at batch 32
-# from 0.98-1.09x (AVX-512, 2 threads) to 1.39x (AVX2, one thread) on the Xeon: not enough on every build to store
-# weights 2:4 for a layer that sees more rows.
+# 80%: 1.2-2.2x), BSR 16x16 from about 55% zero blocks (50%: 1.4x at batch 1 and 8, 0.99x at 32). 2:4
+# (benchmarks/sparse_24_batches.py: the MLP and the 768 -> 3072 -> 768 FFN, 2 threads, Intel Xeon with AVX-512 and
+# forced to AVX2) pays at one and two activation rows (reading the weights bounds the layer; up to four rows the
+# kernel expands its weights, kiln_24_expanded: 1.33-1.58x at batch 1, 1.25-1.50x at 2, but 0.87-1.35x at 4), and
+# from 16 rows with the pair kernel (kiln_24p_unit: 1.22-1.65x at 16, 32 and 64). Between, its units run 8 or 16
+# rows whatever the batch, and 5 to 12 rows measured 0.85-1.40x (0.92x and 0.99x for the FFN at 12). (The AMD EPYC
+# ran the earlier 2:4 kernels at 1.2-1.3x at batch 32; the pair kernel is not measured there yet.)
 CSR_BREAK_EVEN = 0.75
-TWO_FOUR_ROWS = 2  # the most activation rows at which 2:4 beats dense on both AVX2 and AVX-512 builds
+TWO_FOUR_FEW_ROWS = 2  # 2:4 beats dense on AVX2 and AVX-512 builds up to this many activation rows,
+TWO_FOUR_MANY_ROWS = 16  # and from this many
 BSR_BREAK_EVEN = 0.55
 # Convolutions (BSR over im2col, 16x16 channel blocks; benchmarks/sparse.py's cnn row and 3x3 layers of 64-512
 # channels at 56x56 down to 7x7, batch 1 and 8): 50% zero blocks ran at 1.04-1.66x dense, 40% at 0.76-1.35x.
@@ -249,16 +250,16 @@ def choose_layout(weight: np.ndarray, block: tuple[int, int], min_sparsity: floa
                   rows: int | None = None) -> tuple[str, dict[str, Any]] | None:
     """The sparse layout a pruned [out, in] weight is stored in, or None to keep it dense: the measured cost model.
 
-    2:4 when every group of four holds at most two nonzeros and the layer sees at most TWO_FOUR_ROWS rows of
-    activations (`rows`, None when not static); BSR when whole blocks are zero to the break-even; CSR when single
-    zeros are; else dense. `min_sparsity` raises the break-evens. A convolution's weight [out, in, *taps] is only
-    ever BSR, with blocks of `block[0]` output x `block[1]` input channels and all their taps (`sparsify` stores it
-    as a hybrid BSR).
+    2:4 when every group of four holds at most two nonzeros and the layer sees at most TWO_FOUR_FEW_ROWS or at least
+    TWO_FOUR_MANY_ROWS rows of activations (`rows`, None when not static); BSR when whole blocks are zero to the
+    break-even; CSR when single zeros are; else dense. `min_sparsity` raises the break-evens. A convolution's weight
+    [out, in, *taps] is only ever BSR, with blocks of `block[0]` output x `block[1]` input channels and all their
+    taps (`sparsify` stores it as a hybrid BSR).
     """
     conv = weight.ndim > 2
     rows_out, cols = weight.shape[0], weight[0].size
     two_four = not conv and cols % 8 == 0 and (weight.reshape(rows_out, -1, 4) != 0).sum(axis=-1).max(initial=0) <= 2
-    if two_four and rows is not None and rows <= TWO_FOUR_ROWS:
+    if two_four and rows is not None and (rows <= TWO_FOUR_FEW_ROWS or rows >= TWO_FOUR_MANY_ROWS):
         return "semi_structured", {}
     zero_blocks = zero_block_fraction(weight, block)
     if zero_blocks is not None and zero_blocks >= max(min_sparsity, CONV_BSR_BREAK_EVEN if conv else BSR_BREAK_EVEN):
@@ -276,8 +277,8 @@ class Sparsify(RewritePass):
     name = "sparsify"
 
     layout: str = option("auto", "auto | csr | bsr | semi_structured (auto: the measured cost model of "
-                                 "choose_layout: 2:4 for one or two activation rows, then BSR, then CSR, where they "
-                                 "beat dense)")
+                                 "choose_layout: 2:4 for one or two activation rows or 16 and more, then BSR, then "
+                                 "CSR, where they beat dense)")
     block: tuple[int, ...] = option((16, 16), "BSR block shape")
     min_sparsity: float = option(0.5, "keep weights with fewer zeros (blocks, for BSR) dense")
 

@@ -102,8 +102,11 @@ def test_choose_layout():
     two_four = weight * pattern_mask(weight, "semi_structured", 0.5)
     assert choose_layout(two_four, (4, 4), 0.5, rows=1)[0] == "semi_structured"  # reading weights bounds it
     assert choose_layout(two_four, (4, 4), 0.5, rows=2)[0] == "semi_structured"  # the expanded weights, too
-    for rows in (3, 8):  # 50% zeros: dense is faster for more rows
+    for rows in (3, 8, 15):  # 50% zeros: units of 8 or 16 rows, part empty, do not beat dense on every build
         assert choose_layout(two_four, (4, 4), 0.5, rows=rows) is None
+    for rows in (16, 32, 1024):  # the pair kernel
+        assert choose_layout(two_four, (4, 4), 0.5, rows=rows)[0] == "semi_structured"
+    assert choose_layout(two_four, (4, 4), 0.5) is None  # rows not static
     blocks = weight * pattern_mask(weight, "block", 0.75, (4, 4))
     assert choose_layout(blocks, (4, 4), 0.5) == ("sparse_bsr", {"blocksize": (4, 4)})
     scattered = weight * pattern_mask(weight, "unstructured", 0.9)
