@@ -94,13 +94,15 @@ def test_24_pair_planes_of_a_partial_column_strip(capability, monkeypatch, tmp_p
 
 
 @pytest.mark.parametrize("capability", list(CAPABILITIES))
-def test_24_pairs_over_several_spans(capability, monkeypatch, tmp_path):
+@pytest.mark.parametrize("features", [130, 1100])
+def test_24_pairs_over_several_spans(capability, features, monkeypatch, tmp_path):
     """1280 columns are 40 blocks of groups, so each thread lays out the pair planes in two spans (KILN_24P_SPAN) and
-    its units' sums wait between them; 130 features are three units, and 36 rows two chunks. Teams of 1 to 4 threads
+    its units' sums wait between them; 36 rows are two chunks. 130 features are three units: teams of 1 to 4 threads
     split the six (chunk, unit) items evenly (3 and 4 threads: shares that cross from one chunk into the next, and
-    shares of one and two items); the result is the same at any team size."""
+    shares of one and two items). 1100 features are 18 units: one or two threads keep the sums of 16
+    (KILN_24P_KEPT), then lay out the planes again for the rest. The result is the same at any team size."""
     use_capability(capability, monkeypatch)
-    program = _24_program(130, 1280)
+    program = _24_program(features, 1280)
     kiln.compile(program, output=tmp_path / "pkg")
     x = np.random.default_rng(0).standard_normal((36, 1280)).astype(np.float32)
     alone = kiln.runtime.load(tmp_path / "pkg", num_threads=1)

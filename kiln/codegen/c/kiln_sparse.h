@@ -356,6 +356,9 @@ static void kiln_24_rows(int64_t K, int rows, const float* restrict val, const u
  * them (a 4096-column layer's 1.5 MB of planes came from L3 for each unit: 1.77 -> 1.55 ms at one thread; spans of
  * 128 groups cost the 1024-column layer 10% in sums carried between spans) */
 #define KILN_24P_SPAN 32
+/* units whose sums a thread keeps between spans (256 KB, beside a span's planes in L2); a thread with more lays out
+ * the planes again for each batch of them */
+#define KILN_24P_KEPT 16
 #if KILN_SVW == 16
 #define KILN_24P_INTERLEAVED 2  /* rows whose sums are in flight: 2 x 4 zmm */
 #else

@@ -1245,7 +1245,8 @@ def _bags(kernel: Kernel, state: RenderState) -> list[str]:
 _SPARSE_FEATURES = 16  # output features per unit of a CSR or 2:4 layer: the epilogue stores them contiguously
 _24_FEW = 4  # KILN_24_FEW (kiln_sparse.h): the most activation rows 2:4 reads untransposed
 _24P_ROWS = 64  # KILN_24P_ROWS (kiln_sparse.h): weight rows per unit of the 2:4 pair kernel
-_24P_GROUPS, _24P_SPAN, _24P_PLANE = 8, 32, 64  # KILN_24P_GROUPS, KILN_24P_SPAN, KILN_24P_PLANE (kiln_sparse.h)
+# KILN_24P_GROUPS, KILN_24P_SPAN, KILN_24P_PLANE, KILN_24P_KEPT (kiln_sparse.h)
+_24P_GROUPS, _24P_SPAN, _24P_PLANE, _24P_KEPT = 8, 32, 64, 16
 
 
 def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
@@ -1352,14 +1353,18 @@ def _sparse_linear(kernel: Kernel, state: RenderState) -> list[str]:
             "            const int64_t u1 = (last < item0 + pair_units ? last : item0 + pair_units) - item0;",
             "            const int mb = (int)(M - m0 < KILN_SMB ? M - m0 : KILN_SMB), rows = kiln_24p_rows(mb);",
             "            const int halves = rows > 16 ? 2 : 1;  /* of the planes: 16 rows each */",
+            # with several spans, the sums of at most KILN_24P_KEPT units wait at a time (the planes are laid out
+            # again for each such batch of units)
+            "            const int64_t batch = blocks > KILN_24P_SPAN ? KILN_24P_KEPT : u1 - u0;",
+            "            for (int64_t v0 = u0; v0 < u1; v0 += batch)",
             "            for (int64_t b0 = 0; b0 < blocks; b0 += KILN_24P_SPAN)", "            {",
             "                const int64_t b1 = b0 + KILN_24P_SPAN < blocks ? b0 + KILN_24P_SPAN : blocks;",
             "                for (int64_t g = b0 * KILN_24P_GROUPS; g < b1 * KILN_24P_GROUPS; g += 4)",
             "                    kiln_24p_planes(K, g, x + m0 * K, mb, halves,",
             "                                    planes + (g - b0 * KILN_24P_GROUPS) * KILN_24P_GROUP);",
-            "                for (int64_t unit = u0; unit < u1; ++unit)", "                {",
+            "                for (int64_t unit = v0; unit < u1 && unit < v0 + batch; ++unit)", "                {",
             "                    float* sums = blocks > KILN_24P_SPAN ? "
-            "kept + (unit - u0) * KILN_24P_ROWS * KILN_24P_PLANE : unit_sums;",
+            "kept + (unit - v0) * KILN_24P_ROWS * KILN_24P_PLANE : unit_sums;",
             f"                    kiln_24p_unit(b0, b1, {stream} + unit * kiln_24p_unit_bytes(K), planes, rows, sums);",
             "                    if (b1 < blocks) continue;",
             "                    kiln_24p_finish(sums, rows, by_row);",
@@ -1689,10 +1694,10 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return sympy.Min(rows * sympy.sympify(kernel.detail.k), _PACKED_A_LIMIT) * 4
     if kernel.kind == "attention":
         return _attention_scratch(kernel)
-    if _uses_24_pairs(kernel):  # a span's pair planes, then the share's units' sums between spans (kiln_sparse.h)
+    if _uses_24_pairs(kernel):  # a span's pair planes, then a batch of units' sums between spans (kiln_sparse.h)
         groups, units = -(-int(kernel.detail.k) // 4), -(-int(kernel.detail.n) // _24P_ROWS)
         blocks = -(-groups // _24P_GROUPS)
-        sums = units * _24P_ROWS * _24P_PLANE if blocks > _24P_SPAN else 0
+        sums = min(units, _24P_KEPT) * _24P_ROWS * _24P_PLANE if blocks > _24P_SPAN else 0
         return sympy.Integer((min(blocks, _24P_SPAN) * _24P_GROUPS * 6 * _24P_PLANE + sums) * 4)
     if kernel.kind in quantized.RENDERERS:
         return quantized.scratch_bytes(kernel, packed)
