@@ -197,6 +197,73 @@ def test_a_normalization_computed_folded_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(0.05)], [0])
 
 
+def test_a_float_a_ulp_off_before_a_conversion_to_int_is_told_apart():
+    """tanh(9) in float32 is 0.99999994 in the interpreter and 1.0 in onnxruntime (a ulp apart), so converted to int32
+    they are 0 and 1: one of the oracle's 1-ulp moved runs gives 1 too, so the fuzzer files it as ill-conditioned. An
+    integer no moved run gives stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([3], kiln.float32))
+    with builder:
+        y = aten._to_copy.default(aten.tanh.default(x), dtype=kiln.int32)
+    program = builder.build([y])
+    inputs = [np.array([9.0, 0.5, -9.0], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert compare(onnx_result, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [np.array([5, 0, 0], np.int32)], [0])
+
+
+def test_onnxruntime_resize_leaving_out_an_infinite_tap_is_told_apart():
+    """Bilinear upsampling with align_corners of [1, inf, 2]: ATen multiplies the infinity by the on-grid samples'
+    weight 0 (NaN), onnxruntime's float32 Resize leaves that tap out (inf), a documented divergence the fuzzer files
+    as resize-infinity. float64 (ATen's taps in ONNX too) agrees, and a wrong number stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, resize_dropped_infinity
+    aten = ops.aten
+
+    def upsampling(dtype):
+        builder = GraphBuilder()
+        x = builder.add_input('x', TensorType.of([1, 1, 1, 3], dtype))
+        with builder:
+            y = aten.upsample_bilinear2d.vec(x, [1, 5], True, None)
+        return builder.build([y])
+
+    program = upsampling(kiln.float32)
+    inputs = [np.array([[[[1, np.inf, 2]]]], np.float32)]
+    with np.errstate(invalid="ignore"):
+        expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert compare(onnx_result, expected) is not None
+    assert resize_dropped_infinity(program, inputs, [expected], [onnx_result], [0])
+    wrong = onnx_result.copy()
+    wrong[..., -1] += 1  # a finite sample off as well
+    assert not resize_dropped_infinity(program, inputs, [expected], [wrong], [0])
+    finite = [np.array([[[[1, 3, 2]]]], np.float32)]
+    assert not resize_dropped_infinity(program, finite, [program(*finite)], [program(*finite) + 1], [0])
+    double = upsampling(kiln.float64)
+    inputs64 = [inputs[0].astype(np.float64)]
+    with np.errstate(invalid="ignore"):
+        expected64 = double(*inputs64)
+    assert compare(export_program(double).run(inputs64)[0], expected64) is None
+    assert not resize_dropped_infinity(double, inputs64, [expected64], [np.nan_to_num(expected64)], [0])
+
+
 def test_indices_chosen_among_equal_values_are_told_apart():
     """topk of a row holding a repeated value: torch eager returned index 9 where the interpreter returned 8 (both
     hold the k-th largest value), which the fuzzer now files as tie-dependent; indices that differ where the values
