@@ -940,11 +940,12 @@ def _topk(ctx: LoweringContext, x: Value, k: Any, dim: int = -1, largest: bool =
 def _softmax_like(op_type: str) -> Lowering:
     def lower(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> str:
         compute = _compute_dtype(ctx.out_dtype)
-        if x.rank == 0:
+        if x.rank == 0:  # one element: ATen's x - max is +0 (NaN at an infinity or a NaN), softmax its exp
             value = ctx.as_dtype(x, compute)
-            fill = 0 if op_type == "LogSoftmax" else 1
-            return ctx.graph.cast(ctx.node("Add", [ctx.node("Mul", [value, ctx.const(0, compute)]),
-                                                   ctx.const(fill, compute)]), compute, ctx.out_dtype)
+            # (not x * 0 + 0: onnxruntime's optimizer drops an Add of 0, leaving -0 for a negative x, fuzzing)
+            shifted = ctx.node("Sub", [value, value])
+            result = shifted if op_type == "LogSoftmax" else ctx.node("Exp", [shifted])
+            return ctx.graph.cast(result, compute, ctx.out_dtype)
         axis = normalize_axis(dim, x.rank)
         if op_type == "LogSoftmax" and ctx.declared_dtype in _LOW_PRECISION and axis == x.rank - 1:
             return ctx.graph.cast(_reduced_log_softmax(ctx, ctx.as_dtype(x, compute), axis), compute, ctx.out_dtype)
