@@ -1237,6 +1237,9 @@ def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
     op = "aten.col2im.default"
     shape = shape_of(self)
     require(len(shape) in (2, 3), op, f"expected a 2-D or 3-D (batched) input, got shape {list(shape)}")
+    require(all(_at_least(d, 1) for d in shape[-2:]), op,
+            f"expected a 2-D or 3-D (batch mode) input with possibly 0 batch size and non-zero dimensions for input, "
+            f"got shape {list(shape)}")
     require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
     kernel = _per_dim(op, "kernel_size", kernel_size, 2)
     dilation = _per_dim(op, "dilation", dilation, 2)
@@ -1269,7 +1272,8 @@ def _col2im_kernel(self, output_size, kernel_size, dilation, padding, stride):
     blocks = [conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip((height, width), kernel, stride, padding,
                                                                         dilation)]
     acc = _accumulation(self.dtype) if self.dtype != np.bool_ else np.dtype(np.bool_)
-    cols = cols.astype(acc).reshape(cols.shape[0], -1, kernel[0], kernel[1], blocks[0], blocks[1])
+    channels = cols.shape[1] // (kernel[0] * kernel[1])  # (not -1: a batch of 0 leaves it undetermined)
+    cols = cols.astype(acc).reshape(cols.shape[0], channels, kernel[0], kernel[1], blocks[0], blocks[1])
     out = np.zeros((cols.shape[0], cols.shape[1], height + 2 * padding[0], width + 2 * padding[1]), acc)
     # Within one kernel tap the blocks land on distinct positions, so a strided slice add is exact.
     for i in range(kernel[0]):
