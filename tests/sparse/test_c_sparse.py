@@ -71,7 +71,7 @@ def _24_program(features: int, columns: int):
 def test_24_pair_units_padded_at_every_row_count(capability, monkeypatch, tmp_path):
     """51 output features and 48 columns: the pair stream's one unit of 64 rows has 13 rows of zeros, and its second
     block of 8 groups 4 of zeros. Rows: one (dot products), 2 (expanded weights), then pair units over 8 rows (5),
-    16 (12) and 32 (20), a chunk of 32 and one of 8 (40), and two whole chunks (64)."""
+    16 (12) and 24 (20), a chunk of 32 and one of 8 (40), and two whole chunks (64)."""
     use_capability(capability, monkeypatch)
     program = _24_program(51, 48)
     compiled = kiln.compile(program, output=tmp_path / "pkg")
