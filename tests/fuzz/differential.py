@@ -306,8 +306,9 @@ def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, axes: tuple[int, ..
         mean, var = x64.mean(axis=axes, keepdims=True), x64.var(axis=axes, keepdims=True)
     else:
         mean, var = (np.asarray(s, np.float64).reshape(channel) for s in running)
-    w = np.ones(channel) if weight is None else np.asarray(weight, np.float64).reshape(channel)
-    b = np.zeros(channel) if bias is None else np.asarray(bias, np.float64).reshape(channel)
+    w = np.ones(x.shape[1]) if weight is None else np.asarray(weight, np.float64)
+    b = np.zeros(x.shape[1]) if bias is None else np.asarray(bias, np.float64)
+    w, b = w.reshape(channel), b.reshape(channel)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         alpha = np.abs(w / np.sqrt(var + eps))
         ulp = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps

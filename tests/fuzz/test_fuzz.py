@@ -197,6 +197,34 @@ def test_a_normalization_computed_folded_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(0.05)], [0])
 
 
+def test_a_normalization_without_weight_computed_folded_is_told_apart():
+    """instance_norm with running statistics and no weight or bias, a channel of variance 0: (x - mean) / sqrt(eps)
+    is -39.402786, onnxruntime's folded x * alpha - mean * alpha (terms near 1150) -39.40271. The detector's folded
+    step took a weight of ones of shape (1, -1) and failed, so this stayed a mismatch (fuzz seed 9900)."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1, 2, 2], kiln.float32))
+    mean = builder.add_input('mean', TensorType.of([2], kiln.float32))
+    var = builder.add_input('var', TensorType.of([2], kiln.float32))
+    with builder:
+        y = ops.aten.instance_norm.default(x, None, None, mean, var, False, 0.1, 1e-05, True)
+    program = builder.build([y])
+    inputs = [np.array([[[-1.0, 0.5], [3.6231608390808105, 1.0]]], np.float32),
+              np.array([1.2973250150680542, 3.7477633953094482], np.float32), np.array([1.72, 0.0], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert compare(onnx_result, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(0.05)], [0])
+
+
 def test_a_float_a_ulp_off_before_a_conversion_to_int_is_told_apart():
     """tanh(9) in float32 is 0.99999994 in the interpreter and 1.0 in onnxruntime (a ulp apart), so converted to int32
     they are 0 and 1: one of the oracle's 1-ulp moved runs gives 1 too, so the fuzzer files it as ill-conditioned. An
