@@ -928,10 +928,10 @@ class _Scheduler:
         out_shape = list(result.type.shape)
         rows = self.contiguous_operand(x)
         m, k = sympy.Mul(*map(as_dim, x.type.shape[:-1])), as_dim(x.type.shape[-1])
-        # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
         layout = weight.type.layout
         transposed = None
         if layout.kind != "semi_structured" or self.target.transposes_24_activations:
+            # written by the kernel's first pass: rows padded to a multiple of 16 columns (zeros), for whole vectors
             transposed = self.buffer(None, shape=[k, -16 * sympy.floor(-m / 16)], dtype=x.type.dtype)
             transposed.name = f"{self.names[x]}_transposed"
         detail = SparseLinearDetail(
