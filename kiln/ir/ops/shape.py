@@ -484,7 +484,8 @@ defop("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a
 
 defop("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)",
       lambda self, other: like(self, shape=_expand_shape("aten.expand_as.default", shape_of(self), shape_of(other))),
-      lambda self, other: np.broadcast_to(self, other.shape), tags=("composite", "view"))
+      lambda self, other: np.broadcast_to(self, _expand_shape("aten.expand_as.default", self.shape, other.shape)),
+      tags=("composite", "view"))
 
 
 @register_decomposition("aten.expand_as.default")
