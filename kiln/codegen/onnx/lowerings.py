@@ -384,9 +384,22 @@ def _trunc_div(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str
     return _rounding_toward_zero(ctx, quotient, dtype)
 
 
+def _integer_mod(ctx: LoweringContext, a: str, b: str, fmod: int) -> str:
+    """Integer Mod. By a constant 0, ATen raises unless the operand is empty, while onnxruntime refuses the whole
+    model when it creates the kernel ("Integer modulo by zero"): the empty result is a * 0 (fuzzing, seed 10000)."""
+    divisor = ctx.graph.model.constant(b)
+    if divisor is not None and not np.any(divisor):
+        return ctx.node("Mul", [a, b])
+    return ctx.node("Mod", [a, b], fmod=fmod)
+
+
+def _fmod(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
+    return ctx.node("Mod", [a, b], fmod=1) if dtype.is_floating_point else _integer_mod(ctx, a, b, 1)
+
+
 def _remainder(ctx: LoweringContext, a: str, b: str, dtype: dtypes.DType) -> str:
     if not dtype.is_floating_point:
-        return ctx.node("Mod", [a, b], fmod=0)
+        return _integer_mod(ctx, a, b, 0)
     # fmod, moved to the divisor's sign (ATen's formula: exact for infinite divisors and signed zeros)
     mod = ctx.node("Mod", [a, b], fmod=1)
     return ctx.node("Where", [_signed_adjustment(ctx, mod, b, dtype), ctx.node("Add", [mod, b]), mod])
@@ -478,8 +491,7 @@ _ARITH: dict[str, Callable[..., str]] = {
     "aten.mul.Tensor": _mul, "aten.mul.Scalar": _mul,
     "aten.div.Tensor": _true_div, "aten.div.Scalar": _true_div,
     "aten.remainder.Tensor": _remainder, "aten.remainder.Scalar": _remainder,
-    "aten.fmod.Tensor": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
-    "aten.fmod.Scalar": lambda ctx, a, b, t: ctx.node("Mod", [a, b], fmod=1),
+    "aten.fmod.Tensor": _fmod, "aten.fmod.Scalar": _fmod,
     "aten.pow.Tensor_Tensor": _pow, "aten.pow.Scalar": _pow,
     "aten.atan2.default": _atan2, "aten.atan2.out": _atan2,
     "aten.maximum.default": _max_min("Max"), "aten.minimum.default": _max_min("Min"),
