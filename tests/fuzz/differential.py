@@ -315,11 +315,20 @@ def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, axes: tuple[int, ..
         return (np.abs(x64) * alpha + np.abs(b) + np.abs(mean) * alpha) * ulp
 
 
+# Ops a backend computes to an ulp of a bound of their values rather than of the result, by the scale of that bound
+# per element: onnxruntime's Sigmoid is exact to about an ulp of 1 (6e-8 at x = -16, where the result is 1.1e-7; 0
+# below -18, where ATen's is 1.5e-8 and under), and silu is x * sigmoid(x) there (torch.onnx's form, and kiln's).
+ABSOLUTE_ULP: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "aten.sigmoid.default": np.ones_like,
+    "aten.silu.default": np.abs,
+}
+
+
 @contextlib.contextmanager
 def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
     """Inside, the interpreter moves every float result of every op one ulp (the rounding a backend may differ by),
-    an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum), and a
-    normalization's one ulp of its folded form's terms (`_folded_norm_step`)."""
+    an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum), a sigmoid's one ulp
+    of 1 (ABSOLUTE_ULP), and a normalization's one ulp of its folded form's terms (`_folded_norm_step`)."""
     from kiln.ir import interpreter
     exact = interpreter.run_kernel
 
@@ -328,6 +337,10 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         if opdef.name in ACCUMULATING and isinstance(result, np.ndarray) and result.dtype.kind == "f" \
                 and result.size:
             return _reordering(opdef, arguments, result, direction, exact, rng)
+        scale = ABSOLUTE_ULP.get(opdef.name)
+        if scale is not None and isinstance(result, np.ndarray) and result.dtype.kind == "f" and result.size:
+            step = scale(np.asarray(arguments[0], np.float64)) * np.finfo(result.dtype).eps
+            return _moved(result, step, direction, rng)
         norm = _norm_arguments(opdef.name, list(arguments))
         out = result[0] if isinstance(result, (list, tuple)) else result
         if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size and out.ndim >= 2:

@@ -251,6 +251,34 @@ def test_a_float_a_ulp_off_before_a_conversion_to_int_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [np.array([5, 0, 0], np.int32)], [0])
 
 
+def test_onnxruntime_sigmoid_exact_to_an_ulp_of_one_is_told_apart():
+    """ceil(-silu(x)) at x = -23.15: ATen's silu is -2.04e-9 there, onnxruntime's x * Sigmoid(x) is 0 (its Sigmoid is
+    exact to about an ulp of 1, not of the result), so the ceil is 1 against 0 (fuzz seed 10000). Moving silu by an
+    ulp of 1 times |x| (ABSOLUTE_ULP) reaches 0 too, so the fuzzer files it as ill-conditioned; at x = 1, where both
+    are exact, a ceil off by one stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([2], kiln.float32))
+    with builder:
+        y = aten.ceil.default(aten.neg.default(aten.silu.default(x)))
+    program = builder.build([y])
+    inputs = [np.array([-23.15, 1.0], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert expected[0] == 1 and onnx_result[0] == 0
+    assert compare(onnx_result, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected - np.array([0, 1], np.float32)], [0])
+
+
 def test_onnxruntime_resize_leaving_out_an_infinite_tap_is_told_apart():
     """Bilinear upsampling with align_corners of [1, inf, 2]: ATen multiplies the infinity by the on-grid samples'
     weight 0 (NaN), onnxruntime's float32 Resize leaves that tap out (inf), a documented divergence the fuzzer files
