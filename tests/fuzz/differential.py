@@ -284,13 +284,15 @@ def _moved(result: np.ndarray, step: np.ndarray, direction: str, rng: np.random.
 # arguments to (x, weight, bias, the dims its batch statistics reduce over or None, the running mean and variance
 # where it takes those, eps).
 def _norm_arguments(name: str, a: list[Any]) -> tuple[Any, ...] | None:
-    spatial = tuple(range(2, np.ndim(a[0])))
+    def spatial() -> tuple[int, ...]:  # (a norm's input only: another op's first argument may be a list, cat's)
+        return tuple(range(2, np.ndim(a[0])))
     if name == "aten.instance_norm.default":
-        return (a[0], a[1], a[2], spatial, None, a[7]) if a[5] else (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
+        return (a[0], a[1], a[2], spatial(), None, a[7]) if a[5] else (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
     if name in ("aten.batch_norm.default", "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default"):
-        return (a[0], a[1], a[2], (0, *spatial), None, a[7]) if a[5] else (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
+        return (a[0], a[1], a[2], (0, *spatial()), None, a[7]) if a[5] else \
+            (a[0], a[1], a[2], None, (a[3], a[4]), a[7])
     if name == "aten._native_batch_norm_legit.no_stats":
-        return (a[0], a[1], a[2], (0, *spatial), None, a[5])
+        return (a[0], a[1], a[2], (0, *spatial()), None, a[5])
     if name == "aten._native_batch_norm_legit_no_training.default":
         return (a[0], a[1], a[2], None, (a[3], a[4]), a[6])
     return None
