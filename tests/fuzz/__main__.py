@@ -21,7 +21,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton runs on CPU through its
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.fuzz.differential import Backend, Failure, Report, run_cases, select_backends
-from tests.fuzz.programs import META_CRASHES, TEMPLATES, Case, batches, fixed_constant_pool
+from tests.fuzz.programs import META_CRASHES, Case, batches, fixed_constant_pool, ops_in_scope
 from tests.fuzz.reduce import reduce
 from tests.fuzz.reproduce import case_source
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         found = fuzz(args.programs, args.batch, args.seed, backends, report, not args.no_shrink, sys.stderr)
     print(f"\nfuzz: seed {args.seed}, {time.perf_counter() - started:.0f}s, backends "
           f"{', '.join(b.name for b in backends)}")
-    print(report.summary(registry_ops=len(TEMPLATES)))
+    print(report.summary(scope=ops_in_scope()))
     if META_CRASHES:
         print(f"meta rules that raised a non-KilnError while drawing: {META_CRASHES}")
     counts = collections.Counter(f.signature for f in report.failures)

@@ -22,7 +22,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 from xdsl.ir import OpResult
@@ -540,18 +540,22 @@ class Report:
         if outcome == "unsupported":
             self.refusals[backend][detail] += 1
 
-    def summary(self, registry_ops: int | None = None) -> str:
-        covered = f"{len(self.ops)}" + (f" of {registry_ops} in scope" if registry_ops else "")
+    def summary(self, scope: Collection[str] = ()) -> str:
+        """The figures; with `scope`, the ops the generator draws, also how many of them ran and which did not."""
+        covered = f"{len(self.ops)}" + (f" of {len(scope)} in scope" if scope else "")
+        missed = sorted(set(scope) - set(self.ops))
         lines = [f"programs: {self.programs} (oracle refused {sum(self.rejected.values())} more)",
-                 f"ops covered: {covered}, {sum(self.ops.values())} op applications",
-                 f"mismatches: {sum(c['mismatch'] for c in self.outcomes.values())}",
-                 f"crashes: {sum(c['crash'] for c in self.outcomes.values())}",
-                 f"ill-conditioned (float rounding amplified, within {SPREAD_FACTOR}x the oracle's spread under 1-ulp "
-                 f"input changes): {sum(c['ill-conditioned'] for c in self.outcomes.values())}",
-                 f"tie-dependent (indices a topk or unstable sort chose among equal values): "
-                 f"{sum(c['tie-dependent'] for c in self.outcomes.values())}",
-                 f"resize-infinity (onnxruntime's Resize leaves out a weight-0 tap, ATen multiplies inf by it: "
-                 f"docs/onnx.md): {sum(c['resize-infinity'] for c in self.outcomes.values())}"]
+                 f"ops covered: {covered}, {sum(self.ops.values())} op applications"]
+        if missed:
+            lines.append(f"ops in scope that no program ran: {', '.join(missed)}")
+        lines += [f"mismatches: {sum(c['mismatch'] for c in self.outcomes.values())}",
+                  f"crashes: {sum(c['crash'] for c in self.outcomes.values())}",
+                  f"ill-conditioned (float rounding amplified, within {SPREAD_FACTOR}x the oracle's spread under 1-ulp "
+                  f"input changes): {sum(c['ill-conditioned'] for c in self.outcomes.values())}",
+                  f"tie-dependent (indices a topk or unstable sort chose among equal values): "
+                  f"{sum(c['tie-dependent'] for c in self.outcomes.values())}",
+                  f"resize-infinity (onnxruntime's Resize leaves out a weight-0 tap, ATen multiplies inf by it: "
+                  f"docs/onnx.md): {sum(c['resize-infinity'] for c in self.outcomes.values())}"]
         lines.append(f"{'backend':<14}{'programs':>9}{'matched':>9}{'mismatch':>9}{'crash':>7}{'unsupported':>12}"
                      f"{'ill-cond.':>10}{'ties':>6}{'resize':>8}")
         for name, counts in self.outcomes.items():

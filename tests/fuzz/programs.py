@@ -261,9 +261,14 @@ MODEL_OPS = (
 MODEL_WEIGHT, VIEW_WEIGHT = 6, 3
 
 
-def _weighted_ops() -> list[str]:
+def ops_in_scope() -> list[str]:
+    """The ops the generator draws: those with argument templates, and the shape ops it builds by hand."""
     from tests.fuzz.shape_ops import HANDLERS
-    names = sorted(set(TEMPLATES) | {n for n in HANDLERS if _in_scope(REGISTRY[n])})
+    return sorted(set(TEMPLATES) | {n for n in HANDLERS if _in_scope(REGISTRY[n])})
+
+
+def _weighted_ops() -> list[str]:
+    names = ops_in_scope()
 
     def weight(name: str) -> int:
         return MODEL_WEIGHT if name in MODEL_OPS else VIEW_WEIGHT if "view" in REGISTRY[name].tags else 1

@@ -409,3 +409,19 @@ def test_torch_kernels_refusing_empty_tensors_are_told_apart(tmp_path):
     with pytest.raises(TorchRefused, match="Expected reduction dim"):
         _torch(program, inputs, tmp_path)
     check_program(program, inputs, backends=("onnx", "pt2"))
+
+
+def test_the_summary_names_the_ops_in_scope_that_no_program_ran():
+    """`make fuzz`'s figures count the ops its programs ran against the generator's scope, and name the ones missed,
+    so a template the generator never completes shows up."""
+    import collections
+
+    from tests.fuzz.differential import Report
+    from tests.fuzz.programs import ops_in_scope
+    scope = ops_in_scope()
+    assert "aten.add.Tensor" in scope and "aten.reshape.default" in scope  # a template, a shape op built by hand
+    report = Report(ops=collections.Counter({"aten.add.Tensor": 3}))
+    summary = report.summary(scope=["aten.add.Tensor", "aten.mul.Tensor", "aten.exp.default"])
+    assert "ops covered: 1 of 3 in scope, 3 op applications" in summary
+    assert "ops in scope that no program ran: aten.exp.default, aten.mul.Tensor" in summary
+    assert "no program ran" not in Report(ops=collections.Counter({"aten.add.Tensor": 1})).summary(["aten.add.Tensor"])
