@@ -121,6 +121,19 @@ class TorchRefused(Exception):
     """torch.export.load could not load the file (the torch path is skipped for it)."""
 
 
+@contextlib.contextmanager
+def _without_onednn(torch: Any) -> Iterator[None]:
+    """torch's native kernels inside, not oneDNN's: its bfloat16 convolution lets a NaN reach outputs whose window
+    does not hold it (torch 2.13 on an AVX-512 BF16 Xeon: a NaN in input column 3 made output column 0 NaN; fuzz seed
+    12000). (torch.backends.mkldnn.flags also sets oneDNN's TF32 switch, which warns on a CPU build.)"""
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+
+
 def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Path) -> list[np.ndarray]:
     import kiln
     import torch
@@ -134,7 +147,7 @@ def _torch(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.
     if _squeezes_a_data_dependent_dim(program):
         raise TorchRefused("torch eager drops a data-dependent dim that is 1 at run time, which its export kept "
                            "(guard_or_false), so its eager run and its own program's shapes disagree")
-    with torch.no_grad():
+    with torch.no_grad(), _without_onednn(torch):
         try:
             outputs = module(*[to_torch(np.asarray(x)) for x in inputs])
         except (NotImplementedError, RuntimeError, IndexError) as error:

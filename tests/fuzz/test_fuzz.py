@@ -411,6 +411,33 @@ def test_torch_kernels_refusing_empty_tensors_are_told_apart(tmp_path):
     check_program(program, inputs, backends=("onnx", "pt2"))
 
 
+def test_the_torch_backend_runs_torchs_native_kernels(tmp_path):
+    """torch's oneDNN bfloat16 convolution (AVX-512 BF16 / AMX Xeons) makes outputs NaN whose window holds no NaN:
+    with one in input column 3, output column 0 too (fuzz seed 12000). The fuzzer's torch backend turns oneDNN off,
+    so torch's native kernels compute ATen's result, NaN exactly where the interpreter has it."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import _torch
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1, 3, 6, 6], kiln.bfloat16))
+    w = builder.add_input('w', TensorType.of([2, 3, 3, 3], kiln.bfloat16))
+    with builder:
+        y = aten.conv2d.default(x, w)
+    program = builder.build([y])
+    rng = np.random.default_rng(12000)
+    image = rng.standard_normal((1, 3, 6, 6)).astype(kiln.bfloat16.numpy)
+    image[0, 0, 3, 3] = np.nan
+    inputs = [image, rng.standard_normal((2, 3, 3, 3)).astype(kiln.bfloat16.numpy)]
+    expected = program(*inputs)
+    assert np.isnan(expected.astype(np.float32)).sum() == 2 * 9  # the outputs whose 3 x 3 window holds (3, 3)
+    kiln.testing.assert_close(_torch(program, inputs, tmp_path)[0], expected, equal_nan=True)
+
+
 def test_the_summary_names_the_ops_in_scope_that_no_program_ran():
     """`make fuzz`'s figures count the ops its programs ran against the generator's scope, and name the ones missed,
     so a template the generator never completes shows up."""
