@@ -232,7 +232,8 @@ SPREAD_FACTOR = 4
 
 
 def _nudged(inputs: list[np.ndarray], direction: str, rng: np.random.Generator) -> list[np.ndarray]:
-    """The inputs with every finite float element moved one ulp: away from zero, toward it, or either way at random."""
+    """The inputs with every finite float element moved one ulp: away from zero, toward it (a zero stays), or either
+    way at random."""
     moved = []
     for x in map(np.asarray, inputs):
         if not dtypes.dtype(x.dtype).is_floating_point or x.size == 0:
@@ -240,7 +241,8 @@ def _nudged(inputs: list[np.ndarray], direction: str, rng: np.random.Generator) 
             continue
         values = x.astype(np.float64)
         up = {"away": values >= 0, "toward": values < 0, "random": rng.random(x.shape) < 0.5}[direction]
-        moved.append(np.where(np.isfinite(values), _next_float(x, up), x))
+        still = ~np.isfinite(values) | ((values == 0) if direction == "toward" else False)
+        moved.append(np.where(still, x, _next_float(x, up)))
     return moved
 
 
@@ -355,6 +357,9 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         scale = ABSOLUTE_ULP.get(opdef.name)
         if scale is not None and isinstance(result, np.ndarray) and result.dtype.kind == "f" and result.size:
             step = scale(np.asarray(arguments[0], np.float64)) * np.finfo(result.dtype).eps
+            if direction == "toward":  # down to zero, not past it: onnxruntime's Sigmoid flushes its tail to 0
+                return np.where(np.abs(result) <= step, np.copysign(np.zeros_like(result), result),
+                                _moved(result, step, direction, rng))
             return _moved(result, step, direction, rng)
         norm = _norm_arguments(opdef.name, list(arguments))
         out = result[0] if isinstance(result, (list, tuple)) else result

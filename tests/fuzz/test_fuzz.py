@@ -312,6 +312,35 @@ def test_onnxruntime_sigmoid_exact_to_an_ulp_of_one_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [expected - np.array([0, 1], np.float32)], [0])
 
 
+def test_onnxruntime_sigmoid_flushed_to_zero_before_a_truth_test_is_told_apart():
+    """logical_and(neg(silu(x)), y) at x = -54.6: ATen's silu is -1.1e-22, onnxruntime's 0, so the truth is True
+    against False (fuzz seed 12000). The oracle's run moved toward zero takes silu to 0 (ABSOLUTE_ULP), and neg's
+    zero stays zero in that run (a zero moved toward zero had become a subnormal, True again); at x = -1, where both
+    are exact, False stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([2], kiln.float32))
+    y = builder.add_input('y', TensorType.of([2], kiln.float32))
+    with builder:
+        z = aten.logical_and.default(aten.neg.default(aten.silu.default(x)), y)
+    program = builder.build([z])
+    inputs = [np.array([-54.59815, -1.0], np.float32), np.array([0.5, 0.5], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert expected.tolist() == [True, True] and onnx_result.tolist() == [False, True]
+    assert compare(onnx_result, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [np.array([True, False])], [0])
+
+
 def test_onnxruntime_resize_leaving_out_an_infinite_tap_is_told_apart():
     """Bilinear upsampling with align_corners of [1, inf, 2]: ATen multiplies the infinity by the on-grid samples'
     weight 0 (NaN), onnxruntime's float32 Resize leaves that tap out (inf), a documented divergence the fuzzer files
