@@ -265,6 +265,16 @@ ACCUMULATING = {f"aten.{name}" for name in (
     "conv2d.default", "conv3d.default", "convolution.default", "tensordot.default")}
 
 
+def _backend_float(arguments: Any) -> type:
+    """The float type a backend computes an op in: float64 for float64 operands, else float32 (the interpreter hands
+    some float32 results on in float64)."""
+    def has_float64(value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(map(has_float64, value))
+        return isinstance(value, np.ndarray) and value.dtype == np.float64
+    return np.float64 if has_float64(list(arguments)) else np.float32
+
+
 def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, exact: Any,
                 rng: np.random.Generator) -> np.ndarray:
     """`result` of an accumulating op moved by one ulp of its terms' summed magnitudes (the op on |operands|), an ulp
@@ -275,11 +285,7 @@ def _reordering(opdef: Any, arguments: Any, result: np.ndarray, direction: str, 
             return [magnitudes(v) for v in value]
         return np.abs(value) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
 
-    def has_float64(value: Any) -> bool:
-        if isinstance(value, list):
-            return any(map(has_float64, value))
-        return isinstance(value, np.ndarray) and value.dtype == np.float64
-    summed = np.float64 if has_float64(list(arguments)) else np.float32
+    summed = _backend_float(arguments)
     magnitude = exact(opdef, [magnitudes(a) for a in arguments])
     step = np.abs(np.asarray(magnitude, np.float64)) * max(np.finfo(result.dtype).eps, np.finfo(summed).eps)
     return _moved(result, step, direction, rng)
@@ -332,12 +338,18 @@ def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, axes: tuple[int, ..
         return (np.abs(x64) * alpha + np.abs(b) + np.abs(mean) * alpha) * ulp
 
 
-# Ops a backend computes to an ulp of a bound of their values rather than of the result, by the scale of that bound
-# per element: onnxruntime's Sigmoid is exact to about an ulp of 1 (6e-8 at x = -16, where the result is 1.1e-7; 0
-# below -18, where ATen's is 1.5e-8 and under), and silu is x * sigmoid(x) there (torch.onnx's form, and kiln's).
-ABSOLUTE_ULP: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "aten.sigmoid.default": np.ones_like,
-    "aten.silu.default": np.abs,
+# Ops a backend computes to an ulp of a bound of their values rather than of the result: per op, from its arguments,
+# that bound for each result. onnxruntime's Sigmoid is exact to about an ulp of 1 (6e-8 at x = -16, where the result
+# is 1.1e-7; 0 below -18, where ATen's is 1.5e-8 and under), and so are the gates of its recurrent cells; silu is
+# x * sigmoid(x) there (torch.onnx's form, and kiln's).
+ABSOLUTE_ULP: dict[str, Callable[[list[Any]], list[np.ndarray]]] = {
+    "aten.sigmoid.default": lambda a: [np.ones_like(a[0])],
+    "aten.silu.default": lambda a: [np.abs(a[0])],
+    # h' = (1 - z) * n + z * h, off by an ulp of 1 times |n - h| <= 1 + |h| for z's (n's adds up to 1 - z of one)
+    "aten.gru_cell.default": lambda a: [2 + np.abs(a[1])],
+    # c' = f * c + i * g, off by an ulp of 1 times |c| + 1 for f and i (and g's), and h' = o * tanh(c') by 1 more
+    # for o, 1 for tanh and c's error
+    "aten.lstm_cell.default": lambda a: [4 + np.abs(a[1][1]), 2 + np.abs(a[1][1])],
 }
 
 
@@ -354,13 +366,18 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         if opdef.name in ACCUMULATING and isinstance(result, np.ndarray) and result.dtype.kind == "f" \
                 and result.size:
             return _reordering(opdef, arguments, result, direction, exact, rng)
-        scale = ABSOLUTE_ULP.get(opdef.name)
-        if scale is not None and isinstance(result, np.ndarray) and result.dtype.kind == "f" and result.size:
-            step = scale(np.asarray(arguments[0], np.float64)) * np.finfo(result.dtype).eps
-            if direction == "toward":  # down to zero, not past it: onnxruntime's Sigmoid flushes its tail to 0
-                return np.where(np.abs(result) <= step, np.copysign(np.zeros_like(result), result),
-                                _moved(result, step, direction, rng))
-            return _moved(result, step, direction, rng)
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        bounds = ABSOLUTE_ULP.get(opdef.name)
+        if bounds is not None and all(isinstance(r, np.ndarray) and r.dtype.kind == "f" and r.size for r in results):
+            moved = []
+            unit = max([np.finfo(_backend_float(arguments)).eps] + [np.finfo(value.dtype).eps for value in results])
+            for value, bound in zip(results, bounds(list(arguments))):
+                step = np.abs(np.asarray(bound, np.float64)) * unit
+                shifted = _moved(value, step, direction, rng)
+                if direction == "toward":  # down to zero, not past it: onnxruntime's Sigmoid flushes its tail to 0
+                    shifted = np.where(np.abs(value) <= step, np.copysign(np.zeros_like(value), value), shifted)
+                moved.append(shifted)
+            return type(result)(moved) if isinstance(result, (list, tuple)) else moved[0]
         norm = _norm_arguments(opdef.name, list(arguments))
         out = result[0] if isinstance(result, (list, tuple)) else result
         if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size and out.ndim >= 2:
