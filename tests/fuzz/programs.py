@@ -530,8 +530,10 @@ def _follow(shape: tuple[int, ...], sample_anchor: tuple[int, ...], anchor: Tens
     return result
 
 
-def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments of one of the op's samples, tensors replaced by earlier values or new inputs."""
+def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str,
+                  own: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments of one of the op's samples, tensors replaced by earlier values or new inputs; with `own`, every
+    tensor a new input of the sample's shape (an integer one with the sample's values)."""
     opdef = REGISTRY[name]
     templates = TEMPLATES[name]
     sample = templates[draw(st.integers(0, len(templates) - 1))]
@@ -541,6 +543,8 @@ def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> t
 
     def replace(array: np.ndarray) -> Ref:
         dtype = dtypes.dtype(array.dtype)
+        if own:
+            return drawer.new_input(dtype, array.shape, array if dtype.is_integral else None)
         candidates = drawer.pool(lambda t: _matches(modes[1 if anchor else 0], t, dtype, array.ndim))
         if name in STORAGE_VIEWS and not anchor:  # a program input: torch has it contiguous, as kiln reads it
             candidates = [ref for ref in candidates if ref.name.startswith("x")]
@@ -568,14 +572,17 @@ def template_call(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> t
 def draw_step(draw: Callable[[Any], Any], drawer: DagDrawer, name: str) -> bool:
     from tests.fuzz.shape_ops import HANDLERS
     handler = HANDLERS.get(name)
-    if handler is not None and (name not in TEMPLATES or not draw(st.booleans())):
-        call = handler(draw, drawer, name)
-    else:
-        call = template_call(draw, drawer, name)
+    templated = handler is None or (name in TEMPLATES and draw(st.booleans()))
+    call = template_call(draw, drawer, name) if templated else handler(draw, drawer, name)
     if call is None:
         drawer.discard()
         return False
-    return drawer.try_step(name, *call)
+    accepted = drawer.try_step(name, *call)
+    if accepted or not templated:
+        return accepted
+    # The values drawn do not fit the op (operands that must agree in several dims: addmv, lstm_cell, a transposed
+    # convolution's weight): once more on a sample's own shapes, so such ops run at all.
+    return drawer.try_step(name, *template_call(draw, drawer, name, own=True))
 
 
 # Root inputs: mostly float32 (models), then the other dtypes every backend must handle.
