@@ -2105,14 +2105,16 @@ def _bilinear_layer_decomposition(input1, input2, weight, bias=None):
 
 def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
     op = "aten.cosine_similarity.default"
-    from kiln.ir.meta import Promotion, broadcast_shapes, elementwise_dtype, require_dtype
+    from kiln.ir.meta import broadcast_shapes, require_dtype
     common = dtypes.result_type(x1, x2)
     require_dtype(common.is_floating_point, op, f"expected common dtype to be floating point, yet common dtype is "
                   f"{common.name}", fix="convert the inputs to a floating dtype first (x.float())")
     shape = broadcast_shapes(op, shape_of(x1), shape_of(x2))
     axis = canonical_dim(op, dim, len(shape))
-    dtype = elementwise_dtype(Promotion.INT_TO_FLOAT, x1, x2)
-    return tensor([s for i, s in enumerate(shape) if i != axis], dtype)
+    # ATen converts integral operands to the common dtype, then expands both before computing: a 0-dim operand then
+    # promotes as a tensor (float64[] with float32[3, 5] gives float64, where elementwise promotion gives float32)
+    floating = [own if (own := dtypes.result_type(x)).is_floating_point else common for x in (x1, x2)]
+    return tensor([s for i, s in enumerate(shape) if i != axis], dtypes.promote_types(*floating))
 
 
 def _cosine_similarity_kernel(x1, x2, dim=1, eps=1e-8):
