@@ -303,7 +303,7 @@ def _moved(result: np.ndarray, step: np.ndarray, direction: str, rng: np.random.
 # alpha = w / sqrt(var + eps): where x is close to the mean, the two terms cancel, and the result is off by an ulp of
 # their magnitudes, not of y (a channel of one element: y = b exactly, folded 4e-4 from it). Each maps the op's
 # arguments to (x, weight, bias, the dims its batch statistics reduce over or None, the running mean and variance
-# where it takes those, eps).
+# where it takes those, eps[, False for a layer norm's weight and bias over the normalized dims, not the channels]).
 def _norm_arguments(name: str, a: list[Any]) -> tuple[Any, ...] | None:
     def spatial() -> tuple[int, ...]:  # (a norm's input only: another op's first argument may be a list, cat's)
         return tuple(range(2, np.ndim(a[0])))
@@ -316,22 +316,30 @@ def _norm_arguments(name: str, a: list[Any]) -> tuple[Any, ...] | None:
         return (a[0], a[1], a[2], (0, *spatial()), None, a[5])
     if name == "aten._native_batch_norm_legit_no_training.default":
         return (a[0], a[1], a[2], None, (a[3], a[4]), a[6])
+    if name in ("aten.layer_norm.default", "aten.native_layer_norm.default"):
+        rank = np.ndim(a[0])
+        return (a[0], a[2], a[3], tuple(range(rank - len(a[1]), rank)), None, a[4], False)
     return None
 
 
 def _folded_norm_step(x: np.ndarray, weight: Any, bias: Any, axes: tuple[int, ...] | None, running: Any,
-                      eps: float) -> np.ndarray:
+                      eps: float, on_channels: bool = True) -> np.ndarray:
     """One ulp (of float32, or of float64 for float64 x) of |x * alpha| + |b| + |mean * alpha|, the folded form's
-    terms, per element of x (non-empty): the mean and variance over `axes`, else the `running` pair."""
+    terms, per element of x (non-empty): the mean and variance over `axes`, else the `running` pair; the weight and
+    bias per channel (dim 1), else over the trailing dims (a layer norm's)."""
     x64 = x.astype(np.float64)
     channel = (1, -1) + (1,) * (x.ndim - 2)
     if axes is not None:
         mean, var = x64.mean(axis=axes, keepdims=True), x64.var(axis=axes, keepdims=True)
     else:
         mean, var = (np.asarray(s, np.float64).reshape(channel) for s in running)
-    w = np.ones(x.shape[1]) if weight is None else np.asarray(weight, np.float64)
-    b = np.zeros(x.shape[1]) if bias is None else np.asarray(bias, np.float64)
-    w, b = w.reshape(channel), b.reshape(channel)
+
+    def affine(value: Any, default: float) -> Any:
+        if value is None:
+            return default
+        value = np.asarray(value, np.float64)
+        return value.reshape(channel) if on_channels else value
+    w, b = affine(weight, 1.0), affine(bias, 0.0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         alpha = np.abs(w / np.sqrt(var + eps))
         ulp = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
@@ -380,7 +388,7 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
             return type(result)(moved) if isinstance(result, (list, tuple)) else moved[0]
         norm = _norm_arguments(opdef.name, list(arguments))
         out = result[0] if isinstance(result, (list, tuple)) else result
-        if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size and out.ndim >= 2:
+        if norm is not None and isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.size:
             moved = _moved(out, _folded_norm_step(*norm), direction, rng)
             if not isinstance(result, (list, tuple)):
                 return moved

@@ -260,6 +260,37 @@ def test_a_normalization_computed_folded_before_a_cat_of_unequal_tensors_is_told
     assert not ill_conditioned(program, inputs, [expected], [expected * np.float32(1.01)], [0])
 
 
+def test_a_layer_norm_computed_folded_is_told_apart():
+    """A float16 layer norm over one element is 0 exactly (x - mean), but ATen's CPU kernel (torch eager) computes it
+    folded, x * rstd - mean * rstd in float32 with rstd = 1 / sqrt(eps) = 316: -2.7e-5 at one element (fuzz seed
+    14000), past float16's atol; as a fused multiply-add (below), the folded form leaves the product's rounding. The
+    moved runs move a layer norm by an ulp of those terms, as a batch norm's (the weight and bias over the normalized
+    dims); a result 0.01 off stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([5, 3, 1], kiln.float16))
+    with builder:
+        y = aten.layer_norm.default(x, [1])
+    program = builder.build([y])
+    inputs = [(np.random.default_rng(14000).standard_normal((5, 3, 1)) * 8).astype(np.float16)]
+    expected = program(*inputs)
+    assert not expected.any()
+    x32 = inputs[0].astype(np.float32)
+    rstd = np.float32(1) / np.sqrt(np.float32(1e-5))
+    shift = -(x32 * rstd)  # -mean * rstd, rounded to float32; then x * rstd + shift in one fused multiply-add:
+    folded = (x32.astype(np.float64) * np.float64(rstd) + shift).astype(np.float16)  # the product's rounding error
+    assert compare(folded, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [folded], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected + np.float16(0.01)], [0])
+
+
 def test_a_float_a_ulp_off_before_a_conversion_to_int_is_told_apart():
     """tanh(9) in float32 is 0.99999994 in the interpreter and 1.0 in onnxruntime (a ulp apart), so converted to int32
     they are 0 and 1: one of the oracle's 1-ulp moved runs gives 1 too, so the fuzzer files it as ill-conditioned. An
