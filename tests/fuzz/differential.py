@@ -437,7 +437,7 @@ def ill_conditioned(program: ExportedProgram, inputs: list[np.ndarray], expected
             moved = [np.asarray(run[index], np.float64) for run in runs]
             spread = np.max([np.where(m == want, 0.0, np.abs(m - want)) for m in moved], axis=0)  # inf - inf: none
             rtol, atol = default_tolerances(dtypes.dtype(np.asarray(expected[index]).dtype))
-            spread = np.nan_to_num(spread, nan=np.inf)  # a nudged run reached NaN: unbounded
+            spread = np.nan_to_num(spread, nan=np.inf, posinf=np.inf)  # a nudged run reached NaN or inf: unbounded
             difference = np.abs(have - want)
             within = (have == want) | (np.isnan(have) & np.isnan(want)) | np.isinf(spread) | \
                 (np.isfinite(difference) & (difference <= atol + rtol * np.abs(want) + SPREAD_FACTOR * spread))

@@ -345,6 +345,34 @@ def test_onnxruntime_sigmoid_exact_to_an_ulp_of_one_is_told_apart():
     assert not ill_conditioned(program, inputs, [expected], [expected - np.array([0, 1], np.float32)], [0])
 
 
+def test_onnxruntime_sigmoid_flushed_to_zero_under_a_reciprocal_is_told_apart():
+    """1 / sigmoid(x) at x = -30: ATen's sigmoid is 9.4e-14 (1.1e13), onnxruntime's 0 (inf; as rsqrt of it, fuzz seed
+    14000). The oracle's run moved toward zero reaches inf too, an unbounded spread, which the check had turned into
+    the largest float (numpy's nan_to_num) and then refused the infinite difference; at x = 1 an inf stays a
+    mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([2], kiln.float32))
+    with builder:
+        y = aten.reciprocal.default(aten.sigmoid.default(x))
+    program = builder.build([y])
+    inputs = [np.array([-30.0, 1.0], np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert np.isfinite(expected).all() and np.isinf(onnx_result[0])
+    assert compare(onnx_result, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    assert not ill_conditioned(program, inputs, [expected], [np.array([expected[0], np.inf], np.float32)], [0])
+
+
 def test_onnxruntime_sigmoid_flushed_to_zero_before_a_truth_test_is_told_apart():
     """logical_and(neg(silu(x)), y) at x = -54.6: ATen's silu is -1.1e-22, onnxruntime's 0, so the truth is True
     against False (fuzz seed 12000). The oracle's run moved toward zero takes silu to 0 (ABSOLUTE_ULP), and neg's
