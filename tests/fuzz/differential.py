@@ -262,7 +262,9 @@ ACCUMULATING = {f"aten.{name}" for name in (
     "mm.default", "bmm.default", "matmul.default", "addmm.default", "baddbmm.default", "addbmm.default",
     "addmv.default", "mv.default", "dot.default", "linear.default", "einsum.default", "bilinear.default",
     "sum.default", "sum.dim_IntList", "mean.default", "mean.dim", "cumsum.default", "conv1d.default",
-    "conv2d.default", "conv3d.default", "convolution.default", "tensordot.default")}
+    "conv2d.default", "conv3d.default", "convolution.default", "tensordot.default", "conv1d.padding",
+    "conv2d.padding", "conv3d.padding", "conv_transpose1d.default", "conv_transpose2d.input",
+    "conv_transpose3d.input")}
 
 
 def _backend_float(arguments: Any) -> type:

@@ -169,6 +169,36 @@ def test_a_sum_added_in_another_order_is_told_apart():
         assert abs(float(program(*inputs)) - 3.0) >= 2 * 2e8 * 2.0 ** -23 * 0.99
 
 
+@pytest.mark.parametrize("name", ["conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input",
+                                  "conv1d.padding", "conv2d.padding", "conv3d.padding"])
+def test_every_convolution_may_add_its_terms_in_another_order(name):
+    """Transposed convolutions and those with string padding sum products as conv2d does: a backend's order of the
+    sum moves them by an ulp of the terms' magnitudes (torch and onnxruntime agreed on a transposed convolution
+    7e-4 from the interpreter's float64 sum at 18.3, fuzz seed 15000). Three input channels of 1e8, 1 and -1e8
+    into one output: the oracle moves it 2e8 x 2^-23, not an ulp of 1."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import _rounding_noise
+    rank = int(name.split(".")[0][-2])
+    transposed = "transpose" in name
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1, 3] + [1] * rank, kiln.float32))
+    w = builder.add_input('w', TensorType.of(([3, 1] if transposed else [1, 3]) + [1] * rank, kiln.float32))
+    op = getattr(getattr(ops.aten, name.split(".")[0]), name.split(".")[1])
+    with builder:
+        y = op(x, w) if transposed else op(x, w, None, 1, "same")
+    program = builder.build([y])
+    inputs = [np.array([1e8, 1.0, -1e8], np.float32).reshape([1, 3] + [1] * rank),
+              np.ones(([3, 1] if transposed else [1, 3]) + [1] * rank, np.float32)]
+    assert float(program(*inputs).ravel()[0]) == 1.0
+    with _rounding_noise("away", np.random.default_rng(0)):
+        assert abs(float(program(*inputs).ravel()[0]) - 1.0) >= 2e8 * 2.0 ** -23 * 0.99
+
+
 def test_a_normalization_computed_folded_is_told_apart():
     """instance_norm over channels of one element: (x - mean) * rstd * w + b is exactly b, but ATen's CPU kernel and
     onnxruntime compute x * alpha + (b - mean * alpha), alpha = w / sqrt(var + eps), whose two terms (near 9000 here)
