@@ -241,7 +241,7 @@ def _nudged(inputs: list[np.ndarray], direction: str, rng: np.random.Generator) 
             continue
         values = x.astype(np.float64)
         up = {"away": values >= 0, "toward": values < 0, "random": rng.random(x.shape) < 0.5}[direction]
-        still = ~np.isfinite(values) | ((values == 0) if direction == "toward" else False)
+        still = ~np.isfinite(values) | ((values == 0) & (direction == "toward"))
         moved.append(np.where(still, x, _next_float(x, up)))
     return moved
 
@@ -366,8 +366,9 @@ ABSOLUTE_ULP: dict[str, Callable[[list[Any]], list[np.ndarray]]] = {
 @contextlib.contextmanager
 def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
     """Inside, the interpreter moves every float result of every op one ulp (the rounding a backend may differ by),
-    an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum), a sigmoid's one ulp
-    of 1 (ABSOLUTE_ULP), and a normalization's one ulp of its folded form's terms (`_folded_norm_step`)."""
+    an accumulating op's result one ulp of its terms' summed magnitudes (another order of the sum), a sigmoid's or a
+    recurrent cell's one ulp of 1 times a bound of its terms (ABSOLUTE_ULP), and a normalization's one ulp of its
+    folded form's terms (`_folded_norm_step`)."""
     from kiln.ir import interpreter
     exact = interpreter.run_kernel
 
