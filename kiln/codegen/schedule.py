@@ -35,6 +35,7 @@ from kiln.ir.errors import UnsupportedError
 from kiln.ir.ops.shape import fill_value, slice_bounds  # the registry's fill-value conversion and slice arithmetic
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
+from kiln.ir.symbolic import active_shape_env
 from kiln.ir.types import TensorType
 from kiln.passes.quant.ranges import integer_range
 
@@ -1413,8 +1414,10 @@ def sparse_weight_key(target: str, component: str) -> str:
 
 def schedule(program: ExportedProgram, target: Target) -> Schedule:
     """Group a decomposed program's ops into kernels for `target` (a backend's TARGET); rejects every op the target
-    does not support at once."""
-    return _Scheduler(program, target).run()
+    does not support at once. Shape arithmetic (a slice's wrapped start) is decided over the program's ranges:
+    `x[..., -n:]` starts at `size - n` for every n in range, which no fresh environment can tell."""
+    with active_shape_env(program.shape_env(hints=False)):
+        return _Scheduler(program, target).run()
 
 
 def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[str, str]:

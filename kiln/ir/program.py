@@ -227,12 +227,14 @@ class ExportedProgram:
             counts[op.name] = counts.get(op.name, 0) + 1
         return counts
 
-    def shape_env(self) -> ShapeEnv:
-        """A ShapeEnv holding the program's symbols, ranges, hints and runtime assertions (as facts)."""
+    def shape_env(self, hints: bool = True) -> ShapeEnv:
+        """A ShapeEnv holding the program's symbols, ranges, hints and runtime assertions (as facts). Without
+        hints it decides only what holds over the whole ranges, as code for every size must."""
         env = ShapeEnv()
         for sym, value_range in self.range_constraints.items():
             if isinstance(sym, sympy.Symbol):  # derived entries (`s0 + 1`) follow from their symbols
-                env.create_symbol(self.hints.get(sym), name=str(sym), min=value_range.lower, max=value_range.upper)
+                env.create_symbol(self.hints.get(sym) if hints else None, name=str(sym), min=value_range.lower,
+                                  max=value_range.upper)
         env.facts.extend(guard.expr for guard in self.runtime_asserts)
         return env
 

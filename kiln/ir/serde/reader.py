@@ -128,7 +128,7 @@ class _ProgramReader:
                 if sym not in self.shape_env.symbols:
                     unbacked = str(sym).startswith("u")
                     self.shape_env.create_symbol(None if unbacked else 2, name=str(sym))
-            return expr
+            return self.shape_env.simplify(expr)
         raise SerdeError(f"malformed program: {what} is a {kind}, not a SymInt")
 
     def tensor_type(self, meta: Any, what: str, name: str | None = None) -> TensorType:
@@ -361,6 +361,8 @@ class _ProgramReader:
             value = values[0].type.shape[values[1]]
         elif target in _SYM_OPERATORS and not any(isinstance(v, SSAValue) for v in values):
             value = _SYM_OPERATORS[target](*values)
+            if isinstance(value, sympy.Expr):
+                value = self.shape_env.simplify(value)
         if value is None:
             value = self.sym_value(name)
         if value is None:
