@@ -11,7 +11,9 @@ from typing import Any, Callable
 import sympy
 
 from kiln.codegen.target import Target
+from kiln.ir import dtypes
 from kiln.ir.meta import dtype_of, shape_of
+from kiln.ir.ops.shape import slice_bounds
 from kiln.ir.program import ExportedProgram
 from kiln.ir.registry import REGISTRY, OpOverload, handle, ops
 from kiln.ir.retrace import default_decompositions, retrace
@@ -58,8 +60,32 @@ def _batch_norm_by_reductions(input, weight, bias, eps):
     return out, aten.view.default(mean, [channels]), aten.view.default(rstd, [channels])
 
 
+def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """`src` written over a slice of `input`: a scatter along `dim` whose index runs over the slice's positions
+    (ATen's slice arithmetic: negative bounds wrap, then clamp), the same for every other coordinate."""
+    shape = list(shape_of(input))
+    dim = dim % len(shape)
+    first, _, length = slice_bounds("aten.slice_scatter.default", shape[dim], start, end, step)
+    positions = aten.arange.start_step(first, first + length * step, step, dtype=dtypes.int64)
+    along = [1] * len(shape)
+    along[dim] = length
+    index = aten.expand.default(aten.view.default(positions, along), list(shape_of(src)))
+    return aten.scatter.src(input, dim, index, src)
+
+
+def _select_scatter(input, src, dim, index):
+    """`src` written over one index of `dim`: a slice scatter of one position."""
+    shape = list(shape_of(input))
+    dim = dim % len(shape)
+    if isinstance(index, int) and index < 0:
+        index += shape[dim]
+    return _slice_scatter(input, aten.unsqueeze.default(src, dim), dim, index, index + 1, 1)
+
+
 LEGALIZATIONS: dict[str, Callable[..., Any]] = {
     "aten._native_batch_norm_legit.no_stats": _batch_norm_batch_stats,
+    "aten.slice_scatter.default": _slice_scatter,
+    "aten.select_scatter.default": _select_scatter,
 }
 
 

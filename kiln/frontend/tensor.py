@@ -953,6 +953,8 @@ class Tensor:
             np.copyto(self._value, result._value)  # numpy views of this array see the update
         else:
             self._value, self._tracer = result._value, result._tracer
+            if self._tracer is not None:  # through a view, the write reaches what it aliases
+                self._tracer.write_through(self)
         return self
 
     def add_(self, other: Any, *, alpha: Any = 1) -> "Tensor":

@@ -22,6 +22,7 @@ from kiln.ir.program import GraphBuilder, InputKind
 from kiln.ir.registry import OpOverload, emitting
 from kiln.ir.symbolic import ShapeEnv
 from kiln.ir.types import TensorType
+from kiln.ir.views import ViewStep, view_steps
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kiln's own layers; anything else (user code, and kiln/models, which is model code) is "the user's line".
@@ -56,6 +57,10 @@ class Tracer:
         self.example_values: dict[SSAValue, np.ndarray] = {}  # placeholders' example inputs (strict=False)
         self._constant_ids: dict[int, Any] = {}
         self._user_input_start: int | None = None
+        # Views made while tracing (kiln/ir/views.py), so an in-place op on one reaches the tensors it aliases:
+        # id(view) -> (base, how), and id(base) -> its views (held here, so their ids stay theirs).
+        self.view_links: dict[int, tuple[Any, ViewStep]] = {}
+        self.views_of: dict[int, list[Any]] = {}
 
     # -- inputs
     def placeholder(self, name: str, value_type: TensorType, kind: InputKind, target: str | None = None,
@@ -143,7 +148,36 @@ class Tracer:
             stack = ArrayAttr([StringAttr(f"{path}:{cls}") for path, cls in self.module_stack])
             for recorded in list(self.builder.block.ops)[mark:]:
                 recorded.attributes["kiln.nn_module_stack"] = stack
-        return self.wrap(result)
+        wrapped = self.wrap(result)
+        steps = view_steps(op.opdef.name, raw_args, raw_kwargs, result) if args and isinstance(args[0], Tensor) else []
+        if steps:
+            parts = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
+            for view, (_, step) in zip(parts, steps):
+                self.view_links[id(view)] = (args[0], step)
+                self.views_of.setdefault(id(args[0]), []).append(view)
+        return wrapped
+
+    def write_through(self, tensor: Any) -> None:
+        """After an in-place op gave `tensor` a new value: the tensors it views take the write, up to the root,
+        and every view of a tensor that changed reads it again (torch's functionalization, at trace time)."""
+        self._reread_views(tensor, skip=None)
+        link = self.view_links.get(id(tensor))
+        while link is not None:
+            base, step = link
+            with emitting(self.builder):
+                updated = step.write(self.value_of(base), tensor._value)
+            base._value, base._tracer = updated, self
+            self._reread_views(base, skip=tensor)
+            tensor, link = base, self.view_links.get(id(base))
+
+    def _reread_views(self, base: Any, skip: Any) -> None:
+        for view in self.views_of.get(id(base), []):
+            if view is skip:
+                continue
+            step = self.view_links[id(view)][1]
+            with emitting(self.builder):
+                view._value, view._tracer = step.read(base._value), self
+            self._reread_views(view, skip=None)
 
     def wrap(self, value: Any) -> Any:
         from kiln.frontend.symint import SymInt

@@ -943,6 +943,13 @@ defop("alias(Tensor(a) self) -> Tensor(a)", lambda self: tensor(shape_of(self), 
       lambda self: self.view(), tags=("view",))
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", _fill_meta,
       lambda self, value: np.full(self.shape, _scalar_as(value, dtypes.dtype(self.dtype))))
+defop("zero(Tensor self) -> Tensor", lambda self: tensor(shape_of(self), dtype_of(self)),
+      lambda self: np.zeros_like(self), tags=("composite",))  # zero_'s functional form, as torch reads `x.zero_()`
+
+
+@register_decomposition("aten.zero.default")
+def _zero(self):
+    return aten.fill.Scalar(self, 0)
 
 
 # ---------------------------------------------------------------------------------------------

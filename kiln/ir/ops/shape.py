@@ -864,8 +864,11 @@ def _diagonal(self, offset=0, dim1=0, dim2=1):
     op = "aten.diagonal.default"
     _diagonal_shape(op, self.shape, offset, dim1, dim2)
     # numpy's diagonal has torch's conventions: positive offsets go above the main diagonal, and the
-    # diagonal becomes the last dim.
-    return np.diagonal(self, offset, canonical_dim(op, dim1, self.ndim), canonical_dim(op, dim2, self.ndim))
+    # diagonal becomes the last dim. numpy makes it read-only; torch's is a view in-place ops write through.
+    result = np.diagonal(self, offset, canonical_dim(op, dim1, self.ndim), canonical_dim(op, dim2, self.ndim))
+    if self.flags.writeable:
+        result.flags.writeable = True
+    return result
 
 
 defop("diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)",

@@ -30,6 +30,7 @@ from kiln.ir.serde.safe_json import load_json
 from kiln.ir.serde.symexpr import parse_srepr
 from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
 from kiln.ir.serde.sparse_graph import fold_sparse_constructors
+from kiln.ir.serde.views import ViewTracker
 from kiln.ir.sparse import parse_layout
 from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
 from kiln.ir.types import SymIntType, TensorType
@@ -110,6 +111,7 @@ class _ProgramReader:
         self.unknown: Counter[str] = Counter()
         self.origin: dict[SSAValue, SSAValue] = {}  # latest value of a mutated input -> the input
         self.asserts: list[Guard] = []  # torch's runtime assertions the ranges do not imply
+        self.views = ViewTracker()  # what each view aliases, for in-place ops on views
 
     # -- values
     def dim(self, data: Any, what: str) -> Any:
@@ -276,13 +278,14 @@ class _ProgramReader:
         if inplace_target is not None:
             if mutated is None or not isinstance(inplace_target, SSAValue):
                 raise SerdeError(f"in-place {name} inside a cond branch is not supported")
-            for key, value in list(env.items()):
-                if value is inplace_target:
-                    env[key] = result
-            original = self.origin.pop(inplace_target, inplace_target)
+            with builder:  # through a view, the update reaches its bases
+                root, latest = self.views.assign(inplace_target, result, env)
+            original = self.origin.pop(root, root)
             if original in builder.block.args:  # in-place on an intermediate needs no mutation output
-                mutated[original] = result
-                self.origin[result] = original
+                mutated[original] = latest
+                self.origin[latest] = original
+        else:
+            self.views.record(opdef.name, positional, keywords, result)
         self.bind_outputs(outputs, result, env, name)
 
     def emit_with_recorded_types(self, opdef: OpDef, positional: list[Any], keywords: dict[str, Any],
@@ -770,6 +773,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     mutated: dict[SSAValue, SSAValue] = {}
     outputs = reader.read_graph(graph, builder, env, mutated)
     reader.census()
+    reader.views.erase_unused()
     returned, output_specs = [], []
     names_by_arg = dict(zip(builder.block.args, arg_specs))
     for original, latest in mutated.items():  # torch's training IR mutates in place: make it a mutation output

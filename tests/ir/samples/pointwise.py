@@ -605,6 +605,14 @@ def _copy(rng):
     yield Sample((rand(rng, 0, 3), rand(rng, 3)), note="empty")
 
 
+@samples("aten.zero.default")
+def _zero(rng):
+    for dtype in ALL:
+        yield Sample((rand(rng, 3, 4, dtype=dtype),), note=dtype)
+    yield Sample((rand(rng),), note="0-d")
+    yield Sample((rand(rng, 0, 4),), note="empty")
+
+
 @samples("aten.fill.Scalar")
 def _fill(rng):
     yield Sample((rand(rng, 3, 4), 2.5), note="float32")

@@ -1,0 +1,56 @@
+"""In-place ops through views in kiln.nn code under kiln.export (`y[:, :2].mul_(2)`): the tracer writes the op's
+result back through each tensor the view aliases and makes the other views read them again. Before, only the view
+took the write, and the exported program returned `y` unchanged where eager kiln (numpy views) and torch changed it.
+Each case: kiln.export, then the interpreter, C and ONNX against torch eager and kiln eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.fuzz.differential import check_program
+from tests.inplace_view_cases import CASES
+
+
+class _Wrap(kiln.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("fn", CASES, ids=lambda fn: fn.__name__.strip("_"))
+def test_an_in_place_op_on_a_view_updates_its_base(fn):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((4, 12)).astype(np.float32)
+    program = kiln.export(_Wrap(fn), (kiln.tensor(x),))
+    expected = fn(torch.from_numpy(x.copy())).numpy()
+    torch.testing.assert_close(torch.from_numpy(np.asarray(program(x))), torch.from_numpy(expected))
+    torch.testing.assert_close(torch.from_numpy(fn(kiln.tensor(x.copy())).numpy()),
+                               torch.from_numpy(expected))  # eager kiln agrees
+    check_program(program, [x], backends=("c", "onnx"))
+
+
+def test_a_buffers_slice_written_in_place_is_a_buffer_mutation():
+    class Counter(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", kiln.tensor(np.arange(12, dtype=np.float32).reshape(3, 4)))
+
+        def forward(self, x):
+            self.seen[:, :2].add_(x)
+            return self.seen * 1
+
+    x = np.random.default_rng(1).standard_normal((3, 2)).astype(np.float32)
+    program = kiln.export(Counter(), (kiln.tensor(x),))
+    kinds = [spec.kind for spec in program.graph_signature.output_specs]
+    assert kinds == [kiln.OutputKind.BUFFER_MUTATION, kiln.OutputKind.USER_OUTPUT]
+    from kiln.ir.interpreter import run_program
+    buffer, output = run_program(program, [x])
+    expected = np.arange(12, dtype=np.float32).reshape(3, 4)
+    expected[:, :2] += x
+    np.testing.assert_array_equal(buffer, expected)
+    np.testing.assert_array_equal(output, expected)
