@@ -243,6 +243,7 @@ class RowsDetail:
     eps: float | None = None
     per_group: Any = None
     hxw: Any = None
+    input_dtype: Any = None  # the row op's operand dtype (integer reductions compute in it)
 
 
 @dataclass(eq=False)

@@ -1187,7 +1187,7 @@ class _Scheduler:
                 source = _contiguous(self.copy(permuted, args[0]))
                 merged = _row_view(source, list(range(rank - len(reduced), rank)))
             source, dim = merged
-        detail = RowsDetail(source, dim)
+        detail = RowsDetail(source, dim, input_dtype=op.operands[0].type.dtype)
         if name == "aten.var.correction":
             detail.constants = {"CORR": 1.0 if args[2] is None else float(args[2])}
         if name == "aten.var.dim":  # unbiased: correction 1, else 0

@@ -65,6 +65,13 @@ class Target:
         return self.unsupported_arguments(op)
 
 
+# Reductions C also computes over integers and bools (CLIP's text pooling is the argmax of its token ids); the
+# others are float math (mean, var) or take floats only in Triton (its target refuses these too).
+INTEGER_REDUCTIONS = frozenset({"aten.argmax.default", "aten.argmin.default", "aten.max.dim", "aten.min.dim",
+                                "aten.amax.default", "aten.amin.default", "aten.sum.dim_IntList",
+                                "aten.prod.dim_int", "aten.prod.default"})
+
+
 def kernel_argument_limits(op: Any) -> str | None:
     """Why this op's arguments fall outside the forms the scheduler's kernel kinds take (None when they fit): the
     checks every backend shares, before its own."""
@@ -76,7 +83,8 @@ def kernel_argument_limits(op: Any) -> str | None:
                           "aten.mean.default": 1, "aten.prod.default": 1}.get(name)
         if dtype_position is not None and args[dtype_position] is not None:
             return "dtype= is not supported"
-        if not name.startswith("aten.any.") and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
+        if not name.startswith("aten.any.") and name not in INTEGER_REDUCTIONS and \
+                op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
             return "only floating reductions are supported (any accepts every dtype)"
     if name in ("aten._softmax.default", "aten._log_softmax.default"):
         if rank == 0 or args[2]:

@@ -545,6 +545,26 @@ ROW_BODIES["aten.prod.default"] = ROW_BODIES["aten.prod.dim_int"]
 ROW_BODIES["aten.var.dim"] = ROW_BODIES["aten.var.correction"]
 
 
+# Over integers and bools, in the input's own type (row_t): exact where double would round int64s above 2^53. Sums and
+# products wrap in uint64, as ATen's int64 accumulation wraps (signed overflow would be undefined in C).
+INTEGER_ROW_BODIES: dict[str, str] = {
+    **{op: f"row_t best = L > 0 ? (row_t)X(0) : 0; int64_t at = 0; for (int64_t k = 1; k < L; ++k) "
+           f"{{ const row_t v = (row_t)X(k); if (v {cmp} best) {{ best = v; at = k; }} }} {store}"
+       for op, cmp, store in (("aten.argmax.default", ">", "Y0[0] = at;"), ("aten.argmin.default", "<", "Y0[0] = at;"),
+                              ("aten.max.dim", ">", "Y0[0] = best; Y1[0] = at;"),
+                              ("aten.min.dim", "<", "Y0[0] = best; Y1[0] = at;"))},
+    **{op: f"row_t m = L > 0 ? (row_t)X(0) : 0; _Pragma(\"omp simd reduction({which}:m)\") "
+           f"for (int64_t k = 1; k < L; ++k) {{ const row_t v = (row_t)X(k); m = v {cmp} m ? v : m; }} Y0[0] = m;"
+       for op, which, cmp in (("aten.amax.default", "max", ">"), ("aten.amin.default", "min", "<"))},
+    "aten.sum.dim_IntList": "uint64_t acc = 0; _Pragma(\"omp simd reduction(+:acc)\") "
+                            "for (int64_t k = 0; k < L; ++k) acc += (uint64_t)(int64_t)(row_t)X(k); "
+                            "Y0[0] = (__typeof__(Y0[0]))acc;",
+    **dict.fromkeys(("aten.prod.dim_int", "aten.prod.default"),
+                    "uint64_t acc = 1; for (int64_t k = 0; k < L; ++k) acc *= (uint64_t)(int64_t)(row_t)X(k); "
+                    "Y0[0] = (__typeof__(Y0[0]))acc;"),
+}
+
+
 # float32 softmax: one vectorized exp per element (kept in the output), float max, double sum.
 ROW_BODIES_F32: dict[str, str] = {
     # The first pass copies the row into the output, so a fused producer is evaluated once per element.
@@ -611,6 +631,9 @@ def _row_body(kernel: Kernel, op: str) -> str:
                 f"Y0[k * YS] = ({c_type(out_dtype)})s; }}")
     if out_dtype == dtypes.float32 and op in ROW_BODIES_F32:
         return ROW_BODIES_F32[op]
+    operand = kernel.detail.input_dtype
+    if operand is not None and not operand.is_floating_point and op in INTEGER_ROW_BODIES:
+        return f"typedef {c_type(operand)} row_t; " + INTEGER_ROW_BODIES[op]
     return ROW_BODIES[op]
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from kiln.codegen.cost import kernel_work
 from kiln.codegen.schedule import CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS
-from kiln.codegen.target import Target, kernel_argument_limits, sparse_kernel_limits, tensor_value
+from kiln.codegen.target import (INTEGER_REDUCTIONS, Target, kernel_argument_limits, sparse_kernel_limits,
+                                 tensor_value)
 from kiln.codegen.triton.render import POINTWISE_RULES
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
@@ -29,6 +30,8 @@ def unsupported_arguments(op: Any) -> str | None:
         return shared
     name = op.opdef.name
     args = bound_arguments(op)
+    if name in INTEGER_REDUCTIONS and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64):
+        return "only floating reductions are supported (any accepts every dtype)"
     if name in FLOAT_ONLY and not op.results[0].type.dtype.is_floating_point:
         return "integer results are not supported"
     if name in MATMUL_OPS | CONV_OPS and op.results[0].type.dtype not in (dtypes.float32, dtypes.float64):
