@@ -17,8 +17,9 @@ from kiln.ir.meta import (
     unbacked_size,
 )
 from kiln.ir.ops.shape import fill_value, holds, same_size
-from kiln.ir.registry import defop
+from kiln.ir.registry import defop, ops, register_decomposition
 
+aten = ops.aten
 _INDEX_DTYPES = (dtypes.int64, dtypes.int32)
 
 
@@ -269,6 +270,69 @@ defop("index_select(Tensor self, int dim, Tensor index) -> Tensor",
       lambda self, dim, index: like(self, shape=_index_select_check(self, dim, index)[1]), _index_select)
 
 
+def _index_add_check(self, dim, index, source):
+    """ATen's index_add checks; returns the wrapped dim."""
+    op = "aten.index_add.default"
+    shape, source_shape = list(shape_of(self)), list(shape_of(source))
+    d = canonical_dim(op, dim, max(len(shape), 1))
+    require_dtype(dtype_of(index) in _INDEX_DTYPES, op,
+                  f"index_add_(): Expected dtype int32/int64 for index but got: {dtype_of(index).name}")
+    require(len(shape_of(index)) <= 1, op, f"index_add_(): Index is supposed to be a vector, but got dim: "
+                                           f"{len(shape_of(index))}")
+    require_dtype(dtype_of(source) is dtype_of(self), op, f"index_add_(): self ({dtype_of(self).name}) and source "
+                                                          f"({dtype_of(source).name}) must have the same scalar type")
+    count = numel(shape_of(index))
+    if shape:
+        require(len(source_shape) == len(shape) and same_size(source_shape[d], count), op,
+                f"index_add_(): Number of indices ({count}) should be equal to source.size(dim): "
+                f"({source_shape[d] if len(source_shape) > d else 1}), for dim: {d}")
+        require(all(same_size(a, b) for k, (a, b) in enumerate(zip(shape, source_shape)) if k != d), op,
+                f"index_add_(): source {_shown(source_shape)} must match self {_shown(shape)} outside dim {d}")
+    return d
+
+
+def _index_add(self, dim, index, source, alpha=1):
+    d = _index_add_check(self, dim, index, source)
+    positions = index.reshape(-1).astype(np.int64, copy=False)
+    _require_in_bounds("aten.index_add.default", positions, self.shape[d] if self.ndim else 1, d, negative_ok=False)
+    result = self.copy().reshape(self.shape or (1,))
+    scaled = source.reshape(source.shape or (1,)) * np.asarray(alpha).astype(self.dtype)
+    for k, position in enumerate(positions):  # in index order, as ATen's CPU kernel adds them
+        result[_at(result.ndim, d, position)] += scaled[_at(result.ndim, d, k)]
+    return result.reshape(self.shape)
+
+
+def _at(rank, dim, position):
+    return tuple(position if k == dim else slice(None) for k in range(rank))
+
+
+def _index_add_meta(self, dim, index, source, alpha=1):
+    _index_add_check(self, dim, index, source)
+    return like(self)
+
+
+defop("index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor",
+      _index_add_meta, _index_add, tags=("composite",))
+
+
+@register_decomposition("aten.index_add.default")
+def _index_add_decomposition(self, dim, index, source, alpha=1):
+    """scatter_add with the index spread along the dim over the source's shape."""
+    d = _index_add_check(self, dim, index, source)
+    shape, source_shape = list(shape_of(self)), list(shape_of(source))
+    if not shape:
+        self, source = aten.reshape.default(self, [1]), aten.reshape.default(source, [1])
+        source_shape = [1]
+    along = [1] * len(source_shape)
+    along[d] = numel(shape_of(index))
+    spread = aten.expand.default(aten.reshape.default(aten._to_copy.default(index, dtype=dtypes.int64), along),
+                                 source_shape)
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        source = aten.mul.Scalar(source, alpha)
+    result = aten.scatter_add.default(self, d, spread, source)
+    return aten.reshape.default(result, []) if not shape else result
+
+
 # ---------------------------------------------------------------------------------------------
 # Advanced indexing: index.Tensor, index_put
 
@@ -439,10 +503,8 @@ defop("nonzero(Tensor self) -> Tensor", _nonzero_meta, _nonzero)
 
 from kiln.ir.ops._grad import sum_like, sum_to, zeros_like  # noqa: E402
 from kiln.ir.ops.shape import gradient_for, zeros  # noqa: E402
-from kiln.ir.registry import ops, register_vjp  # noqa: E402
+from kiln.ir.registry import register_vjp  # noqa: E402
 from kiln.ir.symbolic import as_dim  # noqa: E402
-
-aten = ops.aten
 
 
 def _src_window(src, index):

@@ -522,6 +522,72 @@ defop("repeat(Tensor self, SymInt[] repeats) -> Tensor",
       lambda self, repeats: like(self, shape=_repeat_shape("aten.repeat.default", shape_of(self), repeats)), _repeat)
 
 
+def _tile_repeats(rank, dims):
+    """tile's dims, padded with leading 1s to the tensor's rank (fewer dims repeat the trailing ones)."""
+    return [1] * (rank - len(dims)) + list(dims)
+
+
+defop("tile(Tensor self, SymInt[] dims) -> Tensor",
+      lambda self, dims: like(self, shape=_repeat_shape(
+          "aten.tile.default", shape_of(self), _tile_repeats(_rank(self), dims))),
+      lambda self, dims: _repeat(self, _tile_repeats(self.ndim, dims)), tags=("composite",))
+
+
+@register_decomposition("aten.tile.default")
+def _tile(self, dims):
+    return aten.repeat.default(self, _tile_repeats(_rank(self), dims))
+
+
+# ---------------------------------------------------------------------------------------------
+# unfold: sliding windows as a new last dim
+
+
+def _unfold_windows(op, shape, dimension, size, step):
+    """(the wrapped dim, its number of windows) for unfold(dimension, size, step), with ATen's checks; a 0-d
+    tensor unfolds as one element."""
+    d = canonical_dim(op, dimension, max(len(shape), 1))
+    length = shape[d] if shape else 1
+    require(size >= 0, op, f"size is {size} but must be >= 0")
+    require(holds(sympy.Le(size, length)) if not isinstance(length, int) else size <= length, op,
+            f"maximum size for tensor at dimension {d} is {length} but size is {size}")
+    require(step > 0, op, f"step is {step} but must be > 0")
+    return d, as_dim(sympy.floor((sympy.sympify(length) - size) / step) + 1) if not isinstance(length, int) \
+        else (length - size) // step + 1
+
+
+def _unfold_meta(self, dimension, size, step):
+    shape = list(shape_of(self))
+    d, windows = _unfold_windows("aten.unfold.default", shape, dimension, size, step)
+    return like(self, shape=[*shape[:d], windows, *shape[d + 1:], size] if shape else [size])
+
+
+def _unfold_kernel(self, dimension, size, step):
+    d, windows = _unfold_windows("aten.unfold.default", list(self.shape), dimension, size, step)
+    if self.ndim == 0:
+        return self.reshape(1)[:size].copy()
+    views = np.lib.stride_tricks.sliding_window_view(self, size, axis=d)
+    return np.take(views, np.arange(windows) * step, axis=d)
+
+
+defop("unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)", _unfold_meta, _unfold_kernel,
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.unfold.default")
+def _unfold(self, dimension, size, step):
+    """Windows gathered along the dim (window w, offset k: element w * step + k), then the offsets moved last."""
+    shape = list(shape_of(self))
+    if not shape:
+        return aten.slice.Tensor(aten.reshape.default(self, [1]), 0, 0, size)
+    d, windows = _unfold_windows("aten.unfold.default", shape, dimension, size, step)
+    starts = aten.mul.Scalar(aten.arange.default(windows, dtype=dtypes.int64), step)
+    positions = aten.add.Tensor(aten.unsqueeze.default(starts, 1),
+                                aten.unsqueeze.default(aten.arange.default(size, dtype=dtypes.int64), 0))
+    gathered = aten.index_select.default(self, d, aten.reshape.default(positions, [-1]))
+    split = aten.reshape.default(gathered, [*shape[:d], windows, size, *shape[d + 1:]])
+    return aten.movedim.int(split, d + 1, -1)
+
+
 def _repeat_interleave_shape(op, shape, repeats, dim, output_size):
     require(not _is_negative_int(repeats), op, f"repeats must be non-negative, got {repeats}")
     if dim is None:
@@ -1149,6 +1215,99 @@ defop("unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]", _unbind_meta,
 def _unbind_decomposition(self, dim=0):
     d, count = _unbind_count("aten.unbind.int", shape_of(self), dim)
     return [aten.select.int(self, d, i) for i in range(count)]
+
+
+def _tensor_split_bounds(op, shape, indices, dim):
+    """tensor_split at `indices`: each piece is slice(index_k, index_k+1) along the dim (ATen's slice arithmetic,
+    so an index past the end gives empty pieces), from 0 to the end."""
+    require(len(shape) > 0, op, f"tensor_split expected at least a 1-dimensional tensor, but got a tensor with "
+                                f"{len(shape)} dims")
+    d = canonical_dim(op, dim, len(shape))
+    bounds = [0, *indices, None]
+    return d, [slice_bounds(op, shape[d], start, end, 1) for start, end in zip(bounds, bounds[1:])]
+
+
+def _tensor_split_indices_meta(self, indices, dim=0):
+    shape = list(shape_of(self))
+    d, pieces = _tensor_split_bounds("aten.tensor_split.indices", shape, indices, dim)
+    return [like(self, shape=shape[:d] + [length] + shape[d + 1:]) for _, _, length in pieces]
+
+
+def _tensor_split_indices(self, indices, dim=0):
+    d, pieces = _tensor_split_bounds("aten.tensor_split.indices", list(self.shape), indices, dim)
+    return [self[_axis_index(self.ndim, d, slice(start, end))] for start, end, _ in pieces]
+
+
+defop("tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]",
+      _tensor_split_indices_meta, _tensor_split_indices, tags=("composite", "view"))
+
+
+@register_decomposition("aten.tensor_split.indices")
+def _tensor_split_indices_decomposition(self, indices, dim=0):
+    d, pieces = _tensor_split_bounds("aten.tensor_split.indices", list(shape_of(self)), indices, dim)
+    return [aten.slice.Tensor(self, d, start, end) for start, end, _ in pieces]
+
+
+def _tensor_split_sizes(op, shape, sections, dim):
+    """tensor_split into `sections` pieces: the first size % sections take one element more than the others."""
+    require(len(shape) > 0, op, f"tensor_split expected at least a 1-dimensional tensor, but got a tensor with "
+                                f"{len(shape)} dims")
+    require(sections > 0, op, f"number of sections must be larger than 0, got {sections}")
+    size = shape[canonical_dim(op, dim, len(shape))]
+    if isinstance(size, int):
+        return [size // sections + (1 if k < size % sections else 0) for k in range(sections)]
+    # piece k holds floor((size + sections - 1 - k) / sections) elements: one more for the first size % sections
+    return [as_dim(sympy.floor((sympy.sympify(size) + sections - 1 - k) / sections)) for k in range(sections)]
+
+
+defop("tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]",
+      lambda self, sections, dim=0: _split_pieces_meta("aten.tensor_split.sections", self, _tensor_split_sizes(
+          "aten.tensor_split.sections", shape_of(self), sections, dim), dim),
+      lambda self, sections, dim=0: _split_pieces("aten.tensor_split.sections", self, _tensor_split_sizes(
+          "aten.tensor_split.sections", list(self.shape), sections, dim), dim),
+      tags=("composite", "view"))
+
+
+@register_decomposition("aten.tensor_split.sections")
+def _tensor_split_sections(self, sections, dim=0):
+    return aten.split_with_sizes.default(self, _tensor_split_sizes("aten.tensor_split.sections", shape_of(self),
+                                                                   sections, dim), dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# tril, triu: the lower or upper triangle of the last two dims, the rest zero
+
+
+def _triangle_meta(op):
+    def meta(self, diagonal=0):
+        require(len(shape_of(self)) >= 2, op, f"{op.split('.')[1]}: input tensor must have at least 2 dimensions")
+        return like(self)
+    return meta
+
+
+def _triangle(op, keep):
+    """The decomposition: where(keep(column - row, diagonal), self, 0) over the last two dims."""
+    def decomposition(self, diagonal=0):
+        _triangle_meta(op)(self, diagonal)
+        rows, columns = shape_of(self)[-2:]
+        offset = aten.sub.Tensor(aten.unsqueeze.default(aten.arange.default(columns, dtype=dtypes.int64), 0),
+                                 aten.unsqueeze.default(aten.arange.default(rows, dtype=dtypes.int64), 1))
+        zero = aten.full.default([], 0, dtype=dtype_of(self))
+        return aten.where.self(keep(offset, diagonal), self, zero)
+    return decomposition
+
+
+defop("tril(Tensor self, int diagonal=0) -> Tensor", _triangle_meta("aten.tril.default"),
+      lambda self, diagonal=0: _checked_triangle("aten.tril.default", np.tril, self, diagonal), tags=("composite",))
+defop("triu(Tensor self, int diagonal=0) -> Tensor", _triangle_meta("aten.triu.default"),
+      lambda self, diagonal=0: _checked_triangle("aten.triu.default", np.triu, self, diagonal), tags=("composite",))
+register_decomposition("aten.tril.default")(_triangle("aten.tril.default", aten.le.Scalar))
+register_decomposition("aten.triu.default")(_triangle("aten.triu.default", aten.ge.Scalar))
+
+
+def _checked_triangle(op, numpy_triangle, self, diagonal):
+    _triangle_meta(op)(self, diagonal)
+    return numpy_triangle(self, diagonal)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,8 +51,10 @@ _LOOP_NODES = {"torch.ops.higher_order.map_impl": "map_node", "torch.ops.higher_
                "torch.ops.higher_order.while_loop": "while_loop_node"}
 _HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.wrap_with_set_grad_enabled",
                      *_LOOP_NODES}
-# Ops that change nothing in a functional program without autograd: read as the op named here.
-_ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default"}
+# Ops read as the op named here: those that change nothing in a functional program without autograd, and
+# torch's other names for an op (`torch.concat`).
+_ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default",
+            "aten.concat.default": "aten.cat.default", "aten.concatenate.default": "aten.cat.default"}
 # `SymInt result = op(SymInt a, SymInt b)`: the kiln op that hands on a symbolic expression as a value.
 _MATERIALIZE = {sympy.Add: "add", sympy.Mul: "mul", sympy.Mod: "mod"}
 _SYM_SIZE_OPS = {"torch.ops.aten.sym_size.int", "torch.ops.aten.sym_numel.default",

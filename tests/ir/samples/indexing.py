@@ -133,6 +133,17 @@ def _scatter_reduce(rng):
     yield Sample((rand(rng, 3, 4), 1, np.zeros((3, 0), np.int64), rand(rng, 3, 1), "mean"), note="empty index")
 
 
+@samples("aten.index_add.default")
+def _index_add(rng):
+    yield Sample((rand(rng, 3, 4), 1, np.array([0, 3]), rand(rng, 3, 2)))
+    yield Sample((rand(rng, 5, 2, dtype="int64"), 0, np.array([1, 1, 4], np.int32), rand(rng, 3, 2, dtype="int64")),
+                 kwargs={"alpha": 2}, note="repeated index, alpha")
+    yield Sample((rand(rng, 4, 3, dtype="float64"), -1, np.array([2, 0, 2, 1]), rand(rng, 4, 4, dtype="float64")),
+                 note="negative dim, repeats add in order")
+    yield Sample((rand(rng), 0, np.array([0]), rand(rng)), note="0-d")
+    yield Sample((rand(rng, 3, 2), 0, np.zeros(0, np.int64), rand(rng, 0, 2)), note="no indices")
+
+
 @samples("aten.index_select.default")
 def _index_select(rng):
     x = rand(rng, 3, 5)

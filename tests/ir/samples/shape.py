@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np  # noqa: F401
+import numpy as np
 
 from tests.ir.samples import Sample, positive, rand, samples  # noqa: F401
 
@@ -144,6 +144,26 @@ def _broadcast_to(rng):
 def _expand_as(rng):
     yield Sample((rand(rng, 3, 1), rand(rng, 2, 3, 4, dtype="int64")))
     yield Sample((rand(rng, dtype="float16"), rand(rng, 2)), note="0-d")
+
+
+@samples("aten.tile.default")
+def _tile(rng):
+    yield Sample((rand(rng, 2, 3), [2, 2]))
+    yield Sample((rand(rng, 2, 3, dtype="int32"), [3]), note="fewer dims repeat the trailing ones")
+    yield Sample((rand(rng, 2, 3), [2, 1, 3]), note="extra leading dim")
+    yield Sample((rand(rng, dtype="bfloat16"), [4]), note="0-d")
+    yield Sample((rand(rng, 3, dtype="bool"), [0]), note="zero repeat")
+    yield Sample((rand(rng, 2, 3), []), note="no dims")
+
+
+@samples("aten.unfold.default")
+def _unfold(rng):
+    yield Sample((rand(rng, 10), 0, 3, 2), note="overlapping windows")
+    yield Sample((rand(rng, 2, 7, 3, dtype="int64"), 1, 2, 3), note="middle dim, gaps between windows")
+    yield Sample((rand(rng, 4, 5), -1, 5, 1), note="one whole window")
+    yield Sample((rand(rng, 3, 8, dtype="float16"), 1, 0, 2), note="empty windows")
+    yield Sample((rand(rng, 6, 2), 0, 2, 2), note="first dim")
+    yield Sample((rand(rng), 0, 1, 1), note="0-d")
 
 
 @samples("aten.repeat.default")
@@ -387,6 +407,32 @@ def _unbind(rng):
     yield Sample((rand(rng, 2, dtype="bool"),), note="to 0-d")
     yield Sample((rand(rng, 0, 3),), note="no pieces")
     yield Sample((rand(rng, 2, 0, dtype="float16"), 0), note="empty pieces")
+
+
+@samples("aten.tensor_split.indices")
+def _tensor_split_indices(rng):
+    yield Sample((rand(rng, 7, 3), [2, 5]))
+    yield Sample((rand(rng, 3, 8, dtype="int32"), [3], 1), note="along dim 1")
+    yield Sample((rand(rng, 6), [4, 2, 9]), note="decreasing and past the end: empty pieces")
+    yield Sample((rand(rng, 6, dtype="bool"), [-2]), note="negative index")
+    yield Sample((rand(rng, 5, 2), []), note="no indices: the whole tensor")
+
+
+@samples("aten.tensor_split.sections")
+def _tensor_split_sections(rng):
+    yield Sample((rand(rng, 7, 3), 3), note="7 in 3: 3, 2, 2")
+    yield Sample((rand(rng, 3, 8, dtype="int64"), 4, -1), note="even")
+    yield Sample((rand(rng, 2, dtype="float16"), 5), note="more sections than elements")
+    yield Sample((rand(rng, 0, 2), 2), note="empty")
+
+
+@samples("aten.tril.default", "aten.triu.default")
+def _triangle(rng):
+    yield Sample((rand(rng, 4, 5),))
+    yield Sample((rand(rng, 2, 3, 3, dtype="int32"), 1), note="batched, above the diagonal")
+    yield Sample((rand(rng, 5, 3, dtype="bool"), -2), note="below the diagonal")
+    yield Sample((np.array([[np.nan, 1.0], [2.0, np.inf]], np.float32),), note="NaN and inf")
+    yield Sample((rand(rng, 0, 3),), note="empty")
 
 
 @samples("aten.constant_pad_nd.default")
