@@ -37,8 +37,8 @@ from kiln.passes import run as run_passes
 # (wav2vec2's weight-normalized convolution: its weight's norm took a quarter of a run) is computed once, here, too;
 # views of weights stay views, as before (a GEMM's packing reads a transposed weight where it lies; a materialized
 # transpose would be a second plain copy wherever something else reads it).
-DEFAULT_PIPELINE = ("remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,fold-dequantized-weights,"
-                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,"
+DEFAULT_PIPELINE = ("lower-complex,remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,"
+                    "fold-dequantized-weights,decompose{namespaces=aten,quantized_decomposed},canonicalize,"
                     "fold-constants{freeze=true views=false},cse,dce")
 ALIGN = 64
 

@@ -26,6 +26,7 @@ from kiln.passes.quant.transforms import AddmmToLinear
 from kiln.passes.quant.lower import FoldDequantizedWeights, LowerQuantized
 from kiln.passes.autodiff import JointBackward, joint_program
 from kiln.passes.sparsity import Prune, Sparsify
+from kiln.passes.complex import LowerComplex
 
 __all__ = [
     "PASSES", "Pass", "PassError", "PipelineError", "add_constant", "clone_program", "lookup_pass", "option",
@@ -35,4 +36,5 @@ __all__ = [
     "RecognizeGelu",
     "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
     "FoldDequantizedWeights", "LowerQuantized", "JointBackward", "joint_program", "Prune", "Sparsify",
+    "LowerComplex",
 ]

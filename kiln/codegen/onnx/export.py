@@ -62,8 +62,9 @@ def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | N
                     optimize: bool = True) -> ExportedProgram:
     """Decompose ops without a lowering, then check every op can be lowered; with `optimize`, fold eval batch norm
     into its convolution first and fold constants, CSE and DCE after."""
+    from kiln.passes import run
+    program = run(program, "lower-complex")  # onnxruntime has no complex tensor kernels
     if optimize:  # while conv and batch_norm are still whole ops: fold eval batch norm into the weights
-        from kiln.passes import run
         program = run(program, "fold-batchnorm")
     lowerable = onnx_lowerable(custom)
     table = decomposition_table(lowerable)
@@ -71,7 +72,6 @@ def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | N
     if present & {handle.name for handle in table}:  # retracing costs time: only when something decomposes
         program = program.run_decompositions(table)
     if optimize:
-        from kiln.passes import run
         program = run(program, "fold-constants,cse,dce")
     check_lowerable(program, lowerable)
     return program

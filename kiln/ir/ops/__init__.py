@@ -13,5 +13,6 @@ from kiln.ir.ops import (  # noqa: F401  (imported for registration)
     misc,
     symbolic,
     quant,
+    complex,
     sparse,  # last: it attaches sparse rules to the ops above
 )

@@ -113,6 +113,11 @@ def _check_fits(op: str, what: str, value: Any, dtype: DType) -> None:
     negative integers wrap into unsigned types)."""
     if not _is_number(value) or isinstance(value, bool) or dtype.is_bool:
         return
+    if dtype.is_complex:  # each part must fit the part's float type
+        parts = dtypes.complex_to_real(dtype)
+        _check_fits(op, what, complex(value).real, parts)
+        _check_fits(op, what, complex(value).imag, parts)
+        return
     if dtype.is_floating_point:
         fits = math.isinf(value) or math.isnan(value) or abs(value) <= _finite_max(dtype)
     else:
@@ -198,7 +203,7 @@ def _subtraction_check(op: str, first: Any, second: Any) -> None:
 def _alpha_check(op: str, common: DType, alpha: Any, *, negate: bool = False) -> None:
     require_arg(not isinstance(alpha, bool) or common.is_bool, op,
                 "a bool alpha is only supported for bool results", fix="pass alpha as a number")
-    require_arg(common.is_floating_point or not isinstance(alpha, float), op,
+    require_arg(common.is_floating_point or common.is_complex or not isinstance(alpha, float), op,
                 "for integral input tensors, argument alpha must not be a floating point number",
                 fix="pass an integer alpha, or convert the tensors to a floating-point dtype")
     if _is_number(alpha):

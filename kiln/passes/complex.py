@@ -1,0 +1,181 @@
+"""`lower-complex`: complex values as pairs of real ones, for backends without complex types (C, Triton, ONNX as
+onnxruntime runs it). A complex tensor of shape S becomes a real tensor of shape S + [2]: its real parts, then its
+imaginary parts, along the trailing dim (the layout `view_as_real` gives, so `view_as_complex` and `view_as_real`
+become nothing). Products follow (a + bi)(c + di) = (ac - bd) + (ad + bc)i; shape ops act on the leading dims.
+Complex values that enter or leave the program, or ops on them outside the rules below, are refused by name."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from xdsl.dialects import func
+
+from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
+from kiln.ir.errors import UnsupportedError
+from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec, value_names
+from kiln.ir.registry import ops
+from kiln.ir.symbolic import active_shape_env
+from kiln.ir.types import TensorType
+from kiln.passes.base import Pass, register_pass
+
+aten = ops.aten
+
+
+def _is_complex(value: Any) -> bool:
+    return isinstance(getattr(value, "type", None), TensorType) and value.type.dtype.is_complex
+
+
+def _rank(value: Any) -> int:
+    return len(value.type.shape)
+
+
+def _part(pair: Any, index: int) -> Any:
+    return aten.select.int(pair, -1, index)
+
+
+def _lift(real: Any) -> Any:
+    """A real tensor as a pair: itself and zeros (not real * 0, which a NaN or inf would spoil)."""
+    return aten.stack.default([real, aten.full_like.default(real, 0)], -1)
+
+
+def _times(a: Any, b: Any) -> Any:
+    re = aten.sub.Tensor(aten.mul.Tensor(_part(a, 0), _part(b, 0)), aten.mul.Tensor(_part(a, 1), _part(b, 1)))
+    im = aten.add.Tensor(aten.mul.Tensor(_part(a, 0), _part(b, 1)), aten.mul.Tensor(_part(a, 1), _part(b, 0)))
+    return aten.stack.default([re, im], -1)
+
+
+def _mul(op: Any, a: Any, b: Any) -> Any:
+    first, second = op.operands[0], op.operands[1] if len(op.operands) > 1 else None
+    if _is_complex(first) and _is_complex(second):
+        return _times(a, b)
+    pair, other = (a, b) if _is_complex(first) else (b, a)
+    if isinstance(other, (int, float, complex)):
+        return aten.mul.Scalar(pair, _real_number(op, other))
+    return aten.mul.Tensor(pair, aten.unsqueeze.default(other, -1))  # a real factor scales both parts
+
+
+def _add(op: Any, a: Any, b: Any, alpha: Any = 1) -> Any:
+    first, second = op.operands[0], op.operands[1] if len(op.operands) > 1 else None
+    lifted = [v if _is_complex(o) else _lift(v) if not isinstance(v, (int, float)) else v
+              for v, o in ((a, first), (b, second))]
+    if isinstance(lifted[1], (int, float, complex)):  # a real number adds to the real parts only
+        number = _real_number(op, lifted[1])
+        lifted[1] = _lift(aten.full.default([], number, dtype=dtypes.complex_to_real(op.results[0].type.dtype)))
+    handle = aten.add.Tensor if op.name.startswith("aten.add.") else aten.sub.Tensor
+    return handle(lifted[0], lifted[1], alpha=alpha)
+
+
+def _real_number(op: Any, number: Any) -> Any:
+    if isinstance(number, complex):
+        raise UnsupportedError(f"{op.name} by the complex number {number} has no real-typed form here",
+                               fix="multiply by a complex tensor (torch.polar, or view_as_complex of a pair) instead")
+    return number
+
+
+def _dim(op: Any, dim: int) -> int:
+    """A dim of the op's complex operand, counted from the front (the pair has one more, trailing)."""
+    rank = _rank(op.operands[0])
+    return dim % rank if rank else 0
+
+
+def _cast(op: Any, x: Any, *_: Any, **__: Any) -> Any:
+    """_to_copy, to, type_as: to the result's dtype (device and layout mean nothing here)."""
+    source, target = op.operands[0].type.dtype, op.results[0].type.dtype
+    if source.is_complex and target.is_complex:
+        return aten._to_copy.default(x, dtype=dtypes.complex_to_real(target))
+    if target.is_complex:  # a real tensor becomes complex: zero imaginary parts
+        return _lift(aten._to_copy.default(x, dtype=dtypes.complex_to_real(target)))
+    return aten._to_copy.default(_part(x, 0), dtype=target)  # complex to real keeps the real parts, as ATen
+
+
+# op -> rule(op, *its arguments with complex values as pairs) -> the result as a pair (or real)
+RULES: dict[str, Callable[..., Any]] = {
+    "aten.view_as_complex.default": lambda op, x: x,
+    "aten.view_as_real.default": lambda op, z: z,
+    "aten.polar.default": lambda op, abs, angle: aten.stack.default(
+        [aten.mul.Tensor(abs, aten.cos.default(angle)), aten.mul.Tensor(abs, aten.sin.default(angle))], -1),
+    "aten.mul.Tensor": _mul,
+    "aten.mul.Scalar": lambda op, z, other: aten.mul.Scalar(z, _real_number(op, other)),
+    **dict.fromkeys(("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar"), _add),
+    "aten.neg.default": lambda op, z: aten.neg.default(z),
+    "aten.clone.default": lambda op, z, **_: z,
+    "aten.alias.default": lambda op, z: z,
+    **dict.fromkeys(("aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
+                     "aten.type_as.default"), _cast),
+    "aten.contiguous.default": lambda op, z, **_: z,
+    "aten.view.default": lambda op, z, size: aten.reshape.default(z, [*size, 2]),
+    "aten.reshape.default": lambda op, z, size: aten.reshape.default(z, [*size, 2]),
+    "aten._unsafe_view.default": lambda op, z, size: aten.reshape.default(z, [*size, 2]),
+    "aten.unsqueeze.default": lambda op, z, dim: aten.unsqueeze.default(z, dim % (_rank(op.operands[0]) + 1)),
+    "aten.squeeze.dim": lambda op, z, dim: aten.squeeze.dims(z, [_dim(op, dim)]),
+    "aten.squeeze.dims": lambda op, z, dims: aten.squeeze.dims(z, [_dim(op, d) for d in dims]),
+    "aten.slice.Tensor": lambda op, z, dim=0, start=None, end=None, step=1: aten.slice.Tensor(
+        z, _dim(op, dim), start, end, step),
+    "aten.select.int": lambda op, z, dim, index: aten.select.int(z, _dim(op, dim), index),
+    "aten.permute.default": lambda op, z, dims: aten.permute.default(
+        z, [_dim(op, d) for d in dims] + [_rank(op.operands[0])]),
+    "aten.transpose.int": lambda op, z, a, b: aten.transpose.int(z, _dim(op, a), _dim(op, b)),
+    "aten.expand.default": lambda op, z, size, implicit=False: aten.expand.default(z, [*size, 2]),
+    "aten.flatten.using_ints": lambda op, z, start=0, end=-1: aten.flatten.using_ints(z, _dim(op, start),
+                                                                                       _dim(op, end)),
+    "aten.unflatten.int": lambda op, z, dim, sizes: aten.unflatten.int(z, _dim(op, dim), sizes),
+}
+
+
+@register_pass
+class LowerComplex(Pass):
+    """Carry complex values as (real, imaginary) pairs along a trailing dim, for backends without complex types."""
+
+    name = "lower-complex"
+
+    def apply_program(self, program: ExportedProgram) -> ExportedProgram:
+        if not any(_is_complex(v) for op in program.nodes() for v in (*op.operands, *op.results)):
+            return program
+        returned = program.body.last_op
+        for value in [*program.body.args, *returned.operands]:
+            if _is_complex(value):
+                raise UnsupportedError("a complex program input or output has no real-typed form for this backend",
+                                       fix="return view_as_real(z) instead, and take complex inputs as pairs")
+        builder = GraphBuilder(program.shape_env())
+        mapping: dict[Any, Any] = {}
+        for arg, spec in zip(program.body.args, program.graph_signature.input_specs):
+            mapping[arg] = builder.add_input(spec.name, arg.type, spec.kind, spec.target, spec.persistent)
+        outputs: list[Any] = []
+        with builder, active_shape_env(builder.shape_env):
+            for op in program.body.ops:
+                if isinstance(op, func.ReturnOp):
+                    outputs = [mapping[v] for v in op.operands]
+                    break
+                self._lower(op, mapping, builder)
+        specs = [OutputSpec(s.kind, s.name, s.target) for s in program.graph_signature.output_specs]
+        new = builder.build(outputs, specs, program.state_dict, program.constants, dict(program.range_constraints))
+        names = value_names(new.body)
+        for spec, value in zip(new.graph_signature.output_specs, outputs):
+            spec.name = names[value]
+        new.copy_annotations_from(program)
+        return new
+
+    @staticmethod
+    def _lower(op: Any, mapping: dict[Any, Any], builder: GraphBuilder) -> None:
+        touches = any(_is_complex(v) for v in (*op.operands, *op.results))
+        if touches and (op.regions or not hasattr(op, "opdef")):
+            raise UnsupportedError(f"{op.name} on complex values is not supported by lower-complex")
+        if not touches:
+            bound = bound_arguments(op, mapping.__getitem__) if hasattr(op, "opdef") else None
+            if bound is None:
+                raise UnsupportedError(f"lower-complex cannot replay {op.name}")
+            result = builder.emit(op.opdef, bound)
+        else:
+            rule = RULES.get(op.name)
+            if rule is None:
+                raise UnsupportedError(f"{op.name} on complex values has no real-typed form for this backend",
+                                       fix="compute it on view_as_real(z) instead")
+            bound = bound_arguments(op, mapping.__getitem__)
+            schema = op.opdef.schema.arguments
+            positional = [v for a, v in zip(schema, bound) if not a.kwarg_only]
+            keywords = {a.name: v for a, v in zip(schema, bound) if a.kwarg_only}
+            result = rule(op, *positional, **keywords)
+        flat = result if isinstance(result, (list, tuple)) else [result]
+        for old, new in zip(op.results, flat):
+            mapping[old] = new
