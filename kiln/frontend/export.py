@@ -113,6 +113,7 @@ def export(mod: Module, args: tuple = (), kwargs: dict | None = None, *, dynamic
                                 "tensors", fix="return tensors, or compute the value outside the model")
             returned.append(_as_graph_value(leaf, tracer))
             specs.append(OutputSpec(OutputKind.USER_OUTPUT, ""))
+        tracer.erase_unused_views(returned)
     finally:
         for tensor, value, owner in lifted:
             tensor._value, tensor._tracer = value, owner

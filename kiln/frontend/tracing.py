@@ -61,6 +61,7 @@ class Tracer:
         # id(view) -> (base, how), and id(base) -> its views (held here, so their ids stay theirs).
         self.view_links: dict[int, tuple[Any, ViewStep]] = {}
         self.views_of: dict[int, list[Any]] = {}
+        self.reread: list[SSAValue] = []  # views read again after a write, whether or not anything uses them
 
     # -- inputs
     def placeholder(self, name: str, value_type: TensorType, kind: InputKind, target: str | None = None,
@@ -177,7 +178,17 @@ class Tracer:
             step = self.view_links[id(view)][1]
             with emitting(self.builder):
                 view._value, view._tracer = step.read(base._value), self
+            self.reread.append(view._value)
             self._reread_views(view, skip=None)
+
+    def erase_unused_views(self, returned: list[Any]) -> None:
+        """Drop the views read again that no op and no output (`returned`) uses, latest first."""
+        kept = {id(v) for v in returned}
+        for value in reversed(self.reread):
+            op = value.owner
+            if op.parent is not None and id(value) not in kept and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
 
     def wrap(self, value: Any) -> Any:
         from kiln.frontend.symint import SymInt

@@ -54,3 +54,25 @@ def test_a_buffers_slice_written_in_place_is_a_buffer_mutation():
     expected[:, :2] += x
     np.testing.assert_array_equal(buffer, expected)
     np.testing.assert_array_equal(output, expected)
+
+
+def test_views_read_again_only_where_used():
+    """After `y.add_(1)` every view made of y is read again from the new y; those nothing reads afterwards leave
+    the program (a loop had left 20 dead selects)."""
+    class Rows(kiln.nn.Module):
+        def forward(self, x):
+            y = x.clone()
+            total = y[0] * 0
+            for i in range(20):
+                total = total + y[i % 3]
+            y.add_(1)
+            return y + total, y[1]
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    program = kiln.export(Rows(), (kiln.tensor(x),))
+    assert program.op_histogram()["aten.select.int"] == 22  # the 21 made before the write, and y[1] after it
+    plus_one = x + 1
+    total = x[0] * 0 + sum(x[i % 3] for i in range(20))
+    got = program(x)
+    np.testing.assert_array_equal(got[0], plus_one + total)
+    np.testing.assert_array_equal(got[1], plus_one[1])
