@@ -118,6 +118,8 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermed
             max_position_embeddings=64)
 DECODER = dict(TEXT, use_cache=False)
 LLAMA_LIKE = dict(DECODER, num_key_value_heads=2)
+SLIDING = dict(LLAMA_LIKE, head_dim=16, sliding_window=4)  # local attention in some layers
+MOE = dict(num_experts_per_tok=2, experts_implementation="batched_mm")  # experts as gathers + bmm (mixtral, below)
 SEQ2SEQ = dict(encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
                encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=100, max_position_embeddings=64,
                use_cache=False, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
@@ -143,6 +145,34 @@ def _waveform(batch: int, length: int) -> dict[str, Any]:
     return {"input_values": torch.randn(batch, 40 * length)}
 
 
+def _features(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"input_features": torch.randn(batch, 4 * length, 16)}
+
+
+def _series(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"past_values": torch.randn(batch, 32, 3)}  # 32 steps of 3 channels
+
+
+def _clip_text(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    ids = torch.randint(3, 99, (batch, length))
+    ids[:, -1] = 99  # the end token, which CLIP's text pooling finds by argmax
+    return {"input_ids": ids}
+
+
+def _waveform_and_tokens(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    # 4000 samples: Moonshine's three strided convolutions leave 9 frames
+    return {"input_values": torch.randn(batch, 4000), "decoder_input_ids": torch.randint(3, 100, (batch, length))}
+
+
+def _spectrogram(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"input_values": torch.randn(batch, 64, 16)}  # 64 frames of 16 mel bins
+
+
 def _filterbank(batch: int, length: int) -> dict[str, Any]:
     import torch
     return {"input_features": torch.randn(batch, 4 * length, 16),
@@ -155,6 +185,8 @@ MASKED = {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}
 ENCODER_DECODER = {"input_ids": SEQUENCE, "decoder_input_ids": SEQUENCE}
 PIXELS = {"pixel_values": {0: "batch"}}
 WAVEFORM = {"input_values": {0: "batch", 1: "samples"}}
+BATCH_ONLY = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}}
+STATIC_LENGTH = {"input_ids": {0: "batch"}}
 
 
 def _encoder(name: str, model: str, config: str, **options: Any) -> Architecture:
@@ -202,6 +234,30 @@ ARCHITECTURES = {a.name: a for a in [
     _encoder("modernbert", "ModernBertModel", "ModernBertConfig", **dict(TEXT, pad_token_id=0, bos_token_id=1,
                                                                           eos_token_id=2, cls_token_id=1,
                                                                           sep_token_id=2)),
+    _decoder("fnet", "FNetModel", "FNetConfig", **dict(TEXT, use_tpu_fourier_optimizations=False)),  # no mask
+    _encoder("squeezebert", "SqueezeBertModel", "SqueezeBertConfig", **dict(TEXT, embedding_size=64, q_groups=2,
+                                                                            k_groups=2, v_groups=2,
+                                                                            post_attention_groups=2,
+                                                                            intermediate_groups=4, output_groups=2)),
+    _encoder("rembert", "RemBertModel", "RemBertConfig", **dict(TEXT, input_embedding_size=32,
+                                                                output_embedding_size=32)),
+    _encoder("esm", "EsmModel", "EsmConfig", **dict(TEXT, pad_token_id=1, position_embedding_type="rotary")),
+    _encoder("roberta-prelayernorm", "RobertaPreLayerNormModel", "RobertaPreLayerNormConfig",
+             **dict(TEXT, max_position_embeddings=80)),
+    _encoder("xlm", "XLMModel", "XLMConfig", n_layers=2, emb_dim=64, n_heads=4, vocab_size=100,
+             max_position_embeddings=64),
+    # torch specializes Funnel's pooled length, and cannot prove XLNet's relative-position guard
+    # ((2 * seq - 1) % seq != 0) over a range: their batch stays dynamic and both sizes share one length
+    Architecture("funnel", _hf("FunnelBaseModel", "FunnelConfig", block_sizes=[1, 1], d_model=32, n_head=4, d_head=8,
+                               d_inner=64, vocab_size=100), _tokens("input_ids", mask="attention_mask"),
+                 BATCH_ONLY, sizes=[(2, 8), (3, 8)]),
+    Architecture("xlnet", _hf("XLNetModel", "XLNetConfig", n_layer=2, d_model=64, n_head=4, d_inner=128,
+                              vocab_size=100), _tokens("input_ids", mask="attention_mask"), BATCH_ONLY,
+                 sizes=[(2, 8), (3, 8)]),
+    _encoder("eurobert", "EuroBertModel", "EuroBertConfig", **dict(TEXT, num_key_value_heads=2, pad_token_id=0)),
+    _encoder("nomic-bert", "NomicBertModel", "NomicBertConfig", **TEXT),
+    Architecture("clip-text", _hf("CLIPTextModel", "CLIPTextConfig", **dict(TEXT, eos_token_id=99)), _clip_text,
+                 TOKENS),
     # text decoders
     Architecture("gpt2", _gpt2, _tokens("input_ids"), TOKENS),
     Architecture("llama", _llama, _tokens("input_ids"), TOKENS),
@@ -248,9 +304,105 @@ ARCHITECTURES = {a.name: a for a in [
                     experts_implementation="batched_mm")),
     _decoder("olmoe", "OlmoeForCausalLM", "OlmoeConfig",
              **dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")),
+    _decoder("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", **SLIDING),
+    _decoder("glm", "GlmForCausalLM", "GlmConfig", **dict(LLAMA_LIKE, head_dim=16, pad_token_id=0)),
+    _decoder("glm4", "Glm4ForCausalLM", "Glm4Config", **dict(LLAMA_LIKE, head_dim=16, pad_token_id=0)),
+    _decoder("helium", "HeliumForCausalLM", "HeliumConfig", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("olmo2", "Olmo2ForCausalLM", "Olmo2Config", **dict(LLAMA_LIKE, pad_token_id=0)),
+    _decoder("olmo3", "Olmo3ForCausalLM", "Olmo3Config", **dict(SLIDING, pad_token_id=0)),
+    _decoder("cohere2", "Cohere2ForCausalLM", "Cohere2Config", **SLIDING),
+    _decoder("smollm3", "SmolLM3ForCausalLM", "SmolLM3Config", **dict(LLAMA_LIKE, pad_token_id=0)),
+    _decoder("exaone4", "Exaone4ForCausalLM", "Exaone4Config", **SLIDING),
+    _decoder("ernie4.5", "Ernie4_5ForCausalLM", "Ernie4_5Config", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("arcee", "ArceeForCausalLM", "ArceeConfig", **LLAMA_LIKE),
+    _decoder("apertus", "ApertusForCausalLM", "ApertusConfig", **LLAMA_LIKE),
+    _decoder("seed-oss", "SeedOssForCausalLM", "SeedOssConfig", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("ministral", "MinistralForCausalLM", "MinistralConfig", **SLIDING),
+    _decoder("vaultgemma", "VaultGemmaForCausalLM", "VaultGemmaConfig", **SLIDING),
+    _decoder("diffllama", "DiffLlamaForCausalLM", "DiffLlamaConfig", **LLAMA_LIKE),
+    _decoder("persimmon", "PersimmonForCausalLM", "PersimmonConfig", **DECODER),
+    _decoder("nemotron", "NemotronForCausalLM", "NemotronConfig", **LLAMA_LIKE),
+    _decoder("bitnet", "BitNetForCausalLM", "BitNetConfig", **LLAMA_LIKE),
+    _decoder("lfm2", "Lfm2ForCausalLM", "Lfm2Config", **dict(LLAMA_LIKE, layer_types=["conv", "full_attention"])),
+    _decoder("mpt", "MptForCausalLM", "MptConfig", n_layers=2, d_model=64, n_heads=4, vocab_size=100, max_seq_len=64,
+             expansion_ratio=2, use_cache=False),
+    _decoder("openai-gpt", "OpenAIGPTLMHeadModel", "OpenAIGPTConfig", n_layer=2, n_embd=64, n_head=4, vocab_size=100,
+             n_positions=64),
+    _decoder("ctrl", "CTRLLMHeadModel", "CTRLConfig", n_layer=2, n_embd=64, n_head=4, dff=128, vocab_size=100,
+             n_positions=64, use_cache=False),
+    _decoder("granitemoe", "GraniteMoeForCausalLM", "GraniteMoeConfig", **dict(LLAMA_LIKE, num_local_experts=4, **MOE)),
+    _decoder("phimoe", "PhimoeForCausalLM", "PhimoeConfig", **dict(LLAMA_LIKE, num_local_experts=4, **MOE)),
+    _decoder("deepseek-v3", "DeepseekV3ForCausalLM", "DeepseekV3Config", **dict(
+        LLAMA_LIKE, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        v_head_dim=16, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+        n_group=1, topk_group=1, **MOE)),
+    _decoder("gpt-oss", "GptOssForCausalLM", "GptOssConfig", **dict(SLIDING, num_local_experts=4, **MOE)),
+    _decoder("hunyuan", "HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config", **dict(LLAMA_LIKE, head_dim=16)),
+    _decoder("minicpm3", "MiniCPM3ForCausalLM", "MiniCPM3Config", **dict(  # multi-head latent attention
+        LLAMA_LIKE, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        v_head_dim=16)),
+    _decoder("gemma3n", "Gemma3nForCausalLM", "Gemma3nTextConfig", **dict(  # AltUp, Laurel, per-layer inputs
+        SLIDING, num_kv_shared_layers=0, laurel_rank=8, altup_num_inputs=2, hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=100, activation_sparsity_pattern=[0.0, 0.0],
+        layer_types=["sliding_attention", "full_attention"])),
+    _decoder("jetmoe", "JetMoeForCausalLM", "JetMoeConfig", hidden_size=64, num_hidden_layers=2, num_key_value_heads=2,
+             kv_channels=16, intermediate_size=64, vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
+             max_position_embeddings=64, use_cache=False),
+    _decoder("modernbert-decoder", "ModernBertDecoderForCausalLM", "ModernBertDecoderConfig", **dict(
+        TEXT, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, use_cache=False)),
+    # rotary embeddings as complex products (torch.polar, view_as_complex): C and ONNX run them as real pairs
+    _decoder("llama4", "Llama4ForCausalLM", "Llama4TextConfig", **dict(
+        LLAMA_LIKE, head_dim=16, num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=128,
+        interleave_moe_layer_step=1, attention_chunk_size=4, no_rope_layers=[1, 0])),
+    _decoder("deepseek-v2", "DeepseekV2ForCausalLM", "DeepseekV2Config", **dict(
+        LLAMA_LIKE, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        v_head_dim=16, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+        **MOE)),
+    # state space: Mamba2's chunked scan pads the sequence to a multiple of its chunk size, whose guards torch
+    # cannot prove over a range of lengths: the batch stays dynamic and both sizes share one length (two chunks)
+    Architecture("mamba2", _hf("Mamba2ForCausalLM", "Mamba2Config", num_hidden_layers=2, hidden_size=64,
+                               vocab_size=100, state_size=16, num_heads=8, head_dim=16, n_groups=1, expand=2,
+                               chunk_size=8, use_cache=False),
+                 _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 13), (3, 13)]),
+    # Mamba and RWKV scan their sequence in a Python loop (unrolled by torch.export), RecurrentGemma's RG-LRU too;
+    # the hybrids' chunked scans pad to their chunk size, as Mamba2's: the batch stays dynamic
+    Architecture("mamba", _hf("MambaForCausalLM", "MambaConfig", num_hidden_layers=2, hidden_size=32, vocab_size=100,
+                              state_size=8, expand=2, conv_kernel=4, use_cache=False),
+                 _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("falcon-mamba", _hf("FalconMambaForCausalLM", "FalconMambaConfig", num_hidden_layers=2,
+                                     hidden_size=32, vocab_size=100, state_size=8, expand=2, conv_kernel=4,
+                                     use_cache=False),
+                 _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("rwkv", _hf("RwkvForCausalLM", "RwkvConfig", num_hidden_layers=2, hidden_size=32,
+                             attention_hidden_size=32, intermediate_size=64, vocab_size=100, context_length=64,
+                             rescale_every=0, use_cache=False),  # (rescaling divides its weights in place)
+                 _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("recurrent-gemma", _hf("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig", num_hidden_layers=2,
+                                        hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                        intermediate_size=128, vocab_size=100, attention_window_size=4, lru_width=64,
+                                        block_types=["recurrent", "attention"]),
+                 _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("bamba", _hf("BambaForCausalLM", "BambaConfig", **dict(
+        LLAMA_LIKE, attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16,
+        mamba_chunk_size=8)), _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 13), (3, 13)]),
+    Architecture("jamba", _hf("JambaForCausalLM", "JambaConfig", **dict(
+        LLAMA_LIKE, num_experts=4, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+        expert_layer_offset=1, mamba_d_state=8, mamba_expand=2, use_mamba_kernels=False, **MOE)),
+        _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("granitemoehybrid", _hf("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig", **dict(
+        LLAMA_LIKE, num_local_experts=4, layer_types=["mamba", "attention"], mamba_n_heads=8, mamba_d_head=16,
+        mamba_n_groups=1, mamba_d_state=16, mamba_chunk_size=8, **MOE)),
+        _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 13), (3, 13)]),
+    Architecture("qwen3-next", _hf("Qwen3NextForCausalLM", "Qwen3NextConfig", **dict(  # gated delta-net layers
+        LLAMA_LIKE, head_dim=16, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+        layer_types=["linear_attention", "full_attention"], **MOE)),
+        _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 13), (3, 13)]),
     # encoder-decoders
     Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"), ENCODER_DECODER),
     _seq2seq("mt5", "MT5Model", "MT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
+             d_kv=8, vocab_size=100, use_cache=False),
+    _seq2seq("umt5", "UMT5Model", "UMT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
              d_kv=8, vocab_size=100, use_cache=False),
     _seq2seq("bart", "BartModel", "BartConfig", **SEQ2SEQ),
     _seq2seq("mbart", "MBartModel", "MBartConfig", **SEQ2SEQ),
@@ -291,6 +443,47 @@ ARCHITECTURES = {a.name: a for a in [
     _vision("mobilenet-v2", "MobileNetV2Model", "MobileNetV2Config", image_size=32, depth_multiplier=0.25),
     _vision("efficientnet", "EfficientNetModel", "EfficientNetConfig", image_size=32, width_coefficient=0.25,
             depth_coefficient=0.25, hidden_dim=320),
+    _vision("clip-vision", "CLIPVisionModel", "CLIPVisionConfig", **VISION),
+    _vision("siglip-vision", "SiglipVisionModel", "SiglipVisionConfig", **VISION),
+    _vision("ijepa", "IJepaModel", "IJepaConfig", **VISION),
+    _vision("vit-msn", "ViTMSNModel", "ViTMSNConfig", **VISION),
+    _vision("dinov2-registers", "Dinov2WithRegistersModel", "Dinov2WithRegistersConfig",
+            **dict(VISION, mlp_ratio=2, num_register_tokens=2)),
+    _vision("dinov3-vit", "DINOv3ViTModel", "DINOv3ViTConfig", **dict(VISION, num_register_tokens=2)),
+    _vision("dinov3-convnext", "DINOv3ConvNextModel", "DINOv3ConvNextConfig", hidden_sizes=[16, 32, 48, 64],
+            depths=[1, 1, 1, 1]),
+    _vision("vitdet", "VitDetModel", "VitDetConfig", **dict(VISION, pretrain_image_size=32)),
+    _vision("hiera", "HieraModel", "HieraConfig", image_size=[32, 32], patch_size=[3, 3], patch_stride=[2, 2],
+            patch_padding=[1, 1], embed_dim=16, num_heads=[1, 2], depths=[1, 1], query_stride=[2, 2],
+            masked_unit_size=[4, 4], num_query_pool=1),
+    _vision("pvt", "PvtModel", "PvtConfig", image_size=32, num_encoder_blocks=2, depths=[1, 1],
+            sequence_reduction_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+            patch_sizes=[4, 2], strides=[4, 2]),
+    _vision("pvt-v2", "PvtV2Model", "PvtV2Config", num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+            hidden_sizes=[16, 32], num_attention_heads=[1, 2], mlp_ratios=[2, 2], patch_sizes=[7, 3], strides=[4, 2]),
+    _vision("focalnet", "FocalNetModel", "FocalNetConfig", image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+            focal_levels=[2, 2], focal_windows=[3, 3]),
+    _vision("levit", "LevitModel", "LevitConfig", image_size=32, hidden_sizes=[32, 48], num_attention_heads=[2, 3],
+            depths=[1, 1], key_dim=[8, 8], drop_path_rate=0, mlp_ratio=[2, 2], attention_ratio=[2, 2],
+            down_ops=[["Subsample", 8, 2, 4, 2, 2]]),
+    _vision("mobilenet-v1", "MobileNetV1Model", "MobileNetV1Config", image_size=32, depth_multiplier=0.25),
+    _vision("swiftformer", "SwiftFormerModel", "SwiftFormerConfig", image_size=32, depths=[1, 1, 1, 1],
+            embed_dims=[8, 16, 24, 32]),
+    _vision("glpn", "GLPNModel", "GLPNConfig", num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+            hidden_sizes=[16, 32], num_attention_heads=[1, 2], mlp_ratios=[2, 2], patch_sizes=[7, 3], strides=[4, 2]),
+    _vision("donut-swin", "DonutSwinModel", "DonutSwinConfig", image_size=32, patch_size=4, embed_dim=16,
+            depths=[1, 1], num_heads=[2, 4], window_size=4),
+    _vision("textnet", "TextNetModel", "TextNetConfig"),
+    _vision("dpt", "DPTModel", "DPTConfig", **dict(VISION, num_hidden_layers=4, out_indices=[0, 1, 2, 3],
+                                                  neck_hidden_sizes=[8, 8, 16, 16], fusion_hidden_size=16)),
+    _vision("swin2sr", "Swin2SRModel", "Swin2SRConfig", image_size=32, patch_size=1, embed_dim=16, depths=[1],
+            num_heads=[2], window_size=4, upscale=1),
+    _vision("regnet-y", "RegNetModel", "RegNetConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+            groups_width=8, layer_type="y"),  # squeeze-and-excitation blocks
+    _vision("resnet-bottleneck", "ResNetModel", "ResNetConfig", embedding_size=16, hidden_sizes=[16, 32],
+            depths=[1, 1], layer_type="bottleneck", downsample_in_bottleneck=True),
+    _vision("bit-preact", "BitModel", "BitConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+            num_groups=4, layer_type="preactivation"),
     # audio
     Architecture("whisper", _whisper, _audio_features, {"input_features": {0: "batch"},
                                                         "decoder_input_ids": SEQUENCE}),
@@ -309,12 +502,43 @@ ARCHITECTURES = {a.name: a for a in [
         SEQ2SEQ, num_conv_layers=2, conv_kernel_sizes=[5, 5], conv_channels=32, input_feat_per_channel=16,
         max_source_positions=64, max_target_positions=64)), _filterbank,
         {"input_features": {0: "batch", 1: "frames"}, "decoder_input_ids": SEQUENCE}),
+    # as SEW (below), torch cannot prove these two's length guards over a range of waveform lengths
+    Architecture("wav2vec2-conformer", _hf("Wav2Vec2ConformerModel", "Wav2Vec2ConformerConfig", **dict(
+        AUDIO, position_embeddings_type="rotary", conv_depthwise_kernel_size=3)), _waveform,
+        {"input_values": {0: "batch"}}, sizes=[(2, 8), (3, 8)]),
+    _audio("unispeech-sat", "UniSpeechSatModel", "UniSpeechSatConfig", **AUDIO),
+    Architecture("sew-d", _hf("SEWDModel", "SEWDConfig", **dict(AUDIO, squeeze_factor=1, position_buckets=16,
+                                                                 max_relative_positions=32)),
+                 _waveform, {"input_values": {0: "batch"}}, sizes=[(2, 8), (3, 8)]),
+    Architecture("wav2vec2-bert", _hf("Wav2Vec2BertModel", "Wav2Vec2BertConfig", **dict(
+        num_hidden_layers=1, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+        feature_projection_input_dim=16, conv_depthwise_kernel_size=3, output_hidden_size=32)), _features,
+        {"input_features": {0: "batch", 1: "frames"}}),
+    Architecture("moonshine", _hf("MoonshineModel", "MoonshineConfig", vocab_size=100, hidden_size=32,
+                                  intermediate_size=64, encoder_num_hidden_layers=1, decoder_num_hidden_layers=1,
+                                  encoder_num_attention_heads=4, decoder_num_attention_heads=4, use_cache=False,
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),
+                 _waveform_and_tokens, {"input_values": {0: "batch"}, "decoder_input_ids": {0: "batch"}},
+                 sizes=[(2, 8), (3, 8)]),
+    Architecture("ast", _hf("ASTModel", "ASTConfig", hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=64, max_length=64, num_mel_bins=16, patch_size=8, frequency_stride=8,
+                            time_stride=8), _spectrogram, {"input_values": {0: "batch"}}),
+    # time series
+    Architecture("patchtst", _hf("PatchTSTModel", "PatchTSTConfig", num_input_channels=3, context_length=32,
+                                 patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,
+                                 num_hidden_layers=1, ffn_dim=64), _series, {"past_values": {0: "batch"}}),
+    Architecture("patchtsmixer", _hf("PatchTSMixerModel", "PatchTSMixerConfig", num_input_channels=3,
+                                     context_length=32, patch_length=8, patch_stride=8, d_model=16, num_layers=2),
+                 _series, {"past_values": {0: "batch"}}),
 ]}
 
 
 # Architectures kiln cannot load yet, with the cause (docs/models.md has the details); test_sweep.py expects them to
 # fail, strictly, so a fix shows up.
-KNOWN_GAPS: dict[str, str] = {}  # name -> cause
+KNOWN_GAPS: dict[str, str] = {  # name -> cause
+    "fnet": "FNet mixes tokens with torch.fft.fftn(...).real (aten.fft_fftn, aten.real): a complex-to-complex FFT, "
+            "which kiln has no op for (it has the real-input ones, _fft_r2c and _fft_c2r)",
+}
 
 
 # -- the end-to-end check: torch exports and saves; a child process with torch blocked loads and runs the file
@@ -325,7 +549,8 @@ def torch_outputs(model: Any, inputs: dict[str, Any]) -> list:
     from kiln.ir.pytree import tree_flatten
     with torch.no_grad():
         output = model(**inputs)
-    return list(output.to_tuple() if hasattr(output, "to_tuple") else tree_flatten(output)[0])
+    # a ModelOutput's fields in order, without its Nones; a field may hold a tuple of tensors (XLNet's mems)
+    return tree_flatten(list(output.to_tuple()) if hasattr(output, "to_tuple") else output)[0]
 
 
 def export_to_folder(architecture: Architecture, model: Any, folder: Path, dynamic_shapes: Any = None) -> Any:
