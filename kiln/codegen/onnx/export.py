@@ -63,7 +63,9 @@ def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | N
     """Decompose ops without a lowering, then check every op can be lowered; with `optimize`, fold eval batch norm
     into its convolution first and fold constants, CSE and DCE after."""
     from kiln.passes import run
-    program = run(program, "lower-complex")  # onnxruntime has no complex tensor kernels
+    from kiln.passes.complex import complex_boundary
+    if not complex_boundary(program):  # onnxruntime has no complex tensors: pairs of real ones instead
+        program = run(program, "lower-complex")
     if optimize:  # while conv and batch_norm are still whole ops: fold eval batch norm into the weights
         program = run(program, "fold-batchnorm")
     lowerable = onnx_lowerable(custom)

@@ -27,6 +27,11 @@ UNSUPPORTED: dict[str, str] = {
     "aten._fft_r2c.default": "complex results: ONNX DFT returns real [..., 2] tensors and onnxruntime has no "
                              "complex tensor kernels",
     "aten._fft_c2r.default": "complex inputs: onnxruntime has no complex tensor kernels",
+    # Between real inputs and outputs the lower-complex pass runs these as (real, imaginary) pairs (Llama 4's
+    # rotary embedding); a program that takes or returns a complex value keeps them, and they have no ONNX form.
+    **dict.fromkeys(("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default"),
+                    "complex values: onnxruntime has no complex tensors, and kiln runs these as real pairs only "
+                    "between real program inputs and outputs"),
     # ONNX has sparse initializers but no sparse runtime values: sparse weights are written densified (see
     # docs/sparsity.md); ops that compute on sparse values have nothing to lower to.
     **{name: "ONNX has no sparse runtime values; densify with .to_dense() before exporting, or keep the sparse "
