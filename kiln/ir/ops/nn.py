@@ -1293,6 +1293,41 @@ defop("col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dil
       doc="Sums sliding-window columns [N, C*kh*kw, L] back into an image [N, C, H, W] (the adjoint of im2col).")
 
 
+def _col2im_decomposition(self, output_size, kernel_size, dilation, padding, stride):
+    """For backends without a col2im kernel (C): the kernel's tap loop in ops, each tap's blocks added to a strided
+    window of the padded image (its positions are distinct) in the kernel's accumulation dtype, then cropped."""
+    aten = ops.aten
+    _col2im_meta(self, output_size, kernel_size, dilation, padding, stride)
+    kernel = _per_dim("", "", kernel_size, 2)
+    dilation, padding, stride = (_per_dim("", "", v, 2) for v in (dilation, padding, stride))
+    dtype = dtype_of(self)
+    accumulate = dtypes.dtype(_accumulation(np.dtype(dtype.numpy))) if dtype is not dtypes.bool_ else dtype
+    cols = self if len(shape_of(self)) == 3 else aten.unsqueeze.default(self, 0)
+    batch, columns = shape_of(cols)[:2]
+    channels = _floordiv(columns, kernel[0] * kernel[1])
+    blocks = [conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip(output_size, kernel, stride, padding,
+                                                                        dilation)]
+    if accumulate is not dtype:
+        cols = aten._to_copy.default(cols, dtype=accumulate)
+    cols = aten.reshape.default(cols, [batch, channels, kernel[0], kernel[1], *blocks])
+    height, width = (as_dim(o + 2 * p) for o, p in zip(output_size, padding))
+    out = aten.full.default([batch, channels, height, width], 0, dtype=accumulate)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            top, left = i * dilation[0], j * dilation[1]
+            bottom, right = (as_dim(start + (b - 1) * s + 1) for start, b, s in zip((top, left), blocks, stride))
+            rows = aten.slice.Tensor(out, 2, top, bottom, stride[0])
+            window = aten.slice.Tensor(rows, 3, left, right, stride[1])
+            summed = aten.add.Tensor(window, aten.select.int(aten.select.int(cols, 2, i), 2, j))
+            rows = aten.slice_scatter.default(rows, summed, 3, left, right, stride[1])
+            out = aten.slice_scatter.default(out, rows, 2, top, bottom, stride[0])
+    out = aten.slice.Tensor(aten.slice.Tensor(out, 2, padding[0], as_dim(padding[0] + output_size[0])), 3,
+                            padding[1], as_dim(padding[1] + output_size[1]))
+    if accumulate is not dtype:
+        out = aten._to_copy.default(out, dtype=dtype)
+    return out if len(shape_of(self)) == 3 else aten.squeeze.dims(out, [0])
+
+
 # ---------------------------------------------------------------------------------------------
 # FFT (real <-> complex)
 
@@ -1359,6 +1394,8 @@ defop("_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size)
 # decomposition written with kiln.ops.aten handles only.
 
 from kiln.ir.registry import ops, register_decomposition  # noqa: E402
+
+register_decomposition("aten.col2im.default")(_col2im_decomposition)
 
 
 def _batched_type(value, rank_without_batch: int):
