@@ -135,6 +135,21 @@ def _pixels(batch: int, length: int) -> dict[str, Any]:
     return {"pixel_values": torch.randn(batch, 3, 32, 32)}
 
 
+def _pixels28(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"pixel_values": torch.randn(batch, 3, 28, 28)}  # two 14-pixel patches a side
+
+
+def _pixels64(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"pixel_values": torch.randn(batch, 3, 64, 64)}
+
+
+def _video(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"pixel_values": torch.randn(batch, 4, 3, 32, 32)}
+
+
 def _audio_features(batch: int, length: int) -> dict[str, Any]:
     import torch
     return {"input_features": torch.randn(batch, 16, 64), "decoder_input_ids": torch.randint(3, 100, (batch, length))}
@@ -258,6 +273,21 @@ ARCHITECTURES = {a.name: a for a in [
     _encoder("nomic-bert", "NomicBertModel", "NomicBertConfig", **TEXT),
     Architecture("clip-text", _hf("CLIPTextModel", "CLIPTextConfig", **dict(TEXT, eos_token_id=99)), _clip_text,
                  TOKENS),
+    _encoder("big-bird", "BigBirdModel", "BigBirdConfig", **dict(TEXT, attention_type="original_full")),
+    _encoder("yoso", "YosoModel", "YosoConfig", **dict(TEXT, use_expectation=True, max_position_embeddings=80)),
+    _encoder("luke", "LukeModel", "LukeConfig", **dict(TEXT, entity_vocab_size=10, entity_emb_size=16,
+                                                       max_position_embeddings=80)),
+    _encoder("ibert", "IBertModel", "IBertConfig", **dict(TEXT, max_position_embeddings=80, quant_mode=False)),
+    _encoder("flaubert", "FlaubertModel", "FlaubertConfig", n_layers=2, emb_dim=64, n_heads=4, vocab_size=100,
+             max_position_embeddings=64),
+    _encoder("splinter", "SplinterModel", "SplinterConfig", **TEXT),
+    _encoder("layoutlm", "LayoutLMModel", "LayoutLMConfig", **TEXT),
+    _encoder("markuplm", "MarkupLMModel", "MarkupLMConfig", **dict(TEXT, max_position_embeddings=80)),
+    # X-MOD's language adapters pick rows by language id: data-dependent sizes, which C refuses
+    _encoder("xmod", "XmodModel", "XmodConfig", **dict(TEXT, max_position_embeddings=80, default_language="en_XX",
+                                                       languages=["en_XX"])),
+    _decoder("bert-generation", "BertGenerationEncoder", "BertGenerationConfig", **TEXT),
+    _decoder("xlm-roberta-xl", "XLMRobertaXLModel", "XLMRobertaXLConfig", **dict(TEXT, max_position_embeddings=80)),
     # text decoders
     Architecture("gpt2", _gpt2, _tokens("input_ids"), TOKENS),
     Architecture("llama", _llama, _tokens("input_ids"), TOKENS),
@@ -350,6 +380,9 @@ ARCHITECTURES = {a.name: a for a in [
              max_position_embeddings=64, use_cache=False),
     _decoder("modernbert-decoder", "ModernBertDecoderForCausalLM", "ModernBertDecoderConfig", **dict(
         TEXT, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, use_cache=False)),
+    _decoder("gptneox-japanese", "GPTNeoXJapaneseForCausalLM", "GPTNeoXJapaneseConfig", num_hidden_layers=2,
+             hidden_size=64, num_attention_heads=4, intermediate_multiple_size=2, vocab_size=100,
+             max_position_embeddings=64, use_cache=False),
     # rotary embeddings as complex products (torch.polar, view_as_complex): C and ONNX run them as real pairs
     _decoder("llama4", "Llama4ForCausalLM", "Llama4TextConfig", **dict(
         LLAMA_LIKE, head_dim=16, num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=128,
@@ -484,6 +517,30 @@ ARCHITECTURES = {a.name: a for a in [
             depths=[1, 1], layer_type="bottleneck", downsample_in_bottleneck=True),
     _vision("bit-preact", "BitModel", "BitConfig", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
             num_groups=4, layer_type="preactivation"),
+    Architecture("mobilevitv2", _hf("MobileViTV2Model", "MobileViTV2Config", image_size=64, width_multiplier=0.25),
+                 _pixels64, PIXELS),  # (F.fold: col2im)
+    Architecture("depth-anything", _hf("DepthAnythingForDepthEstimation", "DepthAnythingConfig",
+                                       backbone_config={"model_type": "dinov2", "hidden_size": 32,
+                                                        "num_hidden_layers": 4, "num_attention_heads": 4,
+                                                        "image_size": 28, "patch_size": 14, "mlp_ratio": 2,
+                                                        "out_features": ["stage1", "stage2", "stage3", "stage4"],
+                                                        "reshape_hidden_states": False},
+                                       neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
+                                       head_hidden_size=8, reassemble_hidden_size=32, patch_size=14),
+                 _pixels28, PIXELS),
+    Architecture("sam-vision", _hf("SamVisionModel", "SamVisionConfig", hidden_size=32, output_channels=16,
+                                   num_hidden_layers=2, num_attention_heads=4, image_size=64, patch_size=8,
+                                   window_size=4, global_attn_indexes=[1], mlp_dim=64), _pixels64, PIXELS),
+    _vision("owlvit-vision", "OwlViTVisionModel", "OwlViTVisionConfig", **VISION),
+    _vision("blip-vision", "BlipVisionModel", "BlipVisionConfig", **VISION),
+    _vision("git-vision", "GitVisionModel", "GitVisionConfig", **VISION),
+    # video: 4 frames of 32 x 32
+    Architecture("videomae", _hf("VideoMAEModel", "VideoMAEConfig", **dict(VISION, num_frames=4, tubelet_size=2)),
+                 _video, PIXELS),
+    Architecture("timesformer", _hf("TimesformerModel", "TimesformerConfig", **dict(VISION, num_frames=4)), _video,
+                 PIXELS),
+    Architecture("vivit", _hf("VivitModel", "VivitConfig", **dict(VISION, num_frames=4, tubelet_size=[2, 8, 8])),
+                 _video, PIXELS),
     # audio
     Architecture("whisper", _whisper, _audio_features, {"input_features": {0: "batch"},
                                                         "decoder_input_ids": SEQUENCE}),
@@ -538,6 +595,8 @@ ARCHITECTURES = {a.name: a for a in [
 KNOWN_GAPS: dict[str, str] = {  # name -> cause
     "fnet": "FNet mixes tokens with torch.fft.fftn(...).real (aten.fft_fftn, aten.real): a complex-to-complex FFT, "
             "which kiln has no op for (it has the real-input ones, _fft_r2c and _fft_c2r)",
+    "sam-vision": "SAM interpolates its relative position tables with F.interpolate(mode='linear') "
+                  "(aten.upsample_linear1d.vec), which kiln has no op for",
 }
 
 
