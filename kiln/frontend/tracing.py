@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import weakref
 from typing import Any, Iterator
 
 import numpy as np
@@ -58,8 +59,9 @@ class Tracer:
         self._constant_ids: dict[int, Any] = {}
         self._user_input_start: int | None = None
         # Views made while tracing (kiln/ir/views.py), so an in-place op on one reaches the tensors it aliases:
-        # id(view) -> (base, how), and id(base) -> its views (held here, so their ids stay theirs).
-        self.view_links: dict[int, tuple[Any, ViewStep]] = {}
+        # id(view) -> (the view, weakly; its base; how), and id(base) -> its views, weakly. A view the user's code
+        # no longer holds (`buf[i].copy_(x)` in a loop) is not read again after a write.
+        self.view_links: dict[int, tuple[Any, Any, ViewStep]] = {}
         self.views_of: dict[int, list[Any]] = {}
         self.reread: list[SSAValue] = []  # views read again after a write, whether or not anything uses them
 
@@ -154,28 +156,40 @@ class Tracer:
         if steps:
             parts = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
             for view, (_, step) in zip(parts, steps):
-                self.view_links[id(view)] = (args[0], step)
-                self.views_of.setdefault(id(args[0]), []).append(view)
+                self.view_links[id(view)] = (weakref.ref(view), args[0], step)
+                self.views_of.setdefault(id(args[0]), []).append(weakref.ref(view))
         return wrapped
+
+    def _link_of(self, tensor: Any) -> tuple[Any, ViewStep] | None:
+        """(base, how) when `tensor` is a view made in this trace (an id reused by another tensor is not)."""
+        entry = self.view_links.get(id(tensor))
+        return entry[1:] if entry is not None and entry[0]() is tensor else None
+
+    def _live_views(self, base: Any) -> list[Any]:
+        refs = self.views_of.get(id(base), [])
+        views = [view for ref in refs if (view := ref()) is not None and self._link_of(view) is not None
+                 and self._link_of(view)[0] is base]
+        self.views_of[id(base)] = [weakref.ref(view) for view in views]
+        return views
 
     def write_through(self, tensor: Any) -> None:
         """After an in-place op gave `tensor` a new value: the tensors it views take the write, up to the root,
         and every view of a tensor that changed reads it again (torch's functionalization, at trace time)."""
         self._reread_views(tensor, skip=None)
-        link = self.view_links.get(id(tensor))
+        link = self._link_of(tensor)
         while link is not None:
             base, step = link
             with emitting(self.builder):
                 updated = step.write(self.value_of(base), tensor._value)
             base._value, base._tracer = updated, self
             self._reread_views(base, skip=tensor)
-            tensor, link = base, self.view_links.get(id(base))
+            tensor, link = base, self._link_of(base)
 
     def _reread_views(self, base: Any, skip: Any) -> None:
-        for view in self.views_of.get(id(base), []):
+        for view in self._live_views(base):
             if view is skip:
                 continue
-            step = self.view_links[id(view)][1]
+            step = self._link_of(view)[1]
             with emitting(self.builder):
                 view._value, view._tracer = step.read(base._value), self
             self.reread.append(view._value)
