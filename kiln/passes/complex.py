@@ -57,7 +57,7 @@ def _mul(op: Any, a: Any, b: Any) -> Any:
 
 def _add(op: Any, a: Any, b: Any, alpha: Any = 1) -> Any:
     first, second = op.operands[0], op.operands[1] if len(op.operands) > 1 else None
-    lifted = [v if _is_complex(o) else _lift(v) if not isinstance(v, (int, float)) else v
+    lifted = [v if _is_complex(o) or isinstance(v, (int, float, complex)) else _lift(v)
               for v, o in ((a, first), (b, second))]
     if isinstance(lifted[1], (int, float, complex)):  # a real number adds to the real parts only
         number = _real_number(op, lifted[1])
