@@ -73,6 +73,13 @@ def as_dim(value: SymInt) -> SymInt:
     raise ParseError(f"a dimension must be an int or symbolic expression, got {type(value).__name__}")
 
 
+def floor_div(a: SymInt, b: SymInt) -> SymInt:
+    """a // b for dims: Python's for ints, else floor(a / b)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return as_dim(sympy.floor(sympy.sympify(a) / b))
+
+
 def is_static(value: object) -> bool:
     return isinstance(value, int) or (isinstance(value, sympy.Expr) and value.is_Integer)
 
@@ -410,19 +417,9 @@ class ShapeEnv:
         """expr with every Min/Max that the ranges decide replaced by the argument it picks. torch writes slice
         bounds such as `Max(0, 1 - s0)` even where s0 >= 2; as a dim, `1 - Max(0, 1 - s0)` is then 1 for every
         size, but only a range check can tell (a backend broadcasting it reads it as a size like any other)."""
-        if isinstance(expr, int) or not expr.has(sympy.Min, sympy.Max):
+        if isinstance(expr, int):
             return expr
-
-        def fold(call: sympy.Expr) -> sympy.Expr:
-            wins = sympy.Ge if isinstance(call, sympy.Max) else sympy.Le
-            kept: list[sympy.Expr] = []
-            for arg in call.args:
-                if any(self.statically_known(wins(other, arg)) for other in kept):
-                    continue
-                kept = [other for other in kept if not self.statically_known(wins(arg, other))] + [arg]
-            return kept[0] if len(kept) == 1 else call.func(*kept)
-
-        return as_dim(expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), fold))
+        return as_dim(_resolve_extrema(expr, self.ranges()))
 
     def statically_known(self, condition: sympy.Basic | bool) -> bool | None:
         """True/False when the condition holds/fails for every value in range; None if it depends."""

@@ -27,7 +27,7 @@ from kiln.ir import dtypes
 from kiln.ir.errors import ShapeError
 from kiln.ir.meta import dtype_of, numel, require, require_arg, require_dtype, shape_of, tensor
 from kiln.ir.registry import defop, ops, register_decomposition
-from kiln.ir.symbolic import as_dim, guard_bool, sym_eq
+from kiln.ir.symbolic import as_dim, floor_div, guard_bool, sym_eq
 
 _TAGS = ("backward",)
 aten = ops.aten
@@ -35,12 +35,6 @@ aten = ops.aten
 
 # ---------------------------------------------------------------------------------------------
 # Shared checks and helpers
-
-def _floordiv(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b
-    return as_dim(sympy.floor(sympy.sympify(a) / b))
-
 
 def _require_same_dtype(op: str, **named) -> None:
     items = [(name, dtype_of(t)) for name, t in named.items() if t is not None]
@@ -87,7 +81,7 @@ def _cropped(value, dim: int, size):
 
 def _pool_output_size(input_size, kernel: int, pad: int, stride: int, dilation: int, ceil_mode: bool):
     numerator = input_size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
-    size = _floordiv(numerator, stride) + 1
+    size = floor_div(numerator, stride) + 1
     # In ceil mode the last window must start inside the input or the left padding.
     if ceil_mode and guard_bool(sympy.sympify((size - 1) * stride >= input_size + pad)):
         size = size - 1
@@ -313,7 +307,7 @@ def _adaptive_windows_of(size, out):
     if isinstance(size, int) and isinstance(out, int):
         longest = max(-(-(o + 1) * size // out) - o * size // out for o in range(out)) if out else 1
     else:
-        longest = as_dim(_floordiv(size + out - 1, out) + 1)
+        longest = as_dim(floor_div(size + out - 1, out) + 1)
     return starts, aten.sub.Tensor(ends, starts), longest
 
 
@@ -480,7 +474,7 @@ def _conv_geometry(op, grad_output, input, weight, stride, padding, dilation, tr
         out_channels = weight_shape[0]
         require(not isinstance(out_channels, int) or out_channels % groups == 0, op,
                 f"{out_channels} output channels are not divisible by groups={groups}")
-        out_size = [_floordiv(size + 2 * p - d * (k - 1) - 1, s) + 1
+        out_size = [floor_div(size + 2 * p - d * (k - 1) - 1, s) + 1
                     for size, s, p, d, k in zip(input_shape[2:], stride, padding, dilation, kernel)]
     for size in out_size:
         require(not (isinstance(size, int) and size < 1), op,
@@ -567,7 +561,7 @@ def _convolution_weight_grad(x, dy, kernel, stride, padding, dilation, groups):
     so a depthwise layer costs no more than its forward pass. Returns [out channels, C / groups, *kernel]."""
     batch, channels, *spatial = shape_of(x)
     out_channels, out_spatial = shape_of(dy)[1], shape_of(dy)[2:]
-    rank, per_group, out_per_group = len(spatial), _floordiv(channels, groups), _floordiv(out_channels, groups)
+    rank, per_group, out_per_group = len(spatial), floor_div(channels, groups), floor_div(out_channels, groups)
     trailing = list(range(3, 3 + rank))
     x = aten.view.default(aten.permute.default(aten.view.default(x, [batch, groups, per_group, *spatial]),
                                                [2, 1, 0, *trailing]), [per_group, as_dim(groups * batch), *spatial])
@@ -597,7 +591,7 @@ def _convolution_input_grad(dy, weight, spatial, stride, padding, dilation, grou
         spread = aten.constant_pad_nd.default(spread, trailing)
         dy = aten.view.default(spread, [batch, channels, *[as_dim(o * s) for o, s in zip(out, stride)]])
     out_channels, per_group = shape_of(weight)[:2]
-    out_per_group = _floordiv(out_channels, groups)
+    out_per_group = floor_div(out_channels, groups)
     swapped = aten.permute.default(aten.view.default(weight, [groups, out_per_group, per_group, *kernel]),
                                    [0, 2, 1, *range(3, 3 + rank)])
     swapped = aten.view.default(swapped, [as_dim(groups * per_group), out_per_group, *kernel])
@@ -761,7 +755,7 @@ defop("native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Te
 def _native_group_norm_backward_decomposition(grad_out, input, mean, rstd, weight, N, C, HxW, group,  # noqa: N803
                                               output_mask):
     """Layer norm's backward over [N, group, C / group, HxW], with one weight per channel."""
-    per_group = _floordiv(C, group)
+    per_group = floor_div(C, group)
     grouped, stats = [N, group, per_group, HxW], [N, group, 1, 1]
     grad_input, grad_weight, grad_bias = _normalization_backward(
         aten.view.default(grad_out, grouped), aten.view.default(input, grouped), aten.view.default(mean, stats),
@@ -935,7 +929,7 @@ def _native_group_norm_backward_vjp(grad, out, grad_out, input, mean, rstd, weig
                                     output_mask):
     """The double backward of group norm, as layer norm's over [N, group, C / group, HxW] with a weight per channel.
     torch implements none (its double backward raises), so this one is checked against finite differences."""
-    per_group = _floordiv(C, group)
+    per_group = floor_div(C, group)
     grouped = [N, group, per_group, HxW]
     channels = [1, group, per_group, 1]
     stats = [N, group, 1, 1]

@@ -16,7 +16,7 @@ from kiln.ir.meta import (
     broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
     unbacked_size,
 )
-from kiln.ir.ops.shape import fill_value, holds, same_size
+from kiln.ir.ops.shape import _axis_index, fill_value, holds, same_size
 from kiln.ir.registry import defop, ops, register_decomposition
 
 aten = ops.aten
@@ -298,12 +298,8 @@ def _index_add(self, dim, index, source, alpha=1):
     result = self.copy().reshape(self.shape or (1,))
     scaled = source.reshape(source.shape or (1,)) * np.asarray(alpha).astype(self.dtype)
     for k, position in enumerate(positions):  # in index order, as ATen's CPU kernel adds them
-        result[_at(result.ndim, d, position)] += scaled[_at(result.ndim, d, k)]
+        result[_axis_index(result.ndim, d, position)] += scaled[_axis_index(result.ndim, d, k)]
     return result.reshape(self.shape)
-
-
-def _at(rank, dim, position):
-    return tuple(position if k == dim else slice(None) for k in range(rank))
 
 
 def _index_add_meta(self, dim, index, source, alpha=1):

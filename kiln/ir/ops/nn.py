@@ -29,7 +29,7 @@ from kiln.ir.meta import (
 )
 from kiln.ir.ops._common import checked
 from kiln.ir.registry import defop
-from kiln.ir.symbolic import SymInt, as_dim, guard_bool, sym_eq
+from kiln.ir.symbolic import SymInt, as_dim, floor_div, guard_bool, sym_eq
 
 _REDUCED = (np.float16, dtypes.bfloat16.numpy)
 
@@ -39,12 +39,6 @@ _REDUCED = (np.float16, dtypes.bfloat16.numpy)
 
 def _is_const(value, constant: int) -> bool:
     return isinstance(value, int) and value == constant
-
-
-def _floordiv(numerator: SymInt, denominator: int) -> SymInt:
-    if isinstance(numerator, int):
-        return numerator // denominator
-    return as_dim(sympy.floor(sympy.sympify(numerator) / denominator))
 
 
 def _at_least(value: SymInt, bound: SymInt) -> bool:
@@ -114,7 +108,7 @@ def _strided_windows(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int]
 
 def conv_output_size(size, kernel, stride, padding, dilation):
     """A convolution's (and pooling's, im2col's) output size along one dim; ints or symbolic dims."""
-    return _floordiv(size + 2 * padding - dilation * (kernel - 1) - 1, stride) + 1
+    return floor_div(size + 2 * padding - dilation * (kernel - 1) - 1, stride) + 1
 
 
 def _conv_transpose_output_size(size, kernel, stride, padding, dilation, output_padding):
@@ -258,9 +252,9 @@ def _pool_output_size(size, kernel, stride, padding, dilation, ceil_mode):
     padding, which is min(ceil-mode size, floor((size + padding - 1) / stride) + 1)."""
     span = size + 2 * padding - dilation * (kernel - 1) - 1
     if not ceil_mode:
-        return _floordiv(span, stride) + 1
-    ceiled = _floordiv(span + stride - 1, stride) + 1
-    last_start_inside = _floordiv(size + padding - 1, stride) + 1
+        return floor_div(span, stride) + 1
+    ceiled = floor_div(span + stride - 1, stride) + 1
+    last_start_inside = floor_div(size + padding - 1, stride) + 1
     if isinstance(ceiled, int) and isinstance(last_start_inside, int):
         return min(ceiled, last_start_inside)
     return as_dim(sympy.Min(ceiled, last_start_inside))
@@ -1259,7 +1253,7 @@ def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
             f"given output_size={list(output_size)}, kernel_size={kernel}, dilation={dilation}, padding={padding}, "
             f"stride={stride}, expected {as_dim(blocks[0] * blocks[1])} blocks in input's last dimension, "
             f"got {shape[-1]}")
-    channels = _floordiv(columns, taps)
+    channels = floor_div(columns, taps)
     return tensor([*shape[:-2], channels, *output_size], dtype_of(self))
 
 
@@ -1304,7 +1298,7 @@ def _col2im_decomposition(self, output_size, kernel_size, dilation, padding, str
     accumulate = dtypes.dtype(_accumulation(np.dtype(dtype.numpy))) if dtype is not dtypes.bool_ else dtype
     cols = self if len(shape_of(self)) == 3 else aten.unsqueeze.default(self, 0)
     batch, columns = shape_of(cols)[:2]
-    channels = _floordiv(columns, kernel[0] * kernel[1])
+    channels = floor_div(columns, kernel[0] * kernel[1])
     blocks = [conv_output_size(o, k, s, p, d) for o, k, s, p, d in zip(output_size, kernel, stride, padding,
                                                                         dilation)]
     if accumulate is not dtype:
@@ -1350,7 +1344,7 @@ def _fft_r2c_meta(self, dim, normalization, onesided):
     shape = list(shape_of(self))
     dims = _fft_dims(op, dim, len(shape))
     if onesided:
-        shape[dims[-1]] = _floordiv(shape[dims[-1]], 2) + 1
+        shape[dims[-1]] = floor_div(shape[dims[-1]], 2) + 1
     return tensor(shape, dtypes.real_to_complex(dtype_of(self)))
 
 
@@ -2054,7 +2048,7 @@ def _linear_decomposed(x, w, b):
 
 def _chunks(value, count):
     aten = ops.aten
-    size = _floordiv(shape_of(value)[1], count)
+    size = floor_div(shape_of(value)[1], count)
     return [aten.slice.Tensor(value, 1, as_dim(i * size), as_dim((i + 1) * size)) for i in range(count)]
 
 
@@ -2195,13 +2189,13 @@ def _pixel_shuffle_meta(op: str, factor_name: str, inverse: bool):
         if inverse:
             require(guard_bool(sympy.Eq(sympy.Mod(h, factor), 0)) and guard_bool(sympy.Eq(sympy.Mod(w, factor), 0)),
                     op, f"height {h} and width {w} must be divisible by {factor_name}={factor}")
-            out = [as_dim(c * factor * factor), _floordiv(h, factor), _floordiv(w, factor)]
+            out = [as_dim(c * factor * factor), floor_div(h, factor), floor_div(w, factor)]
             if _empty_unshuffle(shape):
                 out = [c, h, w]
         else:
             require(guard_bool(sympy.Eq(sympy.Mod(c, factor * factor), 0)), op,
                     f"channels {c} must be divisible by {factor_name}^2={factor * factor}")
-            out = [_floordiv(c, factor * factor), as_dim(h * factor), as_dim(w * factor)]
+            out = [floor_div(c, factor * factor), as_dim(h * factor), as_dim(w * factor)]
         return tensor([*shape[:-3], *out], dtype_of(self))
     return meta
 
@@ -2217,13 +2211,13 @@ def _pixel_shuffle_layout(shape, factor, inverse):
     lead, (c, h, w), r = list(shape[:-3]), shape[-3:], factor
     k = len(lead)
     if inverse:  # [.., C, H*r, W*r] -> [.., C, H, r, W, r] -> [.., C, r, r, H, W]
-        split = [*lead, c, _floordiv(h, r), r, _floordiv(w, r), r]
+        split = [*lead, c, floor_div(h, r), r, floor_div(w, r), r]
         order = [*range(k), k, k + 2, k + 4, k + 1, k + 3]
-        final = [*lead, as_dim(c * r * r), _floordiv(h, r), _floordiv(w, r)]
+        final = [*lead, as_dim(c * r * r), floor_div(h, r), floor_div(w, r)]
     else:  # [.., C*r*r, H, W] -> [.., C, r, r, H, W] -> [.., C, H, r, W, r]
-        split = [*lead, _floordiv(c, r * r), r, r, h, w]
+        split = [*lead, floor_div(c, r * r), r, r, h, w]
         order = [*range(k), k, k + 3, k + 1, k + 4, k + 2]
-        final = [*lead, _floordiv(c, r * r), as_dim(h * r), as_dim(w * r)]
+        final = [*lead, floor_div(c, r * r), as_dim(h * r), as_dim(w * r)]
     return split, order, final
 
 
@@ -2501,7 +2495,7 @@ def _glu_split(self, dim):
     size = shape[d]
     even = size % 2 == 0 if isinstance(size, int) else guard_bool(sympy.Eq(sympy.Mod(size, 2), 0))
     require(even, op, f"Halving dimension must be even, but dimension {d} is size {size}")
-    return d, _floordiv(size, 2)
+    return d, floor_div(size, 2)
 
 
 def _glu_meta(self, dim=-1):
@@ -2797,7 +2791,7 @@ def _native_group_norm_vjp(grad, out, input, weight, bias, N, C, HxW, group, eps
         grad_input, grad_weight, grad_bias = aten.native_group_norm_backward.default(
             grad_out, input, out[1], out[2], weight, N, C, HxW, group, [True, weight is not None, bias is not None])
     if grad_mean is not None or grad_rstd is not None:
-        count = as_dim(_floordiv(C, group) * HxW)
+        count = as_dim(floor_div(C, group) * HxW)
         grouped = aten.view.default(input, [N, group, count])
         through_stats = None
         if grad_rstd is not None:
@@ -3203,7 +3197,7 @@ def _fft_r2c_vjp(grad, out, self, dim, normalization, onesided):
     length = shape_of(self)[last]
     real = dtypes.complex_to_real(dtype_of(grad))
     if onesided:
-        weights = _bin_weights(shape_of(grad)[last], _floordiv(length - 1, 2), 0.5, real)
+        weights = _bin_weights(shape_of(grad)[last], floor_div(length - 1, 2), 0.5, real)
         hermitian = aten.mul.Tensor(grad, _along(weights, last, rank))
     else:
         mirrored = grad
@@ -3211,7 +3205,7 @@ def _fft_r2c_vjp(grad, out, self, dim, normalization, onesided):
             size = shape_of(grad)[d]
             mirrored = aten.cat.default([aten.unsqueeze.default(aten.select.int(mirrored, d, 0), d),
                                          aten.flip.default(aten.slice.Tensor(mirrored, d, 1, size), [d])], d)
-        half = as_dim(_floordiv(length, 2) + 1)
+        half = as_dim(floor_div(length, 2) + 1)
 
         def transform(spectrum):
             return aten._fft_c2r.default(aten.slice.Tensor(spectrum, last, 0, half), dims, normalization, length)

@@ -23,7 +23,7 @@ from kiln.ir.meta import (
 )
 from kiln.ir.ops._common import checked
 from kiln.ir.registry import REGISTRY, defop, ops, register_decomposition
-from kiln.ir.symbolic import as_dim, current_shape_env, guard_bool, provably
+from kiln.ir.symbolic import as_dim, current_shape_env, floor_div, guard_bool, provably
 from kiln.ir.types import SymIntType
 
 aten = ops.aten
@@ -551,8 +551,7 @@ def _unfold_windows(op, shape, dimension, size, step):
     require(holds(sympy.Le(size, length)) if not isinstance(length, int) else size <= length, op,
             f"maximum size for tensor at dimension {d} is {length} but size is {size}")
     require(step > 0, op, f"step is {step} but must be > 0")
-    return d, as_dim(sympy.floor((sympy.sympify(length) - size) / step) + 1) if not isinstance(length, int) \
-        else (length - size) // step + 1
+    return d, as_dim(floor_div(length - size, step) + 1)
 
 
 def _unfold_meta(self, dimension, size, step):
@@ -1254,10 +1253,8 @@ def _tensor_split_sizes(op, shape, sections, dim):
                                 f"{len(shape)} dims")
     require(sections > 0, op, f"number of sections must be larger than 0, got {sections}")
     size = shape[canonical_dim(op, dim, len(shape))]
-    if isinstance(size, int):
-        return [size // sections + (1 if k < size % sections else 0) for k in range(sections)]
     # piece k holds floor((size + sections - 1 - k) / sections) elements: one more for the first size % sections
-    return [as_dim(sympy.floor((sympy.sympify(size) + sections - 1 - k) / sections)) for k in range(sections)]
+    return [floor_div(size + sections - 1 - k, sections) for k in range(sections)]
 
 
 defop("tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]",
