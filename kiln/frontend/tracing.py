@@ -23,7 +23,7 @@ from kiln.ir.program import GraphBuilder, InputKind
 from kiln.ir.registry import OpOverload, emitting
 from kiln.ir.symbolic import ShapeEnv
 from kiln.ir.types import TensorType
-from kiln.ir.views import ViewStep, view_steps
+from kiln.ir.views import ViewStep, erase_unused_reads, view_steps
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kiln's own layers; anything else (user code, and kiln/models, which is model code) is "the user's line".
@@ -166,9 +166,12 @@ class Tracer:
         return entry[1:] if entry is not None and entry[0]() is tensor else None
 
     def _live_views(self, base: Any) -> list[Any]:
-        refs = self.views_of.get(id(base), [])
-        views = [view for ref in refs if (view := ref()) is not None and self._link_of(view) is not None
-                 and self._link_of(view)[0] is base]
+        views = []
+        for ref in self.views_of.get(id(base), []):  # (a dead view, or one whose id another tensor took, is gone)
+            view = ref()
+            link = self._link_of(view) if view is not None else None
+            if link is not None and link[0] is base:
+                views.append(view)
         self.views_of[id(base)] = [weakref.ref(view) for view in views]
         return views
 
@@ -196,13 +199,8 @@ class Tracer:
             self._reread_views(view, skip=None)
 
     def erase_unused_views(self, returned: list[Any]) -> None:
-        """Drop the views read again that no op and no output (`returned`) uses, latest first."""
-        kept = {id(v) for v in returned}
-        for value in reversed(self.reread):
-            op = value.owner
-            if op.parent is not None and id(value) not in kept and all(not r.uses for r in op.results):
-                op.detach()
-                op.erase()
+        """Drop the views read again that no op and no output (`returned`) uses."""
+        erase_unused_reads(self.reread, returned)
 
     def wrap(self, value: Any) -> Any:
         from kiln.frontend.symint import SymInt

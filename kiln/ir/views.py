@@ -102,6 +102,17 @@ def view_steps(op: str, args: list, kwargs: dict, result: Any) -> list[tuple[Any
     return steps
 
 
+def erase_unused_reads(values: list[Any], kept: list[Any] = ()) -> None:
+    """Erase the view ops that read `values` again after a write when nothing uses them (nor `kept`, the values a
+    program is about to return), latest first, so a view's own views go before it."""
+    keep = {id(v) for v in kept}
+    for value in reversed(values):
+        op = value.owner
+        if op.parent is not None and id(value) not in keep and all(not r.uses for r in op.results):
+            op.detach()
+            op.erase()
+
+
 def _numel(shape: list) -> Any:
     count: Any = 1
     for d in shape:
@@ -112,8 +123,7 @@ def _numel(shape: list) -> Any:
 def _bound(op: str, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The op's arguments after self by name, defaults filled in."""
     schema = REGISTRY[op].schema
-    names = [a.name for a in schema.arguments][1:]
     bound = {a.name: a.default for a in schema.arguments[1:] if a.has_default}
-    bound.update(zip(names, args))
+    bound.update(zip([a.name for a in schema.arguments[1:]], args))
     bound.update(kwargs)
     return bound

@@ -14,7 +14,7 @@ from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec, value_names
-from kiln.ir.registry import ops
+from kiln.ir.registry import ops, split_bound
 from kiln.ir.symbolic import active_shape_env
 from kiln.ir.types import TensorType
 from kiln.passes.base import Pass, register_pass
@@ -161,24 +161,18 @@ class LowerComplex(Pass):
 
     @staticmethod
     def _lower(op: Any, mapping: dict[Any, Any], builder: GraphBuilder) -> None:
-        touches = any(_is_complex(v) for v in (*op.operands, *op.results))
-        if touches and (op.regions or not hasattr(op, "opdef")):
-            raise UnsupportedError(f"{op.name} on complex values is not supported by lower-complex")
-        if not touches:
-            bound = bound_arguments(op, mapping.__getitem__) if hasattr(op, "opdef") else None
-            if bound is None:
-                raise UnsupportedError(f"lower-complex cannot replay {op.name}")
+        if not hasattr(op, "opdef"):  # a loop or cond: its body is not replayed here
+            raise UnsupportedError(f"lower-complex cannot rewrite a program with complex values and {op.name}")
+        bound = bound_arguments(op, mapping.__getitem__)
+        if not any(_is_complex(v) for v in (*op.operands, *op.results)):
             result = builder.emit(op.opdef, bound)
         else:
             rule = RULES.get(op.name)
             if rule is None:
                 raise UnsupportedError(f"{op.name} on complex values has no real-typed form for this backend",
                                        fix="compute it on view_as_real(z) instead")
-            bound = bound_arguments(op, mapping.__getitem__)
-            schema = op.opdef.schema.arguments
-            positional = [v for a, v in zip(schema, bound) if not a.kwarg_only]
-            keywords = {a.name: v for a, v in zip(schema, bound) if a.kwarg_only}
-            result = rule(op, *positional, **keywords)
+            args, kwargs = split_bound(op.opdef, bound)
+            result = rule(op, *args, **kwargs)
         flat = result if isinstance(result, (list, tuple)) else [result]
         for old, new in zip(op.results, flat):
             mapping[old] = new

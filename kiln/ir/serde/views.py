@@ -9,7 +9,7 @@ from typing import Any
 
 from xdsl.ir import SSAValue
 
-from kiln.ir.views import ViewStep, view_steps
+from kiln.ir.views import ViewStep, erase_unused_reads, view_steps
 
 
 class ViewTracker:
@@ -56,12 +56,7 @@ class ViewTracker:
             self._refresh(view, fresh, env)
 
     def erase_unused(self) -> None:
-        """Drop the regenerated views nothing read (latest first, so a view's own views go before it)."""
-        for value in reversed(self.regenerated):
-            op = value.owner
-            if op.parent is not None and all(not r.uses for r in op.results):
-                op.detach()
-                op.erase()
+        erase_unused_reads(self.regenerated)
 
 
 def _rebind(env: dict[str, Any], old: SSAValue, new: SSAValue) -> None:
