@@ -8,13 +8,13 @@ import pytest
 
 from kiln.ir import dtypes
 from kiln.codegen.target import INTEGER_REDUCTIONS
-from kiln.ir.errors import KilnError
 from kiln.ir.program import GraphBuilder
 from kiln.ir.registry import REGISTRY, call_op
 from kiln.ir.types import TensorType
 from tests.fuzz.differential import check_program
 
 DTYPES = ["int64", "int32", "int8", "uint8", "bool"]
+REFUSED = {("aten.argmax.default", "bool"), ("aten.argmin.default", "bool")}  # as ATen refuses them
 BIG = 1 << 62  # int64s a double cannot tell apart: 2^62 + 1 and 2^62 + 2 round to the same double
 
 
@@ -48,12 +48,10 @@ def test_integer_reductions_in_c(dim):
         inputs.append(builder.add_input(f"x_{dtype}", TensorType.of(array.shape, dtypes.dtype(array.dtype))))
     with builder:
         for name in sorted(INTEGER_REDUCTIONS):
-            for x in inputs:
-                try:
-                    result = call_op(REGISTRY[name], (x, *_arguments(name, dim)), {})
-                except KilnError:  # ATen refuses it too (argmax of bools)
+            for dtype, x in zip(DTYPES, inputs):
+                if (name, dtype) in REFUSED:
                     continue
+                result = call_op(REGISTRY[name], (x, *_arguments(name, dim)), {})
                 outputs += list(result) if isinstance(result, (list, tuple)) else [result]
     program = builder.build(outputs)
-    assert len(outputs) >= 40
     check_program(program, values, backends=("c",))
