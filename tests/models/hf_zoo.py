@@ -595,8 +595,6 @@ ARCHITECTURES = {a.name: a for a in [
 KNOWN_GAPS: dict[str, str] = {  # name -> cause
     "fnet": "FNet mixes tokens with torch.fft.fftn(...).real (aten.fft_fftn, aten.real): a complex-to-complex FFT, "
             "which kiln has no op for (it has the real-input ones, _fft_r2c and _fft_c2r)",
-    "sam-vision": "SAM interpolates its relative position tables with F.interpolate(mode='linear') "
-                  "(aten.upsample_linear1d.vec), which kiln has no op for",
 }
 
 

@@ -507,14 +507,7 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
         raise UnsupportedError("interpolate(antialias=True) is not supported", fix="pass antialias=False")
     rank = input.dim()
     if mode == "nearest" and rank == 3:
-        op = _registered("upsample_nearest1d", "vec")
-        if op is not None:
-            return dispatch(op, input, output_size, scale_factors)
-        # As 2-D nearest over a plane of height 1 (row 0 maps to row 0 for any height scale of 1).
-        plane = dispatch(aten.upsample_nearest2d.vec, input.unsqueeze(2),
-                         None if output_size is None else [1, *output_size],
-                         None if scale_factors is None else [1.0, *scale_factors])
-        return plane.squeeze(2)
+        return dispatch(aten.upsample_nearest1d.vec, input, output_size, scale_factors)
     if mode == "nearest" and rank == 4:
         return dispatch(aten.upsample_nearest2d.vec, input, output_size, scale_factors)
     if mode == "area" and rank == 3:
@@ -522,14 +515,7 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
     if mode == "area" and rank == 4:
         return adaptive_avg_pool2d(input, output_size)
     if mode == "linear" and rank == 3:
-        op = _registered("upsample_linear1d", "vec")
-        if op is not None:
-            return dispatch(op, input, output_size, align_corners, scale_factors)
-        # As bilinear over a plane of height 1: the height weights are then exactly (1, 0) on row 0.
-        plane = dispatch(aten.upsample_bilinear2d.vec, input.unsqueeze(2),
-                         None if output_size is None else [1, *output_size], align_corners,
-                         None if scale_factors is None else [1.0, *scale_factors])
-        return plane.squeeze(2)
+        return dispatch(aten.upsample_linear1d.vec, input, output_size, align_corners, scale_factors)
     if mode == "bilinear" and rank == 4:
         return dispatch(aten.upsample_bilinear2d.vec, input, output_size, align_corners, scale_factors)
     raise UnsupportedError(f"interpolate mode {mode!r} on a {rank}-D input is not supported",

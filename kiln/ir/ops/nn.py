@@ -919,17 +919,21 @@ def _scaled_size(size: SymInt, scale: float) -> SymInt:
     return as_dim(sympy.floor(sympy.sympify(size) * sympy.Rational(repr(float(scale)))))
 
 
-def _upsample_sizes(op: str, input, output_size, scale_factors) -> list:
+def _upsample_sizes(op: str, input, output_size, scale_factors, spatial: int = 2) -> list:
+    """The output's `spatial` trailing sizes, from output_size or the scale factors (exactly one is given)."""
     shape = shape_of(input)
-    require(len(shape) == 4, op, f"expected a 4-D input (N, C, H, W), got shape {list(shape)}")
+    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
+    require(len(shape) == 2 + spatial, op, f"expected a {2 + spatial}-D input {layout}, got shape {list(shape)}")
     require_arg((output_size is None) != (scale_factors is None), op,
                 "exactly one of output_size and scale_factors must be given",
                 fix="pass output_size=None when giving scale_factors, or the reverse")
     if output_size is not None:
-        require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
+        require_arg(len(output_size) == spatial, op,
+                    f"output_size must have {spatial} element(s), got {list(output_size)}")
         sizes = list(output_size)
     else:
-        require_arg(len(scale_factors) == 2, op, f"scale_factors must have 2 elements, got {list(scale_factors)}")
+        require_arg(len(scale_factors) == spatial, op,
+                    f"scale_factors must have {spatial} element(s), got {list(scale_factors)}")
         sizes = [_scaled_size(s, f) for s, f in zip(shape[2:], scale_factors)]
     for size in [*shape[1:], *sizes]:
         require(not isinstance(size, int) or size > 0, op,
@@ -937,9 +941,18 @@ def _upsample_sizes(op: str, input, output_size, scale_factors) -> list:
     return sizes
 
 
+def _require_nearest_dtype(op: str, input) -> None:
+    """ATen's nearest kernels take floating inputs and uint8 (images), no other integers or bool."""
+    dtype = dtype_of(input)
+    require_dtype(_is_floating(dtype) or dtype is dtypes.uint8, op,
+                  f"expected a floating-point or uint8 input, got {dtype}",
+                  fix="cast the input to float (or uint8) before upsampling")
+
+
 def _nearest_meta(input, output_size, scale_factors):
     op = "aten.upsample_nearest2d.vec"
     sizes = _upsample_sizes(op, input, output_size, scale_factors)
+    _require_nearest_dtype(op, input)
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
@@ -2305,6 +2318,119 @@ def _bilinear_default_decomposition(self, output_size, align_corners, scales_h=N
     scales = (None, None) if align_corners else (scales_h, scales_w)  # align_corners ignores the scales
     sizes, factors = _vec_scale_factors("aten.upsample_bilinear2d.default", self, output_size, scales)
     return ops.aten.upsample_bilinear2d.vec(self, sizes, align_corners, factors)
+
+
+# --- upsample_nearest1d / upsample_linear1d (F.interpolate on (N, C, L); SAM resizes its relative-position tables
+# with mode="linear"). Each decomposes into its 2-D op over a plane of height 1, the op the backends run: nearest
+# takes row 0 for any height, and bilinear's height taps are row 0 with weights (1, 0). The plane differs from
+# ATen's 1-D kernel on non-finite inputs only, where the zero-weight tap turns an inf into a NaN.
+
+def _nearest1d_meta(input, output_size, scale_factors):
+    op = "aten.upsample_nearest1d.vec"
+    sizes = _upsample_sizes(op, input, output_size, scale_factors, spatial=1)
+    _require_nearest_dtype(op, input)
+    return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
+
+
+def _nearest1d_resample(input, out: int, scale):
+    return input[:, :, nearest_source(input.shape[2], out, scale)]
+
+
+def _nearest1d_kernel(input, output_size, scale_factors):
+    out = int(_nearest1d_meta(input, output_size, scale_factors).shape[2])
+    return _nearest1d_resample(input, out, None if scale_factors is None else scale_factors[0])
+
+
+defop("upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor",
+      _nearest1d_meta, _nearest1d_kernel, tags=("composite",))
+
+
+def _on_a_plane(output_size, scale_factors):
+    """The 2-D op's (output_size, scale_factors) for a 1-D call over a plane of height 1."""
+    return (None if output_size is None else [1, *output_size],
+            None if scale_factors is None else [1.0, *scale_factors])
+
+
+@register_decomposition("aten.upsample_nearest1d.vec")
+def _nearest1d_decomposition(input, output_size, scale_factors):
+    _nearest1d_meta(input, output_size, scale_factors)
+    plane = ops.aten.upsample_nearest2d.vec(ops.aten.unsqueeze.default(input, 2),
+                                            *_on_a_plane(output_size, scale_factors))
+    return ops.aten.squeeze.dims(plane, [2])
+
+
+def _linear1d_meta(input, output_size, align_corners, scale_factors):
+    op = "aten.upsample_linear1d.vec"
+    sizes = _upsample_sizes(op, input, output_size, scale_factors, spatial=1)
+    require_dtype(_is_floating(dtype_of(input)), op, f"expected a floating-point input, got {dtype_of(input)}")
+    return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
+
+
+def _linear1d_resample(input, out: int, align_corners: bool, scale):
+    dtype = _opmath(input.dtype)
+    low, high, w_low, w_high = linear_taps(input.shape[2], out, align_corners, scale, dtype)
+    x = input.astype(dtype)
+    return x[..., low] * w_low + x[..., high] * w_high
+
+
+def _linear1d_kernel(input, output_size, align_corners, scale_factors):
+    out = int(_linear1d_meta(input, output_size, align_corners, scale_factors).shape[2])
+    return _linear1d_resample(input, out, align_corners, None if scale_factors is None else scale_factors[0])
+
+
+defop("upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) "
+      "-> Tensor", _linear1d_meta, _linear1d_kernel, tags=("composite",))
+
+
+@register_decomposition("aten.upsample_linear1d.vec")
+def _linear1d_decomposition(input, output_size, align_corners, scale_factors):
+    _linear1d_meta(input, output_size, align_corners, scale_factors)
+    sizes, factors = _on_a_plane(output_size, scale_factors)
+    plane = ops.aten.upsample_bilinear2d.vec(ops.aten.unsqueeze.default(input, 2), sizes, align_corners, factors)
+    return ops.aten.squeeze.dims(plane, [2])
+
+
+def _nearest1d_default_meta(self, output_size, scales=None):
+    op = "aten.upsample_nearest1d.default"
+    require_arg(len(output_size) == 1, op, f"output_size must have 1 element, got {list(output_size)}")
+    return _nearest1d_meta(self, list(output_size), None)
+
+
+def _nearest1d_default_kernel(self, output_size, scales=None):
+    return _nearest1d_resample(self, int(output_size[0]), scales)
+
+
+defop("upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor",
+      _nearest1d_default_meta, checked(_nearest1d_default_meta, _nearest1d_default_kernel), tags=("composite",))
+
+
+@register_decomposition("aten.upsample_nearest1d.default")
+def _nearest1d_default_decomposition(self, output_size, scales=None):
+    _nearest1d_default_meta(self, output_size, scales)
+    sizes, factors = _vec_scale_factors("aten.upsample_nearest1d.default", self, output_size, (scales,))
+    return ops.aten.upsample_nearest1d.vec(self, sizes, factors)
+
+
+def _linear1d_default_meta(self, output_size, align_corners, scales=None):
+    op = "aten.upsample_linear1d.default"
+    require_arg(len(output_size) == 1, op, f"output_size must have 1 element, got {list(output_size)}")
+    return _linear1d_meta(self, list(output_size), align_corners, None)
+
+
+def _linear1d_default_kernel(self, output_size, align_corners, scales=None):
+    return _linear1d_resample(self, int(output_size[0]), align_corners, scales)
+
+
+defop("upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None) -> Tensor",
+      _linear1d_default_meta, checked(_linear1d_default_meta, _linear1d_default_kernel), tags=("composite",))
+
+
+@register_decomposition("aten.upsample_linear1d.default")
+def _linear1d_default_decomposition(self, output_size, align_corners, scales=None):
+    _linear1d_default_meta(self, output_size, align_corners, scales)
+    scale = None if align_corners else scales  # align_corners ignores the scale
+    sizes, factors = _vec_scale_factors("aten.upsample_linear1d.default", self, output_size, (scale,))
+    return ops.aten.upsample_linear1d.vec(self, sizes, align_corners, factors)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -590,6 +590,40 @@ def _upsample_bilinear_default(rng):
     yield Sample((rand(rng, 1, 2, 3, 4), [5, 9], True, 1.7, 2.5), note="align_corners ignores scales")
 
 
+@samples("aten.upsample_nearest1d.vec")
+def _upsample_nearest1d(rng):
+    yield Sample((rand(rng, 2, 3, 5), [10], None), note="exact 2x")
+    yield Sample((rand(rng, 1, 2, 7), [3], None), note="downsample")
+    yield Sample((rand(rng, 1, 2, 4), None, [2.5]), note="scale factor used for the source index")
+    yield Sample((rand(rng, 1, 2, 3, dtype="uint8"), [7], None), note="uint8")
+
+
+@samples("aten.upsample_linear1d.vec")
+def _upsample_linear1d(rng):
+    for align in (False, True):
+        yield Sample((rand(rng, 2, 3, 5), [9], align, None), note=f"align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 7), [3], align, None), note=f"downsample, align_corners={align}")
+        yield Sample((rand(rng, 1, 2, 4), None, align, [1.7]), note=f"scale factor, align_corners={align}")
+    yield Sample((rand(rng, 1, 4, 13), [27], False, None), note="SAM's relative-position table")
+    yield Sample((rand(rng, 1, 2, 4), [1], True, None), note="one output with align_corners")
+    yield Sample((rand(rng, 1, 1, 5, dtype="float64"), [8], False, None), note="float64")
+    yield Sample((rand(rng, 1, 2, 3, dtype="bfloat16"), [7], False, None), note="bfloat16")
+    yield Sample((rand(rng, 1, 2, 3, dtype="float16"), [5], True, None), note="float16")
+
+
+@samples("aten.upsample_nearest1d.default")
+def _upsample_nearest1d_default(rng):
+    yield Sample((rand(rng, 2, 3, 5), [8]))
+    yield Sample((rand(rng, 1, 2, 4), [10], 2.5), note="a scale that reproduces the size")
+
+
+@samples("aten.upsample_linear1d.default")
+def _upsample_linear1d_default(rng):
+    yield Sample((rand(rng, 2, 3, 5), [9], False))
+    yield Sample((rand(rng, 1, 2, 4), [6], False, 1.7), note="a scale that reproduces the size")
+    yield Sample((rand(rng, 1, 2, 4), [9], True, 1.7), note="align_corners ignores the scale")
+
+
 @samples("aten.im2col.default")
 def _im2col(rng):
     yield Sample((rand(rng, 2, 3, 5, 6), [2, 3], [1, 1], [0, 0], [1, 1]))
