@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir import DTypeError, KilnError, OpArgumentError, ShapeError, UnknownOpError, lookup
+from kiln.ir import KilnError, OpArgumentError, ShapeError, UnknownOpError, lookup
 from kiln.ir.registry import REGISTRY, OpOverload
 from tests.ir.samples import SAMPLES
 
@@ -78,13 +78,3 @@ def test_every_op_refuses_junk_arguments_with_kiln_errors(name):
             except (AssertionError, IndexError) as crash:  # pragma: no cover - the failure we look for
                 pytest.fail(f"{name}: junk for '{argument.name}' raised {type(crash).__name__}: {crash}")
 
-
-@pytest.mark.parametrize("op", ["upsample_nearest1d", "upsample_nearest2d"])
-def test_nearest_upsample_refuses_integers_as_aten_does(op):
-    """ATen's nearest kernels take floating inputs and uint8 only; kiln refused nothing and ran int64 images."""
-    torch = pytest.importorskip("torch")
-    shape, size = ((1, 2, 3), [5]) if op.endswith("1d") else ((1, 2, 3, 3), [5, 5])
-    with pytest.raises(NotImplementedError):
-        getattr(torch.ops.aten, op).vec(torch.ones(shape, dtype=torch.int64), size, None)
-    with pytest.raises(DTypeError, match="expected a floating-point or uint8 input, got int64"):
-        getattr(aten, op).vec(np.ones(shape, np.int64), size, None)

@@ -941,18 +941,9 @@ def _upsample_sizes(op: str, input, output_size, scale_factors, spatial: int = 2
     return sizes
 
 
-def _require_nearest_dtype(op: str, input) -> None:
-    """ATen's nearest kernels take floating inputs and uint8 (images), no other integers or bool."""
-    dtype = dtype_of(input)
-    require_dtype(_is_floating(dtype) or dtype is dtypes.uint8, op,
-                  f"expected a floating-point or uint8 input, got {dtype}",
-                  fix="cast the input to float (or uint8) before upsampling")
-
-
 def _nearest_meta(input, output_size, scale_factors):
     op = "aten.upsample_nearest2d.vec"
     sizes = _upsample_sizes(op, input, output_size, scale_factors)
-    _require_nearest_dtype(op, input)
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
@@ -2328,7 +2319,6 @@ def _bilinear_default_decomposition(self, output_size, align_corners, scales_h=N
 def _nearest1d_meta(input, output_size, scale_factors):
     op = "aten.upsample_nearest1d.vec"
     sizes = _upsample_sizes(op, input, output_size, scale_factors, spatial=1)
-    _require_nearest_dtype(op, input)
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
