@@ -54,6 +54,10 @@ class OpDef:
     def is_core(self) -> bool:
         return "core" in self.tags
 
+    @property
+    def is_complex_prim(self) -> bool:
+        return "complex_prim" in self.tags
+
     def __repr__(self) -> str:
         return f"OpDef({self.name})"
 
@@ -64,7 +68,9 @@ REGISTRY: dict[str, OpDef] = {}
 def defop(schema: str, meta: MetaRule, kernel: Kernel | None = None, *, tags: tuple[str, ...] = (),
           doc: str = "") -> OpDef:
     """Register an op from its schema string. Tags: core, composite, view, random, backward, quantize,
-    nondifferentiable (torch gives its floating outputs no gradient)."""
+    nondifferentiable (torch gives its floating outputs no gradient), complex_prim (builds, takes apart or
+    transforms complex values, which Core ATen cannot express: it has no complex scalars and no op between a
+    complex tensor and its parts; backends without complex types run these through `lower-complex`)."""
     parsed = parse_schema(schema)
     if parsed.qualified_name in REGISTRY:
         raise KilnError(f"op {parsed.qualified_name} is registered twice")

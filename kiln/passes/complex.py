@@ -6,6 +6,7 @@ Complex values that enter or leave the program, or ops on them outside the rules
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from xdsl.dialects import func
@@ -13,9 +14,11 @@ from xdsl.dialects import func
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import UnsupportedError
+from kiln.ir.ops.fft import fft_dims, resized
 from kiln.ir.program import ExportedProgram, GraphBuilder, OutputSpec, value_names
-from kiln.ir.registry import ops, split_bound
-from kiln.ir.symbolic import active_shape_env
+from kiln.ir.registry import OpOverload, ops, split_bound
+from kiln.ir.retrace import retrace
+from kiln.ir.symbolic import active_shape_env, as_dim, floor_div
 from kiln.ir.types import TensorType
 from kiln.passes.base import Pass, register_pass
 
@@ -89,6 +92,139 @@ def _cast(op: Any, x: Any, *_: Any, **__: Any) -> Any:
     return aten._to_copy.default(_part(x, 0), dtype=target)  # complex to real keeps the real parts, as ATen
 
 
+def _pad(op: Any, z: Any, pad: Any, value: Any = 0) -> Any:
+    """constant_pad_nd: the value pads the real parts, zeros the imaginary ones."""
+    if value == 0:
+        return aten.constant_pad_nd.default(z, [0, 0, *pad], 0)
+    return aten.stack.default([aten.constant_pad_nd.default(_part(z, 0), pad, _real_number(op, value)),
+                               aten.constant_pad_nd.default(_part(z, 1), pad, 0)], -1)
+
+
+# --- FFTs as DFT matrix products, one transformed dim at a time. O(n^2) per dim where pocketfft is O(n log n): a
+# fine trade for the short transforms models mix tokens with (FNet), and it keeps symbolic lengths symbolic.
+
+def _size_tensor(size: Any) -> Any:
+    """A [1] int64 tensor holding a size, symbolic or not (arange's bounds may be symbolic; a Scalar may not)."""
+    return aten.arange.start_step(size, as_dim(size + 1), 1, dtype=dtypes.int64)
+
+
+def _phases(rows: Any, columns: Any, length: Any) -> Any:
+    """[rows, columns] float64: 2 pi (r c mod length) / length, reduced in integers so no phase loses precision."""
+    r = aten.arange.start_step(0, rows, 1, dtype=dtypes.int64)
+    c = aten.arange.start_step(0, columns, 1, dtype=dtypes.int64)
+    product = aten.mul.Tensor(aten.unsqueeze.default(r, 1), aten.unsqueeze.default(c, 0))
+    n = _size_tensor(length)
+    turns = aten.div.Tensor(aten._to_copy.default(aten.remainder.Tensor(product, n), dtype=dtypes.float64),
+                            aten._to_copy.default(n, dtype=dtypes.float64))
+    return aten.mul.Scalar(turns, 2 * math.pi)
+
+
+def _to_last(x: Any, dim: int, rank: int, pair: bool) -> tuple[Any, list[int]]:
+    """x with leading dim `dim` moved behind the other leading dims (a pair's trailing dim stays last), and the
+    permutation that undoes it."""
+    order = [d for d in range(rank) if d != dim] + [dim] + ([rank] if pair else [])
+    inverse = [order.index(d) for d in range(len(order))]
+    return aten.permute.default(x, order), inverse
+
+
+def _parts_flat(z: Any) -> Any:
+    """[..., n, 2] -> [..., 2n]: the real parts, then the imaginary ones."""
+    return aten.flatten.using_ints(aten.transpose.int(z, -1, -2), -2, -1)
+
+
+def _pair_from_flat(flat: Any, length: Any) -> Any:
+    return aten.transpose.int(aten.unflatten.int(flat, -1, [2, length]), -1, -2)
+
+
+def _c2c_dim(z: Any, dim: int, rank: int, forward: bool, dtype: dtypes.DType) -> Any:
+    """sum_n z_n e^(-+2 pi i nk/N): [a b] @ [[C, sS], [-sS, C]] with s = -1 forward, +1 inverse."""
+    moved, inverse = _to_last(z, dim, rank, pair=True)
+    length = z.type.shape[dim]
+    phases = _phases(length, length, length)
+    cos, sin = aten.cos.default(phases), aten.sin.default(phases)
+    signed = aten.neg.default(sin) if forward else sin
+    matrix = aten.cat.default([aten.cat.default([cos, signed], 1), aten.cat.default([aten.neg.default(signed), cos],
+                                                                                    1)], 0)
+    flat = aten.matmul.default(_parts_flat(moved), aten._to_copy.default(matrix, dtype=dtype))
+    return aten.permute.default(_pair_from_flat(flat, length), inverse)
+
+
+def _r2c_dim(x: Any, dim: int, rank: int, onesided: bool) -> Any:
+    """A real signal's spectrum, bins 0..N/2 when one-sided: x @ [C, -S]."""
+    moved, inverse = _to_last(x, dim, rank, pair=False)
+    length = x.type.shape[dim]
+    bins = as_dim(floor_div(length, 2) + 1) if onesided else length
+    phases = _phases(length, bins, length)
+    matrix = aten.cat.default([aten.cos.default(phases), aten.neg.default(aten.sin.default(phases))], 1)
+    flat = aten.matmul.default(moved, aten._to_copy.default(matrix, dtype=x.type.dtype))
+    return aten.permute.default(_pair_from_flat(flat, bins), inverse + [rank])
+
+
+def _c2r_dim(z: Any, dim: int, rank: int, length: Any, dtype: dtypes.DType) -> Any:
+    """The real signal of length N whose one-sided spectrum is z (bins 0..N/2): sum_k w_k (a_k cos - b_k sin),
+    w_k = 1 for bin 0 and (N even) bin N/2, 2 for the bins that stand for their mirror images too."""
+    bins = as_dim(floor_div(length, 2) + 1)
+    z = resized(z, [dim], [bins])
+    moved, inverse = _to_last(z, dim, rank, pair=True)
+    phases = _phases(bins, length, length)
+    k = aten.arange.start_step(0, bins, 1, dtype=dtypes.int64)
+    twice = aten.mul.Scalar(k, 2)
+    edges = aten.add.Tensor(aten._to_copy.default(aten.eq.Scalar(k, 0), dtype=dtypes.float64),
+                            aten._to_copy.default(aten.eq.Tensor(twice, _size_tensor(length)), dtype=dtypes.float64))
+    weights = aten.unsqueeze.default(aten.rsub.Scalar(edges, 2), 1)
+    matrix = aten.cat.default([aten.mul.Tensor(aten.cos.default(phases), weights),
+                               aten.neg.default(aten.mul.Tensor(aten.sin.default(phases), weights))], 0)
+    flat = aten.matmul.default(_parts_flat(moved), aten._to_copy.default(matrix, dtype=dtype))
+    return aten.permute.default(flat, inverse[:rank])
+
+
+def _normalized(x: Any, lengths: list[Any], normalization: int) -> Any:
+    """x / prod(lengths) (normalization 2) or / sqrt(prod(lengths)) (1), as ATen scales after the transform."""
+    if normalization == 0:
+        return x
+    count = aten._to_copy.default(_size_tensor(lengths[0]), dtype=dtypes.float64)
+    for length in lengths[1:]:
+        count = aten.mul.Tensor(count, aten._to_copy.default(_size_tensor(length), dtype=dtypes.float64))
+    scale = aten.reciprocal.default(aten.sqrt.default(count) if normalization == 1 else count)
+    real = x.type.dtype
+    return aten.mul.Tensor(x, aten._to_copy.default(scale, dtype=real))
+
+
+def _fft_c2c(op: Any, z: Any, dim: Any, normalization: int, forward: bool) -> Any:
+    rank = _rank(op.operands[0])
+    dims = fft_dims(op.name, dim, rank)
+    real = dtypes.complex_to_real(op.results[0].type.dtype)
+    for d in dims:
+        z = _c2c_dim(z, d, rank, forward, real)
+    return _normalized(z, [op.operands[0].type.shape[d] for d in dims], normalization)
+
+
+def _fft_r2c(op: Any, x: Any, dim: Any, normalization: int, onesided: bool) -> Any:
+    rank = _rank(op.operands[0])
+    dims = fft_dims(op.name, dim, rank)
+    real = dtypes.complex_to_real(op.results[0].type.dtype)
+    z = _r2c_dim(x, dims[-1], rank, onesided)
+    for d in dims[:-1]:
+        z = _c2c_dim(z, d, rank, True, real)
+    return _normalized(z, [op.operands[0].type.shape[d] for d in dims], normalization)
+
+
+def _fft_c2r(op: Any, z: Any, dim: Any, normalization: int, last_dim_size: Any) -> Any:
+    rank = _rank(op.operands[0])
+    dims = fft_dims(op.name, dim, rank)
+    real = op.results[0].type.dtype
+    for d in dims[:-1]:
+        z = _c2c_dim(z, d, rank, False, real)
+    x = _c2r_dim(z, dims[-1], rank, last_dim_size, real)
+    return _normalized(x, [op.results[0].type.shape[d] for d in dims], normalization)
+
+
+def _abs(op: Any, z: Any) -> Any:
+    """|z| = sqrt(a^2 + b^2) (ATen's hypot avoids the overflow of squaring parts above ~1e19 in float32)."""
+    return aten.sqrt.default(aten.add.Tensor(aten.mul.Tensor(_part(z, 0), _part(z, 0)),
+                                             aten.mul.Tensor(_part(z, 1), _part(z, 1))))
+
+
 # op -> rule(op, *its arguments with complex values as pairs) -> the result as a pair (or real)
 RULES: dict[str, Callable[..., Any]] = {
     "aten.view_as_complex.default": lambda op, x: x,
@@ -120,12 +256,31 @@ RULES: dict[str, Callable[..., Any]] = {
     "aten.flatten.using_ints": lambda op, z, start=0, end=-1: aten.flatten.using_ints(z, _dim(op, start),
                                                                                        _dim(op, end)),
     "aten.unflatten.int": lambda op, z, dim, sizes: aten.unflatten.int(z, _dim(op, dim), sizes),
+    "aten.constant_pad_nd.default": _pad,
+    "aten.real.default": lambda op, z: _part(z, 0) if _is_complex(op.operands[0]) else z,
+    "aten.imag.default": lambda op, z: _part(z, 1),
+    "aten.abs.default": _abs,
+    "aten._fft_c2c.default": _fft_c2c,
+    "aten._fft_r2c.default": _fft_r2c,
+    "aten._fft_c2r.default": _fft_c2r,
 }
 
 
 def complex_boundary(program: ExportedProgram) -> bool:
     """Whether a complex value enters or leaves the program (which no real-typed form can stand for)."""
     return any(_is_complex(v) for v in (*program.body.args, *program.body.last_op.operands))
+
+
+def _decompose_composites(program: ExportedProgram) -> ExportedProgram:
+    """The program with every op on complex values that has no rule here but a decomposition (torch.fft's
+    functions: fft_fftn, fft_rfft, ...) decomposed, until the ops left have rules or nothing to decompose into."""
+    while True:
+        table = {OpOverload(op.opdef): op.opdef.decomposition for op in program.nodes()
+                 if hasattr(op, "opdef") and op.name not in RULES and op.opdef.decomposition is not None
+                 and any(_is_complex(v) for v in (*op.operands, *op.results))}
+        if not table:
+            return program
+        program = retrace(program, table)
 
 
 @register_pass
@@ -140,6 +295,7 @@ class LowerComplex(Pass):
         if complex_boundary(program):
             raise UnsupportedError("a complex program input or output has no real-typed form for this backend",
                                    fix="return view_as_real(z) instead, and take complex inputs as pairs")
+        program = _decompose_composites(program)
         builder = GraphBuilder(program.shape_env())
         mapping: dict[Any, Any] = {}
         for arg, spec in zip(program.body.args, program.graph_signature.input_specs):

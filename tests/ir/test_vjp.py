@@ -156,7 +156,7 @@ NO_TORCH_GRADIENT: dict[str, tuple[Callable[[Any], bool], str]] = {
                                               "torch's double backward fails on empty indices"),
 }
 # Ops whose gradients are checked on complex samples too (complex cotangents): the rules written for complex values.
-COMPLEX_GRADIENT_OPS = {"aten._fft_r2c.default", "aten._fft_c2r.default"}
+COMPLEX_GRADIENT_OPS = {"aten._fft_r2c.default", "aten._fft_c2r.default", "aten._fft_c2c.default"}
 
 
 def _torch_op(name: str):

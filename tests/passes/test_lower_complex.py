@@ -33,7 +33,20 @@ def _shapes_and_sums(x, angles):  # the shape ops, and sums with real tensors an
     return torch.view_as_real(-y.to(torch.complex64).contiguous())
 
 
-@pytest.mark.parametrize("fn", [_rope, _shapes_and_sums], ids=lambda fn: fn.__name__.strip("_"))
+def _fnet_mix(x, angles):  # FNet's token mixing: the real part of a 2-D FFT over (sequence, hidden)
+    return torch.fft.fftn(x, dim=(1, 2)).real
+
+
+def _spectra(x, angles):  # every transform kind, sizes cut and padded, each norm, abs, imag
+    spectrum = torch.fft.rfft(x, n=6, norm="ortho")  # [5, 3, 4], cut to 6
+    round_trip = torch.fft.irfft(spectrum, n=7, dim=-1)  # [5, 3, 7], odd length
+    mixed = torch.fft.ifft2(torch.fft.fft(x, n=11, dim=1), norm="forward")  # [5, 11, 8], padded
+    full = torch.fft.fftn(torch.view_as_complex(x.reshape(5, 3, 4, 2)), s=[4, 5], dim=[0, 2])
+    return (round_trip, mixed.imag, spectrum.abs(), torch.fft.irfftn(full, dim=[0, 2], norm="backward"),
+            torch.fft.fft(angles).real)
+
+
+@pytest.mark.parametrize("fn", [_rope, _shapes_and_sums, _fnet_mix, _spectra], ids=lambda fn: fn.__name__.strip("_"))
 def test_complex_values_run_as_pairs(fn, tmp_path):
     class Wrap(torch.nn.Module):
         def forward(self, x, angles):

@@ -24,12 +24,11 @@ LOWERING_TABLE: dict[str, Lowering] = {}
 
 # Ops that have no ONNX translation, with the reason shown to users.
 UNSUPPORTED: dict[str, str] = {
-    "aten._fft_r2c.default": "complex results: ONNX DFT returns real [..., 2] tensors and onnxruntime has no "
-                             "complex tensor kernels",
-    "aten._fft_c2r.default": "complex inputs: onnxruntime has no complex tensor kernels",
     # Between real inputs and outputs the lower-complex pass runs these as (real, imaginary) pairs (Llama 4's
-    # rotary embedding); a program that takes or returns a complex value keeps them, and they have no ONNX form.
-    **dict.fromkeys(("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default"),
+    # rotary embedding, FNet's FFTs as DFT matrix products); a program that takes or returns a complex value keeps
+    # them, and they have no ONNX form (ONNX's DFT takes and returns real [..., 2] tensors).
+    **dict.fromkeys(("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default",
+                     "aten._fft_r2c.default", "aten._fft_c2r.default", "aten._fft_c2c.default"),
                     "complex values: onnxruntime has no complex tensors, and kiln runs these as real pairs only "
                     "between real program inputs and outputs"),
     # ONNX has sparse initializers but no sparse runtime values: sparse weights are written densified (see

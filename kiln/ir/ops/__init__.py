@@ -14,5 +14,6 @@ from kiln.ir.ops import (  # noqa: F401  (imported for registration)
     symbolic,
     quant,
     complex,
+    fft,
     sparse,  # last: it attaches sparse rules to the ops above
 )

@@ -9,7 +9,7 @@ import numpy as np
 
 from kiln.ir import dtypes
 from kiln.ir.meta import broadcast_shapes, dtype_of, require, require_dtype, shape_of, tensor
-from kiln.ir.registry import defop
+from kiln.ir.registry import defop, ops, register_decomposition
 from kiln.ir.symbolic import sym_eq
 
 _PARTS = (dtypes.float32, dtypes.float64)  # kiln has no complex32, the complex type of float16 parts
@@ -36,7 +36,7 @@ def _polar(abs, angle):
     return result
 
 
-defop("polar(Tensor abs, Tensor angle) -> Tensor", _polar_meta, _polar)
+defop("polar(Tensor abs, Tensor angle) -> Tensor", _polar_meta, _polar, tags=("complex_prim",))
 
 
 def _view_as_complex_meta(self):
@@ -55,7 +55,8 @@ def _view_as_complex(self):
     return np.ascontiguousarray(self).view(complex_type).reshape(self.shape[:-1])
 
 
-defop("view_as_complex(Tensor(a) self) -> Tensor(a)", _view_as_complex_meta, _view_as_complex, tags=("view",))
+defop("view_as_complex(Tensor(a) self) -> Tensor(a)", _view_as_complex_meta, _view_as_complex,
+      tags=("view", "complex_prim"))
 
 
 def _view_as_real_meta(self):
@@ -69,4 +70,45 @@ def _view_as_real(self):
     return np.stack([self.real, self.imag], axis=-1)
 
 
-defop("view_as_real(Tensor(a) self) -> Tensor(a)", _view_as_real_meta, _view_as_real, tags=("view",))
+defop("view_as_real(Tensor(a) self) -> Tensor(a)", _view_as_real_meta, _view_as_real, tags=("view", "complex_prim"))
+
+
+def _real_meta(self):
+    return tensor(shape_of(self), dtypes.complex_to_real(dtype_of(self)) if dtype_of(self).is_complex
+                  else dtype_of(self))
+
+
+def _real(self):
+    return np.ascontiguousarray(self.real) if np.iscomplexobj(self) else self
+
+
+defop("real(Tensor(a) self) -> Tensor(a)", _real_meta, _real, tags=("view", "composite"),
+      doc="The real parts of a complex tensor; a real tensor itself.")
+
+
+def _imag_meta(self):
+    require_dtype(dtype_of(self).is_complex, "aten.imag.default",
+                  "imag is not implemented for tensors with non-complex dtypes.")
+    return tensor(shape_of(self), dtypes.complex_to_real(dtype_of(self)))
+
+
+def _imag(self):
+    _imag_meta(self)
+    return np.ascontiguousarray(self.imag)
+
+
+defop("imag(Tensor(a) self) -> Tensor(a)", _imag_meta, _imag, tags=("view", "composite"),
+      doc="The imaginary parts of a complex tensor.")
+
+
+@register_decomposition("aten.real.default")
+def _real_decomposition(self):
+    if not dtype_of(self).is_complex:
+        return ops.aten.alias.default(self)
+    return ops.aten.select.int(ops.aten.view_as_real.default(self), -1, 0)
+
+
+@register_decomposition("aten.imag.default")
+def _imag_decomposition(self):
+    _imag_meta(self)
+    return ops.aten.select.int(ops.aten.view_as_real.default(self), -1, 1)

@@ -1326,67 +1326,6 @@ def _col2im_decomposition(self, output_size, kernel_size, dilation, padding, str
     return out if len(shape_of(self)) == 3 else aten.squeeze.dims(out, [0])
 
 
-# ---------------------------------------------------------------------------------------------
-# FFT (real <-> complex)
-
-_FORWARD_NORM = {0: "backward", 1: "ortho", 2: "forward"}  # ATen's fft_norm_mode: none, 1/sqrt(n), 1/n
-_INVERSE_NORM = {0: "forward", 1: "ortho", 2: "backward"}
-
-
-def _fft_dims(op: str, dim, rank: int) -> list[int]:
-    require_arg(len(dim) >= 1, op, "dim must name at least one dimension")
-    dims = [canonical_dim(op, d, rank) for d in dim]
-    require_arg(len(set(dims)) == len(dims), op, f"dim {list(dim)} repeats a dimension")
-    return dims
-
-
-def _fft_r2c_meta(self, dim, normalization, onesided):
-    op = "aten._fft_r2c.default"
-    require_dtype(dtype_of(self) in (dtypes.float32, dtypes.float64), op,
-                  f"expected a float32 or float64 input, got {dtype_of(self)}")
-    require_arg(normalization in _FORWARD_NORM, op, f"normalization must be 0, 1 or 2, got {normalization}")
-    shape = list(shape_of(self))
-    dims = _fft_dims(op, dim, len(shape))
-    if onesided:
-        shape[dims[-1]] = floor_div(shape[dims[-1]], 2) + 1
-    return tensor(shape, dtypes.real_to_complex(dtype_of(self)))
-
-
-def _fft_r2c_kernel(self, dim, normalization, onesided):
-    dims = _fft_dims("", dim, self.ndim)
-    x = self.astype(np.float64)
-    norm = _FORWARD_NORM[normalization]
-    if onesided:  # the last listed dim keeps its non-negative frequencies, as in torch
-        return np.fft.rfftn(x, axes=dims, norm=norm)
-    return np.fft.fftn(x, axes=dims, norm=norm)
-
-
-defop("_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor",
-      _fft_r2c_meta, _fft_r2c_kernel, doc="normalization: 0 none, 1 by 1/sqrt(n), 2 by 1/n.")
-
-
-def _fft_c2r_meta(self, dim, normalization, last_dim_size):
-    op = "aten._fft_c2r.default"
-    require_dtype(dtype_of(self).is_complex, op, f"expected a complex input, got {dtype_of(self)}")
-    require_arg(normalization in _INVERSE_NORM, op, f"normalization must be 0, 1 or 2, got {normalization}")
-    require_arg(_at_least(last_dim_size, 1), op, f"invalid last_dim_size {last_dim_size}")
-    shape = list(shape_of(self))
-    dims = _fft_dims(op, dim, len(shape))
-    shape[dims[-1]] = last_dim_size
-    return tensor(shape, dtypes.complex_to_real(dtype_of(self)))
-
-
-def _fft_c2r_kernel(self, dim, normalization, last_dim_size):
-    dims = _fft_dims("", dim, self.ndim)
-    sizes = [self.shape[d] for d in dims[:-1]] + [int(last_dim_size)]
-    return np.fft.irfftn(self.astype(np.complex128), s=sizes, axes=dims, norm=_INVERSE_NORM[normalization])
-
-
-defop("_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor",
-      _fft_c2r_meta, _fft_c2r_kernel,
-      doc="The inverse of a one-sided r2c over dim; normalization: 0 none, 1 by 1/sqrt(n), 2 by 1/n.")
-
-
 # =============================================================================================
 # Composites. Each has a reference kernel built from the core kernels above (or numpy directly) and a
 # decomposition written with kiln.ops.aten handles only.
@@ -3281,65 +3220,6 @@ def _grid_source_pad(position, size, align_corners: bool, padding_mode: int):
     if padding_mode == _REFLECTION:
         position = _reflected(position, size, align_corners)[0]
     return aten.clamp.default(position, 0, as_dim(size - 1))
-
-
-# --- FFT (torch's fft_r2c_backward / fft_c2r_backward)
-
-def _along(vector, dim: int, rank: int):
-    """A 1-D tensor laid out along `dim` of a rank-`rank` tensor."""
-    return aten.view.default(vector, [*[1] * dim, shape_of(vector)[0], *[1] * (rank - 1 - dim)])
-
-
-def _bin_weights(bins, doubled_up_to, inside: float, dtype: dtypes.DType):
-    """[bins] of 1, except `inside` at positions 1..doubled_up_to."""
-    position = aten.arange.start_step(0, bins, 1, dtype=dtypes.int64)
-    chosen = aten.logical_and.default(aten.ge.Scalar(position, 1), aten.le.Scalar(position, doubled_up_to))
-    return aten.where.self(chosen, aten.full.default([], inside, dtype=dtype), aten.full.default([], 1, dtype=dtype))
-
-
-def _real_part(value):
-    return aten._to_copy.default(value, dtype=dtypes.complex_to_real(dtype_of(value)))
-
-
-@register_vjp("aten._fft_r2c.default")
-def _fft_r2c_vjp(grad, out, self, dim, normalization, onesided):
-    """The real part of the inverse c2c transform of the gradient (zero-padded to the full length when one-sided),
-    written with c2r: c2r(h) is the inverse transform of h's Hermitian extension, so h must be the Hermitian part of
-    the padded gradient, (G[k] + conj(G[-k])) / 2. One-sided, that is the gradient with its bins 1..(n-1)/2 halved;
-    two-sided, with conj(z) = 2 re(z) - z and c2r real-linear, it is c2r(G / 2) - c2r(G[-k] / 2) + c2r(re(G[-k]))."""
-    rank = len(shape_of(self))
-    dims = [canonical_dim("aten._fft_r2c.default", d, rank) for d in dim]
-    last = dims[-1]
-    length = shape_of(self)[last]
-    real = dtypes.complex_to_real(dtype_of(grad))
-    if onesided:
-        weights = _bin_weights(shape_of(grad)[last], floor_div(length - 1, 2), 0.5, real)
-        hermitian = aten.mul.Tensor(grad, _along(weights, last, rank))
-    else:
-        mirrored = grad
-        for d in dims:  # G[-k]: bin 0 stays, the others reverse
-            size = shape_of(grad)[d]
-            mirrored = aten.cat.default([aten.unsqueeze.default(aten.select.int(mirrored, d, 0), d),
-                                         aten.flip.default(aten.slice.Tensor(mirrored, d, 1, size), [d])], d)
-        half = as_dim(floor_div(length, 2) + 1)
-
-        def transform(spectrum):
-            return aten._fft_c2r.default(aten.slice.Tensor(spectrum, last, 0, half), dims, normalization, length)
-        result = aten.sub.Tensor(transform(aten.mul.Scalar(grad, 0.5)), transform(aten.mul.Scalar(mirrored, 0.5)))
-        return aten.add.Tensor(result, transform(cast(_real_part(mirrored), dtype_of(grad))))
-    return aten._fft_c2r.default(hermitian, dims, normalization, length)
-
-
-@register_vjp("aten._fft_c2r.default")
-def _fft_c2r_vjp(grad, out, self, dim, normalization, last_dim_size):
-    """The one-sided r2c of the gradient, with the bins whose mirror images c2r fills in (1..n - (n/2 + 1))
-    counted twice."""
-    rank = len(shape_of(self))
-    dims = [canonical_dim("aten._fft_c2r.default", d, rank) for d in dim]
-    spectrum = aten._fft_r2c.default(grad, dims, normalization, True)
-    bins = shape_of(spectrum)[dims[-1]]
-    weights = _bin_weights(bins, as_dim(last_dim_size - bins), 2.0, dtype_of(grad))
-    return cast(aten.mul.Tensor(spectrum, _along(weights, dims[-1], rank)), dtype_of(self))
 
 
 from kiln.ir.registry import mark_nondifferentiable  # noqa: E402

@@ -658,7 +658,13 @@ def _isinf(self):
     return np.isinf(opmath(self)) if dtypes.dtype(self.dtype).is_floating_point else np.zeros(self.shape, bool)
 
 
-defop("abs(Tensor self) -> Tensor", _unary("aten.abs.default", check=_no_bool()),
+def _abs_meta(self):
+    """abs of a complex tensor is its modulus, in the parts' real dtype."""
+    result = _unary("aten.abs.default", check=_no_bool())(self)
+    return tensor(result.shape, dtypes.complex_to_real(result.dtype)) if result.dtype.is_complex else result
+
+
+defop("abs(Tensor self) -> Tensor", _abs_meta,
       lambda self: np.abs(opmath(self)))  # np.abs wraps INT_MIN like ATen
 defop("neg(Tensor self) -> Tensor",
       _unary("aten.neg.default", check=_no_bool("negating a bool tensor is not supported",

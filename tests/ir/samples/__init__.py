@@ -81,6 +81,6 @@ def positive(rng: np.random.Generator, *shape: int, dtype: str = "float32") -> n
 
 
 FAMILIES = ("backward", "composite", "factory", "indexing", "linalg", "misc", "nn", "pointwise", "reduction",
-            "shape", "symbolic", "quant", "complex", "sparse")
+            "shape", "symbolic", "quant", "complex", "fft", "sparse")
 for _family in FAMILIES:  # registers every family's samples
     importlib.import_module(f"tests.ir.samples.{_family}")

@@ -348,22 +348,6 @@ def _col2im(rng):
     yield Sample((rand(rng, 1, 4, 4, dtype="bfloat16"), [3, 3], [2, 2], [1, 1], [0, 0], [1, 1]), note="bfloat16")
 
 
-@samples("aten._fft_r2c.default")
-def _fft_r2c(rng):
-    yield Sample((rand(rng, 4, 8), [1], 0, True), note="one-sided")
-    yield Sample((rand(rng, 4, 7), [1], 2, False), note="two-sided, 1/n")
-    yield Sample((rand(rng, 3, 4, 6, dtype="float64"), [0, 2], 1, True), note="2-D transform, ortho")
-    yield Sample((rand(rng, 3, 5, 4), [2, 0], 0, True), note="the last listed dim is halved")
-
-
-@samples("aten._fft_c2r.default")
-def _fft_c2r(rng):
-    yield Sample((rand(rng, 4, 5, dtype="complex64"), [1], 0, 8), note="unnormalized inverse")
-    yield Sample((rand(rng, 4, 4, dtype="complex64"), [1], 2, 7), note="odd length, 1/n")
-    yield Sample((rand(rng, 3, 4, 4, dtype="complex128"), [0, 2], 1, 6), note="2-D, ortho")
-    yield Sample((rand(rng, 3, 5, 6, dtype="complex64"), [2, 1], 2, 9), note="last listed dim is the real one")
-
-
 # ---------------------------------------------------------------------------------------------
 # Composites
 
