@@ -26,6 +26,7 @@ from kiln.frontend.export import export, refine_dynamic_shapes_from_suggested_fi
 from kiln.frontend import nn
 from kiln.frontend import optim
 from kiln.frontend import sparse
+from kiln.frontend import fft
 from kiln.frontend.sparse import (
     sparse_bsc, sparse_bsc_tensor, sparse_bsr, sparse_bsr_tensor, sparse_compressed_tensor, sparse_coo,
     sparse_coo_tensor, sparse_csc, sparse_csc_tensor, sparse_csr, sparse_csr_tensor, strided,
@@ -41,7 +42,7 @@ from kiln.frontend.bridge import from_torch
 # `import kiln.nn as nn` / `import kiln.nn.functional as F` work like torch's: kiln.nn lives in the frontend.
 _sys.modules.update({"kiln.nn": nn, "kiln.nn.functional": nn.functional, "kiln.nn.init": nn.init,
                      "kiln.autograd": autograd, "kiln.optim": optim, "kiln.optim.lr_scheduler": optim.lr_scheduler,
-                     "kiln.sparse": sparse})
+                     "kiln.sparse": sparse, "kiln.fft": fft})
 
 __version__ = "0.1.0"
 
@@ -87,8 +88,8 @@ __all__ = [
     "ConstraintViolationError", "DataDependentError", "Size", "Tensor", "manual_seed", "Dim", "ShapesCollection",
     "dims", "export", "refine_dynamic_shapes_from_suggested_fixes", "nn", "optim", "no_grad", "inference_mode",
     "autograd", "enable_grad", "set_grad_enabled", "is_grad_enabled", "is_inference_mode_enabled",
-    "default_decompositions", "cond", "save", "load", "from_torch", "sparse", "strided", "sparse_coo", "sparse_csr",
-    "sparse_csc", "sparse_bsr", "sparse_bsc", "sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
-    "sparse_bsr_tensor", "sparse_bsc_tensor", "sparse_compressed_tensor", *_LAZY_SUBMODULES, *_LAZY_ATTRIBUTES,
-    *_functions,
+    "default_decompositions", "cond", "save", "load", "from_torch", "sparse", "fft", "strided", "sparse_coo",
+    "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "sparse_coo_tensor", "sparse_csr_tensor",
+    "sparse_csc_tensor", "sparse_bsr_tensor", "sparse_bsc_tensor", "sparse_compressed_tensor", *_LAZY_SUBMODULES,
+    *_LAZY_ATTRIBUTES, *_functions,
 ]

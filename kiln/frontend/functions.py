@@ -332,11 +332,34 @@ _UNARY = ["abs", "neg", "exp", "log", "log2", "log10", "log1p", "expm1", "sqrt",
           "sign", "reciprocal", "erf", "isnan", "isinf", "logical_not", "square"]
 globals().update({name: _unary(name) for name in _UNARY})
 
+def polar(abs: Tensor, angle: Tensor) -> Tensor:
+    """abs * (cos(angle) + i sin(angle)), as torch.polar."""
+    return dispatch(aten.polar.default, abs, angle)
+
+
+def view_as_complex(input: Tensor) -> Tensor:
+    """A float tensor whose last dim is (real, imaginary), as complex values."""
+    return dispatch(aten.view_as_complex.default, input)
+
+
+def view_as_real(input: Tensor) -> Tensor:
+    """A complex tensor as floats with a trailing (real, imaginary) dim."""
+    return dispatch(aten.view_as_real.default, input)
+
+
+def real(input: Tensor) -> Tensor:
+    return dispatch(aten.real.default, input)
+
+
+def imag(input: Tensor) -> Tensor:
+    return dispatch(aten.imag.default, input)
+
+
 __all__ = ["tensor", "as_tensor", "from_numpy", "full", "zeros", "ones", "empty", "full_like", "zeros_like",
            "ones_like", "empty_like", "arange", "linspace", "eye", "rand", "randn", "rand_like", "randn_like",
            "randint", "randperm", "cat", "concat", "concatenate", "stack", "where", "scalar_tensor", "clamp",
            "clip", "maximum", "minimum", "matmul", "mm", "bmm", "einsum", "flatten", "reshape", "permute",
            "transpose", "unsqueeze", "squeeze", "chunk", "split", "unbind", "masked_fill", "sum", "mean", "max",
            "min", "amax", "amin", "argmax", "softmax", "log_softmax", "topk", "cumsum", "diff", "gather", "numel",
-           "is_tensor", "allclose", "equal", *_UNARY]
+           "is_tensor", "allclose", "equal", "polar", "view_as_complex", "view_as_real", "real", "imag", *_UNARY]
 

@@ -189,6 +189,15 @@ class Tensor:
         self._grad = value
 
     @property
+    def real(self) -> "Tensor":
+        """The real parts (a complex tensor's view; a real tensor itself), as torch's Tensor.real."""
+        return dispatch(aten.real.default, self)
+
+    @property
+    def imag(self) -> "Tensor":
+        return dispatch(aten.imag.default, self)
+
+    @property
     def grad_fn(self) -> Any:
         return None if self._grad_fn is None else self._grad_fn[0]
 
