@@ -593,8 +593,6 @@ ARCHITECTURES = {a.name: a for a in [
 # Architectures kiln cannot load yet, with the cause (docs/models.md has the details); test_sweep.py expects them to
 # fail, strictly, so a fix shows up.
 KNOWN_GAPS: dict[str, str] = {  # name -> cause
-    "fnet": "FNet mixes tokens with torch.fft.fftn(...).real (aten.fft_fftn, aten.real): a complex-to-complex FFT, "
-            "which kiln has no op for (it has the real-input ones, _fft_r2c and _fft_c2r)",
 }
 
 
