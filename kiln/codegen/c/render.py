@@ -965,9 +965,11 @@ def _upsample(kernel: Kernel) -> list[str]:
             source = (f"const {real} ratio{k} = out{k} > 1 ? ({real})(in{k} - 1) / ({real})(out{k} - 1) : ({real})0; "
                       f"const {real} src{k} = ratio{k} * ({real})o{k};")
         else:
+            # one rounding, as ATen's FMA-contracted kernels compute it (kiln.ir.ops.nn.half_pixel_sources)
             ratio = f"({real}){literal(1.0 / scale)}" if given else f"({real})in{k} / ({real})out{k}"
-            source = (f"const {real} ratio{k} = {ratio}; {real} src{k} = ratio{k} * (({real})o{k} + ({real})0.5) "
-                      f"- ({real})0.5; if (src{k} < 0) src{k} = 0;")
+            fma = "fmaf" if real == "float" else "fma"
+            source = (f"const {real} ratio{k} = {ratio}; {real} src{k} = {fma}(ratio{k}, ({real})o{k} + ({real})0.5, "
+                      f"-({real})0.5); if (src{k} < 0) src{k} = 0;")
         body += [f"int64_t lo{k} = o{k}, hi{k} = o{k}; {real} wl{k} = 1, wh{k} = 0;",
                  f"if (out{k} != in{k})", "{", f"    {source}",
                  f"    lo{k} = (int64_t)floor(src{k}); if (lo{k} > in{k} - 1) lo{k} = in{k} - 1;",

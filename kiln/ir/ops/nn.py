@@ -981,6 +981,17 @@ def _bilinear_meta(input, output_size, align_corners, scale_factors):
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
+def half_pixel_sources(ratio, out: int, dtype: np.dtype) -> np.ndarray:
+    """ATen's area_pixel_compute_source_index without align_corners, ratio * (i + 0.5) - 0.5, in opmath `dtype`
+    with the multiply and the subtract rounded once: ATen's CPU kernels are compiled with FMA contraction, and two
+    roundings put a float32 position an ulp off theirs, which moves an interpolated value by up to 1e-5. The float32
+    product is exact in float64, so one rounding to float32 after the float64 subtract is the FMA's result."""
+    halves = np.arange(out, dtype=dtype) + dtype.type(0.5)
+    if dtype == np.float32:
+        return (np.float64(ratio) * halves.astype(np.float64) - 0.5).astype(np.float32)
+    return dtype.type(ratio) * halves - dtype.type(0.5)  # an ulp of a float64 position is below every tolerance
+
+
 def linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
     """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision.
     A dim whose size does not change is copied (ATen skips interpolating it, whatever the scale)."""
@@ -993,7 +1004,7 @@ def linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
         source = ratio * np.arange(out, dtype=dtype)
     else:
         ratio = dtype.type(1.0 / scale) if scale is not None and scale > 0 else dtype.type(size) / dtype.type(out)
-        source = np.maximum(ratio * (np.arange(out, dtype=dtype) + dtype.type(0.5)) - dtype.type(0.5), 0)
+        source = np.maximum(half_pixel_sources(ratio, out, dtype), 0)
     low = np.minimum(np.floor(source).astype(np.int64), size - 1)
     weight_high = np.clip(source - low, 0, 1).astype(dtype)
     high = np.minimum(low + 1, size - 1)
@@ -2449,11 +2460,15 @@ def _cubic_weights(t, mul, add):
     return [horner(add(t, 1), far), horner(t, near), horner(one_minus_t, near), horner(add(one_minus_t, 1), far)]
 
 
-def _cubic_scale(size, out, align_corners: bool, scale) -> float:
-    """ATen's area_pixel_compute_scale."""
+def _cubic_scale(size, out, align_corners: bool, scale, dtype: np.dtype) -> float:
+    """ATen's area_pixel_compute_scale in opmath `dtype` (float32 unless the input is float64): a float32 ratio puts
+    the source positions, and so the cubic weights, where ATen puts them (float64 positions differed from torch by
+    up to 1e-5 on CLAP's 64 -> 256 resize)."""
     if align_corners:
-        return (size - 1) / (out - 1) if out > 1 else 0.0
-    return 1.0 / scale if scale is not None and scale > 0 else size / out
+        return float(dtype.type(size - 1) / dtype.type(out - 1)) if out > 1 else 0.0
+    if scale is not None and scale > 0:
+        return float(dtype.type(1.0 / scale))
+    return float(dtype.type(size) / dtype.type(out))
 
 
 def _bicubic_meta(input, output_size, align_corners, scale_factors):
@@ -2463,23 +2478,26 @@ def _bicubic_meta(input, output_size, align_corners, scale_factors):
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
-def _bicubic_taps(size: int, out: int, align_corners: bool, scale):
-    ratio = _cubic_scale(size, out, align_corners, scale)
-    position = np.arange(out, dtype=np.float64)
-    real = ratio * position if align_corners else ratio * (position + 0.5) - 0.5  # cubic: not clamped at 0
+def _bicubic_taps(size: int, out: int, align_corners: bool, scale, dtype: np.dtype):
+    """The four clamped source indices and weights per output position, computed in opmath `dtype` as ATen does."""
+    ratio = dtype.type(_cubic_scale(size, out, align_corners, scale, dtype))
+    # cubic positions are not clamped at 0
+    real = ratio * np.arange(out, dtype=dtype) if align_corners else half_pixel_sources(ratio, out, dtype)
     index = np.minimum(np.floor(real).astype(np.int64), size - 1)
-    weights = _cubic_weights(np.clip(real - index, 0, 1), lambda a, b: a * b, lambda a, b: a + b)
+    offset = np.clip(real - index.astype(dtype), 0, 1).astype(dtype)
+    weights = _cubic_weights(offset, lambda a, b: a * b, lambda a, b: a + b)
     return [np.clip(index - 1 + k, 0, size - 1) for k in range(4)], weights
 
 
 def _bicubic(input, output_size, align_corners, scale_factors):
     out_h, out_w = (int(s) for s in _bicubic_meta(input, output_size, align_corners, scale_factors).shape[2:])
     scale_h, scale_w = scale_factors if scale_factors is not None else (None, None)
-    # ATen stores float16/bfloat16 weights in the input's dtype, then sums in float32 (opmath)
-    compute = np.dtype(np.float32) if input.dtype in _REDUCED else np.dtype(np.float64)
+    # ATen computes positions, weights and sums in opmath (float64 for float64, else float32) and stores
+    # float16/bfloat16 weights in the input's dtype
+    compute = _opmath(input.dtype)
     x = input.astype(compute)
-    rows, row_weights = _bicubic_taps(input.shape[2], out_h, align_corners, scale_h)
-    cols, col_weights = _bicubic_taps(input.shape[3], out_w, align_corners, scale_w)
+    rows, row_weights = _bicubic_taps(input.shape[2], out_h, align_corners, scale_h, compute)
+    cols, col_weights = _bicubic_taps(input.shape[3], out_w, align_corners, scale_w, compute)
     row_weights, col_weights = ([w.astype(input.dtype).astype(compute) for w in ws]
                                 for ws in (row_weights, col_weights))
     across = sum(x[..., c] * w for c, w in zip(cols, col_weights))  # [N, C, H, out_w]
@@ -2511,10 +2529,13 @@ def _bicubic_decomposition(input, output_size, align_corners, scale_factors):
 
     def taps(axis: int):  # four clamped index tensors and four weight tensors along one spatial axis
         size, out = sizes[axis], sizes[axis + 2]
-        ratio = _cubic_scale(size, out, align_corners, scales[axis])
-        position = aten.arange.start_step(0, out, 1, dtype=dtypes.float64)
-        real = (aten.mul.Scalar(position, ratio) if align_corners
-                else aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(position, 0.5), ratio), 0.5))
+        ratio = _cubic_scale(size, out, align_corners, scales[axis], np.dtype(compute.numpy))
+        if align_corners:
+            real = aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=compute), ratio)
+        else:  # half_pixel_sources: in float64, rounded once to float32 (ATen's FMA)
+            position = aten.arange.start_step(0, out, 1, dtype=dtypes.float64)
+            real = aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(position, 0.5), ratio), 0.5)
+            real = real if compute is dtypes.float64 else aten._to_copy.default(real, dtype=compute)
         index = aten.clamp.default(aten.floor.default(real), None, size - 1)
         weights = _cubic_weights(aten.clamp.default(aten.sub.Tensor(real, index), 0, 1), _times, aten.add.Scalar)
         index = aten._to_copy.default(index, dtype=dtypes.int64)
