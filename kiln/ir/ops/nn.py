@@ -2262,9 +2262,8 @@ def _bilinear_default_decomposition(self, output_size, align_corners, scales_h=N
 
 
 # --- upsample_nearest1d / upsample_linear1d (F.interpolate on (N, C, L); SAM resizes its relative-position tables
-# with mode="linear"). Each decomposes into its 2-D op over a plane of height 1, the op the backends run: nearest
-# takes row 0 for any height, and bilinear's height taps are row 0 with weights (1, 0). The plane differs from
-# ATen's 1-D kernel on non-finite inputs only, where the zero-weight tap turns an inf into a NaN.
+# with mode="linear"). Nearest decomposes into the 2-D op over a plane of height 1 (row 0 for any height); linear
+# into gathers of its two taps (see its decomposition).
 
 def _nearest1d_meta(input, output_size, scale_factors):
     op = "aten.upsample_nearest1d.vec"
@@ -2324,10 +2323,40 @@ defop("upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_cor
 
 @register_decomposition("aten.upsample_linear1d.vec")
 def _linear1d_decomposition(input, output_size, align_corners, scale_factors):
-    _linear1d_meta(input, output_size, align_corners, scale_factors)
-    sizes, factors = _on_a_plane(output_size, scale_factors)
-    plane = ops.aten.upsample_bilinear2d.vec(ops.aten.unsqueeze.default(input, 2), sizes, align_corners, factors)
-    return ops.aten.squeeze.dims(plane, [2])
+    """Static lengths: ATen's two taps (linear_taps) computed with ops, gathered and weighed. Symbolic lengths: the
+    2-D op over a plane of height 1, which differs from ATen's 1-D kernel on non-finite inputs only (the plane's
+    zero-weight row tap turns an inf into a NaN)."""
+    aten = ops.aten
+    result = _linear1d_meta(input, output_size, align_corners, scale_factors)
+    size, out = shape_of(input)[2], result.shape[2]
+    if not (isinstance(size, int) and isinstance(out, int)):
+        sizes, factors = _on_a_plane(output_size, scale_factors)
+        plane = aten.upsample_bilinear2d.vec(aten.unsqueeze.default(input, 2), sizes, align_corners, factors)
+        return aten.squeeze.dims(plane, [2])
+    dtype = dtype_of(input)
+    compute = dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
+    opmath = np.dtype(compute.numpy)
+    x = input if dtype is compute else aten._to_copy.default(input, dtype=compute)
+    if size == out:  # ATen's taps for an unchanged length are (i, i) with weights (1, 0): an inf becomes a NaN
+        resampled = aten.add.Tensor(x, aten.mul.Scalar(x, 0))
+        return resampled if dtype is compute else aten._to_copy.default(resampled, dtype=dtype)
+    if align_corners:
+        ratio = float(opmath.type(size - 1) / opmath.type(out - 1)) if out > 1 else 0.0
+        source = aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=compute), ratio)
+    else:  # half_pixel_sources: in float64, rounded once (ATen's FMA), clamped at 0
+        scale = scale_factors[0] if scale_factors is not None else None
+        ratio = float(opmath.type(1.0 / scale) if scale is not None and scale > 0
+                      else opmath.type(size) / opmath.type(out))
+        position = aten.add.Scalar(aten.arange.start_step(0, out, 1, dtype=dtypes.float64), 0.5)
+        source = aten._to_copy.default(aten.sub.Scalar(aten.mul.Scalar(position, ratio), 0.5), dtype=compute)
+        source = aten.clamp.default(source, 0, None)
+    low = aten.clamp.default(aten.floor.default(source), None, size - 1)
+    w_high = aten.clamp.default(aten.sub.Tensor(source, low), 0, 1)
+    low = aten._to_copy.default(low, dtype=dtypes.int64)
+    high = aten.clamp.default(aten.add.Scalar(low, 1), None, size - 1)
+    resampled = aten.add.Tensor(aten.mul.Tensor(aten.index.Tensor(x, [None, None, low]), aten.rsub.Scalar(w_high, 1)),
+                                aten.mul.Tensor(aten.index.Tensor(x, [None, None, high]), w_high))
+    return resampled if dtype is compute else aten._to_copy.default(resampled, dtype=dtype)
 
 
 def _nearest1d_default_meta(self, output_size, scales=None):
