@@ -188,6 +188,11 @@ def _spectrogram(batch: int, length: int) -> dict[str, Any]:
     return {"input_values": torch.randn(batch, 64, 16)}  # 64 frames of 16 mel bins
 
 
+def _mel_image(batch: int, length: int) -> dict[str, Any]:
+    import torch
+    return {"input_features": torch.randn(batch, 1, 64, 16)}  # CLAP: one channel of 64 frames x 16 mel bins
+
+
 def _filterbank(batch: int, length: int) -> dict[str, Any]:
     import torch
     return {"input_features": torch.randn(batch, 4 * length, 16),
@@ -269,6 +274,10 @@ ARCHITECTURES = {a.name: a for a in [
     Architecture("xlnet", _hf("XLNetModel", "XLNetConfig", n_layer=2, d_model=64, n_head=4, d_inner=128,
                               vocab_size=100), _tokens("input_ids", mask="attention_mask"), BATCH_ONLY,
                  sizes=[(2, 8), (3, 8)]),
+    # torch.export specializes CANINE's character length to the example's ("Constraints violated (seq)")
+    Architecture("canine", _hf("CanineModel", "CanineConfig", **dict(TEXT, downsampling_rate=2, num_hash_functions=2,
+                                                                      num_hash_buckets=64, local_transformer_stride=4)),
+                 _tokens("input_ids", mask="attention_mask"), BATCH_ONLY, sizes=[(2, 8), (3, 8)]),
     _encoder("eurobert", "EuroBertModel", "EuroBertConfig", **dict(TEXT, num_key_value_heads=2, pad_token_id=0)),
     _encoder("nomic-bert", "NomicBertModel", "NomicBertConfig", **TEXT),
     Architecture("clip-text", _hf("CLIPTextModel", "CLIPTextConfig", **dict(TEXT, eos_token_id=99)), _clip_text,
@@ -431,6 +440,16 @@ ARCHITECTURES = {a.name: a for a in [
         linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
         layer_types=["linear_attention", "full_attention"], **MOE)),
         _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 13), (3, 13)]),
+    Architecture("falcon-h1", _hf("FalconH1ForCausalLM", "FalconH1Config", **dict(  # attention and Mamba2 in parallel
+        LLAMA_LIKE, head_dim=16, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16,
+        mamba_chunk_size=8)), _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("zamba2", _hf("Zamba2ForCausalLM", "Zamba2Config", hidden_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, vocab_size=100, mamba_d_state=16, mamba_headdim=16,
+                               n_mamba_heads=8, mamba_ngroups=1, chunk_size=8, layers_block_type=["mamba", "hybrid"],
+                               use_cache=False), _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    Architecture("nemotron-h", _hf("NemotronHForCausalLM", "NemotronHConfig", **dict(
+        LLAMA_LIKE, head_dim=16, mamba_num_heads=8, mamba_head_dim=16, n_groups=1, ssm_state_size=16, chunk_size=8,
+        hybrid_override_pattern="M*")), _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
     # encoder-decoders
     Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"), ENCODER_DECODER),
     _seq2seq("mt5", "MT5Model", "MT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
@@ -580,6 +599,10 @@ ARCHITECTURES = {a.name: a for a in [
     Architecture("ast", _hf("ASTModel", "ASTConfig", hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                             intermediate_size=64, max_length=64, num_mel_bins=16, patch_size=8, frequency_stride=8,
                             time_stride=8), _spectrogram, {"input_values": {0: "batch"}}),
+    Architecture("clap-audio", _hf("ClapAudioModel", "ClapAudioConfig", spec_size=64, window_size=4, num_mel_bins=16,
+                                   patch_size=4, hidden_size=32, patch_embeds_hidden_size=16, depths=[1, 1],
+                                   num_attention_heads=[2, 4], enable_fusion=False, patch_stride=[4, 4]),
+                 _mel_image, {"input_features": {0: "batch"}}),
     # time series
     Architecture("patchtst", _hf("PatchTSTModel", "PatchTSTConfig", num_input_channels=3, context_length=32,
                                  patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,
