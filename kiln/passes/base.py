@@ -24,7 +24,7 @@ from xdsl.passes import ModulePass
 from kiln.ir.control_flow import drop_unused_invariants
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputSpec, value_names
-from kiln.ir.types import TensorType
+from kiln.ir.types import SymIntType, TensorType
 
 
 class PipelineError(KilnError):
@@ -346,18 +346,42 @@ def is_pure_op(op: Operation) -> bool:
     return hasattr(op, "opdef") or isinstance(op, REGION_OPS)
 
 
-def erase_dead_ops(block: Block) -> int:
+def _type_symbols(value_type: Any) -> set:
+    """The free symbols of a tensor type's sizes or a symbolic integer's expression."""
+    if isinstance(value_type, TensorType):
+        dims = value_type.shape
+    elif isinstance(value_type, SymIntType):
+        dims = [value_type.expr]
+    else:
+        return set()
+    return {symbol for dim in dims if hasattr(dim, "free_symbols") for symbol in dim.free_symbols}
+
+
+def _defines_a_used_symbol(op: Operation, referenced: set) -> bool:
+    """Whether `op` binds a data-dependent size later values are sized by: `item()` of a count is `u0`, which the
+    interpreter binds when the op runs, and `split_with_sizes(x, [u0, ...])`'s results carry it in their types only,
+    so the op has no SSA use yet must stay."""
+    return any(isinstance(r.type, SymIntType) and _type_symbols(r.type) & referenced for r in op.results)
+
+
+def erase_dead_ops(block: Block, referenced: set | None = None) -> int:
     """Erase ops whose results are unused, users before producers, in nested regions too (and the invariant operands
-    a region op's regions no longer read); return how many ops."""
+    a region op's regions no longer read), keeping the ops that bind a data-dependent size a kept value's type
+    names; return how many ops. `referenced`: the symbols an enclosing block's kept values name."""
+    referenced = set(referenced or ())
     erased = 0
     for op in reversed(list(block.ops)):
         for region in op.regions:
             for nested in region.blocks:
-                erased += erase_dead_ops(nested)
+                erased += erase_dead_ops(nested, referenced)
         drop_unused_invariants(op)
-        if is_pure_op(op) and not any(result.uses for result in op.results):
+        if is_pure_op(op) and not any(result.uses for result in op.results) and not _defines_a_used_symbol(
+                op, referenced):
             block.erase_op(op)
             erased += 1
+            continue
+        for value in (*op.results, *op.operands):
+            referenced |= _type_symbols(value.type)
     return erased
 
 

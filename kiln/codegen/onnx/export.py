@@ -18,7 +18,7 @@ from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError, UnsupportedError
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY, OpOverload, split_bound
-from kiln.ir.types import TensorType
+from kiln.ir.types import SymIntType, TensorType
 
 from kiln.codegen.onnx.context import Lowering, LoweringContext
 from kiln.codegen.onnx.graph import DimSource, Model, OnnxGraph, Value, value_info
@@ -250,7 +250,16 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
             wanted = names.get(result, name)
             name = _rename_fresh(graph, mark, name, wanted)
             values[result] = Value(name, result.type)
+            _bind_data_dependent_size(graph, result, name)
     raise KilnError("block has no terminator")
+
+
+def _bind_data_dependent_size(graph: OnnxGraph, result: Any, name: str) -> None:
+    """A symbolic integer result that is a fresh symbol (`item()` of a count: u0) is where later sizes find it (its
+    lowering gives a 0-d int64, as LoweringContext.out_dtype types symbolic integers)."""
+    if isinstance(result.type, SymIntType) and isinstance(result.type.expr, sympy.Symbol) \
+            and result.type.expr not in graph.dim_sources:
+        graph.dim_sources[result.type.expr] = DimSource(name, None)
 
 
 # onnxruntime's CPU provider lacks most float16/bfloat16 kernels (even Expand, Pad, Tile), so ops on them compute

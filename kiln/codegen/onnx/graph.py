@@ -166,10 +166,11 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 @dataclass(frozen=True)
 class DimSource:
     """Where a graph finds a symbol's value: input `name`'s size along `axis` is scale * symbol + offset (a
-    waveform exported with a length of 320 * frames gives frames as its length / 320)."""
+    waveform exported with a length of 320 * frames gives frames as its length / 320); with axis None, `name` is a
+    0-d int64 value holding the symbol (a data-dependent size, `item()` of a count)."""
 
     name: str
-    axis: int
+    axis: int | None
     scale: int = 1
     offset: int = 0
 
@@ -270,6 +271,8 @@ class OnnxGraph:
             if source is None:
                 raise UnsupportedError(f"symbol {expr} is not the size of any input dimension, so the ONNX graph "
                                        "cannot compute it", fix="make the dim a plain Dim of some input")
+            if source.axis is None:
+                return self.node("Reshape", [source.name, self.ints([1])])
             size = self.node("Shape", [source.name], start=source.axis, end=source.axis + 1)
             if source.offset:
                 size = self.node("Sub", [size, self.ints([source.offset])])
