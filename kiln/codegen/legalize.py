@@ -70,6 +70,8 @@ def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     along = [1] * len(shape)
     along[dim] = length
     index = aten.expand.default(aten.view.default(positions, along), list(shape_of(src)))
+    if dtype_of(src) is not dtype_of(input):  # ATen copies src into the slice, converting it; scatter does not
+        src = aten._to_copy.default(src, dtype=dtype_of(input))
     return aten.scatter.src(input, dim, index, src)
 
 
