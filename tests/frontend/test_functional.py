@@ -101,6 +101,7 @@ CALLS = [
     Call("hardsigmoid", lambda F, x: F.hardsigmoid(x * 3), [(3, 6)]),
     Call("hardtanh", lambda F, x: F.hardtanh(x, -0.3, 0.6), [(3, 6)]),
     Call("softplus", lambda F, x: F.softplus(x * 10, beta=0.5, threshold=3.0), [(3, 6)]),
+    Call("logsigmoid", lambda F, x: F.logsigmoid(x * 30), [(3, 6)]),
     Call("softmax", lambda F, x: F.softmax(x, dim=1), [(3, 6)]),
     Call("softmax_dtype", lambda F, x: F.softmax(x, -1, dtype=torch.float64 if F is TF else kiln.float64),
          [(3, 6)]),

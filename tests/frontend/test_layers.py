@@ -98,6 +98,7 @@ CASES = [
     Case("Hardsigmoid", lambda nn: nn.Hardsigmoid(inplace=True), [(3, 8)]),
     Case("Hardtanh", lambda nn: nn.Hardtanh(-0.5, 0.75), [(3, 8)]),
     Case("Softplus", lambda nn: nn.Softplus(beta=2.0, threshold=1.0), [(3, 8)]),
+    Case("LogSigmoid", lambda nn: nn.LogSigmoid(), [(3, 8)]),
     Case("Softmax", lambda nn: nn.Softmax(dim=1), [(3, 8)]),
     Case("LogSoftmax", lambda nn: nn.LogSoftmax(dim=-1), [(3, 2, 8)]),
     Case("Flatten", lambda nn: nn.Flatten(), [(3, 2, 3, 4)]),

@@ -23,9 +23,9 @@ __all__ = [
     "max_pool1d_with_indices", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm", "rms_norm", "embedding", "dropout", "relu",
     "relu_", "relu6", "leaky_relu", "elu", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish", "hardsigmoid",
-    "hardtanh", "softplus", "softmax", "log_softmax", "normalize", "cosine_similarity", "pad", "interpolate",
-    "upsample", "scaled_dot_product_attention", "one_hot", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy",
+    "hardtanh", "softplus", "logsigmoid", "softmax", "log_softmax", "normalize", "cosine_similarity", "pad",
+    "interpolate", "upsample", "scaled_dot_product_attention", "one_hot", "mse_loss", "l1_loss", "smooth_l1_loss",
+    "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy",
 ]
 
 
@@ -681,11 +681,9 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss, mode)
 
 
-def _log_sigmoid(input: Tensor) -> Tensor:
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x (ATen's log_sigmoid_forward). minimum
-    splits the gradient at x = 0 as torch's log_sigmoid_backward does (0.5)."""
-    zero = dispatch(aten.full_like.default, input, 0.0)
-    return input.minimum(zero) - input.abs().neg().exp().log1p()
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)), finite for any x (`aten.log_sigmoid`)."""
+    return dispatch(aten.log_sigmoid.default, input)
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
@@ -696,7 +694,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     mode = _reduction_enum(reduction, size_average, reduce)
     if tuple(target.shape) != tuple(input.shape):
         raise FunctionalArgumentError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
-    log_sigmoid = _log_sigmoid(input)
+    log_sigmoid = logsigmoid(input)
     if pos_weight is not None:
         log_sigmoid = log_sigmoid * ((pos_weight - 1) * target + 1)
     loss = (1 - target) * input - log_sigmoid

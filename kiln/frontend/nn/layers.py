@@ -22,11 +22,11 @@ from kiln.frontend.tensor import Parameter, Tensor
 from kiln.ir.errors import KilnError
 
 __all__ = [
-    "Sequential", "ModuleList", "ModuleDict", "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d",
-    "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm", "Embedding", "Dropout",
-    "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardswish", "Hardsigmoid",
-    "Hardtanh", "Softplus", "Softmax", "LogSoftmax", "Flatten", "Unflatten", "Upsample", "UpsamplingNearest2d",
+    "Sequential", "ModuleList", "ModuleDict", "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d", "ConvTranspose1d",
+    "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm", "Embedding", "Dropout", "ReLU", "ReLU6",
+    "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardswish", "Hardsigmoid", "Hardtanh", "Softplus",
+    "LogSigmoid", "Softmax", "LogSoftmax", "Flatten", "Unflatten", "Upsample", "UpsamplingNearest2d",
     "UpsamplingBilinear2d", "ConstantPad1d", "ConstantPad2d", "ZeroPad1d", "ZeroPad2d", "L1Loss", "MSELoss",
     "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss", "CrossEntropyLoss",
 ]
@@ -1031,6 +1031,11 @@ class Sigmoid(Module):
 class Tanh(Module):
     def forward(self, input: Tensor) -> Tensor:
         return F.tanh(input)
+
+
+class LogSigmoid(Module):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.logsigmoid(input)
 
 
 class Softplus(Module):

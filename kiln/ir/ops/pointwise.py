@@ -1005,6 +1005,13 @@ _floating_unary_composite("hardsigmoid", lambda x: np.minimum(np.maximum(x + 3, 
 _floating_unary_composite("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))),
                           lambda x: aten.mul.Tensor(x, aten.tanh.default(aten.log1p.default(aten.exp.default(x)))))
 
+# ATen's log_sigmoid_forward: min(x, 0) - log1p(exp(-|x|)), finite for any x; minimum splits the gradient at x = 0
+# as log_sigmoid_backward does (xLSTM's gates, binary cross-entropy with logits)
+_floating_unary_composite("log_sigmoid", lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),
+                          lambda x: aten.sub.Tensor(aten.minimum.default(x, aten.full_like.default(x, 0)),
+                                                    aten.log1p.default(aten.exp.default(aten.neg.default(
+                                                        aten.abs.default(x))))))
+
 
 def _softplus(self, beta=1, threshold=20):
     dt = dtypes.dtype(self.dtype)

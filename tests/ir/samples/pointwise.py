@@ -644,7 +644,8 @@ def _fill_tensor(rng):
 ACTIVATION_SPECIAL = [NAN, INF, -INF, 0.0, -0.0, -3.0, 3.0, -2.9, 6.0, 25.0, -25.0, 100.0, -100.0]
 
 
-@samples("aten.silu.default", "aten.hardswish.default", "aten.hardsigmoid.default", "aten.mish.default")
+@samples("aten.silu.default", "aten.hardswish.default", "aten.hardsigmoid.default", "aten.mish.default",
+         "aten.log_sigmoid.default")
 def _float_activation(rng):
     yield from unary_cases(rng, FLOATS, low=-5, high=5, special=ACTIVATION_SPECIAL)
 
