@@ -11,7 +11,7 @@ from kiln.ir import dtypes
 from kiln.ir.meta import canonical_dim, dtype_of, like, require_arg, require_dtype, shape_of, tensor
 from kiln.ir.ops._grad import cast
 from kiln.ir.registry import defop, ops, register_decomposition, register_vjp
-from kiln.ir.symbolic import as_dim, floor_div, guard_bool, sym_eq
+from kiln.ir.symbolic import as_dim, floor_div, sym_eq, sym_le
 
 aten = ops.aten
 
@@ -24,12 +24,6 @@ def fft_dims(op: str, dim, rank: int) -> list[int]:
     dims = [canonical_dim(op, d, rank) for d in dim]
     require_arg(len(set(dims)) == len(dims), op, f"dim {list(dim)} repeats a dimension")
     return dims
-
-
-def _at_least(value, bound) -> bool:
-    if isinstance(value, int) and isinstance(bound, int):
-        return value >= bound
-    return guard_bool(as_dim(value - bound) >= 0)
 
 
 # --- the primitives
@@ -63,7 +57,7 @@ def _fft_c2r_meta(self, dim, normalization, last_dim_size):
     op = "aten._fft_c2r.default"
     require_dtype(dtype_of(self).is_complex, op, f"expected a complex input, got {dtype_of(self)}")
     require_arg(normalization in INVERSE_NORM, op, f"normalization must be 0, 1 or 2, got {normalization}")
-    require_arg(_at_least(last_dim_size, 1), op, f"invalid last_dim_size {last_dim_size}")
+    require_arg(sym_le(1, last_dim_size), op, f"invalid last_dim_size {last_dim_size}")
     shape = list(shape_of(self))
     dims = fft_dims(op, dim, len(shape))
     shape[dims[-1]] = last_dim_size
@@ -134,7 +128,7 @@ class _Transform:
         require_arg(len(dims) >= 1, op, "expected at least one dimension to transform")
         sizes = [None if size is None or (isinstance(size, int) and size == -1) else size for size in sizes]
         for size in sizes:
-            require_arg(size is None or _at_least(size, 1), op, f"Invalid number of data points ({size}) specified")
+            require_arg(size is None or sym_le(1, size), op, f"Invalid number of data points ({size}) specified")
         return dims, sizes
 
     def norm_mode(self, norm) -> int:
@@ -163,7 +157,7 @@ class _Transform:
         if self.kind != "c2r":
             return dims, [shape[d] if size is None else size for d, size in zip(dims, sizes)], None, mode
         last = as_dim(2 * (shape[dims[-1]] - 1)) if sizes[-1] is None else sizes[-1]
-        require_arg(_at_least(last, 1), self.op, f"Invalid number of data points ({last}) specified")
+        require_arg(sym_le(1, last), self.op, f"Invalid number of data points ({last}) specified")
         inputs = [shape[d] if size is None else size for d, size in zip(dims[:-1], sizes[:-1])]
         return dims, [*inputs, as_dim(floor_div(last, 2) + 1)], last, mode
 
@@ -219,7 +213,7 @@ def resized(x, dims, sizes):
     for d, size in zip(dims, sizes):
         if sym_eq(shape[d], size):
             continue
-        if _at_least(shape[d], size):
+        if sym_le(size, shape[d]):
             x = aten.slice.Tensor(x, d, 0, size)
         else:
             pad = [0, 0] * (len(shape) - 1 - d) + [0, as_dim(size - shape[d])]
