@@ -105,11 +105,19 @@ def _whisper():
                                       eos_token_id=2, decoder_start_token_id=1))
 
 
-def _hf(model: str, config: str, **options: Any) -> Callable[[], Any]:
-    """A builder for `transformers.<model>(transformers.<config>(**options))`."""
+def _hf(model: str, config: str, *, randomize: tuple[str, ...] = (), **options: Any) -> Callable[[], Any]:
+    """A builder for `transformers.<model>(transformers.<config>(**options))`. `randomize` names parameters (by suffix)
+    that transformers initializes to zeros and that must not be: a zero router scores every expert alike, and which
+    of the tied experts topk keeps is then torch's sort order, not the model's."""
     def build():
+        import torch
         import transformers
-        return getattr(transformers, model)(getattr(transformers, config)(**options))
+        built = getattr(transformers, model)(getattr(transformers, config)(**options))
+        with torch.no_grad():
+            for name, parameter in built.named_parameters():
+                if name.endswith(randomize):
+                    parameter.normal_(0, 0.2)
+        return built
     return build
 
 
@@ -120,6 +128,10 @@ DECODER = dict(TEXT, use_cache=False)
 LLAMA_LIKE = dict(DECODER, num_key_value_heads=2)
 SLIDING = dict(LLAMA_LIKE, head_dim=16, sliding_window=4)  # local attention in some layers
 MOE = dict(num_experts_per_tok=2, experts_implementation="batched_mm")  # experts as gathers + bmm (mixtral, below)
+# The recent decoders (below): every expert or head option their configs name, in one dict; each config reads its own
+EXPERTS = dict(LLAMA_LIKE, **MOE, head_dim=16, num_local_experts=4, num_experts=4, n_routed_experts=4,
+               moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, pad_token_id=0, bos_token_id=1,
+               eos_token_id=2)
 SEQ2SEQ = dict(encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
                encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=100, max_position_embeddings=64,
                use_cache=False, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
@@ -450,6 +462,34 @@ ARCHITECTURES = {a.name: a for a in [
     Architecture("nemotron-h", _hf("NemotronHForCausalLM", "NemotronHConfig", **dict(
         LLAMA_LIKE, head_dim=16, mamba_num_heads=8, mamba_head_dim=16, n_groups=1, ssm_state_size=16, chunk_size=8,
         hybrid_override_pattern="M*")), _tokens("input_ids"), STATIC_LENGTH, sizes=[(2, 8), (3, 8)]),
+    # recent decoders, base models (dense, mixture-of-experts, sliding-window and hybrid attention)
+    _decoder("afmoe", "AfmoeModel", "AfmoeConfig", randomize=("router.gate.weight",), **EXPERTS),
+    _decoder("cohere2-moe", "Cohere2MoeModel", "Cohere2MoeConfig", **EXPERTS),
+    _decoder("dots1", "Dots1Model", "Dots1Config", **EXPERTS),
+    _decoder("ernie4.5-moe", "Ernie4_5_MoeModel", "Ernie4_5_MoeConfig", **EXPERTS),
+    _decoder("exaone-moe", "ExaoneMoeModel", "ExaoneMoeConfig", **EXPERTS),
+    _decoder("flex-olmo", "FlexOlmoModel", "FlexOlmoConfig", **EXPERTS),
+    _decoder("glm4-moe", "Glm4MoeModel", "Glm4MoeConfig", **EXPERTS),
+    _decoder("granitemoe-shared", "GraniteMoeSharedModel", "GraniteMoeSharedConfig", **EXPERTS),
+    _decoder("granite-swa", "GraniteSWAModel", "GraniteSWAConfig", **EXPERTS),
+    _decoder("granitemoe-swa", "GraniteMoeSWAModel", "GraniteMoeSWAConfig", **EXPERTS),
+    _decoder("hunyuan-moe", "HunYuanMoEV1Model", "HunYuanMoEV1Config", **EXPERTS),
+    _decoder("jais2", "Jais2Model", "Jais2Config", **EXPERTS),
+    _decoder("minimax-m2", "MiniMaxM2Model", "MiniMaxM2Config", **EXPERTS),
+    _decoder("ministral3", "Ministral3Model", "Ministral3Config", **EXPERTS),
+    _decoder("nanochat", "NanoChatModel", "NanoChatConfig", **EXPERTS),
+    _decoder("solar-open", "SolarOpenModel", "SolarOpenConfig", **EXPERTS),
+    _decoder("laguna", "LagunaModel", "LagunaConfig", **EXPERTS),
+    _decoder("hy-v3", "HYV3Model", "HYV3Config", **EXPERTS),
+    _decoder("cwm", "CwmModel", "CwmConfig", **EXPERTS),
+    _decoder("mimo-v2-flash", "MiMoV2FlashModel", "MiMoV2FlashConfig", **EXPERTS),
+    # their linear-attention, recurrent and hybrid layers make torch specialize the length: the batch stays dynamic
+    *[Architecture(name, _hf(model, f"{model.removesuffix('Model')}Config", **EXPERTS), _tokens("input_ids"),
+                   STATIC_LENGTH, sizes=[(2, 8), (3, 8)])
+      for name, model in (("kimi-linear", "KimiLinearModel"), ("minimax", "MiniMaxModel"),
+                          ("olmo-hybrid", "OlmoHybridModel"), ("lara-mini", "LaraMiniModel"),
+                          ("qwen3.5", "Qwen3_5TextModel"), ("qwen3.5-moe", "Qwen3_5MoeTextModel"),
+                          ("xlstm", "xLSTMModel"))],
     # encoder-decoders
     Architecture("t5", _t5, _tokens("input_ids", "decoder_input_ids"), ENCODER_DECODER),
     _seq2seq("mt5", "MT5Model", "MT5Config", num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=4,
