@@ -100,13 +100,14 @@ def _pt2(program: ExportedProgram, inputs: list[np.ndarray], workdir: pathlib.Pa
 # torch eager's errors about strides, which a functional program (no strides) cannot be held to, and its kernels'
 # refusals of dtypes and of empty dims that its own shape rules accept (topk of bools; convolution and pooling over
 # an empty spatial dim; batch norm over zero channels reads channel 0; the learnable fake-quantize kernels take the
-# min() of an empty zero-point tensor), and of sparse layouts it has no CPU kernel for (a linear layer's BSR weight
-# with non-square blocks goes to MKL, which refuses it)
+# min() of an empty zero-point tensor; its MKL FFTs over a tensor with an empty batch dim), and of sparse layouts it
+# has no CPU kernel for (a linear layer's BSR weight with non-square blocks goes to MKL, which refuses it)
 TORCH_KERNEL_REFUSALS = ("requires contiguous input", "view size is not compatible with input tensor's size and stride",
                          "does not support bool dtypes on CPU", "Only zero batch or zero channel inputs are supported",
                          "out of range for tensor of size [0]",
                          "Expected reduction dim to be specified for input.numel() == 0",
-                         "MKL Sparse doesn't support matrices with non-square blocks")
+                         "MKL Sparse doesn't support matrices with non-square blocks",
+                         "MKL FFT error: Intel oneMKL DFTI ERROR: Inconsistent configuration parameters")
 
 
 def _squeezes_a_data_dependent_dim(program: ExportedProgram) -> bool:

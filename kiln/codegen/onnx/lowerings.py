@@ -1509,7 +1509,9 @@ def _matmul(ctx: LoweringContext, a: Value, b: Value) -> str:
 @lowers("aten.addmm.default")
 def _addmm(ctx: LoweringContext, bias: Value, a: Value, b: Value, *, beta: Any = 1, alpha: Any = 1) -> str:
     t = _matmul_dtype(ctx.out_dtype)
-    if alpha == 0:  # ATen skips the product (NaN in it does not propagate), and the bias too when beta is 0
+    if alpha == 0 and ctx.declared_dtype in (dtypes.float32, dtypes.float64):
+        # BLAS skips the product (NaN in it does not propagate), and the bias too when beta is 0; ATen's own
+        # float16/bfloat16 kernel multiplies the product by 0, which the general path below does
         offset = ctx.node("Mul", [ctx.as_dtype(bias, t), ctx.as_dtype(beta, t)]) if beta != 0 else ctx.const(0, t)
         return ctx.graph.cast(ctx.node("Expand", [offset, ctx.dims(ctx.out.shape)]), t, ctx.out_dtype)
     if beta != 0 and t in (dtypes.float32, dtypes.float64) and a.rank == 2 and b.rank == 2 and bias.rank <= 2:

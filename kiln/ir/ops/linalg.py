@@ -129,12 +129,14 @@ def _addmm_meta(self, mat1, mat2, beta=1, alpha=1):
 
 
 def _scaled_sum(self, product, beta, alpha, dtype):
-    """beta * self + alpha * product, where a zero factor drops its term entirely (so NaN/inf there vanish,
-    as in BLAS gemm) and integral results use truncated integer factors."""
+    """beta * self + alpha * product, where beta = 0 drops self (NaN/inf there vanish) and alpha = 0 drops the
+    product for float32/float64, as BLAS gemm/gemv do; ATen's own float16/bfloat16 kernels multiply the product by 0,
+    so a NaN or inf in it gives NaN. Integral results use truncated integer factors."""
     kiln_dtype = dtypes.dtype(dtype)
     beta, alpha = _scalar_for(kiln_dtype, beta), _scalar_for(kiln_dtype, alpha)
     acc = product.dtype
-    result = product * alpha if alpha != 0 else np.zeros_like(product)
+    blas = kiln_dtype in (dtypes.float32, dtypes.float64)
+    result = product * alpha if alpha != 0 or not blas else np.zeros_like(product)
     if beta != 0:
         result = result + np.asarray(self).astype(acc) * beta
     return _to_result(np.broadcast_to(result, product.shape), dtype)
