@@ -173,3 +173,14 @@ class SymExprAttr(Data[sympy.Expr]):
 
     def print_parameter(self, printer: Printer) -> None:
         printer.print_string(f'<"{format_dim(self.data)}">')
+
+
+def type_symbols(value_type: object) -> set[sympy.Symbol]:
+    """The free symbols of a tensor type's sizes or of a symbolic integer's expression (none for other types)."""
+    if isinstance(value_type, TensorType):
+        dims = value_type.shape
+    elif isinstance(value_type, SymIntType):
+        dims = [value_type.expr]
+    else:
+        return set()
+    return {symbol for dim in dims if isinstance(dim, sympy.Basic) for symbol in dim.free_symbols}

@@ -24,7 +24,7 @@ from xdsl.passes import ModulePass
 from kiln.ir.control_flow import drop_unused_invariants
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputSpec, value_names
-from kiln.ir.types import SymIntType, TensorType
+from kiln.ir.types import SymIntType, TensorType, type_symbols
 
 
 class PipelineError(KilnError):
@@ -346,22 +346,11 @@ def is_pure_op(op: Operation) -> bool:
     return hasattr(op, "opdef") or isinstance(op, REGION_OPS)
 
 
-def _type_symbols(value_type: Any) -> set:
-    """The free symbols of a tensor type's sizes or a symbolic integer's expression."""
-    if isinstance(value_type, TensorType):
-        dims = value_type.shape
-    elif isinstance(value_type, SymIntType):
-        dims = [value_type.expr]
-    else:
-        return set()
-    return {symbol for dim in dims if hasattr(dim, "free_symbols") for symbol in dim.free_symbols}
-
-
 def _defines_a_used_symbol(op: Operation, referenced: set) -> bool:
     """Whether `op` binds a data-dependent size later values are sized by: `item()` of a count is `u0`, which the
     interpreter binds when the op runs, and `split_with_sizes(x, [u0, ...])`'s results carry it in their types only,
     so the op has no SSA use yet must stay."""
-    return any(isinstance(r.type, SymIntType) and _type_symbols(r.type) & referenced for r in op.results)
+    return any(isinstance(r.type, SymIntType) and type_symbols(r.type) & referenced for r in op.results)
 
 
 def erase_dead_ops(block: Block, referenced: set | None = None) -> int:
@@ -381,7 +370,7 @@ def erase_dead_ops(block: Block, referenced: set | None = None) -> int:
             erased += 1
             continue
         for value in (*op.results, *op.operands):
-            referenced |= _type_symbols(value.type)
+            referenced |= type_symbols(value.type)
     return erased
 
 

@@ -965,7 +965,7 @@ def _upsample(kernel: Kernel) -> list[str]:
             source = (f"const {real} ratio{k} = out{k} > 1 ? ({real})(in{k} - 1) / ({real})(out{k} - 1) : ({real})0; "
                       f"const {real} src{k} = ratio{k} * ({real})o{k};")
         else:
-            # one rounding, as ATen's FMA-contracted kernels compute it (kiln.ir.ops.nn.half_pixel_sources)
+            # one rounding, as ATen's FMA-contracted kernels compute it (kiln.ir.ops.nn.area_pixel_sources)
             ratio = f"({real}){literal(1.0 / scale)}" if given else f"({real})in{k} / ({real})out{k}"
             fma = "fmaf" if real == "float" else "fma"
             source = (f"const {real} ratio{k} = {ratio}; {real} src{k} = {fma}(ratio{k}, ({real})o{k} + ({real})0.5, "

@@ -981,30 +981,51 @@ def _bilinear_meta(input, output_size, align_corners, scale_factors):
     return tensor([*shape_of(input)[:2], *sizes], dtype_of(input))
 
 
-def half_pixel_sources(ratio, out: int, dtype: np.dtype) -> np.ndarray:
-    """ATen's area_pixel_compute_source_index without align_corners, ratio * (i + 0.5) - 0.5, in opmath `dtype`
-    with the multiply and the subtract rounded once: ATen's CPU kernels are compiled with FMA contraction, and two
-    roundings put a float32 position an ulp off theirs, which moves an interpolated value by up to 1e-5. The float32
-    product is exact in float64, so one rounding to float32 after the float64 subtract is the FMA's result."""
+def area_pixel_scale(size, out, align_corners: bool, scale, dtype: np.dtype) -> float:
+    """ATen's area_pixel_compute_scale in opmath `dtype` (float32 unless the input is float64), as a Python float
+    that `dtype` holds exactly."""
+    if align_corners:
+        return float(dtype.type(size - 1) / dtype.type(out - 1)) if out > 1 else 0.0
+    if scale is not None and scale > 0:
+        return float(dtype.type(1.0 / scale))
+    return float(dtype.type(size) / dtype.type(out))
+
+
+def area_pixel_sources(size: int, out: int, align_corners: bool, scale, dtype: np.dtype) -> np.ndarray:
+    """ATen's area_pixel_compute_source_index for every output position, in opmath `dtype`, not clamped (linear
+    clamps at 0, cubic does not). The half-pixel form ratio * (i + 0.5) - 0.5 rounds once, as ATen's CPU kernels,
+    compiled with FMA contraction, do: two roundings (or float64 positions) put a position an ulp off theirs, which
+    moved interpolated values by up to 1.1e-5 (CLAP's 64 -> 256 bicubic resize). The float32 product is exact in
+    float64, so one rounding to float32 after the float64 subtract is the FMA's result."""
+    ratio = area_pixel_scale(size, out, align_corners, scale, dtype)
+    if align_corners:
+        return dtype.type(ratio) * np.arange(out, dtype=dtype)
     halves = np.arange(out, dtype=dtype) + dtype.type(0.5)
     if dtype == np.float32:
-        return (np.float64(ratio) * halves.astype(np.float64) - 0.5).astype(np.float32)
+        return (ratio * halves.astype(np.float64) - 0.5).astype(np.float32)
     return dtype.type(ratio) * halves - dtype.type(0.5)  # an ulp of a float64 position is below every tolerance
 
 
+def _area_pixel_sources_op(size: int, out: int, align_corners: bool, scale, compute: dtypes.DType):
+    """area_pixel_sources written with ops, for the decompositions."""
+    aten = ops.aten
+    ratio = area_pixel_scale(size, out, align_corners, scale, np.dtype(compute.numpy))
+    if align_corners:
+        return aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=compute), ratio)
+    halves = aten.add.Scalar(aten.arange.start_step(0, out, 1, dtype=dtypes.float64), 0.5)
+    return _cast(aten.sub.Scalar(aten.mul.Scalar(halves, ratio), 0.5), compute)
+
+
 def linear_taps(size: int, out: int, align_corners: bool, scale, dtype):
-    """ATen's area_pixel_compute_source_index and the two taps with their weights, in opmath precision.
-    A dim whose size does not change is copied (ATen skips interpolating it, whatever the scale)."""
+    """ATen's two linear taps per output position with their weights, in opmath precision. A dim whose size does
+    not change takes taps (i, i) with weights (1, 0), whatever the scale, as ATen's do (an inf there becomes NaN)."""
     one = dtype.type(1)
     if size == out:
         identity = np.arange(out)
         return identity, identity, np.ones(out, dtype), np.zeros(out, dtype)
-    if align_corners:
-        ratio = dtype.type(size - 1) / dtype.type(out - 1) if out > 1 else dtype.type(0)
-        source = ratio * np.arange(out, dtype=dtype)
-    else:
-        ratio = dtype.type(1.0 / scale) if scale is not None and scale > 0 else dtype.type(size) / dtype.type(out)
-        source = np.maximum(half_pixel_sources(ratio, out, dtype), 0)
+    source = area_pixel_sources(size, out, align_corners, scale, dtype)
+    if not align_corners:
+        source = np.maximum(source, 0)
     low = np.minimum(np.floor(source).astype(np.int64), size - 1)
     weight_high = np.clip(source - low, 0, 1).astype(dtype)
     high = np.minimum(low + 1, size - 1)
@@ -2335,20 +2356,12 @@ def _linear1d_decomposition(input, output_size, align_corners, scale_factors):
         return aten.squeeze.dims(plane, [2])
     dtype = dtype_of(input)
     compute = dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
-    opmath = np.dtype(compute.numpy)
-    x = input if dtype is compute else aten._to_copy.default(input, dtype=compute)
-    if size == out:  # ATen's taps for an unchanged length are (i, i) with weights (1, 0): an inf becomes a NaN
-        resampled = aten.add.Tensor(x, aten.mul.Scalar(x, 0))
-        return resampled if dtype is compute else aten._to_copy.default(resampled, dtype=dtype)
-    if align_corners:
-        ratio = float(opmath.type(size - 1) / opmath.type(out - 1)) if out > 1 else 0.0
-        source = aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=compute), ratio)
-    else:  # half_pixel_sources: in float64, rounded once (ATen's FMA), clamped at 0
-        scale = scale_factors[0] if scale_factors is not None else None
-        ratio = float(opmath.type(1.0 / scale) if scale is not None and scale > 0
-                      else opmath.type(size) / opmath.type(out))
-        position = aten.add.Scalar(aten.arange.start_step(0, out, 1, dtype=dtypes.float64), 0.5)
-        source = aten._to_copy.default(aten.sub.Scalar(aten.mul.Scalar(position, ratio), 0.5), dtype=compute)
+    x = _cast(input, compute)
+    if size == out:  # linear_taps: (i, i) with weights (1, 0), so an inf becomes a NaN as in ATen
+        return _cast(aten.add.Tensor(x, aten.mul.Scalar(x, 0)), dtype)
+    scale = scale_factors[0] if scale_factors is not None else None
+    source = _area_pixel_sources_op(size, out, align_corners, scale, compute)
+    if not align_corners:
         source = aten.clamp.default(source, 0, None)
     low = aten.clamp.default(aten.floor.default(source), None, size - 1)
     w_high = aten.clamp.default(aten.sub.Tensor(source, low), 0, 1)
@@ -2356,7 +2369,7 @@ def _linear1d_decomposition(input, output_size, align_corners, scale_factors):
     high = aten.clamp.default(aten.add.Scalar(low, 1), None, size - 1)
     resampled = aten.add.Tensor(aten.mul.Tensor(aten.index.Tensor(x, [None, None, low]), aten.rsub.Scalar(w_high, 1)),
                                 aten.mul.Tensor(aten.index.Tensor(x, [None, None, high]), w_high))
-    return resampled if dtype is compute else aten._to_copy.default(resampled, dtype=dtype)
+    return _cast(resampled, dtype)
 
 
 def _nearest1d_default_meta(self, output_size, scales=None):
@@ -2489,17 +2502,6 @@ def _cubic_weights(t, mul, add):
     return [horner(add(t, 1), far), horner(t, near), horner(one_minus_t, near), horner(add(one_minus_t, 1), far)]
 
 
-def _cubic_scale(size, out, align_corners: bool, scale, dtype: np.dtype) -> float:
-    """ATen's area_pixel_compute_scale in opmath `dtype` (float32 unless the input is float64): a float32 ratio puts
-    the source positions, and so the cubic weights, where ATen puts them (float64 positions differed from torch by
-    up to 1e-5 on CLAP's 64 -> 256 resize)."""
-    if align_corners:
-        return float(dtype.type(size - 1) / dtype.type(out - 1)) if out > 1 else 0.0
-    if scale is not None and scale > 0:
-        return float(dtype.type(1.0 / scale))
-    return float(dtype.type(size) / dtype.type(out))
-
-
 def _bicubic_meta(input, output_size, align_corners, scale_factors):
     op = "aten.upsample_bicubic2d.vec"
     sizes = _upsample_sizes(op, input, output_size, scale_factors)
@@ -2509,9 +2511,7 @@ def _bicubic_meta(input, output_size, align_corners, scale_factors):
 
 def _bicubic_taps(size: int, out: int, align_corners: bool, scale, dtype: np.dtype):
     """The four clamped source indices and weights per output position, computed in opmath `dtype` as ATen does."""
-    ratio = dtype.type(_cubic_scale(size, out, align_corners, scale, dtype))
-    # cubic positions are not clamped at 0
-    real = ratio * np.arange(out, dtype=dtype) if align_corners else half_pixel_sources(ratio, out, dtype)
+    real = area_pixel_sources(size, out, align_corners, scale, dtype)  # cubic: not clamped at 0
     index = np.minimum(np.floor(real).astype(np.int64), size - 1)
     offset = np.clip(real - index.astype(dtype), 0, 1).astype(dtype)
     weights = _cubic_weights(offset, lambda a, b: a * b, lambda a, b: a + b)
@@ -2558,13 +2558,7 @@ def _bicubic_decomposition(input, output_size, align_corners, scale_factors):
 
     def taps(axis: int):  # four clamped index tensors and four weight tensors along one spatial axis
         size, out = sizes[axis], sizes[axis + 2]
-        ratio = _cubic_scale(size, out, align_corners, scales[axis], np.dtype(compute.numpy))
-        if align_corners:
-            real = aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=compute), ratio)
-        else:  # half_pixel_sources: in float64, rounded once to float32 (ATen's FMA)
-            position = aten.arange.start_step(0, out, 1, dtype=dtypes.float64)
-            real = aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(position, 0.5), ratio), 0.5)
-            real = real if compute is dtypes.float64 else aten._to_copy.default(real, dtype=compute)
+        real = _area_pixel_sources_op(size, out, align_corners, scales[axis], compute)
         index = aten.clamp.default(aten.floor.default(real), None, size - 1)
         weights = _cubic_weights(aten.clamp.default(aten.sub.Tensor(real, index), 0, 1), _times, aten.add.Scalar)
         index = aten._to_copy.default(index, dtype=dtypes.int64)

@@ -33,7 +33,7 @@ from kiln.ir.serde.sparse_graph import fold_sparse_constructors
 from kiln.ir.serde.views import ViewTracker
 from kiln.ir.sparse import parse_layout
 from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
-from kiln.ir.types import SymIntType, TensorType
+from kiln.ir.types import SymIntType, TensorType, type_symbols
 
 MAX_TENSOR_ELEMENTS = 1 << 40
 _SYM_OPERATORS = {
@@ -822,15 +822,8 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
 
 
 def _symbols_in(program: ExportedProgram) -> set[sympy.Symbol]:
-    found: set[sympy.Symbol] = set()
-    for op in program.graph_module.walk():
-        for result in op.results:
-            dims = result.type.shape if isinstance(result.type, TensorType) else \
-                [result.type.expr] if isinstance(result.type, SymIntType) else []
-            for dim in dims:
-                if isinstance(dim, sympy.Basic):
-                    found |= dim.free_symbols
-    return found
+    return {symbol for op in program.graph_module.walk() for result in op.results
+            for symbol in type_symbols(result.type)}
 
 
 def _check_weights(program: ExportedProgram, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
