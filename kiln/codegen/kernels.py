@@ -140,7 +140,8 @@ class Apply:
 @dataclass(eq=False)
 class Kernel:
     """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
-    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention, lstm_cell) and `detail` holds
+    bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention, lstm_cell, bind, nonzero) and
+    `detail` holds
     what the template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
 
     kind: str
@@ -418,6 +419,17 @@ class QConvDetail:
 
 
 @dataclass(eq=False)
+class BindDetail:
+    """A data-dependent size (torch's unbacked `u0`), which later kernels' loops and buffers are sized by: the one
+    element of `source` (`_local_scalar_dense`, a tensor's `.item()`) or, with `count`, how many of its elements
+    are nonzero (nonzero's rows). A `nonzero` kernel has the same detail: it writes those elements' coordinates."""
+
+    symbol: sympy.Symbol
+    source: View
+    count: bool = False
+
+
+@dataclass(eq=False)
 class SparseLinearDetail:
     """linear with a sparse weight [N, K] (`layout` sparse_csr, sparse_bsr or semi_structured, `block` its
     blocksize): rows `x` [M, K], first transposed into `xT` (None: the target reads 2:4 rows as they are);
@@ -503,7 +515,7 @@ class LstmCellDetail:
 
 KernelDetail = (MatmulDetail | ConvDetail | RowsDetail | WindowDetail | CatDetail | PadDetail | ScatterDetail
                 | DistanceDetail | BagsDetail | QLinearDetail | WLinearDetail | QPoolDetail | QConvDetail
-                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail | LstmCellDetail)
+                | SparseLinearDetail | SparseConvDetail | LoopDetail | AttentionDetail | LstmCellDetail | BindDetail)
 
 
 @dataclass
@@ -512,9 +524,17 @@ class Schedule:
     kernels: list[Kernel]
     inputs: list[Buffer]
     outputs: list[tuple[Buffer, list]]  # buffer and the output's shape
-    symbols: list[sympy.Symbol]
+    symbols: list[sympy.Symbol]  # bound from the input shapes by the caller
     output_names: list[str]
     input_names: list[str]
+    # data-dependent sizes, in the order the run binds them (each by its `bind` kernel): no buffer of the caller's
+    # is sized by one, and a temporary sized by one is allocated once it is bound
+    unbacked: list[sympy.Symbol] = field(default_factory=list)
+
+    def is_dynamic(self, buffer: Buffer) -> bool:
+        """Whether a buffer's size depends on a data-dependent size (so it has no place in the static plan)."""
+        unbacked = set(self.unbacked)
+        return any(s in unbacked for d in buffer.shape for s in getattr(d, "free_symbols", ()))
 
     def all_kernels(self) -> list[Kernel]:
         """Every kernel, those inside loop kernels' bodies included (each after its loop)."""

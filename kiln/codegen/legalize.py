@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 import sympy
 
-from kiln.codegen.target import Target
+from kiln.codegen.target import Target, mask_put_fits
 from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.ops.shape import slice_bounds
 from kiln.ir.program import ExportedProgram
@@ -84,17 +85,73 @@ def _select_scatter(input, src, dim, index):
     return _slice_scatter(input, aten.unsqueeze.default(src, dim), dim, index, index + 1, 1)
 
 
+def _mask_coordinates(indices: list) -> list | None:
+    """Boolean masks in an index as the coordinates of their true elements, ATen's own expansion: a mask of rank r
+    becomes r integer indices, the columns of nonzero(mask), whose row count is a data-dependent size the target
+    reads while running. None where there is no mask, or a 0-d one (which adds a dim instead)."""
+    masks = [i is not None and dtype_of(i) in (dtypes.bool_, dtypes.uint8) for i in indices]
+    if not any(masks) or any(m and not shape_of(i) for m, i in zip(masks, indices)):
+        return None
+    expanded = []
+    for mask, index in zip(masks, indices):
+        if not mask:
+            expanded.append(index)
+            continue
+        coordinates = aten.nonzero.default(index)
+        expanded += [aten.select.int(coordinates, 1, k) for k in range(len(shape_of(index)))]
+    return expanded
+
+
+def _index_by_masks(input, indices):
+    """x[mask]: a gather at the mask's coordinates (an index without masks stays as it is)."""
+    expanded = _mask_coordinates(indices)
+    return NotImplemented if expanded is None else aten.index.Tensor(input, expanded)
+
+
+def _index_put_by_masks(input, indices, values, accumulate=False):
+    """x[mask] = values: a scatter to the mask's coordinates, where the values vary along the mask's count (the
+    scatter kernel walks a mask itself only for values broadcast along it)."""
+    if mask_put_fits(shape_of(input), [i if i is None else (dtype_of(i), shape_of(i)) for i in indices],
+                     shape_of(values)):
+        return NotImplemented
+    expanded = _mask_coordinates(indices)
+    return NotImplemented if expanded is None else aten.index_put.default(input, expanded, values, accumulate)
+
+
 LEGALIZATIONS: dict[str, Callable[..., Any]] = {
     "aten._native_batch_norm_legit.no_stats": _batch_norm_batch_stats,
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
+    "aten.index.Tensor": _index_by_masks,
+    "aten.index_put.default": _index_put_by_masks,
 }
+
+
+# rewrites whose result sizes a target reads while running: only for targets that bind data-dependent sizes
+READS_SIZES = {"aten.index.Tensor", "aten.index_put.default"}
+
+
+def _masked_index(op: Any) -> bool:
+    return any(getattr(v.type, "dtype", None) in (dtypes.bool_, dtypes.uint8) for v in op.operands[1:])
+
+
+def _masked_put(op: Any) -> bool:
+    input, indices, values = bound_arguments(op)[:3]
+    return _masked_index(op) and not mask_put_fits(
+        input.type.shape, [i and (i.type.dtype, i.type.shape) for i in indices], values.type.shape)
+
+
+# which instances of an op of LEGALIZATIONS need their rewrite (all, for ops not named here): a retrace for none
+# would only cost time
+NEEDED: dict[str, Callable[[Any], bool]] = {"aten.index.Tensor": _masked_index, "aten.index_put.default": _masked_put}
 
 
 def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]]:
     """What `legalize` rewrites, by op: LEGALIZATIONS, then every core aten op `target` has no kernel for but the
     registry can decompose. Ops of other namespaces stay, so their own error can say how to lower them."""
-    table: dict[OpOverload, Callable[..., Any]] = {handle(name): fn for name, fn in LEGALIZATIONS.items()}
+    table: dict[OpOverload, Callable[..., Any]] = {
+        handle(name): fn for name, fn in LEGALIZATIONS.items()
+        if name not in READS_SIZES or target.binds_data_dependent_sizes}
     for opdef in REGISTRY.values():
         if (opdef.is_core and opdef.decomposition is not None and opdef.name not in target.ops
                 and opdef.name not in LEGALIZATIONS and opdef.schema.namespace == "aten"):
@@ -105,7 +162,8 @@ def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]
 def legalize(program: ExportedProgram, target: Target) -> ExportedProgram:
     """`program` with the ops of `target_decompositions(target)` rewritten (unchanged when it has none)."""
     table = target_decompositions(target)
-    present = {op.name for op in program.nodes()} & {op.name for op in table}
+    present = {op.name for op in program.nodes() if NEEDED.get(op.name, lambda _: True)(op)} & {
+        op.name for op in table}
     if not present:
         return program
     # What they emit is decomposed too. A decomposition computes every result, as the op's kernel does; dce drops

@@ -2,7 +2,8 @@
 
 Sizes and offsets are sympy expressions over the program's symbols, so one plan serves every input size; the
 renderer allocates `arena_bytes` once per run and places each temporary at `offset_of(buffer)`. Weights and
-user inputs/outputs are not planned: they live in the weights blob and the caller's arrays.
+user inputs/outputs are not planned: they live in the weights blob and the caller's arrays. Nor are temporaries
+sized by a data-dependent size (`MemoryPlan.dynamic`): the run allocates each once its size is known.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class MemoryPlan:
     arena_bytes: sympy.Expr
     unplanned_bytes: sympy.Expr  # every temporary in its own aligned allocation (no reuse)
     lifetimes: dict[Buffer, Lifetime]
+    dynamic: list[Buffer] = field(default_factory=list)  # sized by a data-dependent size: allocated while running
 
     @property
     def peak_bytes(self) -> sympy.Expr:
@@ -196,7 +198,9 @@ def plan_memory(schedule: Schedule, range_constraints: dict[sympy.Symbol, ValueR
     symbols without one are taken as positive integers.
     """
     sizes = _Sizes(list(schedule.symbols), range_constraints)
-    live = lifetimes(schedule)
+    dynamic = [buf for buf in schedule.buffers if buf.kind == "temp" and buf.inside is None
+               and schedule.is_dynamic(buf)]
+    live = {buf: life for buf, life in lifetimes(schedule).items() if buf not in dynamic}
     slots: list[Slot] = []
     for buf in sorted(live, key=lambda b: (live[b].first, b.index)):
         size = buffer_bytes(buf)
@@ -213,10 +217,11 @@ def plan_memory(schedule: Schedule, range_constraints: dict[sympy.Symbol, ValueR
         running = sympy.expand(running + slot.aligned_size)
     offsets: dict[Buffer, sympy.Expr] = {}
     for buf in schedule.buffers:
-        if buf.kind == "temp" and buf.inside is None:  # one no kernel touches needs no bytes of its own: it sits at 0
+        if buf.kind == "temp" and buf.inside is None and buf not in dynamic:
+            # one no kernel touches needs no bytes of its own: it sits at 0
             offsets[buf] = next((s.offset for s in slots if buf in s.buffers), sympy.Integer(0))
     unplanned = sympy.expand(sum((align(buffer_bytes(b)) for b in offsets), sympy.Integer(0)))
-    return MemoryPlan(offsets, slots, running, unplanned, live)
+    return MemoryPlan(offsets, slots, running, unplanned, live, dynamic)
 
 
 def _best_fit(size: sympy.Expr, dead: list[Slot], sizes: _Sizes) -> Slot | None:
@@ -237,6 +242,8 @@ def verify_plan(schedule: Schedule, plan: MemoryPlan, bindings: dict[sympy.Symbo
     arena = evaluate_dim(plan.arena_bytes, bindings)
     spans: list[tuple[Buffer, Lifetime, int, int]] = []
     for buf, life in lifetimes(schedule).items():
+        if buf in plan.dynamic:
+            continue
         if buf not in plan.offsets:
             raise MemoryPlanError(f"temporary {buf.name} has no offset")
         start, size = evaluate_dim(plan.offsets[buf], bindings), evaluate_dim(buffer_bytes(buf), bindings)

@@ -22,8 +22,8 @@ import sympy
 from xdsl.dialects import func
 
 from kiln.codegen.kernels import (
-    Accumulator, Apply, BagsDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather, Iota,
-    Kernel, Load, LoopDetail, LstmCellDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail,
+    Accumulator, Apply, BagsDetail, BindDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather,
+    Iota, Kernel, Load, LoopDetail, LstmCellDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail,
     RowsDetail, ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View,
     WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, matrix_vector, same_dim,
 )
@@ -36,7 +36,7 @@ from kiln.ir.ops.shape import fill_value, slice_bounds  # the registry's fill-va
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.symbolic import active_shape_env
-from kiln.ir.types import TensorType
+from kiln.ir.types import SymIntType, TensorType
 from kiln.passes.quant.ranges import integer_range
 
 if TYPE_CHECKING:
@@ -118,6 +118,9 @@ QCONV_OPS = {"quant.qconv2d_pointwise.default", "quant.qconv2d_pointwise.tensor"
 WLINEAR_OPS = {"quant.linear_weight_only.default"}
 # Quantized adaptive average pools: integer window sums, requantized.
 QPOOL_OPS = {"quant.qadaptive_avg_pool2d.default"}
+# Sizes read from a tensor's values while running (torch's unbacked u0: `.item()`, `.tolist()`, nonzero's rows): a
+# `bind` kernel (then nonzero's `nonzero` kernel), where a target binds them (Target.binds_data_dependent_sizes).
+BIND_OPS = {"aten._local_scalar_dense.default", "aten.nonzero.default"}
 # Every op the scheduler groups into a kernel kind (a target supports these or a subset)
 # Region ops that become a `loop` kernel over the scheduled kernels of their body.
 LOOP_OPS = {"kiln.scan", "kiln.map", "kiln.while_loop"}
@@ -126,7 +129,7 @@ LSTM_CELL_OPS = ["aten.addmm.default", "aten.add.Tensor", "aten.sigmoid.default"
                  "aten.mul.Tensor"]
 SCHEDULED_OPS = (POINTWISE_OPS | SOURCE_OPS | MATMUL_OPS | ROW_OPS | VIEW_OPS | CHANNEL_OPS | CONV_OPS | WINDOW_OPS
                  | CONCAT_OPS | PAD_OPS | INDEX_OPS | SCATTER_OPS | DISTANCE_OPS | BAG_OPS | QLINEAR_OPS | QCONV_OPS
-                 | WLINEAR_OPS | QPOOL_OPS)
+                 | WLINEAR_OPS | QPOOL_OPS | BIND_OPS)
 
 
 def _narrow(activations: Any) -> bool:
@@ -288,8 +291,10 @@ class _Scheduler:
                 buf.kind = "output"
             buf.io_index = index
             claimed.add(buf)
-            outputs.append((buf, list(value.type.shape)))
-        # Symbols only: range constraints also hold derived entries (n + 1), whose ranges follow from n's.
+            outputs.append((buf, asserted_dims(value.type.shape, program)))
+        # The caller binds every symbol but the data-dependent ones the run binds itself. Symbols only: range
+        # constraints also hold derived entries (n + 1), whose ranges follow from n's.
+        unbacked = [k.detail.symbol for k in self.kernels if k.kind == "bind"]
         symbols = sorted((s for s in program.range_constraints if isinstance(s, sympy.Symbol)), key=str)
         for buf in self.buffers:
             for d in buf.shape:
@@ -297,10 +302,10 @@ class _Scheduler:
                     if s not in symbols:
                         symbols.append(s)
         user_names = iter(program.user_output_names())  # pytree keys (`logits`) where the outputs have them
-        return Schedule(self.buffers, self.kernels, inputs, outputs, symbols,
+        return Schedule(self.buffers, self.kernels, inputs, outputs, [s for s in symbols if s not in unbacked],
                         [next(user_names) if s.kind is OutputKind.USER_OUTPUT else s.name
                          for s in program.graph_signature.output_specs],
-                        program.graph_signature.user_inputs)
+                        program.graph_signature.user_inputs, unbacked)
 
     def sparse_components(self, arg: Any, target: str) -> dict[str, Buffer]:
         """A sparse weight as dense component buffers (DESIGN: backends see values, indices and metadata), keyed
@@ -460,6 +465,9 @@ class _Scheduler:
         if name == "aten.convolution.default" and args[1] in self.sparse_weights:
             self.schedule_sparse_conv(op, name, args)
             return
+        if name in BIND_OPS:
+            self.schedule_bind(op, name, args)
+            return
         for kinds, method in ((VIEW_OPS, self.schedule_view), (MATMUL_OPS, self.schedule_matmul),
                               (ROW_OPS, self.schedule_rows), (CONV_OPS, self.schedule_conv),
                               (WINDOW_OPS, self.schedule_window), (CONCAT_OPS, self.schedule_cat),
@@ -548,6 +556,21 @@ class _Scheduler:
         for extra in op.results[1:]:  # the empty save_mean / save_invstd
             self.views[extra] = _contiguous(self.buffer(extra))
         return Apply(name, nodes, op.results[0].type.dtype, arg_dtypes)
+
+    def schedule_bind(self, op: Any, name: str, args: list) -> None:
+        """A data-dependent size, read into its symbol by a kernel the run waits for (check_supported took only
+        reads at the top level): an element, or nonzero's count, whose coordinates a second kernel then writes
+        into the result it sized. A size known already (an input's, or read before) is not read again."""
+        source, result = self.materialized(args[0]), op.results[0]
+        symbol = bound_symbol(op)
+        detail = BindDetail(symbol, source, count=name == "aten.nonzero.default")
+        if symbol not in _input_symbols(self.program) | {k.detail.symbol for k in self.kernels if k.kind == "bind"}:
+            self.kernels.append(Kernel("bind", f"bind_{symbol}", [name], [], [], detail=detail))
+        if name == "aten.nonzero.default":
+            buf = self.buffer(result)
+            self.kernels.append(Kernel("nonzero", f"nonzero_{buf.name}", [name], [buf], list(buf.shape),
+                                       detail=detail))
+            self.views[result] = _contiguous(buf)
 
     def schedule_conv(self, op: Any, name: str, args: list) -> None:
         result = op.results[0]
@@ -646,6 +669,11 @@ class _Scheduler:
         written = (len(writers) == 1 and writers[0].kind != "loop") or (
             not writers and any(b.inside is not None and b.inside[0] is part for b in self.buffers))
         if not (whole and written and all(same_dim(d, 1) for d in out_shape[:dim])):
+            return False
+        # a result sized by a data-dependent size is allocated once that is read: after the part's writer, too late
+        read_at = {kernel.detail.symbol: k for k, kernel in enumerate(self.kernels) if kernel.kind == "bind"}
+        if any(s in read_at and (not writers or read_at[s] > self.kernels.index(writers[0]))
+               for s in cat.numel.free_symbols):
             return False
         offset = sympy.expand(start * sympy.Mul(*map(as_dim, out_shape[dim + 1:])))
         if sympy.Mod(offset * part.dtype.itemsize, 64) != 0:
@@ -1422,23 +1450,86 @@ def schedule(program: ExportedProgram, target: Target) -> Schedule:
 
 def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[str, str]:
     """The ops whose result sizes depend on the input values, with why `target` cannot compile them. Symbols the
-    run can bind are those of the input shapes; any other symbol in a result's shape is data-dependent (an unbacked
-    `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range."""
-    bound: set[Any] = set()
-    for arg in program.body.args:
-        bound.update(s for d in arg.type.shape for s in getattr(d, "free_symbols", ()))
+    caller binds are those of the input shapes; any other symbol in a result's shape is data-dependent (an unbacked
+    `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range. A target that binds
+    data-dependent sizes (C) reads an integer `item()` into its symbol while running, so only sizes bound otherwise,
+    reads inside a loop's body and outputs sized by them are problems there."""
+    inputs = _input_symbols(program)
+    bound = set(inputs)
     problems: dict[str, str] = {}
     for op in program.body.walk():
-        if isinstance(op, (func.ReturnOp, YieldOp)):
+        name = getattr(getattr(op, "opdef", None), "name", op.name)
+        if isinstance(op, func.ReturnOp):
+            unbound = ", ".join(sorted({str(s) for v in op.operands if _is_tensor(v)
+                                        for d in asserted_dims(v.type.shape, program)
+                                        for s in getattr(d, "free_symbols", ()) if s not in inputs}))
+            if unbound:
+                problems.setdefault("output", f"an output's size depends on the input values (data-dependent size "
+                                              f"{unbound}), and the {target.name} ABI's caller allocates every "
+                                              f"output from the input shapes")
             continue
-        unbound = sorted({str(s) for r in op.results if _is_tensor(r) for d in r.type.shape
-                          for s in getattr(d, "free_symbols", ()) if s not in bound})
+        if isinstance(op, YieldOp):
+            continue
+        if name in BIND_OPS:
+            why = _unbindable(op, target)
+            if why is None:
+                bound.add(bound_symbol(op))
+            elif why:
+                problems.setdefault(name, why)
+            continue
+        unbound = _unbound(op.results, bound)
         if unbound:
-            problems.setdefault(getattr(getattr(op, "opdef", None), "name", op.name),
-                                f"its result's size depends on the input values (data-dependent size "
-                                f"{', '.join(unbound)}), and the {target.name} ABI sizes every buffer from the input "
-                                f"shapes")
+            problems.setdefault(name, f"its result's size depends on the input values (data-dependent size "
+                                      f"{unbound}), and the {target.name} ABI sizes every buffer from the input "
+                                      f"shapes")
     return problems
+
+
+def _input_symbols(program: ExportedProgram) -> set:
+    return {s for arg in program.body.args for d in arg.type.shape for s in getattr(d, "free_symbols", ())}
+
+
+def asserted_dims(shape: list, program: ExportedProgram) -> list:
+    """A shape with each dim the program's runtime assertions equate to an expression without data-dependent sizes
+    written as that expression: split pieces concatenated back (`Eq(u0 + u1 + u2, n)`) are n rows."""
+    inputs = _input_symbols(program)
+    equal: dict[Any, Any] = {}
+    for guard in program.runtime_asserts:
+        if isinstance(guard.expr, sympy.Eq):
+            for a, b in (guard.expr.args, reversed(guard.expr.args)):
+                if not a.free_symbols <= inputs and b.free_symbols <= inputs:
+                    equal.setdefault(sympy.expand(a), b)
+    return [equal.get(sympy.expand(d), d) if isinstance(d, sympy.Expr) else d for d in shape]
+
+
+def _unbound(values: Any, bound: set) -> str:
+    """The symbols of the tensors' shapes outside `bound`, listed ('' when none)."""
+    return ", ".join(sorted({str(s) for v in values if _is_tensor(v) for d in v.type.shape
+                             for s in getattr(d, "free_symbols", ()) if s not in bound}))
+
+
+def _unbindable(op: Any, target: Target) -> str | None:
+    """Why `target` cannot read this `item()` or nonzero's count into a size while running: '' when its value is no
+    size (a float, or an expression of sizes already known), None when it can."""
+    symbol = bound_symbol(op)
+    if symbol is None:
+        return ""  # a float, or an integer the shapes already decide: a plain scalar, the op's own check
+    if not target.binds_data_dependent_sizes:
+        return (f"it reads a tensor's values into a size while running (data-dependent size {symbol}), and the "
+                f"{target.name} ABI sizes every buffer from the input shapes")
+    if not isinstance(op.parent_op(), func.FuncOp):
+        return (f"it reads a tensor's values into a size inside a loop's body (data-dependent size {symbol}); "
+                f"the {target.name} backend binds such sizes only between the program's top-level kernels")
+    return None
+
+
+def bound_symbol(op: Any) -> Any:
+    """The symbol a BIND_OPS op names (nonzero's row count, an integer item()), or None (a float item(), or a size
+    the shapes decide)."""
+    result = op.results[0].type
+    size = result.shape[0] if isinstance(result, TensorType) else result.expr if isinstance(result, SymIntType) \
+        else None
+    return size if isinstance(size, sympy.Symbol) else None
 
 
 def refuse(problems: dict[str, str], target: Target) -> None:

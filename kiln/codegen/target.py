@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kiln.codegen.kernels import same_dim
-from kiln.codegen.schedule import CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS
+from kiln.codegen.schedule import (
+    BIND_OPS, CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS, bound_symbol,
+)
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.types import TensorType
@@ -45,6 +47,8 @@ class Target:
     places_cat_parts: bool = False
     # whether a 2:4 linear layer's kernel reads its activations transposed (the C kernels read the rows as they are)
     transposes_24_activations: bool = True
+    # whether the run reads an integer `item()` into a size (a `bind` kernel) and sizes later buffers by it
+    binds_data_dependent_sizes: bool = False
 
     @property
     def no_lowering(self) -> str:
@@ -105,11 +109,15 @@ def kernel_argument_limits(op: Any) -> str | None:
         masks = [i for i in given if i.type.dtype not in (dtypes.int64, dtypes.int32)]
         if masks and name == "aten.index.Tensor":
             return ("a boolean mask index makes the result's size depend on the mask's values (an unbacked size "
-                    "symbol), and compiled code sizes every output from the input shapes; index with integer tensors "
-                    "(or use where / masked_fill)")
-        if masks and not _mask_put_fits(op, args):
+                    "symbol), which this backend does not read while running (C reads a mask of rank 1 or more); "
+                    "index with integer tensors (or use where / masked_fill)")
+        if masks and not mask_put_fits(op.operands[0].type.shape,
+                                       [i and (i.type.dtype, i.type.shape) for i in args[1]], args[2].type.shape):
             return ("index_put with a boolean mask is supported only as the sole index (the other entries None) with "
                     "values that broadcast along the mask's count (size 1 or absent there)")
+    if name in BIND_OPS and bound_symbol(op) is None:
+        return ("only reads of a data-dependent size (an integer `.item()` or `.tolist()`, nonzero's row count) are "
+                "supported")
     if name == "aten.scatter_reduce.two" and args[4] not in ("sum", "prod", "mean", "amax", "amin", "max", "min"):
         return f"reduce={args[4]!r}"
     if name == "aten.native_layer_norm.default" and (len(args[1]) != 1 or rank == 0):
@@ -144,13 +152,15 @@ def kernel_argument_limits(op: Any) -> str | None:
     return None
 
 
-def _mask_put_fits(op: Any, args: list) -> bool:
-    """index_put with one boolean mask (the other entries None) whose values do not vary along the mask's count."""
-    given = [(d, value) for d, value in enumerate(args[1]) if value is not None]
-    if len(given) != 1 or given[0][1].type.dtype != dtypes.bool_:
+def mask_put_fits(shape: list, indices: list, values: list) -> bool:
+    """Whether the scatter kernel takes an index_put of `values` (a shape) into `shape` at `indices` (each a
+    (dtype, shape) or None): one boolean mask (the other entries None) whose values do not vary along the mask's
+    count."""
+    given = [(d, index) for d, index in enumerate(indices) if index is not None]
+    if len(given) != 1 or given[0][1][0] != dtypes.bool_:
         return False
-    shape, position, width = op.operands[0].type.shape, given[0][0], len(given[0][1].type.shape)
-    values = list(args[2].type.shape)
+    position, width = given[0][0], len(given[0][1][1])
+    values = list(values)
     aligned = position - (len(shape) - width + 1 - len(values))  # the values dim lined up with the count
     return len(values) <= len(shape) - width + 1 and (aligned < 0 or same_dim(values[aligned], 1))
 

@@ -25,7 +25,8 @@ DecompositionTable = Mapping[OpOverload, Callable[..., Any]]
 
 
 class DecomposingEmitter:
-    """Emits into a builder, but calls of ops in `table` run their decomposition instead (recursively)."""
+    """Emits into a builder, but calls of ops in `table` run their decomposition instead (recursively). A
+    decomposition that returns NotImplemented declines that call (as torch's do): the op is emitted as it is."""
 
     def __init__(self, builder: GraphBuilder, table: DecompositionTable):
         self.builder = builder
@@ -43,7 +44,8 @@ class DecomposingEmitter:
             return self.builder.emit(opdef, bound)
         args, kwargs = split_bound(opdef, bound)
         with active_shape_env(self.builder.shape_env):  # decompositions may guard on the program's ranges
-            return decomposition(*args, **kwargs)
+            result = decomposition(*args, **kwargs)
+        return self.builder.emit(opdef, bound) if result is NotImplemented else result
 
 
 def retrace(program: ExportedProgram, table: DecompositionTable | None = None,

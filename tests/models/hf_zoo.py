@@ -304,7 +304,7 @@ ARCHITECTURES = {a.name: a for a in [
     _encoder("splinter", "SplinterModel", "SplinterConfig", **TEXT),
     _encoder("layoutlm", "LayoutLMModel", "LayoutLMConfig", **TEXT),
     _encoder("markuplm", "MarkupLMModel", "MarkupLMConfig", **dict(TEXT, max_position_embeddings=80)),
-    # X-MOD's language adapters pick rows by language id: data-dependent sizes, which C refuses
+    # X-MOD's language adapters pick rows by a language mask: data-dependent sizes, which C reads while running
     _encoder("xmod", "XmodModel", "XmodConfig", **dict(TEXT, max_position_embeddings=80, default_language="en_XX",
                                                        languages=["en_XX"])),
     _decoder("bert-generation", "BertGenerationEncoder", "BertGenerationConfig", **TEXT),

@@ -11,7 +11,7 @@ import pytest
 
 import kiln
 from kiln.frontend.tensor import dispatch as call
-from kiln.ir.errors import KilnError, UnsupportedError
+from kiln.ir.errors import KilnError
 from kiln.compiler import compile as compile_c
 from kiln.runtime import load
 from tests.modules import LambdaModule
@@ -143,14 +143,20 @@ def test_index_put_with_a_mask(tmp_path):
     _exact(model(x, mask, row, np.array(value)), program(x, mask, row, np.array(value)))
 
 
-def test_index_put_with_a_mask_and_count_dependent_values_is_rejected(tmp_path):
+def test_index_put_with_a_mask_and_count_dependent_values(tmp_path):
+    # values that vary along the mask's count: a scatter to nonzero(mask)'s coordinates, sized while running
+    # (tests/runtime/test_c_data_dependent.py)
     def fn(x, mask, y):
         return call(aten.index_put.default, x, [mask], call(aten.index.Tensor, y, [mask]))
 
     examples = (kiln.randn(3, 4), kiln.tensor(np.ones((3, 4), bool)), kiln.randn(3, 4))
-    program = kiln.export(LambdaModule(fn), examples)
-    with pytest.raises(UnsupportedError, match="depends on the input values"):
-        compile_c(program, output=tmp_path / "model")
+    program, model = _compile(fn, examples, None, tmp_path)
+    rng = np.random.default_rng(3)
+    for density in (0.0, 0.5, 1.0):
+        x, y = rng.standard_normal((2, 3, 4)).astype(np.float32)
+        mask = rng.random((3, 4)) < density
+        _exact(model(x, mask, y), np.where(mask, y, x))
+        _exact(model(x, mask, y), program(x, mask, y))
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
@@ -247,16 +253,6 @@ def test_out_of_range_index_fails_the_run(case, tmp_path):
     _exact(model(x, good, v), program(x, good, v))  # the failed run leaves no state behind
 
 
-def test_data_dependent_sizes_are_rejected_clearly(tmp_path):
-    def fn(x):
-        return call(aten.nonzero.default, x)
-
-    program = kiln.export(LambdaModule(fn), (kiln.randn(3, 4),))
-    with pytest.raises(UnsupportedError, match=r"aten.nonzero.default \(its result's size depends on the input "
-                                               r"values \(data-dependent size u\d+\)"):
-        compile_c(program, output=tmp_path / "model")
-
-
 @pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.0, float("inf")])
 def test_cdist_and_pdist_with_dynamic_rows(p, tmp_path):
     # Euclidean cdist switches to the matrix-product formula above 25 rows: decided per run, as the rows vary.
@@ -344,8 +340,7 @@ def test_sanitized_scatters_and_gathers_stay_in_bounds(tmp_path):
     """Every kernel kind added here, linked into the deploy runner under ASan + UBSan (two threads): clean and
     correct on good inputs, clean and failing with the op's message on out-of-range indices."""
     from tests.runtime.test_sanitizers import (
-        SANITIZER_ENV, SANITIZER_ERRORS, arch_flags, check_outputs, make_example, run_runner, sanitizer_missing,
-        strict_source,
+        SANITIZER_ENV, SANITIZER_ERRORS, build_sanitized, check_outputs, run_runner, sanitizer_missing,
     )
     reason = sanitizer_missing(tmp_path)
     if reason:
@@ -379,11 +374,7 @@ def test_sanitized_scatters_and_gathers_stay_in_bounds(tmp_path):
     dynamic = ({0: batch}, None, None, {0: batch}, {0: batch}, None, {0: count}, None, {0: batch})
     program, compiled = _compile(fn, tuple(map(kiln.tensor, example.values())), dynamic, tmp_path)
     package = tmp_path / "model"
-    model_c = tmp_path / "model_strict.c"
-    model_c.write_text(strict_source((package / "model.c").read_text()))
-    make_example(tmp_path / "asan", "sanitize", f"PACKAGE={package}", f"MODEL_C={model_c}",
-                 f"ARCH_FLAGS={arch_flags(package)}")
-    binary = [str(tmp_path / "asan" / "kiln_deploy_sanitize")]
+    binary = [str(build_sanitized(package, tmp_path))]
     names = program.graph_signature.user_inputs
     for n in (1, 3, 8):
         values = dict(zip(names, arrays(n).values()))

@@ -9,10 +9,8 @@ import pytest
 
 import kiln
 from kiln.frontend.tensor import dispatch as call
-from kiln.ir.errors import KilnError, UnsupportedError
-from kiln.compiler import compile as compile_c
+from kiln.ir.errors import KilnError
 from tests.runtime.test_c_backend import _check
-from tests.modules import LambdaModule
 from tests.runtime.test_c_indexing import SIZES, _compile
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -129,15 +127,3 @@ def test_index_out_of_range_fails_the_run(bad, tmp_path):
     with pytest.raises(KilnError, match=f"index {bad} is out of bounds for dimension 1 with size 5"):
         model(x, bad_index)
     _check(model(x, i), program(x, i))  # the failed run leaves no state behind
-
-
-def test_index_rejects_a_mask(tmp_path):
-    # A mask's count is data-dependent (an unbacked size); several integer indices are covered in
-    # tests/runtime/test_c_scatter_index.py.
-    def fn(x, m):
-        return call(aten.index.Tensor, x, [m])
-
-    examples = (kiln.randn(4, 4), kiln.tensor(np.array([True, False, True, False])))
-    program = kiln.export(LambdaModule(fn), examples)
-    with pytest.raises(UnsupportedError, match="aten.index.Tensor .*depends on the input values"):
-        compile_c(program, output=tmp_path / "model")

@@ -99,11 +99,17 @@ def sanitized(request, tmp_path_factory):
     program = kiln.export(entry.model, entry.args, dynamic_shapes=entry.dynamic_shapes)
     package = tmp / "pkg"
     compiled = compile_c(program, output=package)
+    binary = build_sanitized(package, tmp)
+    return name, entry, program, compiled, package, binary, tmp / "model_strict.c"
+
+
+def build_sanitized(package: pathlib.Path, tmp: pathlib.Path) -> pathlib.Path:
+    """The deploy runner linked with the package's model.c (as strict_source makes it) under ASan + UBSan."""
     model_c = tmp / "model_strict.c"
     model_c.write_text(strict_source((package / "model.c").read_text()))
     make_example(tmp / "asan", "sanitize", f"PACKAGE={package}", f"MODEL_C={model_c}",
                  f"ARCH_FLAGS={arch_flags(package)}")
-    return name, entry, program, compiled, package, tmp / "asan" / "kiln_deploy_sanitize", model_c
+    return tmp / "asan" / "kiln_deploy_sanitize"
 
 
 def run_runner(command: list[str], package: pathlib.Path, arrays: dict[str, np.ndarray], tmp: pathlib.Path,

@@ -209,7 +209,9 @@ def test_row_kernels_across_blocks_and_nan_rules(tmp_path):
 
 def test_lowering_coverage_matches_c():
     """Every op the C backend lowers has a Triton lowering too (each is then checked above against the interpreter;
-    the loops in test_triton_loops.py)."""
+    the loops in test_triton_loops.py), but the sizes C reads while running, which Triton refuses by name
+    (tests/runtime/test_c_data_dependent.py)."""
     from kiln.codegen.c.target import TARGET as C
+    from kiln.codegen.schedule import BIND_OPS
     from kiln.codegen.triton.target import TARGET as TRITON
-    assert sorted(C.ops - TRITON.ops) == []
+    assert sorted(C.ops - TRITON.ops) == sorted(BIND_OPS)

@@ -262,6 +262,7 @@ class RenderState:
     # (size expression, exclusive bound, error message): sizes a kernel's code assumes stay below a bound, which
     # kiln_run checks where the symbols' ranges do not (a convolution indexing a dynamic plane with 32-bit offsets)
     size_limits: list = field(default_factory=list)
+    symbol_slots: dict = field(default_factory=dict)  # symbol -> its index in ctx->sym
 
 
 def _loops(shape: list, body: list[str], indent: str = "    ", simd: bool = False,

@@ -20,13 +20,14 @@ import sympy
 
 from kiln.ir import dtypes
 from kiln.ir.errors import UnsupportedError
-from kiln.ir.symbolic import bound_expr
+from kiln.ir.symbolic import ValueRange, bound_expr
 from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.packing import packed_weight, tile_sizes
 from kiln.codegen.c.target import TARGET
 from kiln.codegen.memory import MemoryPlan, kernel_reads
 from kiln.codegen.kernels import (
-    Apply, Buffer, Gather, Kernel, Load, MatmulDetail, Schedule, Tile, contiguous_strides, matrix_vector, same_dim,
+    Apply, Buffer, Gather, Kernel, Load, MatmulDetail, Schedule, Tile, View, contiguous_strides, matrix_vector,
+    same_dim,
 )
 from kiln.codegen.schedule import SORT_OPS
 from kiln.codegen.c import quantized, recurrent
@@ -1079,6 +1080,39 @@ def _pad(kernel: Kernel, state: RenderState) -> list[str]:
     return _loops(kernel.shape, [f"{buffer_name(out)}[{_flat(kernel.shape)}] = {element};"])
 
 
+def _bind(kernel: Kernel, state: RenderState) -> list[str]:
+    """A data-dependent size read while running: `item()`'s element, or how many elements are nonzero. The run
+    calls this kernel on one thread, between parallel regions, and checks and allocates what the size decides
+    before the next kernel (kiln_run's kiln_bound)."""
+    detail = kernel.detail
+    slot = state.symbol_slots[detail.symbol]
+    if not detail.count:
+        value = f"{buffer_name(detail.source.buffer)}[{dim_expr(detail.source.offset)}]"
+        return [f"    ((kiln_ctx*)ctx)->sym[{slot}] = (int64_t){value};"]
+    return ["    int64_t count = 0;",
+            *_nonzero_walk(detail.source, ["count += 1;"]), f"    ((kiln_ctx*)ctx)->sym[{slot}] = count;"]
+
+
+def _nonzero(kernel: Kernel, state: RenderState) -> list[str]:
+    """nonzero: the coordinates of each nonzero element in row-major order, one row each (its bind kernel counted
+    them and sized the result)."""
+    source, out = kernel.detail.source, buffer_name(kernel.outputs[0])
+    rank = len(source.shape)
+    return ["    int64_t row = 0;", *_nonzero_walk(source, [
+        *(f"{out}[row * {rank} + {k}] = i{k};" for k in range(rank)), "row += 1;"])]
+
+
+def _nonzero_walk(view: View, body: list[str]) -> list[str]:
+    """One thread's loop nest over a view running `body` at each nonzero element (NaN is nonzero, as in ATen)."""
+    rank = len(view.shape)
+    lines = [f"{'    ' * (k + 1)}for (int64_t i{k} = 0; i{k} < {dim_expr(d)}; ++i{k})"
+             for k, d in enumerate(view.shape)]
+    indent = "    " * (rank + 1)
+    element = f"{buffer_name(view.buffer)}[{_view_index(view, [f'i{k}' for k in range(rank)])}]"
+    return [*lines, f"{indent}if ({element} != 0)", f"{indent}{{", *(f"{indent}    {line}" for line in body),
+            f"{indent}}}"]
+
+
 def _cat(kernel: Kernel, state: RenderState) -> list[str]:
     """One loop nest per input, each writing its slab of the output along `dim`."""
     out, dim = kernel.outputs[0], kernel.detail.dim
@@ -1504,7 +1538,7 @@ KERNEL_RENDERERS: dict[str, Callable[[Kernel, RenderState], list[str]]] = {
     "pointwise": _pointwise, "matmul": _matmul, "attention": _attention, "rows": _rows, "conv": render_conv,
     "window": _window, "cat": _cat, "pad": _pad, "scatter": _scatter, "distance": _distance, "bags": _bags,
     "sparse_linear": _sparse_linear, "sparse_conv": _sparse_conv, **quantized.RENDERERS,
-    "lstm_cell": recurrent.render_lstm_cell,
+    "lstm_cell": recurrent.render_lstm_cell, "bind": _bind, "nonzero": _nonzero,
 }
 
 PRELUDE = """\
@@ -1614,16 +1648,11 @@ class KernelBodies:
         if shared is None:
             shared = self.shared[key] = f"kernel_body_{len(self.shared)}"
             self.definitions.append([f"KILN_BODY void {shared}({', '.join(['const kiln_ctx* ctx', *declared])})",
-                                     "{", *self.symbol_prologue(), *divisions, text, "}", ""])
+                                     "{", *symbol_prologue(self.schedule), *divisions, text, "}", ""])
         arguments = [used if used.startswith("ctx->packed") else f"({self.types[used]}*){self.slots[used]}"
                      for used in parameters]
         return [f"/* {kernel.kind}: {', '.join(dict.fromkeys(kernel.ops))} */",
                 f"static void {name}(const kiln_ctx* ctx) {{ {shared}({', '.join(['ctx', *arguments])}); }}"]
-
-    def symbol_prologue(self) -> list[str]:
-        """A function's first lines: each symbol's value for this run, from the context."""
-        return [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
-                for index, symbol in enumerate(self.schedule.symbols)]
 
     def loop_function(self, name: str, kernel: Kernel, state: RenderState) -> list[str]:
         """A loop kernel (kiln.scan, kiln.map, kiln.while_loop): its regions' kernels, then a function every thread
@@ -1679,7 +1708,7 @@ class KernelBodies:
                   f"/* each step runs the {_count(len(cond_calls) + len(body_calls), 'kernel')} above */",
                   f"static void {name}(const kiln_ctx* ctx)", "{",
                   "    kiln_ctx* loop = (kiln_ctx*)ctx;  /* the call's context: the loop moves its windows */",
-                  *self.symbol_prologue()]
+                  *symbol_prologue(self.schedule)]
         if detail.cond is not None:  # while: the cond kernels decide each step; the last carries read are the results
             predicate = detail.predicate
             test = f"((const bool*)loop->buf[{predicate.buffer.index}])[{dim_expr(predicate.offset)}]"
@@ -1755,8 +1784,45 @@ def _scratch_bytes(kernel: Kernel, packed: dict) -> Any:
 
 
 def _work_expr(schedule: Schedule) -> str:
+    """The run's operation count, which sizes its team before any kernel runs: a data-dependent size counts as 1
+    (its value is not known yet; a mixture of experts' token counts each cover a part of the batch)."""
     total = sympy.Add(*[TARGET.work(kernel) for kernel in schedule.kernels]) if schedule.kernels else 0
+    total = sympy.sympify(total).xreplace({s: sympy.Integer(1) for s in schedule.unbacked})
     return f"(double){dim_expr(sympy.expand(total))}"
+
+
+def symbol_prologue(schedule: Schedule) -> list[str]:
+    """A function's first lines: each symbol's value for this run, from the context (a data-dependent size's is 0
+    until its bind kernel has run)."""
+    return [f"    const int64_t {symbol_name(symbol)} = ctx->sym[{index}]; (void){symbol_name(symbol)};"
+            for index, symbol in enumerate([*schedule.symbols, *schedule.unbacked])]
+
+
+def _binding_kernels(schedule: Schedule) -> dict[Any, int]:
+    """Each data-dependent size's bind kernel (an index into the top-level kernels)."""
+    return {kernel.detail.symbol: index for index, kernel in enumerate(schedule.kernels) if kernel.kind == "bind"}
+
+
+def _last_binding(expr: Any, bound_after: dict[Any, int]) -> int | None:
+    """The kernel after which every data-dependent size in `expr` is known (None: it has none)."""
+    kernels = [bound_after[s] for s in sympy.sympify(expr).free_symbols if s in bound_after]
+    return max(kernels) if kernels else None
+
+
+def _outside(name: str, allowed: ValueRange | None) -> str:
+    """A C test that the value `name` lies outside `allowed` ('' where every value is inside)."""
+    tests = []
+    if allowed is not None and allowed.lower != -math.inf:
+        tests.append(f"{name} < INT64_C({int(allowed.lower)})")
+    if allowed is not None and allowed.upper != math.inf:
+        tests.append(f"{name} > INT64_C({int(allowed.upper)})")
+    return " || ".join(tests)
+
+
+def _range_text(allowed: ValueRange | None) -> str:
+    def end(value: Any, infinite: str) -> str:
+        return infinite if value in (math.inf, -math.inf) else str(int(value))
+    return "[-inf, inf]" if allowed is None else f"[{end(allowed.lower, '-inf')}, {end(allowed.upper, 'inf')}]"
 
 
 def runtime_memory(schedule: Schedule) -> dict[str, Any]:
@@ -2003,14 +2069,15 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     places temporaries in the per-call arena; it holds only within `ranges`, so kiln_run refuses symbols outside,
     and outside the program's runtime assertions (`asserts`, conditions on the symbols)."""
     out: list[str] = ["/* Generated by kiln: a compiled ATen program. Do not edit. */"]
-    out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(schedule.symbols)), nbuf=max(1, len(schedule.buffers))))
+    every_symbol = [*schedule.symbols, *schedule.unbacked]
+    out.append(PRELUDE.format(abi=ABI_VERSION, nsym=max(1, len(every_symbol)), nbuf=max(1, len(schedule.buffers))))
     out.append(SUPPORT_LIBRARY)
     kernels = schedule.all_kernels()
     if any(kernel.kind in quantized.RENDERERS for kernel in kernels):
         out.append(QGEMM_LIBRARY)
     if any(kernel.kind in SPARSE_KERNELS for kernel in kernels):
         out.append(SPARSE_LIBRARY)
-    state = RenderState(packed=_prepacked(schedule))
+    state = RenderState(packed=_prepacked(schedule), symbol_slots={s: k for k, s in enumerate(every_symbol)})
     state.scratch = [need for kernel in kernels if (need := _scratch_bytes(kernel, state.packed)) is not None]
     names, wrappers = [], []
     bodies = KernelBodies(schedule)
@@ -2129,17 +2196,35 @@ kiln_model* kiln_create_from_file(const char* path)
         bounds = f"[{lower}, {upper if upper is not None else 'inf'}]"
         run.append(f"    if ({test}) {{ snprintf(m->error, sizeof m->error, \"symbol %s = %lld is outside its range "
                    f"{bounds}\", SYMBOL_NAMES[{index}], (long long){sym}); return 1; }}")
+    for index, symbol in enumerate(schedule.unbacked, len(schedule.symbols)):
+        run.append(f"    ctx->sym[{index}] = 0;  /* {symbol}: read while running (a bind kernel) */")
+    # What a data-dependent size decides (checks, allocations) happens once its bind kernel has run: at_bind[k]
+    # holds the lines kiln_bound runs after top-level kernel k.
+    bound_after = _binding_kernels(schedule)
+    at_bind: dict[int, list[str]] = {k: [] for k in set(bound_after.values())}
+    for symbol in schedule.unbacked:
+        allowed = (ranges or {}).get(symbol)
+        test = _outside(symbol_name(symbol), allowed)
+        if test:
+            at_bind[bound_after[symbol]].append(
+                f"    if ({test}) {{ snprintf(m->error, sizeof m->error, \"the data-dependent size {symbol} = %lld "
+                f"(a value the program read while running) is outside its range {_range_text(allowed)}\", "
+                f"(long long){symbol_name(symbol)}); return 1; }}")
     for guard in asserts:
-        if not guard.expr.free_symbols <= set(schedule.symbols):
+        if not guard.expr.free_symbols <= set(every_symbol):
             raise UnsupportedError(f"the runtime assertion {guard.expr} uses a symbol the compiled model cannot bind")
-        run.append(f"    if (!{condition_expr(guard.expr)}) {{ snprintf(m->error, sizeof m->error, "
-                   f"{_cstr('the program assumes ' + str(guard.expr) + ', which these input sizes break')}); "
-                   "return 1; }")
+        after = _last_binding(guard.expr, bound_after)
+        broken = "these input sizes break" if after is None else "the values the program read while running break"
+        (run if after is None else at_bind[after]).append(
+            f"    if (!{condition_expr(guard.expr)}) {{ snprintf(m->error, sizeof m->error, "
+            f"{_cstr('the program assumes ' + str(guard.expr) + ', which ' + broken)}); return 1; }}")
     for size, bound, message in dict.fromkeys(state.size_limits):
         if bound_expr(size, ranges or {}).upper < bound:
             continue
-        run.append(f"    if ({dim_expr(size)} >= INT64_C({bound})) {{ snprintf(m->error, sizeof m->error, "
-                   f"{_cstr(message)}); return 1; }}")
+        after = _last_binding(size, bound_after)
+        (run if after is None else at_bind[after]).append(
+            f"    if ({dim_expr(size)} >= INT64_C({bound})) {{ snprintf(m->error, sizeof m->error, "
+            f"{_cstr(message)}); return 1; }}")
     temps = []
     for buf in schedule.buffers:
         slot = f"ctx->buf[{buf.index}]"
@@ -2150,6 +2235,11 @@ kiln_model* kiln_create_from_file(const char* path)
         elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
             address = f"m->weights + {weight_offsets[buf.weight_key]}" if buf.weight_key in weight_offsets else "NULL"
             run.append(f"    {slot} = (void*)({address});")
+        elif buf.kind == "temp" and buf.inside is None and buf in memory.dynamic:
+            run.append(f"    {slot} = NULL;  /* {buf.name}: allocated once its data-dependent size is known */")
+            at_bind[_last_binding(buf.numel, bound_after)] += [
+                f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1);",
+                f"    if (!{slot}) goto out_of_memory;"]
         elif buf.kind == "temp" and buf.inside is None:  # windows get their addresses from their loops
             temps.append(buf)
     # One arena per call for every temporary, at offsets from the static memory plan (kiln/codegen/memory.py).
@@ -2170,8 +2260,10 @@ kiln_model* kiln_create_from_file(const char* path)
     for buf in schedule.buffers:  # a cat's parts written in place: inside the cat's result (schedule.place_cat_part)
         if buf.inside is not None:
             home, offset = buf.home()
-            run.append(f"    ctx->buf[{buf.index}] = (unsigned char*)ctx->buf[{home.index}] + "
-                       f"({dim_expr(offset)}) * {buf.dtype.itemsize};  /* {buf.name} in {home.name} */")
+            after = _last_binding(sympy.Add(home.numel, offset), bound_after)
+            (run if after is None else at_bind[after]).append(
+                f"    ctx->buf[{buf.index}] = (unsigned char*)ctx->buf[{home.index}] + "
+                f"({dim_expr(offset)}) * {buf.dtype.itemsize};  /* {buf.name} in {home.name} */")
     # Small runs stay on fewer threads: each extra thread costs a wake-up and a barrier per kernel, which
     # outweighs the work it takes over below ~0.6 MFLOP per thread (measured on the zoo models).
     run += ["    const int max_threads = m->num_threads > 0 ? m->num_threads : omp_get_max_threads();",
@@ -2184,7 +2276,12 @@ kiln_model* kiln_create_from_file(const char* path)
     if state.scratch:
         run.append("    size_t scratch = 0;  /* per thread: the most any kernel needs, 64-byte aligned */")
         for need in state.scratch:
-            run.append(f"    if ((size_t)({dim_expr(need)}) > scratch) scratch = (size_t)({dim_expr(need)});")
+            after = _last_binding(need, bound_after)
+            if after is None:
+                run.append(f"    if ((size_t)({dim_expr(need)}) > scratch) scratch = (size_t)({dim_expr(need)});")
+            else:  # a kernel sized by a data-dependent size: the scratch grows, between kernels, if it needs more
+                at_bind[after].append(f"    if (!kiln_scratch_at_least(ctx, (size_t)({dim_expr(need)}), threads)) "
+                                      "goto out_of_memory;")
         run += ["    ctx->scratch_stride = (scratch + 63) / 64 * 64;",
                 "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
                 "    if (!ctx->scratch) status = 2;"]
@@ -2201,6 +2298,8 @@ kiln_model* kiln_create_from_file(const char* path)
             f"    unsigned char serial[{max(1, count)}] = {{0}};  /* kernels run by this thread alone */",
             "    int team_threads = 1;  /* the team size OpenMP gave the parallel regions */"]
     for index, kernel in enumerate(schedule.kernels):
+        if kernel.kind in ("bind", "nonzero"):  # one thread's walk; a size read decides what later kernels
+            run.append(f"    serial[{index}] = 1;")  # allocate, so kiln_bound runs right after it
         if kernel.kind == "loop":
             # one step's work: a step's few kernels each end on a barrier (~1-2 us on 2 cores), which pays off from
             # ~1e5 operations a step (an LSTM step of hidden 256, 5e5, ran 1.6x faster on 2 threads; of hidden 24,
@@ -2219,7 +2318,9 @@ kiln_model* kiln_create_from_file(const char* path)
             "                #pragma omp master", "                team_threads = omp_get_num_threads();",
             "            }",
             "            team_wall_ns += kiln_clock_ns(CLOCK_MONOTONIC) - region_start;", "        }",
-            "        else kiln_run_kernel(m, ctx, first, profiling);", "    }",
+            "        else kiln_run_kernel(m, ctx, first, profiling);",
+            *(["        if (binds[first] && (status = kiln_bound(m, ctx, first, threads)) != 0) goto done;"]
+              if at_bind else []), "    }",
             "    kiln_team_record(&m->team, team_threads, wanted_threads, team_cpu_ns, team_wall_ns,",
             "                     team_wall_ns > 0 ? kiln_clock_ns(CLOCK_MONOTONIC) : 0);",
             "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
@@ -2227,10 +2328,31 @@ kiln_model* kiln_create_from_file(const char* path)
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
             "done:", "    free(ctx->scratch);",
+            *(f"    free(ctx->buf[{buf.index}]);" for buf in memory.dynamic),
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
     run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
     run += ["#else", "    kiln_arena_give(&m->arena, arena, arena_kept);", "#endif"]
     run += ["    return status;", "}", "#endif  /* KILN_GROUP(0) */", ""]
+    if at_bind:  # the kernels that bind a data-dependent size, and what each size decides
+        binds = ", ".join("1" if index in at_bind else "0" for index in range(count))
+        hook = ["/* Per-thread scratch of at least `need` bytes, its contents dropped: 0 when out of memory. */",
+                "static int kiln_scratch_at_least(kiln_ctx* ctx, size_t need, int threads)", "{",
+                "    if (need <= ctx->scratch_stride) return 1;", "    free(ctx->scratch);",
+                "    ctx->scratch_stride = (need + 63) / 64 * 64;",
+                "    ctx->scratch = (unsigned char*)aligned_alloc(64, ctx->scratch_stride * (size_t)threads + 64);",
+                "    return ctx->scratch != NULL;", "}", "",
+                "/* After top-level kernel `kernel` read a data-dependent size: check it and the program's assumptions",
+                "   about it, then allocate what it sizes. 0, or kiln_run's status. */",
+                "static int kiln_bound(kiln_model* m, kiln_ctx* ctx, int kernel, int threads)", "{",
+                *symbol_prologue(schedule), "    (void)threads;", "    switch (kernel)", "    {"]
+        for index in sorted(at_bind):
+            hook += [f"    case {index}:", "    {", *(f"    {line}" for line in at_bind[index]), "        break;",
+                     "    }"]
+        hook += ["    }", "    return 0;", "out_of_memory:",
+                 "    snprintf(m->error, sizeof m->error, \"out of memory\");", "    return 2;", "}", "",
+                 f"static const unsigned char binds[{count}] = {{{binds}}};", ""]
+        start = run.index("static void kiln_run_kernel(kiln_model* m, const kiln_ctx* ctx, int i, int profiling)")
+        run[start:start] = hook
     rest = out[bodies_at:] + run
     return "\n".join(out[:bodies_at] + _grouped_bodies(bodies.definitions, sum(map(len, rest))) + rest)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.codegen.cost import kernel_work
-from kiln.codegen.schedule import CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS
+from kiln.codegen.schedule import (
+    BIND_OPS, CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS,
+)
 from kiln.codegen.target import (INTEGER_REDUCTIONS, Target, kernel_argument_limits, sparse_kernel_limits,
                                  tensor_value)
 from kiln.codegen.triton.render import POINTWISE_RULES
@@ -17,7 +19,8 @@ DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloa
                     dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.bool_})
 # Every op the scheduler groups into kernels (each kind has a renderer in module.KERNEL_RENDERERS), the pointwise
 # ones that have a rule, and the loops.
-OPS = frozenset((SCHEDULED_OPS - POINTWISE_OPS) | (POINTWISE_OPS & set(POINTWISE_RULES)) | LOOP_OPS)
+# (no sizes read while running: every launch grid is sized from the input shapes)
+OPS = frozenset((SCHEDULED_OPS - POINTWISE_OPS - BIND_OPS) | (POINTWISE_OPS & set(POINTWISE_RULES)) | LOOP_OPS)
 # Ops whose Triton rule is floating-point math: integer results would need C's integer forms.
 FLOAT_ONLY = {"aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.fmod.Tensor", "aten.fmod.Scalar",
               "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.round.default", "aten.trunc.default",
