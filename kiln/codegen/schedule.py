@@ -564,7 +564,7 @@ class _Scheduler:
         source, result = self.materialized(args[0]), op.results[0]
         symbol = bound_symbol(op)
         detail = BindDetail(symbol, source, count=name == "aten.nonzero.default")
-        if symbol not in _input_symbols(self.program) | {k.detail.symbol for k in self.kernels if k.kind == "bind"}:
+        if symbol not in input_symbols(self.program) | {k.detail.symbol for k in self.kernels if k.kind == "bind"}:
             self.kernels.append(Kernel("bind", f"bind_{symbol}", [name], [], [], detail=detail))
         if name == "aten.nonzero.default":
             buf = self.buffer(result)
@@ -1454,7 +1454,7 @@ def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[st
     `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range. A target that binds
     data-dependent sizes (C) reads an integer `item()` into its symbol while running, so only sizes bound otherwise,
     reads inside a loop's body and outputs sized by them are problems there."""
-    inputs = _input_symbols(program)
+    inputs = input_symbols(program)
     bound = set(inputs)
     problems: dict[str, str] = {}
     for op in program.body.walk():
@@ -1485,14 +1485,15 @@ def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[st
     return problems
 
 
-def _input_symbols(program: ExportedProgram) -> set:
+def input_symbols(program: ExportedProgram) -> set:
+    """The symbols the input shapes bind."""
     return {s for arg in program.body.args for d in arg.type.shape for s in getattr(d, "free_symbols", ())}
 
 
 def asserted_dims(shape: list, program: ExportedProgram) -> list:
     """A shape with each dim the program's runtime assertions equate to an expression without data-dependent sizes
     written as that expression: split pieces concatenated back (`Eq(u0 + u1 + u2, n)`) are n rows."""
-    inputs = _input_symbols(program)
+    inputs = input_symbols(program)
     equal: dict[Any, Any] = {}
     for guard in program.runtime_asserts:
         if isinstance(guard.expr, sympy.Eq):

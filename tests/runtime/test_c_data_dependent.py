@@ -184,3 +184,16 @@ def test_sanitized_run_with_sizes_read_while_running(tmp_path):
         assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
         assert result.returncode == 0, result.stderr[-8000:]
         check_outputs(result.stdout, compiled, program, values, exact=False)
+
+
+def test_verify_compares_every_value_a_package_can_return(tmp_path):
+    """kiln.verify exposes each op's result as an output: those sized by a size read while running (the mask's
+    picked rows) stay inside the package, and the ops reading them are compared instead."""
+    examples = (kiln.randn(5, 6), kiln.tensor(np.array([True, False, True, True, False])),
+                kiln.tensor(np.ones((5, 6), bool)))
+    program = kiln.export(LambdaModule(_masked), examples)
+    result = kiln.verify(program, examples, target="c")
+    assert result.ok and result.checked >= 3, result  # the put and the two sums
+    routed = kiln.verify(_routing(tmp_path), (np.random.default_rng(2).standard_normal((9, 40)).astype(np.float32),
+                                              np.array([0, 1, 2, 2, 1, 0, 0, 0, 1])), target="c")
+    assert routed.ok and routed.checked >= 4, routed
