@@ -388,3 +388,30 @@ def test_sanitized_scatters_and_gathers_stay_in_bounds(tmp_path):
         result = run_runner(binary, package, values, tmp_path, SANITIZER_ENV)
         assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
         assert result.returncode == 3 and op in result.stderr, result.stderr[-2000:]
+
+
+def test_masked_scatter_takes_the_source_in_mask_order(tmp_path):
+    # C computes masked_scatter through its registered decomposition: each masked position's running count picks
+    # the source element, with every shape fixed (how vision-language models put image features into the prompt)
+    rows = kiln.Dim("rows", max=32)
+
+    def fn(x, mask, source):
+        return call(aten.masked_scatter.default, x, mask, source)
+
+    examples = (kiln.randn(4, 3, 5), kiln.tensor(np.ones((4, 1, 5), bool)), kiln.randn(7, 11))
+    program, model = _compile(fn, examples, ({0: rows}, {0: rows}, None), tmp_path)
+    rng = np.random.default_rng(5)
+    for n, density in ((4, 0.5), (1, 0.0), (5, 1.0), (32, 0.2)):  # the mask broadcasts along dim 1
+        x, mask = rng.standard_normal((n, 3, 5)).astype(np.float32), rng.random((n, 1, 5)) < density
+        source = rng.standard_normal((7, 11)).astype(np.float32)
+        if 3 * mask.sum() > source.size:
+            continue
+        _exact(model(x, mask, source), program(x, mask, source))
+        if torch is not None:
+            _exact(model(x, mask, source), torch.from_numpy(x).masked_scatter(torch.from_numpy(mask),
+                                                                              torch.from_numpy(source)).numpy())
+    x, mask = np.zeros((9, 3, 5), np.float32), np.ones((9, 1, 5), bool)  # 135 positions, 77 source elements
+    with pytest.raises(KilnError, match="number of elements of source"):
+        program(x, mask, source)
+    with pytest.raises(KilnError, match="index 78 is out of bounds for dimension 0 with size 78"):
+        model(x, mask, source)

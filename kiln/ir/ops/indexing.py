@@ -476,6 +476,23 @@ def _masked_scatter(self, mask, source):
 defop("masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", _masked_scatter_meta, _masked_scatter)
 
 
+@register_decomposition("aten.masked_scatter.default")
+def _masked_scatter_by_counts(self, mask, source):
+    """For backends without the op (C): each masked position takes the source element that its running count of
+    masked positions names (row-major order), all shapes fixed, as the ONNX lowering computes it. The source gets a
+    pad element in front, which the positions outside the mask read. A mask with more positions than the source
+    has elements reads past its end, which the gather's bounds check reports (ATen's own error: `number of elements
+    of source < number of ones in mask`)."""
+    shape = list(shape_of(_masked_scatter_meta(self, mask, source)))
+    flat_mask = aten.reshape.default(aten.expand.default(mask, shape), [-1])
+    counts = aten.cumsum.default(aten._to_copy.default(flat_mask, dtype=dtypes.int64), 0)
+    read = aten.where.self(flat_mask, counts, aten.scalar_tensor.default(0, dtype=dtypes.int64))
+    padded = aten.cat.default([aten.full.default([1], 0, dtype=dtype_of(source)), aten.reshape.default(source, [-1])])
+    merged = aten.where.self(flat_mask, aten.index.Tensor(padded, [read]),
+                             aten.reshape.default(aten.expand.default(self, shape), [-1]))
+    return aten.reshape.default(merged, shape)
+
+
 def _is_nonzero(array: np.ndarray) -> np.ndarray:
     return array if array.dtype == np.bool_ else array != 0  # NaN counts as nonzero
 
