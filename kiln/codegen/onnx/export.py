@@ -22,7 +22,7 @@ from kiln.ir.types import SymIntType, TensorType
 
 from kiln.codegen.onnx.context import Lowering, LoweringContext
 from kiln.codegen.onnx.graph import DimSource, Model, OnnxGraph, Value, value_info
-from kiln.codegen.onnx.lowerings import LOWERING_TABLE, UNSUPPORTED
+from kiln.codegen.onnx.lowerings import COMPLEX_VALUES, LOWERING_TABLE, UNSUPPORTED
 from kiln.codegen.onnx.optimize import clean_graph
 from kiln.codegen.onnx.recurrent import bidirectional_partner, lower_bidirectional, lower_recurrent, match_recurrent
 import kiln.codegen.onnx.composites  # noqa: F401,E402  (adds the composite ops' lowerings to the table)
@@ -80,9 +80,16 @@ def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | N
 
 
 def check_lowerable(program: ExportedProgram, lowerable: set[str]) -> None:
+    """Refuse, all at once, the ops with no lowering, and those on complex values (which lower-complex leaves where
+    the program takes or returns one: `fftn` of a 0-d tensor is only a cast to complex)."""
     missing: dict[str, list[str]] = {}
+    on_complex: set[str] = set()
     for op in _walk(program.body):
-        if not hasattr(op, "opdef") or op.name in lowerable:
+        if not hasattr(op, "opdef"):
+            continue
+        if any(getattr(getattr(v.type, "dtype", None), "is_complex", False) for v in (*op.operands, *op.results)):
+            on_complex.add(op.name)
+        elif op.name in lowerable:
             continue
         source = op.attributes.get("kiln.source")
         missing.setdefault(op.name, []).append(source.data if source is not None else "<no source line>")
@@ -90,7 +97,8 @@ def check_lowerable(program: ExportedProgram, lowerable: set[str]) -> None:
         return
     lines = []
     for name, sources in sorted(missing.items()):
-        reason = UNSUPPORTED.get(name, "no ONNX lowering and no decomposition")
+        reason = UNSUPPORTED.get(name, COMPLEX_VALUES if name in on_complex else
+                                 "no ONNX lowering and no decomposition")
         where = "; ".join(dict.fromkeys(sources))
         lines.append(f"  {name} ({reason}) at {where}")
     raise MissingLoweringError(

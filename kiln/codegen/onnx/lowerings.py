@@ -23,14 +23,14 @@ from kiln.codegen.onnx.graph import INT64_MAX, INT64_MIN, Value, onnx_dtype
 LOWERING_TABLE: dict[str, Lowering] = {}
 
 # Ops that have no ONNX translation, with the reason shown to users.
+COMPLEX_VALUES = ("complex values: onnxruntime has no complex tensors, and kiln runs these as real pairs only "
+                  "between real program inputs and outputs")
 UNSUPPORTED: dict[str, str] = {
     # Between real inputs and outputs the lower-complex pass runs these as (real, imaginary) pairs (Llama 4's
     # rotary embedding, FNet's FFTs as DFT matrix products); a program that takes or returns a complex value keeps
     # them, and they have no ONNX form (ONNX's DFT takes and returns real [..., 2] tensors).
     **dict.fromkeys(("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default",
-                     "aten._fft_r2c.default", "aten._fft_c2r.default", "aten._fft_c2c.default"),
-                    "complex values: onnxruntime has no complex tensors, and kiln runs these as real pairs only "
-                    "between real program inputs and outputs"),
+                     "aten._fft_r2c.default", "aten._fft_c2r.default", "aten._fft_c2c.default"), COMPLEX_VALUES),
     # ONNX has sparse initializers but no sparse runtime values: sparse weights are written densified (see
     # docs/sparsity.md); ops that compute on sparse values have nothing to lower to.
     **{name: "ONNX has no sparse runtime values; densify with .to_dense() before exporting, or keep the sparse "

@@ -110,6 +110,10 @@ class _Transform:
         """torch's canonicalize_fft_shape_and_dim_args: the transformed dims and the signal size along each
         (None where the input's size stands; for c2r's last dim, the output length)."""
         op, rank = self.op, len(shape)
+        named = [dim] if self.form == "1" else list(dim) if dim is not None else []
+        # ATen wraps these dims without a 0-d tensor's allowance (maybe_wrap_dim with wrap_scalar=false)
+        require_arg(rank > 0 or not named, op, f"Dimension specified as {named[0] if named else 0} but tensor has "
+                                               "no dimensions")
         if self.form == "1":  # s is [n] or None here (see _define)
             dims, sizes = [canonical_dim(op, dim, rank)], list(s) if s is not None else [None]
         else:
@@ -125,7 +129,9 @@ class _Transform:
                             f"Got shape with {len(s) if s is not None else 0} values but input tensor only has "
                             f"{rank} dimensions.")
             sizes = list(s) if s is not None else [None] * len(dims)
-        require_arg(len(dims) >= 1, op, "expected at least one dimension to transform")
+        # a c2c transform over no dims is the identity (fftn of a 0-d tensor); the one-sided ones need a last dim
+        require_arg(len(dims) >= 1 or self.kind == "c2c", op,
+                    f"{self.name.removeprefix('fft_')} must transform at least one axis")
         sizes = [None if size is None or (isinstance(size, int) and size == -1) else size for size in sizes]
         for size in sizes:
             require_arg(size is None or sym_le(1, size), op, f"Invalid number of data points ({size}) specified")
@@ -183,6 +189,8 @@ class _Transform:
         x = self_.astype(np.complex128)
         if self.kind == "c2r":
             return np.fft.irfftn(x, s=[*(int(v) for v in sizes[:-1]), int(last)], axes=dims, norm=norm)
+        if not dims:
+            return x.copy()
         transform = np.fft.fftn if self.forward else np.fft.ifftn
         return transform(x, s=[int(v) for v in sizes], axes=dims, norm=norm)
 
@@ -190,6 +198,8 @@ class _Transform:
         result = self.meta(self_, s, dim, norm)
         dims, sizes, last, mode = self.plan(self_, s, dim, norm)
         x = resized(self_, dims, sizes)
+        if not dims:  # c2c over no dims: the input as complex
+            return _cast(x, dtype_of(result))
         if self.kind == "r2c":
             x = _cast(x, dtypes.complex_to_real(dtype_of(result)))
             return aten._fft_r2c.default(x, dims, mode, True)

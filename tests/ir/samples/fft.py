@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tests.ir.samples import Sample, rand, samples
 
 
@@ -70,6 +72,9 @@ def _many_dimensional(kind: str, form: str):
             yield Sample((rand(rng, 3, 4, 5, dtype=dtype), None, [1, 2]), note="FNet's (seq, hidden) mix")
             yield Sample((rand(rng, 3, 4, 5, dtype=dtype), [6, 4]), note="sizes name the last dims")
             yield Sample((rand(rng, 3, 4, 6, dtype=dtype), [-1, 8], [0, 2], "forward"), note="-1 keeps a size")
+            if kind in ("fft", "ifft"):  # no dims to transform: the identity (the one-sided ones refuse it)
+                yield Sample((np.asarray(rand(rng, dtype=dtype)),), note="0-d: the value as complex")
+                yield Sample((rand(rng, 3, 4, dtype=dtype), None, []), note="dim=[]: the input as complex")
     return generate
 
 
