@@ -575,7 +575,7 @@ def _to_inference(module: QATModule) -> None:
     updating them: those buffer updates leave the outputs), dropout is the identity."""
     from xdsl.rewriter import InsertPoint, Rewriter
 
-    from kiln.passes.base import erase_dead_ops
+    from kiln.passes.base import erase_dead_program_ops
     from kiln.passes.quant.convert import _InsertAt
 
     program = module.prepared.program
@@ -609,7 +609,7 @@ def _to_inference(module: QATModule) -> None:
     returned.operands = [value for value, _ in kept]
     program.graph_signature.output_specs = [spec for _, spec in kept]
     program.graph.update_function_type()
-    erase_dead_ops(program.body)
+    erase_dead_program_ops(program)
 
 
 def convert_pt2e(prepared: Any) -> ExportedProgram:

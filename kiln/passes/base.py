@@ -374,6 +374,12 @@ def erase_dead_ops(block: Block, referenced: set | None = None) -> int:
     return erased
 
 
+def erase_dead_program_ops(program: ExportedProgram) -> int:
+    """erase_dead_ops over a program's body, keeping too the ops that bind a data-dependent size its runtime
+    assertions check: torch._check(mask.all()) reads the bool into u0 and asserts u0 == 1, which nothing else uses."""
+    return erase_dead_ops(program.body, {s for guard in program.runtime_asserts for s in guard.expr.free_symbols})
+
+
 def walk_blocks(block: Block) -> Iterator[Block]:
     """`block` and every block nested in its ops' regions."""
     yield block

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kiln.ir.program import ExportedProgram
-from kiln.passes.base import Pass, erase_dead_ops, register_pass
+from kiln.passes.base import Pass, erase_dead_program_ops, register_pass
 
 
 @register_pass
@@ -13,5 +13,5 @@ class DeadCodeElimination(Pass):
     name = "dce"
 
     def apply_program(self, program: ExportedProgram) -> ExportedProgram:
-        erase_dead_ops(program.body)
+        erase_dead_program_ops(program)
         return program  # the pass manager's bookkeeping drops the weights no op reads any more

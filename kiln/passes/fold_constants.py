@@ -17,7 +17,7 @@ from kiln.ir.dialect import bound_arguments
 from kiln.ir.interpreter import run_op
 from kiln.ir.program import ExportedProgram
 from kiln.ir.types import TensorType
-from kiln.passes.base import Pass, add_constant, erase_dead_ops, option, register_pass, weight_value
+from kiln.passes.base import Pass, add_constant, erase_dead_program_ops, option, register_pass, weight_value
 
 
 @register_pass
@@ -60,7 +60,7 @@ class FoldConstants(Pass):
                 replacement = add_constant(program, array, _constant_name(op))
                 for use in outside:
                     use.operation.operands[use.index] = replacement
-        erase_dead_ops(program.body)
+        erase_dead_program_ops(program)
         return program
 
 

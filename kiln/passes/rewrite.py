@@ -23,7 +23,7 @@ from kiln.ir.program import ExportedProgram, GraphBuilder
 from kiln.ir.registry import OpOverload, OpOverloadPacket, lookup, split_bound
 from kiln.ir.symbolic import ShapeEnv
 from kiln.ir.types import TensorType
-from kiln.passes.base import Pass, PassError, add_constant, erase_dead_ops, same_type, weight_value
+from kiln.passes.base import Pass, PassError, add_constant, erase_dead_program_ops, same_type, weight_value
 
 Handler = Callable[..., Any]
 
@@ -84,7 +84,7 @@ class RewritePass(Pass):
             walker.rewrite_region(program.graph.body)
         except _Abort as abort:
             raise abort.error from None
-        erase_dead_ops(program.body)
+        erase_dead_program_ops(program)
         return program
 
 

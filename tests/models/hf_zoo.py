@@ -147,6 +147,14 @@ def _pixels(batch: int, length: int) -> dict[str, Any]:
     return {"pixel_values": torch.randn(batch, 3, 32, 32)}
 
 
+def _image_prompt(batch: int, length: int) -> dict[str, Any]:
+    """A prompt whose tokens 2..17 stand for the 16 patches of its 32x32 image (token 99), and the image."""
+    import torch
+    input_ids = torch.randint(3, 90, (batch, length))
+    input_ids[:, 2:18] = 99
+    return {"input_ids": input_ids, "pixel_values": torch.randn(batch, 3, 32, 32)}
+
+
 def _pixels28(batch: int, length: int) -> dict[str, Any]:
     import torch
     return {"pixel_values": torch.randn(batch, 3, 28, 28)}  # two 14-pixel patches a side
@@ -216,6 +224,7 @@ TOKENS = {"input_ids": SEQUENCE}
 MASKED = {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}
 ENCODER_DECODER = {"input_ids": SEQUENCE, "decoder_input_ids": SEQUENCE}
 PIXELS = {"pixel_values": {0: "batch"}}
+IMAGE_PROMPT = {"input_ids": {1: "seq"}, "pixel_values": {}}  # the batch stays: the image-token check fixes it
 WAVEFORM = {"input_values": {0: "batch", 1: "samples"}}
 BATCH_ONLY = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}}
 STATIC_LENGTH = {"input_ids": {0: "batch"}}
@@ -643,6 +652,15 @@ ARCHITECTURES = {a.name: a for a in [
                                    patch_size=4, hidden_size=32, patch_embeds_hidden_size=16, depths=[1, 1],
                                    num_attention_heads=[2, 4], enable_fusion=False, patch_stride=[4, 4]),
                  _mel_image, {"input_features": {0: "batch"}}),
+    # vision-language: the image's features replace the prompt's image tokens (masked_scatter), after a check that
+    # their counts agree (torch._check of a data-dependent bool, which C reads while running); the checked count
+    # fixes the batch
+    Architecture("llava", _hf("LlavaForConditionalGeneration", "LlavaConfig", image_token_index=99,
+                              vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
+                                                 num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                                                 patch_size=8),
+                              text_config=dict(model_type="llama", **LLAMA_LIKE)),
+                 _image_prompt, IMAGE_PROMPT, limits={"seq": (18, 40)}, sizes=[(2, 20), (2, 27)]),
     # time series
     Architecture("patchtst", _hf("PatchTSTModel", "PatchTSTConfig", num_input_channels=3, context_length=32,
                                  patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,

@@ -454,6 +454,31 @@ defop("all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor", _l
       _logical_kernel(np.all, "aten.all.dims"), tags=("composite",))
 
 
+def _is_true_meta(op: str):
+    def meta(self):
+        require_dtype(dtype_of(self).is_bool, op, f"{op.split('.')[1]} takes a bool tensor, got {dtype_of(self).name}")
+        return like(self, shape=[])
+    return meta
+
+
+# torch._check(mask.all()) in exported programs: whether every (any) element of a bool tensor is true, as a 0-d bool
+# tensor that `item()` then reads into a size torch asserts
+defop("_is_all_true(Tensor self) -> Tensor", _is_true_meta("aten._is_all_true.default"), lambda self: np.all(self),
+      tags=("composite",))
+defop("_is_any_true(Tensor self) -> Tensor", _is_true_meta("aten._is_any_true.default"), lambda self: np.any(self),
+      tags=("composite",))
+
+
+@register_decomposition("aten._is_all_true.default")
+def _is_all_true_decomposition(self):
+    return ops.aten.all.default(self)
+
+
+@register_decomposition("aten._is_any_true.default")
+def _is_any_true_decomposition(self):
+    return ops.aten.any.default(self)
+
+
 def _all_from_any(self, any_result):
     """all(x) = not any(not x), as torch's reference does; uint8 inputs give uint8."""
     result = ops.aten.logical_not.default(any_result)

@@ -7,6 +7,7 @@ consuming ops carry as properties; in-place ops on buffers become functional ops
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from typing import Any
@@ -22,6 +23,7 @@ from kiln.ir.program import (
     ExportedProgram, GraphBuilder, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind, OutputSpec,
     value_names,
 )
+from kiln.ir.pytree import TreeSpec
 from kiln.ir.registry import REGISTRY, OpDef, call_op, ops
 from kiln.ir.serde import archive, formats
 from kiln.ir.serde.archive import ArchiveReader, FileLike, Limits
@@ -44,8 +46,18 @@ _SYM_OPERATORS = {
     # SymBools: torch asserts them (`_assert_scalar`: runtime assertions) or branches on them (`cond`)
     "_operator.ge": sympy.Ge, "_operator.gt": sympy.Gt, "_operator.le": sympy.Le, "_operator.lt": sympy.Lt,
     "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
-    "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not,
+    "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not, "torch.sym_ite": lambda c, a, b: _if_then_else(c, a, b),
 }
+def _if_then_else(condition: Any, then: Any, otherwise: Any) -> Any:
+    """torch.sym_ite: `then` where the SymBool holds, else `otherwise`. A bool read by `item()` is kiln's 0/1 symbol
+    (transformers' `torch._check(mask.all())` asserts the result), which picks by arithmetic."""
+    if isinstance(condition, (bool, int)) or condition in (sympy.true, sympy.false):
+        return then if bool(condition) else otherwise
+    if isinstance(condition, sympy.Expr):  # a 0/1 integer symbol
+        return otherwise + (then - otherwise) * condition
+    return sympy.Piecewise((then, condition), (otherwise, True))
+
+
 # torch's loops: the reader method that reads each into a kiln region op
 _LOOP_NODES = {"torch.ops.higher_order.map_impl": "map_node", "torch.ops.higher_order.scan": "scan_node",
                "torch.ops.higher_order.while_loop": "while_loop_node"}
@@ -793,10 +805,14 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     spec_list = _field(signature, "output_specs", list, "the signature")
     if len(spec_list) != len(outputs):
         raise SerdeError("malformed program: the signature and the graph have different numbers of outputs")
+    none_outputs = []  # positions among the user outputs of those that are None (a model output's empty field)
     for spec_data, value in zip(spec_list, outputs):
         kind, spec = _union(spec_data, "an output spec")
         if kind not in _OUTPUT_KINDS:
             raise SerdeError(f"the program has a {kind} output, which kiln does not support")
+        if value is None and _OUTPUT_KINDS[kind][0] is OutputKind.USER_OUTPUT:
+            none_outputs.append(sum(k is OutputKind.USER_OUTPUT for k, _ in output_specs) + len(none_outputs))
+            continue
         value = reader.materialize(value, builder)
         output_kind, target_key = _OUTPUT_KINDS[kind]
         returned.append(value)
@@ -817,7 +833,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     # did: the program checks both at run time rather than assume them.
     program.runtime_asserts = reader.asserts + reader.shape_env.guards
     _check_weights(program, state_dict, constants, tensor_values)
-    _read_call_specs(program, module)
+    _read_call_specs(program, module, none_outputs)
     return program
 
 
@@ -840,7 +856,9 @@ def _check_weights(program: ExportedProgram, state_dict: dict[str, np.ndarray], 
                              f"the program expects {expected.short()}")
 
 
-def _read_call_specs(program: ExportedProgram, module: dict[str, Any]) -> None:
+def _read_call_specs(program: ExportedProgram, module: dict[str, Any], none_outputs: list[int]) -> None:
+    """The calling convention: torch's input and output structure. An output that is None (torch keeps it as a
+    constant leaf) becomes a None node of the output structure, which kiln's programs return without a value."""
     entries = module.get("module_call_graph") or []
     root = next((e for e in entries if isinstance(e, dict) and e.get("fqn") == ""), None)
     signature = root.get("signature") if root else None
@@ -853,6 +871,8 @@ def _read_call_specs(program: ExportedProgram, module: dict[str, Any]) -> None:
     user_outputs = len(program.graph_signature.user_outputs)
     if in_spec.num_leaves == user_inputs:
         program.in_spec = in_spec
+    if none_outputs and out_spec.num_leaves == user_outputs + len(none_outputs):
+        out_spec = _leaves_to_none(out_spec, set(none_outputs))
     if out_spec.num_leaves == user_outputs:
         program.out_spec = out_spec
     names = signature.get("forward_arg_names")
@@ -860,6 +880,17 @@ def _read_call_specs(program: ExportedProgram, module: dict[str, Any]) -> None:
         program.module_call_graph[0] = ModuleCallEntry("", ModuleCallSignature(
             list(program.graph_signature.user_inputs), list(program.graph_signature.user_outputs),
             program.in_spec, program.out_spec, forward_arg_names=list(names)))
+
+
+def _leaves_to_none(spec: TreeSpec, positions: set[int]) -> TreeSpec:
+    """`spec` with the leaves at `positions` (in leaf order) replaced by None nodes."""
+    counter = iter(range(spec.num_leaves))
+
+    def rebuild(node: TreeSpec) -> TreeSpec:
+        if node.kind == "leaf":
+            return TreeSpec("none") if next(counter) in positions else node
+        return dataclasses.replace(node, children=tuple(rebuild(child) for child in node.children))
+    return rebuild(spec)
 
 
 def read_tensors(reader: ArchiveReader, config_path: str, directory: str, limits: Limits

@@ -25,7 +25,7 @@ from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import shape_of
 from kiln.ir.program import ExportedProgram, running_statistic_targets
 from kiln.ir.registry import ops
-from kiln.passes.base import add_constant, erase_dead_ops, weight_value
+from kiln.passes.base import add_constant, erase_dead_program_ops, weight_value
 from kiln.passes.fold_batchnorm import folded_bias
 from kiln.passes.quant.quantizer import Renaming
 
@@ -159,4 +159,4 @@ def fold_conv_bn_qat(prepared: Any) -> None:
         if record.zero_bias is not None:
             renaming.edges[(record.zero_bias, record.conv)] = (stored_bias, folded_conv)
         prepared.rename(renaming)
-    erase_dead_ops(program.body)
+    erase_dead_program_ops(program)

@@ -277,6 +277,14 @@ def _any(rng):
     yield Sample((rand(rng, 0, 3),), note="empty: any=False, all=True")
 
 
+@samples("aten._is_all_true.default", "aten._is_any_true.default")
+def _is_true(rng):
+    yield Sample((rand(rng, 3, 4, dtype="bool"),), note="mixed")
+    yield Sample((np.ones((2, 3), bool),), note="all true")
+    yield Sample((np.asarray(rand(rng, dtype="bool")),), note="0-d")
+    yield Sample((np.zeros((0, 3), bool),), note="empty: all=True, any=False")
+
+
 @samples("aten.any.dim", "aten.all.dim")
 def _any_dim(rng):
     for x, note in _truthy_inputs(rng):
