@@ -147,12 +147,15 @@ def _pixels(batch: int, length: int) -> dict[str, Any]:
     return {"pixel_values": torch.randn(batch, 3, 32, 32)}
 
 
-def _image_prompt(batch: int, length: int) -> dict[str, Any]:
-    """A prompt whose tokens 2..17 stand for the 16 patches of its 32x32 image (token 99), and the image."""
-    import torch
-    input_ids = torch.randint(3, 90, (batch, length))
-    input_ids[:, 2:18] = 99
-    return {"input_ids": input_ids, "pixel_values": torch.randn(batch, 3, 32, 32)}
+def _image_prompt(tokens: int) -> Callable[[int, int], dict[str, Any]]:
+    """Inputs of a vision-language model: a prompt whose tokens from 2 on stand for its 32x32 image (token 99, as
+    many as the model makes of the image's features), and the image."""
+    def make(batch: int, length: int) -> dict[str, Any]:
+        import torch
+        input_ids = torch.randint(3, 90, (batch, length))
+        input_ids[:, 2:2 + tokens] = 99
+        return {"input_ids": input_ids, "pixel_values": torch.randn(batch, 3, 32, 32)}
+    return make
 
 
 def _pixels28(batch: int, length: int) -> dict[str, Any]:
@@ -225,6 +228,10 @@ MASKED = {"input_ids": SEQUENCE, "attention_mask": SEQUENCE}
 ENCODER_DECODER = {"input_ids": SEQUENCE, "decoder_input_ids": SEQUENCE}
 PIXELS = {"pixel_values": {0: "batch"}}
 IMAGE_PROMPT = {"input_ids": {1: "seq"}, "pixel_values": {}}  # the batch stays: the image-token check fixes it
+# vision towers of the vision-language models: 32x32 images in 8x8 patches
+CLIP_VISION = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, image_size=32, patch_size=8)
+SIGLIP_VISION = dict(CLIP_VISION, model_type="siglip_vision_model")
 WAVEFORM = {"input_values": {0: "batch", 1: "samples"}}
 BATCH_ONLY = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}}
 STATIC_LENGTH = {"input_ids": {0: "batch"}}
@@ -654,13 +661,29 @@ ARCHITECTURES = {a.name: a for a in [
                  _mel_image, {"input_features": {0: "batch"}}),
     # vision-language: the image's features replace the prompt's image tokens (masked_scatter), after a check that
     # their counts agree (torch._check of a data-dependent bool, which C reads while running); the checked count
-    # fixes the batch
+    # fixes the batch. 16 patches an image, or 4 where the model merges 2x2 of them.
     Architecture("llava", _hf("LlavaForConditionalGeneration", "LlavaConfig", image_token_index=99,
-                              vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
-                                                 num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                                                 patch_size=8),
-                              text_config=dict(model_type="llama", **LLAMA_LIKE)),
-                 _image_prompt, IMAGE_PROMPT, limits={"seq": (18, 40)}, sizes=[(2, 20), (2, 27)]),
+                              vision_config=CLIP_VISION, text_config=dict(model_type="llama", **LLAMA_LIKE)),
+                 _image_prompt(16), IMAGE_PROMPT, limits={"seq": (18, 40)}, sizes=[(2, 20), (2, 27)]),
+    Architecture("vipllava", _hf("VipLlavaForConditionalGeneration", "VipLlavaConfig", image_token_index=99,
+                                 vision_feature_layers=[-2, -1], vision_config=CLIP_VISION,
+                                 text_config=dict(model_type="llama", **LLAMA_LIKE)),
+                 _image_prompt(16), IMAGE_PROMPT, limits={"seq": (18, 40)}, sizes=[(2, 20), (2, 27)]),
+    Architecture("gemma3-vision", _hf("Gemma3ForConditionalGeneration", "Gemma3Config", image_token_index=99,
+                                      boi_token_index=97, eoi_token_index=98, mm_tokens_per_image=4,
+                                      vision_config=SIGLIP_VISION,
+                                      text_config=dict(model_type="gemma3_text", **SLIDING)),
+                 _image_prompt(4), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)]),
+    Architecture("aya-vision", _hf("AyaVisionForConditionalGeneration", "AyaVisionConfig", image_token_index=99,
+                                   downsample_factor=2, vision_config=SIGLIP_VISION,
+                                   text_config=dict(model_type="cohere2", **LLAMA_LIKE)),
+                 _image_prompt(4), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)]),
+    Architecture("internvl", _hf("InternVLForConditionalGeneration", "InternVLConfig", image_token_id=99,
+                                 downsample_ratio=0.5, text_config=dict(model_type="qwen2", **LLAMA_LIKE),
+                                 vision_config=dict(model_type="internvl_vision", hidden_size=32, intermediate_size=64,
+                                                    num_hidden_layers=2, num_attention_heads=4, image_size=[32, 32],
+                                                    patch_size=[8, 8])),
+                 _image_prompt(4), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)]),
     # time series
     Architecture("patchtst", _hf("PatchTSTModel", "PatchTSTConfig", num_input_channels=3, context_length=32,
                                  patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,
