@@ -510,6 +510,67 @@ defop("nonzero(Tensor self) -> Tensor", _nonzero_meta, _nonzero)
 
 
 # ---------------------------------------------------------------------------------------------
+# bucketize: ATen's binary search, step by step (the same steps in the kernel and the decomposition)
+
+
+def _bucketize_meta(self, boundaries, out_int32=False, right=False):
+    op = "aten.bucketize.Tensor"
+    require_arg(len(shape_of(boundaries)) == 1, op,
+                f"boundaries tensor must be 1 dimension, but got dim({len(shape_of(boundaries))})")
+    require_dtype(not dtype_of(self).is_complex and not dtype_of(boundaries).is_complex, op,
+                  "bucketize is not defined for complex values")
+    return like(self, dtype=dtypes.int32 if out_int32 else dtypes.int64)
+
+
+def _search_steps(length: int) -> int:
+    """Halvings of [0, length] until one position is left: the binary search's iterations."""
+    return max(length, 1).bit_length()
+
+
+def _bucketize(self, boundaries, out_int32=False, right=False):
+    compute = dtypes.promote_types(dtypes.dtype(self.dtype), dtypes.dtype(boundaries.dtype)).numpy
+    x, table = self.astype(compute), boundaries.astype(compute)
+    start, end = np.zeros(x.shape, np.int64), np.full(x.shape, table.size, np.int64)
+    for _ in range(_search_steps(table.size)):
+        active = start < end
+        mid = (start + end) // 2
+        value = table[np.minimum(mid, max(table.size - 1, 0))] if table.size else np.zeros(x.shape, compute)
+        with np.errstate(invalid="ignore"):
+            right_of = ~(value > x) if right else ~(value >= x)  # NaN goes right, as in ATen
+        start = np.where(active & right_of, mid + 1, start)
+        end = np.where(active & ~right_of, mid, end)
+    return start.astype(np.int32 if out_int32 else np.int64)
+
+
+defop("bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor",
+      _bucketize_meta, _bucketize)
+
+
+@register_decomposition("aten.bucketize.Tensor")
+def _bucketize_decomposition(self, boundaries, out_int32=False, right=False):
+    """The kernel's search with core ops: per step a gather of each element's middle boundary and a compare (a
+    boundary count known only at run time counts the boundaries below instead, which is the same for the sorted
+    boundaries ATen requires)."""
+    length = shape_of(boundaries)[0]
+    compare = aten.gt.Tensor if right else aten.ge.Tensor
+    result_dtype = dtypes.int32 if out_int32 else dtypes.int64
+    if not isinstance(length, int):
+        below = aten.logical_not.default(compare(boundaries, aten.unsqueeze.default(self, -1)))
+        return aten.sum.dim_IntList(below, [-1], False, dtype=result_dtype)
+    shape = list(shape_of(self))
+    start = aten.full.default(shape, 0, dtype=dtypes.int64)
+    end = aten.full.default(shape, length, dtype=dtypes.int64)
+    for _ in range(_search_steps(length) if length else 0):
+        active = aten.lt.Tensor(start, end)
+        mid = aten.div.Scalar_mode(aten.add.Tensor(start, end), 2, rounding_mode="floor")
+        value = aten.index.Tensor(boundaries, [aten.clamp_max.default(mid, length - 1)])
+        right_of = aten.logical_not.default(compare(value, self))
+        start = aten.where.self(aten.logical_and.default(active, right_of), aten.add.Scalar(mid, 1), start)
+        end = aten.where.self(aten.logical_and.default(active, aten.logical_not.default(right_of)), mid, end)
+    return start if result_dtype is dtypes.int64 else aten._to_copy.default(start, dtype=result_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
 # VJP rules (torch's derivatives.yaml and FunctionsManual.cpp, written with kiln.ops handles; see register_vjp).
 # A gather's transpose is a scatter-add into zeros, and a scatter's is a gather; positions that a later write
 # overwrote get no gradient.

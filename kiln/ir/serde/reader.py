@@ -66,7 +66,11 @@ _HIGHER_ORDER_OPS = {"torch.ops.higher_order.cond", "torch.ops.higher_order.wrap
 # Ops read as the op named here: those that change nothing in a functional program without autograd, and
 # torch's other names for an op (`torch.concat`).
 _ALIASES = {"aten.detach.default": "aten.alias.default", "aten.detach_.default": "aten.alias.default",
-            "aten.concat.default": "aten.cat.default", "aten.concatenate.default": "aten.cat.default"}
+            "aten.concat.default": "aten.cat.default", "aten.concatenate.default": "aten.cat.default",
+            # Python's operators on tensors (`mask |= other` in SmolVLM's patch selection), by their ATen names
+            **{f"aten.__{i}{op}__.{kind}": f"aten.bitwise_{name}{'_' if i else ''}.{kind}"
+               for op, name in (("or", "or"), ("and", "and"), ("xor", "xor")) for i in ("", "i")
+               for kind in ("Tensor", "Scalar")}}
 # `SymInt result = op(SymInt a, SymInt b)`: the kiln op that hands on a symbolic expression as a value.
 _MATERIALIZE = {sympy.Add: "add", sympy.Mul: "mul", sympy.Mod: "mod"}
 _SYM_SIZE_OPS = {"torch.ops.aten.sym_size.int", "torch.ops.aten.sym_numel.default",

@@ -218,6 +218,21 @@ def _masked_scatter(rng):
     yield Sample((rand(rng, 3), np.zeros(3, bool), rand(rng, 2)), note="nothing selected")
 
 
+@samples("aten.bucketize.Tensor")
+def _bucketize(rng):
+    edges = np.array([-1.0, 0.0, 0.0, 0.5, 2.0], np.float32)  # sorted, with a repeated edge
+    x = np.concatenate([rand(rng, 9), [-1.0, 0.0, 0.5, 2.0, np.nan, np.inf, -np.inf]]).astype(np.float32)
+    yield Sample((x, edges), note="left: an edge belongs to the bucket it ends; NaN past the end")
+    yield Sample((x.reshape(4, 4), edges), {"right": True}, note="right: an edge starts its bucket")
+    yield Sample((rand(rng, 3, 5, dtype="int64", low=-3, high=4), edges), {"out_int32": True},
+                 note="integers against float edges, int32 result")
+    yield Sample((np.array(0.25, np.float32), edges), note="0-d")
+    yield Sample((rand(rng, 6), np.zeros(0, np.float32)), note="no edges: bucket 0")
+    yield Sample((rand(rng, 6), rand(rng, 7)), note="unsorted edges: ATen's search, step for step")
+    yield Sample((rand(rng, 2, 3, dtype="float64"), np.sort(rand(rng, 64))), {"right": True},
+                 note="64 edges: seven halvings")
+
+
 @samples("aten.nonzero.default")
 def _nonzero(rng):
     yield Sample((rand(rng, 3, 4, dtype="int64", low=-1, high=2),))
