@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import sympy
@@ -133,9 +133,7 @@ def verify(program_or_module: Any, inputs: Any = None, *, target: str = "onnx", 
             inputs = tuple(example_args)
     flat = user_inputs(program, inputs, seed)
     prepared = _prepare(program, target, pipeline)
-    # a compiled package's outputs are sized from the input shapes: a value sized by a size read while running
-    # (nonzero's rows) stays inside, and the ops reading it are compared instead
-    debug, watched = debug_program(prepared, _sized_by_inputs if target != "onnx" else None)
+    debug, watched = debug_program(prepared)
     if not debug_outputs(debug):  # no op computes a tensor: nothing to compare, nothing to build
         return VerifyResult(target, True, 0, program=prepared)
     expected = _run_reference(debug, flat)
@@ -157,11 +155,9 @@ def _export(module: Any, example_args: tuple, dynamic_shapes: Any) -> ExportedPr
 # The debug program
 
 
-def debug_program(program: ExportedProgram, exposable: Callable[[Any, ExportedProgram], bool] | None = None
-                  ) -> tuple[ExportedProgram, list[tuple[int, Any]]]:
-    """A copy of `program` whose outputs are the used tensor results of its top-level ops (those `exposable` takes),
-    in order, and the (index, op) of each top-level op of the copy. Nothing else changes, so the ops compute what
-    they did."""
+def debug_program(program: ExportedProgram) -> tuple[ExportedProgram, list[tuple[int, Any]]]:
+    """A copy of `program` whose outputs are the used tensor results of its top-level ops, in order, and the
+    (index, op) of each top-level op of the copy. Nothing else changes, so the ops compute what they did."""
     from kiln.passes.base import clone_program
 
     debug = clone_program(program)
@@ -174,8 +170,7 @@ def debug_program(program: ExportedProgram, exposable: Callable[[Any, ExportedPr
     for index, op in enumerate(debug.nodes()):
         watched.append((index, op))
         # A result nothing reads (layer norm's mean) may never be computed by a backend, and can mislead no one.
-        values += [r for r in op.results if _comparable(r) and r.first_use is not None
-                   and (exposable is None or exposable(r, debug))]
+        values += [r for r in op.results if _comparable(r) and r.first_use is not None]
     body.insert_op_before(func.ReturnOp(*values), returned)
     body.erase_op(returned)
     debug.graph.function_type = FunctionType.from_lists([a.type for a in body.args], [v.type for v in values])
@@ -192,14 +187,6 @@ def debug_outputs(debug: ExportedProgram) -> list[Any]:
 
 def _comparable(value: Any) -> bool:
     return isinstance(value.type, TensorType) and not value.type.is_sparse
-
-
-def _sized_by_inputs(value: Any, program: ExportedProgram) -> bool:
-    """Whether a value's shape is known from the input shapes (asserted equalities included): a compiled package's
-    outputs must be."""
-    from kiln.codegen.schedule import asserted_dims, input_symbols
-    return all(getattr(d, "free_symbols", set()) <= input_symbols(program)
-               for d in asserted_dims(value.type.shape, program))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
  * the package directory. Everything it allocates is freed before a successful exit, so LeakSanitizer stays quiet.
  *
  * Reads manifest.json (a small JSON reader below) for input/output dtypes, symbolic shapes and symbol ranges,
- * binds the symbols from the input shapes, checks every dim, allocates the outputs and calls kiln_run.
+ * binds the symbols from the input shapes, checks every dim, allocates the outputs (but those whose size the run
+ * reads from values, which kiln_run allocates: kiln_output_allocated) and calls kiln_run.
  * Prints, per output, a line `output NAME DTYPE [d0, d1, ...]` and then one value per line
  * (floats with enough digits to round-trip). Exit status: 0 ok, 1 usage, 2 a bad package or input, 3 run failure.
  */
@@ -362,6 +363,8 @@ int main(int argc, char** argv)
     kiln_destroy_fn destroy = kiln_destroy;
     kiln_count_fn num_inputs = kiln_num_inputs;
     kiln_count_fn num_outputs = kiln_num_outputs;
+    kiln_output_allocated_fn output_allocated = kiln_output_allocated;
+    kiln_free_fn free_output = kiln_free;
     if (abi_version() != KILN_ABI_VERSION) fail(2, "the linked model has ABI version %d", abi_version());
 #else
     /* load the library; check its ABI matches the manifest */
@@ -376,6 +379,8 @@ int main(int argc, char** argv)
     kiln_destroy_fn destroy = (kiln_destroy_fn)need(lib, "kiln_destroy");
     kiln_count_fn num_inputs = (kiln_count_fn)need(lib, "kiln_num_inputs");
     kiln_count_fn num_outputs = (kiln_count_fn)need(lib, "kiln_num_outputs");
+    kiln_output_allocated_fn output_allocated = (kiln_output_allocated_fn)need(lib, "kiln_output_allocated");
+    kiln_free_fn free_output = (kiln_free_fn)need(lib, "kiln_free");
     if (abi_version() != KILN_ABI_VERSION) fail(2, "model.so has ABI version %d", abi_version());
 #endif
     if (strcmp(build_id(), jget_str(manifest, "build_id")))
@@ -456,16 +461,23 @@ int main(int argc, char** argv)
             fail(2, "input '%s': the .npy data has the wrong size", jget_str(in_spec[k], "name"));
     }
 
-    /* outputs: shapes from the manifest, evaluated at the bound symbols */
+    /* outputs: shapes from the manifest, evaluated at the bound symbols; an output whose size the run reads from
+       values ("data_dependent") is allocated by kiln_run, which says its shape */
     int nout = 0;
     json* out_spec[MAX_TENSORS];
     int64_t out_numel[MAX_TENSORS];
     void* out_ptrs[MAX_TENSORS];
+    kiln_allocated_output allocated[MAX_TENSORS];
     for (json* o = jget(manifest, "outputs")->child; o; o = o->next) {
         if (nout == MAX_TENSORS) fail(2, "too many outputs");
+        out_spec[nout] = o;
+        if (output_allocated(nout)) {
+            out_ptrs[nout] = &allocated[nout];
+            ++nout;
+            continue;
+        }
         int64_t numel = 1;
         for (json* d = jget(o, "shape")->child; d; d = d->next) numel *= eval_dim(d->str, &tab);
-        out_spec[nout] = o;
         out_numel[nout] = numel;
         out_ptrs[nout] = calloc((size_t)(numel ? numel : 1), dtype_of(jget_str(o, "dtype"))->size);
         ++nout;
@@ -479,15 +491,24 @@ int main(int argc, char** argv)
 
     for (int k = 0; k < nout; ++k) {
         const char* dtype = jget_str(out_spec[k], "dtype");
+        const int mine = output_allocated(k);
+        const void* data = mine ? allocated[k].data : out_ptrs[k];
         printf("output %s %s [", jget_str(out_spec[k], "name"), dtype);
-        int first = 1;
-        for (json* d = jget(out_spec[k], "shape")->child; d; d = d->next, first = 0)
-            printf("%s%" PRId64, first ? "" : ", ", eval_dim(d->str, &tab));
+        int first = 1, rank = 0;
+        out_numel[k] = 1;
+        for (json* d = jget(out_spec[k], "shape")->child; d; d = d->next, first = 0, ++rank) {
+            int64_t size = mine ? allocated[k].shape[rank] : eval_dim(d->str, &tab);
+            out_numel[k] *= size;
+            printf("%s%" PRId64, first ? "" : ", ", size);
+        }
         printf("]\n");
-        for (int64_t i = 0; i < out_numel[k]; ++i) print_value(dtype, out_ptrs[k], i);
+        for (int64_t i = 0; i < out_numel[k]; ++i) print_value(dtype, data, i);
     }
     destroy(model);
-    for (int k = 0; k < nout; ++k) free(out_ptrs[k]);
+    for (int k = 0; k < nout; ++k) {
+        if (output_allocated(k)) free_output(allocated[k].data);
+        else free(out_ptrs[k]);
+    }
     for (int k = 0; k < nin; ++k) free(arrays[k].data);
     jfree(manifest);
     free(text);

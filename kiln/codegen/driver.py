@@ -70,15 +70,21 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
     out.mkdir(parents=True, exist_ok=True)
     offsets = {entry["name"]: entry["offset"] for entry in weights}
     manifest = emitter.emit(out, plan, program, memory, offsets, write_weights)
+    allocated = plan.allocated_outputs()
     manifest.update({
         "weights_file": "weights.bin", "weights": weights,
         "symbols": [{"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
                      "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.symbols],
         "inputs": [{"name": b.name, "dtype": b.dtype.name, "shape": [format_dim(d) for d in b.shape]}
                    for b in plan.inputs],
-        "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape]}
+        "outputs": [{"name": name, "dtype": buf.dtype.name, "shape": [format_dim(d) for d in shape],
+                     **({"data_dependent": True} if buf in allocated else {})}
                     for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
     })
+    if plan.unbacked:  # sizes the run reads from values: an output it allocates may be sized by them
+        manifest["data_dependent_symbols"] = [
+            {"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
+             "upper": _bound(program.range_constraints.get(s), "upper")} for s in plan.unbacked]
     manifest.setdefault("memory", {}).update({
         "arena_bytes": format_bytes(memory.arena_bytes), "unplanned_bytes": format_bytes(memory.unplanned_bytes),
         "slots": len(memory.slots), "temps": len(memory.offsets)})

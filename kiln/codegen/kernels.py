@@ -531,6 +531,13 @@ class Schedule:
     # is sized by one, and a temporary sized by one is allocated once it is bound
     unbacked: list[sympy.Symbol] = field(default_factory=list)
 
+    def allocated_outputs(self) -> list[Buffer]:
+        """The outputs whose shapes depend on data-dependent sizes: the run allocates them (the C ABI's caller
+        allocates the others, those the program's assertions equate to sizes of the inputs included)."""
+        unbacked = set(self.unbacked)
+        return [buf for buf, shape in self.outputs
+                if any(s in unbacked for d in shape for s in getattr(d, "free_symbols", ()))]
+
     def is_dynamic(self, buffer: Buffer) -> bool:
         """Whether a buffer's size depends on a data-dependent size (so it has no place in the static plan)."""
         unbacked = set(self.unbacked)

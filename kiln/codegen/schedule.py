@@ -1452,23 +1452,13 @@ def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[st
     """The ops whose result sizes depend on the input values, with why `target` cannot compile them. Symbols the
     caller binds are those of the input shapes; any other symbol in a result's shape is data-dependent (an unbacked
     `u0`: `item()`'s value, nonzero's row count, a mask's count), even where it has a range. A target that binds
-    data-dependent sizes (C) reads an integer `item()` into its symbol while running, so only sizes bound otherwise,
-    reads inside a loop's body and outputs sized by them are problems there."""
-    inputs = input_symbols(program)
-    bound = set(inputs)
+    data-dependent sizes (C) reads them while running and allocates the outputs they size, so only sizes bound
+    otherwise and reads inside a loop's body are problems there."""
+    bound = input_symbols(program)
     problems: dict[str, str] = {}
     for op in program.body.walk():
         name = getattr(getattr(op, "opdef", None), "name", op.name)
-        if isinstance(op, func.ReturnOp):
-            unbound = ", ".join(sorted({str(s) for v in op.operands if _is_tensor(v)
-                                        for d in asserted_dims(v.type.shape, program)
-                                        for s in getattr(d, "free_symbols", ()) if s not in inputs}))
-            if unbound:
-                problems.setdefault("output", f"an output's size depends on the input values (data-dependent size "
-                                              f"{unbound}), and the {target.name} ABI's caller allocates every "
-                                              f"output from the input shapes")
-            continue
-        if isinstance(op, YieldOp):
+        if isinstance(op, (func.ReturnOp, YieldOp)):
             continue
         if name in BIND_OPS:
             why = _unbindable(op, target)

@@ -102,7 +102,7 @@ def check_manifest(folder: pathlib.Path, manifest: dict) -> dict[str, pathlib.Pa
             refuse(f"{name} (manifest key {key!r}) is missing or not a regular file")
     for key in string_keys:
         typed(manifest, key, "str")
-    symbols = set()
+    symbols, read_while_running = set(), set()
     for number, entry in enumerate(entries("symbols")):
         where = f"symbol {number}"
         name, lower, upper = typed(entry, "name", "str", where), typed(entry, "lower", "bound", where), \
@@ -112,18 +112,26 @@ def check_manifest(folder: pathlib.Path, manifest: dict) -> dict[str, pathlib.Pa
         if (lower is not None and lower < 0) or (upper is not None and not (lower or 0) <= upper < 2**63):
             refuse(f"symbol {name!r} has the range [{lower}, {upper}]: it needs 0 <= lower <= upper < 2**63")
         symbols.add(name)
+    for number, entry in enumerate(entries("data_dependent_symbols") if "data_dependent_symbols" in manifest else []):
+        name = typed(entry, "name", "str", f"data-dependent symbol {number}")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name) or name in symbols:
+            refuse(f"data-dependent symbol {number} has the malformed name {name!r}")
+        read_while_running.add(name)
     for key in ("inputs", "outputs"):
         for number, entry in enumerate(entries(key)):
             where = f"{key[:-1]} {number}"
             typed(entry, "name", "str", where)
             dtype_of(entry, where)
+            # an output the run allocates has a shape over the sizes it reads, too
+            allowed = symbols | read_while_running if key == "outputs" and entry.get("data_dependent") is True \
+                else symbols
             for dim in typed(entry, "shape", "list", where):
                 try:
                     parsed = parse_dim(dim) if isinstance(dim, str) else None
                 except KilnError:
                     parsed = None
                 free = {str(s) for s in getattr(parsed, "free_symbols", ())}
-                if parsed is None or (isinstance(parsed, int) and parsed < 0) or not free <= symbols:
+                if parsed is None or (isinstance(parsed, int) and parsed < 0) or not free <= allowed:
                     refuse(f"{where} ({entry['name']!r}) has the malformed dim {json.dumps(dim)[:60]}")
     size = files["weights_file"].stat().st_size
     for number, entry in enumerate(entries("weights")):
@@ -211,8 +219,9 @@ class Signature:
                 for i in manifest["inputs"]]
         self._signature = SimpleNamespace(graph_signature=SimpleNamespace(input_specs=specs),
                                           body=SimpleNamespace(args=args), range_constraints=ranges)
-        self._outputs = [([parse_dim(d) for d in o["shape"]], dtypes.dtype(o["dtype"]).numpy)
-                         for o in manifest["outputs"]]
+        # an output the run allocates (its size is read while running) has no shape before the call: None
+        self._outputs = [(None if o.get("data_dependent") else [parse_dim(d) for d in o["shape"]],
+                          dtypes.dtype(o["dtype"]).numpy) for o in manifest["outputs"]]
         self._prepare_fast_path()
 
     def arrays(self, args: tuple, accept: Callable[[Any], bool] = lambda value: False) -> list:
@@ -246,16 +255,16 @@ class Signature:
             values = [bindings.get(s, 0) for s in self.symbols]
         return values
 
-    def outputs(self, values: list[int]) -> list[tuple[tuple, Any]]:
-        """(shape, numpy dtype) of each output at these symbol values."""
-        return [(tuple(shape(*values)), dtype) for shape, dtype in self._output_shapes]
+    def outputs(self, values: list[int]) -> list[tuple[tuple | None, Any]]:
+        """(shape, numpy dtype) of each output at these symbol values (shape None: the run allocates it)."""
+        return [(None if shape is None else tuple(shape(*values)), dtype) for shape, dtype in self._output_shapes]
 
     def _prepare_fast_path(self) -> None:
         """Precompute the checks of the common case (every dim static or a plain symbol) so a call validates with
         a few integer compares; anything else, and every failure, goes through bind_symbols for its full error."""
         self._output_shapes = [
-            (dims_function(self.symbols, shape) if self.symbols else (lambda shape=shape: shape), dtype)
-            for shape, dtype in self._outputs]
+            (None if shape is None else dims_function(self.symbols, shape) if self.symbols else
+             (lambda shape=shape: shape), dtype) for shape, dtype in self._outputs]
         position = {sym: k for k, sym in enumerate(self.symbols)}
         bounds = [(s["lower"] if s["lower"] is not None else 0,
                    s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
@@ -307,6 +316,8 @@ _ABI_FUNCTIONS = {
     "kiln_num_symbols": (ctypes.c_int, []),
     "kiln_input_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kiln_output_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_output_allocated": (ctypes.c_int, [ctypes.c_int]),
+    "kiln_free": (None, [ctypes.c_void_p]),
     "kiln_symbol_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kiln_create": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]),
     "kiln_destroy": (None, [ctypes.c_void_p]),
@@ -321,6 +332,12 @@ _ABI_FUNCTIONS = {
     "kiln_kernel_seconds": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int]),
     "kiln_profiled_runs": (ctypes.c_int64, [ctypes.c_void_p]),
 }
+
+
+class _AllocatedOutput(ctypes.Structure):
+    """kiln.h's kiln_allocated_output: an output kiln_run allocates, and its shape."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("shape", ctypes.c_int64 * 8)]
 
 
 class CompiledModel:
@@ -379,6 +396,10 @@ class CompiledModel:
                 name_of = getattr(lib, f"kiln_{kind[:-1]}_name")
                 found[f"{kind[:-1]} names"] = ([(name_of(k) or b"").decode(errors="replace") for k in range(count)],
                                                names)
+        if found["number of outputs"][0] == found["number of outputs"][1]:
+            flagged = [entry.get("data_dependent") is True for entry in self.manifest["outputs"]]
+            found["outputs it allocates"] = ([bool(lib.kiln_output_allocated(k)) for k in range(counts["outputs"])],
+                                             flagged)
         for what, (library_value, expected) in found.items():
             if library_value != expected:
                 raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
@@ -434,7 +455,9 @@ class CompiledModel:
     def __call__(self, *args: Any) -> Any:
         arrays = self.signature.arrays(args)
         values = self.signature.bind(arrays)
-        outputs = [np.empty(shape, dtype) for shape, dtype in self.signature.outputs(values)]
+        specs = self.signature.outputs(values)
+        # an output the run allocates: kiln.h's kiln_allocated_output, which it fills
+        outputs = [_AllocatedOutput() if shape is None else np.empty(shape, dtype) for shape, dtype in specs]
         try:  # argument arrays are per thread, so concurrent calls never share them
             symbols, inputs, outs = self._call_slots.arrays
         except AttributeError:
@@ -447,11 +470,25 @@ class CompiledModel:
         for k, array in enumerate(arrays):
             inputs[k] = array.ctypes.data
         for k, output in enumerate(outputs):
-            outs[k] = output.ctypes.data
+            outs[k] = ctypes.addressof(output) if isinstance(output, _AllocatedOutput) else output.ctypes.data
         status = self._lib.kiln_run(self._handle, symbols, inputs, outs)
         if status:
             raise KilnError(f"the compiled model failed: {self._lib.kiln_error(self._handle).decode()}")
+        outputs = [self._take(output, dtype, len(spec["shape"])) if isinstance(output, _AllocatedOutput) else output
+                   for output, (_, dtype), spec in zip(outputs, specs, self.manifest["outputs"])]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _take(self, output: "_AllocatedOutput", dtype: Any, rank: int) -> np.ndarray:
+        """An output the run allocated, as a numpy array of its own (the run's memory goes back to the library)."""
+        shape = tuple(output.shape[:rank])
+        try:
+            if math.prod(shape) == 0:
+                return np.empty(shape, dtype)
+            data = ctypes.cast(output.data, ctypes.POINTER(ctypes.c_uint8))
+            count = math.prod(shape) * np.dtype(dtype).itemsize
+            return np.ctypeslib.as_array(data, (count,)).view(dtype).reshape(shape).copy()
+        finally:
+            self._lib.kiln_free(output.data)
 
 
 def load(path: str | pathlib.Path, num_threads: int | None = None) -> Any:

@@ -1,9 +1,10 @@
 """Data-dependent sizes in C: a size read from a tensor's values while running (torch's unbacked `u0`: `.item()`,
 `.tolist()` of counts, nonzero's rows, a boolean mask's count). A `bind` kernel reads it between the run's parallel
 regions; kiln_run then checks it against its range and the program's runtime assertions, and allocates the
-temporaries it sizes (they have no place in the static arena plan). Outputs stay caller-allocated: one sized by
-such a size is refused, unless the program asserts it equal to a size of the inputs (split pieces concatenated
-back). Checked against torch eager and kiln's interpreter, including under ASan."""
+temporaries it sizes (they have no place in the static arena plan). An output sized by such a size is allocated by
+the run too and handed to the caller (kiln.h's kiln_allocated_output), unless the program asserts it equal to a
+size of the inputs (split pieces concatenated back): the caller allocates that one. Checked against torch eager and
+kiln's interpreter, including under ASan."""
 
 from __future__ import annotations
 
@@ -146,12 +147,30 @@ def test_masks_and_nonzero_run_in_c(tmp_path):
             torch.testing.assert_close(torch.from_numpy(np.asarray(value)), want, equal_nan=True)
 
 
-def test_outputs_sized_by_values_are_refused(tmp_path):
-    program = kiln.export(LambdaModule(lambda x: call(aten.nonzero.default, x)), (kiln.randn(3, 4),))
-    with pytest.raises(UnsupportedError, match=r"an output's size depends on the input values \(data-dependent "
-                                               r"size u\d+\), and the C ABI's caller allocates every output") as caught:
-        compile_c(program, output=tmp_path / "pkg")
-    assert "interpreter" in caught.value.fix and "ONNX" in caught.value.fix
+def _picked(x, mask):
+    """Outputs sized by values: nonzero's coordinates and the rows a mask picks; and one sized by the inputs."""
+    return call(aten.nonzero.default, mask), call(aten.index.Tensor, x, [mask]), call(aten.mul.Scalar, x, 2.0)
+
+
+PICKS = [(5, 0.5), (1, 0.0), (9, 1.0), (32, 0.3)]
+
+
+def test_outputs_sized_by_values_are_allocated_by_the_run(tmp_path):
+    rows = kiln.Dim("rows", max=32)
+    examples = (kiln.randn(5, 3), kiln.tensor(np.array([True, False, True, True, False])))
+    program = kiln.export(LambdaModule(_picked), examples, dynamic_shapes=({0: rows}, {0: rows}))
+    model = compile_c(program, output=tmp_path / "pkg")
+    manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+    assert [o.get("data_dependent", False) for o in manifest["outputs"]] == [True, True, False]
+    rng = np.random.default_rng(4)
+    for n, density in PICKS:  # none picked, all picked
+        x, mask = rng.standard_normal((n, 3)).astype(np.float32), rng.random(n) < density
+        got = model(x, mask)
+        expected = (torch.nonzero(torch.from_numpy(mask)), torch.from_numpy(x)[torch.from_numpy(mask)],
+                    torch.from_numpy(x) * 2)
+        for value, want in zip(got, expected):
+            assert_same(value, want)
+            assert value.flags.owndata  # a copy: the run's memory went back to the library
 
 
 def test_triton_refuses_sizes_read_while_running(tmp_path):
@@ -164,8 +183,8 @@ def test_triton_refuses_sizes_read_while_running(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_sanitized_run_with_sizes_read_while_running(tmp_path):
-    """The routing model linked into the deploy runner under ASan + UBSan (two threads): every buffer a size read
-    while running allocates is in bounds and freed, for every routing."""
+    """The routing model, and a model returning outputs sized while running, linked into the deploy runner under
+    ASan + UBSan (two threads): every buffer a size read while running allocates is in bounds and freed."""
     from tests.runtime.test_sanitizers import (
         SANITIZER_ENV, SANITIZER_ERRORS, build_sanitized, check_outputs, run_runner, sanitizer_missing,
     )
@@ -184,16 +203,30 @@ def test_sanitized_run_with_sizes_read_while_running(tmp_path):
         assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
         assert result.returncode == 0, result.stderr[-8000:]
         check_outputs(result.stdout, compiled, program, values, exact=False)
+    rows = kiln.Dim("rows", max=32)  # outputs the run allocates: handed over, printed, freed with kiln_free
+    examples = (kiln.randn(5, 3), kiln.tensor(np.array([True, False, True, True, False])))
+    program = kiln.export(LambdaModule(_picked), examples, dynamic_shapes=({0: rows}, {0: rows}))
+    package = tmp_path / "picked"
+    compiled = compile_c(program, output=package)
+    (tmp_path / "picked_build").mkdir()
+    binary = [str(build_sanitized(package, tmp_path / "picked_build"))]
+    for n, density in PICKS:
+        values = {"x": rng.standard_normal((n, 3)).astype(np.float32), "mask": rng.random(n) < density}
+        values = dict(zip(program.graph_signature.user_inputs, values.values()))
+        result = run_runner(binary, package, values, tmp_path, SANITIZER_ENV)
+        assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
+        assert result.returncode == 0, result.stderr[-8000:]
+        check_outputs(result.stdout, compiled, program, values)
 
 
-def test_verify_compares_every_value_a_package_can_return(tmp_path):
-    """kiln.verify exposes each op's result as an output: those sized by a size read while running (the mask's
-    picked rows) stay inside the package, and the ops reading them are compared instead."""
+def test_verify_compares_values_sized_while_running(tmp_path):
+    """kiln.verify exposes each op's result as an output, those sized by a size read while running (the mask's
+    picked rows) too: the package allocates them."""
     examples = (kiln.randn(5, 6), kiln.tensor(np.array([True, False, True, True, False])),
                 kiln.tensor(np.ones((5, 6), bool)))
     program = kiln.export(LambdaModule(_masked), examples)
     result = kiln.verify(program, examples, target="c")
-    assert result.ok and result.checked >= 3, result  # the put and the two sums
+    assert result.ok and result.checked >= 6, result
     routed = kiln.verify(_routing(tmp_path), (np.random.default_rng(2).standard_normal((9, 40)).astype(np.float32),
                                               np.array([0, 1, 2, 2, 1, 0, 0, 0, 1])), target="c")
     assert routed.ok and routed.checked >= 4, routed

@@ -1,4 +1,4 @@
-/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 4).
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 5).
  *
  * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
  * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
@@ -14,6 +14,8 @@
  * Version 2 added kiln_set_num_threads, profiling, and weight panels packed by kiln_create (it may now fail for memory).
  * Version 3 added kiln_build_id: a hash of model.c, recorded as build_id in manifest.json.
  * Version 4 added kiln_last_run_threads: runs use fewer threads while other processes keep the CPUs busy.
+ * Version 5 added outputs kiln_run allocates (kiln_output_allocated, kiln_allocated_output, kiln_free): those whose
+ * size the run reads from values, such as nonzero's rows or the rows a boolean mask picks.
  */
 #ifndef KILN_H
 #define KILN_H
@@ -25,9 +27,15 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 4
+#define KILN_ABI_VERSION 5
+#define KILN_MAX_RANK 8  /* the most dims of an output kiln_run allocates */
 
 typedef struct kiln_model kiln_model;
+
+/* An output whose size depends on values the run reads (manifest.json marks it "data_dependent": true, and its
+ * shape names sizes of "data_dependent_symbols"): the caller passes a pointer to one of these in its outputs slot,
+ * and a kiln_run that succeeds fills `data` (the caller frees it with kiln_free) and the first rank dims of `shape`. */
+typedef struct { void* data; int64_t shape[KILN_MAX_RANK]; } kiln_allocated_output;
 
 /* Metadata: counts and names, in the order kiln_run takes them (NULL for an index out of range). */
 int kiln_abi_version(void);
@@ -39,6 +47,10 @@ int kiln_num_symbols(void);
 const char* kiln_input_name(int i);
 const char* kiln_output_name(int i);
 const char* kiln_symbol_name(int i);
+/* 1 for an output kiln_run allocates (see kiln_allocated_output), 0 for one the caller allocates. */
+int kiln_output_allocated(int i);
+/* Frees what kiln_run allocated for an output. */
+void kiln_free(void* data);
 
 /* Create a model on the weights blob (e.g. an mmap of weights.bin): it must outlive the model. NULL on failure. */
 kiln_model* kiln_create(const void* weights, size_t size);
@@ -62,7 +74,7 @@ int64_t kiln_profiled_runs(const kiln_model* m);
 
 /* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
  * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),
- * outputs allocated by the caller. Returns 0 on success, else nonzero and kiln_error(m) says why.
+ * outputs allocated by the caller, but those kiln_output_allocated names (a kiln_allocated_output* each). Returns 0 on success, else nonzero and kiln_error(m) says why.
  * kiln_run does not validate shapes: the caller checks them against manifest.json (Python's
  * kiln.runtime.load does). */
 int kiln_run(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
@@ -73,6 +85,8 @@ typedef int (*kiln_abi_version_fn)(void);
 typedef const char* (*kiln_build_id_fn)(void);
 typedef int (*kiln_count_fn)(void);
 typedef const char* (*kiln_name_fn)(int i);
+typedef int (*kiln_output_allocated_fn)(int i);
+typedef void (*kiln_free_fn)(void* data);
 typedef kiln_model* (*kiln_create_fn)(const void* weights, size_t size);
 typedef kiln_model* (*kiln_create_from_file_fn)(const char* path);
 typedef void (*kiln_destroy_fn)(kiln_model* m);

@@ -41,7 +41,8 @@ from kiln.codegen.c.ctext import (
     hoist_symbol_divisions, phase_copy, store_result, symbol_name,
 )
 
-ABI_VERSION = 4
+ABI_VERSION = 5
+MAX_ALLOCATED_RANK = 8  # KILN_MAX_RANK: the dims of an output kiln_run allocates (kiln.h)
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
                             for name in ("kiln_math.h", "kiln_gemm.h", "kiln_threads.h", "kiln_arena.h"))
@@ -1552,6 +1553,9 @@ PRELUDE = """\
 #include <string.h>
 
 #define KILN_ABI_VERSION {abi}
+#define KILN_MAX_RANK 8
+/* An output whose size the run reads from values (kiln.h): kiln_run allocates it and says its shape. */
+typedef struct {{ void* data; int64_t shape[KILN_MAX_RANK]; }} kiln_allocated_output;
 #define KILN_WORK_PER_THREAD 6.0e5  /* below this many operations per thread, fewer threads are faster */
 #define kiln_max(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
 #define kiln_min(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
@@ -1789,6 +1793,19 @@ def _work_expr(schedule: Schedule) -> str:
     total = sympy.Add(*[TARGET.work(kernel) for kernel in schedule.kernels]) if schedule.kernels else 0
     total = sympy.sympify(total).xreplace({s: sympy.Integer(1) for s in schedule.unbacked})
     return f"(double){dim_expr(sympy.expand(total))}"
+
+
+def _hand_over(allocated: list[Buffer], schedule: Schedule) -> list[str]:
+    """kiln_run's last lines for the outputs it allocated: each to the caller's kiln_allocated_output with its
+    shape after a run that succeeded, freed after one that failed."""
+    lines = []
+    for buf in allocated:
+        target = f"((kiln_allocated_output*)outputs[{buf.io_index}])"
+        lines += ["    if (status == 0)", "    {", *(f"    {line}" for line in symbol_prologue(schedule)[
+            len(schedule.symbols):]), f"        {target}->data = ctx->buf[{buf.index}];",
+                  *(f"        {target}->shape[{k}] = {dim_expr(d)};" for k, d in enumerate(buf.shape)),
+                  "    }", f"    else free(ctx->buf[{buf.index}]);"]
+    return lines
 
 
 def symbol_prologue(schedule: Schedule) -> list[str]:
@@ -2098,6 +2115,13 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(f"static const char* const KERNEL_NAMES[] = {{{', '.join(map(_cstr, names)) or '0'}}};")
     out.append(f"static void (*const KERNELS[])(const kiln_ctx*) = {{{', '.join(names) or '0'}}};")
     out.append("typedef struct kiln_model kiln_model;")
+    allocated = schedule.allocated_outputs()
+    for buf in allocated:
+        if len(buf.shape) > MAX_ALLOCATED_RANK:
+            raise UnsupportedError(f"output {buf.name} has {len(buf.shape)} dims and a data-dependent size; the C ABI "
+                                   f"allocates such outputs with at most {MAX_ALLOCATED_RANK} dims")
+    out.append(f"static const unsigned char OUTPUT_ALLOCATED[] = "
+               f"{{{', '.join('1' if buf in allocated else '0' for buf, _ in schedule.outputs) or '0'}}};")
     for table, names_ in (("INPUT_NAMES", schedule.input_names), ("OUTPUT_NAMES", schedule.output_names),
                           ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
@@ -2118,6 +2142,8 @@ int kiln_num_outputs(void) {{ return {nout}; }}
 int kiln_num_symbols(void) {{ return {nsym}; }}
 const char* kiln_input_name(int i) {{ return i >= 0 && i < {nin} ? INPUT_NAMES[i] : NULL; }}
 const char* kiln_output_name(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_NAMES[i] : NULL; }}
+int kiln_output_allocated(int i) {{ return i >= 0 && i < {nout} ? OUTPUT_ALLOCATED[i] : 0; }}
+void kiln_free(void* data) {{ free(data); }}
 const char* kiln_symbol_name(int i) {{ return i >= 0 && i < {nsym} ? SYMBOL_NAMES[i] : NULL; }}
 const char* kiln_error(const kiln_model* m) {{ return m ? m->error : "no model"; }}
 void kiln_set_num_threads(kiln_model* m, int n) {{ if (m) m->num_threads = n > 0 ? n : 0; }}
@@ -2230,6 +2256,12 @@ kiln_model* kiln_create_from_file(const char* path)
         slot = f"ctx->buf[{buf.index}]"
         if buf.kind == "input":
             run.append(f"    {slot} = (void*)inputs[{buf.io_index}];")
+        elif buf.kind == "output" and buf in allocated:  # the caller's kiln_allocated_output gets it
+            run += [f"    {slot} = NULL;  /* {buf.name}: allocated once its data-dependent size is known */",
+                    f"    ((kiln_allocated_output*)outputs[{buf.io_index}])->data = NULL;"]
+            at_bind[_last_binding(buf.numel, bound_after)] += [
+                f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1);",
+                f"    if (!{slot}) goto out_of_memory;"]
         elif buf.kind == "output":
             run.append(f"    {slot} = outputs[{buf.io_index}];")
         elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
@@ -2329,6 +2361,7 @@ kiln_model* kiln_create_from_file(const char* path)
             "    if (profiling) m->profiled_runs += 1;",
             "done:", "    free(ctx->scratch);",
             *(f"    free(ctx->buf[{buf.index}]);" for buf in memory.dynamic),
+            *_hand_over(allocated, schedule),
             "#if defined(__SANITIZE_ADDRESS__) || defined(KILN_SEPARATE_BUFFERS)"]
     run += [f"    free(ctx->buf[{buf.index}]);" for buf in temps]
     run += ["#else", "    kiln_arena_give(&m->arena, arena, arena_kept);", "#endif"]
