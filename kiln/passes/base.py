@@ -22,9 +22,10 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kiln.ir.control_flow import drop_unused_invariants
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.errors import KilnError
 from kiln.ir.program import ExportedProgram, ExportGraphSignature, InputKind, InputSpec, OutputSpec, value_names
-from kiln.ir.types import SymIntType, TensorType, type_symbols
+from kiln.ir.types import TensorType, type_symbols
 
 
 class PipelineError(KilnError):
@@ -349,8 +350,21 @@ def is_pure_op(op: Operation) -> bool:
 def _defines_a_used_symbol(op: Operation, referenced: set) -> bool:
     """Whether `op` binds a data-dependent size later values are sized by: `item()` of a count is `u0`, which the
     interpreter binds when the op runs, and `split_with_sizes(x, [u0, ...])`'s results carry it in their types only,
-    so the op has no SSA use yet must stay."""
-    return any(isinstance(r.type, SymIntType) and type_symbols(r.type) & referenced for r in op.results)
+    so the op has no SSA use yet must stay; nonzero's row count, read only through its shape (`full([u0])`), too.
+    An op binds the symbols its results name that neither its operands' types nor its arguments do."""
+    named = set().union(*(type_symbols(r.type) for r in op.results)) & referenced
+    if not named:
+        return False
+    given = set().union(*(type_symbols(v.type) for v in op.operands))
+    if hasattr(op, "opdef"):  # sizes passed as arguments (full's, split_with_sizes') are used there, not bound
+        given |= {s for a in bound_arguments(op) for s in _argument_symbols(a)}
+    return bool(named - given)
+
+
+def _argument_symbols(argument: Any) -> set:
+    if isinstance(argument, (list, tuple)):
+        return set().union(*(_argument_symbols(a) for a in argument)) if argument else set()
+    return set(getattr(argument, "free_symbols", ())) if not isinstance(argument, SSAValue) else set()
 
 
 def erase_dead_ops(block: Block, referenced: set | None = None) -> int:

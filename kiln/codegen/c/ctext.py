@@ -226,6 +226,10 @@ class _Exprs:
                     operands.append(arg)
                 elif arg is None or isinstance(arg, dtypes.DType):
                     operands.append("")
+                elif isinstance(arg, sympy.Expr) and arg.free_symbols:  # a size as a scalar (`x == 256 * u1`)
+                    if not arg.is_integer:
+                        raise UnsupportedError(f"{node.op} takes the non-integer symbolic scalar {arg}")
+                    operands.append(f"({target})({dim_expr(arg)})")
                 else:
                     operands.append(f"({target}){literal(dtypes.convert_scalar(arg, converted))}")
             if cast_kind == "where":

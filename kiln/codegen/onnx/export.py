@@ -263,11 +263,16 @@ def _lower_block(graph: OnnxGraph, block: Any, values: dict[Any, Value], names: 
 
 
 def _bind_data_dependent_size(graph: OnnxGraph, result: Any, name: str) -> None:
-    """A symbolic integer result that is a fresh symbol (`item()` of a count: u0) is where later sizes find it (its
-    lowering gives a 0-d int64, as LoweringContext.out_dtype types symbolic integers)."""
+    """Where later sizes find a fresh symbol a result names: a symbolic integer result (`item()` of a count: u0; its
+    lowering gives a 0-d int64, as LoweringContext.out_dtype types symbolic integers), or a tensor's dim (nonzero's
+    rows, the rows a mask picks: read from the tensor's shape)."""
     if isinstance(result.type, SymIntType) and isinstance(result.type.expr, sympy.Symbol) \
             and result.type.expr not in graph.dim_sources:
         graph.dim_sources[result.type.expr] = DimSource(name, None)
+    if isinstance(result.type, TensorType):
+        for axis, dim in enumerate(result.type.shape):
+            if isinstance(dim, sympy.Symbol) and dim not in graph.dim_sources:
+                graph.dim_sources[dim] = DimSource(name, axis)
 
 
 # onnxruntime's CPU provider lacks most float16/bfloat16 kernels (even Expand, Pad, Tile), so ops on them compute

@@ -557,8 +557,9 @@ _COMPARE = {"eq": ("Equal", False), "ne": ("Equal", True), "lt": ("Less", False)
 
 def _compare(op_type: str, negate: bool) -> Lowering:
     def lower(ctx: LoweringContext, a: Value, b: Any) -> str:
+        # (a size as the scalar, `counts == 256 * u1`, promotes as an int does)
         other = (b.type.with_dtype(ctx.original_dtype(b)) if isinstance(b, Value)
-                 else int(b) if isinstance(b, sympy.Expr) else b)
+                 else (int(b) if b.is_number else 0) if isinstance(b, sympy.Expr) else b)
         semantic = dtypes.result_type(a.type.with_dtype(ctx.original_dtype(a)), other)
         compute = _compute_dtype(semantic)
         if compute.is_bool and op_type != "Equal":
