@@ -147,14 +147,14 @@ def _pixels(batch: int, length: int) -> dict[str, Any]:
     return {"pixel_values": torch.randn(batch, 3, 32, 32)}
 
 
-def _image_prompt(tokens: int) -> Callable[[int, int], dict[str, Any]]:
+def _image_prompt(tokens: int, images: tuple[int, ...] = ()) -> Callable[[int, int], dict[str, Any]]:
     """Inputs of a vision-language model: a prompt whose tokens from 2 on stand for its 32x32 image (token 99, as
-    many as the model makes of the image's features), and the image."""
+    many as the model makes of the image's features), and the image (`images`: a dim of images per prompt)."""
     def make(batch: int, length: int) -> dict[str, Any]:
         import torch
         input_ids = torch.randint(3, 90, (batch, length))
         input_ids[:, 2:2 + tokens] = 99
-        return {"input_ids": input_ids, "pixel_values": torch.randn(batch, 3, 32, 32)}
+        return {"input_ids": input_ids, "pixel_values": torch.randn(batch, *images, 3, 32, 32)}
     return make
 
 
@@ -677,6 +677,19 @@ ARCHITECTURES = {a.name: a for a in [
     Architecture("aya-vision", _hf("AyaVisionForConditionalGeneration", "AyaVisionConfig", image_token_index=99,
                                    downsample_factor=2, vision_config=SIGLIP_VISION,
                                    text_config=dict(model_type="cohere2", **LLAMA_LIKE)),
+                 _image_prompt(4), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)]),
+    # SmolVLM and Idefics3 return the features of the prompts' real images (not all-zero ones): their count is read
+    # while running, and C allocates that output
+    *(Architecture(name, _hf(model, config, image_token_id=99, scale_factor=2, use_cache=False,
+                             vision_config=dict(SIGLIP_VISION, model_type=vision),
+                             text_config=dict(model_type="llama", **LLAMA_LIKE)),
+                   _image_prompt(4, images=(1,)), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)])
+      for name, model, config, vision in (
+          ("smolvlm", "SmolVLMForConditionalGeneration", "SmolVLMConfig", "smolvlm_vision"),
+          ("idefics3", "Idefics3ForConditionalGeneration", "Idefics3Config", "idefics3_vision"))),
+    Architecture("cohere2-vision", _hf("Cohere2VisionForConditionalGeneration", "Cohere2VisionConfig",
+                                       image_token_id=99, downsample_factor=2, vision_config=SIGLIP_VISION,
+                                       text_config=dict(model_type="cohere2", **LLAMA_LIKE)),
                  _image_prompt(4), IMAGE_PROMPT, limits={"seq": (6, 40)}, sizes=[(2, 8), (2, 13)]),
     Architecture("internvl", _hf("InternVLForConditionalGeneration", "InternVLConfig", image_token_id=99,
                                  downsample_ratio=0.5, text_config=dict(model_type="qwen2", **LLAMA_LIKE),
