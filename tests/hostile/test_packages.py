@@ -236,6 +236,22 @@ def test_renamed_input_is_refused_by_the_library_names(package):
     _refused(package, "input names: \\['x'\\] in the library, \\['y'\\] in manifest.json")
 
 
+def test_an_output_the_library_does_not_allocate_is_refused(package):
+    # a manifest claiming the run allocates an output (ABI 5's kiln_allocated_output) that the library writes into
+    # the caller's array would hand the library a struct to write a whole tensor into
+    _edit(package, _set("outputs.0.data_dependent", True))
+    _refused(package, "outputs it allocates: \\[False\\] in the library, \\[True\\] in manifest.json")
+
+
+def test_an_output_sized_by_unknown_symbols_is_refused(package):
+    _edit(package, _set("outputs.0.shape", ["u0", "3"]))
+    _refused(package, "malformed dim")
+    _edit(package, _set("outputs.0.data_dependent", True))
+    _refused(package, "malformed dim")  # a data-dependent output's sizes are named in data_dependent_symbols
+    _edit(package, _set("data_dependent_symbols", [{"name": "batch"}]))
+    _refused(package, "data-dependent symbol 0 has the malformed name 'batch'")  # not a caller's symbol
+
+
 # ---------------------------------------------------------------------------------------------
 # symbols: bad ranges refused at load, sizes outside them refused at call
 
