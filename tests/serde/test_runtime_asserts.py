@@ -129,18 +129,25 @@ def test_recorded_types_are_taken_where_kiln_cannot_derive_them():
         program(x, np.array(12))
 
 
-def test_data_dependent_sizes_are_refused_cleanly_by_c_and_run_in_onnx():
-    """C sizes every buffer from the input shapes and refuses by name; ONNX reads `k` from item()'s value."""
+def test_data_dependent_sizes_run_in_c_and_onnx(tmp_path):
+    """C reads `k` while running, checks torch's assertions on it and allocates the [k, 3] output; ONNX reads `k`
+    from item()'s value."""
     ort = pytest.importorskip("onnxruntime")
     program = kiln.load(io.BytesIO(_head_plus_tail()))
-    with pytest.raises(kiln.KilnError, match="depends on the input values"):
-        kiln.compile(program)
+    compiled = kiln.compile(program, output=tmp_path / "pkg")
     session = ort.InferenceSession(kiln.onnx.export(program).model_proto.SerializeToString())
     names = [i.name for i in session.get_inputs()]
     for rows, k in ((8, 4), (8, 8), (5, 2)):
         x = np.random.default_rng(k).standard_normal((rows, 3)).astype(np.float32)
-        got = session.run(None, dict(zip(names, (x, np.array(k)))))
-        assert_same(got[0], HeadPlusTail()(to_torch(x), torch.tensor(k)))
+        expected = HeadPlusTail()(to_torch(x), torch.tensor(k))
+        assert_same(session.run(None, dict(zip(names, (x, np.array(k)))))[0], expected)
+        assert_same(compiled(x, np.array(k)), expected)
+    x = np.zeros((8, 3), np.float32)
+    with pytest.raises(kiln.KilnError, match=r"the program assumes u\d+ <= s\w*, which the values the program read "
+                                             r"while running break"):
+        compiled(x, np.array(9))
+    with pytest.raises(kiln.KilnError, match=r"the data-dependent size u\d+ = 1 .* is outside its range \[2, "):
+        compiled(x, np.array(1))
 
 
 def _prefix_of_longer() -> ExportedProgram:
