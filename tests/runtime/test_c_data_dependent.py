@@ -80,7 +80,7 @@ def test_tokens_routed_by_counts_run_in_c(tmp_path):
     # the caller binds the tokens' size only; the output has that size (the program asserts the counts add up)
     assert len(manifest["symbols"]) == 1 and manifest["outputs"][0]["shape"] == [manifest["symbols"][0]["name"], "40"]
     reference = RouteByCounts()
-    for rows in ROUTINGS:  # experts with no tokens, or all of them; the largest routing grows the scratch
+    for rows in ROUTINGS:  # experts with no tokens, or all of them (each expert's GEMM sizes scratch by its tokens)
         x, expert = torch.randn(len(rows), 40), torch.tensor(rows)
         assert_same(model(x.numpy(), expert.numpy()), reference(x, expert))
 
