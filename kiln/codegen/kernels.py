@@ -141,8 +141,8 @@ class Apply:
 class Kernel:
     """One loop nest. `kind` names its template (pointwise, matmul, conv, rows, window, cat, pad, scatter, distance,
     bags, qlinear, wlinear, qconv, qpool, sparse_linear, sparse_conv, loop, attention, lstm_cell, bind, nonzero) and
-    `detail` holds
-    what the template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its aten ops."""
+    `detail` holds what the template needs: the kind's *Detail dataclass below (None for pointwise). `ops` names its
+    aten ops."""
 
     kind: str
     name: str
@@ -534,14 +534,14 @@ class Schedule:
     def allocated_outputs(self) -> list[Buffer]:
         """The outputs whose shapes depend on data-dependent sizes: the run allocates them (the C ABI's caller
         allocates the others, those the program's assertions equate to sizes of the inputs included)."""
-        unbacked = set(self.unbacked)
-        return [buf for buf, shape in self.outputs
-                if any(s in unbacked for d in shape for s in getattr(d, "free_symbols", ()))]
+        return [buf for buf, shape in self.outputs if self._names_unbacked(shape)]
 
     def is_dynamic(self, buffer: Buffer) -> bool:
         """Whether a buffer's size depends on a data-dependent size (so it has no place in the static plan)."""
-        unbacked = set(self.unbacked)
-        return any(s in unbacked for d in buffer.shape for s in getattr(d, "free_symbols", ()))
+        return self._names_unbacked(buffer.shape)
+
+    def _names_unbacked(self, shape: list) -> bool:
+        return any(s in self.unbacked for d in shape for s in getattr(d, "free_symbols", ()))
 
     def all_kernels(self) -> list[Kernel]:
         """Every kernel, those inside loop kernels' bodies included (each after its loop)."""

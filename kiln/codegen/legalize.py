@@ -10,9 +10,8 @@ from typing import Any, Callable
 
 import sympy
 
-from kiln.codegen.target import Target, mask_put_fits
+from kiln.codegen.target import Target, mask_put_fits, put_fits
 from kiln.ir import dtypes
-from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.ops.shape import slice_bounds
 from kiln.ir.program import ExportedProgram
@@ -85,11 +84,14 @@ def _select_scatter(input, src, dim, index):
     return _slice_scatter(input, aten.unsqueeze.default(src, dim), dim, index, index + 1, 1)
 
 
+MASK_DTYPES = (dtypes.bool_, dtypes.uint8)  # index dtypes ATen takes as masks
+
+
 def _mask_coordinates(indices: list) -> list | None:
     """Boolean masks in an index as the coordinates of their true elements, ATen's own expansion: a mask of rank r
     becomes r integer indices, the columns of nonzero(mask), whose row count is a data-dependent size the target
     reads while running. None where there is no mask, or a 0-d one (which adds a dim instead)."""
-    masks = [i is not None and dtype_of(i) in (dtypes.bool_, dtypes.uint8) for i in indices]
+    masks = [i is not None and dtype_of(i) in MASK_DTYPES for i in indices]
     if not any(masks) or any(m and not shape_of(i) for m, i in zip(masks, indices)):
         return None
     expanded = []
@@ -132,18 +134,13 @@ READS_SIZES = {"aten.index.Tensor", "aten.index_put.default"}
 
 
 def _masked_index(op: Any) -> bool:
-    return any(getattr(v.type, "dtype", None) in (dtypes.bool_, dtypes.uint8) for v in op.operands[1:])
-
-
-def _masked_put(op: Any) -> bool:
-    input, indices, values = bound_arguments(op)[:3]
-    return _masked_index(op) and not mask_put_fits(
-        input.type.shape, [i and (i.type.dtype, i.type.shape) for i in indices], values.type.shape)
+    return any(getattr(v.type, "dtype", None) in MASK_DTYPES for v in op.operands[1:])
 
 
 # which instances of an op of LEGALIZATIONS need their rewrite (all, for ops not named here): a retrace for none
 # would only cost time
-NEEDED: dict[str, Callable[[Any], bool]] = {"aten.index.Tensor": _masked_index, "aten.index_put.default": _masked_put}
+NEEDED: dict[str, Callable[[Any], bool]] = {"aten.index.Tensor": _masked_index,
+                                            "aten.index_put.default": lambda op: _masked_index(op) and not put_fits(op)}
 
 
 def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]]:

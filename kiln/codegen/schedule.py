@@ -36,7 +36,7 @@ from kiln.ir.ops.shape import fill_value, slice_bounds  # the registry's fill-va
 from kiln.ir.program import ExportedProgram, InputKind, OutputKind, value_names
 from kiln.ir.registry import REGISTRY
 from kiln.ir.symbolic import active_shape_env
-from kiln.ir.types import SymIntType, TensorType
+from kiln.ir.types import SymIntType, TensorType, type_symbols
 from kiln.passes.quant.ranges import integer_range
 
 if TYPE_CHECKING:
@@ -1477,7 +1477,7 @@ def data_dependent_problems(program: ExportedProgram, target: Target) -> dict[st
 
 def input_symbols(program: ExportedProgram) -> set:
     """The symbols the input shapes bind."""
-    return {s for arg in program.body.args for d in arg.type.shape for s in getattr(d, "free_symbols", ())}
+    return set().union(*(type_symbols(arg.type) for arg in program.body.args))
 
 
 def asserted_dims(shape: list, program: ExportedProgram) -> list:
@@ -1495,8 +1495,8 @@ def asserted_dims(shape: list, program: ExportedProgram) -> list:
 
 def _unbound(values: Any, bound: set) -> str:
     """The symbols of the tensors' shapes outside `bound`, listed ('' when none)."""
-    return ", ".join(sorted({str(s) for v in values if _is_tensor(v) for d in v.type.shape
-                             for s in getattr(d, "free_symbols", ()) if s not in bound}))
+    return ", ".join(sorted(str(s) for s in set().union(*(type_symbols(v.type) for v in values if _is_tensor(v)))
+                            - bound))
 
 
 def _unbindable(op: Any, target: Target) -> str | None:

@@ -111,8 +111,7 @@ def kernel_argument_limits(op: Any) -> str | None:
             return ("a boolean mask index makes the result's size depend on the mask's values (an unbacked size "
                     "symbol), which this backend does not read while running (C reads a mask of rank 1 or more); "
                     "index with integer tensors (or use where / masked_fill)")
-        if masks and not mask_put_fits(op.operands[0].type.shape,
-                                       [i and (i.type.dtype, i.type.shape) for i in args[1]], args[2].type.shape):
+        if masks and not put_fits(op):
             return ("index_put with a boolean mask is supported only as the sole index (the other entries None) with "
                     "values that broadcast along the mask's count (size 1 or absent there)")
     if name in BIND_OPS and bound_symbol(op) is None:
@@ -150,6 +149,12 @@ def kernel_argument_limits(op: Any) -> str | None:
             if value.type.dtype not in (dtypes.float32, dtypes.float64):
                 return "only floating matmuls are supported"
     return None
+
+
+def put_fits(op: Any) -> bool:
+    """mask_put_fits for an index_put op."""
+    input, indices, values = bound_arguments(op)[:3]
+    return mask_put_fits(input.type.shape, [i and (i.type.dtype, i.type.shape) for i in indices], values.type.shape)
 
 
 def mask_put_fits(shape: list, indices: list, values: list) -> bool:

@@ -363,8 +363,8 @@ def _defines_a_used_symbol(op: Operation, referenced: set) -> bool:
 
 def _argument_symbols(argument: Any) -> set:
     if isinstance(argument, (list, tuple)):
-        return set().union(*(_argument_symbols(a) for a in argument)) if argument else set()
-    return set(getattr(argument, "free_symbols", ())) if not isinstance(argument, SSAValue) else set()
+        return set().union(*map(_argument_symbols, argument))
+    return set() if isinstance(argument, SSAValue) else set(getattr(argument, "free_symbols", ()))
 
 
 def erase_dead_ops(block: Block, referenced: set | None = None) -> int:

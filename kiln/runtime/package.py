@@ -20,6 +20,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 import sympy
 
+from kiln.codegen.c import MAX_ALLOCATED_RANK
 from kiln.ir import dtypes
 from kiln.ir.errors import InputError, KilnError
 from kiln.ir.files import path_inside
@@ -335,9 +336,9 @@ _ABI_FUNCTIONS = {
 
 
 class _AllocatedOutput(ctypes.Structure):
-    """kiln.h's kiln_allocated_output: an output kiln_run allocates, and its shape."""
+    """kiln.h's kiln_allocated_output: an output kiln_run allocates, and its shape (KILN_MAX_RANK dims)."""
 
-    _fields_ = [("data", ctypes.c_void_p), ("shape", ctypes.c_int64 * 8)]
+    _fields_ = [("data", ctypes.c_void_p), ("shape", ctypes.c_int64 * MAX_ALLOCATED_RANK)]
 
 
 class CompiledModel:

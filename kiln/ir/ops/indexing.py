@@ -523,8 +523,8 @@ def _bucketize_meta(self, boundaries, out_int32=False, right=False):
 
 
 def _search_steps(length: int) -> int:
-    """Halvings of [0, length] until one position is left: the binary search's iterations."""
-    return max(length, 1).bit_length()
+    """Halvings of [0, length] until no position is left open: the binary search's iterations."""
+    return length.bit_length()
 
 
 def _bucketize(self, boundaries, out_int32=False, right=False):
@@ -534,7 +534,7 @@ def _bucketize(self, boundaries, out_int32=False, right=False):
     for _ in range(_search_steps(table.size)):
         active = start < end
         mid = (start + end) // 2
-        value = table[np.minimum(mid, max(table.size - 1, 0))] if table.size else np.zeros(x.shape, compute)
+        value = table[np.minimum(mid, table.size - 1)]
         with np.errstate(invalid="ignore"):
             right_of = ~(value > x) if right else ~(value >= x)  # NaN goes right, as in ATen
         start = np.where(active & right_of, mid + 1, start)
@@ -560,7 +560,7 @@ def _bucketize_decomposition(self, boundaries, out_int32=False, right=False):
     shape = list(shape_of(self))
     start = aten.full.default(shape, 0, dtype=dtypes.int64)
     end = aten.full.default(shape, length, dtype=dtypes.int64)
-    for _ in range(_search_steps(length) if length else 0):
+    for _ in range(_search_steps(length)):
         active = aten.lt.Tensor(start, end)
         mid = aten.div.Scalar_mode(aten.add.Tensor(start, end), 2, rounding_mode="floor")
         value = aten.index.Tensor(boundaries, [aten.clamp_max.default(mid, length - 1)])

@@ -38,16 +38,8 @@ from kiln.ir.symbolic import INF, Guard, ShapeEnv, ValueRange
 from kiln.ir.types import SymIntType, TensorType, type_symbols
 
 MAX_TENSOR_ELEMENTS = 1 << 40
-_SYM_OPERATORS = {
-    "_operator.add": lambda a, b: a + b, "_operator.sub": lambda a, b: a - b, "_operator.mul": lambda a, b: a * b,
-    "_operator.floordiv": lambda a, b: sympy.floor(sympy.sympify(a) / b), "_operator.mod": sympy.Mod,
-    "_operator.neg": lambda a: -a, "torch.sym_max": sympy.Max, "torch.sym_min": sympy.Min,
-    "_operator.pow": lambda a, b: a ** b,
-    # SymBools: torch asserts them (`_assert_scalar`: runtime assertions) or branches on them (`cond`)
-    "_operator.ge": sympy.Ge, "_operator.gt": sympy.Gt, "_operator.le": sympy.Le, "_operator.lt": sympy.Lt,
-    "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
-    "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not, "torch.sym_ite": lambda c, a, b: _if_then_else(c, a, b),
-}
+
+
 def _if_then_else(condition: Any, then: Any, otherwise: Any) -> Any:
     """torch.sym_ite: `then` where the SymBool holds, else `otherwise`. A bool read by `item()` is kiln's 0/1 symbol
     (transformers' `torch._check(mask.all())` asserts the result), which picks by arithmetic."""
@@ -58,6 +50,16 @@ def _if_then_else(condition: Any, then: Any, otherwise: Any) -> Any:
     return sympy.Piecewise((then, condition), (otherwise, True))
 
 
+_SYM_OPERATORS = {
+    "_operator.add": lambda a, b: a + b, "_operator.sub": lambda a, b: a - b, "_operator.mul": lambda a, b: a * b,
+    "_operator.floordiv": lambda a, b: sympy.floor(sympy.sympify(a) / b), "_operator.mod": sympy.Mod,
+    "_operator.neg": lambda a: -a, "torch.sym_max": sympy.Max, "torch.sym_min": sympy.Min,
+    "_operator.pow": lambda a, b: a ** b,
+    # SymBools: torch asserts them (`_assert_scalar`: runtime assertions) or branches on them (`cond`)
+    "_operator.ge": sympy.Ge, "_operator.gt": sympy.Gt, "_operator.le": sympy.Le, "_operator.lt": sympy.Lt,
+    "_operator.eq": sympy.Eq, "_operator.ne": sympy.Ne, "_operator.and_": sympy.And, "_operator.or_": sympy.Or,
+    "_operator.not_": sympy.Not, "torch.sym_not": sympy.Not, "torch.sym_ite": _if_then_else,
+}
 # torch's loops: the reader method that reads each into a kiln region op
 _LOOP_NODES = {"torch.ops.higher_order.map_impl": "map_node", "torch.ops.higher_order.scan": "scan_node",
                "torch.ops.higher_order.while_loop": "while_loop_node"}
