@@ -329,6 +329,68 @@ def _index_add_decomposition(self, dim, index, source, alpha=1):
     return aten.reshape.default(result, []) if not shape else result
 
 
+def _index_copy_check(self, dim, index, source):
+    """ATen's index_copy checks (int64 index only, unlike index_add); returns the wrapped dim."""
+    op = "aten.index_copy.default"
+    shape, source_shape = list(shape_of(self)), list(shape_of(source))
+    d = canonical_dim(op, dim, max(len(shape), 1))
+    require_dtype(dtype_of(index) is dtypes.int64, op,
+                  f"index_copy_(): Expected a long tensor for index, but got {dtype_of(index).name}")
+    require(len(shape_of(index)) <= 1, op, f"index_copy_(): Index should have dimension 1 or 0 (got "
+                                           f"{len(shape_of(index))})")
+    require_dtype(dtype_of(source) is dtype_of(self), op, f"index_copy_(): self and source expected to have the same "
+                                                          f"dtype, but got (self) {dtype_of(self).name} and (source) "
+                                                          f"{dtype_of(source).name}")
+    count = numel(shape_of(index))
+    if shape and source_shape:
+        require(len(source_shape) == len(shape), op,
+                f"index_copy_(): When source and destination are not scalars, their dimensionality must match. "
+                f"Source dimensionality ({len(source_shape)}), destination dimensionality ({len(shape)})")
+        require(same_size(source_shape[d], count), op, f"index_copy_(): Number of indices ({count}) should be equal "
+                                                       f"to source.size(dim) ({source_shape[d]})")
+        require(all(same_size(a, b) for k, (a, b) in enumerate(zip(shape, source_shape)) if k != d), op,
+                f"index_copy_(): Source/destination tensor must have same slice shapes: source "
+                f"{_shown(source_shape)}, destination {_shown(shape)} outside dim {d}")
+    else:
+        require(same_size(count, 1) and numel(source_shape) == 1, op,
+                f"index_copy_(): a scalar source or destination takes one index and one element, got {count} "
+                f"index(es) and source {_shown(source_shape)}")
+    return d
+
+
+def _index_copy(self, dim, index, source):
+    d = _index_copy_check(self, dim, index, source)
+    positions = index.reshape(-1)
+    _require_in_bounds("aten.index_copy.default", positions, self.shape[d] if self.ndim else 1, d, negative_ok=False)
+    result = self.copy().reshape(self.shape or (1,))
+    # numpy assigns repeated positions in order, so the last copy wins, as in ATen's serial CPU kernel
+    result[(slice(None),) * d + (positions,)] = source.reshape(result.shape[:d] + (len(positions),)
+                                                               + result.shape[d + 1:])
+    return result.reshape(self.shape)
+
+
+def _index_copy_meta(self, dim, index, source):
+    _index_copy_check(self, dim, index, source)
+    return like(self)
+
+
+defop("index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor", _index_copy_meta, _index_copy,
+      tags=("composite",))
+
+
+@register_decomposition("aten.index_copy.default")
+def _index_copy_decomposition(self, dim, index, source):
+    """index_put with the index at the dim (torch's reference decomposition): self[:, ..., index] = source."""
+    d = _index_copy_check(self, dim, index, source)
+    shape = list(shape_of(self))
+    flat = aten.reshape.default(index, [-1]) if len(shape_of(index)) == 0 else index
+    target = self if shape else aten.reshape.default(self, [1])
+    sizes = list(shape_of(target))
+    spread = aten.reshape.default(source, sizes[:d] + [numel(shape_of(index))] + sizes[d + 1:])
+    result = aten.index_put.default(target, [None] * d + [flat], spread)
+    return result if shape else aten.reshape.default(result, [])
+
+
 # ---------------------------------------------------------------------------------------------
 # Advanced indexing: index.Tensor, index_put
 

@@ -144,6 +144,20 @@ def _index_add(rng):
     yield Sample((rand(rng, 3, 2), 0, np.zeros(0, np.int64), rand(rng, 0, 2)), note="no indices")
 
 
+@samples("aten.index_copy.default")
+def _index_copy(rng):
+    cache = rand(rng, 1, 2, 8, 4)  # a static KV cache (batch, heads, positions, head dim) and two new positions
+    yield Sample((cache, 2, np.array([3, 4]), rand(rng, 1, 2, 2, 4)), note="the KV cache update")
+    yield Sample((rand(rng, 5, 2, dtype="int64"), 0, np.array([1, 1, 4]), rand(rng, 3, 2, dtype="int64")),
+                 note="repeated index: the last copy wins")
+    yield Sample((rand(rng, 4, 3, dtype="bfloat16"), -1, np.array([2, 0]), rand(rng, 4, 2, dtype="bfloat16")),
+                 note="negative dim")
+    yield Sample((rand(rng, 3, 4), 0, _index(2), rand(rng, 1, 4)), note="0-d index")
+    yield Sample((rand(rng), 0, np.array([0]), rand(rng)), note="0-d")
+    yield Sample((rand(rng, 3, 2, dtype="bool"), 0, np.zeros(0, np.int64), rand(rng, 0, 2, dtype="bool")),
+                 note="no indices")
+
+
 @samples("aten.index_select.default")
 def _index_select(rng):
     x = rand(rng, 3, 5)
