@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import sympy
@@ -127,8 +127,9 @@ def watching(hook: ValueHook) -> Iterator[None]:
         _VALUE_HOOK.reset(token)
 
 
-def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
-    """Run forward; return every output in signature order (mutations included)."""
+def run_program(program: Any, user_args: Sequence[Any], state: Mapping[str, Any] | None = None) -> list[Any]:
+    """Run forward; return every output in signature order (mutations included). Buffers are read from `state`
+    where it has them (a stateful module's copies), else from the program."""
     from kiln.ir.program import InputKind
 
     specs = program.graph_signature.input_specs
@@ -148,6 +149,8 @@ def run_program(program: Any, user_args: Sequence[Any]) -> list[Any]:
                     value = np.asarray(value)
                 else:
                     raise InputError(f"input '{spec.name}' must be a numpy array, got {type(value).__name__}")
+        elif state is not None and spec.target in state:
+            value = state[spec.target]
         else:
             store = program.state_dict if spec.target in program.state_dict else program.constants
             if spec.target not in store:

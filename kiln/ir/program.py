@@ -279,7 +279,13 @@ class ExportedProgram:
             raise VerificationError(f"forward has {len(self.body.args)} arguments but the signature lists {expected}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on the reference interpreter with the calling convention of the exported model."""
+        """Run on the reference interpreter with the calling convention of the exported model. The program is a
+        function: buffers it mutates keep their stored values (`module()` keeps the updates)."""
+        return self._call(args, kwargs, None)
+
+    def _call(self, args: tuple, kwargs: dict, state: dict[str, Any] | None) -> Any:
+        """`self(*args, **kwargs)` reading the buffers in `state` where it has them, and writing their updates
+        (BUFFER_MUTATION outputs) there."""
         from kiln.ir.interpreter import run_program
         from kiln.ir.pytree import check_structure, tree_unflatten
         if self.in_spec is not None:
@@ -291,8 +297,11 @@ class ExportedProgram:
             flat = [leaf for index, leaf in enumerate(flat) if index not in self.input_constants]
         else:
             flat = list(args)
-        outputs = run_program(self, flat)
+        outputs = run_program(self, flat, state)
         _write_back_input_mutations(self, flat, outputs)
+        if state is not None:
+            state.update({spec.target: value for spec, value in zip(self.graph_signature.output_specs, outputs)
+                          if spec.kind is OutputKind.BUFFER_MUTATION})
         user = [value for value, spec in zip(outputs, self.graph_signature.output_specs)
                 if spec.kind in _RETURNED_KINDS]
         wrapper = next((getattr(a, "output_class", type(a)) for a in flat if hasattr(a, "__kiln_array__")), None)
@@ -328,17 +337,10 @@ class ExportedProgram:
         program.verify()
         return program
 
-    def module(self) -> Any:
-        """A callable with the original calling convention (like torch's `ExportedProgram.module()`)."""
-        program = self
-
-        class ExportedModule:
-            def __call__(self, *args: Any, **kwargs: Any) -> Any:
-                return program(*args, **kwargs)
-
-            def __repr__(self) -> str:
-                return "ExportedModule(forward=<kiln program>)"
-        return ExportedModule()
+    def module(self) -> "ExportedModule":
+        """A callable with the original calling convention (like torch's `ExportedProgram.module()`); it is stateful
+        as torch's is: the buffers the program mutates (a static KV cache) keep their updates from call to call."""
+        return ExportedModule(self)
 
     # -- printing
     def to_mlir(self) -> str:
@@ -425,6 +427,43 @@ def running_statistic_targets(program: ExportedProgram, batch_norm: Any) -> tupl
         raise KilnError("cannot find the running statistics of a batch norm exported in training mode",
                         fix="export the model in eval mode for inference, or keep its running-stat update")
     return found[1], found[0]
+
+
+class ExportedModule:
+    """`ExportedProgram.module()`: calls run the program on the interpreter, with this module's own copy of the
+    buffers the program mutates; `named_buffers()` reads them, `load_state_dict()` sets them, `reset_state()`
+    restores them."""
+
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        """The mutated buffers back to the program's values (a KV cache emptied for the next sequence)."""
+        stored = {**self.program.constants, **self.program.state_dict}
+        self._state = {spec.target: np.array(stored[spec.target]) for spec in self.program.graph_signature.output_specs
+                       if spec.kind is OutputKind.BUFFER_MUTATION}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.program._call(args, kwargs, self._state)
+
+    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(target, value) of every buffer, as this module holds them now."""
+        for spec in self.program.graph_signature.input_specs:
+            if spec.kind is InputKind.BUFFER:
+                stored = self.program.state_dict.get(spec.target, self.program.constants.get(spec.target))
+                yield spec.target, self._state.get(spec.target, stored)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set mutated buffers (by target; others are the program's and cannot change), e.g. to reset a KV cache."""
+        for target, value in state.items():
+            if target not in self._state:
+                raise KilnError(f"'{target}' is not a buffer the program mutates",
+                                fix=f"mutated buffers: {', '.join(self._state) or 'none'}")
+            self._state[target] = np.array(value, dtype=self._state[target].dtype).reshape(self._state[target].shape)
+
+    def __repr__(self) -> str:
+        return "ExportedModule(forward=<kiln program>)"
 
 
 def _write_back_input_mutations(program: ExportedProgram, flat: list[Any], outputs: list[Any]) -> None:
@@ -528,6 +567,11 @@ class GraphBuilder:
         arg.name_hint = _sanitize(name)
         self._input_kinds.insert(index, (kind, target, persistent))
         return arg
+
+    def set_input_kind(self, arg: SSAValue, kind: InputKind, target: str | None = None,
+                       persistent: bool | None = None) -> None:
+        """Change what an argument added by add_input is (a constant found to be state becomes a buffer)."""
+        self._input_kinds[self.block.args.index(arg)] = (kind, target, persistent)
 
     # -- emitter protocol
     def accepts(self, value: Any) -> bool:

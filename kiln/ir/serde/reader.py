@@ -800,7 +800,13 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
         if original not in names_by_arg:  # a value computed in the graph (batch_norm's running stats): no one sees it
             continue
         kind, spec = _union(names_by_arg[original], "an input spec")
-        if kind == "buffer":
+        if kind == "tensor_constant":
+            # State torch's module keeps in a constant it mutates in place (Hugging Face's static KV caches): a
+            # non-persistent buffer, whose update is a mutation output like any buffer's
+            builder.set_input_kind(original, InputKind.BUFFER, spec["tensor_constant_name"], False)
+            returned.append(latest)
+            output_specs.append((OutputKind.BUFFER_MUTATION, spec["tensor_constant_name"]))
+        elif kind == "buffer":
             returned.append(latest)
             output_specs.append((OutputKind.BUFFER_MUTATION, spec["buffer_name"]))
         elif kind == "user_input":
