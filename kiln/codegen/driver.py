@@ -81,6 +81,9 @@ def build_package(program: ExportedProgram, target: str = "c", *, pipeline: str 
                      **({"data_dependent": True} if buf in allocated else {})}
                     for name, (buf, shape) in zip(plan.output_names, plan.outputs)],
     })
+    if plan.state:  # buffers the program mutates: the package keeps them, starting from their weights.bin values
+        manifest["states"] = [{"name": buf.weight_key, "dtype": buf.dtype.name, "shape": [int(d) for d in buf.shape]}
+                             for buf, _ in plan.state]
     if plan.unbacked:  # sizes the run reads from values: an output it allocates may be sized by them
         manifest["data_dependent_symbols"] = [
             {"name": str(s), "lower": _bound(program.range_constraints.get(s), "lower"),
@@ -101,7 +104,7 @@ def _weights_file(program: ExportedProgram, plan: Schedule, nibbles: set[str], p
     packed_only = {pack.source for pack in packs} - (read_as_is if read_as_is is not None else set())
     entries = []
     for buf in plan.buffers:
-        if buf.kind != "weight" or buf.weight_key in written or buf.weight_key in packed_only:
+        if buf.kind not in ("weight", "state") or buf.weight_key in written or buf.weight_key in packed_only:
             continue
         written.add(buf.weight_key)
         array = np.ascontiguousarray(weight_array(program, buf.weight_key), dtype=buf.dtype.numpy)

@@ -22,7 +22,9 @@ class Buffer:
     name: str
     dtype: dtypes.DType
     shape: list  # dims: ints or sympy expressions over the program's symbols
-    kind: str = "temp"  # "input" | "weight" | "temp" | "output" | "window" (placed by its loop every step)
+    # "input" | "weight" | "temp" | "output" | "window" (placed by its loop every step) | "state" (a buffer the
+    # program mutates: the package keeps it between runs) | "next_state" (its new value, which replaces it after a run)
+    kind: str = "temp"
     weight_key: str | None = None
     io_index: int = -1  # position among user inputs / outputs
     # (buffer, element offset): a temporary that lives in another buffer's storage, a part of a cat its producer
@@ -530,6 +532,9 @@ class Schedule:
     # data-dependent sizes, in the order the run binds them (each by its `bind` kernel): no buffer of the caller's
     # is sized by one, and a temporary sized by one is allocated once it is bound
     unbacked: list[sympy.Symbol] = field(default_factory=list)
+    # (state buffer, its next value) per buffer the program mutates: a run writes the next value, and a successful
+    # run makes it the state (C swaps the two)
+    state: list[tuple[Buffer, Buffer]] = field(default_factory=list)
 
     def allocated_outputs(self) -> list[Buffer]:
         """The outputs whose shapes depend on data-dependent sizes: the run allocates them (the C ABI's caller

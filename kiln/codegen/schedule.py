@@ -259,6 +259,8 @@ class _Scheduler:
         program = self.program
         self.check_supported()
         inputs = []
+        mutated = {spec.target for spec in program.graph_signature.output_specs
+                   if spec.kind is OutputKind.BUFFER_MUTATION}
         for spec, arg in zip(program.graph_signature.input_specs, program.body.args):
             if spec.kind is InputKind.USER_INPUT:
                 buf = self.buffer(arg, "input")
@@ -268,7 +270,7 @@ class _Scheduler:
                 self.sparse_weights[arg] = self.sparse_components(arg, spec.target)
                 continue
             else:
-                buf = self.buffer(arg, "weight")
+                buf = self.buffer(arg, "state" if spec.target in mutated else "weight")
                 buf.weight_key = spec.target
             self.views[arg] = _contiguous(buf)
         returned: list = []
@@ -279,18 +281,21 @@ class _Scheduler:
             self.schedule_op(op)
         outputs = []
         claimed: set = set()
-        for index, value in enumerate(returned):
+        state_buffers = {buf.weight_key: buf for buf in self.buffers if buf.kind == "state"}
+        state = []
+        for value, spec in zip(returned, program.graph_signature.output_specs):
             view = self.materialized(value)
             buf = view.buffer
-            if (buf.kind == "temp" and buf.inside is None and buf not in claimed and view.is_contiguous
-                    and same_dim(view.offset, 0)
-                    and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel)):
-                buf.kind = "output"
-            else:
+            if not (buf.kind == "temp" and buf.inside is None and buf not in claimed and view.is_contiguous
+                    and same_dim(view.offset, 0) and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel)):
                 buf = self.copy(view, value)
-                buf.kind = "output"
-            buf.io_index = index
             claimed.add(buf)
+            if spec.kind is OutputKind.BUFFER_MUTATION:  # written beside the state, which it replaces after the run
+                buf.kind = "next_state"
+                state.append((state_buffers[spec.target], buf))
+                continue
+            buf.kind = "output"
+            buf.io_index = len(outputs)
             outputs.append((buf, asserted_dims(value.type.shape, program)))
         # The caller binds every symbol but the data-dependent ones the run binds itself. Symbols only: range
         # constraints also hold derived entries (n + 1), whose ranges follow from n's.
@@ -304,8 +309,8 @@ class _Scheduler:
         user_names = iter(program.user_output_names())  # pytree keys (`logits`) where the outputs have them
         return Schedule(self.buffers, self.kernels, inputs, outputs, [s for s in symbols if s not in unbacked],
                         [next(user_names) if s.kind is OutputKind.USER_OUTPUT else s.name
-                         for s in program.graph_signature.output_specs],
-                        program.graph_signature.user_inputs, unbacked)
+                         for s in program.graph_signature.output_specs if s.kind is not OutputKind.BUFFER_MUTATION],
+                        program.graph_signature.user_inputs, unbacked, state)
 
     def sparse_components(self, arg: Any, target: str) -> dict[str, Buffer]:
         """A sparse weight as dense component buffers (DESIGN: backends see values, indices and metadata), keyed
@@ -332,6 +337,23 @@ class _Scheduler:
             if reason:
                 problems.setdefault(name, reason)
         refuse(problems, target)
+        self.check_state()
+
+    def check_state(self) -> None:
+        """The buffers the program mutates are state the package keeps: only where the target keeps it, and only
+        of a static size (allocated once, when the model is created)."""
+        signature = self.program.graph_signature
+        mutated = {spec.target for spec in signature.output_specs if spec.kind is OutputKind.BUFFER_MUTATION}
+        if mutated and not self.target.keeps_state:
+            raise UnsupportedError(f"the program mutates buffers ({', '.join(sorted(mutated))}), and "
+                                   f"{self.target.name} packages keep no state between runs",
+                                   fix="compile it for the C backend, which keeps them, or export it for ONNX")
+        for spec, arg in zip(signature.input_specs, self.program.body.args):
+            if spec.target in mutated and not all(isinstance(d, int) for d in arg.type.shape):
+                raise UnsupportedError(f"buffer '{spec.target}' is mutated and its shape "
+                                       f"{[str(d) for d in arg.type.shape]} is symbolic; compiled packages keep "
+                                       "state of a fixed size", fix="give the buffer a static shape (a static KV cache "
+                                                                    "of max_cache_len positions)")
 
     # -- values
     def materialized(self, value: Any) -> View:

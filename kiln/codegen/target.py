@@ -49,6 +49,8 @@ class Target:
     transposes_24_activations: bool = True
     # whether the run reads an integer `item()` into a size (a `bind` kernel) and sizes later buffers by it
     binds_data_dependent_sizes: bool = False
+    # whether the package keeps the buffers the program mutates (a KV cache) from run to run
+    keeps_state: bool = False
 
     @property
     def no_lowering(self) -> str:

@@ -15,7 +15,7 @@ import pathlib
 import re
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 import numpy as np
 import sympy
@@ -134,6 +134,13 @@ def check_manifest(folder: pathlib.Path, manifest: dict) -> dict[str, pathlib.Pa
                 free = {str(s) for s in getattr(parsed, "free_symbols", ())}
                 if parsed is None or (isinstance(parsed, int) and parsed < 0) or not free <= allowed:
                     refuse(f"{where} ({entry['name']!r}) has the malformed dim {json.dumps(dim)[:60]}")
+    for number, entry in enumerate(entries("states") if "states" in manifest else []):
+        where = f"state {number}"
+        typed(entry, "name", "str", where)
+        dtype_of(entry, where)
+        shape = typed(entry, "shape", "list", where)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            refuse(f"{where} ({entry['name']!r}) has the malformed shape {json.dumps(shape)[:60]}")
     size = files["weights_file"].stat().st_size
     for number, entry in enumerate(entries("weights")):
         where = f"weight {number}"
@@ -332,6 +339,11 @@ _ABI_FUNCTIONS = {
     "kiln_kernel_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kiln_kernel_seconds": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int]),
     "kiln_profiled_runs": (ctypes.c_int64, [ctypes.c_void_p]),
+    "kiln_num_states": (ctypes.c_int, []),
+    "kiln_state_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_state_nbytes": (ctypes.c_size_t, [ctypes.c_int]),
+    "kiln_state_data": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
+    "kiln_reset_state": (None, [ctypes.c_void_p]),
 }
 
 
@@ -360,6 +372,7 @@ class CompiledModel:
         self.signature = Signature(self.manifest)
         self.symbols = self.signature.symbols
         self._call_slots = threading.local()
+        self._state_lock = threading.Lock()
         weights_path = files["weights_file"]
         self._weights = np.memmap(weights_path, dtype=np.uint8, mode="r") if weights_path.stat().st_size else None
         try:
@@ -389,9 +402,10 @@ class CompiledModel:
             function.restype, function.argtypes = result, arguments
         found = {"ABI version": (lib.kiln_abi_version(), abi_version),
                  "build id": ((lib.kiln_build_id() or b"").decode(errors="replace"), self.manifest["build_id"])}
-        counts = {"inputs": lib.kiln_num_inputs(), "outputs": lib.kiln_num_outputs(), "symbols": lib.kiln_num_symbols()}
+        counts = {"inputs": lib.kiln_num_inputs(), "outputs": lib.kiln_num_outputs(), "symbols": lib.kiln_num_symbols(),
+                  "states": lib.kiln_num_states()}
         for kind, count in counts.items():
-            names = [entry["name"] for entry in self.manifest[kind]]
+            names = [entry["name"] for entry in self.manifest.get(kind, [])]
             found[f"number of {kind}"] = (count, len(names))
             if count == len(names):
                 name_of = getattr(lib, f"kiln_{kind[:-1]}_name")
@@ -401,6 +415,10 @@ class CompiledModel:
             flagged = [entry.get("data_dependent") is True for entry in self.manifest["outputs"]]
             found["outputs it allocates"] = ([bool(lib.kiln_output_allocated(k)) for k in range(counts["outputs"])],
                                              flagged)
+        if found["number of states"][0] == found["number of states"][1]:
+            found["state sizes"] = ([lib.kiln_state_nbytes(k) for k in range(counts["states"])],
+                                    [math.prod(e["shape"]) * dtypes.dtype(e["dtype"]).itemsize
+                                     for e in self.manifest.get("states", [])])
         for what, (library_value, expected) in found.items():
             if library_value != expected:
                 raise KilnError(f"package {self.path}: {self.manifest['library']} was not built from this package's "
@@ -453,7 +471,46 @@ class CompiledModel:
             self._lib.kiln_set_profiling(self._handle, 0)
         return sorted(timings, key=lambda item: -item[1])
 
+    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, copy of the values) of each buffer the program mutates (a KV cache), which the package keeps from run
+        to run; the other buffers are read-only weights."""
+        for index, entry in enumerate(self.manifest.get("states", [])):
+            yield entry["name"], self._state_view(index).copy()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set state buffers by name (those named; shapes and dtypes as named_buffers gives them)."""
+        slots = {entry["name"]: index for index, entry in enumerate(self.manifest.get("states", []))}
+        with self._state_lock:
+            for name, value in state.items():
+                if name not in slots:
+                    raise KilnError(f"'{name}' is not a buffer this package keeps",
+                                    fix=f"its state buffers: {', '.join(slots) or 'none'}")
+                view = self._state_view(slots[name])
+                value = np.asarray(value)
+                if value.shape != view.shape:
+                    raise InputError(f"state '{name}' has shape {list(view.shape)}, got {list(value.shape)}")
+                np.copyto(view, value, casting="same_kind")
+
+    def reset_state(self) -> None:
+        """Every state buffer back to its exported value (a KV cache emptied for the next sequence)."""
+        with self._state_lock:
+            self._lib.kiln_reset_state(self._handle)
+
+    def _state_view(self, index: int) -> np.ndarray:
+        """State buffer `index` as a numpy view of the model's memory (valid until the next run)."""
+        entry = self.manifest["states"][index]
+        dtype = dtypes.dtype(entry["dtype"]).numpy
+        count = math.prod(entry["shape"]) * np.dtype(dtype).itemsize
+        data = ctypes.cast(self._lib.kiln_state_data(self._handle, index), ctypes.POINTER(ctypes.c_uint8))
+        return np.ctypeslib.as_array(data, (max(count, 1),))[:count].view(dtype).reshape(entry["shape"])
+
     def __call__(self, *args: Any) -> Any:
+        if self.manifest.get("states"):  # runs that read and replace the state take turns
+            with self._state_lock:
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args: tuple) -> Any:
         arrays = self.signature.arrays(args)
         values = self.signature.bind(arrays)
         specs = self.signature.outputs(values)

@@ -212,7 +212,7 @@ def test_package_layout_and_compile_from_module(tmp_path):
                          output=tmp_path / "pkg")
     manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
     assert {"model.c", "model.so", "weights.bin", "manifest.json"} <= {p.name for p in (tmp_path / "pkg").iterdir()}
-    assert manifest["abi_version"] == kiln.codegen.c.ABI_VERSION == 5
+    assert manifest["abi_version"] == kiln.codegen.c.ABI_VERSION == 6
     assert manifest["inputs"][0]["shape"] == ["batch", "32"]
     assert manifest["symbols"] == [{"name": "batch", "lower": 1, "upper": 4096}]
     blob = np.memmap(tmp_path / "pkg" / "weights.bin", dtype=np.uint8, mode="r")

@@ -1,4 +1,4 @@
-/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 5).
+/* kiln.h: the C ABI of a package built by `kiln compile --target c` (ABI version 6).
  *
  * A package directory holds manifest.json (signature, symbols, dtypes and symbolic shapes), weights.bin
  * (raw little-endian weights, 64-byte aligned), model.c and model.so. model.so exports the functions below.
@@ -6,7 +6,7 @@
  * see examples/c_deploy/main.c.
  *
  * Threading: kiln_run keeps its per-call state on the call's stack/heap, so one model may be run from
- * several threads at once. A model keeps its temporaries' arena between runs for the next run that finds it free
+ * several threads at once, unless it keeps state (kiln_num_states() > 0): then runs must take turns. A model keeps its temporaries' arena between runs for the next run that finds it free
  * (a concurrent run allocates its own); kiln_destroy frees it. Each call runs its kernels in one OpenMP parallel region of kiln_set_num_threads
  * threads (default: OpenMP's, i.e. OMP_NUM_THREADS or the CPU count), fewer while the CPUs are busy with other
  * processes (kiln_last_run_threads). kiln_error returns the message of the last failed kiln_run on that model.
@@ -16,6 +16,8 @@
  * Version 4 added kiln_last_run_threads: runs use fewer threads while other processes keep the CPUs busy.
  * Version 5 added outputs kiln_run allocates (kiln_output_allocated, kiln_allocated_output, kiln_free): those whose
  * size the run reads from values, such as nonzero's rows or the rows a boolean mask picks.
+ * Version 6 added state: the buffers the program mutates (a static KV cache) live in the model, from run to run
+ * (kiln_num_states, kiln_state_name, kiln_state_nbytes, kiln_state_data, kiln_reset_state); they are no longer outputs.
  */
 #ifndef KILN_H
 #define KILN_H
@@ -27,7 +29,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 5
+#define KILN_ABI_VERSION 6
 #define KILN_MAX_RANK 8  /* the most dims of an output kiln_run allocates */
 
 typedef struct kiln_model kiln_model;
@@ -72,6 +74,15 @@ void kiln_set_profiling(kiln_model* m, int on);
 double kiln_kernel_seconds(const kiln_model* m, int i);
 int64_t kiln_profiled_runs(const kiln_model* m);
 
+/* State: the buffers the program mutates (manifest.json's "state": names, dtypes, static shapes). kiln_create starts
+ * them at their exported values; a successful kiln_run replaces them with their new values, a failed one leaves them.
+ * kiln_state_data is the current values (contiguous): read or write them between runs, never during one. */
+int kiln_num_states(void);
+const char* kiln_state_name(int i);
+size_t kiln_state_nbytes(int i);
+void* kiln_state_data(kiln_model* m, int i);
+void kiln_reset_state(kiln_model* m);
+
 /* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
  * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),
  * outputs allocated by the caller, but those kiln_output_allocated names (a kiln_allocated_output* each). Returns 0 on success, else nonzero and kiln_error(m) says why.
@@ -94,6 +105,8 @@ typedef void (*kiln_set_num_threads_fn)(kiln_model* m, int num_threads);
 typedef int (*kiln_last_run_threads_fn)(const kiln_model* m);
 typedef int (*kiln_run_fn)(kiln_model* m, const int64_t* symbols, const void* const* inputs, void* const* outputs);
 typedef const char* (*kiln_error_fn)(const kiln_model* m);
+typedef void* (*kiln_state_data_fn)(kiln_model* m, int i);
+typedef void (*kiln_reset_state_fn)(kiln_model* m);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@ from kiln.codegen.c.ctext import (
     hoist_symbol_divisions, phase_copy, store_result, symbol_name,
 )
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 MAX_ALLOCATED_RANK = 8  # KILN_MAX_RANK: the dims of an output kiln_run allocates (kiln.h)
 # Support code pasted into every model.c, so a package's source builds alone.
 SUPPORT_LIBRARY = "\n".join((pathlib.Path(__file__).parent / name).read_text()
@@ -2119,7 +2119,10 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     nin, nout, nsym = len(schedule.inputs), len(schedule.outputs), len(schedule.symbols)
     npacked = len(state.packed)
     nkernels = len(schedule.kernels)
+    nstate = len(schedule.state)
     out.append("struct kiln_model {\n    const unsigned char* weights;\n    unsigned char* owned;\n"
+               f"    void* state[{max(1, nstate)}];  /* the buffers the program mutates, as the last run left them */\n"
+               f"    void* next_state[{max(1, nstate)}];  /* where a run writes their new values (then swapped in) */\n"
                f"    int num_threads;\n    float* packed[{max(1, npacked)}];\n"
                f"    unsigned char packed_owned[{max(1, npacked)}];\n    char error[512];\n"
                f"    int profiling;\n    int64_t profiled_runs;\n    double kernel_seconds[{max(1, nkernels)}];\n"
@@ -2136,8 +2139,13 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
     out.append(f"static const unsigned char OUTPUT_ALLOCATED[] = "
                f"{{{', '.join('1' if buf in allocated else '0' for buf, _ in schedule.outputs) or '0'}}};")
     for table, names_ in (("INPUT_NAMES", schedule.input_names), ("OUTPUT_NAMES", schedule.output_names),
-                          ("SYMBOL_NAMES", [str(s) for s in schedule.symbols])):
+                          ("SYMBOL_NAMES", [str(s) for s in schedule.symbols]),
+                          ("STATE_NAMES", [buf.weight_key for buf, _ in schedule.state])):
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
+    state_bytes = [int(buf.numel) * buf.dtype.itemsize for buf, _ in schedule.state]
+    out.append(f"static const size_t STATE_BYTES[] = {{{', '.join(map(str, state_bytes)) or '0'}}};")
+    out.append(f"static const size_t STATE_OFFSETS[] = "
+               f"{{{', '.join(str(weight_offsets[buf.weight_key]) for buf, _ in schedule.state) or '0'}}};")
     pack_lines = "\n".join(_pack_weights(schedule, state.packed, weight_offsets))
     # the integer kernels' AMX tiles need the OS's leave first (kiln_qgemm.h)
     amx_request = ("#if KILN_QAMX\n    if (kiln_amx_request() != 0) { free(m); return NULL; }\n#endif\n"
@@ -2178,11 +2186,23 @@ double kiln_kernel_seconds(const kiln_model* m, int i)
     return m && i >= 0 && i < {nkernels} ? m->kernel_seconds[i] : 0.0;
 }}
 int64_t kiln_profiled_runs(const kiln_model* m) {{ return m ? m->profiled_runs : 0; }}
+int kiln_num_states(void) {{ return {nstate}; }}
+const char* kiln_state_name(int i) {{ return i >= 0 && i < {nstate} ? STATE_NAMES[i] : NULL; }}
+size_t kiln_state_nbytes(int i) {{ return i >= 0 && i < {nstate} ? STATE_BYTES[i] : 0; }}
+/* The state buffer's current values (contiguous, its manifest dtype and shape): read or write them between runs. */
+void* kiln_state_data(kiln_model* m, int i) {{ return m && i >= 0 && i < {nstate} ? m->state[i] : NULL; }}
+/* Every state buffer back to its value in weights.bin (the exported program's). */
+void kiln_reset_state(kiln_model* m)
+{{
+    if (!m) return;
+    for (int i = 0; i < {nstate}; ++i) memcpy(m->state[i], m->weights + STATE_OFFSETS[i], STATE_BYTES[i]);
+}}
 
 void kiln_destroy(kiln_model* m)
 {{
     if (!m) return;
     for (int i = 0; i < {npacked}; ++i) if (m->packed_owned[i]) free(m->packed[i]);
+    for (int i = 0; i < {nstate}; ++i) {{ free(m->state[i]); free(m->next_state[i]); }}
     free(m->owned);
     free(m->arena.memory);
     free(m);
@@ -2196,6 +2216,13 @@ kiln_model* kiln_create(const void* weights, size_t size)
     if (!m) return NULL;
     m->weights = (const unsigned char*)weights;
     kiln_team_init(&m->team);
+    for (int i = 0; i < {nstate}; ++i)
+    {{
+        m->state[i] = aligned_alloc(64, (STATE_BYTES[i] + 64) / 64 * 64);
+        m->next_state[i] = aligned_alloc(64, (STATE_BYTES[i] + 64) / 64 * 64);
+        if (!m->state[i] || !m->next_state[i]) {{ kiln_destroy(m); return NULL; }}
+    }}
+    kiln_reset_state(m);
 {amx_request}{pack_lines}
     return m;
 }}
@@ -2272,6 +2299,9 @@ kiln_model* kiln_create_from_file(const char* path)
             run += _allocate_while_running(buf, at_bind, bound_after)
         elif buf.kind == "output":
             run.append(f"    {slot} = outputs[{buf.io_index}];")
+        elif buf.kind in ("state", "next_state"):
+            slot_of = next(k for k, pair in enumerate(schedule.state) if buf in pair)
+            run.append(f"    {slot} = m->{buf.kind}[{slot_of}];  /* {schedule.state[slot_of][0].weight_key} */")
         elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
             address = f"m->weights + {weight_offsets[buf.weight_key]}" if buf.weight_key in weight_offsets else "NULL"
             run.append(f"    {slot} = (void*)({address});")
@@ -2364,6 +2394,10 @@ kiln_model* kiln_create_from_file(const char* path)
             "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
+            *(["    if (!status)  /* the new state replaces the old only after a successful run */",
+               f"        for (int i = 0; i < {nstate}; ++i)", "        {",
+               "            void* old = m->state[i]; m->state[i] = m->next_state[i]; m->next_state[i] = old;",
+               "        }"] if nstate else []),
             "done:", "    free(ctx->scratch);",
             *(f"    free(ctx->buf[{buf.index}]);" for buf in memory.dynamic),
             *_hand_over(allocated, schedule),

@@ -26,4 +26,4 @@ def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
 TARGET = Target("C", "c", DTYPES, frozenset(SCHEDULED_OPS | LOOP_OPS), kernel_argument_limits, _unsupported_sparse,
                 team_work, fuses_lstm_cell=recurrent.fuses, gathers_matrix_vector_batches=True,
                 places_cat_parts=True, transposes_24_activations=False,
-                binds_data_dependent_sizes=True)
+                binds_data_dependent_sizes=True, keeps_state=True)

@@ -5,6 +5,8 @@ into `Scan`, `kiln.while_loop` into `Loop`), weights into deduplicated initializ
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Callable, Mapping, Sequence
 
 import onnx
@@ -152,8 +154,18 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
         graph_inputs[arg] = name
         values[arg] = Value(name, arg.type)
         inputs_proto.append(value_info(name, arg.type))
+    # A buffer the program mutates (a KV cache) is state ONNX cannot keep: a graph input whose new value is a graph
+    # output (`<input>_updated`), which the caller feeds back (kiln's ONNXProgram does).
+    mutated = {spec.target for spec in program.graph_signature.output_specs if spec.kind is OutputKind.BUFFER_MUTATION}
+    state_inputs: dict[str, str] = {}  # buffer target -> graph input
     for arg, spec in zip(program.body.args, specs):
         if spec.kind is InputKind.USER_INPUT:
+            continue
+        if spec.target in mutated:
+            name = state_inputs[spec.target] = model.fresh(spec.target)
+            graph_inputs[arg] = name
+            values[arg] = Value(name, arg.type)
+            inputs_proto.append(value_info(name, arg.type))
             continue
         store = program.state_dict if spec.target in program.state_dict else program.constants
         if spec.target not in store:
@@ -175,6 +187,14 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
         name = _claim_output(graph, renamed.get(value.name, value.name), wanted, taken, renamed)
         taken.add(name)
         outputs_proto.append(value_info(name, value.type))
+    state_outputs = []
+    for value, spec in zip(results, program.graph_signature.output_specs):
+        if spec.kind is OutputKind.BUFFER_MUTATION:
+            wanted = f"{state_inputs[spec.target]}_updated"
+            name = _claim_output(graph, renamed.get(value.name, value.name), wanted, taken, renamed)
+            taken.add(name)
+            outputs_proto.append(value_info(name, value.type))
+            state_outputs.append((state_inputs[spec.target], name, spec.target))
     graph.nodes, model.initializers = clean_graph(graph.nodes, model.initializers, {o.name for o in outputs_proto})
     # Built in place: helper.make_graph/make_model would copy every weight twice (seconds for GPT-2).
     result = onnx.ModelProto()
@@ -192,6 +212,9 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
     for key, text in ranges.items():
         entry = result.metadata_props.add()
         entry.key, entry.value = f"kiln.range.{key}", text
+    if state_outputs:  # which inputs are state, the outputs that update them, and the buffers they are
+        entry = result.metadata_props.add()
+        entry.key, entry.value = "kiln.state", json.dumps(state_outputs)
     return result
 
 

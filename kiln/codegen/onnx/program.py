@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import tempfile
 from dataclasses import dataclass
@@ -73,6 +75,18 @@ class ONNXProgram:
         self.exported_program = exported_program
         self.external_data = external_data
         self._session: Any = None
+        # (graph input, graph output updating it, buffer target) per buffer the program mutates (lower_to_model)
+        state = next((entry.value for entry in model_proto.metadata_props if entry.key == "kiln.state"), None)
+        self._state_io: list[tuple[str, str, str]] = [tuple(item) for item in json.loads(state)] if state else []
+        self._initial_state = {}
+        if exported_program is not None:
+            stored = {**exported_program.constants, **exported_program.state_dict}
+            self._initial_state = {name: np.array(stored[target]) for name, _, target in self._state_io}
+        self.state: dict[str, np.ndarray] = dict(self._initial_state)
+
+    def reset_state(self) -> None:
+        """The state inputs back to the exported buffers' values (a KV cache emptied for the next sequence)."""
+        self.state = dict(self._initial_state)
 
     def __repr__(self) -> str:
         graph = self.model_proto.graph
@@ -137,9 +151,24 @@ class ONNXProgram:
         return self._session
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        """Run onnxruntime on flat user inputs (numpy arrays or kiln Tensors); return every output."""
+        """Run onnxruntime on flat user inputs (numpy arrays or kiln Tensors); return the user outputs. State inputs
+        (buffers the program mutates) are fed from `state`, which their updated values then replace, as torch's
+        `ep.module()` keeps its buffers' updates."""
         if not self.model_proto.graph.output:  # nothing to compute (e.g. unbind of an empty dim); ORT refuses it
             return []
+        if not self._state_io:
+            return self._run(inputs)
+        missing = [name for name, _, _ in self._state_io if name not in self.state]
+        if missing:
+            raise InputError(f"the ONNX model's state inputs {', '.join(missing)} have no values",
+                             fix="set ONNXProgram.state[name] (the buffers' values), or export with kiln.onnx.export, "
+                                 "which starts them at the exported program's")
+        outputs = self._run([*inputs, *(self.state[name] for name, _, _ in self._state_io)])
+        count = len(outputs) - len(self._state_io)
+        self.state = {name: value for (name, _, _), value in zip(self._state_io, outputs[count:])}
+        return outputs[:count]
+
+    def _run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         session = self.session()
         declared = session.get_inputs()
         if len(inputs) != len(declared):
@@ -169,10 +198,13 @@ class ONNXProgram:
             raise KilnError("verify needs the ExportedProgram the model came from")
         from kiln.ir.interpreter import run_program
         flat = flat_user_inputs(self.exported_program, args, kwargs)
-        expected = [value for value, spec in zip(run_program(self.exported_program, flat),
+        state = {target: self.state[name] for name, _, target in self._state_io if name in self.state}
+        expected = [value for value, spec in zip(run_program(self.exported_program, flat, state),
                                                  self.exported_program.graph_signature.output_specs)
                     if spec.kind is OutputKind.USER_OUTPUT]
+        before = dict(self.state)
         actual = self.run(flat)
+        self.state = before  # a check, not a step: the state stays
         names = [o.name for o in self.model_proto.graph.output]
         return VerificationReport([compare(n, a, np.asarray(e)) for n, a, e in zip(names, actual, expected)])
 
