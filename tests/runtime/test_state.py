@@ -1,0 +1,169 @@
+"""Buffers a program mutates are state, as in torch's `ep.module()`: a static KV cache written with index_copy_ and a
+step counter bumped with add_. kiln's `program.module()`, the C package (which keeps the state in the model,
+kiln.h's kiln_state_data) and kiln's ONNXProgram (state as graph inputs whose updates are graph outputs) all carry it
+from call to call; each is checked step by step against torch's module, and the program itself stays a function."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.compiler import compile as compile_c
+from kiln.ir.errors import KilnError, UnsupportedError
+from kiln.ir.program import OutputKind
+from kiln.testing import assert_close
+
+torch = pytest.importorskip("torch")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+POSITIONS = 6
+
+
+class CachedSum(torch.nn.Module):
+    """Writes each step's projected rows into a cache at their positions and counts its calls; returns the cache's
+    column sums scaled by the count, so a lost update shows in every output."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+        self.register_buffer("cache", torch.zeros(POSITIONS, 3))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x, position):
+        self.cache.index_copy_(0, position, self.linear(x))
+        self.steps.add_(1)
+        return self.cache.sum(0) * self.steps
+
+
+# (rows, their positions) per call: a two-row prefill, then a row at a time
+STEPS = [(2, [0, 1]), (1, [2]), (1, [3]), (2, [4, 5])]
+
+
+def _export():
+    """The torch module's exported program (saved and read by kiln) and torch's stateful module for the oracle."""
+    torch.manual_seed(0)
+    rows = torch.export.Dim("rows", max=POSITIONS)
+    exported = torch.export.export(CachedSum(), (torch.randn(2, 3), torch.tensor([0, 1])),
+                                   dynamic_shapes=({0: rows}, {0: rows}))
+    buffer = io.BytesIO()
+    torch.export.save(exported, buffer)
+    buffer.seek(0)
+    return kiln.load(buffer), exported.module()
+
+
+def _inputs():
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal((rows, 3)).astype(np.float32), np.array(positions)) for rows, positions in STEPS]
+
+
+def _torch_steps(module) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    with torch.no_grad():
+        outputs = [module(torch.from_numpy(x), torch.from_numpy(p)).numpy() for x, p in _inputs()]
+    return outputs, {name: buffer.numpy() for name, buffer in module.named_buffers()}
+
+
+def _check_steps(run, expected: list[np.ndarray]) -> None:
+    for step, ((x, position), want) in enumerate(zip(_inputs(), expected)):
+        assert_close(np.asarray(run(x, position)), want, msg=lambda m, s=step: f"step {s}: {m}")
+
+
+@pytest.fixture(scope="module")
+def exported():
+    program, torch_module = _export()
+    return program, _torch_steps(torch_module)
+
+
+def test_load_makes_the_updates_mutation_outputs(exported):
+    program, _ = exported
+    mutated = {spec.target for spec in program.graph_signature.output_specs
+               if spec.kind is OutputKind.BUFFER_MUTATION}
+    assert mutated == {"cache", "steps"}
+
+
+def test_program_module_keeps_the_updates_like_torch(exported):
+    program, (expected, buffers) = exported
+    module = program.module()
+    _check_steps(module, expected)
+    for name, value in module.named_buffers():
+        assert_close(value, buffers[name])
+    module.reset_state()
+    _check_steps(module, expected)  # from the exported values again
+
+
+def test_the_program_itself_is_a_function(exported):
+    program, (expected, _) = exported
+    x, position = _inputs()[0]
+    for _ in range(2):  # each call starts from the stored buffers
+        assert_close(program(x, position), expected[0])
+
+
+@needs_cc
+def test_c_package_keeps_the_state(exported, tmp_path):
+    program, (expected, buffers) = exported
+    compiled = compile_c(program, output=tmp_path / "pkg")
+    assert [entry["name"] for entry in compiled.manifest["states"]] == ["cache", "steps"]
+    assert len(compiled.manifest["outputs"]) == 1  # the updates are state, not outputs
+    _check_steps(compiled, expected)
+    state = dict(compiled.named_buffers())
+    for name in ("cache", "steps"):
+        assert_close(state[name], buffers[name])
+    compiled.reset_state()
+    _check_steps(compiled, expected)
+
+
+@needs_cc
+def test_c_state_is_set_by_load_state_dict_and_kept_by_a_failed_run(exported, tmp_path):
+    program, (expected, buffers) = exported
+    compiled = compile_c(program, output=tmp_path / "pkg")
+    x, position = _inputs()[-1]
+    compiled.load_state_dict(_state_before_last_step(program))
+    assert_close(compiled(x, position), expected[-1])
+    before = dict(compiled.named_buffers())
+    with pytest.raises(KilnError, match="out of bounds"):
+        compiled(x, np.array([4, POSITIONS]))
+    for name, value in compiled.named_buffers():  # the failed run's partial update never became the state
+        assert_close(value, before[name])
+    with pytest.raises(KilnError, match="'linear.weight' is not a buffer this package keeps"):
+        compiled.load_state_dict({"linear.weight": np.zeros((3, 3), np.float32)})
+    with pytest.raises(KilnError, match=r"state 'cache' has shape \[6, 3\], got \[2, 3\]"):
+        compiled.load_state_dict({"cache": np.zeros((2, 3), np.float32)})
+
+
+def _state_before_last_step(program) -> dict[str, np.ndarray]:
+    """The interpreter's state after every step but the last."""
+    module = program.module()
+    for x, position in _inputs()[:-1]:
+        module(x, position)
+    return {name: value for name, value in module.named_buffers() if name in ("cache", "steps")}
+
+
+def test_onnx_carries_the_state_as_inputs_and_outputs(exported):
+    import onnxruntime
+    program, (expected, _) = exported
+    onnx_program = kiln.onnx.export(program)
+    graph = onnx_program.model_proto.graph
+    assert [i.name for i in graph.input][-2:] == ["cache", "steps"]
+    assert [o.name for o in graph.output][-2:] == ["cache_updated", "steps_updated"]
+    _check_steps(onnx_program, expected)
+    onnx_program.reset_state()
+    _check_steps(onnx_program, expected)
+    # onnxruntime alone: the caller feeds the updates back
+    session = onnxruntime.InferenceSession(onnx_program.model_proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    state = {"cache": np.zeros((POSITIONS, 3), np.float32), "steps": np.array(0)}
+    names = [i.name for i in session.get_inputs()]
+    for (x, position), want in zip(_inputs(), expected):
+        output, state["cache"], state["steps"] = session.run(None, dict(zip(names, [x, position, state["cache"],
+                                                                                   state["steps"]])))
+        assert_close(output, want)
+
+
+def test_triton_refuses_state(exported, tmp_path):
+    pytest.importorskip("triton")
+    program, _ = exported
+    with pytest.raises(UnsupportedError, match=r"mutates buffers \(cache, steps\), and Triton packages keep no "
+                                               r"state between runs"):
+        compile_c(program, target="triton", output=tmp_path / "pkg")
