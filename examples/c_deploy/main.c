@@ -10,6 +10,8 @@
  * Reads manifest.json (a small JSON reader below) for input/output dtypes, symbolic shapes and symbol ranges,
  * binds the symbols from the input shapes, checks every dim, allocates the outputs (but those whose size the run
  * reads from values, which kiln_run allocates: kiln_output_allocated) and calls kiln_run.
+ * `--runs=N` runs it N times on the same inputs (a model that keeps state, such as a KV cache, carries it from run to
+ * run) and prints the last run's outputs.
  * Prints, per output, a line `output NAME DTYPE [d0, d1, ...]` and then one value per line
  * (floats with enough digits to round-trip). Exit status: 0 ok, 1 usage, 2 a bad package or input, 3 run failure.
  */
@@ -340,10 +342,17 @@ static void* need(void* lib, const char* name)
 int main(int argc, char** argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s PACKAGE_DIR [NAME=FILE.npy ...]\n", argv[0]);
+        fprintf(stderr, "usage: %s PACKAGE_DIR [NAME=FILE.npy ...] [--runs=N]\n", argv[0]);
         return 1;
     }
     const char* pkg = argv[1];
+    long runs = 1;
+    for (int a = 2; a < argc; ++a)
+        if (!strncmp(argv[a], "--runs=", 7)) {
+            char* end = NULL;
+            runs = strtol(argv[a] + 7, &end, 10);
+            if (!end || *end || runs < 1) fail(1, "--runs takes a positive count, got '%s'", argv[a] + 7);
+        }
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.json", pkg);
     char* text = read_file(path, NULL);
@@ -487,7 +496,11 @@ int main(int argc, char** argv)
     snprintf(path, sizeof path, "%s/%s", pkg, jget_str(manifest, "weights_file"));
     kiln_model* model = create_from_file(path);
     if (!model) fail(2, "kiln_create_from_file(%s) failed", path);
-    if (run(model, tab.values, in_ptrs, out_ptrs) != 0) fail(3, "kiln_run failed: %s", error(model));
+    for (long r = 0; r < runs; ++r) {
+        if (r > 0)  /* the outputs kiln_run allocated in the run before: only the last run's are printed */
+            for (int k = 0; k < nout; ++k) if (output_allocated(k)) free_output(allocated[k].data);
+        if (run(model, tab.values, in_ptrs, out_ptrs) != 0) fail(3, "kiln_run failed: %s", error(model));
+    }
 
     for (int k = 0; k < nout; ++k) {
         const char* dtype = jget_str(out_spec[k], "dtype");

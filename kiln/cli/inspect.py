@@ -242,6 +242,7 @@ def _inspect_package(path: Path) -> dict[str, Any]:
         inputs = [{"name": i["name"], "type": describe(i)} for i in manifest["inputs"]]
         outputs = [{"name": o["name"], "type": describe(o), "kind": "user_output"} for o in manifest["outputs"]]
         symbols = {s["name"]: [s["lower"], s["upper"]] for s in manifest["symbols"]}
+        states = [{"name": s["name"], "type": describe(s)} for s in manifest.get("states", [])]
         weights = manifest["weights"]
         totals = {"tensors": len(weights), "values": sum(math.prod(w["shape"]) for w in weights),
                   "bytes": sum(w["nbytes"] for w in weights)}
@@ -263,7 +264,8 @@ def _inspect_package(path: Path) -> dict[str, Any]:
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         raise KilnError(f"{manifest_path} is malformed ({type(error).__name__}: {error})", fix=recompile) from error
     return {"file": str(path), "format": manifest["format"], "abi_version": manifest.get("abi_version"),
-            "inputs": inputs, "outputs": outputs, "symbols": symbols, "weights": {"weights.bin": totals},
+            "inputs": inputs, "outputs": outputs, "states": states, "symbols": symbols,
+            "weights": {"weights.bin": totals},
             "memory": memory, "kernels": _package_kernels(path_inside(path, manifest.get("source")))}
 
 
@@ -327,6 +329,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append("outputs:")
     lines += [f"  {o['name']}: {o['type']}" + ("" if o["kind"] == "user_output" else f"  ({o['kind']})")
               for o in summary["outputs"]]
+    if summary.get("states"):
+        lines.append("state (buffers the model keeps from run to run):")
+        lines += [f"  {state['name']}: {state['type']}" for state in summary["states"]]
     if summary["symbols"]:
         lines.append("symbols:")
         for name, (lower, upper) in summary["symbols"].items():

@@ -297,7 +297,8 @@ class ScatterDetail:
     dim a space dim (int) or a ScatterIndex. `parallel` marks the space dims that may split between threads
     (distinct values target distinct elements); `mask` (index_put's bool index) skips elements; `include_self`
     is scatter_reduce's, and without it a targeted element starts from `identity` (ATen's identity of the
-    reduction, within the output dtype's range)."""
+    reduction, within the output dtype's range). `in_place`: the output is the input's storage (a state updated in
+    place, schedule.updates_in_place), so there is nothing to copy."""
 
     input: Load
     space: list
@@ -308,6 +309,7 @@ class ScatterDetail:
     reduce: str
     include_self: bool
     identity: bool | int | float | None = None
+    in_place: bool = False
 
 
 @dataclass(eq=False)
@@ -533,8 +535,8 @@ class Schedule:
     # is sized by one, and a temporary sized by one is allocated once it is bound
     unbacked: list[sympy.Symbol] = field(default_factory=list)
     # (state buffer, its next value) per buffer the program mutates: a run writes the next value, and a successful
-    # run makes it the state (C swaps the two)
-    state: list[tuple[Buffer, Buffer]] = field(default_factory=list)
+    # run makes it the state (C swaps the two); no next value where a scatter updates the state in place
+    state: list[tuple[Buffer, Buffer | None]] = field(default_factory=list)
 
     def allocated_outputs(self) -> list[Buffer]:
         """The outputs whose shapes depend on data-dependent sizes: the run allocates them (the C ABI's caller

@@ -25,8 +25,9 @@ from kiln.codegen.kernels import (
     Accumulator, Apply, BagsDetail, BindDetail, Buffer, Carry, CatDetail, Constant, ConvDetail, DistanceDetail, Gather,
     Iota, Kernel, Load, LoopDetail, LstmCellDetail, MatmulDetail, PadDetail, QConvDetail, QLinearDetail, QPoolDetail,
     RowsDetail, ScatterDetail, ScatterIndex, Schedule, SparseConvDetail, SparseLinearDetail, Tile, View,
-    WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, matrix_vector, same_dim,
+    WLinearDetail, Window, WindowDetail, as_dim, contiguous_strides, flatten_kernels, matrix_vector, same_dim,
 )
+from kiln.codegen.memory import kernel_reads
 from kiln.codegen.recurrent import match_cell
 from kiln.ir import dtypes
 from kiln.ir.control_flow import MapOp, ScanOp, WhileLoopOp, YieldOp
@@ -286,8 +287,16 @@ class _Scheduler:
         for value, spec in zip(returned, program.graph_signature.output_specs):
             view = self.materialized(value)
             buf = view.buffer
-            if not (buf.kind == "temp" and buf.inside is None and buf not in claimed and view.is_contiguous
-                    and same_dim(view.offset, 0) and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel)):
+            claimable = (buf.kind == "temp" and buf.inside is None and buf not in claimed and view.is_contiguous
+                         and same_dim(view.offset, 0) and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel))
+            if spec.kind is OutputKind.BUFFER_MUTATION and claimable and \
+                    self.updates_in_place(buf, state_buffers[spec.target]):
+                buf.inside = (state_buffers[spec.target], sympy.Integer(0))
+                next(k for k in self.kernels if buf in k.outputs).detail.in_place = True
+                claimed.add(buf)
+                state.append((state_buffers[spec.target], None))
+                continue
+            if not claimable:
                 buf = self.copy(view, value)
             claimed.add(buf)
             if spec.kind is OutputKind.BUFFER_MUTATION:  # written beside the state, which it replaces after the run
@@ -338,6 +347,23 @@ class _Scheduler:
                 problems.setdefault(name, reason)
         refuse(problems, target)
         self.check_state()
+
+    def updates_in_place(self, new: Buffer, state: Buffer) -> bool:
+        """Whether the new value of a state buffer can be written over it: it comes from a scatter (a KV cache's
+        index_copy_) whose `self` is the whole state, read nowhere else by that kernel nor by any kernel after it. The
+        scatter then writes only its targets (its copy of self is the state itself), and the run copies nothing."""
+        writer = next((k for k, kernel in enumerate(self.kernels) if new in kernel.outputs), None)
+        if writer is None or self.kernels[writer].kind != "scatter":
+            return False
+        scatter = self.kernels[writer]
+        source = scatter.detail.input
+        whole = (source.buffer is state and same_dim(source.offset, 0)
+                 and all(same_dim(a, b) or same_dim(size, 1)
+                         for a, b, size in zip(source.strides, contiguous_strides(state.shape), state.shape)))
+        # what else the scatter reads (its values, indices, mask): none of it may be the state it overwrites
+        others = dataclasses.replace(scatter, detail=dataclasses.replace(scatter.detail, input=None))
+        later_readers = [others, *flatten_kernels(self.kernels[writer + 1:])]
+        return whole and not any(buf is state for kernel in later_readers for buf in kernel_reads(kernel))
 
     def check_state(self) -> None:
         """The buffers the program mutates are state the package keeps: only where the target keeps it, and only
@@ -849,9 +875,12 @@ class _Scheduler:
         out_shape = list(results[0].type.shape)
         strides, offset = list(source.strides), source.offset
         if name in ("aten.view.default", "aten._unsafe_view.default"):
-            if not source.is_contiguous:
-                source = _contiguous(self.copy(source, args[0]))
-            strides, offset = contiguous_strides(out_shape), source.offset
+            strides = None if source.is_contiguous else _view_strides(source, out_shape)
+            if strides is None:  # only a copy lays the elements out in the order the new shape reads them
+                if not source.is_contiguous:
+                    source = _contiguous(self.copy(source, args[0]))
+                strides = contiguous_strides(out_shape)
+            offset = source.offset
         elif name == "aten.permute.default":
             dims = [_norm_dim(d, rank) for d in args[1]]
             strides = [source.strides[d] for d in dims]
@@ -1363,6 +1392,28 @@ def _divides(a: Any, b: Any) -> bool:
     """`a` divides `b` with a quotient other than 1 (sizes: positive integers or their products)."""
     quotient = sympy.cancel(as_dim(b) / as_dim(a))
     return quotient != 1 and sympy.fraction(quotient)[1] == 1
+
+
+def _view_strides(source: View, shape: list) -> list | None:
+    """Strides that read `source`'s elements in row-major order as `shape`, without a copy: where every run of dims
+    the reshape merges or splits lies evenly in memory (torch's rule for `view`: a transposed KV cache viewed without
+    its batch dim of 1 stays a view). None when only a copy gives that order."""
+    if any(same_dim(d, 0) for d in source.shape):
+        return None
+    groups = _reshape_groups(shape, list(source.shape))
+    if groups is None:
+        return None
+    strides: list = []
+    for out_dims, in_dims in groups:
+        used = [(as_dim(source.shape[k]), source.strides[k]) for k in in_dims if not same_dim(source.shape[k], 1)]
+        if any(not same_dim(outer, inner * size) for (_, outer), (size, inner) in zip(used, used[1:])):
+            return None  # the group's elements are not one evenly strided run
+        running, group = (as_dim(used[-1][1]) if used else sympy.Integer(1)), []
+        for k in reversed(out_dims):
+            group.insert(0, running)
+            running = sympy.expand(running * as_dim(shape[k]))
+        strides += group
+    return strides
 
 
 def _reshape_groups(a: list, b: list) -> list[tuple[list[int], list[int]]] | None:

@@ -386,3 +386,50 @@ def test_inspect_refuses_malformed_manifests(package, capsys, text, match):
     from tests.hostile.support import cli_error
     (package / "manifest.json").write_bytes(text)
     assert re.search(match, cli_error(capsys, "inspect", str(package)))
+
+
+# ---------------------------------------------------------------------------------------------
+# state: the buffers a program mutates, which the model keeps; the runtime views them by the manifest's shapes
+
+
+@pytest.fixture(scope="module")
+def stateful(tmp_path_factory) -> Path:
+    """A package keeping a 4 x 3 float32 buffer that each run adds its input to."""
+    torch = pytest.importorskip("torch")
+
+    class Accumulate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(4, 3))
+
+        def forward(self, x):
+            self.total.add_(x)
+            return self.total * 2
+
+    folder = tmp_path_factory.mktemp("stateful") / "pkg"
+    kiln.compile(kiln.from_torch(Accumulate(), (torch.ones(4, 3),)), output=folder)
+    return folder
+
+
+@pytest.mark.parametrize("change, match", [
+    (_set("states.0.shape", [400, 3]), "state sizes: \\[48\\] in the library, \\[4800\\] in manifest.json"),
+    (_set("states.0.dtype", "float64"), "state sizes: \\[48\\] in the library, \\[96\\] in manifest.json"),
+    (_set("states", []), "number of states: 1 in the library, 0 in manifest.json"),
+    (_set("states.0.name", "other"), "state names: \\['total'\\] in the library, \\['other'\\] in manifest.json"),
+    (_set("states.0.shape", [4, -3]), "malformed shape"),
+    (_set("states.0.shape", "4x3"), "must be a list"),
+], ids=["bigger", "wider dtype", "none", "renamed", "negative dim", "not a list"])
+def test_a_state_the_library_does_not_keep_is_refused(stateful, tmp_path, change, match):
+    """The runtime reads and writes a state buffer through a view of the manifest's size: a manifest claiming more
+    than the library allocated would let it read and write outside the model's memory."""
+    package = Path(shutil.copytree(stateful, tmp_path / "pkg"))
+    _edit(package, change)
+    _refused(package, match)
+
+
+def test_the_genuine_stateful_package_keeps_its_state(stateful):
+    model = kiln.runtime.load(stateful)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for step in (1, 2):
+        np.testing.assert_array_equal(model(x), 2 * step * x)
+    np.testing.assert_array_equal(dict(model.named_buffers())["total"], 2 * x)

@@ -113,12 +113,12 @@ def build_sanitized(package: pathlib.Path, tmp: pathlib.Path) -> pathlib.Path:
 
 
 def run_runner(command: list[str], package: pathlib.Path, arrays: dict[str, np.ndarray], tmp: pathlib.Path,
-               env: dict[str, str]) -> subprocess.CompletedProcess:
+               env: dict[str, str], options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     args = []
     for key, array in arrays.items():
         np.save(tmp / f"{key}.npy", array)
         args.append(f"{key}={tmp / f'{key}.npy'}")
-    return subprocess.run([*command, str(package), *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([*command, str(package), *args, *options], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
 
 

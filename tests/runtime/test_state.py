@@ -115,21 +115,52 @@ def test_c_package_keeps_the_state(exported, tmp_path):
 
 
 @needs_cc
-def test_c_state_is_set_by_load_state_dict_and_kept_by_a_failed_run(exported, tmp_path):
-    program, (expected, buffers) = exported
+def test_kiln_inspect_lists_the_state(exported, tmp_path, capsys):
+    from kiln.cli.main import main
+    program, _ = exported
+    compile_c(program, output=tmp_path / "pkg")
+    assert main(["inspect", str(tmp_path / "pkg")]) == 0
+    shown = capsys.readouterr().out
+    assert "state (buffers the model keeps from run to run):\n  cache: f32[6, 3]\n  steps: i64[]" in shown
+
+
+@needs_cc
+def test_c_state_is_set_by_load_state_dict_and_left_by_a_failed_run_as_torch_leaves_it(exported, tmp_path):
+    """The cache is updated in place (its scatter writes over the state: no copy per run), so a run that fails on an
+    out-of-range position has written the rows before it, as torch's index_copy_ has; the counter's new value is
+    written beside it and swapped in only after a successful run, and torch never reached its add_."""
+    program, (expected, _) = exported
     compiled = compile_c(program, output=tmp_path / "pkg")
     x, position = _inputs()[-1]
-    compiled.load_state_dict(_state_before_last_step(program))
+    before_last = _state_before_last_step(program)
+    compiled.load_state_dict(before_last)
     assert_close(compiled(x, position), expected[-1])
-    before = dict(compiled.named_buffers())
+    compiled.load_state_dict(before_last)
+    _, torch_module = _export()
+    torch_module.load_state_dict({**torch_module.state_dict(), **{k: torch.from_numpy(v) for k, v in
+                                                                  before_last.items()}})
+    bad_position = np.array([4, POSITIONS])
+    with pytest.raises(IndexError):
+        torch_module(torch.from_numpy(x), torch.from_numpy(bad_position))
     with pytest.raises(KilnError, match="out of bounds"):
-        compiled(x, np.array([4, POSITIONS]))
-    for name, value in compiled.named_buffers():  # the failed run's partial update never became the state
-        assert_close(value, before[name])
+        compiled(x, bad_position)
+    left = dict(compiled.named_buffers())
+    for name, value in torch_module.named_buffers():
+        assert_close(left[name], value.numpy())
     with pytest.raises(KilnError, match="'linear.weight' is not a buffer this package keeps"):
         compiled.load_state_dict({"linear.weight": np.zeros((3, 3), np.float32)})
     with pytest.raises(KilnError, match=r"state 'cache' has shape \[6, 3\], got \[2, 3\]"):
         compiled.load_state_dict({"cache": np.zeros((2, 3), np.float32)})
+
+
+@needs_cc
+def test_c_updates_the_cache_in_place_and_swaps_the_counter(exported, tmp_path):
+    """A state whose new value is a scatter over all of it (the cache) is written in place: the model allocates it
+    once and its scatter copies nothing; the counter (add_) gets a second buffer that a successful run swaps in."""
+    program, _ = exported
+    compile_c(program, output=tmp_path / "pkg")
+    source = (tmp_path / "pkg" / "model.c").read_text()
+    assert "static const unsigned char STATE_SWAPPED[] = {0, 1};" in source
 
 
 def _state_before_last_step(program) -> dict[str, np.ndarray]:
@@ -167,3 +198,33 @@ def test_triton_refuses_state(exported, tmp_path):
     with pytest.raises(UnsupportedError, match=r"mutates buffers \(cache, steps\), and Triton packages keep no "
                                                r"state between runs"):
         compile_c(program, target="triton", output=tmp_path / "pkg")
+
+
+@needs_cc
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_sanitized_runs_keep_the_state(exported, tmp_path):
+    """The deploy runner linked with the package under ASan + UBSan, three runs on the same inputs: the state's
+    allocation, its in-place update and its swap stay in bounds and are freed, and the last run's output is the
+    interpreter module's third."""
+    from tests.runtime.test_sanitizers import (
+        SANITIZER_ENV, SANITIZER_ERRORS, build_sanitized, run_runner, sanitizer_missing,
+    )
+    from tests.runtime.test_deploy import parse_outputs
+    reason = sanitizer_missing(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    program, _ = exported
+    package = tmp_path / "pkg"
+    compile_c(program, output=package)
+    binary = [str(build_sanitized(package, tmp_path))]
+    x, position = _inputs()[0]
+    values = dict(zip(program.graph_signature.user_inputs, (x, position)))
+    result = run_runner(binary, package, values, tmp_path, SANITIZER_ENV, ("--runs=3",))
+    assert not any(marker in result.stderr for marker in SANITIZER_ERRORS), result.stderr[-8000:]
+    assert result.returncode == 0, result.stderr[-8000:]
+    module = program.module()
+    for _ in range(3):
+        expected = module(x, position)
+    got, = parse_outputs(result.stdout).values()
+    assert_close(got, expected)

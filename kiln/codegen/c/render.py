@@ -1150,7 +1150,8 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     detail, out, op = kernel.detail, kernel.outputs[0], kernel.ops[-1]
     space, reduce, dtype = detail.space, detail.reduce, out.dtype
     exprs, target = _Exprs(len(kernel.shape)), f"{buffer_name(out)}"
-    lines = _loops(kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail.input)};"], simd=True)
+    lines = [] if detail.in_place else _loops(
+        kernel.shape, [f"{target}[{_flat(kernel.shape)}] = {exprs.render(detail.input)};"], simd=True)
     if any(isinstance(d, int) and d == 0 for d in space):  # no indices: only the copy (ATen then skips its checks,
         return lines  # so the index's rank may differ from self's, and the scatter's coordinates would not exist)
     exprs = _Exprs(len(space))
@@ -1159,12 +1160,14 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
         if isinstance(where, int):
             coords.append(f"i{where}")
             continue
-        position = checked_index(exprs.render(where.index), where.size, d, op, where.wrap)
-        checks.append(f"const int64_t j{d} = {position};")
+        checks.append(f"const int64_t j{d} = kiln_target((int64_t)({exprs.render(where.index)}), "
+                      f"{dim_expr(where.size)}, {int(where.wrap)}, {d}, {_cstr(op)}, ctx);")
         coords.append(f"j{d}")
         counted = where
     strides = contiguous_strides(kernel.shape)
-    place = [*checks, f"const int64_t at = {exprs.index(strides, 0, coords)};"]
+    in_range = " && ".join(f"{c} >= 0" for c in coords if c.startswith("j")) or "1"
+    # an element whose target is out of range writes nothing (`at` is -1); the run then fails
+    place = [*checks, f"const int64_t at = {in_range} ? {exprs.index(strides, 0, coords)} : -1;"]
     if detail.mask is not None:
         place.insert(0, f"if (!{exprs.render(detail.mask)}) continue;")
     parallel = [k for k, shared in enumerate(detail.parallel) if shared]
@@ -1179,8 +1182,9 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
                                               *[f"    {a}" for a in after], "}"]]
 
     if reduce != "assign" and not detail.include_self:  # targeted self elements start from the identity
-        lines += nest([*place, f"{target}[at] = ({c_type(dtype)}){literal(detail.identity)};"])
-    step = [*place, f"{target}[at] = {_combine(reduce, dtype, f'{target}[at]', exprs.render(detail.value))};"]
+        lines += nest([*place, f"if (at >= 0) {target}[at] = ({c_type(dtype)}){literal(detail.identity)};"])
+    step = [*place, f"if (at >= 0) {target}[at] = "
+                    f"{_combine(reduce, dtype, f'{target}[at]', exprs.render(detail.value))};"]
     if reduce != "mean":
         lines += nest(step)
         return lines
@@ -1197,7 +1201,7 @@ def _scatter(kernel: Kernel, state: RenderState) -> list[str]:
     after = [f"for (int64_t j = 0; j < {size}; ++j)", "{", "    if (!counts[j]) continue;",
              f"    const int64_t at = {exprs.index(strides, 0, line)};",
              f"    {target}[at] = ({c_type(dtype)})({quotient});", "}"]
-    lines += nest([*step, f"counts[j{d}] += 1;"], before, after)
+    lines += nest([*step, f"if (at >= 0) counts[j{d}] += 1;"], before, after)
     return lines
 
 
@@ -1615,6 +1619,15 @@ static inline int64_t kiln_index(int64_t i, int64_t n, int dim, const char* op, 
 static inline int64_t kiln_index_wrap(int64_t i, int64_t n, int dim, const char* op, const kiln_ctx* ctx) {{
     int64_t j = i < 0 ? i + n : i;  /* index.Tensor, index_put: negative indices count from the end */
     return j >= 0 && j < n ? j : kiln_index_error(i, n, dim, op, ctx);
+}}
+/* A scatter's target index: -1 where it is out of range (recorded as kiln_index records it), so the write is skipped
+   rather than made at a safe position: a state the scatter updates in place keeps its other elements, as ATen's
+   in-place kernels leave them. */
+static inline int64_t kiln_target(int64_t i, int64_t n, int wrap, int dim, const char* op, const kiln_ctx* ctx) {{
+    int64_t j = wrap && i < 0 ? i + n : i;
+    if (j >= 0 && j < n) return j;
+    kiln_index_error(i, n, dim, op, ctx);
+    return -1;
 }}
 """
 
@@ -2144,6 +2157,9 @@ def render(schedule: Schedule, weight_offsets: dict[str, int], memory: MemoryPla
         out.append(f"static const char* const {table}[] = {{{', '.join(map(_cstr, names_)) or '0'}}};")
     state_bytes = [int(buf.numel) * buf.dtype.itemsize for buf, _ in schedule.state]
     out.append(f"static const size_t STATE_BYTES[] = {{{', '.join(map(str, state_bytes)) or '0'}}};")
+    # a state with a next value is swapped after a run; one a scatter updates in place has none
+    out.append(f"static const unsigned char STATE_SWAPPED[] = "
+               f"{{{', '.join('0' if new is None else '1' for _, new in schedule.state) or '0'}}};")
     out.append(f"static const size_t STATE_OFFSETS[] = "
                f"{{{', '.join(str(weight_offsets[buf.weight_key]) for buf, _ in schedule.state) or '0'}}};")
     pack_lines = "\n".join(_pack_weights(schedule, state.packed, weight_offsets))
@@ -2219,8 +2235,8 @@ kiln_model* kiln_create(const void* weights, size_t size)
     for (int i = 0; i < {nstate}; ++i)
     {{
         m->state[i] = aligned_alloc(64, (STATE_BYTES[i] + 64) / 64 * 64);
-        m->next_state[i] = aligned_alloc(64, (STATE_BYTES[i] + 64) / 64 * 64);
-        if (!m->state[i] || !m->next_state[i]) {{ kiln_destroy(m); return NULL; }}
+        m->next_state[i] = STATE_SWAPPED[i] ? aligned_alloc(64, (STATE_BYTES[i] + 64) / 64 * 64) : NULL;
+        if (!m->state[i] || (STATE_SWAPPED[i] && !m->next_state[i])) {{ kiln_destroy(m); return NULL; }}
     }}
     kiln_reset_state(m);
 {amx_request}{pack_lines}
@@ -2300,7 +2316,7 @@ kiln_model* kiln_create_from_file(const char* path)
         elif buf.kind == "output":
             run.append(f"    {slot} = outputs[{buf.io_index}];")
         elif buf.kind in ("state", "next_state"):
-            slot_of = next(k for k, pair in enumerate(schedule.state) if buf in pair)
+            slot_of = next(k for k, pair in enumerate(schedule.state) if any(buf is b for b in pair))
             run.append(f"    {slot} = m->{buf.kind}[{slot_of}];  /* {schedule.state[slot_of][0].weight_key} */")
         elif buf.kind == "weight":  # (a weight read only packed by the compiler is not in weights.bin as it is)
             address = f"m->weights + {weight_offsets[buf.weight_key]}" if buf.weight_key in weight_offsets else "NULL"
@@ -2395,7 +2411,7 @@ kiln_model* kiln_create_from_file(const char* path)
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
             "    if (profiling) m->profiled_runs += 1;",
             *(["    if (!status)  /* the new state replaces the old only after a successful run */",
-               f"        for (int i = 0; i < {nstate}; ++i)", "        {",
+               f"        for (int i = 0; i < {nstate}; ++i) if (STATE_SWAPPED[i])", "        {",
                "            void* old = m->state[i]; m->state[i] = m->next_state[i]; m->next_state[i] = old;",
                "        }"] if nstate else []),
             "done:", "    free(ctx->scratch);",
