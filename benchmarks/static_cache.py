@@ -15,7 +15,6 @@ stays the same size; each step attends over the whole static cache, as Hugging F
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 import sys
 from pathlib import Path
@@ -34,22 +33,12 @@ from timing import interleaved_medians  # noqa: E402
 
 def export_llama(torch: Any, transformers: Any, layers: int, cache: int) -> tuple[Any, Any]:
     """(the saved .pt2 in memory, torch's stateful module) of a Llama with hidden size 512 and a static cache."""
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+    from tests.models.hf_zoo import export_with_static_cache
     torch.manual_seed(0)
     config = transformers.LlamaConfig(num_hidden_layers=layers, hidden_size=512, num_attention_heads=8,
                                       num_key_value_heads=4, intermediate_size=1408, vocab_size=8000,
                                       max_position_embeddings=cache, use_cache=True)
-    model = transformers.LlamaForCausalLM(config).eval()
-    model.generation_config.cache_implementation = "static"
-    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
-    seq = torch.export.Dim("seq", max=cache - 1)
-    exported = torch.export.export(recipe.model, (), {"input_ids": torch.tensor([[5, 6, 7]]),
-                                                      "cache_position": torch.arange(3)},
-                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
-    archive = io.BytesIO()
-    torch.export.save(exported, archive)
-    archive.seek(0)
-    return archive, exported.module()
+    return export_with_static_cache(transformers.LlamaForCausalLM(config).eval(), cache)
 
 
 def main() -> None:

@@ -31,13 +31,14 @@ from kiln.passes import run as run_passes
 
 # A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
 # onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
-# A GELU written out in elementary ops becomes one op (recognize-gelu), which an integer layer fuses.
+# A GELU written out in elementary ops becomes one op (recognize-gelu), which an integer layer fuses. Attention over
+# keys and values repeated per query head reads them unrepeated (group-query-attention: no copy of a KV cache).
 # Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
 # once, here, and the quantize ops left around them compute in float. What else is computed from weights alone
 # (wav2vec2's weight-normalized convolution: its weight's norm took a quarter of a run) is computed once, here, too;
 # views of weights stay views, as before (a GEMM's packing reads a transposed weight where it lies; a materialized
 # transpose would be a second plain copy wherever something else reads it).
-DEFAULT_PIPELINE = ("lower-complex,remove-dropout,fold-batchnorm,recognize-gelu,lower-quantized,"
+DEFAULT_PIPELINE = ("lower-complex,remove-dropout,fold-batchnorm,recognize-gelu,group-query-attention,lower-quantized,"
                     "fold-dequantized-weights,decompose{namespaces=aten,quantized_decomposed},canonicalize,"
                     "fold-constants{freeze=true views=false},cse,dce")
 ALIGN = 64

@@ -20,6 +20,7 @@ from kiln.passes.dce import DeadCodeElimination
 from kiln.passes.fold_batchnorm import FoldBatchNorm
 from kiln.passes.remove_dropout import RemoveDropout
 from kiln.passes.recognize_gelu import RecognizeGelu
+from kiln.passes.group_query_attention import GroupQueryAttention
 from kiln.passes.fuse_activations import FUSE_ATTRIBUTE, FuseActivations
 from kiln.passes.prepack import LAYOUTS, Prepack, register_layout
 from kiln.passes.quant.transforms import AddmmToLinear
@@ -33,7 +34,7 @@ __all__ = [
     "register_pass", "Match", "RewritePass", "constant", "current_op", "pattern", "producer", "users", "value_of",
     "DEFAULT_PIPELINE", "PassManager", "load_plugin", "parse_pipeline", "run", "Decompose", "Canonicalize",
     "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "RemoveDropout",
-    "RecognizeGelu",
+    "RecognizeGelu", "GroupQueryAttention",
     "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
     "FoldDequantizedWeights", "LowerQuantized", "JointBackward", "joint_program", "Prune", "Sparsify",
     "LowerComplex",

@@ -713,6 +713,31 @@ KNOWN_GAPS: dict[str, str] = {  # name -> cause
 }
 
 
+# -- generation with a static KV cache (tests/models/test_static_cache.py, benchmarks/static_cache*.py)
+
+def export_with_static_cache(model: Any, max_cache_len: int) -> tuple[Any, Any]:
+    """torch.export of a decoder through transformers' ExecuTorch recipe (`TorchExportableModuleForDecoderOnlyLM`: the
+    cache is buffers the graph updates in place) with a static cache of `max_cache_len` positions and a dynamic
+    sequence, saved to memory; returns (the .pt2 archive, torch's stateful `ep.module()`)."""
+    import io
+
+    import torch
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+    for config in (model.config, model.config.get_text_config()):
+        config.use_cache = True
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_cache_len)
+    seq = torch.export.Dim("seq", max=max_cache_len - 1)
+    exported = torch.export.export(recipe.model, (), {"input_ids": torch.tensor([[5, 6, 7]]),
+                                                      "cache_position": torch.arange(3)},
+                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
+    archive = io.BytesIO()
+    torch.export.save(exported, archive)
+    archive.seek(0)
+    return archive, exported.module()
+
+
 # -- the end-to-end check: torch exports and saves; a child process with torch blocked loads and runs the file
 
 def torch_outputs(model: Any, inputs: dict[str, Any]) -> list:

@@ -5,7 +5,6 @@ and kiln's ONNXProgram, each against torch's `ep.module()` step by step, twice (
 
 from __future__ import annotations
 
-import io
 import shutil
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.models.hf_zoo import ARCHITECTURES  # noqa: E402
+from tests.models.hf_zoo import ARCHITECTURES, export_with_static_cache  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln.compiler import compile as compile_c  # noqa: E402
@@ -27,27 +26,6 @@ PROMPT, DECODED = [5, 6, 7, 8], [9, 10, 11]
 DECODERS = ["llama", "qwen3", "gemma2", "phi3", "mixtral"]
 
 
-def export_with_static_cache(name: str):
-    """torch.export of the zoo decoder `name` with a static cache of MAX_CACHE positions and a dynamic sequence, saved
-    to memory; returns the archive and torch's stateful module."""
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-    torch.manual_seed(0)
-    model = ARCHITECTURES[name].model().eval()
-    for config in (model.config, model.config.get_text_config()):
-        config.use_cache = True
-    model.generation_config.use_cache = True
-    model.generation_config.cache_implementation = "static"
-    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_CACHE)
-    seq = torch.export.Dim("seq", max=MAX_CACHE - 1)
-    exported = torch.export.export(recipe.model, (), {"input_ids": torch.tensor([[5, 6, 7]]),
-                                                      "cache_position": torch.arange(3)},
-                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
-    archive = io.BytesIO()
-    torch.export.save(exported, archive)
-    archive.seek(0)
-    return archive, exported.module(), model
-
-
 def _steps() -> list[tuple[np.ndarray, np.ndarray]]:
     return [(np.array([PROMPT]), np.arange(len(PROMPT)))] + [
         (np.array([[token]]), np.array([len(PROMPT) + k])) for k, token in enumerate(DECODED)]
@@ -55,7 +33,8 @@ def _steps() -> list[tuple[np.ndarray, np.ndarray]]:
 
 @pytest.mark.parametrize("name", DECODERS)
 def test_generation_with_a_static_cache_matches_torch(name, tmp_path):
-    archive, torch_module, model = export_with_static_cache(name)
+    model = ARCHITECTURES[name].model()
+    archive, torch_module = export_with_static_cache(model, MAX_CACHE)
     with torch.no_grad():
         expected = [torch_module(input_ids=torch.from_numpy(ids), cache_position=torch.from_numpy(positions)).numpy()
                     for ids, positions in _steps()]

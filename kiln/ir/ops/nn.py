@@ -1798,19 +1798,30 @@ def _sdpa_decomposition(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     dtype = _sdpa_meta(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa).dtype
     compute = dtypes.opmath_dtype(dtype)
     q, k, v = (_cast(t, compute) for t in (query, key, value))
+    # enable_gqa: the query heads [..., H, L, E] of each key head's group as one block of rows, [..., KV, R * L, E]
+    # (head h reads key head h // R), so the keys and values are read as they are, never repeated
+    heads_shape = None  # [..., H, L, S] when grouped: the shape the mask is given over
     if enable_gqa and len(shape_of(q)) >= 3 and len(shape_of(k)) >= 3:
         repeats = as_dim(shape_of(q)[-3] // shape_of(k)[-3]) if isinstance(shape_of(k)[-3], int) else None
         require(isinstance(repeats, int), "aten.scaled_dot_product_attention.default",
                 "enable_gqa needs static head counts to decompose")
-        k, v = _repeat_heads(k, repeats), _repeat_heads(v, repeats)
+        q_shape, k_shape, v_shape = (list(shape_of(t)) for t in (q, k, v))
+        if repeats > 1 and len(q_shape) == len(k_shape) == len(v_shape) and \
+                all(sym_eq(a, b) and sym_eq(b, c) for a, b, c in zip(q_shape[:-3], k_shape[:-3], v_shape[:-3])):
+            heads_shape = [*q_shape[:-1], k_shape[-2]]
+            q = aten.view.default(q, [*q_shape[:-3], k_shape[-3], as_dim(repeats * q_shape[-2]), q_shape[-1]])
+        else:  # batch dims that broadcast: repeat the keys and values
+            k, v = _repeat_heads(k, repeats), _repeat_heads(v, repeats)
     rank = len(shape_of(k))
     key_t = aten.permute.default(k, [*range(rank - 2), rank - 1, rank - 2])
     scores = aten.mul.Scalar(_matmul_decomposition(q, key_t), _sdpa_scale(shape_of(query)[-1], scale))
-    length, source = shape_of(q)[-2], shape_of(k)[-2]
+    length, source = shape_of(query)[-2], shape_of(k)[-2]
     if is_causal:
         rows = aten.view.default(aten.arange.start_step(0, length, dtype=dtypes.int64), [length, 1])
         cols = aten.view.default(aten.arange.start_step(0, source, dtype=dtypes.int64), [1, source])
         attn_mask = aten.le.Tensor(cols, rows)
+    if attn_mask is not None and heads_shape is not None:  # the mask over the grouped rows
+        attn_mask = _grouped(attn_mask, heads_shape, shape_of(scores))
     if attn_mask is not None:
         if dtype_of(attn_mask).is_bool:
             scores = aten.where.self(attn_mask, scores, aten.scalar_tensor.default(-math.inf, dtype=compute))
@@ -1821,7 +1832,20 @@ def _sdpa_decomposition(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     weights = aten.where.self(fully_masked, aten.scalar_tensor.default(0.0, dtype=compute), weights)
     if dropout_p > 0:
         weights = aten.native_dropout.default(weights, dropout_p, True)[0]
-    return _cast(_matmul_decomposition(weights, v), dtype)
+    out = _matmul_decomposition(weights, v)
+    if heads_shape is not None:  # back to one block of rows per query head
+        out = aten.view.default(out, [*heads_shape[:-1], shape_of(v)[-1]])
+    return _cast(out, dtype)
+
+
+def _grouped(mask, heads_shape, grouped_shape):
+    """A mask given over [..., H, L, S] (broadcasting) laid over the grouped scores [..., KV, R * L, S]: the same
+    elements in the same order, copied where it broadcast (a mask shared by the heads is not affine in the grouped
+    rows)."""
+    aten = ops.aten
+    if not all(sym_eq(a, b) for a, b in zip(shape_of(mask), heads_shape)) or len(shape_of(mask)) != len(heads_shape):
+        mask = aten.clone.default(aten.expand.default(mask, heads_shape))
+    return aten.view.default(mask, list(grouped_shape))
 
 
 # --- dropout

@@ -462,6 +462,14 @@ def _sdpa(rng):
     yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8, dtype="float64"), note="float64")
     yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8, dtype="bfloat16"), note="bfloat16")
     yield Sample(_attention_inputs(rng, [1], 2, 3, 5, 8), {"dropout_p": 0.5}, note="dropout", check_values=False)
+    # (drawn after the samples above, which keep their values)
+    q, k, v = _attention_inputs(rng, [1], 6, 4, 7, 8, value_dim=5, kv_heads=2)
+    yield Sample((q, k, v, rand(rng, 1, 6, 4, 7)), {"enable_gqa": True},
+                 note="grouped query, per-head float mask, value dim != query dim")
+    yield Sample(_attention_inputs(rng, [2], 4, 3, 5, 4, kv_heads=2), {"enable_gqa": True, "is_causal": True},
+                 note="grouped query, causal")
+    yield Sample((rand(rng, 2, 4, 3, 4), rand(rng, 1, 2, 5, 4), rand(rng, 1, 2, 5, 4)), {"enable_gqa": True},
+                 note="grouped query, broadcast batch: the keys repeated")
 
 
 @samples("aten.dropout.default")
