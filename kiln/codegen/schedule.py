@@ -260,8 +260,7 @@ class _Scheduler:
         program = self.program
         self.check_supported()
         inputs = []
-        mutated = {spec.target for spec in program.graph_signature.output_specs
-                   if spec.kind is OutputKind.BUFFER_MUTATION}
+        mutated = set(program.graph_signature.buffers_to_mutate.values())
         for spec, arg in zip(program.graph_signature.input_specs, program.body.args):
             if spec.kind is InputKind.USER_INPUT:
                 buf = self.buffer(arg, "input")
@@ -369,7 +368,7 @@ class _Scheduler:
         """The buffers the program mutates are state the package keeps: only where the target keeps it, and only
         of a static size (allocated once, when the model is created)."""
         signature = self.program.graph_signature
-        mutated = {spec.target for spec in signature.output_specs if spec.kind is OutputKind.BUFFER_MUTATION}
+        mutated = set(signature.buffers_to_mutate.values())
         if mutated and not self.target.keeps_state:
             raise UnsupportedError(f"the program mutates buffers ({', '.join(sorted(mutated))}), and "
                                    f"{self.target.name} packages keep no state between runs",

@@ -5,7 +5,8 @@ Its parameters become Parameters and its buffers buffers, under their qualified 
 one through `dispatch` on kiln Tensors, so eager autograd records them and kiln.optim can train it. Submodules may
 be attached to values (`transform_value`) or to one use of a value (`transform_edge`): QAT's fake quantizers.
 Like torch's `move_exported_model_to_eval`, `eval()` runs batch norm on its running statistics, turns dropout
-off and skips the program's buffer updates; `train()` undoes it.
+off and leaves the running statistics as they are (other buffer updates, a KV cache's, still happen); `train()`
+undoes it.
 """
 
 from __future__ import annotations
@@ -135,9 +136,11 @@ class ProgramModule(Module):
             raise KilnError("the program has no return")
 
         outputs = []
+        # eval: running statistics stay as they are; other state (a KV cache) keeps its updates
+        frozen = set() if self.training else self._running_statistic_targets()
         for spec, value in zip(program.graph_signature.output_specs, returned):
             if spec.kind is OutputKind.BUFFER_MUTATION:
-                if self.training:  # eval: running statistics stay as they are
+                if spec.target not in frozen:
                     owner, name = self._owner_of(spec.target)
                     buffer = getattr(owner, name)
                     buffer._value = np.array(value.detach()._value if isinstance(value, Tensor) else value)
@@ -146,6 +149,17 @@ class ProgramModule(Module):
         if program.out_spec is not None:
             return tree_unflatten(outputs, program.out_spec)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _running_statistic_targets(self) -> set[str]:
+        """The buffers that are batch norms' running statistics (updated in training mode only)."""
+        found: set[str] = set()
+        for op in self.program.body.ops:
+            if getattr(getattr(op, "opdef", None), "name", None) == "aten.batch_norm.default":
+                try:
+                    found.update(running_statistic_targets(self.program, op))
+                except KilnError:  # a batch norm exported in eval mode updates nothing
+                    continue
+        return found
 
     def _running_statistics(self, batch_norm: Any) -> tuple[Tensor, Tensor]:
         """A training-mode batch norm's running mean and variance buffers."""

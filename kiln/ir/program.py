@@ -441,8 +441,8 @@ class ExportedModule:
     def reset_state(self) -> None:
         """The mutated buffers back to the program's values (a KV cache emptied for the next sequence)."""
         stored = {**self.program.constants, **self.program.state_dict}
-        self._state = {spec.target: np.array(stored[spec.target]) for spec in self.program.graph_signature.output_specs
-                       if spec.kind is OutputKind.BUFFER_MUTATION}
+        self._state = {target: np.array(stored[target])
+                       for target in self.program.graph_signature.buffers_to_mutate.values()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.program._call(args, kwargs, self._state)
@@ -460,7 +460,11 @@ class ExportedModule:
             if target not in self._state:
                 raise KilnError(f"'{target}' is not a buffer the program mutates",
                                 fix=f"mutated buffers: {', '.join(self._state) or 'none'}")
-            self._state[target] = np.array(value, dtype=self._state[target].dtype).reshape(self._state[target].shape)
+            value = np.asarray(value)
+            if value.shape != self._state[target].shape:
+                raise InputError(f"buffer '{target}' has shape {list(self._state[target].shape)}, got "
+                                 f"{list(value.shape)}")
+            self._state[target] = np.array(value, dtype=self._state[target].dtype)
 
     def __repr__(self) -> str:
         return "ExportedModule(forward=<kiln program>)"

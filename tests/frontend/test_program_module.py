@@ -90,3 +90,28 @@ def test_control_flow_is_refused_clearly():
     module = ProgramModule(kiln.export(Branchy(), (kiln.randn(3),)))
     with pytest.raises(kiln.KilnError, match="control flow"):
         module(kiln.randn(3))
+
+
+def test_eval_keeps_the_running_statistics_but_not_other_state():
+    """In eval mode (torch's move_exported_model_to_eval) batch norm's running statistics stay, while a buffer the
+    program updates for another reason, a step counter as a KV cache's position would be, keeps counting."""
+    class Counted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.BatchNorm1d(3)
+            self.register_buffer("calls", kiln.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return self.norm(x) * self.calls
+
+    x = kiln.tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    module = ProgramModule(kiln.export(Counted(), (x,)))
+    statistics = {name: value.numpy().copy() for name, value in module.named_buffers() if "running" in name}
+    module.eval()
+    for _ in range(3):
+        module(x)
+    buffers = dict(module.named_buffers())
+    assert float(buffers["calls"].numpy()) == 3.0
+    for name, value in statistics.items():
+        np.testing.assert_array_equal(buffers[name].numpy(), value)

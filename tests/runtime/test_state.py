@@ -91,6 +91,10 @@ def test_program_module_keeps_the_updates_like_torch(exported):
         assert_close(value, buffers[name])
     module.reset_state()
     _check_steps(module, expected)  # from the exported values again
+    with pytest.raises(KilnError, match=r"buffer 'cache' has shape \[6, 3\], got \[3, 6\]"):
+        module.load_state_dict({"cache": np.zeros((3, 6), np.float32)})
+    with pytest.raises(KilnError, match="'linear.weight' is not a buffer the program mutates"):
+        module.load_state_dict({"linear.weight": np.zeros((3, 3), np.float32)})
 
 
 def test_the_program_itself_is_a_function(exported):

@@ -156,7 +156,7 @@ def lower_to_model(program: ExportedProgram, *, opset: int = DEFAULT_OPSET,
         inputs_proto.append(value_info(name, arg.type))
     # A buffer the program mutates (a KV cache) is state ONNX cannot keep: a graph input whose new value is a graph
     # output (`<input>_updated`), which the caller feeds back (kiln's ONNXProgram does).
-    mutated = {spec.target for spec in program.graph_signature.output_specs if spec.kind is OutputKind.BUFFER_MUTATION}
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
     state_inputs: dict[str, str] = {}  # buffer target -> graph input
     for arg, spec in zip(program.body.args, specs):
         if spec.kind is InputKind.USER_INPUT:
