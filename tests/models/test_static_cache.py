@@ -57,3 +57,21 @@ def test_generation_with_a_static_cache_matches_torch(name, tmp_path):
                 assert_close(np.asarray(run(ids, positions)), want,
                              msg=lambda m, s=step, a=attempt: f"{name} {stage}, sequence {a}, step {s}: {m}")
             reset()
+
+
+def test_kiln_saves_the_stateful_program_for_torch():
+    """The caches kiln read as buffers (torch's file mutates them as lifted constants) are written back as buffers
+    with mutation outputs: torch's module of kiln's file generates as the original does, and kiln reads it again."""
+    import io
+    archive, torch_module = export_with_static_cache(ARCHITECTURES["llama"].model(), MAX_CACHE)
+    saved = io.BytesIO()
+    kiln.save(kiln.load(archive), saved)
+    saved.seek(0)
+    reloaded = torch.export.load(saved).module()
+    again = kiln.load(io.BytesIO(saved.getvalue())).module()
+    with torch.no_grad():
+        for ids, positions in _steps():
+            expected = torch_module(input_ids=torch.from_numpy(ids), cache_position=torch.from_numpy(positions))
+            assert_close(reloaded(input_ids=torch.from_numpy(ids), cache_position=torch.from_numpy(positions)).numpy(),
+                         expected.numpy())
+            assert_close(np.asarray(again(input_ids=ids, cache_position=positions)), expected.numpy())
