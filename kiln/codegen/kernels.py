@@ -298,7 +298,7 @@ class ScatterDetail:
     (distinct values target distinct elements); `mask` (index_put's bool index) skips elements; `include_self`
     is scatter_reduce's, and without it a targeted element starts from `identity` (ATen's identity of the
     reduction, within the output dtype's range). `in_place`: the output is the input's storage (a state updated in
-    place, schedule.updates_in_place), so there is nothing to copy."""
+    place, schedule.in_place_scatter), so there is nothing to copy."""
 
     input: Load
     space: list

@@ -288,10 +288,11 @@ class _Scheduler:
             buf = view.buffer
             claimable = (buf.kind == "temp" and buf.inside is None and buf not in claimed and view.is_contiguous
                          and same_dim(view.offset, 0) and same_dim(sympy.Mul(*map(as_dim, view.shape)), buf.numel))
-            if spec.kind is OutputKind.BUFFER_MUTATION and claimable and \
-                    self.updates_in_place(buf, state_buffers[spec.target]):
+            scatter = self.in_place_scatter(buf, state_buffers[spec.target]) \
+                if spec.kind is OutputKind.BUFFER_MUTATION and claimable else None
+            if scatter is not None:
                 buf.inside = (state_buffers[spec.target], sympy.Integer(0))
-                next(k for k in self.kernels if buf in k.outputs).detail.in_place = True
+                scatter.detail.in_place = True
                 claimed.add(buf)
                 state.append((state_buffers[spec.target], None))
                 continue
@@ -347,13 +348,14 @@ class _Scheduler:
         refuse(problems, target)
         self.check_state()
 
-    def updates_in_place(self, new: Buffer, state: Buffer) -> bool:
-        """Whether the new value of a state buffer can be written over it: it comes from a scatter (a KV cache's
-        index_copy_) whose `self` is the whole state, read nowhere else by that kernel nor by any kernel after it. The
-        scatter then writes only its targets (its copy of self is the state itself), and the run copies nothing."""
+    def in_place_scatter(self, new: Buffer, state: Buffer) -> Kernel | None:
+        """The scatter that can write the new value of a state buffer over it, if one can: the new value's writer is a
+        scatter (a KV cache's index_copy_) whose `self` is the whole state, read nowhere else by that kernel nor by any
+        kernel after it. It then writes only its targets (its copy of self is the state itself): the run copies
+        nothing."""
         writer = next((k for k, kernel in enumerate(self.kernels) if new in kernel.outputs), None)
         if writer is None or self.kernels[writer].kind != "scatter":
-            return False
+            return None
         scatter = self.kernels[writer]
         source = scatter.detail.input
         whole = (source.buffer is state and same_dim(source.offset, 0)
@@ -362,7 +364,8 @@ class _Scheduler:
         # what else the scatter reads (its values, indices, mask): none of it may be the state it overwrites
         others = dataclasses.replace(scatter, detail=dataclasses.replace(scatter.detail, input=None))
         later_readers = [others, *flatten_kernels(self.kernels[writer + 1:])]
-        return whole and not any(buf is state for kernel in later_readers for buf in kernel_reads(kernel))
+        read_later = any(buf is state for kernel in later_readers for buf in kernel_reads(kernel))
+        return scatter if whole and not read_later else None
 
     def check_state(self) -> None:
         """The buffers the program mutates are state the package keeps: only where the target keeps it, and only

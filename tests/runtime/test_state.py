@@ -183,6 +183,10 @@ def test_onnx_carries_the_state_as_inputs_and_outputs(exported):
     assert [i.name for i in graph.input][-2:] == ["cache", "steps"]
     assert [o.name for o in graph.output][-2:] == ["cache_updated", "steps_updated"]
     _check_steps(onnx_program, expected)
+    before = dict(onnx_program.state)
+    x, position = _inputs()[0]
+    assert onnx_program.verify(x, position).ok  # against the interpreter from the same state, which it keeps
+    assert all(np.array_equal(before[name], value) for name, value in onnx_program.state.items())
     onnx_program.reset_state()
     _check_steps(onnx_program, expected)
     # onnxruntime alone: the caller feeds the updates back

@@ -155,8 +155,13 @@ class ONNXProgram:
         `ep.module()` keeps its buffers' updates."""
         if not self.model_proto.graph.output:  # nothing to compute (e.g. unbind of an empty dim); ORT refuses it
             return []
+        outputs, self.state = self._step(inputs)
+        return outputs
+
+    def _step(self, inputs: Sequence[Any]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """(the user outputs, the state after them) of one run from the current state."""
         if not self._state_io:
-            return self._run(inputs)
+            return self._run(inputs), self.state
         missing = [name for name, _, _ in self._state_io if name not in self.state]
         if missing:
             raise InputError(f"the ONNX model's state inputs {', '.join(missing)} have no values",
@@ -164,8 +169,7 @@ class ONNXProgram:
                                  "which starts them at the exported program's")
         outputs = self._run([*inputs, *(self.state[name] for name, _, _ in self._state_io)])
         count = len(outputs) - len(self._state_io)
-        self.state = {name: value for (name, _, _), value in zip(self._state_io, outputs[count:])}
-        return outputs[:count]
+        return outputs[:count], {name: value for (name, _, _), value in zip(self._state_io, outputs[count:])}
 
     def _run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         session = self.session()
@@ -201,9 +205,7 @@ class ONNXProgram:
         expected = [value for value, spec in zip(run_program(self.exported_program, flat, state),
                                                  self.exported_program.graph_signature.output_specs)
                     if spec.kind is OutputKind.USER_OUTPUT]
-        before = dict(self.state)
-        actual = self.run(flat)
-        self.state = before  # a check, not a step: the state stays
+        actual, _ = self._step(flat) if self.model_proto.graph.output else ([], None)  # a check: the state stays
         names = [o.name for o in self.model_proto.graph.output]
         return VerificationReport([compare(n, a, np.asarray(e)) for n, a, e in zip(names, actual, expected)])
 
