@@ -74,8 +74,7 @@ def export_train_step(model: Module, loss_fn: Callable[[Any, Any], Any], optimiz
     for arg, spec in zip(joint.body.args, joint.graph_signature.input_specs):
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             mapping[arg] = builder.add_input(spec.name, arg.type, InputKind.BUFFER, spec.target, True)
-            store = joint.state_dict if spec.target in joint.state_dict else joint.constants
-            state_dict[spec.target] = store[spec.target]
+            state_dict[spec.target] = joint.stored(spec.target)
         else:
             user_args.append((arg, spec))
     # The optimizer's state: buffers after the model's, before the user inputs (torch's input order).

@@ -144,7 +144,7 @@ def layer_summary(pruned: Any, final: Any) -> list[tuple[str, list[int], float, 
     for weight, stored in zip(prunable_weights(pruned), prunable_weights(final), strict=True):
         spec = input_spec(pruned, weight)
         target = spec.target if spec is not None else None
-        value = pruned.state_dict.get(target, pruned.constants.get(target)) if target else None
+        value = pruned.stored(target, None) if target else None
         if target in seen or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
             continue
         seen.add(target)

@@ -133,12 +133,11 @@ def _weights_file(program: ExportedProgram, plan: Schedule, nibbles: set[str], p
 def weight_array(program: ExportedProgram, key: str) -> np.ndarray:
     """A weight buffer's values: a state-dict or constant entry, or one component of a sparse one (`target.values`,
     see schedule.sparse_weight_key)."""
-    for store in (program.state_dict, program.constants):
-        if key in store:
-            return np.asarray(store[key])
+    whole = program.stored(key, None)
+    if whole is not None:
+        return np.asarray(whole)
     target, _, component = key.rpartition(".")
-    store = program.state_dict if target in program.state_dict else program.constants
-    return store[target].components[component]
+    return program.stored(target).components[component]
 
 
 def _bound(allowed: ValueRange | None, which: str) -> int | None:

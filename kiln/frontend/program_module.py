@@ -45,8 +45,7 @@ class ProgramModule(Module):
             if spec.kind is InputKind.USER_INPUT:
                 self._inputs.append(("user", None, None))
                 continue
-            store = program.state_dict if spec.target in program.state_dict else program.constants
-            array = np.array(store[spec.target], copy=True)
+            array = np.array(program.stored(spec.target), copy=True)
             owner, name = self._owner_of(spec.target)
             if spec.kind is InputKind.PARAMETER:
                 owner.register_parameter(name, Parameter(array))

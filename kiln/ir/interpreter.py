@@ -152,10 +152,9 @@ def run_program(program: Any, user_args: Sequence[Any], state: Mapping[str, Any]
         elif state is not None and spec.target in state:
             value = state[spec.target]
         else:
-            store = program.state_dict if spec.target in program.state_dict else program.constants
-            if spec.target not in store:
+            value = program.stored(spec.target, None)
+            if value is None:
                 raise InputError(f"{spec.kind.value.lower()} '{spec.target}' is missing from the state dict")
-            value = store[spec.target]
         inputs.append(value)
     bindings = _Bindings(bind_symbols(program, inputs), program.range_constraints, program.runtime_asserts)
     return execute_block(program.body, inputs, bindings)

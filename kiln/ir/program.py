@@ -249,6 +249,18 @@ class ExportedProgram:
         self.runtime_asserts = list(source.runtime_asserts)
 
     # -- parameters and buffers, torch's API
+    def stored(self, target: str, default: Any = KeyError) -> Any:
+        """The stored value of a parameter, buffer or lifted constant by its target: the state dict's entry, else the
+        constants' (torch keeps non-persistent buffers and lifted tensors there); `default` when neither holds it,
+        KeyError without one."""
+        if target in self.state_dict:
+            return self.state_dict[target]
+        if target in self.constants:
+            return self.constants[target]
+        if default is KeyError:
+            raise KeyError(target)
+        return default
+
     def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
         for target in self.graph_signature.parameters:
             yield target, self.state_dict[target]
@@ -259,7 +271,7 @@ class ExportedProgram:
     def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
         for spec in self.graph_signature.input_specs:
             if spec.kind is InputKind.BUFFER and spec.target is not None:
-                yield spec.target, self.state_dict.get(spec.target, self.constants.get(spec.target))
+                yield spec.target, self.stored(spec.target, None)
 
     def buffers(self) -> Iterator[np.ndarray]:
         return (value for _, value in self.named_buffers())
@@ -440,8 +452,7 @@ class ExportedModule:
 
     def reset_state(self) -> None:
         """The mutated buffers back to the program's values (a KV cache emptied for the next sequence)."""
-        stored = {**self.program.constants, **self.program.state_dict}
-        self._state = {target: np.array(stored[target])
+        self._state = {target: np.array(self.program.stored(target))
                        for target in self.program.graph_signature.buffers_to_mutate.values()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -451,8 +462,7 @@ class ExportedModule:
         """(target, value) of every buffer, as this module holds them now."""
         for spec in self.program.graph_signature.input_specs:
             if spec.kind is InputKind.BUFFER:
-                stored = self.program.state_dict.get(spec.target, self.program.constants.get(spec.target))
-                yield spec.target, self._state.get(spec.target, stored)
+                yield spec.target, self._state.get(spec.target, self.program.stored(spec.target, None))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Set mutated buffers (by target; others are the program's and cannot change), e.g. to reset a KV cache."""

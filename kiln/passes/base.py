@@ -272,8 +272,7 @@ def weight_value(program: ExportedProgram, value: SSAValue, *, parameters: bool 
         spec.kind is InputKind.BUFFER and spec.target not in mutated_buffers(program))
     if not (spec.kind is InputKind.CONSTANT_TENSOR or parameters and frozen):
         return None
-    found = program.constants.get(spec.target)
-    return found if found is not None else program.state_dict.get(spec.target)
+    return program.stored(spec.target, None)
 
 
 def mutated_buffers(program: ExportedProgram) -> set[str]:

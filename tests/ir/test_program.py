@@ -103,6 +103,23 @@ def test_signature_survives_mlir_round_trip():
     assert [name for name, _ in reparsed.named_buffers()] == ["mean"]
 
 
+def test_stored_finds_a_weight_in_the_state_dict_or_the_constants():
+    builder = GraphBuilder()
+    weight = builder.add_input("p_weight", TensorType.of([2], "f32"), InputKind.PARAMETER, target="weight")
+    table = builder.add_input("c_table", TensorType.of([2], "f32"), InputKind.CONSTANT_TENSOR, target="table")
+    with builder:
+        out = aten.add.Tensor(weight, table)
+    program = builder.build([out], [OutputSpec(OutputKind.USER_OUTPUT, "add")],
+                            state_dict={"weight": np.ones(2, np.float32)},
+                            constants={"table": np.full(2, 3, np.float32)})
+    np.testing.assert_array_equal(program.stored("weight"), np.ones(2, np.float32))
+    np.testing.assert_array_equal(program.stored("table"), np.full(2, 3, np.float32))
+    assert program.stored("absent", None) is None
+    with pytest.raises(KeyError, match="absent"):
+        program.stored("absent")
+    np.testing.assert_array_equal(program(), np.full(2, 4, np.float32))  # the interpreter reads both stores
+
+
 def test_verifier_rejects_wrong_result_shape_naming_the_op():
     program = relation_program()
     mul = next(op for op in program.nodes() if op.name == "aten.mul.Scalar")

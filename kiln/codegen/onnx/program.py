@@ -79,8 +79,8 @@ class ONNXProgram:
         self._state_io: list[tuple[str, str, str]] = [tuple(item) for item in json.loads(state)] if state else []
         self._initial_state = {}
         if exported_program is not None:
-            stored = {**exported_program.constants, **exported_program.state_dict}
-            self._initial_state = {name: np.array(stored[target]) for name, _, target in self._state_io}
+            self._initial_state = {name: np.array(exported_program.stored(target))
+                                   for name, _, target in self._state_io}
         self.state: dict[str, np.ndarray] = dict(self._initial_state)
 
     def reset_state(self) -> None:

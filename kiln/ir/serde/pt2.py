@@ -39,10 +39,10 @@ def save(ep: ExportedProgram, f: FileLike, *, extra_files: dict[str, Any] | None
             continue
         # torch keeps non-persistent buffers and lifted constants in `constants`, the rest in the state dict
         in_state_dict = spec.target in ep.state_dict and spec.kind is not InputKind.CONSTANT_TENSOR
-        store = ep.state_dict if spec.target in ep.state_dict else ep.constants
-        if spec.target not in store:
+        value = ep.stored(spec.target, None)
+        if value is None:
             raise SerdeError(f"{spec.kind.value.lower()} {spec.target!r} is missing from the program's weights")
-        (weights if in_state_dict else constants)[spec.target] = (store[spec.target], spec.kind is InputKind.PARAMETER)
+        (weights if in_state_dict else constants)[spec.target] = (value, spec.kind is InputKind.PARAMETER)
     sparse: dict[str, Any] = {"inputs": sparse_input_layouts(ep), "weights": {}}
     sparse_weights = {}
     for table in (weights, constants):

@@ -844,7 +844,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
     # torch's assertions, then what kiln's meta rules decided from hints where they could not prove what torch
     # did: the program checks both at run time rather than assume them.
     program.runtime_asserts = reader.asserts + reader.shape_env.guards
-    _check_weights(program, state_dict, constants, tensor_values)
+    _check_weights(program)
     _read_call_specs(program, module, none_outputs)
     return program
 
@@ -854,12 +854,11 @@ def _symbols_in(program: ExportedProgram) -> set[sympy.Symbol]:
             for symbol in type_symbols(result.type)}
 
 
-def _check_weights(program: ExportedProgram, state_dict: dict[str, np.ndarray], constants: dict[str, np.ndarray],
-                   tensor_values: dict[str, Any]) -> None:
+def _check_weights(program: ExportedProgram) -> None:
     for spec, arg in zip(program.graph_signature.input_specs, program.body.args):
         if spec.kind is InputKind.USER_INPUT:
             continue
-        value = state_dict.get(spec.target, constants.get(spec.target))  # type: ignore[arg-type]
+        value = program.stored(spec.target, None)
         if value is None:
             raise SerdeError(f"{spec.kind.value.lower()} {spec.target!r} is missing from the file's weights")
         expected = arg.type
