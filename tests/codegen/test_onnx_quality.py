@@ -183,3 +183,27 @@ def test_ops_follow_the_opset(opset, expected, absent):
     ops = set(_ops(program))
     assert expected <= ops and not absent & ops, ops
 
+
+
+class _GroupedBlock(nn.Module):
+    """Four query heads over two key/value heads (grouped-query attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.query = nn.Linear(16, 16)
+        self.key_value = nn.Linear(16, 16)
+
+    def forward(self, x):
+        q = self.query(x).view(2, 5, 4, 4).transpose(1, 2)
+        k, v = self.key_value(x).view(2, 5, 2, 2, 4).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+def test_grouped_attention_repeats_key_heads_only_below_opset_23(opset):
+    """opset 23's Attention takes two key heads for four query heads itself; older opsets repeat them (Expand)."""
+    x = kiln.randn(2, 5, 16)
+    program = kiln.onnx.export(_GroupedBlock().eval(), (x,), opset_version=opset, verify=True)
+    check_model(program)
+    ops = _ops(program)
+    assert ("Attention" in ops) == (opset >= 23) and ("Expand" in ops) == (opset < 23), ops

@@ -53,8 +53,9 @@ def export_program(program: ExportedProgram, *, opset_version: int | None = None
         program = run(program, "densify-weights")
     if sparse_initializers is None:
         sparse_initializers = bool(sparse)
-    prepared = prepare_program(program, custom, optimize=optimize)
-    model = lower_to_model(prepared, opset=opset_version or DEFAULT_OPSET, input_names=input_names,
+    opset = opset_version or DEFAULT_OPSET
+    prepared = prepare_program(program, custom, optimize=optimize, opset=opset)
+    model = lower_to_model(prepared, opset=opset, input_names=input_names,
                            output_names=output_names, custom_translation_table=custom,
                            sparse_initializers=sparse_initializers)
     return ONNXProgram(model, program, external_data)

@@ -162,14 +162,16 @@ def _attention(ctx: LoweringContext, query: Value, key: Value, value: Value, att
         if not isinstance(head_dim, int):
             raise UnsupportedError("the default attention scale needs a static head dim", fix="pass scale=")
         scale = 1 / math.sqrt(head_dim)
-    if enable_gqa and query.rank >= 3 and key.rank >= 3 and key.shape[-3] != query.shape[-3]:
+    # opset 23's Attention takes fewer key/value heads than query heads itself (GQA), so the cache is not copied
+    attention_op = ctx.opset >= 23 and query.rank == 4 and key.rank == 4 and value.rank == 4 \
+        and t is dtypes.float32 and dropout_p == 0
+    if enable_gqa and not attention_op and query.rank >= 3 and key.rank >= 3 and key.shape[-3] != query.shape[-3]:
         k, v = (_repeat_heads(ctx, item, source, query.shape[-3]) for item, source in ((k, key), (v, value)))
     mask = None
     if attn_mask is not None:
         mask = attn_mask.name if attn_mask.dtype.is_bool else ctx.as_dtype(attn_mask, t)
     hidden = _hidden_rows(ctx, attn_mask, mask, t) if mask is not None else None
-    if ctx.opset >= 23 and query.rank == 4 and key.rank == 4 and value.rank == 4 and t is dtypes.float32 \
-            and dropout_p == 0:
+    if attention_op:
         inputs = [q, k, v] + ([mask] if mask is not None else [])
         result = ctx.node("Attention", inputs, scale=float(scale), is_causal=int(is_causal))
         if hidden is not None:

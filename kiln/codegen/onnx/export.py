@@ -61,15 +61,16 @@ def _walk(block: Any) -> Any:
 
 
 def prepare_program(program: ExportedProgram, custom: Mapping[str, Lowering] | None = None,
-                    optimize: bool = True) -> ExportedProgram:
+                    optimize: bool = True, opset: int = DEFAULT_OPSET) -> ExportedProgram:
     """Decompose ops without a lowering, then check every op can be lowered; with `optimize`, fold eval batch norm
-    into its convolution first and fold constants, CSE and DCE after."""
+    into its convolution first (and from opset 23, whose Attention takes fewer key/value heads than query heads,
+    read repeated key/value heads unrepeated), and fold constants, CSE and DCE after."""
     from kiln.passes import run
     from kiln.passes.complex import complex_boundary
     if not complex_boundary(program):  # onnxruntime has no complex tensors: pairs of real ones instead
         program = run(program, "lower-complex")
     if optimize:  # while conv and batch_norm are still whole ops: fold eval batch norm into the weights
-        program = run(program, "fold-batchnorm")
+        program = run(program, "fold-batchnorm" + (",group-query-attention" if opset >= 23 else ""))
     lowerable = onnx_lowerable(custom)
     table = decomposition_table(lowerable)
     present = {op.name for op in _walk(program.body) if hasattr(op, "opdef")}
