@@ -1,7 +1,7 @@
 """One decoding step of a Hugging Face Llama (random weights) exported with a static KV cache: kiln's C package, which
 keeps the cache as state, against onnxruntime and torch eager, side by side in one process.
 
-Usage: python benchmarks/static_cache.py [--layers 6] [--cache 512] [--threads 1] [--rounds 15]
+Usage: python benchmarks/static_cache.py [--layers 6] [--cache 512] [--threads 1] [--rounds 15] [--weights int8 int4]
 
 The model goes through transformers' ExecuTorch recipe (`TorchExportableModuleForDecoderOnlyLM`): the cache is
 buffers the graph updates in place (`index_copy_`), so the exported program is stateful. torch eager is
@@ -11,7 +11,9 @@ kiln's ONNX file, where the cache is graph inputs and outputs: each step feeds t
 kiln's ONNXProgram does. It runs two files: opset 20 (kiln's default), where the key/value heads are repeated per
 query head, and opset 23, whose Attention op reads them grouped. Every step is the same token at the same position
 after a prefill, so each peer's state stays the same size; each step attends over the whole static cache, as Hugging
-Face's static cache does.
+Face's static cache does. `--weights` adds the weight-only quantized forms (kiln's PT2E WeightOnlyQuantizer; int4 in
+groups of 32): kiln's C package (integer weights, float activations) and onnxruntime's MatMulNBits, which at its
+default accuracy level quantizes the activations too (its difference from torch shows it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="tokens prefilled before the timed steps")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--weights", nargs="*", default=["int8", "int4"], choices=["int8", "int4"],
+                        help="also time weight-only quantized forms (kiln C and onnxruntime at opset 23)")
     options = parser.parse_args()
     logging.disable(logging.WARNING)
     import torch
@@ -59,17 +63,26 @@ def main() -> None:
     torch.set_num_threads(options.threads)
     archive, torch_module = export_llama(torch, transformers, options.layers, options.cache)
     program = kiln.load(archive)
-    compiled = kiln.compile(program, num_threads=options.threads)
+    programs = {"": program}
+    for scheme in options.weights:  # kiln's PT2E weight-only quantizer, int4 in groups of 32
+        from kiln import quantization as kq
+        prepared = kq.prepare_pt2e(program, kq.WeightOnlyQuantizer(scheme, group_size=32))
+        programs[f" {scheme}"] = kq.convert_pt2e(prepared)
     prompt = np.arange(3, 3 + options.prompt)[None, :]
     prefill, step = (prompt, np.arange(options.prompt)), (np.array([[11]]), np.array([options.prompt]))
     with torch.no_grad():
         torch_module(input_ids=torch.from_numpy(prefill[0]), cache_position=torch.from_numpy(prefill[1]))
         expected = torch_module(input_ids=torch.from_numpy(step[0]), cache_position=torch.from_numpy(step[1])).numpy()
-    compiled(*prefill)
-    differences = {"kiln C": float(np.max(np.abs(compiled(*step) - expected)))}
 
-    def ort_runner(opset: int) -> Any:
-        """onnxruntime on kiln's ONNX file at `opset`, after the prefill; the cache fed back from step to step."""
+    def c_runner(program: Any) -> Any:
+        """kiln's C package after the prefill; it keeps the cache."""
+        compiled = kiln.compile(program, num_threads=options.threads)
+        compiled(*prefill)
+        return lambda: compiled(*step)
+
+    def ort_runner(program: Any, opset: int) -> Any:
+        """onnxruntime on kiln's ONNX file at `opset` after the prefill, in a session as deployed (MatMulNBits at
+        its default accuracy level); the cache fed back from step to step."""
         onnx_program = kiln.onnx.export(program, opset_version=opset)
         session = ort_session(onnx_program.model_proto.SerializeToString(), options.threads)
         onnx_program(input_ids=prefill[0], cache_position=prefill[1])
@@ -82,25 +95,25 @@ def main() -> None:
             return outputs[0]
         return ort_step
 
-    # opset 20 (kiln's default) repeats the key/value heads; opset 23's Attention reads them grouped
-    onnx_peers = {f"onnxruntime {opset}": ort_runner(opset) for opset in (20, 23)}
-    for peer, runner in onnx_peers.items():
-        differences[peer] = float(np.max(np.abs(runner() - expected)))
-
     def eager() -> Any:
         with torch.inference_mode():
             return torch_module(input_ids=torch.from_numpy(step[0]), cache_position=torch.from_numpy(step[1]))
-    runners = {"kiln C": lambda: compiled(*step), **onnx_peers, "torch eager": eager}
+
+    # opset 20 (kiln's default) repeats the key/value heads; opset 23's Attention reads them grouped
+    runners = {"kiln C": c_runner(program), "onnxruntime 20": ort_runner(program, 20),
+               "onnxruntime 23": ort_runner(program, 23), "torch eager": eager}
+    for suffix, quantized in list(programs.items())[1:]:
+        runners[f"kiln C{suffix}"] = c_runner(quantized)
+        runners[f"onnxruntime 23{suffix}"] = ort_runner(quantized, 23)
+    differences = {peer: float(np.max(np.abs(np.asarray(run()) - expected))) for peer, run in runners.items()}
     medians = interleaved_medians(runners, options.rounds)
-    cache_bytes = sum(int(np.prod(entry["shape"])) * 4 for entry in compiled.manifest["states"])
+    cache_bytes = sum(program.stored(target).nbytes for target in program.graph_signature.buffers_to_mutate.values())
     print(f"Llama decode step with a static cache: {options.layers} layers, hidden 512, {options.cache} positions "
           f"({cache_bytes / 1e6:.1f} MB of cache), {options.threads} thread(s), {cpu_name()}, capability "
           f"{get_cpu_capability()}")
-    print(f"{'peer (opset)':<16} {'ms':>8} {'/ kiln':>7}  max abs difference from torch eager (first step)")
+    print(f"{'peer (opset, weights)':<22} {'ms':>8} {'/ kiln':>7}  max abs difference from torch eager (first step)")
     for peer, seconds in medians.items():
-        print(f"{peer:<16} {seconds * 1e3:8.2f} {seconds / medians['kiln C']:7.2f}  "
-              f"{differences.get(peer, 0.0):.1e}")
-
+        print(f"{peer:<22} {seconds * 1e3:8.2f} {seconds / medians['kiln C']:7.2f}  {differences[peer]:.1e}")
 
 if __name__ == "__main__":
     main()

@@ -131,12 +131,16 @@ class ONNXProgram:
 
     # -- running
     def session(self) -> Any:
-        """An onnxruntime session; bfloat16 inputs/outputs travel as float32 (exact), since onnxruntime's Python
-        API has no numpy type for bfloat16."""
+        """An onnxruntime session that computes what the program does; bfloat16 inputs/outputs travel as float32
+        (exact), since onnxruntime's Python API has no numpy type for bfloat16."""
         if self._session is None:
             import onnxruntime
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3
+            # onnxruntime fuses a weight-only layer's DequantizeLinear + MatMul into MatMulNBits, whose default
+            # accuracy level quantizes the float activations to 8 bits: level 0 keeps them float32, as the program
+            # computes (docs/quantization.md)
+            options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
             model = _float32_boundary(self.model_proto)
             if model.ByteSize() < PROTOBUF_LIMIT:
                 self._session = onnxruntime.InferenceSession(model.SerializeToString(), options,
