@@ -77,26 +77,30 @@ def test_kiln_saves_the_stateful_program_for_torch():
             assert_close(np.asarray(again(input_ids=ids, cache_position=positions)), expected.numpy())
 
 
-@pytest.mark.parametrize("scheme", ["int8", "int4"])
-def test_weight_only_quantized_generation_keeps_the_cache(scheme, tmp_path):
-    """The deployment form of a decoder: weight-only quantized (PT2E, kiln's WeightOnlyQuantizer) with a static cache.
-    The quantized program keeps the caches as state; its C package runs every linear layer as a weight-only kernel
-    and its ONNX file (blocked QDQ for int4) runs in onnxruntime; both, and torch's module of kiln's saved file,
-    generate step by step as kiln's interpreter does on the Q/DQ program."""
+@pytest.mark.parametrize("scheme, fused_op", [("weight-only-int8", "quant.linear_weight_only.default"),
+                                              ("weight-only-int4", "quant.linear_weight_only.default"),
+                                              ("dynamic", "quant.qlinear_pointwise.tensor")])
+def test_quantized_generation_keeps_the_cache(scheme, fused_op, tmp_path):
+    """The deployment forms of a decoder: quantized (PT2E, as `kiln quantize --scheme` does: weight-only int8 or int4,
+    or dynamic int8 activations) with a static cache. The quantized program keeps the caches as state; its C package
+    runs every linear layer as one fused quantized kernel and its ONNX file (blocked QDQ for int4) runs in
+    onnxruntime; both, and torch's module of kiln's saved file, generate step by step as kiln's interpreter does on
+    the Q/DQ program."""
     from kiln import quantization as kq
+    from kiln.cli.quantize import quantizer_for
     from kiln.codegen.onnx.quantized import BLOCKED_QDQ_OPSET
     from kiln.passes import run as run_passes
     archive, _ = export_with_static_cache(ARCHITECTURES["llama"].model(), MAX_CACHE)
     program = kiln.load(archive)
-    quantized = kq.convert_pt2e(kq.prepare_pt2e(program, kq.WeightOnlyQuantizer(scheme, group_size=32)))
+    quantized = kq.convert_pt2e(kq.prepare_pt2e(program, quantizer_for(scheme, group_size=32)))
     assert sorted(quantized.graph_signature.buffers_to_mutate.values()) == \
         sorted(program.graph_signature.buffers_to_mutate.values())
     lowered = run_passes(quantized, "lower-quantized").op_histogram()
-    assert lowered["quant.linear_weight_only.default"] == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer; the head
+    assert lowered[fused_op] == 2 * 7 + 1  # q, k, v, o, gate, up and down per layer; the head
     assert "aten.linear.default" not in lowered
     module = quantized.module()
     expected = [np.asarray(module(input_ids=ids, cache_position=positions)) for ids, positions in _steps()]
-    onnx_program = kiln.onnx.export(quantized, opset_version=BLOCKED_QDQ_OPSET if scheme == "int4" else None)
+    onnx_program = kiln.onnx.export(quantized, opset_version=BLOCKED_QDQ_OPSET if scheme.endswith("int4") else None)
     runners = {"onnx": lambda ids, positions: onnx_program(input_ids=ids, cache_position=positions)}
     kiln.save(quantized, tmp_path / "quantized.pt2")
     pytest.importorskip("torchao")  # torch reads quantized_decomposed ops once torchao registers them
