@@ -375,7 +375,7 @@ class _Scheduler:
         if mutated and not self.target.keeps_state:
             raise UnsupportedError(f"the program mutates buffers ({', '.join(sorted(mutated))}), and "
                                    f"{self.target.name} packages keep no state between runs",
-                                   fix="compile it for the C backend, which keeps them, or export it for ONNX")
+                                   fix="compile it for the C or Triton backend, which keep them, or export it for ONNX")
         for spec, arg in zip(signature.input_specs, self.program.body.args):
             if spec.target in mutated and not all(isinstance(d, int) for d in arg.type.shape):
                 raise UnsupportedError(f"buffer '{spec.target}' is mutated and its shape "

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import pathlib
+import threading
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -55,7 +56,11 @@ def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
 
 class TritonModel:
     """A loaded Triton package: call it with torch tensors (it runs on their device and returns torch tensors) or
-    numpy arrays (run on CPU tensors, which needs TRITON_INTERPRET=1; returns numpy arrays)."""
+    numpy arrays (run on CPU tensors, which needs TRITON_INTERPRET=1; returns numpy arrays).
+
+    Buffers the program mutates (a KV cache) are state the model keeps from call to call, on the device of the
+    latest call, as the C package keeps them: `named_buffers`, `load_state_dict` and `reset_state` read, set and
+    restore them."""
 
     def __init__(self, path: str | pathlib.Path, manifest: dict):
         self.path = pathlib.Path(path)
@@ -83,13 +88,66 @@ class TritonModel:
             array = raw.view(dtype.numpy.newbyteorder("<")).astype(dtype.numpy)
             self._weights[entry["name"]] = _from_numpy(torch, array.reshape(-1).copy())
         self._on_device: dict[Any, dict[str, Any]] = {}
+        self._state_shapes = {entry["name"]: list(entry["shape"]) for entry in manifest.get("states", [])}
+        stored = {entry["name"]: entry for entry in manifest["weights"]}
+        for entry in manifest.get("states", []):  # the kernels index the state as compiled: it must be that size
+            name, shape = entry["name"], entry["shape"]
+            weight = stored.get(name)
+            if weight is None or weight["dtype"] != entry["dtype"] or \
+                    self._weights[name].numel() != int(np.prod(shape)):
+                raise KilnError(f"package {self.path}: state {name!r} has no {entry['dtype']}{shape} values in "
+                                "weights.bin", fix="recompile the package")
+        self._state: dict[str, Any] = {}  # name -> flat tensor; empty until the first call (or after a reset)
+        self._state_lock = threading.Lock()  # runs that read and replace the state take turns
 
     def _weights_on(self, device: Any) -> dict[str, Any]:
         if device not in self._on_device:
-            self._on_device[device] = {name: w.to(device) for name, w in self._weights.items()}
+            self._on_device[device] = {name: w.to(device) for name, w in self._weights.items()
+                                       if name not in self._state_shapes}  # the state has copies of its own
         return self._on_device[device]
 
+    def _state_on(self, device: Any) -> dict[str, Any]:
+        """The state on `device`: the exported values at first, then wherever the latest call left them."""
+        for name in self._state_shapes:
+            current = self._state.get(name)
+            if current is None:
+                self._state[name] = self._weights[name].to(device, copy=True)
+            elif current.device != device:
+                self._state[name] = current.to(device)
+        return self._state
+
+    def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, copy of the values) of each buffer the program mutates, which the model keeps from run to run."""
+        for name, shape in self._state_shapes.items():
+            current = self._state.get(name, self._weights[name])
+            yield name, _to_numpy(self._torch, current).reshape(shape).copy()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set state buffers by name (numpy arrays or torch tensors of the shapes named_buffers gives)."""
+        torch = self._torch
+        with self._state_lock:
+            for name, value in state.items():
+                if name not in self._state_shapes:
+                    raise KilnError(f"'{name}' is not a buffer this package keeps",
+                                    fix=f"its state buffers: {', '.join(self._state_shapes) or 'none'}")
+                tensor = value if isinstance(value, torch.Tensor) else _from_numpy(torch, np.array(value))
+                if list(tensor.shape) != self._state_shapes[name]:
+                    raise InputError(f"state '{name}' has shape {self._state_shapes[name]}, got {list(tensor.shape)}")
+                current = self._state.get(name, self._weights[name])
+                self._state[name] = tensor.reshape(-1).to(current.device, current.dtype, copy=True)
+
+    def reset_state(self) -> None:
+        """Every state buffer back to its exported value (a KV cache emptied for the next sequence)."""
+        with self._state_lock:
+            self._state = {}
+
     def __call__(self, *args: Any) -> Any:
+        if self._state_shapes:
+            with self._state_lock:
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args: tuple) -> Any:
         torch = self._torch
         values = self.signature.arrays(args, accept=lambda value: isinstance(value, torch.Tensor))
         as_numpy = not any(isinstance(v, torch.Tensor) for v in values) if values else True
@@ -105,11 +163,13 @@ class TritonModel:
         if device.type == "cpu":
             _check_interpreter()
         error = torch.zeros(4, dtype=torch.int64, device=device)
-        outputs = self._module.run(tensors, self._weights_on(device), symbols, error)
+        state = self._state_on(device) if self._state_shapes else {}
+        outputs, new_state = self._module.run(tensors, self._weights_on(device), symbols, error, state)
         op, index, dim, size = error.tolist()
-        if op:
+        if op:  # the state updated in place keeps what the run wrote; the others keep their old values
             raise KilnError(f"the compiled model failed: index {index} is out of bounds for dimension {dim} with "
                             f"size {size} in {self._module.CHECKED_OPS[op - 1]}")
+        state.update(new_state)
         if as_numpy:
             outputs = [_to_numpy(torch, o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

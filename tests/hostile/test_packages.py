@@ -392,9 +392,8 @@ def test_inspect_refuses_malformed_manifests(package, capsys, text, match):
 # state: the buffers a program mutates, which the model keeps; the runtime views them by the manifest's shapes
 
 
-@pytest.fixture(scope="module")
-def stateful(tmp_path_factory) -> Path:
-    """A package keeping a 4 x 3 float32 buffer that each run adds its input to."""
+def _accumulating_program() -> Any:
+    """A program keeping a 4 x 3 float32 buffer that each run adds its input to."""
     torch = pytest.importorskip("torch")
 
     class Accumulate(torch.nn.Module):
@@ -406,8 +405,14 @@ def stateful(tmp_path_factory) -> Path:
             self.total.add_(x)
             return self.total * 2
 
+    return kiln.from_torch(Accumulate(), (torch.ones(4, 3),))
+
+
+@pytest.fixture(scope="module")
+def stateful(tmp_path_factory) -> Path:
+    """The accumulating program's C package."""
     folder = tmp_path_factory.mktemp("stateful") / "pkg"
-    kiln.compile(kiln.from_torch(Accumulate(), (torch.ones(4, 3),)), output=folder)
+    kiln.compile(_accumulating_program(), output=folder)
     return folder
 
 
@@ -427,9 +432,33 @@ def test_a_state_the_library_does_not_keep_is_refused(stateful, tmp_path, change
     _refused(package, match)
 
 
-def test_the_genuine_stateful_package_keeps_its_state(stateful):
-    model = kiln.runtime.load(stateful)
+@pytest.mark.parametrize("package", ["stateful", "stateful_triton"])
+def test_the_genuine_stateful_package_keeps_its_state(package, request):
+    model = kiln.runtime.load(request.getfixturevalue(package))
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     for step in (1, 2):
         np.testing.assert_array_equal(model(x), 2 * step * x)
     np.testing.assert_array_equal(dict(model.named_buffers())["total"], 2 * x)
+
+
+@pytest.fixture(scope="module")
+def stateful_triton(tmp_path_factory) -> Path:
+    """The accumulating program's Triton package."""
+    pytest.importorskip("triton")
+    folder = tmp_path_factory.mktemp("stateful_triton") / "pkg"
+    kiln.compile(_accumulating_program(), target="triton", output=folder)
+    return folder
+
+
+@pytest.mark.parametrize("change, match", [
+    (_set("states.0.shape", [400, 3]), r"state 'total' has no float32\[400, 3\] values in weights.bin"),
+    (_set("states.0.dtype", "float64"), r"state 'total' has no float64\[4, 3\] values in weights.bin"),
+    (_set("states.0.name", "other"), r"state 'other' has no float32\[4, 3\] values in weights.bin"),
+    (_set("states.0.shape", [4, -3]), "malformed shape"),
+], ids=["bigger", "wider dtype", "renamed", "negative dim"])
+def test_a_triton_state_without_its_values_is_refused(stateful_triton, tmp_path, change, match):
+    """Triton kernels index the state as compiled: a manifest whose state does not match its stored values would let
+    them read and write past the tensor."""
+    package = Path(shutil.copytree(stateful_triton, tmp_path / "pkg"))
+    _edit(package, change)
+    _refused(package, match)

@@ -1,7 +1,8 @@
 """Hugging Face decoders exported for generation with a static KV cache (transformers' ExecuTorch recipe,
 `TorchExportableModuleForDecoderOnlyLM`: the cache is state the graph updates in place with `index_copy_`), saved,
-and loaded by kiln; then a prompt and three decode steps, one call each, on kiln's interpreter module, the C package
-and kiln's ONNXProgram, each against torch's `ep.module()` step by step, twice (state reset between)."""
+and loaded by kiln; then a prompt and three decode steps, one call each, on kiln's interpreter module, the C package,
+the Triton package and kiln's ONNXProgram, each against torch's `ep.module()` step by step, twice (state reset
+between)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ PROMPT, DECODED = [5, 6, 7, 8], [9, 10, 11]
 # a plain decoder, grouped-query attention with QK norms, sliding-window layers (the hybrid cache), a fused QKV
 # projection, and a mixture of experts
 DECODERS = ["llama", "qwen3", "gemma2", "phi3", "mixtral"]
+
+
+def _has_triton() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("triton") is not None
 
 
 def _steps() -> list[tuple[np.ndarray, np.ndarray]]:
@@ -51,6 +57,9 @@ def test_generation_with_a_static_cache_matches_torch(name, tmp_path):
     if shutil.which("cc"):
         compiled = compile_c(program, output=tmp_path / "pkg")
         runners["c"] = (compiled, compiled.reset_state)
+    if _has_triton():  # through Triton's interpreter (TRITON_INTERPRET=1, tests/conftest.py)
+        triton_model = compile_c(program, target="triton", output=tmp_path / "triton")
+        runners["triton"] = (triton_model, triton_model.reset_state)
     for stage, (run, reset) in runners.items():
         for attempt in range(2):
             for step, ((ids, positions), want) in enumerate(zip(_steps(), expected)):
@@ -84,8 +93,8 @@ def test_quantized_generation_keeps_the_cache(scheme, fused_op, tmp_path):
     """The deployment forms of a decoder: quantized (PT2E, as `kiln quantize --scheme` does: weight-only int8 or int4,
     or dynamic int8 activations) with a static cache. The quantized program keeps the caches as state; its C package
     runs every linear layer as one fused quantized kernel and its ONNX file (blocked QDQ for int4) runs in
-    onnxruntime; both, and torch's module of kiln's saved file, generate step by step as kiln's interpreter does on
-    the Q/DQ program."""
+    onnxruntime; those, the Triton package and torch's module of kiln's saved file generate step by step as kiln's
+    interpreter does on the Q/DQ program."""
     from kiln import quantization as kq
     from kiln.cli.quantize import quantizer_for
     from kiln.codegen.onnx.quantized import BLOCKED_QDQ_OPSET
@@ -110,6 +119,8 @@ def test_quantized_generation_keeps_the_cache(scheme, fused_op, tmp_path):
         input_ids=torch.from_numpy(ids), cache_position=torch.from_numpy(positions)).detach().numpy()
     if shutil.which("cc"):
         runners["c"] = compile_c(quantized, output=tmp_path / "pkg")
+    if _has_triton():
+        runners["triton"] = compile_c(quantized, target="triton", output=tmp_path / "triton")
     for stage, run in runners.items():
         for step, ((ids, positions), want) in enumerate(zip(_steps(), expected)):
             assert_close(np.asarray(run(ids, positions)), want, msg=lambda m, s=step: f"{stage}, step {s}: {m}")

@@ -200,12 +200,58 @@ def test_onnx_carries_the_state_as_inputs_and_outputs(exported):
         assert_close(output, want)
 
 
-def test_triton_refuses_state(exported, tmp_path):
+def test_triton_package_keeps_the_state(exported, tmp_path):
+    """The Triton package (here through Triton's interpreter) keeps the state as the C package does: the cache is
+    updated in place by its scatter (no copy kernel), the counter beside it and swapped in after a successful run;
+    a run that fails on an out-of-range position leaves both as torch leaves them."""
     pytest.importorskip("triton")
+    program, (expected, buffers) = exported
+    compiled = compile_c(program, target="triton", output=tmp_path / "pkg")
+    assert [entry["name"] for entry in compiled.manifest["states"]] == ["cache", "steps"]
+    source = (tmp_path / "pkg" / "model.py").read_text()
+    assert "_copy" not in source and "return [b" in source and "{'steps': b" in source
+    _check_steps(compiled, expected)
+    state = dict(compiled.named_buffers())
+    for name in ("cache", "steps"):
+        assert_close(state[name], buffers[name])
+    compiled.reset_state()
+    _check_steps(compiled, expected)
+    before_last = _state_before_last_step(program)
+    compiled.load_state_dict(before_last)
+    _, torch_module = _export()
+    torch_module.load_state_dict({**torch_module.state_dict(), **{k: torch.from_numpy(v) for k, v in
+                                                                  before_last.items()}})
+    x, _ = _inputs()[-1]
+    bad_position = np.array([4, POSITIONS])
+    with pytest.raises(IndexError):
+        torch_module(torch.from_numpy(x), torch.from_numpy(bad_position))
+    with pytest.raises(KilnError, match="out of bounds"):
+        compiled(x, bad_position)
+    left = dict(compiled.named_buffers())
+    for name, value in torch_module.named_buffers():
+        assert_close(left[name], value.numpy())
+    with pytest.raises(KilnError, match="'linear.weight' is not a buffer this package keeps"):
+        compiled.load_state_dict({"linear.weight": np.zeros((3, 3), np.float32)})
+    with pytest.raises(KilnError, match=r"state 'cache' has shape \[6, 3\], got \[2, 3\]"):
+        compiled.load_state_dict({"cache": np.zeros((2, 3), np.float32)})
+
+
+def test_a_target_that_keeps_no_state_refuses_the_program(exported):
+    """A backend declares whether its packages keep state (Target.keeps_state); one that does not refuses a stateful
+    program by name instead of dropping the updates."""
+    import dataclasses
+
+    from kiln.codegen.driver import DEFAULT_PIPELINE
+    from kiln.codegen.legalize import legalize
+    from kiln.codegen.schedule import schedule
+    from kiln.codegen.triton.target import TARGET
+    from kiln.passes import run as run_passes
     program, _ = exported
-    with pytest.raises(UnsupportedError, match=r"mutates buffers \(cache, steps\), and Triton packages keep no "
+    stateless = dataclasses.replace(TARGET, name="Stateless", keeps_state=False)
+    legal = legalize(run_passes(program, DEFAULT_PIPELINE), stateless)
+    with pytest.raises(UnsupportedError, match=r"mutates buffers \(cache, steps\), and Stateless packages keep no "
                                                r"state between runs"):
-        compile_c(program, target="triton", output=tmp_path / "pkg")
+        schedule(legal, stateless)
 
 
 @needs_cc

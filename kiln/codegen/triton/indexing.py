@@ -60,7 +60,8 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     counts each output element's contributions, then divides in a pass over the output."""
     detail, out, op = kernel.detail, kernel.outputs[0], kernel.ops[-1]
     space, reduce, dtype = detail.space, detail.reduce, out.dtype
-    sources, launches = _copy_kernel(f"{name}_copy", kernel)
+    # in place (a state's update, schedule.in_place_scatter) the output is the input's storage: nothing to copy
+    sources, launches = ([], []) if detail.in_place else _copy_kernel(f"{name}_copy", kernel)
     if any(sympy.sympify(d) == 0 for d in space):  # no indices: only the copy (ATen then skips its checks, so the
         return sources, launches  # index's rank may differ from self's, and the scatter's coordinates would not exist)
     args = KernelArgs()
@@ -74,14 +75,16 @@ def scatter_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
             *[f"i{k} = p{j}" for j, k in enumerate(parallel)]]
     walk = ["step = position + tl.zeros([1], tl.int64)", *unravel([space[k] for k in serial], "step", args, "s"),
             *[f"i{k} = s{j}" for j, k in enumerate(serial)]]
-    coords = []
+    coords, targeted = [], []
     for d, where in enumerate(detail.targets):
-        if isinstance(where, ScatterIndex):
-            walk.append(f"j{d} = {exprs.checked(where.index, where.size, d, op, where.wrap)}")
+        if isinstance(where, ScatterIndex):  # an out-of-range target is -1: recorded, and its write skipped
+            walk.append(f"j{d} = {exprs.checked(where.index, where.size, d, op, where.wrap, skip=True)}")
             coords.append(f"j{d}")
+            targeted.append(f"(j{d} >= 0)")
         else:
             coords.append(f"i{where}")
-    active = "mask" if detail.mask is None else f"mask & ({exprs.render(detail.mask)} != 0)"
+    active = " & ".join(["mask", *([] if detail.mask is None else [f"({exprs.render(detail.mask)} != 0)"]),
+                         *targeted])
     walk += [f"at = {exprs.index(contiguous_strides(kernel.shape), 0, coords)} + tl.zeros([BLOCK], tl.int64)",
              f"active = {active}"]
 
@@ -168,7 +171,7 @@ def bags_kernel(name: str, kernel: Kernel) -> tuple[list[str], list[str]]:
     checked_op = CHECKED_OPS.index(op)
 
     def row(index: str, mask: str) -> str:
-        return f"kiln_index({index}, {rows}, {mask}, err, {checked_op}, 0, False)"
+        return f"kiln_index({index}, {rows}, {mask}, err, {checked_op}, 0, False, False)"
 
     kept = f" & (r != {pad})" if pad >= 0 else ""
     body = ["b = tl.program_id(0).to(tl.int64)", "zero = tl.zeros([1], tl.int64)",

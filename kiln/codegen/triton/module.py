@@ -125,17 +125,21 @@ class _Module:
 
 
 def render(schedule: Schedule, memory: MemoryPlan) -> str:
-    """The package's model.py: kernels, then `run(inputs, weights, symbols, err)`, which returns the outputs.
-    Temporaries are views of one arena tensor per call, at the memory plan's offsets; a loop's window buffers are
-    set by the loop at each step."""
-    launcher = ["def run(inputs, weights, symbols, err):",
+    """The package's model.py: kernels, then `run(inputs, weights, symbols, err, state)`, which returns the outputs
+    and the state's new values. Temporaries are views of one arena tensor per call, at the memory plan's offsets; a
+    loop's window buffers are set by the loop at each step. A state updated in place (schedule.in_place_scatter) is
+    written where it lies; another state's new value gets a tensor of its own, which the loader swaps in after a
+    successful run (the C backend's two ways, docs/c-backend.md "State")."""
+    launcher = ["def run(inputs, weights, symbols, err, state):",
                 '    """inputs: contiguous torch tensors in the user-input order, on one device; weights: name -> '
                 'flat tensor on',
                 '    that device; symbols: the symbol values in the manifest\'s order; err: an int64 tensor [4] of '
                 'zeros, where',
-                '    a kernel records an out-of-range index (1 + the op\'s position in CHECKED_OPS, index, dim, size). '
-                'Returns the',
-                '    outputs."""',
+                '    a kernel records an out-of-range index (1 + the op\'s position in CHECKED_OPS, index, dim, size); '
+                'state: name ->',
+                '    the model\'s flat state tensor on that device, which an in-place update writes. Returns (the '
+                'outputs, name ->',
+                '    the new value of each other state)."""',
                 "    device = (inputs[0] if inputs else next(iter(weights.values()), torch.empty(0))).device"]
     for k, symbol in enumerate(schedule.symbols):
         launcher.append(f"    {symbol_name(symbol)} = symbols[{k}]")
@@ -146,6 +150,12 @@ def render(schedule: Schedule, memory: MemoryPlan) -> str:
             launcher.append(f"    {name} = inputs[{buf.io_index}].reshape(-1)")
         elif buf.kind == "weight":
             launcher.append(f"    {name} = weights[{buf.weight_key!r}]")
+        elif buf.kind == "state":
+            launcher.append(f"    {name} = state[{buf.weight_key!r}]")
+        elif buf.inside is not None:  # a state's in-place update: the state's own elements
+            parent, at = buf.inside
+            start = py_dim(sympy.sympify(at))
+            launcher.append(f"    {name} = {buffer_name(parent)}[{start}:{start} + {py_dim(buf.numel)}]")
         elif buf.kind == "window":
             continue  # placed by its loop
         elif buf in memory.offsets:
@@ -159,5 +169,6 @@ def render(schedule: Schedule, memory: MemoryPlan) -> str:
     launcher += ["    " + line for line in module.kernels("kernel_", schedule.kernels)]
     shapes = [f"{buffer_name(buf)}.reshape(({''.join(py_dim(d) + ', ' for d in shape)}))"
               for buf, shape in schedule.outputs]
-    launcher.append(f"    return [{', '.join(shapes)}]")
+    swapped = [f"{state.weight_key!r}: {buffer_name(new)}" for state, new in schedule.state if new is not None]
+    launcher.append(f"    return [{', '.join(shapes)}], {{{', '.join(swapped)}}}")
     return "\n".join([PRELUDE, f"CHECKED_OPS = {CHECKED_OPS!r}", "", "", *module.sources, *launcher]) + "\n"

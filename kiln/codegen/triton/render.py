@@ -214,9 +214,11 @@ def kiln_bfloat16(x):  # round to nearest even (the interpreter's own conversion
 
 
 @triton.jit
-def kiln_index(i, n, mask, err, op: tl.constexpr, dim: tl.constexpr, wrap: tl.constexpr):
+def kiln_index(i, n, mask, err, op: tl.constexpr, dim: tl.constexpr, wrap: tl.constexpr, skip: tl.constexpr):
     """An index checked against n (negative ones wrap first when `wrap`); an out-of-range one records (op, index,
-    dim, size) in err, which the loader turns into an error after the run, and reads position 0 meanwhile."""
+    dim, size) in err, which the loader turns into an error after the run, and reads position 0 meanwhile, or with
+    `skip` (a scatter's target) gives -1, whose write the scatter skips: a state it updates in place keeps its other
+    elements, as ATen's in-place op leaves them."""
     i = i.to(tl.int64) + tl.zeros_like(mask).to(tl.int64)  # a scalar index broadcast to the block
     if wrap:
         j = tl.where(i < 0, i + n, i)
@@ -228,6 +230,8 @@ def kiln_index(i, n, mask, err, op: tl.constexpr, dim: tl.constexpr, wrap: tl.co
     tl.store(err + 1 + zero, zero + i, mask=bad)
     tl.store(err + 2 + zero, zero + dim, mask=bad)
     tl.store(err + 3 + zero, zero + n, mask=bad)
+    if skip:
+        return tl.where(bad, -1, j)
     return tl.where(bad, 0, j)
 
 
@@ -514,10 +518,11 @@ class Exprs:
             return self.apply(node)
         raise UnsupportedError(f"the Triton renderer cannot render {type(node).__name__}")
 
-    def checked(self, index: Any, size: Any, dim: int, op: str, wrap: bool) -> str:
+    def checked(self, index: Any, size: Any, dim: int, op: str, wrap: bool, skip: bool = False) -> str:
+        """kiln_index: `index` checked against `size`; a bad one reads position 0, or is -1 with `skip`."""
         self.args.checks_indices = True
         return (f"kiln_index({self.render(index)}, {self.args.size(size)}, {self.mask}, err, "
-                f"{CHECKED_OPS.index(op)}, {dim}, {wrap})")
+                f"{CHECKED_OPS.index(op)}, {dim}, {wrap}, {skip})")
 
     def gather(self, node: Gather) -> str:
         """embedding's row, index_select / gather along `dim`, index.Tensor's indices: each checked at run time."""

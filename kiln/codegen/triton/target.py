@@ -63,4 +63,5 @@ def unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
     return limits
 
 
-TARGET = Target("Triton", "triton", DTYPES, OPS, unsupported_arguments, unsupported_sparse, kernel_work)
+TARGET = Target("Triton", "triton", DTYPES, OPS, unsupported_arguments, unsupported_sparse, kernel_work,
+                keeps_state=True)
