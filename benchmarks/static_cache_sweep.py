@@ -5,9 +5,10 @@ Usage: python benchmarks/static_cache_sweep.py [NAME ...]   (default: every deco
 Each architecture runs in its own process (a crash or a hang costs one row): its zoo config with the cache on,
 transformers' ExecuTorch recipe (`TorchExportableModuleForDecoderOnlyLM`, 16 positions) exported by torch.export with
 a dynamic sequence and saved; then a 4-token prompt and three decode steps, one call each, in kiln's interpreter
-module, the C package and kiln's ONNXProgram, each against torch's `ep.module()` under torch.testing.assert_close's
-defaults. `export` fails where torch.export or the recipe does, before kiln sees the model. The table goes to stdout,
-one JSON line per architecture to benchmarks/results/static_cache_sweep.jsonl.
+module, the C package, kiln's ONNXProgram and the Triton package (through Triton's interpreter, TRITON_INTERPRET=1),
+each against torch's `ep.module()` under torch.testing.assert_close's defaults. `export` fails where torch.export or
+the recipe does, before kiln sees the model. The table goes to stdout, one JSON line per architecture to
+benchmarks/results/static_cache_sweep.jsonl.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "static_cache_sweep.jsonl"
-STAGES = ("interpreter", "c", "onnx")
+STAGES = ("interpreter", "c", "onnx", "triton")
 
 
 def decoders() -> list[str]:
@@ -57,8 +58,8 @@ def run_one(name: str) -> dict:
             if stage == "interpreter":
                 module = program.module()
                 run = lambda i, p, m=module: m(input_ids=i, cache_position=p)  # noqa: E731
-            elif stage == "c":
-                run = kiln.compile(program)
+            elif stage in ("c", "triton"):
+                run = kiln.compile(program, target=stage)
             else:
                 onnx_program = kiln.onnx.export(program)
                 run = lambda i, p, o=onnx_program: o(input_ids=i, cache_position=p)  # noqa: E731
@@ -72,6 +73,8 @@ def run_one(name: str) -> dict:
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        import os
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import: CPU tensors
         sys.path.insert(0, str(ROOT))
         print("ROW " + json.dumps(run_one(sys.argv[2])))
         return
@@ -95,7 +98,7 @@ def main() -> None:
     exported = [row for row in rows if row.get("export") == "pass"]
     print(f"\n{len(passed)} of {len(rows)} decoders generate in every stage; {len(exported)} exported "
           f"({len(rows) - len(exported)} failed in torch.export or the recipe)")
-    print("| architecture | export | interpreter | c | onnx |\n|---|---|---|---|---|")
+    print("| architecture | " + " | ".join(("export", *STAGES)) + " |\n" + "|---" * (len(STAGES) + 2) + "|")
     for row in rows:
         print("| " + " | ".join([row["name"], *(row.get(k, "-") if row.get(k) in ("pass", "-", None) else "fail"
                                                 for k in ("export", *STAGES))]).replace("None", "-") + " |")

@@ -65,6 +65,8 @@ def fuzz(budget: int, batch_size: int, first_seed: int, backends: list[Backend],
                 print(f"[{report.programs}/{budget} programs, {len(report.ops)} ops] batch of {len(batch)} in "
                       f"{time.perf_counter() - started:.1f}s, {len(failures)} failures", file=log, flush=True)
                 for failure in failures:
+                    if failure.signature not in found and not shrink:  # now, not only at the end: a long run
+                        print(f"new failure: {failure}", file=log, flush=True)  # stopped early keeps it
                     found.setdefault(failure.signature, failure)
                 reproduced = next((f for f in failures if f.signature not in shrunk), None) if shrink else None
                 if reproduced is not None:

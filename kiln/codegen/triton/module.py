@@ -140,7 +140,7 @@ def render(schedule: Schedule, memory: MemoryPlan) -> str:
                 '    the model\'s flat state tensor on that device, which an in-place update writes. Returns (the '
                 'outputs, name ->',
                 '    the new value of each other state)."""',
-                "    device = (inputs[0] if inputs else next(iter(weights.values()), torch.empty(0))).device"]
+                "    device = next(iter([*inputs, *weights.values(), *state.values()]), torch.empty(0)).device"]
     for k, symbol in enumerate(schedule.symbols):
         launcher.append(f"    {symbol_name(symbol)} = symbols[{k}]")
     launcher.append(f"    arena = torch.empty(({py_dim(memory.arena_bytes)},), dtype=torch.uint8, device=device)")
