@@ -32,34 +32,43 @@ class ViewTracker:
     def assign(self, target: SSAValue, value: SSAValue, env: dict[str, Any]) -> tuple[SSAValue, SSAValue]:
         """Make `target`'s names hold `value` (an in-place op's functional result), writing it through every base
         `target` views; call inside the builder. Returns the root that was written and its new value."""
-        _rebind(env, target, value)
-        self._refresh(target, value, env)
-        link = self.links.get(target)
-        if link is None:
-            return target, value
-        base, step = link
-        updated = step.write(base, value)
-        self._link(value, updated, step)
-        return self.assign(base, updated, env)
+        # which names hold each value, found once per in-place op: every rebinding below updates it (a graph of
+        # thousands of names and many in-place writes through views, Kimi Linear's, spent 20 s scanning env)
+        holders: dict[SSAValue, list[str]] = defaultdict(list)
+        for name, bound in env.items():
+            if isinstance(bound, SSAValue):
+                holders[bound].append(name)
+        while True:
+            _rebind(env, holders, target, value)
+            self._refresh(target, value, env, holders)
+            link = self.links.get(target)
+            if link is None:
+                return target, value
+            base, step = link
+            updated = step.write(base, value)
+            self._link(value, updated, step)
+            target, value = base, updated
 
-    def _refresh(self, base: SSAValue, updated: SSAValue, env: dict[str, Any]) -> None:
+    def _refresh(self, base: SSAValue, updated: SSAValue, env: dict[str, Any],
+                 holders: dict[SSAValue, list[str]]) -> None:
         """Views of `base` that names still hold read `updated` instead, and so on down their own views."""
-        bound = {id(v) for v in env.values() if isinstance(v, SSAValue)}
         for view in self.views.get(base, []):
-            if id(view) not in bound:
+            if not holders.get(view):
                 continue
             step = self.links[view][1]
             fresh = step.read(updated)
             self._link(fresh, updated, step)
             self.regenerated.append(fresh)
-            _rebind(env, view, fresh)
-            self._refresh(view, fresh, env)
+            _rebind(env, holders, view, fresh)
+            self._refresh(view, fresh, env, holders)
 
     def erase_unused(self) -> None:
         erase_unused_reads(self.regenerated)
 
 
-def _rebind(env: dict[str, Any], old: SSAValue, new: SSAValue) -> None:
-    for key, bound in list(env.items()):
-        if bound is old:
-            env[key] = new
+def _rebind(env: dict[str, Any], holders: dict[SSAValue, list[str]], old: SSAValue, new: SSAValue) -> None:
+    """The names holding `old` hold `new` instead."""
+    names = holders.pop(old, [])
+    for name in names:
+        env[name] = new
+    holders[new].extend(names)
