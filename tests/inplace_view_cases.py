@@ -68,5 +68,12 @@ def _sibling_through_a_view(x):
     return left + right
 
 
+def _view_of_an_unused_view(x):  # the middle view is read no more after `row`: the write still reaches `row`
+    y = x.clone()
+    row = y[:, 2:10][1]
+    y.add_(1)
+    return row * 1
+
+
 CASES = [_keys_from_two_parts, _select_then_scale, _transpose_select_fill, _flat_view_slice_zero, _permuted_row,
-         _diagonal, _split_part, _unbind_row, _stale_sibling, _sibling_through_a_view]
+         _diagonal, _split_part, _unbind_row, _stale_sibling, _sibling_through_a_view, _view_of_an_unused_view]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import sympy
@@ -90,6 +90,27 @@ def _field(data: Any, key: str, kind: type | tuple[type, ...], what: str) -> Any
     return data[key]
 
 
+def _last_uses(nodes: list[Any], outputs: list[Any]) -> dict[str, int]:
+    """Per name, the index of the last node whose inputs mention it (len(nodes) for the graph's outputs). Every
+    string in a node's inputs counts, which may name more than the values it reads, never fewer."""
+    last: dict[str, int] = {}
+
+    def mention(data: Any, index: int) -> None:
+        if isinstance(data, str):
+            last[data] = index
+        elif isinstance(data, dict):
+            for item in data.values():
+                mention(item, index)
+        elif isinstance(data, list):
+            for item in data:
+                mention(item, index)
+    for index, node in enumerate(nodes):
+        if isinstance(node, dict):
+            mention(node.get("inputs"), index)
+    mention(outputs, len(nodes))
+    return last
+
+
 def _union(data: Any, what: str) -> tuple[str, Any]:
     """torch writes each union as a one-entry dict `{"as_tensor": ...}`."""
     if not isinstance(data, dict) or len(data) != 1:
@@ -132,6 +153,7 @@ class _ProgramReader:
         self.origin: dict[SSAValue, SSAValue] = {}  # latest value of a mutated input -> the input
         self.asserts: list[Guard] = []  # torch's runtime assertions the ranges do not imply
         self.views = ViewTracker()  # what each view aliases, for in-place ops on views
+        self.live: Callable[[str], bool] = lambda name: True  # whether a later node of the graph read reads a name
 
     # -- values
     def dim(self, data: Any, what: str) -> Any:
@@ -178,8 +200,13 @@ class _ProgramReader:
         """Replay `graph`'s nodes into `builder`; return the values of its outputs."""
         self.tensor_values = _field(graph, "tensor_values", dict, "a graph")
         self.sym_int_values = graph.get("sym_int_values") or {}
-        for node in _field(graph, "nodes", list, "a graph"):
+        nodes = _field(graph, "nodes", list, "a graph")
+        last_use = _last_uses(nodes, _field(graph, "outputs", list, "a graph"))
+        outer_live = self.live
+        for index, node in enumerate(nodes):
+            self.live = lambda name, index=index: last_use.get(name, -1) > index
             self.read_node(node, builder, env, mutated)
+        self.live = outer_live
         self.census()
         outputs = []
         for output in _field(graph, "outputs", list, "a graph"):
@@ -299,7 +326,7 @@ class _ProgramReader:
             if mutated is None or not isinstance(inplace_target, SSAValue):
                 raise SerdeError(f"in-place {name} inside a cond branch is not supported")
             with builder:  # through a view, the update reaches its bases
-                root, latest = self.views.assign(inplace_target, result, env)
+                root, latest = self.views.assign(inplace_target, result, env, self.live)
             original = self.origin.pop(root, root)
             if original in builder.block.args:  # in-place on an intermediate needs no mutation output
                 mutated[original] = latest

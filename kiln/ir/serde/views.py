@@ -5,7 +5,7 @@ write through each base the view aliases, up to the root."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 from xdsl.ir import SSAValue
 
@@ -29,14 +29,17 @@ class ViewTracker:
         self.links[view] = (base, step)
         self.views[base].append(view)
 
-    def assign(self, target: SSAValue, value: SSAValue, env: dict[str, Any]) -> tuple[SSAValue, SSAValue]:
+    def assign(self, target: SSAValue, value: SSAValue, env: dict[str, Any],
+               live: Callable[[str], bool] = lambda name: True) -> tuple[SSAValue, SSAValue]:
         """Make `target`'s names hold `value` (an in-place op's functional result), writing it through every base
-        `target` views; call inside the builder. Returns the root that was written and its new value."""
-        # which names hold each value, found once per in-place op: every rebinding below updates it (a graph of
-        # thousands of names and many in-place writes through views, Kimi Linear's, spent 20 s scanning env)
+        `target` views; call inside the builder. Returns the root that was written and its new value. Only names
+        `live` says a later node reads are updated: a view no such name holds (nor a view made from it) is not
+        read again."""
+        # which live names hold each value, found once per in-place op: every rebinding below updates it (a graph
+        # of thousands of names and many in-place writes through views, Kimi Linear's, spent 20 s scanning env)
         holders: dict[SSAValue, list[str]] = defaultdict(list)
         for name, bound in env.items():
-            if isinstance(bound, SSAValue):
+            if isinstance(bound, SSAValue) and live(name):
                 holders[bound].append(name)
         while True:
             _rebind(env, holders, target, value)
@@ -53,7 +56,7 @@ class ViewTracker:
                  holders: dict[SSAValue, list[str]]) -> None:
         """Views of `base` that names still hold read `updated` instead, and so on down their own views."""
         for view in self.views.get(base, []):
-            if not holders.get(view):
+            if not self._wanted(view, holders):
                 continue
             step = self.links[view][1]
             fresh = step.read(updated)
@@ -61,6 +64,10 @@ class ViewTracker:
             self.regenerated.append(fresh)
             _rebind(env, holders, view, fresh)
             self._refresh(view, fresh, env, holders)
+
+    def _wanted(self, view: SSAValue, holders: dict[SSAValue, list[str]]) -> bool:
+        """Whether a live name holds `view` or a view made from it."""
+        return bool(holders.get(view)) or any(self._wanted(v, holders) for v in self.views.get(view, []))
 
     def erase_unused(self) -> None:
         erase_unused_reads(self.regenerated)
