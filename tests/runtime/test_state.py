@@ -107,9 +107,14 @@ def test_the_program_itself_is_a_function(exported):
 @needs_cc
 def test_c_package_keeps_the_state(exported, tmp_path):
     program, (expected, buffers) = exported
-    compiled = compile_c(program, output=tmp_path / "pkg")
+    _check_a_package_keeps_the_state(compile_c(program, output=tmp_path / "pkg"), expected, buffers)
+
+
+def _check_a_package_keeps_the_state(compiled, expected: list[np.ndarray], buffers: dict[str, np.ndarray]) -> None:
+    """The updates are state, not outputs: step by step as torch's module, its buffers after them, and again after
+    a reset."""
     assert [entry["name"] for entry in compiled.manifest["states"]] == ["cache", "steps"]
-    assert len(compiled.manifest["outputs"]) == 1  # the updates are state, not outputs
+    assert len(compiled.manifest["outputs"]) == 1
     _check_steps(compiled, expected)
     state = dict(compiled.named_buffers())
     for name in ("cache", "steps"):
@@ -134,7 +139,12 @@ def test_c_state_is_set_by_load_state_dict_and_left_by_a_failed_run_as_torch_lea
     out-of-range position has written the rows before it, as torch's index_copy_ has; the counter's new value is
     written beside it and swapped in only after a successful run, and torch never reached its add_."""
     program, (expected, _) = exported
-    compiled = compile_c(program, output=tmp_path / "pkg")
+    _check_a_failed_run_and_bad_state(program, compile_c(program, output=tmp_path / "pkg"), expected)
+
+
+def _check_a_failed_run_and_bad_state(program, compiled, expected: list[np.ndarray]) -> None:
+    """From the state before the last step: the last step as torch's; a run failing on an out-of-range position
+    leaves the state as torch's failing module leaves its buffers; load_state_dict refuses other names and shapes."""
     x, position = _inputs()[-1]
     before_last = _state_before_last_step(program)
     compiled.load_state_dict(before_last)
@@ -207,33 +217,10 @@ def test_triton_package_keeps_the_state(exported, tmp_path):
     pytest.importorskip("triton")
     program, (expected, buffers) = exported
     compiled = compile_c(program, target="triton", output=tmp_path / "pkg")
-    assert [entry["name"] for entry in compiled.manifest["states"]] == ["cache", "steps"]
     source = (tmp_path / "pkg" / "model.py").read_text()
     assert "_copy" not in source and "return [b" in source and "{'steps': b" in source
-    _check_steps(compiled, expected)
-    state = dict(compiled.named_buffers())
-    for name in ("cache", "steps"):
-        assert_close(state[name], buffers[name])
-    compiled.reset_state()
-    _check_steps(compiled, expected)
-    before_last = _state_before_last_step(program)
-    compiled.load_state_dict(before_last)
-    _, torch_module = _export()
-    torch_module.load_state_dict({**torch_module.state_dict(), **{k: torch.from_numpy(v) for k, v in
-                                                                  before_last.items()}})
-    x, _ = _inputs()[-1]
-    bad_position = np.array([4, POSITIONS])
-    with pytest.raises(IndexError):
-        torch_module(torch.from_numpy(x), torch.from_numpy(bad_position))
-    with pytest.raises(KilnError, match="out of bounds"):
-        compiled(x, bad_position)
-    left = dict(compiled.named_buffers())
-    for name, value in torch_module.named_buffers():
-        assert_close(left[name], value.numpy())
-    with pytest.raises(KilnError, match="'linear.weight' is not a buffer this package keeps"):
-        compiled.load_state_dict({"linear.weight": np.zeros((3, 3), np.float32)})
-    with pytest.raises(KilnError, match=r"state 'cache' has shape \[6, 3\], got \[2, 3\]"):
-        compiled.load_state_dict({"cache": np.zeros((2, 3), np.float32)})
+    _check_a_package_keeps_the_state(compiled, expected, buffers)
+    _check_a_failed_run_and_bad_state(program, compiled, expected)
 
 
 def test_a_target_that_keeps_no_state_refuses_the_program(exported):
