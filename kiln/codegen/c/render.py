@@ -1810,11 +1810,14 @@ def _work_expr(schedule: Schedule) -> str:
 
 def _allocate_while_running(buf: Buffer, at_bind: dict[int, list[str]], bound_after: dict[Any, int]) -> list[str]:
     """kiln_run's line for a buffer sized by a data-dependent size (NULL until then), and the lines that allocate
-    it, added to what kiln_bound runs once the last of its sizes is read."""
+    it, added to what kiln_bound runs once the last of its sizes is read. A buffer whose element count needs none
+    (an empty dim beside one: [u0, 0]) is allocated by kiln_run itself."""
     slot = f"ctx->buf[{buf.index}]"
-    at_bind[_last_binding(buf.numel, bound_after)] += [
-        f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1);",
-        f"    if (!{slot}) goto out_of_memory;"]
+    allocate = f"    {slot} = malloc((size_t)({dim_expr(buf.numel)}) * sizeof({c_type(buf.dtype)}) + 1);"
+    after = _last_binding(buf.numel, bound_after)
+    if after is None:
+        return [allocate, f"    if (!{slot}) status = 2;"]
+    at_bind[after] += [allocate, f"    if (!{slot}) goto out_of_memory;"]
     return [f"    {slot} = NULL;  /* {buf.name}: allocated once its data-dependent size is known */"]
 
 

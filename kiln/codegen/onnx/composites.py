@@ -56,9 +56,16 @@ def _linear(ctx: LoweringContext, x: Value, weight: Value, bias: Value | None = 
 
 @lowers("aten.matmul.default")
 def _matmul(ctx: LoweringContext, a: Value, b: Value) -> str:
-    """torch.matmul and ONNX MatMul both follow numpy.matmul (1-D operands, broadcast batch dims)."""
+    """torch.matmul and ONNX MatMul both follow numpy.matmul (1-D operands, broadcast batch dims). A 1-D second
+    operand after a matrix is written as a column, [K, 1], and the result squeezed: onnxruntime 1.32 fuses a
+    Transpose before a MatMul into FusedMatMul, which ignores the transpose when the other operand is 1-D
+    (A^T v came out as A viewed as [K, M] times v; tests/regressions/test_onnx_matrix_vector_after_transpose.py)."""
     t = _matmul_dtype(ctx.out_dtype)
-    return _matmul_result(ctx, ctx.node("MatMul", [ctx.as_dtype(a, t), ctx.as_dtype(b, t)]), t)
+    left, right = ctx.as_dtype(a, t), ctx.as_dtype(b, t)
+    if b.rank == 1 and a.rank >= 2:
+        column = ctx.node("MatMul", [left, ctx.node("Unsqueeze", [right, ctx.ints([1])])])
+        return _matmul_result(ctx, ctx.node("Squeeze", [column, ctx.ints([-1])]), t)
+    return _matmul_result(ctx, ctx.node("MatMul", [left, right]), t)
 
 
 @lowers("aten.layer_norm.default")
