@@ -342,19 +342,23 @@ def _index_copy_check(self, dim, index, source):
                                                           f"dtype, but got (self) {dtype_of(self).name} and (source) "
                                                           f"{dtype_of(source).name}")
     count = numel(shape_of(index))
-    if shape and source_shape:
+    if not source_shape:
+        require(same_size(count, 1), op, f"index_copy_(): When source is scalar, index should have one element (got "
+                                         f"{count})")
+    elif shape:
         require(len(source_shape) == len(shape), op,
                 f"index_copy_(): When source and destination are not scalars, their dimensionality must match. "
                 f"Source dimensionality ({len(source_shape)}), destination dimensionality ({len(shape)})")
+    # ATen compares the shapes outside the dim (a 0-d tensor's is empty): a scalar source fits a 1-D destination only
+    self_slice = [size for k, size in enumerate(shape) if k != d]
+    source_slice = [size for k, size in enumerate(source_shape) if k != d]
+    require(len(self_slice) == len(source_slice) and all(same_size(a, b) for a, b in zip(self_slice, source_slice)),
+            op, f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: "
+                f"{' '.join(map(str, self_slice))} at dimension {d} and source slice shape: "
+                f"{' '.join(map(str, source_slice))} at dimension 0.")
+    if source_shape:
         require(same_size(source_shape[d], count), op, f"index_copy_(): Number of indices ({count}) should be equal "
                                                        f"to source.size(dim) ({source_shape[d]})")
-        require(all(same_size(a, b) for k, (a, b) in enumerate(zip(shape, source_shape)) if k != d), op,
-                f"index_copy_(): Source/destination tensor must have same slice shapes: source "
-                f"{_shown(source_shape)}, destination {_shown(shape)} outside dim {d}")
-    else:
-        require(same_size(count, 1) and numel(source_shape) == 1, op,
-                f"index_copy_(): a scalar source or destination takes one index and one element, got {count} "
-                f"index(es) and source {_shown(source_shape)}")
     return d
 
 

@@ -154,6 +154,8 @@ def _index_copy(rng):
                  note="negative dim")
     yield Sample((rand(rng, 3, 4), 0, _index(2), rand(rng, 1, 4)), note="0-d index")
     yield Sample((rand(rng), 0, np.array([0]), rand(rng)), note="0-d")
+    yield Sample((rand(rng, 3), 0, np.array([1]), rand(rng)), note="0-d source into a vector")
+    yield Sample((rand(rng), 0, np.array([0]), rand(rng, 1)), note="one-element source into a 0-d self")
     yield Sample((rand(rng, 3, 2, dtype="bool"), 0, np.zeros(0, np.int64), rand(rng, 0, 2, dtype="bool")),
                  note="no indices")
 
