@@ -282,12 +282,19 @@ def _index_add_check(self, dim, index, source):
     require_dtype(dtype_of(source) is dtype_of(self), op, f"index_add_(): self ({dtype_of(self).name}) and source "
                                                           f"({dtype_of(source).name}) must have the same scalar type")
     count = numel(shape_of(index))
-    if shape:
-        require(len(source_shape) == len(shape) and same_size(source_shape[d], count), op,
-                f"index_add_(): Number of indices ({count}) should be equal to source.size(dim): "
-                f"({source_shape[d] if len(source_shape) > d else 1}), for dim: {d}")
-        require(all(same_size(a, b) for k, (a, b) in enumerate(zip(shape, source_shape)) if k != d), op,
-                f"index_add_(): source {_shown(source_shape)} must match self {_shown(shape)} outside dim {d}")
+    if not source_shape:  # (torch's message: formatting its own error, it asks a 0-d source for its size at dim)
+        require(same_size(count, 1), op, f"Dimension specified as {dim} but tensor has no dimensions")
+    else:
+        require(d < len(source_shape), op, f"index_add_(): Indexing dim {d} is out of bounds of the source tensor "
+                                           f"with dim {len(source_shape)}")
+        require(same_size(source_shape[d], count), op, f"index_add_(): Number of indices ({count}) should be equal "
+                                                       f"to source.size(dim): ({source_shape[d]}), for dim: {d}")
+    # outside the dim where both have dims; a 0-d self takes only a 0-d source, and the other way round
+    self_sizes, source_sizes = (shape, source_shape) if not (shape and source_shape) else (
+        [size for k, size in enumerate(shape) if k != d], [size for k, size in enumerate(source_shape) if k != d])
+    require(len(self_sizes) == len(source_sizes) and all(same_size(a, b) for a, b in zip(self_sizes, source_sizes)),
+            op, f"source tensor shape must match self tensor shape, excluding the specified dimension. Got "
+                f"self.shape = {_shown(shape)} source.shape = {_shown(source_shape)}")
     return d
 
 
