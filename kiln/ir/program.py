@@ -168,6 +168,9 @@ class ModuleCallEntry:
     signature: ModuleCallSignature | None = None
 
 
+_REQUIRED = object()  # `stored` without a default: a missing target raises
+
+
 class ExportedProgram:
     """A functional ATen program with symbolic shapes, plus everything needed to run it."""
 
@@ -249,7 +252,7 @@ class ExportedProgram:
         self.runtime_asserts = list(source.runtime_asserts)
 
     # -- parameters and buffers, torch's API
-    def stored(self, target: str, default: Any = KeyError) -> Any:
+    def stored(self, target: str, default: Any = _REQUIRED) -> Any:
         """The stored value of a parameter, buffer or lifted constant by its target: the state dict's entry, else the
         constants' (torch keeps non-persistent buffers and lifted tensors there); `default` when neither holds it,
         KeyError without one."""
@@ -257,7 +260,7 @@ class ExportedProgram:
             return self.state_dict[target]
         if target in self.constants:
             return self.constants[target]
-        if default is KeyError:
+        if default is _REQUIRED:
             raise KeyError(target)
         return default
 
