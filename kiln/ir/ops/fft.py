@@ -160,12 +160,18 @@ class _Transform:
         shape = shape_of(x)
         dims, sizes = self.dims_and_sizes(shape, s, dim)
         mode = self.norm_mode(norm)
+        # every transformed length, given or the input's own, must be at least 1 (an empty dim is refused too)
+        lengths = [shape[d] if size is None else size for d, size in zip(dims, sizes)]
         if self.kind != "c2r":
-            return dims, [shape[d] if size is None else size for d, size in zip(dims, sizes)], None, mode
+            self.require_points(lengths)
+            return dims, lengths, None, mode
         last = as_dim(2 * (shape[dims[-1]] - 1)) if sizes[-1] is None else sizes[-1]
-        require_arg(sym_le(1, last), self.op, f"Invalid number of data points ({last}) specified")
-        inputs = [shape[d] if size is None else size for d, size in zip(dims[:-1], sizes[:-1])]
-        return dims, [*inputs, as_dim(floor_div(last, 2) + 1)], last, mode
+        self.require_points([*lengths[:-1], last])
+        return dims, [*lengths[:-1], as_dim(floor_div(last, 2) + 1)], last, mode
+
+    def require_points(self, lengths) -> None:
+        for length in lengths:
+            require_arg(sym_le(1, length), self.op, f"Invalid number of data points ({length}) specified")
 
     def meta(self, self_, s=None, dim=None, norm=None):
         dtype = self.input_dtype(dtype_of(self_))
