@@ -184,7 +184,6 @@ def test_ops_follow_the_opset(opset, expected, absent):
     assert expected <= ops and not absent & ops, ops
 
 
-
 class _GroupedBlock(nn.Module):
     """Four query heads over two key/value heads (grouped-query attention)."""
 

@@ -157,13 +157,13 @@ class ONNXProgram:
         """Run onnxruntime on flat user inputs (numpy arrays or kiln Tensors); return the user outputs. State inputs
         (buffers the program mutates) are fed from `state`, which their updated values then replace, as torch's
         `ep.module()` keeps its buffers' updates."""
-        if not self.model_proto.graph.output:  # nothing to compute (e.g. unbind of an empty dim); ORT refuses it
-            return []
         outputs, self.state = self._step(inputs)
         return outputs
 
     def _step(self, inputs: Sequence[Any]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         """(the user outputs, the state after them) of one run from the current state."""
+        if not self.model_proto.graph.output:  # nothing to compute (e.g. unbind of an empty dim); ORT refuses it
+            return [], self.state
         if not self._state_io:
             return self._run(inputs), self.state
         missing = [name for name, _, _ in self._state_io if name not in self.state]
@@ -209,7 +209,7 @@ class ONNXProgram:
         expected = [value for value, spec in zip(run_program(self.exported_program, flat, state),
                                                  self.exported_program.graph_signature.output_specs)
                     if spec.kind is OutputKind.USER_OUTPUT]
-        actual, _ = self._step(flat) if self.model_proto.graph.output else ([], None)  # a check: the state stays
+        actual, _ = self._step(flat)  # a check, not a step: the state stays
         names = [o.name for o in self.model_proto.graph.output]
         return VerificationReport([compare(n, a, np.asarray(e)) for n, a, e in zip(names, actual, expected)])
 

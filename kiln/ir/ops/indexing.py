@@ -16,7 +16,7 @@ from kiln.ir.meta import (
     broadcast_shapes, canonical_dim, dtype_of, like, numel, require, require_arg, require_dtype, shape_of, tensor,
     unbacked_size,
 )
-from kiln.ir.ops.shape import _axis_index, fill_value, holds, same_size
+from kiln.ir.ops.shape import _axis_index, fill_value, holds, same_shape, same_size
 from kiln.ir.registry import defop, ops, register_decomposition
 
 aten = ops.aten
@@ -25,6 +25,11 @@ _INDEX_DTYPES = (dtypes.int64, dtypes.int32)
 
 def _shown(sizes) -> str:
     return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+def _outside(sizes, dim: int) -> list:
+    """The sizes but the one at `dim` (all of them where there is none)."""
+    return [size for k, size in enumerate(sizes) if k != dim]
 
 
 def _require_index_dtype(op: str, index, message: str) -> None:
@@ -290,9 +295,8 @@ def _index_add_check(self, dim, index, source):
         require(same_size(source_shape[d], count), op, f"index_add_(): Number of indices ({count}) should be equal "
                                                        f"to source.size(dim): ({source_shape[d]}), for dim: {d}")
     # outside the dim where both have dims; a 0-d self takes only a 0-d source, and the other way round
-    self_sizes, source_sizes = (shape, source_shape) if not (shape and source_shape) else (
-        [size for k, size in enumerate(shape) if k != d], [size for k, size in enumerate(source_shape) if k != d])
-    require(len(self_sizes) == len(source_sizes) and all(same_size(a, b) for a, b in zip(self_sizes, source_sizes)),
+    both = bool(shape and source_shape)
+    require(same_shape(_outside(shape, d) if both else shape, _outside(source_shape, d) if both else source_shape),
             op, f"source tensor shape must match self tensor shape, excluding the specified dimension. Got "
                 f"self.shape = {_shown(shape)} source.shape = {_shown(source_shape)}")
     return d
@@ -357,9 +361,8 @@ def _index_copy_check(self, dim, index, source):
                 f"index_copy_(): When source and destination are not scalars, their dimensionality must match. "
                 f"Source dimensionality ({len(source_shape)}), destination dimensionality ({len(shape)})")
     # ATen compares the shapes outside the dim (a 0-d tensor's is empty): a scalar source fits a 1-D destination only
-    self_slice = [size for k, size in enumerate(shape) if k != d]
-    source_slice = [size for k, size in enumerate(source_shape) if k != d]
-    require(len(self_slice) == len(source_slice) and all(same_size(a, b) for a, b in zip(self_slice, source_slice)),
+    self_slice, source_slice = _outside(shape, d), _outside(source_shape, d)
+    require(same_shape(self_slice, source_slice),
             op, f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: "
                 f"{' '.join(map(str, self_slice))} at dimension {d} and source slice shape: "
                 f"{' '.join(map(str, source_slice))} at dimension 0.")

@@ -49,6 +49,11 @@ def same_size(a, b) -> bool:
     return holds(sympy.Eq(a, b))
 
 
+def same_shape(a, b) -> bool:
+    """Check that two shapes are equal: the same rank, and each dim through `same_size`."""
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
 def _guard_or(condition, default: bool) -> bool:
     """Decide a branch through a guard, or take `default` when it depends on unbacked sizes."""
     try:
@@ -725,7 +730,7 @@ defop("select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", _select_
 
 
 def _require_same_shape(op, src_shape, expected, what):
-    require(len(src_shape) == len(expected) and all(same_size(a, b) for a, b in zip(src_shape, expected)), op,
+    require(same_shape(src_shape, expected), op,
             f"expected src to have a size equal to the {what} of self. src size = {_shown(src_shape)}, "
             f"{what} size = {_shown(expected)}")
 
@@ -1022,7 +1027,7 @@ def _stack_shape(op, shapes, dim):
     require(len(shapes) > 0, op, "stack expects a non-empty TensorList")
     first = shapes[0]
     for index, shape in enumerate(shapes[1:], 1):
-        require(len(shape) == len(first) and all(same_size(a, b) for a, b in zip(first, shape)), op,
+        require(same_shape(first, shape), op,
                 f"stack expects each tensor to be equal size, but got {_shown(first)} at entry 0 and "
                 f"{_shown(shape)} at entry {index}")
     d = canonical_dim(op, dim, len(first), allow_end=True)
