@@ -28,13 +28,17 @@ demo: $(VENV)/.installed
 AVX2_ENV := KILN_CPU_CAPABILITY=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
 # Runs the whole suite, `slow`-marked tests included (CI runs everything), at this CPU's native level; then, where
-# the CPU has AVX-512 (so its native level is not AVX2), the non-slow tests again at AVX2 (the slow ones are
-# whole-model sweeps and sanitizer builds, which the first pass covers). On an AVX2-only CPU the first pass is
-# the AVX2 run. PYTEST_ARGS='-m "not slow"' skips the slow tests in the first pass too.
+# the CPU has AVX-512 (so its native level is not AVX2), again at AVX2 the non-slow tests whose C code depends on the
+# capability: the first pass records them in $(CAPABILITY_TESTS) (tests/conftest.py). The slow ones are
+# whole-model sweeps and sanitizer builds, which the first pass covers. On an AVX2-only CPU the first pass is the
+# AVX2 run. PYTEST_ARGS='-m "not slow"' skips the slow tests in the first pass too.
+CAPABILITY_TESTS := $(CURDIR)/.pytest-capability-tests
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples
-	$(PY) -m pytest -n auto $(PYTEST_ARGS)
-	if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then $(AVX2_ENV) $(PY) -m pytest -n auto -m "not slow"; fi
+	rm -rf $(CAPABILITY_TESTS)
+	KILN_RECORD_CAPABILITY_TESTS=$(CAPABILITY_TESTS) $(PY) -m pytest -n auto $(PYTEST_ARGS)
+	if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
+		$(AVX2_ENV) KILN_CAPABILITY_TESTS=$(CAPABILITY_TESTS) $(PY) -m pytest -n auto -m "not slow"; fi
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check kiln tests benchmarks examples

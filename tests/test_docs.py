@@ -20,6 +20,7 @@ def python_blocks(doc: Path) -> list[str]:
     return BLOCK.findall(doc.read_text())
 
 
+@pytest.mark.cpu_capability
 @pytest.mark.parametrize("doc", [d for d in DOCS if python_blocks(d)], ids=lambda d: d.relative_to(ROOT).as_posix())
 def test_python_blocks_run(doc, tmp_path):
     blocks = python_blocks(doc)

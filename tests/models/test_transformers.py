@@ -23,6 +23,7 @@ STAGES = ["interpreter", "onnx"] + (["c"] if shutil.which("cc") else [])
 REPRESENTATIVE = ["gpt2", "bert", "llama", "t5", "distilbert", "vit", "whisper", "bart", "resnet", "wav2vec2"]
 
 
+@pytest.mark.cpu_capability
 @pytest.mark.parametrize("name", REPRESENTATIVE)
 def test_torch_exported_file_runs_in_kiln_without_torch(name, tmp_path):
     architecture = ARCHITECTURES[name]

@@ -169,6 +169,7 @@ def test_module_type_config_keeps_other_layers_float():
     assert histogram["quantized_decomposed.dequantize_per_channel.default"] == 2  # the two convs, not the linears
 
 
+@pytest.mark.cpu_capability
 def test_torchao_program_loads_and_runs_in_kiln_without_torch(tmp_path):
     """torchao → torch.export.save → kiln.load runs it with torch blocked, equal to torch's own run, and compiles it
     to C with its linear layers as int8 kernels."""
