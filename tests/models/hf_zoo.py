@@ -1,14 +1,19 @@
 """Hugging Face `transformers` architectures from small configs with random weights (no download), for the tests and
 benchmarks/hf_sweep.py: each entry builds the model (eval mode, seeded), makes inputs at (batch, length), and names
 the dynamic dims of each input. Also the two halves of the end-to-end check both share: `export_to_folder` (torch:
-export, save, inputs) and `run_in_kiln` (a child process where torch cannot be imported loads the .pt2 and runs
-each stage, writing outputs, errors and timings)."""
+export, save, inputs) and `run_in_kiln` (a process where torch cannot be imported loads the .pt2 and runs each
+stage, writing outputs, errors and timings)."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -764,9 +769,9 @@ def export_to_folder(architecture: Architecture, model: Any, folder: Path, dynam
     return exported
 
 
-# Loads folder/model.pt2 with torch blocked, runs each stage on each size's inputs and writes its flat outputs
+# One job of the child: loads folder/model.pt2, runs each stage on each size's inputs and writes its flat outputs
 # (<stage>_<k>.npz) and folder/report.json: per stage the first error (or null) and timings.
-KILN_CHILD = without_torch("""
+KILN_JOB = textwrap.dedent("""
     import json, statistics, sys, time, traceback
 
     folder, stages, count, repeat = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
@@ -847,16 +852,81 @@ KILN_CHILD = without_torch("""
     sys.exit(0 if all(e is None for e in report["stages"].values()) else 1)
 """)
 
+# The child: torch blocked, numpy and kiln imported once (0.7 s a process, a sixth of a sweep test), then each job
+# in a process forked from it, as fresh as a new one but for those imports: a job reads its
+# [folder, stages, size count, repeat] line from stdin and its exit status comes back as a line on stdout, its
+# output and tracebacks in folder/stderr.txt.
+KILN_SERVER = without_torch("""
+    import json, os, sys
+    import numpy, kiln  # noqa: F401
+
+    job = compile(sys.argv[1], "KILN_JOB", "exec")
+    for line in sys.stdin:
+        folder, stages, count, repeat = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            output = os.open(os.path.join(folder, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(output, 1)
+            os.dup2(output, 2)
+            sys.argv = ["-c", folder, ",".join(stages), str(count), str(repeat)]
+            code = 0
+            try:
+                exec(job, {"__name__": "__main__"})
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else 1
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+""")
+_server: dict[str, Any] = {}  # "process": the running KILN_SERVER, "environment": the variables it started with
+
 
 def run_in_kiln(folder: Path, stages: list[str], *, repeat: int = 0, timeout: float = 900) -> tuple[dict, str]:
-    """Run KILN_CHILD on folder (written by export_to_folder); return its report and its stderr's tail."""
+    """Run KILN_JOB on folder (written by export_to_folder) in a process where torch cannot be imported; return its
+    report and its output's tail."""
     count = len(list(folder.glob("inputs_*.npz")))
-    result = subprocess.run([sys.executable, "-c", KILN_CHILD, str(folder), ",".join(stages), str(count),
-                             str(repeat)], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
-    path = folder / "report.json"
+    output, path = folder / "stderr.txt", folder / "report.json"
+    path.unlink(missing_ok=True)  # (a job that dies writes none)
+    server = _kiln_server()
+    server.stdin.write(json.dumps([str(folder), stages, count, repeat]) + "\n")
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], timeout)[0]:
+        _stop_kiln_server()
+        raise subprocess.TimeoutExpired(f"KILN_JOB {folder}", timeout)
+    status = server.stdout.readline().strip()
+    if not status:  # the server itself died: start another for the next job
+        _stop_kiln_server()
     report = json.loads(path.read_text()) if path.exists() else {"stages": {"load": f"child exited with "
-                                                                            f"{result.returncode}"}}
-    return report, result.stderr[-4000:]
+                                                                            f"{status or 'no status'}"}}
+    return report, output.read_text(errors="replace")[-4000:] if output.exists() else ""
+
+
+def _kiln_server() -> subprocess.Popen:
+    """The running KILN_SERVER, started anew when none runs or the environment changed since it started (a test
+    may set a variable the job reads)."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
+    if _server and (_server["process"].poll() is not None or _server["environment"] != environment):
+        _stop_kiln_server()
+    if not _server:
+        _server["process"] = subprocess.Popen([sys.executable, "-c", KILN_SERVER, KILN_JOB], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+        _server["environment"] = environment
+    return _server["process"]
+
+
+@atexit.register
+def _stop_kiln_server() -> None:
+    """Stop the server and any job it forked (they share its process group)."""
+    process = _server.pop("process", None)
+    _server.clear()
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def expected_outputs(architecture: Architecture, model: Any) -> list[list]:
