@@ -31,6 +31,7 @@ from kiln.passes import run as run_passes
 
 # A compiled package is for inference: eval-mode batch norm folds into its convolution or linear layer (as
 # onnxruntime and torch.compile's freezing do), so the kernel's epilogue has no per-element normalization.
+# A convolution drops the weight taps that only read padding (a 3x3 one over a 1x1 image keeps its centre tap).
 # A GELU written out in elementary ops becomes one op (recognize-gelu), which an integer layer fuses. Attention over
 # keys and values repeated per query head reads them unrepeated (group-query-attention: no copy of a KV cache).
 # Quantized layers become integer kernels (lower-quantized); the weights of the layers left in float are dequantized
@@ -38,8 +39,9 @@ from kiln.passes import run as run_passes
 # (wav2vec2's weight-normalized convolution: its weight's norm took a quarter of a run) is computed once, here, too;
 # views of weights stay views, as before (a GEMM's packing reads a transposed weight where it lies; a materialized
 # transpose would be a second plain copy wherever something else reads it).
-DEFAULT_PIPELINE = ("lower-complex,remove-dropout,fold-batchnorm,recognize-gelu,group-query-attention,lower-quantized,"
-                    "fold-dequantized-weights,decompose{namespaces=aten,quantized_decomposed},canonicalize,"
+DEFAULT_PIPELINE = ("lower-complex,remove-dropout,fold-batchnorm,trim-convolution-taps,recognize-gelu,"
+                    "group-query-attention,lower-quantized,fold-dequantized-weights,"
+                    "decompose{namespaces=aten,quantized_decomposed},canonicalize,"
                     "fold-constants{freeze=true views=false},cse,dce")
 ALIGN = 64
 

@@ -18,6 +18,7 @@ from kiln.passes.fold_constants import FoldConstants
 from kiln.passes.cse import CommonSubexpressionElimination
 from kiln.passes.dce import DeadCodeElimination
 from kiln.passes.fold_batchnorm import FoldBatchNorm
+from kiln.passes.trim_taps import TrimConvolutionTaps
 from kiln.passes.remove_dropout import RemoveDropout
 from kiln.passes.recognize_gelu import RecognizeGelu
 from kiln.passes.group_query_attention import GroupQueryAttention
@@ -33,7 +34,8 @@ __all__ = [
     "PASSES", "Pass", "PassError", "PipelineError", "add_constant", "clone_program", "lookup_pass", "option",
     "register_pass", "Match", "RewritePass", "constant", "current_op", "pattern", "producer", "users", "value_of",
     "DEFAULT_PIPELINE", "PassManager", "load_plugin", "parse_pipeline", "run", "Decompose", "Canonicalize",
-    "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "RemoveDropout",
+    "FoldConstants", "CommonSubexpressionElimination", "DeadCodeElimination", "FoldBatchNorm", "TrimConvolutionTaps",
+    "RemoveDropout",
     "RecognizeGelu", "GroupQueryAttention",
     "FUSE_ATTRIBUTE", "FuseActivations", "LAYOUTS", "Prepack", "register_layout", "AddmmToLinear",
     "FoldDequantizedWeights", "LowerQuantized", "JointBackward", "joint_program", "Prune", "Sparsify",
