@@ -86,6 +86,34 @@ def test_windows_of_minus_inf_are_minus_inf(shape, kernel, stride, padding, dila
     check_program(program, inputs, backends=("onnx",))
 
 
+INDEX_CASES = PADDING_CASES + [  # the fuzzer's (seed 9191): unbatched 3d, every window of padding only along H
+    ((3, 2, 1, 1), [3, 2, 3], [2, 1, 2], [1, 1, 1], [1, 2, 1], True),
+    ((2, 3, 5, 4), [3, 3], [2, 2], [1, 1], [1, 1], True),  # -inf windows with inputs, and a NaN
+]
+
+
+@requires_torch
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation,ceil_mode", INDEX_CASES)
+def test_the_index_of_an_empty_window_is_its_first_tap(shape, kernel, stride, padding, dilation, ceil_mode):
+    """ATen's index of a window without a maximum (padding only, or -inf inputs) is where its scan started: each
+    dim's o * stride - pad moved on by dilations past the padding, even past the image's end. onnxruntime's MaxPool
+    gave its own (found by the differential fuzzer, seed 9191, 1500 programs: 1 where ATen says 2)."""
+    pool = (kernel, stride, padding, dilation, ceil_mode)
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of(list(shape), kiln.float32))
+    indexed = aten.max_pool3d_with_indices.default if len(kernel) == 3 else aten.max_pool2d_with_indices.default
+    with builder:
+        values, indices = indexed(x, *pool)
+    program = builder.build([values, indices])
+    inputs = [_minus_inf_input(shape)]
+    inputs[0].reshape(-1)[1] = np.nan
+    torch_pool = torch.nn.functional.max_pool3d if len(kernel) == 3 else torch.nn.functional.max_pool2d
+    expected = torch_pool(torch.from_numpy(inputs[0]), *pool, return_indices=True)
+    for got, want in zip(program(*inputs), expected):
+        np.testing.assert_array_equal(got, want.numpy())
+    check_program(program, inputs, backends=("onnx",))
+
+
 PRODUCERS = [  # (producer, whether its result may be -inf)
     (aten.relu.default, False),
     (lambda x: aten.clamp.default(x, 0.0, 6.0), False),

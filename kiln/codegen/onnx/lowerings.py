@@ -1882,17 +1882,18 @@ def _max_pool(ctx: LoweringContext, x: Value, kernel_size: list[int], stride: li
     plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
     indices = ctx.node("Mod", [indices, ctx.dim(plane)])
     if t.is_floating_point and x.dtype.is_floating_point:
-        values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
         values = _empty_windows_minus_inf(ctx, x, values, attributes, t, None)
+        values, indices = _max_pool_specials(ctx, x, value, values, indices, attributes, t)
     values, indices = (_cropped(ctx, x, v, spatial, ceil_mode) for v in (values, indices))
     return [ctx.graph.cast(_unbatch(ctx, values, unbatched), t, x.dtype), _unbatch(ctx, indices, unbatched)]
 
 
 def _max_pool_specials(ctx: LoweringContext, x: Value, value: str, values: str, indices: str,
                        attributes: dict[str, Any], t: dtypes.DType) -> tuple[str, str]:
-    """ATen's window scan takes `v > max || isnan(v)`, starting from -inf at the window's first input: a NaN
-    wins (the last one), and an all -inf window points at its first input. onnxruntime's MaxPool skips NaN, so
-    both come from pooling the in-plane positions (exact in float32 below 2**24 per plane)."""
+    """ATen's window scan takes `v > max || isnan(v)`, starting from -inf at the window's first tap: a NaN wins
+    (the last one), and a window of -inf inputs or of padding only points at its first tap (`_window_starts`).
+    onnxruntime's MaxPool skips NaN, so the last NaN comes from pooling the in-plane positions (exact in float32
+    below 2**24 per plane). Call it with the values of empty windows already -inf."""
     spatial = len(attributes["kernel_shape"])
     shape = list(x.shape[-spatial:])
     plane = ctx.sizes(x, range(x.rank - spatial, x.rank))
@@ -1903,13 +1904,39 @@ def _max_pool_specials(ctx: LoweringContext, x: Value, value: str, values: str, 
     nan_marks = ctx.node("Where", [is_nan, ctx.node("Add", [positions, ctx.const(1, t)]), ctx.const(0, t)])
     last_nan = ctx.node("MaxPool", [nan_marks], **attributes)
     has_nan = ctx.node("Greater", [last_nan, ctx.const(0, t)])
-    first = ctx.node("Neg", [ctx.node("MaxPool", [ctx.node("Neg", [positions])], **attributes)])
     all_minus_inf = ctx.node("Equal", [values, ctx.const(-math.inf, t)])
     to_index = lambda position: ctx.graph.cast(position, t, dtypes.int64)  # noqa: E731
-    indices = ctx.node("Where", [all_minus_inf, to_index(first), indices])
+    starts = ctx.node("Expand", [_window_starts(ctx, x, values, attributes), ctx.node("Shape", [indices])])
+    indices = ctx.node("Where", [all_minus_inf, starts, indices])
     indices = ctx.node("Where", [has_nan, to_index(ctx.node("Sub", [last_nan, ctx.const(1, t)])), indices])
     values = ctx.node("Where", [has_nan, ctx.const(math.nan, t), values])
     return values, indices
+
+
+def _window_starts(ctx: LoweringContext, x: Value, pooled: str, attributes: dict[str, Any]) -> str:
+    """Each window's first tap in its plane, as ATen's scan starts it: along each spatial dim o * stride - pad,
+    moved on by dilations past the leading padding (and past the image's end, for a window of padding only, as
+    ATen's index does), flattened row-major over the plane's sizes; int64, broadcasting over `pooled`."""
+    spatial = len(attributes["kernel_shape"])
+    rank = spatial + 2
+    flat, step = None, 1
+    for k in reversed(range(spatial)):
+        stride, pad = attributes["strides"][k], attributes["pads"][k]
+        dilation = attributes["dilations"][k]
+        count = ctx.node("Squeeze", [ctx.node("Shape", [pooled], start=2 + k, end=3 + k), ctx.ints([0])])
+        start = ctx.node("Sub", [ctx.node("Mul", [ctx.node("Range", [ctx.const(0, dtypes.int64), count,
+                                                                     ctx.const(1, dtypes.int64)]),
+                                                  ctx.const(stride, dtypes.int64)]), ctx.const(pad, dtypes.int64)])
+        # a negative start moves on by ceil(-start / dilation) dilations
+        behind = ctx.node("Max", [ctx.node("Neg", [start]), ctx.const(0, dtypes.int64)])
+        hops = ctx.node("Div", [ctx.node("Add", [behind, ctx.const(dilation - 1, dtypes.int64)]),
+                                ctx.const(dilation, dtypes.int64)])
+        start = ctx.node("Add", [start, ctx.node("Mul", [hops, ctx.const(dilation, dtypes.int64)])])
+        start = ctx.node("Reshape", [start, ctx.ints([-1 if axis == 2 + k else 1 for axis in range(rank)])])
+        term = ctx.node("Mul", [start, ctx.as_dtype(step, dtypes.int64)]) if step != 1 else start
+        flat = term if flat is None else ctx.node("Add", [flat, term])
+        step = step * x.shape[x.rank - spatial + k]
+    return flat
 
 
 def _adaptive_avg_pool(ctx: LoweringContext, x: Value, output_size: list[Any]) -> str:
