@@ -134,3 +134,22 @@ def test_a_pool_after_a_relu_stays_one_max_pool(producer, may_be_minus_inf):
     model = kiln.onnx.export(program).model_proto
     assert sum(node.op_type == "MaxPool" for node in model.graph.node) == (2 if may_be_minus_inf else 1)
     check_program(program, [_minus_inf_input((2, 3, 6, 6))], backends=("onnx",))
+
+
+@requires_torch
+@pytest.mark.parametrize("height,width", [(1, 1), (3, 2), (6, 7)])
+def test_the_index_of_an_empty_window_with_symbolic_sizes(height, width):
+    """The first taps are computed in the graph from the run's sizes: one file, several image sizes."""
+    builder = GraphBuilder()
+    h = builder.shape_env.create_symbol(3, name='h', min=1, max=16)
+    w = builder.shape_env.create_symbol(3, name='w', min=1, max=16)
+    x = builder.add_input('x', TensorType.of([2, 3, h, w], kiln.float32))
+    pool = ([3, 2], [2, 1], [1, 1], [1, 2], True)
+    with builder:
+        values, indices = aten.max_pool2d_with_indices.default(x, *pool)
+    program = builder.build([values, indices])
+    inputs = [_minus_inf_input((2, 3, height, width))]
+    expected = torch.nn.functional.max_pool2d(torch.from_numpy(inputs[0]), *pool, return_indices=True)
+    for got, want in zip(program(*inputs), expected):
+        np.testing.assert_array_equal(got, want.numpy())
+    check_program(program, inputs, backends=("onnx",))
