@@ -21,8 +21,6 @@ os.environ.setdefault("KILN_ADAPTIVE_THREADS", "0")
 # <folder>). The other four fifths of the suite gave the same results again in a third of CI's time.
 RECORD_FOLDER = os.environ.get("KILN_RECORD_CAPABILITY_TESTS")
 SELECT_FOLDER = os.environ.get("KILN_CAPABILITY_TESTS")
-
-
 _capability_asked: list[bool] = []  # [whether the running test asked], once the lookups are watched
 
 
@@ -52,6 +50,7 @@ if RECORD_FOLDER:
             with open(folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.txt", "a") as record:
                 record.write(item.nodeid + "\n")
         return result
+
 
 if SELECT_FOLDER:
     def pytest_collection_modifyitems(config, items):

@@ -872,8 +872,8 @@ KILN_SERVER = without_torch("""
             code = 0
             try:
                 exec(job, {"__name__": "__main__"})
-            except SystemExit as exit:
-                code = exit.code if isinstance(exit.code, int) else 1
+            except SystemExit as stop:  # sys.exit(None) is success, sys.exit("message") failure
+                code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
             except BaseException:
                 import traceback
                 traceback.print_exc()
