@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 from xdsl.ir import SSAValue
 
+from kiln.ir.ops.nn import conv_output_size, per_dim
 from kiln.ir.registry import ops
 from kiln.passes.base import register_pass
-from kiln.passes.rewrite import RewritePass, constant, pattern, value_of
+from kiln.passes.rewrite import RewritePass, constant, current_op, pattern, value_of
 
 aten = ops.aten
 
@@ -58,7 +59,7 @@ class TrimConvolutionTaps(RewritePass):
 def used_taps(size: int, kernel: int, stride: int, padding: int, dilation: int) -> tuple[int, int] | None:
     """The first and last tap of one spatial dim that some output reads inside an image of `size` (not padding);
     None when the dim has no output."""
-    outputs = (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    outputs = conv_output_size(size, kernel, stride, padding, dilation)
     used = []
     for tap in range(kernel):
         first = tap * dilation - padding  # the position output 0 reads; output o reads first + o * stride
@@ -75,10 +76,11 @@ def _trimmed(input: SSAValue, weight: SSAValue, stride: Any, padding: Any, dilat
     values = value_of(weight)
     if spatial < 1 or not isinstance(values, np.ndarray) or not all(isinstance(s, int) for s in sizes):
         return None
-    per_dim = [_per_dim(option, spatial) for option in (stride, padding, dilation)]
-    if any(option is None for option in per_dim):
-        return None  # a symbolic option, or padding given as 'same'
-    strides, paddings, dilations = per_dim
+    strides, paddings, dilations = (per_dim(current_op().name, name, option, spatial)
+                                    for name, option in (("stride", stride), ("padding", padding),
+                                                         ("dilation", dilation)))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*strides, *paddings, *dilations)):
+        return None  # a symbolic option
     kept, new_padding = [], []
     for size, kernel, step, pad, spread in zip(sizes, values.shape[2:], strides, paddings, dilations):
         taps = used_taps(size, kernel, step, pad, spread)
@@ -86,9 +88,9 @@ def _trimmed(input: SSAValue, weight: SSAValue, stride: Any, padding: Any, dilat
             return None
         first, last = taps
         shortened = pad - first * spread
-        outputs = (size + 2 * pad - spread * (kernel - 1) - 1) // step + 1
         # the same outputs from the kept taps, with padding kept symmetric as ATen's convolution takes it
-        if shortened < 0 or (size + 2 * shortened - spread * (last - first) - 1) // step + 1 != outputs:
+        if shortened < 0 or conv_output_size(size, last - first + 1, step, shortened, spread) != \
+                conv_output_size(size, kernel, step, pad, spread):
             first, last, shortened = 0, kernel - 1, pad
         kept.append(slice(first, last + 1))
         new_padding.append(shortened)
@@ -101,10 +103,3 @@ def _trimmed(input: SSAValue, weight: SSAValue, stride: Any, padding: Any, dilat
     hint = (weight.name_hint or "weight").removeprefix("p_").removeprefix("c_")
     return constant(np.ascontiguousarray(values[(slice(None), slice(None), *kept)]), f"{hint}_trimmed"), new_padding
 
-
-def _per_dim(option: Any, spatial: int) -> list[int] | None:
-    """A stride, padding or dilation option as one int per spatial dim, or None when it is not static ints."""
-    values = [option] if isinstance(option, int) else list(option)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return None
-    return values * spatial if len(values) == 1 else values

@@ -48,7 +48,7 @@ def _at_least(value: SymInt, bound: SymInt) -> bool:
     return guard_bool(sympy.Ge(value, bound))
 
 
-def _per_dim(op: str, name: str, values, n: int) -> list:
+def per_dim(op: str, name: str, values, n: int) -> list:
     """An int[n] argument given as one value or n values (ATen accepts both)."""
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     require_arg(len(values) in (1, n), op,
@@ -131,9 +131,9 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
     require_dtype(bias is None or dtype_of(bias) is dtype_of(input), op,
                   f"input ({dtype_of(input)}) and bias ({dtype_of(bias) if bias is not None else None}) must have the "
                   "same dtype", fix="convert the bias to the input's dtype")
-    stride, padding, dilation = (_per_dim(op, name, value, n) for name, value in
+    stride, padding, dilation = (per_dim(op, name, value, n) for name, value in
                                  (("stride", stride), ("padding", padding), ("dilation", dilation)))
-    output_padding = _per_dim(op, "output_padding", output_padding, n) if transposed else [0] * n
+    output_padding = per_dim(op, "output_padding", output_padding, n) if transposed else [0] * n
     require_arg(all(_at_least(s, 1) for s in stride), op, f"non-positive stride is not supported, got {stride}")
     require_arg(all(_at_least(p, 0) for p in padding), op, f"negative padding is not supported, got {padding}")
     require_arg(all(_at_least(d, 1) for d in dilation), op, f"dilation must be positive, got {dilation}")
@@ -225,7 +225,7 @@ def _transposed_correlate(x: np.ndarray, w: np.ndarray, stride, padding, dilatio
 def _convolution_kernel(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     n = weight.ndim - 2
     expected = _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    stride, padding, dilation = (_per_dim("", "", v, n) for v in (stride, padding, dilation))
+    stride, padding, dilation = (per_dim("", "", v, n) for v in (stride, padding, dilation))
     acc = _accumulation(input.dtype)
     x, w = input.astype(acc), weight.astype(acc)
     if input.size == 0 or weight.size == 0:
@@ -261,10 +261,10 @@ def _pool_output_size(size, kernel, stride, padding, dilation, ceil_mode):
 
 
 def _pool_arguments(op, n, kernel_size, stride, padding, dilation=1):
-    kernel = _per_dim(op, "kernel_size", kernel_size, n)
-    stride = kernel if not stride else _per_dim(op, "stride", stride, n)
-    padding = _per_dim(op, "padding", padding, n)
-    dilation = _per_dim(op, "dilation", dilation, n)
+    kernel = per_dim(op, "kernel_size", kernel_size, n)
+    stride = kernel if not stride else per_dim(op, "stride", stride, n)
+    padding = per_dim(op, "padding", padding, n)
+    dilation = per_dim(op, "dilation", dilation, n)
     require_arg(all(k > 0 for k in kernel), op, f"kernel_size must be greater than zero, got {kernel}")
     require_arg(all(s > 0 for s in stride), op, f"stride must be greater than zero, got {stride}")
     require_arg(all(d > 0 for d in dilation), op, f"dilation must be greater than zero, got {dilation}")
@@ -1271,10 +1271,10 @@ def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
             f"expected a 2-D or 3-D (batch mode) input with possibly 0 batch size and non-zero dimensions for input, "
             f"got shape {list(shape)}")
     require_arg(len(output_size) == 2, op, f"output_size must have 2 elements, got {list(output_size)}")
-    kernel = _per_dim(op, "kernel_size", kernel_size, 2)
-    dilation = _per_dim(op, "dilation", dilation, 2)
-    padding = _per_dim(op, "padding", padding, 2)
-    stride = _per_dim(op, "stride", stride, 2)
+    kernel = per_dim(op, "kernel_size", kernel_size, 2)
+    dilation = per_dim(op, "dilation", dilation, 2)
+    padding = per_dim(op, "padding", padding, 2)
+    stride = per_dim(op, "stride", stride, 2)
     require_arg(all(k > 0 for k in kernel) and all(d > 0 for d in dilation) and all(s > 0 for s in stride)
                 and all(p >= 0 for p in padding), op,
                 f"kernel_size, dilation and stride must be positive and padding non-negative, got "
@@ -1294,8 +1294,8 @@ def _col2im_meta(self, output_size, kernel_size, dilation, padding, stride):
 
 
 def _col2im_kernel(self, output_size, kernel_size, dilation, padding, stride):
-    kernel = _per_dim("", "", kernel_size, 2)
-    dilation, padding, stride = (_per_dim("", "", v, 2) for v in (dilation, padding, stride))
+    kernel = per_dim("", "", kernel_size, 2)
+    dilation, padding, stride = (per_dim("", "", v, 2) for v in (dilation, padding, stride))
     batched = self.ndim == 3
     cols = self if batched else self[None]
     height, width = (int(s) for s in output_size)
@@ -1328,8 +1328,8 @@ def _col2im_decomposition(self, output_size, kernel_size, dilation, padding, str
     window of the padded image (its positions are distinct) in the kernel's accumulation dtype, then cropped."""
     aten = ops.aten
     _col2im_meta(self, output_size, kernel_size, dilation, padding, stride)
-    kernel = _per_dim("", "", kernel_size, 2)
-    dilation, padding, stride = (_per_dim("", "", v, 2) for v in (dilation, padding, stride))
+    kernel = per_dim("", "", kernel_size, 2)
+    dilation, padding, stride = (per_dim("", "", v, 2) for v in (dilation, padding, stride))
     dtype = dtype_of(self)
     accumulate = dtypes.dtype(_accumulation(np.dtype(dtype.numpy))) if dtype is not dtypes.bool_ else dtype
     cols = self if len(shape_of(self)) == 3 else aten.unsqueeze.default(self, 0)
@@ -1459,7 +1459,7 @@ def _define_conv_padding(n: int):
 
     def arguments(weight, stride, padding, dilation):
         """(stride, symmetric padding, extra right padding, dilation) per spatial dim."""
-        stride, dilation = _per_dim(op, "stride", stride, n), _per_dim(op, "dilation", dilation, n)
+        stride, dilation = per_dim(op, "stride", stride, n), per_dim(op, "dilation", dilation, n)
         require_arg(padding in ("valid", "same"), op, f"Invalid padding string: '{padding}'",
                     fix='use "valid", "same" or a list of ints')
         if padding == "valid":
