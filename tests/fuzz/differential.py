@@ -258,14 +258,20 @@ def _next_float(x: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 
 # Ops that sum products or elements: a backend may add their terms in another order, which moves the result by
-# about one ulp of the sum of the terms' magnitudes, far more than one ulp of the result where terms cancel.
+# about one ulp of the sum of the terms' magnitudes, far more than one ulp of the result where terms cancel. An
+# interpolation is such a sum too (onnxruntime's Resize computes a lerp, ATen a weighted sum: seed 9191's logit of a
+# bilinear upsample near 0), and so is an average pool. (The op on |operands| is that magnitude for weights >= 0;
+# bicubic's few negative weights make it smaller: conservative. grid_sampler is left out: |grid| moves the samples.)
 ACCUMULATING = {f"aten.{name}" for name in (
     "mm.default", "bmm.default", "matmul.default", "addmm.default", "baddbmm.default", "addbmm.default",
     "addmv.default", "mv.default", "dot.default", "linear.default", "einsum.default", "bilinear.default",
     "sum.default", "sum.dim_IntList", "mean.default", "mean.dim", "cumsum.default", "conv1d.default",
     "conv2d.default", "conv3d.default", "convolution.default", "tensordot.default", "conv1d.padding",
     "conv2d.padding", "conv3d.padding", "conv_transpose1d.default", "conv_transpose2d.input",
-    "conv_transpose3d.input")}
+    "conv_transpose3d.input", "upsample_linear1d.default", "upsample_linear1d.vec", "upsample_bilinear2d.default",
+    "upsample_bilinear2d.vec", "upsample_bicubic2d.vec", "avg_pool1d.default", "avg_pool2d.default",
+    "avg_pool3d.default", "adaptive_avg_pool1d.default", "adaptive_avg_pool2d.default", "adaptive_avg_pool3d.default",
+    "_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default")}
 
 
 def _backend_float(arguments: Any) -> type:

@@ -199,6 +199,84 @@ def test_every_convolution_may_add_its_terms_in_another_order(name):
         assert abs(float(program(*inputs).ravel()[0]) - 1.0) >= 2e8 * 2.0 ** -23 * 0.99
 
 
+# Each interpolation and average pool as a weighted sum of terms that cancel: (op name, input shape, the call's
+# other arguments).
+WEIGHTED_SUMS = [
+    ("avg_pool1d.default", [1, 1, 3], ([3],)),
+    ("avg_pool2d.default", [1, 1, 1, 3], ([1, 3],)),
+    ("avg_pool3d.default", [1, 1, 1, 1, 3], ([1, 1, 3],)),
+    ("adaptive_avg_pool1d.default", [1, 1, 3], ([1],)),
+    ("adaptive_avg_pool2d.default", [1, 1, 1, 3], ([1, 1],)),
+    ("_adaptive_avg_pool2d.default", [1, 1, 1, 3], ([1, 1],)),
+    ("adaptive_avg_pool3d.default", [1, 1, 1, 1, 3], ([1, 1, 1],)),
+    ("_adaptive_avg_pool3d.default", [1, 1, 1, 1, 3], ([1, 1, 1],)),
+    ("upsample_linear1d.default", [1, 1, 2], ([3], True)),
+    ("upsample_linear1d.vec", [1, 1, 2], ([3], True, None)),
+    ("upsample_bilinear2d.default", [1, 1, 1, 2], ([1, 3], True)),
+    ("upsample_bilinear2d.vec", [1, 1, 1, 2], ([1, 3], True, None)),
+    ("upsample_bicubic2d.vec", [1, 1, 1, 2], ([1, 3], True, None)),
+]
+
+
+@pytest.mark.parametrize("name, shape, arguments", WEIGHTED_SUMS, ids=[case[0] for case in WEIGHTED_SUMS])
+def test_every_interpolation_and_average_may_add_its_terms_in_another_order(name, shape, arguments):
+    """An interpolation or an average pool sums weighted elements, which a backend may order otherwise: onnxruntime's
+    Resize computes a lerp, ATen a weighted sum (fuzz seed 9191 met it as a logit of a bilinear upsample near 0.002
+    off by 5e-5). Terms near 1e8 that cancel: the oracle moves the result by an ulp of their weighted magnitudes
+    (about 12), hundreds of ulps of the result."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import ACCUMULATING, _rounding_noise
+    assert f"aten.{name}" in ACCUMULATING
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of(shape, kiln.float32))
+    op = getattr(getattr(ops.aten, name.split(".")[0]), name.split(".")[1])
+    with builder:
+        y = op(x, *arguments)
+    program = builder.build([y])
+    terms = np.array([1e8, 1.0, -1e8] if shape[-1] == 3 else [1e8, -0.99e8], np.float32).reshape(shape)
+    exact = program(terms)  # 1/3 for a pool, 5e5 between the two for an interpolation
+    with _rounding_noise("away", np.random.default_rng(0)):
+        moved = program(terms)
+    assert np.max(np.abs(moved - exact) / np.spacing(exact)) >= 100  # ulps of the result
+
+
+def test_an_interpolation_through_an_ill_conditioned_logit_is_told_apart():
+    """Fuzz seed 9191: logit of a bilinear upsample whose terms (near 2.5) cancel to 0.002. onnxruntime's Resize
+    rounds its lerp differently from the interpreter's weighted sum, by less than an ulp of the terms, and the logit
+    turns that into a difference of 6.6e-5 at -6.2 (torch's own float32 is 1.1e-5 off float64's there). That counts
+    as ill-conditioned; a value further off stays a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.codegen.onnx import export_program
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1, 1, 3, 4], kiln.float32))
+    with builder:
+        y = aten.logit.default(aten.upsample_bilinear2d.default(x, [5, 10], False, 1.7, 2.5))
+    program = builder.build([y])
+    inputs = [np.array([[[[1.5838764905929565, -1.0998753309249878, -2.322425365447998, -2.126088857650757],
+                          [-0.7449493408203125, 0.6170491576194763, -2.6504976749420166, -1.6447112560272217],
+                          [-2.5549237728118896, -0.13388800621032715, 0.3641399145126343, -0.356083482503891]]]],
+                       np.float32)]
+    expected = program(*inputs)
+    onnx_result = export_program(program).run(inputs)[0]
+    assert compare(onnx_result, expected) is not None  # beyond float32's default tolerance
+    assert ill_conditioned(program, inputs, [expected], [onnx_result], [0])
+    off = expected.copy()
+    off[0, 0, 3, 3] += np.float32(1e-3)
+    assert not ill_conditioned(program, inputs, [expected], [off], [0])
+
+
 def test_a_normalization_computed_folded_is_told_apart():
     """instance_norm over channels of one element: (x - mean) * rstd * w + b is exactly b, but ATen's CPU kernel and
     onnxruntime compute x * alpha + (b - mean * alpha), alpha = w / sqrt(var + eps), whose two terms (near 9000 here)
