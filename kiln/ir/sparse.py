@@ -319,6 +319,9 @@ def compressed(kind: str, compressed_indices: Any, plain_indices: Any, values: A
         raise SparseInvariantError(f"tensor dimensionality must be sum of batch, base, and dense dimensionalities "
                                    f"(=0 + 2 + {dense_dim}) but got {len(size)}")
     if blocked:
+        if 0 in block:  # torch builds one, but nothing can index its blocks
+            raise UnsupportedError(f"{kind} tensors with blocks of size {block[0]}x{block[1]} are not supported by "
+                                   "kiln", fix="use blocks of at least 1x1")
         for dim in (0, 1):
             if size[dim] % block[dim]:
                 raise SparseInvariantError(f"tensor shape[{dim}] (={size[dim]}) must be divisible with "

@@ -84,8 +84,11 @@ def _treespec_from_node(node: dict[str, Any], namedtuple_fields: dict[str, Any])
     import collections
 
     from kiln.ir.serde.safe_json import load_json
+    children_spec = node.get("children_spec") if isinstance(node, dict) else None
+    if not isinstance(children_spec, (list, type(None))):
+        raise SerdeError("a pytree spec in the program is malformed (a node is not an object with a list of children)")
     kind = node.get("type")
-    children = tuple(_treespec_from_node(c, namedtuple_fields) for c in node.get("children_spec") or [])
+    children = tuple(_treespec_from_node(c, namedtuple_fields) for c in children_spec or [])
     if kind is None:
         return TreeSpec("leaf")
     if kind == "builtins.NoneType":
@@ -94,10 +97,17 @@ def _treespec_from_node(node: dict[str, Any], namedtuple_fields: dict[str, Any])
         return TreeSpec(kind.split(".")[1], None, children)
     if kind in ("builtins.dict", "collections.OrderedDict"):
         keys = load_json(str(node.get("context")).encode("utf-8"), "a dict's keys")
+        if not isinstance(keys, list) or len(keys) != len(children) or \
+                not all(isinstance(k, (str, int, float, bool, type(None))) for k in keys):
+            raise SerdeError("a pytree spec in the program is malformed (a dict's keys are not a list of constants, "
+                             "one per child)")
         return TreeSpec("dict", tuple(keys), children)
     if kind == "collections.namedtuple":
         name = str(node.get("context"))
-        fields = (namedtuple_fields.get(name) or {}).get("field_names") or [f"field{i}" for i in range(len(children))]
+        entry = namedtuple_fields.get(name) if isinstance(namedtuple_fields, dict) else None
+        fields = entry.get("field_names") if isinstance(entry, dict) else None
+        if not (isinstance(fields, list) and len(fields) == len(children) and all(isinstance(f, str) for f in fields)):
+            fields = [f"field{i}" for i in range(len(children))]
         cls = collections.namedtuple(name.rsplit(".", 1)[-1].replace("<", "_").replace(">", "_") or "NamedTuple",
                                      fields, rename=True)
         return TreeSpec("namedtuple", cls, children)

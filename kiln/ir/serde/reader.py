@@ -85,9 +85,28 @@ _IGNORED_OPS = {_ASSERT_SCALAR, "torch.ops.aten.sym_constrain_range_for_size.def
 
 
 def _field(data: Any, key: str, kind: type | tuple[type, ...], what: str) -> Any:
-    if not isinstance(data, dict) or key not in data or not isinstance(data[key], kind):
+    if not isinstance(data, dict) or key not in data or not _is(data[key], kind):
         raise SerdeError(f"malformed program: {what} lacks a valid {key!r}")
     return data[key]
+
+
+def _optional(data: Any, key: str, kind: type | tuple[type, ...], what: str, default: Any = None) -> Any:
+    """data[key], or `default` where the key is absent or null; a malformed program where `data` is not an object or
+    the value has another type."""
+    if not isinstance(data, dict):
+        raise SerdeError(f"malformed program: {what} is not an object")
+    value = data.get(key)
+    if value is None:
+        return default
+    if not _is(value, kind):
+        raise SerdeError(f"malformed program: {what} has an invalid {key!r}")
+    return value
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    """isinstance, except that JSON's true and false are no int."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
 
 
 def _last_uses(nodes: list[Any], outputs: list[Any]) -> dict[str, int]:
@@ -134,12 +153,12 @@ class _ProgramReader:
         self.sparse_inputs: dict[str, Any] = {}  # graph input name -> kiln layout text (formats.KILN_SPARSE_MEMBER)
         self.unbacked_ranges: dict[str, ValueRange] = {}  # torch's unbacked symbol name -> its range
         self.sym_values: dict[Any, SSAValue] = {}  # a SymInt expression -> the op result that computes it
-        for name, bounds in (document.get("range_constraints") or {}).items():
+        for name, bounds in _optional(document, "range_constraints", dict, "the program", {}).items():
             key = parse_srepr(f"Symbol('{name}')", self.rename) if str(name).isidentifier() else None
             if not isinstance(key, sympy.Symbol) or not isinstance(bounds, dict):
                 continue  # derived entries (`s0 + 1`) follow from their symbols
-            lower = bounds.get("min_val")
-            upper = bounds.get("max_val")
+            lower = _optional(bounds, "min_val", int, f"the range of {name}")
+            upper = _optional(bounds, "max_val", int, f"the range of {name}")
             value_range = ValueRange(-INF if lower is None else int(lower), INF if upper is None else int(upper))
             if _is_unbacked_name(str(key)):  # kiln's meta rules make their own; torch's range narrows them
                 self.unbacked_ranges[str(key)] = value_range
@@ -199,7 +218,7 @@ class _ProgramReader:
                    mutated: dict[str, SSAValue] | None = None) -> list[Any]:
         """Replay `graph`'s nodes into `builder`; return the values of its outputs."""
         self.tensor_values = _field(graph, "tensor_values", dict, "a graph")
-        self.sym_int_values = graph.get("sym_int_values") or {}
+        self.sym_int_values = _optional(graph, "sym_int_values", dict, "a graph", {})
         nodes = _field(graph, "nodes", list, "a graph")
         last_use = _last_uses(nodes, _field(graph, "outputs", list, "a graph"))
         outer_live = self.live
@@ -220,23 +239,23 @@ class _ProgramReader:
         if kind == "as_tensor":
             return self.lookup(env, _field(value, "name", str, what))
         if kind == "as_tensors":
-            return [self.lookup(env, _field(v, "name", str, what)) for v in value]
+            return [self.lookup(env, _field(v, "name", str, what)) for v in _list(value, what)]
         if kind == "as_optional_tensors":
-            return [self.argument(v, env, what) for v in value]
+            return [self.argument(v, env, what) for v in _list(value, what)]
         if kind == "as_optional_tensor":
             return self.argument(value, env, what)
         if kind == "as_float":
             return _float_value(value, what)
-        if kind in ("as_int", "as_bool", "as_string"):
-            return value
+        if kind in _CONSTANTS:
+            return _constant(kind, value, what)
         if kind in ("as_ints", "as_floats", "as_bools", "as_strings"):
-            if not isinstance(value, list):
-                raise SerdeError(f"malformed program: {what} is not a list")
-            return [_float_value(v, what) for v in value] if kind == "as_floats" else list(value)
+            if kind == "as_floats":
+                return [_float_value(v, what) for v in _list(value, what)]
+            return [_constant(kind[:-1], v, what) for v in _list(value, what)]
         if kind == "as_sym_int":
             return self.sym_argument(value, env, what)
         if kind == "as_sym_ints":
-            return [self.sym_argument(v, env, what) for v in value]
+            return [self.sym_argument(v, env, what) for v in _list(value, what)]
         if kind in ("as_sym_float", "as_sym_bool"):
             return self.sym_argument(value, env, what)
         if kind == "as_scalar_type":
@@ -253,13 +272,15 @@ class _ProgramReader:
         kind, value = _union(data, what)
         if kind == "as_name":
             return self.lookup(env, value)
-        if kind in ("as_int", "as_float", "as_bool"):
-            return value
+        if kind == "as_float":
+            return _float_value(value, what)
+        if kind in _CONSTANTS:
+            return _constant(kind, value, what)
         raise SerdeError(f"malformed program: {what} is a {kind}")
 
     @staticmethod
     def lookup(env: dict[str, Any], name: Any) -> Any:
-        if name not in env:
+        if not isinstance(name, str) or name not in env:
             raise SerdeError(f"malformed program: value {name!r} is used before it is defined")
         return env[name]
 
@@ -282,8 +303,9 @@ class _ProgramReader:
             if not handled and not _known(target) and not _known(target.replace("_.", ".", 1)):
                 self.unknown[target[len("torch.ops."):] if target.startswith("torch.ops.aten.") else target] += 1
             return
-        arguments = [(entry.get("name"), self.argument(_field(entry, "arg", dict, f"an input of {target}"), env,
-                                                       f"an input of {target}"), entry.get("kind", 1))
+        arguments = [(_optional(entry, "name", str, f"an input of {target}"),
+                      self.argument(_field(entry, "arg", dict, f"an input of {target}"), env, f"an input of {target}"),
+                      _optional(entry, "kind", int, f"an input of {target}", 1))
                      for entry in inputs]
         if target in _SYM_SIZE_OPS or target in _SYM_OPERATORS:
             self.sym_node(target, arguments, outputs, env)
@@ -309,6 +331,8 @@ class _ProgramReader:
         if opdef is None and name.startswith("aten.") and name.split(".")[1].endswith("_") and \
                 _known(name.replace("_.", ".", 1)):
             opdef = REGISTRY[name.replace("_.", ".", 1)]  # functionalize `x.add_(1)` on buffers and inputs
+            if not arguments:
+                raise SerdeError(f"malformed program: in-place {name} has no arguments")
             inplace_target = arguments[0][1]
         if opdef is None:
             self.unknown[name if name.startswith("aten.") else target] += 1
@@ -354,7 +378,8 @@ class _ProgramReader:
                             env: dict[str, Any], mutated: dict[SSAValue, SSAValue]) -> bool:
         """Training batch norm updates its running stats: torch's training IR does it inside `batch_norm`,
         its functional IR returns them from `_native_batch_norm_legit_functional`; kiln spells it out."""
-        values = [v for _, v, _ in arguments]
+        values = REGISTRY[name].schema.bind([v for _, v, kind in arguments if kind != 2],  # checked, in order
+                                            {str(key): v for key, v, kind in arguments if kind == 2})
         x, weight, bias, running_mean, running_var = values[:5]
         training, momentum, eps = (values[5], values[6], values[7])
         if not training or running_mean is None or momentum is None:
@@ -403,14 +428,19 @@ class _ProgramReader:
     def sym_node(self, target: str, arguments: list[Any], outputs: list[Any], env: dict[str, Any]) -> None:
         """Fold a SymInt/SymBool node into a sympy expression, computed from kiln's own values where possible
         (kiln's meta rules name unbacked sizes themselves), else the expression torch recorded."""
+        if len(outputs) != 1:
+            raise SerdeError(f"malformed program: node {target} has {len(outputs)} outputs, not one")
         name = _field(_union(outputs[0], target)[1], "as_name", str, f"node {target}")
         values = [v for _, v, _ in arguments]
         value = None
-        if target == "torch.ops.aten.sym_size.int" and isinstance(values[0], SSAValue) and \
+        if target == "torch.ops.aten.sym_size.int" and len(values) == 2 and isinstance(values[0], SSAValue) and \
                 isinstance(values[0].type, TensorType) and isinstance(values[1], int):
-            value = values[0].type.shape[values[1]]
+            shape = values[0].type.shape
+            if not -len(shape) <= values[1] < len(shape):
+                raise SerdeError(f"malformed program: {target} reads dim {values[1]} of a rank-{len(shape)} tensor")
+            value = shape[values[1]]
         elif target in _SYM_OPERATORS and not any(isinstance(v, SSAValue) for v in values):
-            value = _SYM_OPERATORS[target](*values)
+            value = _sym_operator(target, values)
             if isinstance(value, sympy.Expr):
                 value = self.shape_env.simplify(value)
         if value is None:
@@ -442,7 +472,8 @@ class _ProgramReader:
         if not isinstance(value, SSAValue) or not isinstance(value.type, SymIntType):
             return value
         expr = value.type.expr
-        recorded = (self.sym_int_values.get(name) or {}).get("as_expr")
+        entry = self.sym_int_values.get(name)
+        recorded = entry.get("as_expr") if isinstance(entry, dict) else None
         recorded_text = recorded.get("expr_str") if isinstance(recorded, dict) else None
         torch_expr = parse_srepr(recorded_text, {}) if isinstance(recorded_text, str) else None
         if isinstance(expr, sympy.Symbol) and expr in self.shape_env.symbols and isinstance(torch_expr, sympy.Symbol):
@@ -709,6 +740,40 @@ def _is_unbacked_name(name: str) -> bool:
 _SPECIAL_FLOATS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 
 
+def _sym_operator(target: str, values: list[Any]) -> Any:
+    """A SymInt/SymBool node's operator on its (non-tensor) arguments. The file chooses them: the wrong count or
+    kind of arguments is a malformed program, and so is an integer result beyond int64 (a chain of squarings would
+    otherwise grow without bound)."""
+    if target == "_operator.pow" and len(values) == 2 and all(_is(v, int) for v in values) and \
+            abs(values[0]) > 1 and values[1] > 64:
+        raise SerdeError(f"malformed program: {target}({values[0]}, {values[1]}) is beyond int64")
+    try:
+        value = _SYM_OPERATORS[target](*values)
+    except (TypeError, ValueError, ArithmeticError, AttributeError, sympy.SympifyError) as error:
+        raise SerdeError(f"malformed program: {target} of {values!r}: {error}") from None
+    if _is(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        raise SerdeError(f"malformed program: {target} of {values!r} is beyond int64")
+    return value
+
+
+# A constant argument's union kind -> the JSON type it holds.
+_CONSTANTS = {"as_int": int, "as_bool": bool, "as_string": str}
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def _constant(kind: str, value: Any, what: str) -> Any:
+    """An int (in int64's range), bool or string argument, checked."""
+    if not _is(value, _CONSTANTS[kind]) or (kind == "as_int" and not _INT64[0] <= value <= _INT64[1]):
+        raise SerdeError(f"malformed program: {what} is not {'an int64' if kind == 'as_int' else kind[3:]}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise SerdeError(f"malformed program: {what} is not a list")
+    return value
+
+
 def _float_value(value: Any, what: str) -> float:
     """torch writes non-finite floats as the strings `Infinity`, `-Infinity` and `NaN` (its JSON disallows them)."""
     if isinstance(value, str) and value in _SPECIAL_FLOATS:
@@ -810,12 +875,12 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
         name = _field(arg, "name", str, "a graph input")
         if arg_kind != "as_tensor" or name not in tensor_values:
             raise SerdeError(f"input {name!r} is not a tensor; kiln reads tensor inputs only")
-        target = spec.get(_INPUT_TARGETS[kind]) if kind in _INPUT_TARGETS else None
+        target = _field(spec, _INPUT_TARGETS[kind], str, f"a {kind} input") if kind in _INPUT_TARGETS else None
         if target in pickled:
             raise UnsafeArchiveError(f"the program needs {target!r}, which the file stores as a pickle; kiln never "
                                      "unpickles", fix="save it with torch 2.13's default (raw tensor bytes)")
         value_type = reader.tensor_type(tensor_values[name], f"input {name!r}", name)
-        persistent = spec.get("persistent") if kind == "buffer" else None
+        persistent = _optional(spec, "persistent", bool, "a buffer input") if kind == "buffer" else None
         env[name] = builder.add_input(name, value_type, _INPUT_KINDS[kind], target, persistent)
     mutated: dict[SSAValue, SSAValue] = {}
     outputs = reader.read_graph(graph, builder, env, mutated)
@@ -855,7 +920,7 @@ def program_from_document(document: Any, state_dict: dict[str, np.ndarray], cons
         value = reader.materialize(value, builder)
         output_kind, target_key = _OUTPUT_KINDS[kind]
         returned.append(value)
-        output_specs.append((output_kind, spec.get(target_key) if target_key else None))
+        output_specs.append((output_kind, _optional(spec, target_key, str, f"a {kind} output") if target_key else None))
     names = value_names(builder.block)
     input_names = {arg: names[arg] for arg in builder.block.args}
     specs = []
@@ -897,12 +962,12 @@ def _check_weights(program: ExportedProgram) -> None:
 def _read_call_specs(program: ExportedProgram, module: dict[str, Any], none_outputs: list[int]) -> None:
     """The calling convention: torch's input and output structure. An output that is None (torch keeps it as a
     constant leaf) becomes a None node of the output structure, which kiln's programs return without a value."""
-    entries = module.get("module_call_graph") or []
+    entries = _optional(module, "module_call_graph", list, "the program", [])
     root = next((e for e in entries if isinstance(e, dict) and e.get("fqn") == ""), None)
     signature = root.get("signature") if root else None
     if not isinstance(signature, dict):
         return
-    fields = module.get("treespec_namedtuple_fields") or {}
+    fields = _optional(module, "treespec_namedtuple_fields", dict, "the program", {})
     in_spec = formats.treespec_from_json(signature.get("in_spec"), fields)
     out_spec = formats.treespec_from_json(signature.get("out_spec"), fields)
     user_inputs = len(program.graph_signature.user_inputs) + len(program.input_constants)
@@ -953,8 +1018,8 @@ def read_tensors(reader: ArchiveReader, config_path: str, directory: str, limits
         meta = _field(entry, "tensor_meta", dict, f"weight {fqn!r}")
         dtype = formats.dtype_of_code(meta.get("dtype"))
         sizes = [_static_int(d, fqn) for d in _field(meta, "sizes", list, f"weight {fqn!r}")]
-        strides = [_static_int(d, fqn) for d in meta.get("strides") or []] or None
-        offset = _static_int(meta.get("storage_offset") or {"as_int": 0}, fqn)
+        strides = [_static_int(d, fqn) for d in _optional(meta, "strides", list, f"weight {fqn!r}", [])] or None
+        offset = _static_int(_optional(meta, "storage_offset", dict, f"weight {fqn!r}", {"as_int": 0}), fqn)
         if any(d < 0 for d in sizes) or offset < 0 or (strides is not None and len(strides) != len(sizes)):
             raise UnsafeArchiveError(f"weight {fqn!r} has a malformed shape {sizes}")
         count = math.prod(sizes)
@@ -983,7 +1048,7 @@ def read_tensors(reader: ArchiveReader, config_path: str, directory: str, limits
 
 def _static_int(data: Any, fqn: str) -> int:
     kind, value = _union(data, f"a size of weight {fqn!r}")
-    if kind != "as_int" or not isinstance(value, int) or isinstance(value, bool):
+    if kind != "as_int" or not _is(value, int) or not _INT64[0] <= value <= _INT64[1]:
         raise SerdeError(f"weight {fqn!r} has a symbolic or malformed size")
     return value
 
@@ -1056,8 +1121,10 @@ def assemble_sparse_weights(described: dict[str, Any], state_dict: dict[str, Any
         shape = _field(entry, "shape", list, what)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise SerdeError(f"{what} has a malformed shape {shape!r}")
+        if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+            raise SerdeError(f"{what}: its components {names!r} are not distinct names")
         store = next((s for s in (state_dict, constants) if all(f"{fqn}.{n}" in s for n in names)), None)
-        if store is None or not all(isinstance(n, str) for n in names):
+        if store is None:
             raise SerdeError(f"{what}: the file lacks its components {names!r}")
         parts = {n: store.pop(f"{fqn}.{n}") for n in names}
         try:

@@ -179,6 +179,19 @@ def _strings(value: Any, what: str) -> list[str]:
     return value
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _input_name(spec: Any) -> str | None:
+    """The graph input an input spec (`{"buffer": {"arg": {"name": ...}, ...}}`) names, or None if it is malformed."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        return None
+    body = next(iter(spec.values()))
+    arg = body.get("arg") if isinstance(body, dict) else None
+    return _text(arg.get("name")) if isinstance(arg, dict) else None
+
+
 def fold_sparse_constructors(document: Any, described: dict[str, Any]) -> None:
     """Undo `construct_sparse_weights` on a document read from a file (in place): each built weight becomes the
     input it was, and the component weights are left for `assemble_sparse_weights` to rebuild."""
@@ -188,6 +201,9 @@ def fold_sparse_constructors(document: Any, described: dict[str, Any]) -> None:
         inputs, nodes, values = graph["inputs"], graph["nodes"], graph["tensor_values"]
     except (KeyError, TypeError):
         raise SerdeError("the program document lacks its graph or signature") from None
+    if not (isinstance(specs, list) and isinstance(inputs, list) and isinstance(nodes, list) and
+            isinstance(values, dict)):
+        raise SerdeError("malformed program: its graph's inputs, nodes, tensor values or input specs")
     for fqn, entry in described.items():
         record = entry.get("graph") if isinstance(entry, dict) else None
         if record is None:
@@ -197,8 +213,7 @@ def fold_sparse_constructors(document: Any, described: dict[str, Any]) -> None:
             raise SerdeError(f"malformed {formats.KILN_SPARSE_MEMBER}: the graph record of {fqn!r}")
         placeholders = _strings(record.get("placeholders"), f"{fqn!r}'s placeholders")
         built = set(_strings(record.get("nodes"), f"{fqn!r}'s nodes"))
-        spec_names = [next(iter(spec.values()), {}).get("arg", {}).get("name") if isinstance(spec, dict) else None
-                      for spec in specs]
+        spec_names = [_input_name(spec) for spec in specs]
         if not placeholders or placeholders[0] not in spec_names or \
                 len(specs) != len(inputs) or not set(placeholders) <= set(spec_names):
             raise SerdeError(f"{formats.KILN_SPARSE_MEMBER} names placeholders of {fqn!r} the graph does not have",
@@ -209,15 +224,16 @@ def fold_sparse_constructors(document: Any, described: dict[str, Any]) -> None:
             [specs[i] for i in keep[position:]]
         inputs[:] = [inputs[i] for i in keep[:position]] + [copy.deepcopy(record["input"])] + \
             [inputs[i] for i in keep[position:]]
-        try:
-            name = next(iter(record["spec"].values()))["arg"]["name"]
-        except (KeyError, TypeError, StopIteration):
-            raise SerdeError(f"malformed {formats.KILN_SPARSE_MEMBER}: the input spec of {fqn!r}") from None
-        nodes[:] = [node for node in nodes if not (isinstance(node, dict) and node.get("name") in built)]
+        name = _input_name(record["spec"])
+        if name is None:
+            raise SerdeError(f"malformed {formats.KILN_SPARSE_MEMBER}: the input spec of {fqn!r}")
+        nodes[:] = [node for node in nodes if not (isinstance(node, dict) and _text(node.get("name")) in built)]
         for node in nodes:  # a convolution read a dense copy of the weight: it reads the weight again
-            for argument in node.get("inputs", []) if isinstance(node, dict) else []:
-                tensor = argument.get("arg", {}).get("as_tensor") if isinstance(argument, dict) else None
-                if isinstance(tensor, dict) and tensor.get("name") in built:
+            arguments = node.get("inputs") if isinstance(node, dict) else None
+            for argument in arguments if isinstance(arguments, list) else []:
+                arg = argument.get("arg") if isinstance(argument, dict) else None
+                tensor = arg.get("as_tensor") if isinstance(arg, dict) else None
+                if isinstance(tensor, dict) and _text(tensor.get("name")) in built:
                     tensor["name"] = name
         for built_name in [*placeholders, *built]:
             values.pop(built_name, None)
