@@ -615,6 +615,12 @@ class Report:
             lines.append(f"{name:<14}{sum(counts.values()):>9}{counts['matched']:>9}{counts['mismatch']:>9}"
                          f"{counts['crash']:>7}{counts['unsupported']:>12}{counts['ill-conditioned']:>10}"
                          f"{counts['tie-dependent']:>6}{counts['resize-infinity']:>8}")
+        shown: set[tuple] = set()
+        for name, reasons in self.refusals.items():  # what each backend refused most (once for alike backends)
+            top = tuple(reasons.most_common(3))
+            if top and top not in shown:
+                shown.add(top)
+                lines.append(f"{name} refused most: " + "; ".join(f"{count} x {reason[:150]}" for reason, count in top))
         return "\n".join(lines)
 
 
