@@ -12,6 +12,7 @@ import sympy
 
 from kiln.codegen.target import Target, mask_put_fits, put_fits
 from kiln.ir import dtypes
+from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.ops.shape import slice_bounds
 from kiln.ir.program import ExportedProgram
@@ -58,6 +59,62 @@ def _batch_norm_by_reductions(input, weight, bias, eps):
         out = aten._to_copy.default(out, dtype=dtype_of(input))
     channels = shape_of(input)[1]
     return out, aten.view.default(mean, [channels]), aten.view.default(rstd, [channels])
+
+
+def _batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """torch's training IR's batch norm (kiln's functional IR leaves the running statistics as they are): the
+    batch's statistics when training, else the running ones, whose form the backends compile."""
+    if training:
+        return _batch_norm_batch_stats(input, weight, bias, training, momentum, eps)
+    return aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var,
+                                                              momentum, eps)
+
+
+def _layer_norm_flattened(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer norm over several trailing dims (`nn.LayerNorm([C, H, W])`) as one over their product, the last dim,
+    which is what the kernels normalize; mean and rstd come back in ATen's shape, a 1 per normalized dim."""
+    shape, count = list(shape_of(input)), len(normalized_shape)
+    if count == 1:
+        return NotImplemented
+    outer, size = shape[:len(shape) - count], math.prod(normalized_shape)
+    flat_weight = None if weight is None else aten.reshape.default(weight, [size])
+    flat_bias = None if bias is None else aten.reshape.default(bias, [size])
+    out, mean, rstd = aten.native_layer_norm.default(aten.reshape.default(input, [*outer, size]), [size],
+                                                     flat_weight, flat_bias, eps)
+    stats = [*outer, *[1] * count]
+    return aten.reshape.default(out, shape), aten.reshape.default(mean, stats), aten.reshape.default(rstd, stats)
+
+
+def _reduced_in_dtype(op: Any) -> Callable[..., Any]:
+    """sum / mean / prod with dtype=: ATen converts the input to that dtype and reduces it there. The kernels
+    reduce in the input's own dtype, so the conversion comes first; an integer sum or product, which ATen widens to
+    int64 without dtype=, is converted back (the low bits of a wider sum are the narrower sum's)."""
+    def rewrite(input, *args, dtype=None):
+        if dtype is None or dtype is dtypes.bool_:
+            return NotImplemented
+        result = op(aten._to_copy.default(input, dtype=dtype), *args)
+        return result if dtype_of(result) is dtype else aten._to_copy.default(result, dtype=dtype)
+    return rewrite
+
+
+def _on_a_vector(op: Any) -> Callable[..., Any]:
+    """softmax or log_softmax of a 0-d tensor: the op along the one dim of its 1-element vector."""
+    def rewrite(input, dim, *args):
+        if shape_of(input):
+            return NotImplemented
+        return aten.reshape.default(op(aten.reshape.default(input, [1]), 0, *args), [])
+    return rewrite
+
+
+def _cumsum(input, dim, dtype=None):
+    """cumsum of a 0-d tensor along its 1-element vector, and with a dtype= other than the input's as a conversion
+    first (ATen's order; an integer cumsum, which ATen widens to int64 without dtype=, converted back)."""
+    if not shape_of(input):
+        return aten.reshape.default(aten.cumsum.default(aten.reshape.default(input, [1]), 0, dtype=dtype), [])
+    if dtype is None or dtype is dtype_of(input) or dtype is dtypes.bool_:
+        return NotImplemented
+    result = aten.cumsum.default(aten._to_copy.default(input, dtype=dtype), dim)
+    return result if dtype_of(result) is dtype else aten._to_copy.default(result, dtype=dtype)
 
 
 def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):
@@ -122,6 +179,13 @@ def _index_put_by_masks(input, indices, values, accumulate=False):
 
 LEGALIZATIONS: dict[str, Callable[..., Any]] = {
     "aten._native_batch_norm_legit.no_stats": _batch_norm_batch_stats,
+    "aten._native_batch_norm_legit.default": _batch_norm_legit,
+    "aten.native_layer_norm.default": _layer_norm_flattened,
+    **{f"aten.{name}": _reduced_in_dtype(getattr(getattr(aten, name.split(".")[0]), name.split(".")[1]))
+       for name in ("sum.dim_IntList", "mean.dim", "mean.default", "prod.dim_int", "prod.default")},
+    "aten._softmax.default": _on_a_vector(aten._softmax.default),
+    "aten._log_softmax.default": _on_a_vector(aten._log_softmax.default),
+    "aten.cumsum.default": _cumsum,
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
     "aten.index.Tensor": _index_by_masks,
@@ -139,8 +203,17 @@ def _masked_index(op: Any) -> bool:
 
 # which instances of an op of LEGALIZATIONS need their rewrite (all, for ops not named here): a retrace for none
 # would only cost time
-NEEDED: dict[str, Callable[[Any], bool]] = {"aten.index.Tensor": _masked_index,
-                                            "aten.index_put.default": lambda op: _masked_index(op) and not put_fits(op)}
+NEEDED: dict[str, Callable[[Any], bool]] = {
+    "aten.index.Tensor": _masked_index,
+    "aten.index_put.default": lambda op: _masked_index(op) and not put_fits(op),
+    "aten.native_layer_norm.default": lambda op: len(bound_arguments(op)[1]) > 1,
+    **{f"aten.{name}": lambda op: op.opdef.schema.arguments[-1].name == "dtype" and
+       bound_arguments(op)[-1] not in (None, dtypes.bool_)
+       for name in ("sum.dim_IntList", "mean.dim", "mean.default", "prod.dim_int", "prod.default")},
+    **{f"aten.{name}.default": lambda op: not op.operands[0].type.shape for name in ("_softmax", "_log_softmax")},
+    "aten.cumsum.default": lambda op: not op.operands[0].type.shape or
+    bound_arguments(op)[2] not in (None, op.operands[0].type.dtype, dtypes.bool_),
+}
 
 
 def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]]:
