@@ -207,8 +207,7 @@ NEEDED: dict[str, Callable[[Any], bool]] = {
     "aten.index.Tensor": _masked_index,
     "aten.index_put.default": lambda op: _masked_index(op) and not put_fits(op),
     "aten.native_layer_norm.default": lambda op: len(bound_arguments(op)[1]) > 1,
-    **{f"aten.{name}": lambda op: op.opdef.schema.arguments[-1].name == "dtype" and
-       bound_arguments(op)[-1] not in (None, dtypes.bool_)
+    **{f"aten.{name}": lambda op: bound_arguments(op)[-1] not in (None, dtypes.bool_)  # dtype=, the last
        for name in ("sum.dim_IntList", "mean.dim", "mean.default", "prod.dim_int", "prod.default")},
     **{f"aten.{name}.default": lambda op: not op.operands[0].type.shape for name in ("_softmax", "_log_softmax")},
     "aten.cumsum.default": lambda op: not op.operands[0].type.shape or

@@ -296,8 +296,8 @@ class Signature:
                 else:
                     self._input_checks = None
                     return
-            static = tuple(d for d, _ in dims) if all(symbol < 0 for _, symbol in dims) else None
-            self._input_checks.append((np.dtype(dtypes.dtype(spec["dtype"]).numpy), static, len(dims), dims))
+            static_shape = tuple(d for d, _ in dims) if all(symbol < 0 for _, symbol in dims) else None
+            self._input_checks.append((np.dtype(dtypes.dtype(spec["dtype"]).numpy), static_shape, len(dims), dims))
         if bound != set(range(len(self.symbols))):
             self._input_checks = None
             return
@@ -306,11 +306,11 @@ class Signature:
     def _bind_fast(self, arrays: list) -> list[int] | None:
         """Symbol values (in kiln_run's order) when every input passes the precomputed checks, else None."""
         values = [-1] * len(self.symbols)
-        for (dtype, static, rank, dims), array in zip(self._input_checks, arrays):
+        for (dtype, static_shape, rank, dims), array in zip(self._input_checks, arrays):
             if array.dtype != dtype:
                 return None
-            if static is not None:
-                if array.shape != static:
+            if static_shape is not None:  # every dim static: one compare
+                if array.shape != static_shape:
                     return None
                 continue
             if array.ndim != rank:
