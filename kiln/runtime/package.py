@@ -219,8 +219,8 @@ class Signature:
     def __init__(self, manifest: dict):
         self.manifest = manifest
         self.symbols = [parse_dim(s["name"]) for s in manifest["symbols"]]
-        ranges = {sym: ValueRange(s["lower"] if s["lower"] is not None else 0,
-                                  s["upper"] if s["upper"] is not None else float("inf"))
+        ranges = {sym: ValueRange(s.get("lower") if s.get("lower") is not None else 0,  # null or absent: none
+                                  s.get("upper") if s.get("upper") is not None else float("inf"))
                   for sym, s in zip(self.symbols, manifest["symbols"])}
         specs = [SimpleNamespace(name=i["name"]) for i in manifest["inputs"]]
         args = [SimpleNamespace(type=TensorType.of([parse_dim(d) for d in i["shape"]], dtypes.dtype(i["dtype"])))
@@ -281,8 +281,9 @@ class Signature:
         self._static_outputs = None if self.symbols else [
             (None if shape is None else tuple(shape), dtype) for shape, dtype in self._outputs]
         position = {sym: k for k, sym in enumerate(self.symbols)}
-        bounds = [(s["lower"] if s["lower"] is not None else 0,
-                   s["upper"] if s["upper"] is not None else np.iinfo(np.int64).max) for s in self.manifest["symbols"]]
+        bounds = [(s.get("lower") if s.get("lower") is not None else 0,
+                   s.get("upper") if s.get("upper") is not None else np.iinfo(np.int64).max)
+                  for s in self.manifest["symbols"]]
         self._input_checks = []
         bound: set[int] = set()
         for spec in self.manifest["inputs"]:

@@ -284,6 +284,45 @@ def test_calls_outside_the_manifest_ranges_are_refused_before_native_code(packag
     assert model(np.ones((8, 3), np.float32)).shape == (8, 2)
 
 
+def test_a_symbol_range_without_bounds_means_none(genuine, package):
+    """A range's bound may be null or absent (the checks allowed both; the loader read an absent one as a KeyError):
+    the library's own plan still bounds the call."""
+    _edit(package, _set("symbols.0.lower", _DELETE))
+    _edit(package, _set("symbols.0.upper", _DELETE))
+    model = kiln.runtime.load(package)
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_allclose(model(x), genuine[0](x), rtol=1.3e-6, atol=1e-5)
+    with pytest.raises(KilnError, match="symbol batch = 100 is outside its range"):
+        model(np.ones((100, 3), np.float32))
+
+
+def test_manifests_changed_at_random_places_run_or_are_refused(genuine, tmp_path):
+    """tests/serde/mutate.py's mutations on the manifest (a key deleted, a value of another type, a name swapped,
+    an entry repeated or dropped): each package loads and runs, or is refused with a KilnError."""
+    import copy
+    import random
+
+    from tests.serde.mutate import mutate
+    original, rng, escapes = json.loads((genuine[1] / "manifest.json").read_text()), random.Random(0), []
+    for number in range(300):
+        folder = Path(shutil.copytree(genuine[1], tmp_path / f"pkg{number}"))
+        document = copy.deepcopy(original)
+        changes = [mutate(document, rng) for _ in range(rng.choice([1, 1, 2]))]
+        (folder / "manifest.json").write_text(json.dumps(document))
+        try:
+            model = kiln.runtime.load(folder)
+            try:
+                model(np.ones((3, 3), np.float32))
+            except KilnError:
+                pass
+        except KilnError:
+            pass
+        except Exception as error:  # noqa: BLE001  (what the test is for)
+            escapes.append(f"{type(error).__name__}: {error} after {changes}")
+        shutil.rmtree(folder)
+    assert not escapes, "\n".join(escapes[:5])
+
+
 def test_a_manifest_range_wider_than_the_library_is_refused_by_kiln_run(package):
     _edit(package, _set("symbols.0.upper", 10_000))  # the library's memory plan assumed batch <= 64
     model = kiln.runtime.load(package)
