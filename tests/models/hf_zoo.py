@@ -709,6 +709,22 @@ ARCHITECTURES = {a.name: a for a in [
     Architecture("patchtsmixer", _hf("PatchTSMixerModel", "PatchTSMixerConfig", num_input_channels=3,
                                      context_length=32, patch_length=8, patch_stride=8, d_model=16, num_layers=2),
                  _series, {"past_values": {0: "batch"}}),
+    # added 2026-12-07: a CNN backbone, a vision tower, encoders (GTE, MRA's multi-resolution attention, RoCBert's
+    # glyph and pronunciation embeddings, UltraBERT), decoders (Doge's dynamic mask attention, ImageGPT)
+    _vision("hgnet-v2", "HGNetV2Backbone", "HGNetV2Config", depths=[1, 1], hidden_sizes=[32, 64],
+            stem_channels=[3, 8, 16], stage_in_channels=[16, 32], stage_mid_channels=[8, 16],
+            stage_out_channels=[32, 64], stage_num_blocks=[1, 1], stage_downsample=[False, True],
+            stage_downsample_strides=[2, 2], stage_light_block=[False, True], stage_kernel_size=[3, 5],
+            stage_numb_of_layers=[2, 2], stage_names=["stem", "stage1", "stage2"], out_features=["stage2"]),
+    _vision("mlcd-vision", "MLCDVisionModel", "MLCDVisionConfig", **VISION),
+    _encoder("gte", "GteModel", "GteConfig", **TEXT),
+    _encoder("mra", "MraModel", "MraConfig", **TEXT),
+    _encoder("roc-bert", "RoCBertModel", "RoCBertConfig", **dict(TEXT, shape_vocab_size=50,
+                                                                  pronunciation_vocab_size=50)),
+    _encoder("ultrabert", "UltrabertModel", "UltrabertConfig", **TEXT),
+    _decoder("doge", "DogeForCausalLM", "DogeConfig", **LLAMA_LIKE),
+    _decoder("imagegpt", "ImageGPTModel", "ImageGPTConfig", n_embd=64, n_layer=2, n_head=4, vocab_size=100,
+             n_positions=64, use_cache=False),
 ]}
 
 
