@@ -1823,14 +1823,16 @@ def _allocate_while_running(buf: Buffer, at_bind: dict[int, list[str]], bound_af
 
 def _hand_over(allocated: list[Buffer], schedule: Schedule) -> list[str]:
     """kiln_run's last lines for the outputs it allocated: each to the caller's kiln_allocated_output with its
-    shape after a run that succeeded, freed after one that failed."""
+    shape after a run that succeeded, freed after one that failed. The shape is the output's, not its buffer's: an
+    output may be a view of the buffer in another shape (`x[mask].reshape(...)`)."""
     if not allocated:
         return []
     handed = [f"    {line}" for line in symbol_prologue(schedule, len(schedule.symbols))]
     for buf in allocated:
         target = f"((kiln_allocated_output*)outputs[{buf.io_index}])"
+        shape = schedule.outputs[buf.io_index][1]
         handed += [f"        {target}->data = ctx->buf[{buf.index}];",
-                   *(f"        {target}->shape[{k}] = {dim_expr(d)};" for k, d in enumerate(buf.shape))]
+                   *(f"        {target}->shape[{k}] = {dim_expr(d)};" for k, d in enumerate(shape))]
     return ["    if (status == 0)", "    {", *handed, "    }", "    else", "    {",
             *(f"        free(ctx->buf[{buf.index}]);" for buf in allocated), "    }"]
 
