@@ -1,7 +1,8 @@
 """.pt2 files changed at random places (tests/serde/mutate.py) load, or are refused with a KilnError: the reader
 checks the type of every field it reads. Before, a mutation campaign found a reader that trusted the file's
-structure in 14 places (a KeyError, TypeError, AttributeError or IndexError instead of a SerdeError), an integer
-beyond int64 that reached xDSL, and a symbolic `pow` a file could make compute without end."""
+structure at 24 lines (a KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError or
+ZeroDivisionError instead of a SerdeError) and an integer beyond int64 that reached xDSL; reading the code then
+found a symbolic `pow` a file could make compute without end."""
 
 from __future__ import annotations
 
