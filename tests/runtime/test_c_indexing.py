@@ -85,13 +85,19 @@ def test_cumsum_on_each_dim(dim, tmp_path):
         _check(model(x, k), program(x, k))
 
 
-def test_cumsum_rejects_a_casting_dtype(tmp_path):
+def test_cumsum_with_a_casting_dtype_converts_first(tmp_path):
+    """dtype= other than the input's: legalized into a conversion, then the kernel's cumsum (to bool it stays
+    refused)."""
     def fn(x):
         return call(aten.cumsum.default, x, 0, dtype=kiln.float64)
 
-    program = kiln.export(LambdaModule(fn), (kiln.randn(3, 4),))
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    program = kiln.export(LambdaModule(fn), (kiln.tensor(x),))
+    _check(compile_c(program, output=tmp_path / "model")(x), program(x))
+    to_bool = kiln.export(LambdaModule(lambda x: call(aten.cumsum.default, x, 0, dtype=kiln.bool)),
+                          (kiln.tensor(x),))
     with pytest.raises(UnsupportedError, match="cumsum.*dtype="):
-        compile_c(program, output=tmp_path / "model")
+        compile_c(to_bool, output=tmp_path / "to_bool")
 
 
 def test_flip_feeding_pointwise_reduction_and_matmul(tmp_path):
