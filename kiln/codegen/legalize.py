@@ -85,36 +85,39 @@ def _layer_norm_flattened(input, normalized_shape, weight=None, bias=None, eps=1
     return aten.reshape.default(out, shape), aten.reshape.default(mean, stats), aten.reshape.default(rstd, stats)
 
 
+def _computed_in(dtype: dtypes.DType, op: Any, input: Any, *args: Any) -> Any:
+    """`op` with dtype=: ATen converts the input to that dtype and computes there. The kernels compute in the
+    input's own dtype, so the conversion comes first; an integer result, which ATen widens to int64 without dtype=, is
+    converted back (the low bits of a wider sum or product are the narrower one's)."""
+    result = op(aten._to_copy.default(input, dtype=dtype), *args)
+    return result if dtype_of(result) is dtype else aten._to_copy.default(result, dtype=dtype)
+
+
 def _reduced_in_dtype(op: Any) -> Callable[..., Any]:
-    """sum / mean / prod with dtype=: ATen converts the input to that dtype and reduces it there. The kernels
-    reduce in the input's own dtype, so the conversion comes first; an integer sum or product, which ATen widens to
-    int64 without dtype=, is converted back (the low bits of a wider sum are the narrower sum's)."""
+    """sum / mean / prod with a dtype= (to bool it stays as it is, and refused)."""
     def rewrite(input, *args, dtype=None):
         if dtype is None or dtype is dtypes.bool_:
             return NotImplemented
-        result = op(aten._to_copy.default(input, dtype=dtype), *args)
-        return result if dtype_of(result) is dtype else aten._to_copy.default(result, dtype=dtype)
+        return _computed_in(dtype, op, input, *args)
     return rewrite
 
 
 def _on_a_vector(op: Any) -> Callable[..., Any]:
-    """softmax or log_softmax of a 0-d tensor: the op along the one dim of its 1-element vector."""
-    def rewrite(input, dim, *args):
+    """softmax, log_softmax or cumsum of a 0-d tensor: the op along the one dim of its 1-element vector."""
+    def rewrite(input, dim, *args, **kwargs):
         if shape_of(input):
             return NotImplemented
-        return aten.reshape.default(op(aten.reshape.default(input, [1]), 0, *args), [])
+        return aten.reshape.default(op(aten.reshape.default(input, [1]), 0, *args, **kwargs), [])
     return rewrite
 
 
 def _cumsum(input, dim, dtype=None):
-    """cumsum of a 0-d tensor along its 1-element vector, and with a dtype= other than the input's as a conversion
-    first (ATen's order; an integer cumsum, which ATen widens to int64 without dtype=, converted back)."""
+    """cumsum of a 0-d tensor on its vector; with a dtype= other than the input's (but bool), converted first."""
     if not shape_of(input):
-        return aten.reshape.default(aten.cumsum.default(aten.reshape.default(input, [1]), 0, dtype=dtype), [])
+        return _on_a_vector(aten.cumsum.default)(input, dim, dtype=dtype)
     if dtype is None or dtype is dtype_of(input) or dtype is dtypes.bool_:
         return NotImplemented
-    result = aten.cumsum.default(aten._to_copy.default(input, dtype=dtype), dim)
-    return result if dtype_of(result) is dtype else aten._to_copy.default(result, dtype=dtype)
+    return _computed_in(dtype, aten.cumsum.default, input, dim)
 
 
 def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):

@@ -100,24 +100,21 @@ def test_layer_norm_over_several_dims_with_a_symbolic_batch(tmp_path):
         _check(compiled(x), program(x))
 
 
-@pytest.mark.parametrize("op, arguments, rewritten", [
-    (aten.native_layer_norm.default, lambda x: (x, [4], None, None, 1e-5), False),  # the last dim: the kernel's
-    (aten.native_layer_norm.default, lambda x: (x, [3, 4], None, None, 1e-5), True),
-    (aten.sum.dim_IntList, lambda x: (x, [0]), False),
-    (aten.sum.dim_IntList, lambda x: (x, [0], False, kiln.float64), True),
-    (aten.sum.dim_IntList, lambda x: (x, [0], False, kiln.bool), False),  # refused, as before
-    (aten.cumsum.default, lambda x: (x, 1), False),
-    (aten.cumsum.default, lambda x: (x, 1, kiln.float32), False),  # its own dtype: the kernel's
-    (aten.cumsum.default, lambda x: (x, 1, kiln.float64), True),
+@pytest.mark.parametrize("op, args, kwargs, rewritten", [
+    (aten.native_layer_norm.default, ([4], None, None, 1e-5), {}, False),  # over the last dim: the kernel's own
+    (aten.native_layer_norm.default, ([3, 4], None, None, 1e-5), {}, True),
+    (aten.sum.dim_IntList, ([0],), {}, False),
+    (aten.sum.dim_IntList, ([0],), {"dtype": kiln.float64}, True),
+    (aten.sum.dim_IntList, ([0],), {"dtype": kiln.bool}, False),  # refused, as before
+    (aten.cumsum.default, (1,), {}, False),
+    (aten.cumsum.default, (1,), {"dtype": kiln.float32}, False),  # its own dtype: the kernel's
+    (aten.cumsum.default, (1,), {"dtype": kiln.float64}, True),
 ])
-def test_only_the_forms_the_kernels_refuse_are_rewritten(op, arguments, rewritten):
+def test_only_the_forms_the_kernels_refuse_are_rewritten(op, args, kwargs, rewritten):
     builder = GraphBuilder()
     x = builder.add_input("x", TensorType.of([3, 4], kiln.float32))
     with builder:
-        args = arguments(x)
-        *positional, last = args
-        result = op(*positional, dtype=last) if op is not aten.native_layer_norm.default and \
-            isinstance(last, kiln.dtype) else op(*args)
+        result = op(x, *args, **kwargs)
     program = builder.build(list(result) if isinstance(result, (tuple, list)) else [result])
     node = next(o for o in program.nodes() if o.name == op.name)
     assert NEEDED[op.name](node) is rewritten

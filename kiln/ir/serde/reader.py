@@ -178,9 +178,7 @@ class _ProgramReader:
     def dim(self, data: Any, what: str) -> Any:
         kind, value = _union(data, what)
         if kind == "as_int":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise SerdeError(f"malformed program: {what} is not an integer")
-            return value
+            return _constant(kind, value, what)
         if kind == "as_expr":
             expr = parse_srepr(_field(value, "expr_str", str, what), self.rename)
             hint = value.get("hint")
@@ -696,15 +694,13 @@ def _hop_operands(value: Any, what: str) -> tuple[list[SSAValue], list[Any]]:
     a SymInt list, and SymInts after tensors inside the tensor list, by name."""
     if value is None:
         return [], []
-    if not isinstance(value, list):
-        raise SerdeError(f"malformed program: {what} is not a list")
     operands: list[SSAValue] = []
     arguments: list[Any] = []
-    for item in value:
+    for item in _list(value, what):
         if isinstance(item, SSAValue) and isinstance(item.type, TensorType):
             operands.append(item)
             arguments.append(item.type)
-        elif isinstance(item, (int, sympy.Expr)) and not isinstance(item, bool):
+        elif _is(item, (int, sympy.Expr)):
             arguments.append(item)
         else:
             raise SerdeError(f"malformed program: {what} holds a {type(item).__name__}, not a tensor or SymInt")
@@ -1119,7 +1115,7 @@ def assemble_sparse_weights(described: dict[str, Any], state_dict: dict[str, Any
         layout_text = _field(entry, "layout", str, what)
         names = _field(entry, "components", list, what)
         shape = _field(entry, "shape", list, what)
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        if not all(_is(d, int) and d >= 0 for d in shape):
             raise SerdeError(f"{what} has a malformed shape {shape!r}")
         if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
             raise SerdeError(f"{what}: its components {names!r} are not distinct names")
