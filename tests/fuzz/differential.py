@@ -414,21 +414,27 @@ def _rounding_noise(direction: str, rng: np.random.Generator) -> Iterator[None]:
         interpreter.run_kernel = exact
 
 
+# How ill_conditioned moves the inputs and the op results one ulp: together (away from zero, toward it, at random), and
+# apart, so that a result computed from an input and from an op on other inputs (remainder(exp(i), b): both move up
+# together, and the shift cancels) shows its spread too
+MOVES = [("away", "away"), ("toward", "toward"), ("random", "random"), ("away", "toward"), ("toward", "away")]
+
+
 def ill_conditioned(program: ExportedProgram, inputs: list[np.ndarray], expected: list[Any], got: list[Any],
                     outputs: list[int]) -> bool:
     """Whether the mismatching `outputs` are rounding amplified by an ill-conditioned computation (exp of a large
     dot product, a softmax down to subnormals, a float a ulp below an integer converted to int): each differing
     element of a float output lies within SPREAD_FACTOR times the oracle's own spread when its float inputs and every
-    op's float results move one ulp (away from zero, toward it, at random: rounding, as a backend's order of
-    operations or libm differs), plus the dtype's tolerance; each differing element of an integer or bool output is a
-    value one of those moved runs gives it. A conservative test: cancellation can hide the spread, and then the
-    mismatch stays a mismatch."""
+    op's float results move one ulp (away from zero, toward it, at random, and the inputs one way and the results
+    the other: MOVES; rounding, as a backend's order of operations or libm differs), plus the dtype's tolerance;
+    each differing element of an integer or bool output is a value one of those moved runs gives it. A conservative
+    test: cancellation can hide the spread, and then the mismatch stays a mismatch."""
     rng = np.random.default_rng(0)
     try:
         runs = []
-        for direction in ("away", "toward", "random"):
-            with _rounding_noise(direction, rng):
-                runs.append(run_program(program, _nudged(inputs, direction, rng)))
+        for inputs_move, results_move in MOVES:
+            with _rounding_noise(results_move, rng):
+                runs.append(run_program(program, _nudged(inputs, inputs_move, rng)))
     except Exception:  # noqa: BLE001  (the nudged values leave the program's domain)
         return False
     for index in outputs:

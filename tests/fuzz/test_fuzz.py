@@ -685,3 +685,31 @@ def test_the_summary_names_the_ops_in_scope_that_no_program_ran():
     assert "ops covered: 1 of 3 in scope, 3 op applications" in summary
     assert "ops in scope that no program ran: aten.exp.default, aten.mul.Tensor" in summary
     assert "no program ran" not in Report(ops=collections.Counter({"aten.add.Tensor": 1})).summary(["aten.add.Tensor"])
+
+
+def test_rounding_of_a_computed_operand_against_an_input_is_told_apart():
+    """remainder(exp(6), b) with b an input: C's float32 exp(6) is the correctly rounded 403.4288, numpy's one ulp
+    below, and the remainder (403.43 - 129 b = 0.218) keeps that ulp of 403 as 1.4e-4 of its result. Moving every
+    input and op result one ulp the same way moves exp(6) and 129 b alike, and the difference cancels: the oracle also
+    moves its inputs one way and its op results the other (fuzz seed 15151, where C was called wrong)."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    x = builder.add_input('x', TensorType.of([1], kiln.int64))
+    b = builder.add_input('b', TensorType.of([1], kiln.float32))
+    with builder:
+        y = aten.remainder.Tensor(aten.exp.default(x), b)
+    program = builder.build([y])
+    inputs = [np.array([6], np.int64), np.array([3.1256651878356934], np.float32)]
+    expected = program(*inputs)
+    correctly_rounded = np.float32(np.exp(np.float64(6)))
+    got = np.array([np.float64(correctly_rounded) - 129 * np.float64(inputs[1][0])], np.float32)
+    assert compare(got, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [got], [0])
+    assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(3e-4)], [0])
