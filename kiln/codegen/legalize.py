@@ -8,17 +8,22 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import sympy
 
-from kiln.codegen.target import Target, mask_put_fits, put_fits
+from kiln.codegen.target import (
+    HALF_ARITHMETIC, HALF_DTYPES, Target, half_native, mask_put_fits, put_fits, tensor_dtypes, tensor_value,
+)
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.ops.shape import slice_bounds
 from kiln.ir.program import ExportedProgram
-from kiln.ir.registry import REGISTRY, OpOverload, handle, ops
+from kiln.ir.registry import REGISTRY, OpDef, OpOverload, handle, ops, run_meta, split_bound
 from kiln.ir.retrace import default_decompositions, retrace
 from kiln.ir.symbolic import provably
+from kiln.ir.types import TensorType
+from kiln.ir.verifier import flatten_meta
 from kiln.passes import run as run_passes
 
 aten = ops.aten
@@ -180,6 +185,104 @@ def _index_put_by_masks(input, indices, values, accumulate=False):
     return NotImplemented if expanded is None else aten.index_put.default(input, expanded, values, accumulate)
 
 
+def _widened(value: Any) -> Any:
+    """An argument with half precision made float32: a tensor converted (exactly), a dtype named float32."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_widened(v) for v in value)
+    if isinstance(value, dtypes.DType):
+        return dtypes.float32 if value in HALF_DTYPES else value
+    if tensor_value(value) and dtype_of(value) in HALF_DTYPES:
+        return aten._to_copy.default(value, dtype=dtypes.float32)
+    return value
+
+
+def _tensor_types(value: Any) -> Any:
+    """Traced arguments as the meta rules take them: tensors by their types."""
+    if isinstance(value, (list, tuple)):
+        return [_tensor_types(v) for v in value]
+    return value.type if tensor_value(value) else value
+
+
+# Binary arithmetic whose ATen kernel reads its scalar arguments in the result's dtype: a float scalar, a float32 0-d
+# tensor or add's alpha is rounded to float16 first for a float16 result; mul and div read them in float32 (opmath).
+# (The ONNX lowering's `_arith` makes the same distinction.)
+OPERANDS_IN_RESULT_DTYPE = frozenset(
+    [f"aten.{op}.{overload}" for op in ("add", "sub", "remainder", "fmod") for overload in ("Tensor", "Scalar")] +
+    ["aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
+     "aten.maximum.default", "aten.minimum.default"])
+OPERANDS_IN_OPMATH = frozenset(f"aten.{op}.{overload}" for op in ("mul", "div")
+                               for overload in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode"))
+
+
+def _scalar_in(dtype: dtypes.DType, value: Any) -> Any:
+    """A scalar argument as ATen reads it in `dtype`: a 0-d tensor converted, a number rounded (tensors with dims and
+    symbolic sizes as they are)."""
+    if tensor_value(value):
+        return value if shape_of(value) or dtype_of(value) is dtype else aten._to_copy.default(value, dtype=dtype)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        with np.errstate(over="ignore"):
+            return float(np.asarray(value, dtype=np.float64).astype(dtype.numpy))
+    return value
+
+
+def _in_float32(opdef: OpDef) -> Callable[..., Any]:
+    """The op on half-precision values computed as ATen's CPU kernels do, for a target that only stores them: in
+    float32 (every half operand converted, a half dtype= made float32), each half result rounded once."""
+    def rewrite(*args: Any, **kwargs: Any) -> Any:
+        bound = opdef.schema.bind(args, kwargs)
+        typed = [_tensor_types(v) if a.type.is_tensor else v for a, v in zip(opdef.schema.arguments, bound)]
+        wanted = [t.dtype if isinstance(t, TensorType) else None for t in flatten_meta(run_meta(opdef, typed))]
+        operands = [dtype_of(v) for v in _leaves(bound) if tensor_value(v)]
+        if not _on_half(opdef.name, operands, [d for d in wanted if d is not None], bound):
+            return NotImplemented
+        if opdef.name in OPERANDS_IN_RESULT_DTYPE | OPERANDS_IN_OPMATH and wanted[0] in HALF_DTYPES:
+            dtype = wanted[0] if opdef.name in OPERANDS_IN_RESULT_DTYPE else dtypes.float32
+            bound = [_scalar_in(dtype, v) for v in bound]
+        positional, keywords = split_bound(opdef, [_widened(v) for v in bound])
+        result = OpOverload(opdef)(*positional, **keywords)
+        dtypes_left = iter(wanted)
+
+        def narrowed(value: Any) -> Any:
+            if isinstance(value, (list, tuple)):
+                return type(value)(narrowed(v) for v in value)
+            dtype = next(dtypes_left)
+            return aten._to_copy.default(value, dtype=dtype) if dtype in HALF_DTYPES else value
+        return narrowed(result)
+    return rewrite
+
+
+def _log_softmax_in_half(input, dim, half_to_float):
+    """ATen's CPU log_softmax over the last dim of float16/bfloat16 keeps the exp-sum and its log in the input dtype:
+    (x - max) - round(log(round(sum(exp(x - max))))), float32 in between (as the ONNX lowering writes it)."""
+    dtype, rank = dtype_of(input), len(shape_of(input))
+    if dtype not in HALF_DTYPES or half_to_float or not rank or dim % rank != rank - 1:
+        return NotImplemented
+
+    def rounded(value: Any) -> Any:
+        return aten._to_copy.default(aten._to_copy.default(value, dtype=dtype), dtype=dtypes.float32)
+    x = aten._to_copy.default(input, dtype=dtypes.float32)
+    shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
+    total = aten.sum.dim_IntList(aten.exp.default(shifted), [dim], True)
+    return aten._to_copy.default(aten.sub.Tensor(shifted, rounded(aten.log.default(rounded(total)))), dtype=dtype)
+
+
+# ops on half precision that ATen does not compute as float32 rounded once, rewritten to round where ATen's does
+HALF_LEGALIZATIONS: dict[str, Callable[..., Any]] = {"aten._log_softmax.default": _log_softmax_in_half}
+
+
+def _leaves(values: Any) -> list[Any]:
+    if isinstance(values, (list, tuple)):
+        return [leaf for v in values for leaf in _leaves(v)]
+    return [values]
+
+
+def _on_half(name: str, operands: list[dtypes.DType], results: list[dtypes.DType], arguments: list[Any]) -> bool:
+    """Whether an op works on half-precision values other than as `half_native` allows: those it computes on, or
+    makes (a half dtype= other than a conversion's)."""
+    makes_half = any(isinstance(a, dtypes.DType) and a in HALF_DTYPES for a in _leaves(arguments))
+    return makes_half and name != "aten._to_copy.default" or not half_native(name, operands, results)
+
+
 LEGALIZATIONS: dict[str, Callable[..., Any]] = {
     "aten._native_batch_norm_legit.no_stats": _batch_norm_batch_stats,
     "aten._native_batch_norm_legit.default": _batch_norm_legit,
@@ -218,6 +321,17 @@ NEEDED: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def _first(*rewrites: Callable[..., Any]) -> Callable[..., Any]:
+    """The first of `rewrites` that applies (returns something other than NotImplemented)."""
+    def rewrite(*args: Any, **kwargs: Any) -> Any:
+        for candidate in rewrites:
+            result = candidate(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return NotImplemented
+    return rewrite
+
+
 def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]]:
     """What `legalize` rewrites, by op: LEGALIZATIONS, then every core aten op `target` has no kernel for but the
     registry can decompose. Ops of other namespaces stay, so their own error can say how to lower them."""
@@ -231,13 +345,33 @@ def target_decompositions(target: Target) -> dict[OpOverload, Callable[..., Any]
     return table
 
 
+def _with_half_rewrites(table: dict[OpOverload, Callable[..., Any]],
+                        target: Target) -> dict[OpOverload, Callable[..., Any]]:
+    """`table` with, for every op `target` lowers, the rewrite of its half-precision forms first."""
+    table = dict(table)
+    for name in target.ops - HALF_ARITHMETIC:
+        if name in REGISTRY:
+            overload = OpOverload(REGISTRY[name])
+            rewrites = [HALF_LEGALIZATIONS.get(name), _in_float32(REGISTRY[name]), table.get(overload)]
+            table[overload] = _first(*filter(None, rewrites))
+    return table
+
+
 def legalize(program: ExportedProgram, target: Target) -> ExportedProgram:
-    """`program` with the ops of `target_decompositions(target)` rewritten (unchanged when it has none)."""
+    """`program` with the ops of `target_decompositions(target)` rewritten, and for a target that only stores half
+    precision its ops on half values (unchanged when there are none)."""
     table = target_decompositions(target)
+    on_half = not target.computes_half and any(
+        _on_half(op.name, *tensor_dtypes(op), bound_arguments(op)) for op in program.walk_nodes()
+        if hasattr(op, "opdef") and op.name in target.ops - HALF_ARITHMETIC)
     present = {op.name for op in program.nodes() if NEEDED.get(op.name, lambda _: True)(op)} & {
         op.name for op in table}
-    if not present:
+    if not present and not on_half:
         return program
+    if on_half:
+        table = _with_half_rewrites(table, target)
     # What they emit is decomposed too. A decomposition computes every result, as the op's kernel does; dce drops
-    # those the program never reads (the input gradient of a network's first convolution).
-    return run_passes(retrace(program, {**default_decompositions(), **table}), "cse,dce")
+    # those the program never reads (the input gradient of a network's first convolution). Half-precision weights
+    # converted to float32 become float32 weights, which GEMMs pack when the package is created.
+    return run_passes(retrace(program, {**default_decompositions(), **table}),
+                      "fold-constants{freeze=true views=false},cse,dce" if on_half else "cse,dce")

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from kiln.codegen.kernels import same_dim
 from kiln.codegen.schedule import (
-    BIND_OPS, CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, WINDOW_OPS, bound_symbol,
+    BIND_OPS, CHANNEL_OPS, CONV_OPS, MATMUL_OPS, REDUCTION_OPS, SORT_OPS, VIEW_OPS, WINDOW_OPS, bound_symbol,
 )
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
@@ -51,6 +51,9 @@ class Target:
     binds_data_dependent_sizes: bool = False
     # whether the package keeps the buffers the program mutates (a KV cache) from run to run
     keeps_state: bool = False
+    # whether kernels compute on float16 and bfloat16; a target that only stores them (C) runs every other op on
+    # them in float32 (legalize.py) and keeps only `half_native` ops on the stored values
+    computes_half: bool = True
 
     @property
     def no_lowering(self) -> str:
@@ -68,7 +71,39 @@ class Target:
                 return f"dtype {value.type.dtype.name} is not supported"
         if not hasattr(op, "opdef"):  # a region op (a loop): its body's ops are checked one by one
             return None
+        if not self.computes_half and not half_native(name, *tensor_dtypes(op)):
+            half = next(d for d in [*tensor_dtypes(op)[0], *tensor_dtypes(op)[1]] if d in HALF_DTYPES)
+            return (f"{half.name} is computed in float32 here, which differs from ATen's {half.name} arithmetic for "
+                    f"this op")
         return self.unsupported_arguments(op)
+
+
+HALF_DTYPES = (dtypes.float16, dtypes.bfloat16)
+# Ops a target that only stores half-precision floats keeps on them: views and plain copies move the stored bits
+HALF_MOVES = VIEW_OPS | {"aten.cat.default", "aten.clone.default"}
+# Ops whose half-precision result ATen does not compute as float32 rounded once (a product rounds at every step; a
+# float32 nextafter steps by a float32 ulp): a target that only stores half refuses them
+HALF_ARITHMETIC = frozenset({"aten.prod.dim_int", "aten.prod.default", "aten.nextafter.default"})
+
+
+def tensor_dtypes(op: Any) -> tuple[list[dtypes.DType], list[dtypes.DType]]:
+    """The dtypes of an op's tensor operands and results."""
+    return ([v.type.dtype for v in op.operands if tensor_value(v)],
+            [v.type.dtype for v in op.results if tensor_value(v)])
+
+
+def half_native(name: str, operands: list[dtypes.DType], results: list[dtypes.DType]) -> bool:
+    """Whether an op with these tensor dtypes runs on stored half-precision values as it is, on a target that only
+    stores them: it touches none, or it moves them unchanged (a view, a copy, a cat of one dtype), or converts
+    between them and float32 (exactly, or rounding as ATen does)."""
+    touched = set(operands) | set(results)
+    if not touched & set(HALF_DTYPES):
+        return True
+    if name in HALF_MOVES:
+        return len(touched) == 1
+    return name == "aten._to_copy.default" and len(operands) == 1 and (
+        operands == results or {*operands, *results} <= {dtypes.float32, *HALF_DTYPES} and
+        dtypes.float32 in touched)
 
 
 # Reductions C also computes over integers and bools (CLIP's text pooling is the argmax of its token ids); the

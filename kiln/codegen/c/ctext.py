@@ -20,7 +20,10 @@ from kiln.ir.errors import UnsupportedError
 
 C_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int64: "int64_t", dtypes.int32: "int32_t",
            dtypes.int16: "int16_t", dtypes.int8: "int8_t",
-           dtypes.uint8: "uint8_t", dtypes.bool_: "bool"}
+           dtypes.uint8: "uint8_t", dtypes.bool_: "bool", dtypes.float16: "kiln_f16", dtypes.bfloat16: "kiln_bf16"}
+# Half-precision floats are stored as their bits (kiln_math.h) and computed on as floats: an expression of such a
+# dtype renders as the stored element (a load, or a result rounded to it), which its consumers convert to a number.
+HALF_NAMES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 
 
 def c_type(dtype: dtypes.DType) -> str:
@@ -32,6 +35,19 @@ def c_type(dtype: dtypes.DType) -> str:
 
 def compute_type(dtype: dtypes.DType) -> str:
     return "double" if dtype.is_floating_point else c_type(dtype)
+
+
+def as_number(text: str, dtype: dtypes.DType) -> str:
+    """C for the number an expression of `dtype` holds: a stored half-precision element converted to float."""
+    return f"kiln_{HALF_NAMES[dtype]}_to_float({text})" if dtype in HALF_NAMES else text
+
+
+def rounded(text: str, dtype: dtypes.DType) -> str:
+    """A number converted to `dtype`; to half precision through float (as c10::Half and BFloat16 convert a double),
+    rounding to nearest even, into the stored form."""
+    if dtype in HALF_NAMES:
+        return f"kiln_{HALF_NAMES[dtype]}_from_float((float)({text}))"
+    return f"(({c_type(dtype)})({text}))"
 
 
 def identifier(name: str) -> str:
@@ -175,9 +191,9 @@ class _Exprs:
         if isinstance(node, Accumulator):
             return self.accumulator
         if isinstance(node, Constant):
-            return f"(({c_type(node.dtype)}){literal(node.value)})"
+            return rounded(literal(node.value), node.dtype)
         if isinstance(node, Iota):
-            return f"(({c_type(node.dtype)})({literal(node.start)} + {self.variables[0]} * {literal(node.step)}))"
+            return rounded(f"{literal(node.start)} + {self.variables[0]} * {literal(node.step)}", node.dtype)
         if isinstance(node, Tile):  # repeat: each index modulo the source's size
             variables = [v if size is None else f"({v} % {dim_expr(size)})"
                          for v, size in zip(self.variables, node.sizes)]
@@ -218,9 +234,9 @@ class _Exprs:
             operands = []
             for position, (arg, dtype) in enumerate(zip(node.args, node.arg_dtypes)):
                 if dtype is not None:
-                    text = self.render(arg)
+                    text = as_number(self.render(arg), dtype)
                     if converted is not None and dtype is not converted:
-                        text = f"({c_type(converted)})({text})"
+                        text = as_number(rounded(text, converted), converted)
                     operands.append(text if cast_kind == "where" and position == 0 else f"({target})({text})")
                 elif isinstance(arg, str):
                     operands.append(arg)
@@ -236,10 +252,10 @@ class _Exprs:
                 # A function call evaluates both branches: a ternary makes the compiler load only on one side,
                 # and such masked loads keep the loop from vectorizing.
                 select = f"kiln_where_{compute_type(node.dtype).replace('_t', '')}"
-                return f"(({c_type(node.dtype)})({select}({operands[0]}, {operands[1]}, {operands[2]})))"
+                return rounded(f"{select}({operands[0]}, {operands[1]}, {operands[2]})", node.dtype)
             if node.dtype == dtypes.float32 and node.op in FLOAT32_RULES:
                 rule = FLOAT32_RULES[node.op]
-            return f"(({c_type(node.dtype)})({rule(operands)}))"
+            return rounded(rule(operands), node.dtype)
         raise UnsupportedError(f"cannot render {type(node).__name__}")
 
 

@@ -84,7 +84,8 @@ void* kiln_state_data(kiln_model* m, int i);
 void kiln_reset_state(kiln_model* m);
 
 /* Run once. symbols: one value per kiln_symbol_name (the dynamic dims, bound from the input shapes);
- * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json),
+ * inputs, outputs: contiguous row-major arrays in signature order (dtypes and shapes in manifest.json; a float16 or
+ * bfloat16 element is its 2 bytes of IEEE binary16 or bfloat16 bits),
  * outputs allocated by the caller, but those kiln_output_allocated names (a kiln_allocated_output* each). Returns 0 on success, else nonzero and kiln_error(m) says why.
  * kiln_run does not validate shapes: the caller checks them against manifest.json (Python's
  * kiln.runtime.load does). */

@@ -15,6 +15,48 @@
 #include <string.h>
 
 static inline float kiln_bits_to_float(int32_t bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
+static inline uint32_t kiln_float_bits(float f) { uint32_t bits; memcpy(&bits, &f, sizeof bits); return bits; }
+
+/* float16 and bfloat16 elements: their bits in a one-member struct, so that arithmetic on a stored element fails to
+ * compile instead of reading the bits as an integer. Kernels compute on floats, converting at loads and rounding at
+ * stores to nearest even, as ATen's conversions do (a NaN stays a NaN: float16's of its sign; bfloat16's is 0xFFFF, as
+ * ATen's vectorized conversion writes every NaN, where c10::BFloat16's scalar one writes 0x7FC0).
+ * Integer arithmetic and selects, so loops over them vectorize; no float subnormal is ever an operand. */
+typedef struct { uint16_t bits; } kiln_f16;
+typedef struct { uint16_t bits; } kiln_bf16;
+
+static inline float kiln_f16_to_float(kiln_f16 h)
+{
+    const uint32_t shifted = (uint32_t)(h.bits & 0x7FFFu) << 13;  /* exponent and mantissa in float's places */
+    const uint32_t exponent = shifted & 0x0F800000u;
+    const uint32_t rebiased = shifted + ((127u - 15u) << 23);
+    /* subnormals (and zero): the mantissa as a normal float of exponent 2^-14, less that power of two, exactly */
+    const float small = kiln_bits_to_float((int32_t)(rebiased + (1u << 23))) - kiln_bits_to_float(113 << 23);
+    /* inf, and NaN made quiet (as ATen's conversion, a float multiplication, makes it) */
+    const uint32_t special = rebiased + ((128u - 16u) << 23) | ((shifted & 0x007FFFFFu) != 0 ? 0x00400000u : 0);
+    const uint32_t magnitude = exponent == 0x0F800000u ? special : exponent == 0 ? kiln_float_bits(small) : rebiased;
+    return kiln_bits_to_float((int32_t)(magnitude | (uint32_t)(h.bits & 0x8000u) << 16));
+}
+
+static inline kiln_f16 kiln_f16_from_float(float value)
+{
+    const uint32_t bits = kiln_float_bits(value), magnitude = bits & 0x7FFFFFFFu;
+    /* below 2^-14: a subnormal, rounded to a multiple of 2^-24 by adding 0.5 (whose ulp that is) */
+    const uint32_t small = kiln_float_bits(kiln_bits_to_float((int32_t)magnitude) + 0.5f) - 0x3F000000u;
+    /* normal: rebiased, then the 13 dropped bits rounded half to even (a carry may reach the exponent, up to inf) */
+    const uint32_t normal = (magnitude + 0xC8000FFFu + ((magnitude >> 13) & 1u)) >> 13;
+    const uint32_t half = magnitude >= 0x47800000u ? (magnitude > 0x7F800000u ? 0x7E00u : 0x7C00u)  /* NaN, inf */
+                        : magnitude < 0x38800000u ? small : normal;
+    return (kiln_f16){(uint16_t)(half | (bits >> 16 & 0x8000u))};
+}
+
+static inline float kiln_bf16_to_float(kiln_bf16 h) { return kiln_bits_to_float((int32_t)((uint32_t)h.bits << 16)); }
+
+static inline kiln_bf16 kiln_bf16_from_float(float value)
+{
+    const uint32_t bits = kiln_float_bits(value);
+    return (kiln_bf16){(uint16_t)(value != value ? 0xFFFFu : (bits + 0x7FFFu + (bits >> 16 & 1u)) >> 16)};
+}
 
 /* One polynomial step, p * x + c. ISO C mode (-std=c11) keeps GCC from contracting a * b + c into an FMA, so the
  * polynomials below ask for it: one instruction instead of two, and one rounding. Without FMA hardware (the

@@ -36,7 +36,7 @@ from kiln.codegen.c.conv import (
     conv_as_gemm, conv_epilogue, depthwise, depthwise_scratch, im2col_panel, pixel_rows, render_conv, whole_im2col,
 )
 from kiln.codegen.c.ctext import (
-    RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
+    HALF_NAMES, RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
     accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
     hoist_symbol_divisions, phase_copy, store_result, symbol_name,
 )
@@ -115,13 +115,14 @@ def _staged_pointwise(kernel: Kernel, leaves: list[Any], store: str) -> list[str
     for k, leaf in enumerate(leaves):
         dtype = (leaf.table.buffer if isinstance(leaf, Gather) else leaf.buffer).dtype
         element = "uint8_t" if dtype == dtypes.bool_ else c_type(dtype)  # (a bool leaf renders as a 0/1 test)
+        cast = "" if dtype in HALF_NAMES else f"({element})"  # (a half-precision leaf is its stored element)
         declarations.append(f"    {element} s{k}[{_STAGE_ROWS}][{_STAGE}] __attribute__((aligned(64)));")
         first_loop, second_loop = "for (int64_t r = 0; r < height; ++r)", "for (int64_t c = 0; c < count; ++c)"
         if isinstance(leaf, (Load, Tile)) and sympy.sympify(leaf.strides[rank - 2]) == 1:  # a transpose: down the rows
             first_loop, second_loop = second_loop, first_loop
         copies += [f"    {first_loop}", f"        {second_loop}", "        {",
                    f"            const int64_t {outer} = first + r, {inner} = c0 + c;",
-                   f"            s{k}[r][c] = ({element})({exprs.render(leaf)});", "        }"]
+                   f"            s{k}[r][c] = {cast}({exprs.render(leaf)});", "        }"]
         replaced[id(leaf)] = f"(s{k}[r][c] != 0)" if dtype == dtypes.bool_ else f"s{k}[r][c]"
     value = _Exprs(rank, replaced=replaced).render(kernel.expr)
     # (the loop over tiles of rows is the nest's last one: its variable, named for the dim, counts tiles)

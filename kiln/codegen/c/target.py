@@ -11,8 +11,9 @@ from kiln.codegen.schedule import LOOP_OPS, SCHEDULED_OPS
 from kiln.codegen.target import Target, kernel_argument_limits, sparse_kernel_limits, tensor_value
 from kiln.ir import dtypes
 
-DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int64, dtypes.int32, dtypes.int8, dtypes.uint8,
-                    dtypes.bool_})
+# (float16 and bfloat16 are stored only: ops on them compute in float32, legalize.py)
+DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int64, dtypes.int32,
+                    dtypes.int8, dtypes.uint8, dtypes.bool_})
 
 
 def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
@@ -26,4 +27,4 @@ def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:
 TARGET = Target("C", "c", DTYPES, frozenset(SCHEDULED_OPS | LOOP_OPS), kernel_argument_limits, _unsupported_sparse,
                 team_work, fuses_lstm_cell=recurrent.fuses, gathers_matrix_vector_batches=True,
                 places_cat_parts=True, transposes_24_activations=False,
-                binds_data_dependent_sizes=True, keeps_state=True)
+                binds_data_dependent_sizes=True, keeps_state=True, computes_half=False)
