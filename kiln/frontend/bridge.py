@@ -34,6 +34,18 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     return tensor.numpy().copy()
 
 
+def _plain_structseqs(spec: Any) -> Any:
+    """A pytree spec with torch.return_types named tuples (sort's, topk's, max's (values, indices)) as plain tuples:
+    torch's serializer has no name for them (torch.export.save refuses such a program), and a tuple unpacks alike."""
+    from torch.utils._pytree import TreeSpec
+    children = [_plain_structseqs(child) for child in spec.children()]
+    named = isinstance(spec.type, type) and issubclass(spec.type, tuple) and \
+        spec.type.__module__ == "torch.return_types"
+    if not named and all(new is old for new, old in zip(children, spec.children())):
+        return spec
+    return TreeSpec(tuple if named else spec.type, None if named else spec.context, children)
+
+
 def program_from_torch(exported: Any, symbol_names: dict[str, str] | None = None) -> ExportedProgram:
     """Convert a `torch.export.ExportedProgram` to a kiln program without touching disk.
 
@@ -43,8 +55,16 @@ def program_from_torch(exported: Any, symbol_names: dict[str, str] | None = None
 
     from kiln.ir.serde.reader import load_json_document, program_from_document
     from kiln.ir.serde.writer import KILN_SYMBOLS_KEY
-    artifact = serialize(exported, serialize_state_dict=False, serialize_constants=False,
-                         serialize_example_inputs=False)
+    signatures = [entry.signature for entry in exported.module_call_graph if entry.signature is not None]
+    specs = [signature.out_spec for signature in signatures]
+    try:  # (the caller's program is left as it was)
+        for signature in signatures:
+            signature.out_spec = _plain_structseqs(signature.out_spec)
+        artifact = serialize(exported, serialize_state_dict=False, serialize_constants=False,
+                             serialize_example_inputs=False)
+    finally:
+        for signature, spec in zip(signatures, specs):
+            signature.out_spec = spec
     document = load_json_document(artifact.exported_program)
     if symbol_names and isinstance(document.get("graph_module"), dict):
         metadata = document["graph_module"].setdefault("metadata", {})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.frontend.bridge import program_from_torch
 from tests.serde.support import assert_same, to_numpy
 
 torch = pytest.importorskip("torch")
@@ -337,3 +338,24 @@ def test_a_no_grad_submodule_is_read_in_place(tmp_path):
     for length in (6, 11):
         x = torch.randint(0, 5, (2, length))
         assert_same(program(x.numpy()), module(x).detach())
+
+
+class SortedAndTopk(nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=-1, descending=True), torch.topk(x, 2), x.max(dim=0)
+
+
+def test_from_torch_returns_named_tuples_as_tuples():
+    """torch.return_types named tuples (sort's, topk's, max's) have no name in torch's .pt2 serializer (torch.export
+    .save refuses the program): kiln.from_torch gives them back as plain tuples, and leaves the caller's program as it
+    was."""
+    module, x = SortedAndTopk(), torch.randn(3, 5)
+    exported = torch.export.export(module, (x,))
+    program = program_from_torch(exported)
+    got = program(x.numpy())
+    expected = module(x)
+    assert [type(part) for part in got] == [tuple, tuple, tuple]
+    for got_part, expected_part in zip(got, expected):
+        for g, e in zip(got_part, expected_part):
+            np.testing.assert_array_equal(np.asarray(g), e.numpy())
+    assert type(exported.module()(x)[0]).__module__ == "torch.return_types"
