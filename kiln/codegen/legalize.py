@@ -253,9 +253,11 @@ def _in_float32(opdef: OpDef) -> Callable[..., Any]:
 
 def _log_softmax_in_half(input, dim, half_to_float):
     """ATen's CPU log_softmax over the last dim of float16/bfloat16 keeps the exp-sum and its log in the input dtype:
-    (x - max) - round(log(round(sum(exp(x - max))))), float32 in between (as the ONNX lowering writes it)."""
-    dtype, rank = dtype_of(input), len(shape_of(input))
-    if dtype not in HALF_DTYPES or half_to_float or not rank or dim % rank != rank - 1:
+    (x - max) - round(log(round(sum(exp(x - max))))), float32 in between (as the ONNX lowering writes it). Rows
+    that may be empty (whose max ATen refuses) are left to `_in_float32`: they hold nothing to round."""
+    dtype, shape = dtype_of(input), shape_of(input)
+    if dtype not in HALF_DTYPES or half_to_float or not shape or dim % len(shape) != len(shape) - 1 or \
+            provably(sympy.Gt(shape[-1], 0)) is not True:
         return NotImplemented
 
     def rounded(value: Any) -> Any:
