@@ -81,9 +81,9 @@ class Target:
 HALF_DTYPES = (dtypes.float16, dtypes.bfloat16)
 # Ops a target that only stores half-precision floats keeps on them: views and plain copies move the stored bits
 HALF_MOVES = VIEW_OPS | {"aten.cat.default", "aten.clone.default"}
-# Ops whose half-precision result ATen does not compute as float32 rounded once (a product rounds at every step; a
-# float32 nextafter steps by a float32 ulp): a target that only stores half refuses them
-HALF_ARITHMETIC = frozenset({"aten.prod.dim_int", "aten.prod.default", "aten.nextafter.default"})
+# Ops whose half-precision result ATen does not compute as float32 rounded once (its product rounds at every step, and
+# overflows where float32's would not): a target that only stores half refuses them
+HALF_ARITHMETIC = frozenset({"aten.prod.dim_int", "aten.prod.default"})
 
 
 def tensor_dtypes(op: Any) -> tuple[list[dtypes.DType], list[dtypes.DType]]:
@@ -135,9 +135,8 @@ def kernel_argument_limits(op: Any) -> str | None:
             return "only cumsum of a tensor with dims is supported"
         if args[2] is not None and (args[2] != op.operands[0].type.dtype or args[2] == dtypes.bool_):
             return "dtype= other than the input's dtype is not supported"
-    if name in SORT_OPS:
-        if rank == 0 or op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64, dtypes.int64):
-            return "only sorting a float32, float64 or int64 tensor with dims is supported"
+    if name in SORT_OPS and rank == 0:
+        return "only sorting a tensor with dims is supported"
     if name in ("aten.index_select.default", "aten.gather.default"):
         if rank == 0 or len(op.operands[1].type.shape) not in ((0, 1) if "index_select" in name else (rank,)):
             return "only indexing a tensor with dims (gather: an index of the same rank) is supported"
@@ -181,10 +180,8 @@ def kernel_argument_limits(op: Any) -> str | None:
                                                                "")
     if name in CHANNEL_OPS and rank < 2:
         return "only inputs with a channel dim are supported"
-    if name in MATMUL_OPS:
-        for value in op.operands:
-            if value.type.dtype not in (dtypes.float32, dtypes.float64):
-                return "only floating matmuls are supported"
+    if name in MATMUL_OPS and any(value.type.dtype == dtypes.bool_ for value in op.operands):
+        return "bool matmuls are not supported (nor are they in ATen)"
     return None
 
 

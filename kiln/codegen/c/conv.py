@@ -22,8 +22,8 @@ import sympy
 
 from kiln.codegen.c.build import get_cpu_capability
 from kiln.codegen.c.ctext import (
-    RenderState, _chunking, _Exprs, _flat, _loops, _tile_loop, _view_index, accumulator_type, buffer_name, dim_expr,
-    phase_copy,
+    RenderState, _chunking, _Exprs, _flat, _loops, _tile_loop, _view_index, accumulator_dtype, accumulator_type,
+    buffer_name, dim_expr, phase_copy,
 )
 from kiln.codegen.c.packing import conv_weight_layout
 from kiln.codegen.kernels import Accumulator, Apply, Constant, Gather, Iota, Kernel, Load, Tile, same_dim
@@ -31,9 +31,9 @@ from kiln.ir import dtypes
 
 
 def conv_as_gemm(kernel: Kernel) -> bool:
-    detail, out = kernel.detail, kernel.outputs[0]
+    detail = kernel.detail
     x, w = detail.input, detail.weight
-    return (x.buffer.dtype == w.buffer.dtype == out.dtype == dtypes.float32 and w.is_contiguous
+    return (x.buffer.dtype == w.buffer.dtype == accumulator_dtype(kernel) == dtypes.float32 and w.is_contiguous
             and not detail.transposed
             and all(sympy.sympify(d).is_Integer for d in w.shape[2:]))  # im2col unrolls the taps
 

@@ -369,16 +369,22 @@ def _cstr(text: str) -> str:
     return '"' + "".join(c if c.isalnum() or c in "_.-" else f"\\{ord(c) & 0xFF:03o}" for c in text) + '"'
 
 
-def accumulator_type(kernel: Kernel) -> str:
-    """The C type of `acc_value`, the GEMM or convolution result its epilogue reads: the Accumulator's dtype, which
-    differs from the output's when the epilogue converts (a fused comparison writes bool)."""
+def accumulator_dtype(kernel: Kernel) -> dtypes.DType:
+    """The dtype of the GEMM or convolution result its epilogue reads (`acc_value`): the Accumulator's, which differs
+    from the output's when the epilogue converts (a fused comparison writes bool, a half-precision model's rounding
+    writes float16)."""
     def find(node: Any) -> dtypes.DType | None:
         if isinstance(node, Accumulator):
             return node.dtype
         if isinstance(node, Apply):
             return next((d for d in map(find, node.args) if d is not None), None)
         return None
-    return c_type(find(kernel.expr) or kernel.outputs[0].dtype)
+    return find(kernel.expr) or kernel.outputs[0].dtype
+
+
+def accumulator_type(kernel: Kernel) -> str:
+    """The C type of `acc_value` (accumulator_dtype)."""
+    return c_type(accumulator_dtype(kernel))
 
 
 def phase_copy(declare_row: str, inside: str, column: Any, size: str, load: str, fill: str) -> list[str]:

@@ -36,9 +36,9 @@ from kiln.codegen.c.conv import (
     conv_as_gemm, conv_epilogue, depthwise, depthwise_scratch, im2col_panel, pixel_rows, render_conv, whole_im2col,
 )
 from kiln.codegen.c.ctext import (
-    HALF_NAMES, RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop, _view_index,
-    accumulator_type, buffer_name, c_type, checked_index, compute_type, condition_expr, dim_expr, identifier, literal,
-    hoist_symbol_divisions, phase_copy, store_result, symbol_name,
+    HALF_NAMES, RenderState, _allocate, _chunking, _cstr, _Exprs, _flat, _loops, _shared_units, _tile_loop,
+    _view_index, accumulator_dtype, accumulator_type, buffer_name, c_type, checked_index, compute_type,
+    condition_expr, dim_expr, hoist_symbol_divisions, identifier, literal, phase_copy, store_result, symbol_name,
 )
 
 ABI_VERSION = 6
@@ -142,12 +142,12 @@ def _staged_pointwise(kernel: Kernel, leaves: list[Any], store: str) -> list[str
 
 
 def _gemm_operands_f32(kernel: Kernel) -> bool:
-    a, b, out = kernel.detail.a[0], kernel.detail.b[0], kernel.outputs[0]
-    return a.dtype == b.dtype == out.dtype == dtypes.float32
+    """A float32 product (whatever the epilogue writes: a half-precision model rounds it to float16 there)."""
+    return kernel.detail.a[0].dtype == kernel.detail.b[0].dtype == accumulator_dtype(kernel) == dtypes.float32
 
 
 def _matrix_vector(kernel: Kernel) -> bool:
-    return kernel.kind == "matmul" and matrix_vector(kernel.shape, kernel.detail, kernel.outputs[0].dtype)
+    return kernel.kind == "matmul" and matrix_vector(kernel.shape, kernel.detail, accumulator_dtype(kernel))
 
 
 def _gemv_f32(kernel: Kernel, state: RenderState) -> list[str]:
@@ -436,12 +436,14 @@ def _packs_a(kernel: Kernel, packed: dict) -> bool:
         not (sympy.sympify(kernel.shape[0]).is_Integer and int(kernel.shape[0]) < 2 * _MAX_MR)
 
 
-def _addmm_value(detail: MatmulDetail, bias: str, product: str) -> str:
+def _addmm_value(detail: MatmulDetail, bias: str, product: str, integer: bool = False) -> str:
     """addmm's `beta * bias + alpha * product`, as ATen computes it: a zero alpha skips the product and a zero beta
-    the bias (their NaN and infinities do not reach the result)."""
-    terms = ([f"{literal(detail.beta)} * (double){bias}"] if detail.beta != 0 else []) + \
-        ([f"{literal(detail.alpha)} * {product}"] if detail.alpha != 0 else [])
-    return " + ".join(terms) or "0.0"
+    the bias (their NaN and infinities do not reach the result). `integer`: in uint64_t, wrapping (the product is
+    one too)."""
+    number = "(uint64_t)(int64_t)" if integer else "(double)"
+    terms = ([f"{number}{literal(detail.beta)} * {number}{bias}"] if detail.beta != 0 else []) + \
+        ([f"{number}{literal(detail.alpha)} * {product}"] if detail.alpha != 0 else [])
+    return " + ".join(terms) or "0"
 
 
 def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
@@ -457,11 +459,20 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
     a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
     b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
     result_type = accumulator_type(kernel)
+    integer = not out.dtype.is_floating_point
     value = "acc"
     if detail.bias is not None:
-        value = _addmm_value(detail, exprs.render(detail.bias), value)
+        value = _addmm_value(detail, exprs.render(detail.bias), value, integer)
     a_name, b_name, k_size = buffer_name(a_buf), buffer_name(b_buf), dim_expr(detail.k)
-    if sympy.sympify(a_strides[2]) == 1 and sympy.sympify(b_strides[1]) == 1:
+    if integer:
+        # Integer products and sums wrap as ATen's do in the operands' type: computed modulo 2^64 (unsigned, where C
+        # defines overflow), whose low bits are the narrower type's wrapped result.
+        body = [
+            "uint64_t acc = 0;",
+            f"for (int64_t k = 0; k < {k_size}; ++k)",
+            f"    acc += (uint64_t)(int64_t){a_name}[{a_index}] * (uint64_t)(int64_t){b_name}[{b_index}];",
+        ]
+    elif sympy.sympify(a_strides[2]) == 1 and sympy.sympify(b_strides[1]) == 1:
         # Both operands run contiguously along k: eight independent double partial sums let the compiler
         # vectorize the dot product without reassociating a single float chain.
         a_row, b_col = exprs.index(a_strides, a_offset, [batch, row, "0"]), exprs.index(b_strides, b_offset,

@@ -13,7 +13,7 @@ from kiln.ir import dtypes
 
 # (float16 and bfloat16 are stored only: ops on them compute in float32, legalize.py)
 DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int64, dtypes.int32,
-                    dtypes.int8, dtypes.uint8, dtypes.bool_})
+                    dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.bool_})
 
 
 def _unsupported_sparse(op: Any, name: str, layouts: list[str]) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from kiln.codegen.cost import kernel_work
 from kiln.codegen.schedule import (
-    BIND_OPS, CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS,
+    BIND_OPS, CONV_OPS, LOOP_OPS, MATMUL_OPS, POINTWISE_OPS, QCONV_OPS, SCHEDULED_OPS, SORT_OPS,
 )
 from kiln.codegen.target import (INTEGER_REDUCTIONS, Target, kernel_argument_limits, sparse_kernel_limits,
                                  tensor_value)
@@ -37,6 +37,8 @@ def unsupported_arguments(op: Any) -> str | None:
         return "only floating reductions are supported (any accepts every dtype)"
     if name in FLOAT_ONLY and not op.results[0].type.dtype.is_floating_point:
         return "integer results are not supported"
+    if name in SORT_OPS and op.operands[0].type.dtype not in (dtypes.float32, dtypes.float64, dtypes.int64):
+        return "only sorting a float32, float64 or int64 tensor is supported"
     if name in MATMUL_OPS | CONV_OPS and op.results[0].type.dtype not in (dtypes.float32, dtypes.float64):
         return "only float32 and float64 matmuls and convolutions are supported"
     if name in CONV_OPS and (args[6] or not all(isinstance(d, int) for d in op.operands[1].type.shape[2:])):
