@@ -268,8 +268,20 @@ def _log_softmax_in_half(input, dim, half_to_float):
     return aten._to_copy.default(aten.sub.Tensor(shifted, rounded(aten.log.default(rounded(total)))), dtype=dtype)
 
 
+def _addmm_in_half(input, mat1, mat2, *, beta=1, alpha=1):
+    """addmm with alpha=0 on float16/bfloat16: ATen's half kernel multiplies the product by 0, so its NaN and
+    infinities reach the result (float32's BLAS skips the product; a zero beta still ignores the bias)."""
+    dtype = dtype_of(mat1)
+    if dtype not in HALF_DTYPES or alpha != 0:
+        return NotImplemented
+    product = aten.mul.Scalar(aten.mm.default(_widened(mat1), _widened(mat2)), 0)
+    result = product if beta == 0 else aten.add.Tensor(aten.mul.Scalar(_widened(input), beta), product)
+    return aten._to_copy.default(result, dtype=dtype)
+
+
 # ops on half precision that ATen does not compute as float32 rounded once, rewritten to round where ATen's does
-HALF_LEGALIZATIONS: dict[str, Callable[..., Any]] = {"aten._log_softmax.default": _log_softmax_in_half}
+HALF_LEGALIZATIONS: dict[str, Callable[..., Any]] = {"aten._log_softmax.default": _log_softmax_in_half,
+                                                     "aten.addmm.default": _addmm_in_half}
 
 
 def _leaves(values: Any) -> list[Any]:

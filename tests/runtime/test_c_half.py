@@ -190,3 +190,20 @@ def test_log_softmax_of_empty_half_rows(shape):
         y = ops.aten._log_softmax.default(x, -1, False)
     got = compile_c(builder.build([y]))(np.zeros(shape, np.float16))
     assert got.shape == shape and got.dtype == np.float16
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: d.name)
+@pytest.mark.parametrize("beta", [1.5, 0])
+def test_addmm_with_zero_alpha_multiplies_the_product_by_zero(beta, dtype):
+    """ATen's half-precision addmm with alpha=0 multiplies the product by 0, so an infinity in it gives NaN (float32's
+    BLAS skips the product, and C did for half precision too: fuzz seed 16161); beta=0 still ignores the bias."""
+    class Module(torch.nn.Module):
+        def forward(self, bias, a, b):
+            return torch.addmm(bias, a, b, beta=beta, alpha=0.0)
+    half = getattr(torch, dtype.name)
+    bias, a, b = torch.randn(3), torch.randn(2, 4), torch.randn(4, 3)
+    a[0, 1], bias[2] = float("inf"), float("nan")
+    args = tuple(t.to(half) for t in (bias, a, b))
+    got = compile_c(kiln.from_torch(Module(), args))(*[to_numpy(t) for t in args])
+    torch.testing.assert_close(torch.from_numpy(got.astype(np.float32)).to(half), Module()(*args), rtol=0, atol=0,
+                               equal_nan=True)
