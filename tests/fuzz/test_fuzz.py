@@ -713,3 +713,35 @@ def test_rounding_of_a_computed_operand_against_an_input_is_told_apart():
     assert compare(got, expected) is not None
     assert ill_conditioned(program, inputs, [expected], [got], [0])
     assert not ill_conditioned(program, inputs, [expected], [expected + np.float32(3e-4)], [0])
+
+
+def test_a_gelu_tail_times_a_large_factor_is_told_apart():
+    """tanh(gelu_tanh(x) * 70000) in float16 (fuzz seed 16161): gelu's tail is 0.5 x (1 + tanh(...)) with tanh one
+    float32 ulp from -1, so another libm's tanh changes gelu(-5) (1e-7 in float16's subnormals) by half of itself, and
+    the factor carries that to 0.008. A gelu result moves by its tail's cancellation in the oracle too; a value
+    further off is still a mismatch."""
+    import numpy as np
+
+    import kiln
+    from kiln.ir.program import GraphBuilder
+    from kiln.ir.registry import ops
+    from kiln.ir.types import TensorType
+    from tests.fuzz.differential import compare, ill_conditioned
+    aten = ops.aten
+    builder = GraphBuilder()
+    factor = builder.add_input('factor', TensorType.of([], kiln.int64))
+    x = builder.add_input('x', TensorType.of([2], kiln.float16))
+    with builder:
+        y = aten.tanh.default(aten.mul.Tensor(aten.gelu.default(x, approximate='tanh'), factor))
+    program = builder.build([y])
+    inputs = [np.array(70000, np.int64), np.array([-5.0078125, 0.93994140625], np.float16)]
+    expected = program(*inputs)
+    in_float64 = np.float64(inputs[1][0])  # the C backend's value: gelu from an exactly computed tail
+    gelu = 0.5 * in_float64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (in_float64 + 0.044715 * in_float64 ** 3)))
+    got = expected.copy()
+    got[0] = np.tanh(np.float64(np.float16(gelu)) * 70000)
+    assert compare(got, expected) is not None
+    assert ill_conditioned(program, inputs, [expected], [got], [0])
+    far = expected.copy()
+    far[0] = np.float16(-0.5)
+    assert not ill_conditioned(program, inputs, [expected], [far], [0])
