@@ -9,7 +9,6 @@ import pytest
 
 import kiln
 from kiln.frontend.tensor import dispatch as call
-from kiln.ir.errors import UnsupportedError
 from tests.runtime.test_c_indexing import SIZES, _compile
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -92,9 +91,20 @@ def test_long_row_with_nan_and_inf(tmp_path):
     _check(model(x), program(x))
 
 
-def test_sort_of_unsupported_dtype_is_rejected(tmp_path):
+@pytest.mark.parametrize("dtype", [np.int32, np.int16, np.int8, np.uint8, np.bool_])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_topk_of_every_integer_dtype(dtype, descending, tmp_path):
+    """The merge sort is of any element type: values over the dtype's whole range (many ties for the narrow ones),
+    sorted stably with their indices, and topk, as the interpreter (ATen's stable order)."""
     def fn(x):
-        return call(aten.sort.default, x, -1, False)
+        return call(aten.sort.stable, x, stable=True, dim=-1, descending=descending) + \
+            call(aten.topk.default, x, 3, -1, descending, True)
 
-    with pytest.raises(UnsupportedError, match="aten.sort.default"):
-        _compile(fn, (kiln.tensor(np.zeros((2, 3), np.int32)),), None, tmp_path)
+    rng = np.random.default_rng(0)
+    info = np.iinfo(dtype) if dtype is not np.bool_ else None
+    x = (rng.integers(0, 2, (4, 40)) if info is None else
+         rng.integers(info.min, info.max, (4, 40), endpoint=True)).astype(dtype)
+    x[0, ::3] = x[0, 1]  # ties
+    program, model = _compile(fn, (kiln.tensor(x),), None, tmp_path)
+    for got, expected in zip(model(x), program(x)):
+        np.testing.assert_array_equal(got, np.asarray(expected))

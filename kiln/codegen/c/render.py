@@ -459,7 +459,7 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
     a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
     b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
     result_type = accumulator_type(kernel)
-    integer = not out.dtype.is_floating_point
+    integer = not accumulator_dtype(kernel).is_floating_point  # (not the output: a fused comparison writes bool)
     value = "acc"
     if detail.bias is not None:
         value = _addmm_value(detail, exprs.render(detail.bias), value, integer)
