@@ -12,18 +12,18 @@ import numpy as np
 import sympy
 
 from kiln.codegen.target import (
-    HALF_ARITHMETIC, HALF_DTYPES, Target, half_native, mask_put_fits, put_fits, tensor_dtypes, tensor_value,
+    HALF_ARITHMETIC, Target, half_native, mask_put_fits, put_fits, tensor_dtypes, tensor_value,
 )
 from kiln.ir import dtypes
 from kiln.ir.dialect import bound_arguments
 from kiln.ir.meta import dtype_of, shape_of
 from kiln.ir.ops.shape import slice_bounds
-from kiln.ir.program import ExportedProgram
-from kiln.ir.registry import REGISTRY, OpDef, OpOverload, handle, ops, run_meta, split_bound
+from kiln.ir.program import ExportedProgram, result_types
+from kiln.ir.pytree import tree_flatten
+from kiln.ir.registry import REGISTRY, OpDef, OpOverload, handle, ops, split_bound
 from kiln.ir.retrace import default_decompositions, retrace
 from kiln.ir.symbolic import provably
 from kiln.ir.types import TensorType
-from kiln.ir.verifier import flatten_meta
 from kiln.passes import run as run_passes
 
 aten = ops.aten
@@ -186,21 +186,15 @@ def _index_put_by_masks(input, indices, values, accumulate=False):
 
 
 def _widened(value: Any) -> Any:
-    """An argument with half precision made float32: a tensor converted (exactly), a dtype named float32."""
+    """An argument in its opmath dtype: a half-precision tensor converted to float32 (exactly), a half dtype named
+    float32."""
     if isinstance(value, (list, tuple)):
         return type(value)(_widened(v) for v in value)
     if isinstance(value, dtypes.DType):
-        return dtypes.float32 if value in HALF_DTYPES else value
-    if tensor_value(value) and dtype_of(value) in HALF_DTYPES:
+        return dtypes.opmath_dtype(value)
+    if tensor_value(value) and dtype_of(value) in dtypes.REDUCED_FLOATS:
         return aten._to_copy.default(value, dtype=dtypes.float32)
     return value
-
-
-def _tensor_types(value: Any) -> Any:
-    """Traced arguments as the meta rules take them: tensors by their types."""
-    if isinstance(value, (list, tuple)):
-        return [_tensor_types(v) for v in value]
-    return value.type if tensor_value(value) else value
 
 
 # Binary arithmetic whose ATen kernel reads its scalar arguments in the result's dtype: a float scalar, a float32 0-d
@@ -230,12 +224,11 @@ def _in_float32(opdef: OpDef) -> Callable[..., Any]:
     float32 (every half operand converted, a half dtype= made float32), each half result rounded once."""
     def rewrite(*args: Any, **kwargs: Any) -> Any:
         bound = opdef.schema.bind(args, kwargs)
-        typed = [_tensor_types(v) if a.type.is_tensor else v for a, v in zip(opdef.schema.arguments, bound)]
-        wanted = [t.dtype if isinstance(t, TensorType) else None for t in flatten_meta(run_meta(opdef, typed))]
-        operands = [dtype_of(v) for v in _leaves(bound) if tensor_value(v)]
+        wanted = [t.dtype if isinstance(t, TensorType) else None for t in result_types(opdef, bound)]
+        operands = [dtype_of(v) for v in tree_flatten(bound)[0] if tensor_value(v)]
         if not _on_half(opdef.name, operands, [d for d in wanted if d is not None], bound):
             return NotImplemented
-        if opdef.name in OPERANDS_IN_RESULT_DTYPE | OPERANDS_IN_OPMATH and wanted[0] in HALF_DTYPES:
+        if opdef.name in OPERANDS_IN_RESULT_DTYPE | OPERANDS_IN_OPMATH and wanted[0] in dtypes.REDUCED_FLOATS:
             dtype = wanted[0] if opdef.name in OPERANDS_IN_RESULT_DTYPE else dtypes.float32
             bound = [_scalar_in(dtype, v) for v in bound]
         positional, keywords = split_bound(opdef, [_widened(v) for v in bound])
@@ -246,7 +239,7 @@ def _in_float32(opdef: OpDef) -> Callable[..., Any]:
             if isinstance(value, (list, tuple)):
                 return type(value)(narrowed(v) for v in value)
             dtype = next(dtypes_left)
-            return aten._to_copy.default(value, dtype=dtype) if dtype in HALF_DTYPES else value
+            return aten._to_copy.default(value, dtype=dtype) if dtype in dtypes.REDUCED_FLOATS else value
         return narrowed(result)
     return rewrite
 
@@ -256,7 +249,7 @@ def _log_softmax_in_half(input, dim, half_to_float):
     (x - max) - round(log(round(sum(exp(x - max))))), float32 in between (as the ONNX lowering writes it). Rows
     that may be empty (whose max ATen refuses) are left to `_in_float32`: they hold nothing to round."""
     dtype, shape = dtype_of(input), shape_of(input)
-    if dtype not in HALF_DTYPES or half_to_float or not shape or dim % len(shape) != len(shape) - 1 or \
+    if dtype not in dtypes.REDUCED_FLOATS or half_to_float or not shape or dim % len(shape) != len(shape) - 1 or \
             provably(sympy.Gt(shape[-1], 0)) is not True:
         return NotImplemented
 
@@ -272,7 +265,7 @@ def _addmm_in_half(input, mat1, mat2, *, beta=1, alpha=1):
     """addmm with alpha=0 on float16/bfloat16: ATen's half kernel multiplies the product by 0, so its NaN and
     infinities reach the result (float32's BLAS skips the product; a zero beta still ignores the bias)."""
     dtype = dtype_of(mat1)
-    if dtype not in HALF_DTYPES or alpha != 0:
+    if dtype not in dtypes.REDUCED_FLOATS or alpha != 0:
         return NotImplemented
     product = aten.mul.Scalar(aten.mm.default(_widened(mat1), _widened(mat2)), 0)
     result = product if beta == 0 else aten.add.Tensor(aten.mul.Scalar(_widened(input), beta), product)
@@ -284,16 +277,10 @@ HALF_LEGALIZATIONS: dict[str, Callable[..., Any]] = {"aten._log_softmax.default"
                                                      "aten.addmm.default": _addmm_in_half}
 
 
-def _leaves(values: Any) -> list[Any]:
-    if isinstance(values, (list, tuple)):
-        return [leaf for v in values for leaf in _leaves(v)]
-    return [values]
-
-
 def _on_half(name: str, operands: list[dtypes.DType], results: list[dtypes.DType], arguments: list[Any]) -> bool:
     """Whether an op works on half-precision values other than as `half_native` allows: those it computes on, or
     makes (a half dtype= other than a conversion's)."""
-    makes_half = any(isinstance(a, dtypes.DType) and a in HALF_DTYPES for a in _leaves(arguments))
+    makes_half = any(isinstance(a, dtypes.DType) and a in dtypes.REDUCED_FLOATS for a in tree_flatten(arguments)[0])
     return makes_half and name != "aten._to_copy.default" or not half_native(name, operands, results)
 
 

@@ -71,14 +71,14 @@ class Target:
                 return f"dtype {value.type.dtype.name} is not supported"
         if not hasattr(op, "opdef"):  # a region op (a loop): its body's ops are checked one by one
             return None
-        if not self.computes_half and not half_native(name, *tensor_dtypes(op)):
-            half = next(d for d in [*tensor_dtypes(op)[0], *tensor_dtypes(op)[1]] if d in HALF_DTYPES)
+        operands, results = tensor_dtypes(op)
+        if not self.computes_half and not half_native(name, operands, results):
+            half = next(d for d in operands + results if d in dtypes.REDUCED_FLOATS)
             return (f"{half.name} is computed in float32 here, which differs from ATen's {half.name} arithmetic for "
                     f"this op")
         return self.unsupported_arguments(op)
 
 
-HALF_DTYPES = (dtypes.float16, dtypes.bfloat16)
 # Ops a target that only stores half-precision floats keeps on them: views and plain copies move the stored bits
 HALF_MOVES = VIEW_OPS | {"aten.cat.default", "aten.clone.default"}
 # Ops whose half-precision result ATen does not compute as float32 rounded once (its product rounds at every step, and
@@ -97,12 +97,12 @@ def half_native(name: str, operands: list[dtypes.DType], results: list[dtypes.DT
     stores them: it touches none, or it moves them unchanged (a view, a copy, a cat of one dtype), or converts
     between them and float32 (exactly, or rounding as ATen does)."""
     touched = set(operands) | set(results)
-    if not touched & set(HALF_DTYPES):
+    if not touched & set(dtypes.REDUCED_FLOATS):
         return True
     if name in HALF_MOVES:
         return len(touched) == 1
     return name == "aten._to_copy.default" and len(operands) == 1 and (
-        operands == results or {*operands, *results} <= {dtypes.float32, *HALF_DTYPES} and
+        operands == results or {*operands, *results} <= {dtypes.float32, *dtypes.REDUCED_FLOATS} and
         dtypes.float32 in touched)
 
 

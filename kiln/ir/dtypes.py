@@ -232,9 +232,12 @@ def result_type(*operands: Any) -> DType:
     return combined
 
 
+REDUCED_FLOATS = (float16, bfloat16)  # the floats ATen computes in float32 (opmath)
+
+
 def opmath_dtype(dt: DType) -> DType:
     """The dtype ATen computes in for dt: reduced-precision floats compute in float32."""
-    return float32 if dt in (float16, bfloat16) else dt
+    return float32 if dt in REDUCED_FLOATS else dt
 
 
 def promote_all(dtypes: Iterable[DType]) -> DType:

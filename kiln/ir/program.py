@@ -668,6 +668,13 @@ class GraphBuilder:
         return program
 
 
+def result_types(opdef: OpDef, bound: list[Any]) -> list[Any]:
+    """The flat result types of `opdef` on bound arguments (traced values), as emitting it would give them."""
+    from kiln.ir.verifier import flatten_meta
+    return flatten_meta(run_meta(opdef, [_type_of(argument, value)
+                                         for argument, value in zip(opdef.schema.arguments, bound)]))
+
+
 def _type_of(argument: Any, value: Any) -> Any:
     if not argument.type.is_tensor or value is None:
         return value

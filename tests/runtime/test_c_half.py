@@ -19,20 +19,13 @@ from kiln.ir.errors import UnsupportedError
 from kiln.ir.program import GraphBuilder
 from kiln.ir.registry import REGISTRY, ops
 from kiln.ir.types import TensorType
-from tests.ir.samples import SAMPLES, TORCH_EQUIVALENTS
-from tests.ir.test_ops import _trace_sample
+from tests.ir.samples import SAMPLES
+from tests.ir.test_ops import _torch_op, _trace_sample
 from tests.runtime.test_c_backend import C_OPS
 from tests.torch_oracle import assert_close_to_torch, requires_torch, to_numpy, to_torch, torch
 
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler"), requires_torch]
 HALF = [dtypes.float16, dtypes.bfloat16]
-
-
-def _torch_op(name: str):
-    if name in TORCH_EQUIVALENTS:
-        return TORCH_EQUIVALENTS[name](torch)
-    namespace, op_name, overload = name.split(".")
-    return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
 
 
 def _in(dtype: dtypes.DType, value):

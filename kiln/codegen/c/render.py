@@ -458,8 +458,8 @@ def _matmul(kernel: Kernel, state: RenderState) -> list[str]:
     row, col = f"i{rank - 2}", f"i{rank - 1}"
     a_index = exprs.index(a_strides, a_offset, [batch, row, "k"])
     b_index = exprs.index(b_strides, b_offset, [batch, "k", col])
-    result_type = accumulator_type(kernel)
-    integer = not accumulator_dtype(kernel).is_floating_point  # (not the output: a fused comparison writes bool)
+    accumulated = accumulator_dtype(kernel)  # (not the output's: a fused comparison writes bool)
+    result_type, integer = c_type(accumulated), not accumulated.is_floating_point
     value = "acc"
     if detail.bias is not None:
         value = _addmm_value(detail, exprs.render(detail.bias), value, integer)

@@ -301,7 +301,7 @@ def _bind_data_dependent_size(graph: OnnxGraph, result: Any, name: str) -> None:
 
 # onnxruntime's CPU provider lacks most float16/bfloat16 kernels (even Expand, Pad, Tile), so ops on them compute
 # in float32 and round back: exact for data movement, and what ATen's opmath does for arithmetic.
-_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+_LOW_PRECISION = dtypes.REDUCED_FLOATS
 
 
 def _widen(graph: OnnxGraph, argument: Any) -> Any:

@@ -51,7 +51,7 @@ def lowers(*names: str) -> Callable[[Lowering], Lowering]:
     return register
 
 
-_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+_LOW_PRECISION = dtypes.REDUCED_FLOATS
 
 
 def _compute_dtype(dtype: dtypes.DType) -> dtypes.DType:

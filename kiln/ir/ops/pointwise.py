@@ -32,7 +32,7 @@ from kiln.ir.symbolic import sym_eq
 
 aten = ops.aten
 
-_REDUCED_FLOATS = (dtypes.float16, dtypes.bfloat16)
+_REDUCED_FLOATS = dtypes.REDUCED_FLOATS
 
 
 class _IntegerDivisionByZero(KilnError, ZeroDivisionError):
