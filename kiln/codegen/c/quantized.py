@@ -131,10 +131,11 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     detail, out = kernel.detail, kernel.outputs[0]
     rows = detail.x
     scratch = "ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_stride"
-    setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M)")
+    narrow = int(detail.narrow)
+    setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M, {narrow})")
     lines = [
         f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
-        *_chunking("panels", integer=True), *setup,
+        *_chunking("panels", integer=str(narrow)), *setup,
         "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
         f"kiln_qrow_block block = {{(uint8_t*)({scratch}), -1}};",
@@ -516,14 +517,17 @@ def scratch_bytes(kernel: Kernel, packed: dict) -> Any:
         return -step * sympy.floor(-sympy.sympify(size) / step)
     k = sympy.sympify(kernel.detail.k)
     quads, blocks = rounded(k, 4), rounded(k, 64)
-    # a convolution's im2col rows (KILN_QPB: 48 rows of quads, or 64 of blocks), or a linear layer's AMX copy of
-    # one chunk of rows (kiln_qrow_block_bytes: M in whole 32-row steps, at most 256 KB or one step)
+    # a convolution's im2col rows (KILN_QPB: 48 rows of quads, or 64 of blocks), or a linear layer's copy of one
+    # chunk of rows (kiln_qrow_block_bytes): AMX's, M in whole 32-row steps, at most 256 KB or one step; AVX2's int16
+    # rows K rounded to 16 apart, at most 512 KB or one step of 6
     if kernel.kind == "qconv":
         rows = sympy.Max(48 * quads, 64 * blocks)
         if _qconv_direct(kernel, packed):  # or (AMX, directly) a band of input rows in B-tile layout
             rows = sympy.Max(rows, _direct_input_bytes(kernel))
     else:
-        rows = sympy.Min(rounded(kernel.detail.m, 32) * blocks, sympy.Max(32 * blocks, 256 * 1024))
+        m, wide_row = sympy.sympify(kernel.detail.m), 2 * rounded(k, 16)
+        rows = sympy.Max(sympy.Min(rounded(m, 32) * blocks, sympy.Max(32 * blocks, 256 * 1024)),
+                         rounded(sympy.Min(m * wide_row, sympy.Max(6 * wide_row, 512 * 1024)), 64))
     # one weight panel (int16 pairs, or blocks) and its column sums when the weight is an input
     panel = sympy.Max(quads * 32 * 2, blocks * 32) + 32 * 4 if kernel not in packed else 0
     return rows + panel  # (rows: a multiple of 64 bytes either way)
