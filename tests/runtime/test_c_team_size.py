@@ -26,7 +26,8 @@ class Team(ctypes.Structure):
     """kiln_threads.h's kiln_team, field by field."""
     _fields_ = [("fixed", ctypes.c_int), ("limit", ctypes.c_int), ("last_threads", ctypes.c_int),
                 ("window_threads", ctypes.c_int), ("window_cpu_ns", ctypes.c_int64),
-                ("window_wall_ns", ctypes.c_int64), ("retry_ns", ctypes.c_int64), ("hold_ns", ctypes.c_int64)]
+                ("window_wall_ns", ctypes.c_int64), ("retry_ns", ctypes.c_int64), ("hold_ns", ctypes.c_int64),
+                ("team_end_ns", ctypes.c_int64)]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,9 @@ def policy(tmp_path_factory):
         "#define _POSIX_C_SOURCE 200809L\n"
         f'#include "{HEADER}"\n'
         "int team_size(kiln_team* t, int wanted, int64_t now) { return kiln_team_size(t, wanted, now); }\n"
-        "void team_record(kiln_team* t, int threads, int wanted, int64_t cpu, int64_t wall, int64_t now)\n"
-        "{ kiln_team_record(t, threads, wanted, cpu, wall, now); }\n")
+        "void team_record(kiln_team* t, int threads, int wanted, int64_t cpu, int64_t wall, int64_t start,\n"
+        "                 int64_t now)\n"
+        "{ kiln_team_record(t, threads, wanted, cpu, wall, start, now); }\n")
     subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-o", str(folder / "policy.so"),
                     str(folder / "policy.c")], check=True)
     lib = ctypes.CDLL(str(folder / "policy.so"))
@@ -45,8 +47,23 @@ def policy(tmp_path_factory):
     lib.team_size.argtypes = [ctypes.POINTER(Team), ctypes.c_int, ctypes.c_int64]
     lib.team_record.restype = None
     lib.team_record.argtypes = [ctypes.POINTER(Team), ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                ctypes.c_int64]
-    return lib
+                                ctypes.c_int64, ctypes.c_int64]
+    return _Policy(lib)
+
+
+class _Policy:
+    """The policy's two functions. `team_record` records a run that ends at `now` and started right where the last
+    team run ended (back to back: its workers awake), or `gap` later; a team's first run starts as if a run had
+    just ended. Runs of one thread take no start."""
+
+    def __init__(self, lib):
+        self.team_size = lib.team_size
+        self._record = lib.team_record
+
+    def team_record(self, team, threads, wanted, cpu, wall, now, gap=0):
+        if team.team_end_ns == 0 and threads >= 2:
+            team.team_end_ns = now - wall
+        self._record(team, threads, wanted, cpu, wall, team.team_end_ns + gap, now)
 
 
 def test_a_team_that_had_its_cpus_keeps_its_size(policy):
@@ -105,19 +122,19 @@ def test_a_fixed_team_ignores_the_limit(policy):
 
 
 def test_one_slow_run_is_no_evidence_but_a_window_of_them_is(policy):
-    team = Team()
-    policy.team_record(team, 2, 2, 3 * MS, 5 * MS, 0)  # a 5 ms run whose worker was away most of it
+    team, start = Team(), SECOND  # (a clock reading of 0 would be no run's end)
+    policy.team_record(team, 2, 2, 3 * MS, 5 * MS, start)  # a 5 ms run whose worker was away most of it
     assert (team.limit, team.window_wall_ns, team.window_cpu_ns) == (0, 5 * MS, 3 * MS)
     for run in range(1, 15):  # then 1 ms runs on both CPUs: the window's 20 ms end with 1.65 CPUs: 2
-        policy.team_record(team, 2, 2, 2 * MS, 1 * MS, run * MS)
+        policy.team_record(team, 2, 2, 2 * MS, 1 * MS, start + run * MS)
     assert (team.limit, team.window_wall_ns) == (0, 19 * MS)
-    policy.team_record(team, 2, 2, 2 * MS, 1 * MS, 15 * MS)
+    policy.team_record(team, 2, 2, 2 * MS, 1 * MS, start + 15 * MS)
     assert (team.limit, team.window_wall_ns, team.window_cpu_ns) == (0, 0, 0)
     for run in range(19):  # runs that each had 1.4 CPUs
-        policy.team_record(team, 2, 2, 14 * MS // 10, 1 * MS, (20 + run) * MS)
+        policy.team_record(team, 2, 2, 14 * MS // 10, 1 * MS, start + (20 + run) * MS)
     assert team.limit == 0
-    policy.team_record(team, 2, 2, 14 * MS // 10, 1 * MS, 40 * MS)
-    assert (team.limit, team.retry_ns) == (1, 40 * MS + SECOND // 4)
+    policy.team_record(team, 2, 2, 14 * MS // 10, 1 * MS, start + 40 * MS)
+    assert (team.limit, team.retry_ns) == (1, start + 40 * MS + SECOND // 4)
 
 
 def test_a_window_holds_runs_of_one_team_size(policy):
@@ -127,6 +144,23 @@ def test_a_window_holds_runs_of_one_team_size(policy):
     assert (team.window_threads, team.window_wall_ns, team.window_cpu_ns, team.limit) == (3, 15 * MS, 45 * MS, 0)
     policy.team_record(team, 3, 4, 15 * MS, 5 * MS, 0)  # the window closes with 3 CPUs (both sizes': 1.8)
     assert (team.window_wall_ns, team.limit) == (0, 0)
+
+
+def test_a_run_whose_workers_slept_is_no_evidence(policy):
+    team = Team()
+    policy._record(team, 2, 2, 10 * MS, 10 * MS, 0, 10 * MS)  # the model's first team run: its workers were new
+    assert (team.window_wall_ns, team.team_end_ns) == (0, 10 * MS)
+    # after a 50 ms pause: a 10 ms run whose worker woke late (1 CPU), with back-to-back runs on both CPUs after it
+    policy.team_record(team, 2, 2, 10 * MS, 10 * MS, 70 * MS, gap=50 * MS)
+    assert (team.window_wall_ns, team.team_end_ns, team.limit) == (0, 70 * MS, 0)
+    for run in range(1, 21):
+        policy.team_record(team, 2, 2, 2 * MS, 1 * MS, (70 + run) * MS)
+    assert (team.limit, team.window_wall_ns, team.hold_ns) == (0, 0, 0)
+    # a pause up to 5 ms leaves the workers spinning: that run counts
+    policy.team_record(team, 2, 2, 10 * MS, 10 * MS, 105 * MS, gap=5 * MS)
+    assert team.window_wall_ns == 10 * MS
+    policy.team_record(team, 2, 2, 10 * MS, 10 * MS, 115 * MS)  # two such runs: 1 CPU of 2 over the window
+    assert (team.limit, team.retry_ns) == (1, 115 * MS + SECOND // 4)
 
 
 # Work enough for two threads (2 x KILN_WORK_PER_THREAD operations a run) and short runs: 4 MFLOP

@@ -11,6 +11,13 @@
  * team again: after 0.25 s, doubling each time the machine is still busy, up to 4 s. Results do not depend on the
  * team size (every output element is summed in the same order whatever the split), so this changes only the speed.
  *
+ * A run whose workers were asleep is no evidence either: the model's first run on a team, and one that starts more
+ * than 5 ms after the last one ended (OpenMP's workers stop spinning and sleep; waking them is the OS's and the
+ * hypervisor's business, not a sign of another process). On the 2-vCPU VM the first run after a 50 ms pause found
+ * its worker 1.3-2.6 ms late and took 10 ms where later ones took 0.16 ms: half a window alone, and a benchmark
+ * that pauses between peers' batches kept the int8 MLP at batch 1 on one thread (0.37 ms a run against 0.24 ms).
+ * So a model that only runs after pauses keeps its full team.
+ *
  * KILN_ADAPTIVE_THREADS=0 in the environment when a model is created keeps its runs on the full team (tests of the
  * kernels' work splits, and measurements of them, want that). Runs on one model may be concurrent: the state is read and written with relaxed atomics, and a lost update only
  * delays the next adjustment by a run. The policy takes the time as an argument so that it can be tested alone.
@@ -26,6 +33,7 @@
 #define KILN_TEAM_FIRST_HOLD_NS INT64_C(250000000)  /* a reduced team's first hold before the full team is tried */
 #define KILN_TEAM_LONGEST_HOLD_NS INT64_C(4000000000)
 #define KILN_TEAM_WINDOW_NS INT64_C(20000000)  /* the parallel regions' wall time a decision needs */
+#define KILN_TEAM_IDLE_NS INT64_C(5000000)  /* a pause after which a team's workers were asleep */
 
 typedef struct {
     int fixed;              /* KILN_ADAPTIVE_THREADS=0: every run gets the full team */
@@ -36,6 +44,7 @@ typedef struct {
     int64_t window_wall_ns; /* their parallel regions' wall time */
     int64_t retry_ns;       /* when a run next tries the full team (kiln_clock_ns(CLOCK_MONOTONIC)) */
     int64_t hold_ns;        /* how long the current limit holds: doubles with each try that finds the machine busy */
+    int64_t team_end_ns;    /* when the last run on two threads or more ended (0: none yet) */
 } kiln_team;
 
 static inline int64_t kiln_clock_ns(clockid_t clock)
@@ -61,13 +70,16 @@ static int kiln_team_size(kiln_team* team, int wanted, int64_t now_ns)
     return limit;
 }
 
-/* After a run of `threads` threads (of `wanted`) whose parallel regions took `wall_ns` and used `cpu_ns` of CPU
- * time on all threads together. A window of full-team runs that had a CPU per thread lifts the limit. */
+/* After a run of `threads` threads (of `wanted`), from `start_ns` to `now_ns`, whose parallel regions took `wall_ns`
+ * and used `cpu_ns` of CPU time on all threads together. A window of full-team runs that had a CPU per thread lifts
+ * the limit. */
 static void kiln_team_record(kiln_team* team, int threads, int wanted, int64_t cpu_ns, int64_t wall_ns,
-                             int64_t now_ns)
+                             int64_t start_ns, int64_t now_ns)
 {
     __atomic_store_n(&team->last_threads, threads, __ATOMIC_RELAXED);
     if (threads < 2 || wall_ns <= 0) return;
+    const int64_t previous_end = __atomic_exchange_n(&team->team_end_ns, now_ns, __ATOMIC_RELAXED);
+    if (previous_end == 0 || start_ns - previous_end > KILN_TEAM_IDLE_NS) return; /* its workers were asleep */
     if (__atomic_exchange_n(&team->window_threads, threads, __ATOMIC_RELAXED) != threads) {
         __atomic_store_n(&team->window_cpu_ns, 0, __ATOMIC_RELAXED);  /* a window holds one team size */
         __atomic_store_n(&team->window_wall_ns, 0, __ATOMIC_RELAXED);
@@ -87,9 +99,10 @@ static void kiln_team_record(kiln_team* team, int threads, int wanted, int64_t c
     }
     /* A full team that found the machine still busy holds its limit twice as long as the last time. */
     int64_t hold = __atomic_load_n(&team->hold_ns, __ATOMIC_RELAXED);
-    if (threads >= wanted || hold <= 0)
-        hold = hold <= 0 ? KILN_TEAM_FIRST_HOLD_NS : hold >= KILN_TEAM_LONGEST_HOLD_NS / 2 ? KILN_TEAM_LONGEST_HOLD_NS
-                                                                                         : 2 * hold;
+    if (hold <= 0)
+        hold = KILN_TEAM_FIRST_HOLD_NS;
+    else if (threads >= wanted)
+        hold = hold >= KILN_TEAM_LONGEST_HOLD_NS / 2 ? KILN_TEAM_LONGEST_HOLD_NS : 2 * hold;
     __atomic_store_n(&team->hold_ns, hold, __ATOMIC_RELAXED);
     __atomic_store_n(&team->retry_ns, now_ns + hold, __ATOMIC_RELAXED);
     __atomic_store_n(&team->limit, had < 1 ? 1 : had, __ATOMIC_RELAXED);

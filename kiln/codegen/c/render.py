@@ -2371,7 +2371,8 @@ kiln_model* kiln_create_from_file(const char* path)
             "    int threads = (int)(work / KILN_WORK_PER_THREAD);",
             "    threads = threads < 1 ? 1 : threads > max_threads ? max_threads : threads;",
             "    const int wanted_threads = threads;",
-            "    threads = kiln_team_size(&m->team, threads, kiln_clock_ns(CLOCK_MONOTONIC));",
+            "    const int64_t run_start_ns = kiln_clock_ns(CLOCK_MONOTONIC);",
+            "    threads = kiln_team_size(&m->team, threads, run_start_ns);",
             "    int64_t team_cpu_ns = 0, team_wall_ns = 0;  /* the parallel regions' CPU and wall time */"]
     if state.scratch:
         run.append("    size_t scratch = 0;  /* per thread: the most any kernel needs, 64-byte aligned */")
@@ -2421,8 +2422,8 @@ kiln_model* kiln_create_from_file(const char* path)
             "        else kiln_run_kernel(m, ctx, first, profiling);",
             *(["        if (binds[first] && (status = kiln_bound(m, ctx, first, threads)) != 0) goto done;"]
               if at_bind else []), "    }",
-            "    kiln_team_record(&m->team, team_threads, wanted_threads, team_cpu_ns, team_wall_ns,",
-            "                     team_wall_ns > 0 ? kiln_clock_ns(CLOCK_MONOTONIC) : 0);",
+            "    kiln_team_record(&m->team, team_threads, wanted_threads, team_cpu_ns, team_wall_ns, run_start_ns,",
+            "                     kiln_clock_ns(CLOCK_MONOTONIC));",
             "    if (index_error[0]) { snprintf(m->error, sizeof m->error, \"%s: index %lld is out of "
             "bounds for dimension %lld with size %lld\", index_error_op, (long long)index_error[1], "
             "(long long)index_error[2], (long long)index_error[3]); status = 3; }",
