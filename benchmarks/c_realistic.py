@@ -177,13 +177,16 @@ def _onnxruntime(torch: Any, model: Any, args: tuple, threads: int) -> Callable[
 
 
 def cpu_name() -> str:
-    """The CPU's model name, as lscpu prints it (every figure is quoted beside the CPU it was measured on)."""
+    """The CPU's model name, as lscpu prints it (every figure is quoted beside the CPU it was measured on), and
+    what benchmarks/as_avx2_cpu.py hid from it."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+            name = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         import platform
-        return platform.processor() or "unknown CPU"
+        name = platform.processor() or "unknown CPU"
+    note = os.environ.get("KILN_BENCHMARK_CPU_NOTE")
+    return f"{name}, {note}" if note else name
 
 
 def _seconds(run: Callable[[], Any]) -> float:

@@ -22,17 +22,18 @@ def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, round_seconds: float = 0.02,
-                        settle_seconds: float = 0.05) -> dict[str, float]:
+                        settle_seconds: float = 0.05, warm_seconds: float = 0.01) -> dict[str, float]:
     """Median seconds per call of each runner, timed in interleaved rounds so drift on the noisy machine hits every
     peer alike: each round times a batch of calls long enough to measure (sub-millisecond models, sized on the
     first runner), and the peers go first in turn. Every runner is called once untimed first.
 
     Each batch starts after `settle_seconds` of sleep: thread pools spin-wait after a call (onnxruntime's for
     milliseconds), and on 2 cores the spinning threads of the previous peer halved the speed of whichever peer ran
-    next (kiln's MLP row: 2.8 ms alone, 6.5 ms right after onnxruntime, 3.1 ms after a 50 ms pause). Then one
-    untimed call wakes the peer's threads and brings its weights back into cache: on this VM the first call after
-    the pause took 2-4x as long as the next ones, for every peer alike (the int8 MLP: 10-15 ms against 3-5 ms back
-    to back), and batches of two calls timed mostly that."""
+    next (kiln's MLP row: 2.8 ms alone, 6.5 ms right after onnxruntime, 3.1 ms after a 50 ms pause). Then untimed
+    calls, for `warm_seconds` and two calls at least, wake the peer's threads and bring its weights back into cache:
+    on this VM the first calls after the pause are slow for every peer, and one call was not enough (the int8 MLP
+    at batch 1, whose calls take 0.23 ms back to back: 4.1, 0.68, 0.39, then 0.23 ms; onnxruntime's 2.7, 0.68,
+    0.45, then 0.27), so batches of a few calls timed mostly the waking."""
     for run in runners.values():
         run()
     first = next(iter(runners.values()))
@@ -44,7 +45,10 @@ def interleaved_medians(runners: dict[str, Callable[[], Any]], rounds: int, roun
     for round_index in range(rounds):
         for name in order if round_index % 2 == 0 else order[::-1]:
             time.sleep(settle_seconds)
-            runners[name]()
+            warm_until, warm_calls = time.perf_counter() + warm_seconds, 0
+            while warm_calls < 2 or time.perf_counter() < warm_until:
+                runners[name]()
+                warm_calls += 1
             start = time.perf_counter()
             for _ in range(batch):
                 runners[name]()
