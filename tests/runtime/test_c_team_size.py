@@ -54,7 +54,7 @@ def policy(tmp_path_factory):
 class _Policy:
     """The policy's two functions. `team_record` records a run that ends at `now` and started right where the last
     team run ended (back to back: its workers awake), or `gap` later; a team's first run starts as if a run had
-    just ended. Runs of one thread take no start."""
+    just ended. (The policy reads no start for a one-thread run.)"""
 
     def __init__(self, lib):
         self.team_size = lib.team_size

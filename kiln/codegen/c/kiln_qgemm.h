@@ -571,11 +571,11 @@ static inline size_t kiln_qrow_block_bytes(int64_t K, int64_t M, int narrow)
 static void kiln_qwiden_rows(const uint8_t* x, int64_t first, int64_t end, int64_t K, uint32_t flip, int16_t* dst)
 {
     const int64_t lda = kiln_qwide_lda(K);
+    const __m128i flips = _mm_set1_epi8((char)flip);
     for (int64_t row = first; row < end; ++row) {
         const uint8_t* from = x + row * K;
         int16_t* to = dst + (row - first) * lda;
         int64_t k = 0;
-        const __m128i flips = _mm_set1_epi8((char)flip);
         for (; k + 16 <= K; k += 16)
             _mm256_store_si256((__m256i*)(to + k), _mm256_cvtepu8_epi16(
                 _mm_xor_si128(_mm_loadu_si128((const __m128i*)(from + k)), flips)));
@@ -586,8 +586,8 @@ static void kiln_qwiden_rows(const uint8_t* x, int64_t first, int64_t end, int64
 #endif
 
 /* One step of a linear layer: tile[rows][KILN_QNR] = rows [row, row + rows) of x [. x K] (uint8, or int8 read with
- * `flip`), in the chunk [first, end), against one packed panel. AMX steps read the chunk's rows from `block`, copied
- * there by the first step that needs them. */
+ * `flip`), in the chunk [first, end), against one packed panel. AMX steps, and AVX2's on full 8-bit rows, read the
+ * chunk's rows from `block`, copied there by the first step that needs them. */
 static inline void kiln_qlinear_step(int rows, int64_t row, int64_t first, int64_t end, int64_t K, const uint8_t* x,
                                      uint32_t flip, const void* panel, int32_t* tile, int narrow,
                                      kiln_qrow_block* block)
