@@ -4,6 +4,7 @@ compute right, and a real crash still reaches Python's faulthandler."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -14,14 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from as_avx2_cpu import cpu_has_cpuid_faulting  # noqa: E402  (benchmarks/as_avx2_cpu.py)
+WRAPPER = ROOT / "benchmarks" / "as_avx2_cpu.py"
+_spec = importlib.util.spec_from_file_location("as_avx2_cpu", WRAPPER)  # (benchmarks/ is not a package)
+as_avx2_cpu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(as_avx2_cpu)
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not cpu_has_cpuid_faulting() or not shutil.which("cc"),
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or not as_avx2_cpu.cpu_has_cpuid_faulting() or
+                                not shutil.which("cc"),
                                 reason="needs Linux's CPUID faulting (cpuid_fault) and a C compiler")
 
 PROBE = textwrap.dedent("""
-    import faulthandler, json, os
+    import faulthandler, json
     faulthandler.enable()  # installs a SIGSEGV handler, which the preload keeps behind its own
     import numpy as np
     import onnxruntime as ort
@@ -51,7 +55,7 @@ PROBE = textwrap.dedent("""
 def _under_wrapper(tmp_path: Path, script: str) -> subprocess.CompletedProcess:
     path = tmp_path / "script.py"
     path.write_text(script)
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "as_avx2_cpu.py"), str(path)],
+    return subprocess.run([sys.executable, str(WRAPPER), str(path)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 

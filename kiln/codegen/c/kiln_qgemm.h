@@ -7,7 +7,8 @@
  *   - AVX-512 VNNI: vpdpbusd sums four u8 x s8 products per int32 lane; B is packed in k-quads, [K/4][NR][4] int8;
  *   - AVX-512 and AVX2: vpmaddwd sums two s16 x s16 products per lane; B is packed in k-pairs, [K/2][NR][2]:
  *     int16 on AVX-512, int8 on AVX2, widened as it loads (an 8-bit MLP at batch 1 reads its weights at twice
- *     the speed).
+ *     the speed). AVX2's linear layers copy a chunk's activation rows once as int16 (kiln_qwiden_rows), so the
+ *     pair each lane multiplies is one broadcast load; convolutions build it from their uint8 im2col rows.
  *     (vpmaddubsw saturates its int16 pair sums on full 8-bit activations: 2 x 255 x 127 > 32767. That is why
  *     torch's x86 recipe offers reduce_range, 7-bit activations, for CPUs without VNNI. Widening keeps every
  *     activation exact.)
