@@ -323,12 +323,12 @@ def _flat(shape: list) -> str:
     return _Exprs(len(shape)).index(contiguous_strides(shape), 0)
 
 
-def _chunking(units: str, integer: str | None = None) -> list[str]:
+def _chunking(units: str, qnarrow: str | None = None) -> list[str]:
     """Split each unit's M rows into chunks when there are too few units to keep the team busy (the caller
-    defines M, N and what a unit is). `integer`: the int8 GEMM's steps (kiln_qgemm.h) instead of float32's tiles,
-    for a layer whose `narrow` flag is this C expression, in chunks whose copy of their rows (AMX's, or AVX2's int16)
-    stays small (kiln_qchunk_rows)."""
-    mr, panels, tile = ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]") if integer is None else \
+    defines M, N and what a unit is). `qnarrow` set: the int8 GEMM's steps (kiln_qgemm.h) instead of float32's
+    tiles, for a layer whose `narrow` flag is this C expression, in chunks whose copy of their rows (AMX's, or AVX2's
+    int16) stays small (kiln_qchunk_rows)."""
+    mr, panels, tile = ("KILN_MR", "kiln_panels", "float tile[KILN_MR * KILN_NR]") if qnarrow is None else \
         ("KILN_QROWS", "kiln_qpanels", "int32_t tile[KILN_QROWS * KILN_QNR]")
     return [
         f"const int64_t panels = {panels}(N), row_blocks = (M + {mr} - 1) / {mr};",
@@ -336,10 +336,10 @@ def _chunking(units: str, integer: str | None = None) -> list[str]:
         "int64_t chunks = units >= wanted || units == 0 ? 1 : (wanted + units - 1) / units;",
         "if (chunks > row_blocks) chunks = row_blocks;",
         "if (chunks < 1) chunks = 1;",
-        f"{'' if integer is not None else 'const '}int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
-        *([f"if (chunk_rows > kiln_qchunk_rows(K, {integer}))", "{",
-           f"    chunk_rows = kiln_qchunk_rows(K, {integer});", "    chunks = (M + chunk_rows - 1) / chunk_rows;", "}"]
-          if integer is not None else []),
+        f"{'' if qnarrow is not None else 'const '}int64_t chunk_rows = (row_blocks + chunks - 1) / chunks * {mr};",
+        *([f"if (chunk_rows > kiln_qchunk_rows(K, {qnarrow}))", "{",
+           f"    chunk_rows = kiln_qchunk_rows(K, {qnarrow});", "    chunks = (M + chunk_rows - 1) / chunk_rows;", "}"]
+          if qnarrow is not None else []),
         f"{tile} __attribute__((aligned(64)));",
     ]
 

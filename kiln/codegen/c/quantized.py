@@ -135,7 +135,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
     setup, per_panel = _weight_panels(kernel, state, "N", f"{scratch} + kiln_qrow_block_bytes(K, M, {narrow})")
     lines = [
         f"const int64_t M = {dim_expr(detail.m)}, N = {dim_expr(detail.n)}, K = {dim_expr(detail.k)};",
-        *_chunking("panels", integer=str(narrow)), *setup,
+        *_chunking("panels", qnarrow=str(narrow)), *setup,
         "const char* packed_group = packed;" if kernel in state.packed else "const int8_t* w_group = w;",
         f"const uint8_t* x = (const uint8_t*)({buffer_name(rows.buffer)} + {dim_expr(rows.offset)});",
         f"kiln_qrow_block block = {{(uint8_t*)({scratch}), -1}};",
@@ -153,7 +153,7 @@ def _qlinear(kernel: Kernel, state: RenderState) -> list[str]:
         "    for (int64_t row = chunk * chunk_rows; row < row_end; row += KILN_QROWS)", "    {",
         "        const int rows = (int)(row_end - row < KILN_QROWS ? row_end - row : KILN_QROWS);",
         f"        kiln_qlinear_step(rows, row, chunk * chunk_rows, row_end, K, x, {_flip(detail)}, panel, tile, "
-        f"{int(detail.narrow)}, &block);",
+        f"{narrow}, &block);",
         "        for (int r = 0; r < rows; ++r)",
         *([f"        {line}" for line in _token_epilogue(detail, out, 'r',
                                                           f'{buffer_name(out)} + (row + r) * N + j * KILN_QNR')]
